@@ -1,0 +1,98 @@
+package board
+
+import "time"
+
+// ClaimToken is the fence a holder presents with every owner write: the
+// marker that holds the claim and the epoch of the acquisition that granted
+// it. The epoch only ever goes up (ADR-096 §1, §6).
+type ClaimToken struct {
+	Marker string `json:"marker"`
+	Epoch  int64  `json:"epoch"`
+}
+
+// IsZero reports whether the token is empty (never a valid fence).
+func (t ClaimToken) IsZero() bool { return t.Marker == "" && t.Epoch == 0 }
+
+// Validate refuses a zero or malformed token.
+func (t ClaimToken) Validate() error {
+	if t.Marker == "" || t.Epoch <= 0 {
+		return Invalid("zero or incomplete claim token %+v", t)
+	}
+	return ValidateMarker(t.Marker)
+}
+
+// Hold names one claim a holder keeps: the card and the token it holds it by.
+type Hold struct {
+	Card  string     `json:"card"`
+	Token ClaimToken `json:"token"`
+}
+
+// GaveUp is the stamp left on a card the watchdog filed for a person to
+// decide (ADR-096 Consequences: a pruned run pointer is a give-up).
+type GaveUp struct {
+	RunID    string    `json:"run_id,omitempty"`
+	State    string    `json:"state,omitempty"`
+	Attempts int       `json:"attempts,omitempty"`
+	Reason   string    `json:"reason"`
+	At       time.Time `json:"at"`
+}
+
+// Card is one work item on the board.
+type Card struct {
+	ID            string    `json:"id"`
+	Title         string    `json:"title,omitempty"`
+	State         string    `json:"state"`
+	Labels        []string  `json:"labels"`
+	DependsOn     []string  `json:"depends_on"`
+	LastRunID     string    `json:"last_run_id,omitempty"`
+	Runs          []string  `json:"runs"`
+	AwaitingInput bool      `json:"awaiting_input"`
+	GaveUp        *GaveUp   `json:"gave_up,omitempty"`
+	StateReason   Reason    `json:"state_reason,omitempty"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
+	// PromotedBy is set on a dependent that left waiting_deps because its
+	// last blocker completed (reason unblocked): the id of that blocker. It
+	// is what Reopen checks before letting the blocker out of its sink.
+	PromotedBy string `json:"promoted_by,omitempty"`
+
+	// The claim family. Ordinary writes never touch it.
+	Claim           string    `json:"claim"`
+	ClaimEpoch      int64     `json:"claim_epoch"`
+	ClaimedAt       time.Time `json:"claimed_at"`
+	ClaimLeaseUntil time.Time `json:"claim_lease_until"`
+}
+
+// Token is the card's current claim token (zero Marker when free).
+func (c Card) Token() ClaimToken { return ClaimToken{Marker: c.Claim, Epoch: c.ClaimEpoch} }
+
+// Claimed reports whether someone holds the card.
+func (c Card) Claimed() bool { return c.Claim != "" }
+
+// Legacy reports a claim with no lease stamped (ADR-096 Consequences: never
+// reaped by time, only by the same-host pid sweep).
+func (c Card) Legacy() bool { return c.Claim != "" && c.ClaimLeaseUntil.IsZero() }
+
+// LeaseExpired reports whether the claim's lease ended at or before now.
+func (c Card) LeaseExpired(now time.Time) bool {
+	return c.Claim != "" && !c.ClaimLeaseUntil.IsZero() && !c.ClaimLeaseUntil.After(now)
+}
+
+// NewCard is the input of CreateCard.
+type NewCard struct {
+	ID        string   `json:"id"`
+	Title     string   `json:"title,omitempty"`
+	State     string   `json:"state,omitempty"` // empty: first pool state, or waiting_deps when a blocker is not complete
+	Labels    []string `json:"labels,omitempty"`
+	DependsOn []string `json:"depends_on,omitempty"`
+	Actor     string   `json:"actor,omitempty"`
+}
+
+// CardFilter selects cards for ListCards.
+type CardFilter struct {
+	State string `json:"state,omitempty"` // empty: every state
+	Limit int    `json:"limit,omitempty"` // 0: no limit
+	// ClaimedOnly lists only cards that carry a claim (the boot sweep's
+	// population); backends serve it from an index, not a scan.
+	ClaimedOnly bool `json:"claimed_only,omitempty"`
+}

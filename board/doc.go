@@ -1,0 +1,18 @@
+// Package board is leasekeeper's domain: cards on a board of states, the
+// fenced claim lease that grants a worker exclusive ownership of a card, runs,
+// the audit event log, and the Store contract every storage backend honours.
+//
+// The model follows ADR-096 ("Board claim lease + fenced watchdog"):
+//
+//   - A claim is a marker on a card naming its holder. Every fresh acquisition
+//     bumps the card's epoch; the pair {marker, epoch} is the ClaimToken.
+//   - The claim carries a lease (claim_lease_until) that the holder's agent
+//     renews every lease/3. An expired lease is positive evidence the holder
+//     stopped heartbeating, and the watchdog may transfer the claim.
+//   - Every owner write is a compare-and-set on (claim, claim_epoch), so a
+//     superseded holder's late write is refused instead of clobbering the new
+//     owner (ADR-096 §2).
+//   - Terminal states are sinks: only Reopen leaves them (ADR-096 §5).
+//
+// The conformance suite every Store must pass lives in package boardtest.
+package board

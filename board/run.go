@@ -1,0 +1,76 @@
+package board
+
+import "time"
+
+// RunStatus is where a run is in its life.
+type RunStatus string
+
+const (
+	RunRunning            RunStatus = "running"
+	RunQueued             RunStatus = "queued"
+	RunPausedWaitingHuman RunStatus = "paused_waiting_human"
+	RunPausedOperator     RunStatus = "paused_operator"
+	RunFinished           RunStatus = "finished"
+	RunFailed             RunStatus = "failed"
+	RunFailedResumable    RunStatus = "failed_resumable"
+	RunCancelled          RunStatus = "cancelled"
+)
+
+// Known reports whether s is one of the statuses above.
+func (s RunStatus) Known() bool {
+	switch s {
+	case RunRunning, RunQueued, RunPausedWaitingHuman, RunPausedOperator,
+		RunFinished, RunFailed, RunFailedResumable, RunCancelled:
+		return true
+	}
+	return false
+}
+
+// Continuation is a platform continuation armed on a run; an armed one owns
+// the run's future (ADR-096 §4), so the watchdog keeps the card.
+type Continuation string
+
+const (
+	ContinuationNone              Continuation = "none"
+	ContinuationRedeliveryPending Continuation = "redelivery_pending"
+	ContinuationRetryArmed        Continuation = "retry_armed"
+)
+
+// Armed reports whether a continuation owns the run's future.
+func (c Continuation) Armed() bool {
+	return c == ContinuationRedeliveryPending || c == ContinuationRetryArmed
+}
+
+// FailureProcessOrphaned is reserved for the watchdog's liveness oracle.
+const FailureProcessOrphaned = "PROCESS_ORPHANED"
+
+// Run is one execution of a card's work.
+type Run struct {
+	ID           string       `json:"id"`
+	Card         string       `json:"card"`
+	Status       RunStatus    `json:"status"`
+	Continuation Continuation `json:"continuation,omitempty"`
+	FailureCode  string       `json:"failure_code,omitempty"`
+	Checkpoint   string       `json:"checkpoint,omitempty"`
+	Owner        string       `json:"owner"` // the claim marker that started it
+	Epoch        int64        `json:"epoch"` // the claim epoch that started it
+	Host         string       `json:"host,omitempty"`
+	PID          int          `json:"pid,omitempty"`
+	PIDStart     int64        `json:"pid_start,omitempty"` // process start, ms since the Unix epoch
+	CreatedAt    time.Time    `json:"created_at"`
+	UpdatedAt    time.Time    `json:"updated_at"`
+}
+
+// RunUpdate changes a run. Nil fields are left alone. IfStatus, when set,
+// makes the update a compare-and-set on the current status (the liveness
+// oracle uses it so a late "finished" from a living owner is never
+// overwritten by PROCESS_ORPHANED, and vice versa).
+type RunUpdate struct {
+	ID           string        `json:"id"`
+	IfStatus     *RunStatus    `json:"if_status,omitempty"`
+	Status       *RunStatus    `json:"status,omitempty"`
+	Continuation *Continuation `json:"continuation,omitempty"`
+	FailureCode  *string       `json:"failure_code,omitempty"`
+	Checkpoint   *string       `json:"checkpoint,omitempty"`
+	Actor        string        `json:"actor,omitempty"`
+}

@@ -1,0 +1,165 @@
+package board
+
+import (
+	"context"
+	"time"
+)
+
+// ClaimRequest asks for a claim on one card.
+type ClaimRequest struct {
+	Card   string        `json:"card"`
+	Marker string        `json:"marker"`
+	Lease  time.Duration `json:"lease"`
+}
+
+// ClaimNextRequest asks for the oldest unclaimed card in a pool state.
+type ClaimNextRequest struct {
+	Marker string        `json:"marker"`
+	Lease  time.Duration `json:"lease"`
+}
+
+// RenewResult is the outcome of renewing one Hold. Err is nil when the lease
+// was pushed to LeaseUntil; an ErrClaimConflict when the token is stale.
+type RenewResult struct {
+	Card       string
+	LeaseUntil time.Time
+	Err        error
+}
+
+// OwnedMove is a fenced state move by the claim holder.
+type OwnedMove struct {
+	Card  string
+	Token ClaimToken
+	To    string
+	// From, when set, makes the move a CAS on the declared source state as
+	// well: drift is changed=false with no event.
+	From string
+	// Reason is the provenance; a move by a recovery (reaper:) marker is
+	// stamped ReasonWatchdog whatever is passed here, except the descriptive
+	// run_finished / run_failed verdicts a watchdog filing carries.
+	Reason Reason
+}
+
+// Move is an operator or automation state move (no claim needed).
+type Move struct {
+	Card   string
+	To     string
+	From   string // SetStateFrom only: the declared source
+	Reason Reason
+	Actor  string
+}
+
+// LabelChange is a relative label edit.
+type LabelChange struct {
+	Card   string
+	Add    []string
+	Remove []string
+	Actor  string
+}
+
+// Reclaim is the watchdog's transfer request: ONE CAS whose precondition is
+// "the claim is still exactly Prev AND its lease is still expired at Cutoff".
+type Reclaim struct {
+	Card           string
+	Prev           ClaimToken
+	RecoveryMarker string
+	Cutoff         time.Time
+	Lease          time.Duration
+}
+
+// Store is the contract every backend honours (bbolt, MongoDB, the plugin
+// proxy). Package boardtest holds the conformance suite that pins it.
+//
+// Every write appends its events in the same atomic step. Ordinary writes
+// never touch the claim family (claim, claim_epoch, claimed_at,
+// claim_lease_until). Every owner write is a compare-and-set on
+// (claim, claim_epoch) and is refused with ErrClaimConflict for a stale
+// token, even when it would change nothing.
+type Store interface {
+	// Board returns the board this store was opened with.
+	Board() Board
+
+	// CreateCard creates a card. Empty State means the first pool state, or
+	// waiting_deps when a blocker is not yet complete. Unknown blockers, a
+	// dependency cycle or a duplicate id are ErrInvalidArgument.
+	CreateCard(ctx context.Context, c NewCard) (Card, error)
+	GetCard(ctx context.Context, id string) (Card, error)
+	// ListCards lists cards ordered by creation time, oldest first.
+	ListCards(ctx context.Context, f CardFilter) ([]Card, error)
+	// Dependents lists the cards that declare id among their blockers.
+	Dependents(ctx context.Context, id string) ([]Card, error)
+
+	// Claim acquires a free card (epoch bumped, claimed_at and lease stamped,
+	// claimed event) or refreshes the lease of the same marker (idempotent:
+	// same epoch, no event, no updated_at bump). Another marker's live or
+	// expired claim is ErrClaimConflict: only ReclaimExpired transfers.
+	Claim(ctx context.Context, r ClaimRequest) (ClaimToken, error)
+	// ClaimNext claims the oldest unclaimed card in a pool state;
+	// ErrNotFound when there is none.
+	ClaimNext(ctx context.Context, r ClaimNextRequest) (Card, ClaimToken, error)
+	// RenewClaims pushes the lease of each hold to now+lease, never
+	// backwards, in one batched write. One result per hold, in order. The
+	// returned error is for the batch as a whole (store unreachable,
+	// ErrOutcomeUnknown); per-hold conflicts are in the results.
+	RenewClaims(ctx context.Context, holds []Hold, lease time.Duration) ([]RenewResult, error)
+
+	// Owner writes: CAS on (claim, claim_epoch).
+	SetStateOwned(ctx context.Context, m OwnedMove) (changed bool, err error)
+	SetLastRunOwned(ctx context.Context, card string, tok ClaimToken, runID string) error
+	SetAwaitingInputOwned(ctx context.Context, card string, tok ClaimToken, awaiting bool) error
+	SetGaveUpOwned(ctx context.Context, card string, tok ClaimToken, g *GaveUp) error
+	// ExpireClaimOwned sets the lease to now, so the watchdog may rule on the
+	// card at once instead of waiting out the TTL (a dead worker's claims).
+	ExpireClaimOwned(ctx context.Context, card string, tok ClaimToken) error
+	// ReleaseOwned clears claim, claimed_at and lease and keeps the epoch.
+	// Releasing a free card is nil.
+	ReleaseOwned(ctx context.Context, card string, tok ClaimToken) error
+	// Release clears the claim when it is held by exactly marker (any epoch):
+	// the operator's force-release (after reading the holder) and the sweeps
+	// of legacy and recovery claims. A free card is nil; another holder is
+	// ErrClaimConflict.
+	Release(ctx context.Context, card, marker, actor string) error
+
+	// SetState is an operator move. Leaving a terminal state is
+	// ErrTerminalStateExit; terminal → terminal is an ordinary refiling.
+	SetState(ctx context.Context, m Move) error
+	// SetStateFrom is an automation move, CAS on m.From: drift is
+	// changed=false with no event; a terminal From is ErrTerminalStateExit
+	// even when drifted.
+	SetStateFrom(ctx context.Context, m Move) (changed bool, err error)
+	// Reopen is the only exit from a terminal state: the card must be
+	// terminal, the target a working (non-terminal) state, and no dependent
+	// promoted on this card's completion may be outstanding.
+	Reopen(ctx context.Context, m Move) error
+	// AdjustLabels adds then removes labels in one atomic step (removes win).
+	// A no-op writes nothing and emits no event.
+	AdjustLabels(ctx context.Context, c LabelChange) (Card, error)
+	// SetLabels replaces the label set (absolute by contract: it may re-arm
+	// a one-shot label, by design).
+	SetLabels(ctx context.Context, card string, labels []string, actor string) (Card, error)
+
+	CreateRun(ctx context.Context, r Run) (Run, error)
+	UpdateRun(ctx context.Context, u RunUpdate) (Run, error)
+	GetRun(ctx context.Context, id string) (Run, error)
+
+	// ListExpiredClaimCandidates lists claimed cards whose lease ended at or
+	// before cutoff, lease ascending, at most limit (applied in the query).
+	ListExpiredClaimCandidates(ctx context.Context, cutoff time.Time, limit int) ([]Card, error)
+	// ListUnleasedRunningClaims lists claims with no lease whose card sits
+	// in the running column with a recorded run and was last updated at or
+	// before cutoff, oldest update first, at most limit — the selection
+	// filter lives in the query so conserved cards cannot starve the batch
+	// (ADR-096 §9). Only the fleet (MongoDB) twin can hold such claims: a
+	// foreign writer may strip a lease there. The local twin returns none
+	// (ADR-096 §7: nobody else writes its file).
+	ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]Card, error)
+	// ReclaimExpired transfers an expired claim to a recovery marker in one
+	// CAS, bumping the epoch, and returns the new token and the card as the
+	// transfer observed it (after the write).
+	ReclaimExpired(ctx context.Context, r Reclaim) (ClaimToken, Card, error)
+
+	// Events returns events with Seq > after, oldest first, at most limit.
+	Events(ctx context.Context, after int64, limit int) ([]Event, error)
+
+	Close() error
+}

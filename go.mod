@@ -1,0 +1,3 @@
+module github.com/leasekeeper/leasekeeper
+
+go 1.26
