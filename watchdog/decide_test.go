@@ -1,0 +1,333 @@
+package watchdog
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+var (
+	t0    = time.Date(2026, 9, 2, 12, 0, 0, 0, time.UTC)
+	lease = 30 * time.Second
+)
+
+// verdict is the part of a Decision a test pins; Reason is prose and is only
+// checked for being present.
+type verdict struct {
+	Action      Action
+	Row         int
+	Rule        Rule
+	Target      string
+	StateReason board.Reason
+}
+
+func verdictOf(d Decision) verdict {
+	return verdict{Action: d.Action, Row: d.Row, Rule: d.Rule, Target: d.Target, StateReason: d.StateReason}
+}
+
+func run(status board.RunStatus) *board.Run {
+	return &board.Run{ID: "r1", Card: "c1", Status: status, Continuation: board.ContinuationNone}
+}
+
+func withContinuation(r *board.Run, c board.Continuation) *board.Run {
+	r.Continuation = c
+	return r
+}
+
+// stuck builds a StuckCard for card c1 in state, claimed age ago, recording
+// runPointer, on the fleet board (in_progress is not a pool state there).
+func stuck(state, runPointer string, age time.Duration) StuckCard {
+	return StuckCard{
+		Card: board.Card{
+			ID: "c1", State: state, LastRunID: runPointer,
+			Claim: "host-a-4242", ClaimEpoch: 7,
+			ClaimedAt:       t0.Add(-age),
+			ClaimLeaseUntil: t0.Add(-time.Second),
+		},
+		Board: board.DefaultBoard(false),
+		Now:   t0,
+		Lease: lease,
+	}
+}
+
+func (in StuckCard) with(r *board.Run, err error) StuckCard {
+	in.Run, in.RunErr = r, err
+	return in
+}
+
+var errRead = errors.New("connection reset by peer")
+
+func TestDecideStuckCard(t *testing.T) {
+	t.Parallel()
+	old := 10 * lease
+	young := lease / 2
+	keep := func(row int, rule Rule) verdict { return verdict{Action: ActionKeep, Row: row, Rule: rule} }
+	tests := []struct {
+		name string
+		in   StuckCard
+		want verdict
+	}{
+		{"row 1: run read error → keep",
+			stuck(board.StateInProgress, "r1", old).with(nil, errRead), keep(1, RuleRunReadError)},
+		{"row 1: a read error wins over a recorded pointer and a loaded run",
+			stuck(board.StateInProgress, "r1", old).with(run(board.RunFinished), errRead), keep(1, RuleRunReadError)},
+		{"row 2: no run but the card records a run pointer → give_up",
+			stuck(board.StateInProgress, "r1", old).with(nil, nil),
+			verdict{Action: ActionGiveUp, Row: 2, Rule: RuleRunPointerGone, Target: board.StateFailed, StateReason: board.ReasonWatchdog}},
+		{"row 2: a not-found run is the answer no run, not a read error → give_up",
+			stuck(board.StateInProgress, "r1", old).with(nil, fmt.Errorf("run %q: %w", "r1", board.ErrNotFound)),
+			verdict{Action: ActionGiveUp, Row: 2, Rule: RuleRunPointerGone, Target: board.StateFailed, StateReason: board.ReasonWatchdog}},
+		{"row 2: the stamp window is irrelevant when the pointer is the stamp → give_up",
+			stuck(board.StateInProgress, "r1", young).with(nil, nil),
+			verdict{Action: ActionGiveUp, Row: 2, Rule: RuleRunPointerGone, Target: board.StateFailed, StateReason: board.ReasonWatchdog}},
+		{"row 3: no run, running column, claim younger than two leases → keep",
+			stuck(board.StateInProgress, "", young).with(nil, nil), keep(3, RuleStampWindowOpen)},
+		{"row 3: no run, running column, claim one nanosecond short of two leases → keep",
+			stuck(board.StateInProgress, "", 2*lease-time.Nanosecond).with(nil, nil), keep(3, RuleStampWindowOpen)},
+		{"row 4: no run, running column, claim exactly two leases old → release",
+			stuck(board.StateInProgress, "", 2*lease).with(nil, nil),
+			verdict{Action: ActionRelease, Row: 4, Rule: RuleNoRun}},
+		{"row 4: no run, running column, claim start unknown → release",
+			func() StuckCard {
+				in := stuck(board.StateInProgress, "", 0)
+				in.Card.ClaimedAt = time.Time{}
+				return in
+			}(),
+			verdict{Action: ActionRelease, Row: 4, Rule: RuleNoRun}},
+		{"row 4: no run, pool column, young claim → release (the window is a running-column rule)",
+			stuck(board.StateReady, "", young).with(nil, nil),
+			verdict{Action: ActionRelease, Row: 4, Rule: RuleNoRun}},
+		{"row 4: no run, parked column, young claim → release",
+			stuck(board.StateBacklog, "", young).with(nil, nil),
+			verdict{Action: ActionRelease, Row: 4, Rule: RuleNoRun}},
+		{"row 4: ClaimStart, not the re-stamped claimed_at, measures the window → release",
+			func() StuckCard {
+				in := stuck(board.StateInProgress, "", 0) // transfer re-stamped claimed_at = now
+				in.ClaimStart = t0.Add(-old)
+				return in
+			}(),
+			verdict{Action: ActionRelease, Row: 4, Rule: RuleNoRun}},
+		{"row 5: running → keep",
+			stuck(board.StateInProgress, "r1", old).with(run(board.RunRunning), nil), keep(5, RuleRunLive)},
+		{"row 5: queued → keep",
+			stuck(board.StateInProgress, "r1", old).with(run(board.RunQueued), nil), keep(5, RuleRunLive)},
+		{"row 5: a live run wins over an armed continuation",
+			stuck(board.StateInProgress, "r1", old).with(withContinuation(run(board.RunRunning), board.ContinuationRetryArmed), nil), keep(5, RuleRunLive)},
+		{"row 6: paused waiting for a human → keep",
+			stuck(board.StateInProgress, "r1", old).with(run(board.RunPausedWaitingHuman), nil), keep(6, RuleRunPaused)},
+		{"row 6: paused by an operator → keep",
+			stuck(board.StateAwaitingInput, "r1", old).with(run(board.RunPausedOperator), nil), keep(6, RuleRunPaused)},
+		{"row 7: cancelled → keep",
+			stuck(board.StateInProgress, "r1", old).with(run(board.RunCancelled), nil), keep(7, RuleRunCancelled)},
+		{"row 8: failed with a retry armed → keep",
+			stuck(board.StateInProgress, "r1", old).with(withContinuation(run(board.RunFailed), board.ContinuationRetryArmed), nil), keep(8, RuleContinuation)},
+		{"row 8: finished with a redelivery pending → keep",
+			stuck(board.StateInProgress, "r1", old).with(withContinuation(run(board.RunFinished), board.ContinuationRedeliveryPending), nil), keep(8, RuleContinuation)},
+		{"row 8: resumable with a retry armed → keep",
+			stuck(board.StateInProgress, "r1", old).with(withContinuation(run(board.RunFailedResumable), board.ContinuationRetryArmed), nil), keep(8, RuleContinuation)},
+		{"row 9: finished → complete with the run's own verdict",
+			stuck(board.StateInProgress, "r1", old).with(run(board.RunFinished), nil),
+			verdict{Action: ActionComplete, Row: 9, Rule: RuleRunFinished, Target: board.StateDone, StateReason: board.ReasonRunFinished}},
+		{"row 9: the target is the board's completion state",
+			func() StuckCard {
+				in := stuck("doing", "r1", old).with(run(board.RunFinished), nil)
+				in.Board = board.Board{States: []board.State{
+					{Name: "todo", Pool: true, Launch: true}, {Name: "doing", Running: true},
+					{Name: "shipped", Terminal: true, Completion: true}, {Name: board.StateFailed, Terminal: true},
+				}}
+				return in
+			}(),
+			verdict{Action: ActionComplete, Row: 9, Rule: RuleRunFinished, Target: "shipped", StateReason: board.ReasonRunFinished}},
+		{"row 10: failed → fail with the run's own verdict",
+			stuck(board.StateInProgress, "r1", old).with(run(board.RunFailed), nil),
+			verdict{Action: ActionFail, Row: 10, Rule: RuleRunFailed, Target: board.StateFailed, StateReason: board.ReasonRunFailed}},
+		{"row 11: resumable in the running column → repark",
+			stuck(board.StateInProgress, "r1", old).with(run(board.RunFailedResumable), nil),
+			verdict{Action: ActionRepark, Row: 11, Rule: RuleRunResumable, StateReason: board.ReasonWatchdog}},
+		{"row 11: resumable in a pool column → repark",
+			stuck(board.StateReady, "r1", old).with(run(board.RunFailedResumable), nil),
+			verdict{Action: ActionRepark, Row: 11, Rule: RuleRunResumable, StateReason: board.ReasonWatchdog}},
+		{"row 11: resumable but parked in backlog, outside the pool → keep",
+			stuck(board.StateBacklog, "r1", old).with(run(board.RunFailedResumable), nil), keep(11, RuleParkedOutsidePool)},
+		{"row 11: resumable but parked in awaiting_input → keep",
+			stuck(board.StateAwaitingInput, "r1", old).with(run(board.RunFailedResumable), nil), keep(11, RuleParkedOutsidePool)},
+		{"row 11: resumable but the card sits in a terminal state → keep",
+			stuck(board.StateBlocked, "r1", old).with(run(board.RunFailedResumable), nil), keep(11, RuleParkedOutsidePool)},
+		{"row 11: local board, resumable in in_progress (running and pool) → repark",
+			func() StuckCard {
+				in := stuck(board.StateInProgress, "r1", old).with(run(board.RunFailedResumable), nil)
+				in.Board = board.DefaultBoard(true)
+				return in
+			}(),
+			verdict{Action: ActionRepark, Row: 11, Rule: RuleRunResumable, StateReason: board.ReasonWatchdog}},
+		{"row 12: an unknown status → keep",
+			stuck(board.StateInProgress, "r1", old).with(run("exploded"), nil), keep(12, RuleUnknownStatus)},
+		{"row 12: an empty status → keep",
+			stuck(board.StateInProgress, "r1", old).with(run(""), nil), keep(12, RuleUnknownStatus)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d := DecideStuckCard(tc.in)
+			if got := verdictOf(d); got != tc.want {
+				t.Errorf("DecideStuckCard = %+v, want %+v", got, tc.want)
+			}
+			if d.Reason == "" {
+				t.Errorf("decision %s carries no human-readable reason", d.Rule)
+			}
+			if again := DecideStuckCard(tc.in); again != d {
+				t.Errorf("second call = %+v, first %+v: the table must be pure", again, d)
+			}
+		})
+	}
+}
+
+func TestPreCheck(t *testing.T) {
+	t.Parallel()
+	old := 10 * lease
+	young := lease / 2
+	tests := []struct {
+		name string
+		in   StuckCard
+		want verdict
+	}{
+		{"parked card: the blanked column means the parked row cannot keep → repark",
+			stuck(board.StateBacklog, "r1", old).with(run(board.RunFailedResumable), nil),
+			verdict{Action: ActionRepark, Row: 11, Rule: RuleRunResumable, StateReason: board.ReasonWatchdog}},
+		{"terminal card: the blanked column means the parked row cannot keep → repark",
+			stuck(board.StateCancelled, "r1", old).with(run(board.RunFailedResumable), nil),
+			verdict{Action: ActionRepark, Row: 11, Rule: RuleRunResumable, StateReason: board.ReasonWatchdog}},
+		{"no pointer, running column, young claim: the stamp window is re-applied → keep",
+			stuck(board.StateInProgress, "", young).with(nil, nil),
+			verdict{Action: ActionKeep, Row: 3, Rule: RuleStampWindowOpen}},
+		{"no pointer, running column, claim past two leases → release",
+			stuck(board.StateInProgress, "", 2*lease).with(nil, nil),
+			verdict{Action: ActionRelease, Row: 4, Rule: RuleNoRun}},
+		{"no pointer, pool column, young claim → release",
+			stuck(board.StateReady, "", young).with(nil, nil),
+			verdict{Action: ActionRelease, Row: 4, Rule: RuleNoRun}},
+		{"pointer recorded, running column, young claim: the window is not re-applied → give_up",
+			stuck(board.StateInProgress, "r1", young).with(nil, nil),
+			verdict{Action: ActionGiveUp, Row: 2, Rule: RuleRunPointerGone, Target: board.StateFailed, StateReason: board.ReasonWatchdog}},
+		{"read error, no pointer, young claim in the running column: row 1 still conserves",
+			stuck(board.StateInProgress, "", young).with(nil, errRead),
+			verdict{Action: ActionKeep, Row: 1, Rule: RuleRunReadError}},
+		{"run rows are unchanged: running → keep",
+			stuck(board.StateBacklog, "r1", old).with(run(board.RunRunning), nil),
+			verdict{Action: ActionKeep, Row: 5, Rule: RuleRunLive}},
+		{"run rows are unchanged: finished → complete",
+			stuck(board.StateBacklog, "r1", old).with(run(board.RunFinished), nil),
+			verdict{Action: ActionComplete, Row: 9, Rule: RuleRunFinished, Target: board.StateDone, StateReason: board.ReasonRunFinished}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := verdictOf(PreCheck(tc.in)); got != tc.want {
+				t.Errorf("PreCheck = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestAfterTransfer(t *testing.T) {
+	t.Parallel()
+	parked := DecideStuckCard(stuck(board.StateBacklog, "r1", time.Hour).with(run(board.RunFailedResumable), nil))
+	complete := DecideStuckCard(stuck(board.StateInProgress, "r1", time.Hour).with(run(board.RunFinished), nil))
+	tests := []struct {
+		name       string
+		d          Decision
+		prevMarker string
+		want       verdict
+	}{
+		{"keep after transferring a worker's claim → hold under the recovery claim, once",
+			parked, "host-a-4242", verdict{Action: ActionKeep, Rule: RuleRecoveryHold}},
+		{"keep after transferring a recovery claim → the hold was granted before, release",
+			parked, board.RecoveryMarker("host-b-99"), verdict{Action: ActionRelease, Rule: RuleRecoveryHoldSpent}},
+		{"a filing after transferring a recovery claim stays a filing (a retried filing)",
+			complete, board.RecoveryMarker("host-b-99"), verdictOf(complete)},
+		{"a filing after transferring a worker's claim stays a filing",
+			complete, "host-a-4242", verdictOf(complete)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d := AfterTransfer(tc.d, tc.prevMarker)
+			if got := verdictOf(d); got != tc.want {
+				t.Errorf("AfterTransfer = %+v, want %+v", got, tc.want)
+			}
+			if d.Reason == "" {
+				t.Error("decision carries no reason")
+			}
+		})
+	}
+}
+
+func TestNeedsFiling(t *testing.T) {
+	t.Parallel()
+	b := board.DefaultBoard(false)
+	tests := []struct {
+		name   string
+		state  string
+		target string
+		want   bool
+	}{
+		{"running column to the completion state → file", board.StateInProgress, board.StateDone, true},
+		{"running column to failed → file", board.StateInProgress, board.StateFailed, true},
+		{"a parked column to the first pool state → file", board.StateBacklog, board.StateReady, true},
+		{"never into the running column", board.StateReady, board.StateInProgress, false},
+		{"never into the state the card is already in", board.StateFailed, board.StateFailed, false},
+		{"never into the state the card is already in (pool)", board.StateReady, board.StateReady, false},
+		{"never out of a terminal state (terminal → terminal is an operator's refiling)", board.StateCancelled, board.StateDone, false},
+		{"no target, nothing to file", board.StateInProgress, "", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			card := board.Card{ID: "c1", State: tc.state}
+			if got := NeedsFiling(b, card, tc.target); got != tc.want {
+				t.Errorf("NeedsFiling(%s → %q) = %v, want %v", tc.state, tc.target, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestProvenanceSplit pins ADR-096 Consequences: terminal verdicts carry the
+// run's descriptive reason (outside the machine set, so the chain fires);
+// everything the watchdog decides on its own is machine provenance.
+func TestProvenanceSplit(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		in          StuckCard
+		wantMachine bool
+	}{
+		{"complete fires the chain", stuck(board.StateInProgress, "r1", time.Hour).with(run(board.RunFinished), nil), false},
+		{"fail fires the chain", stuck(board.StateInProgress, "r1", time.Hour).with(run(board.RunFailed), nil), false},
+		{"give_up is machine", stuck(board.StateInProgress, "r1", time.Hour).with(nil, nil), true},
+		{"repark is machine", stuck(board.StateInProgress, "r1", time.Hour).with(run(board.RunFailedResumable), nil), true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d := DecideStuckCard(tc.in)
+			if got := board.IsMachineReason(d.StateReason); got != tc.wantMachine {
+				t.Errorf("IsMachineReason(%q) for %s = %v, want %v", d.StateReason, d.Action, got, tc.wantMachine)
+			}
+		})
+	}
+}
+
+func TestGiveUpStamp(t *testing.T) {
+	t.Parallel()
+	card := board.Card{ID: "c1", State: board.StateInProgress, LastRunID: "r9", Runs: []string{"r7", "r8", "r9"}}
+	g := GiveUpStamp(card, t0)
+	if g.RunID != "r9" || g.State != board.StateInProgress || g.Attempts != 3 || !g.At.Equal(t0) {
+		t.Errorf("GiveUpStamp = %+v, want run r9, state in_progress, 3 attempts, at %v", g, t0)
+	}
+	if g.Reason == "" {
+		t.Error("the stamp must say why")
+	}
+}
