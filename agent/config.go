@@ -1,0 +1,500 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/watchdog"
+)
+
+// Store backends the agent knows by name. Any other value of store.backend
+// is the path of a plugin binary.
+const (
+	BackendBolt  = "bolt"
+	BackendMongo = "mongo"
+)
+
+// Liveness modes (see the product brief, "The agent and its socket").
+const (
+	LivenessPID       = "pid"
+	LivenessKeepalive = "keepalive"
+)
+
+// ReaperEnv overrides reaper.enabled when set (ADR-096 §8: the operator's
+// rollback lever for the watchdog's decisions).
+const ReaperEnv = watchdog.GateEnv
+
+// Defaults of the keys that have one.
+const (
+	DefaultBoardName       = "leasekeeper"
+	DefaultLease           = 30 * time.Second
+	DefaultReaperInterval  = 60 * time.Second
+	DefaultReaperBatch     = 100
+	DefaultUnleasedHorizon = 24 * time.Hour
+	DefaultLogLevel        = "info"
+	DefaultMongoURI        = "mongodb://127.0.0.1:27017"
+)
+
+// ErrConfig marks every configuration error, so callers can tell a bad file
+// from an I/O failure with errors.Is.
+var ErrConfig = errors.New("invalid config")
+
+// Config is the agent's validated configuration. Every field is filled: the
+// zero file (or no file at all) yields a working embedded agent.
+type Config struct {
+	// Socket is the Unix socket the agent serves workers and operators on.
+	Socket string
+	// Store selects and addresses the storage backend.
+	Store StoreConfig
+	// BoardName names the board; it picks the default bbolt file and the
+	// default MongoDB database.
+	BoardName string
+	// Board is the ordered set of states.
+	Board board.Board
+	// Lease is the claim TTL; the heartbeat renews every Lease/3.
+	Lease time.Duration
+	// Liveness is LivenessPID or LivenessKeepalive.
+	Liveness string
+	Reaper   ReaperConfig
+	// UnleasedHorizon is how old an un-leased claim must be before the fleet
+	// twin lists it (ADR-096 §6, §9).
+	UnleasedHorizon time.Duration
+	// OrphanGrace is how long past its lease an owner must be silent before
+	// the liveness oracle may call its run orphaned.
+	OrphanGrace time.Duration
+	// Operators are the uids allowed operator verbs.
+	Operators []uint32
+	// Metrics is an optional TCP address for the Prometheus endpoint.
+	Metrics string
+	// LogLevel is the slog level.
+	LogLevel slog.Level
+
+	// Warnings are non-fatal remarks made while loading (an invalid
+	// LEASEKEEPER_REAPER value, for one); the agent logs each once.
+	Warnings []string
+}
+
+// StoreConfig is the store.* block.
+type StoreConfig struct {
+	Backend  string
+	Path     string
+	URI      string
+	Database string
+}
+
+// ReaperConfig is the reaper.* block.
+type ReaperConfig struct {
+	Enabled  bool
+	Interval time.Duration
+	Batch    int
+}
+
+// HeartbeatInterval is the renewal cadence: a third of the lease (ADR-096 §1).
+func (c Config) HeartbeatInterval() time.Duration { return c.Lease / 3 }
+
+// IsPlugin reports whether the backend names a plugin binary.
+func (s StoreConfig) IsPlugin() bool {
+	return s.Backend != BackendBolt && s.Backend != BackendMongo
+}
+
+// The file* types mirror the YAML document. Pointers tell "absent" from
+// "zero" so defaults apply only to keys the file leaves out.
+type fileConfig struct {
+	Socket          *string       `yaml:"socket"`
+	Store           *fileStore    `yaml:"store"`
+	Board           *string       `yaml:"board"`
+	States          []board.State `yaml:"states"`
+	Lease           *duration     `yaml:"lease"`
+	Liveness        *string       `yaml:"liveness"`
+	Reaper          *fileReaper   `yaml:"reaper"`
+	UnleasedHorizon *duration     `yaml:"unleased_horizon"`
+	OrphanGrace     *duration     `yaml:"orphan_grace"`
+	Operators       []uint32      `yaml:"operators"`
+	Metrics         *string       `yaml:"metrics"`
+	Log             *string       `yaml:"log"`
+}
+
+type fileStore struct {
+	Backend  *string `yaml:"backend"`
+	Path     *string `yaml:"path"`
+	URI      *string `yaml:"uri"`
+	Database *string `yaml:"database"`
+}
+
+type fileReaper struct {
+	Enabled  *bool     `yaml:"enabled"`
+	Interval *duration `yaml:"interval"`
+	Batch    *int      `yaml:"batch"`
+}
+
+// duration decodes Go duration syntax ("30s", "2m") and nothing else: a bare
+// number is refused because "30" could mean seconds or nanoseconds.
+type duration struct {
+	d    time.Duration
+	line int
+}
+
+func (d *duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
+		return fmt.Errorf("line %d: %q is not a duration: use Go syntax such as 30s or 2m", n.Line, n.Value)
+	}
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration: use Go syntax such as 30s or 2m", n.Line, n.Value)
+	}
+	d.d, d.line = v, n.Line
+	return nil
+}
+
+// Environment is what LoadConfig reads from the process: injected so tests
+// can run in parallel without touching the real environment.
+type Environment struct {
+	// LookupEnv reads a variable (os.LookupEnv when nil).
+	LookupEnv func(string) (string, bool)
+	// UID is the agent's own uid.
+	UID int
+	// WorkDir is the directory used when XDG_RUNTIME_DIR is unset; empty
+	// means the working directory, named relatively (as
+	// apitype.DefaultSocketPath does, so agent and clients agree).
+	WorkDir string
+}
+
+// DefaultEnvironment reads the real process environment.
+func DefaultEnvironment() Environment {
+	return Environment{LookupEnv: os.LookupEnv, UID: os.Getuid()}
+}
+
+// RuntimeDir is where the agent keeps its socket and its bbolt file by
+// default: $XDG_RUNTIME_DIR/leasekeeper when set, else the working directory.
+func (e Environment) RuntimeDir() string {
+	if d := e.getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "leasekeeper")
+	}
+	return e.WorkDir
+}
+
+// DefaultSocketPath is the socket every client command tries when neither
+// --socket nor LEASEKEEPER_SOCKET is given.
+func (e Environment) DefaultSocketPath() string {
+	return filepath.Join(e.RuntimeDir(), "leasekeeper.sock")
+}
+
+func (e Environment) getenv(k string) string {
+	v, _ := e.lookup(k)
+	return v
+}
+
+func (e Environment) lookup(k string) (string, bool) {
+	if e.LookupEnv == nil {
+		return os.LookupEnv(k)
+	}
+	return e.LookupEnv(k)
+}
+
+// LoadConfig reads and validates the file at path. An empty path means no
+// file: every key takes its default.
+func LoadConfig(path string, env Environment) (Config, error) {
+	var data []byte
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, fmt.Errorf("read config: %w", err)
+		}
+		data = b
+	}
+	cfg, err := ParseConfig(data, env)
+	if err != nil && path != "" {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, err
+}
+
+// ParseConfig parses a YAML document strictly (unknown keys are errors that
+// name the key and its line), applies defaults and validates.
+func ParseConfig(data []byte, env Environment) (Config, error) {
+	var fc fileConfig
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("%w: %s", ErrConfig, describeYAMLError(err))
+	}
+	// A second document in the file is almost certainly a mistake (two
+	// configs pasted together); refuse it rather than silently ignore it.
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return Config{}, fmt.Errorf("%w: line %d: a second YAML document is not allowed", ErrConfig, extra.Line)
+	}
+	return fc.resolve(env)
+}
+
+// yamlKeyPrefix maps the Go type yaml.v3 names in an unknown-field error to
+// the dotted key prefix a user wrote.
+var yamlKeyPrefix = map[string]string{
+	"agent.fileConfig": "",
+	"agent.fileStore":  "store.",
+	"agent.fileReaper": "reaper.",
+	"board.State":      "states[].",
+}
+
+var unknownFieldRE = regexp.MustCompile(`line (\d+): field (\S+) not found in type (\S+)`)
+
+// describeYAMLError rewrites yaml.v3's messages in the vocabulary of the
+// config file: keys rather than Go types.
+func describeYAMLError(err error) string {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return strings.TrimPrefix(err.Error(), "yaml: ")
+	}
+	msgs := make([]string, 0, len(te.Errors))
+	for _, m := range te.Errors {
+		if sm := unknownFieldRE.FindStringSubmatch(m); sm != nil {
+			m = fmt.Sprintf("line %s: unknown key %q", sm[1], yamlKeyPrefix[sm[3]]+sm[2])
+		}
+		msgs = append(msgs, m)
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func keyErr(key, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrConfig, key, fmt.Sprintf(format, args...))
+}
+
+func (fc fileConfig) resolve(env Environment) (Config, error) {
+	cfg := Config{
+		BoardName:       DefaultBoardName,
+		Lease:           DefaultLease,
+		Liveness:        LivenessPID,
+		UnleasedHorizon: DefaultUnleasedHorizon,
+		Reaper:          ReaperConfig{Interval: DefaultReaperInterval, Batch: DefaultReaperBatch},
+		Store:           StoreConfig{Backend: BackendBolt},
+	}
+	if fc.Board != nil {
+		if err := board.ValidateName("board", *fc.Board); err != nil || strings.ContainsAny(*fc.Board, `/\`) {
+			return Config{}, keyErr("board", "%q is not a usable name (letters, digits, dashes; no slashes)", *fc.Board)
+		}
+		cfg.BoardName = *fc.Board
+	}
+	if fc.Store != nil {
+		s := fc.Store
+		if s.Backend != nil {
+			if *s.Backend == "" {
+				return Config{}, keyErr("store.backend", "empty: want bolt, mongo or the path of a plugin binary")
+			}
+			cfg.Store.Backend = *s.Backend
+		}
+		cfg.Store.Path = deref(s.Path)
+		cfg.Store.URI = deref(s.URI)
+		cfg.Store.Database = deref(s.Database)
+	}
+	switch cfg.Store.Backend {
+	case BackendBolt:
+		if cfg.Store.URI != "" || cfg.Store.Database != "" {
+			return Config{}, keyErr("store.uri", "set, but store.backend is bolt (store.uri and store.database are for mongo)")
+		}
+		if cfg.Store.Path == "" {
+			cfg.Store.Path = filepath.Join(env.RuntimeDir(), cfg.BoardName+".db")
+		}
+	case BackendMongo:
+		if cfg.Store.Path != "" {
+			return Config{}, keyErr("store.path", "set, but store.backend is mongo (store.path is for bolt)")
+		}
+		if cfg.Store.URI == "" {
+			cfg.Store.URI = DefaultMongoURI
+		}
+		if !strings.HasPrefix(cfg.Store.URI, "mongodb://") && !strings.HasPrefix(cfg.Store.URI, "mongodb+srv://") {
+			return Config{}, keyErr("store.uri", "%q is not a mongodb:// or mongodb+srv:// URI", cfg.Store.URI)
+		}
+		if cfg.Store.Database == "" {
+			cfg.Store.Database = cfg.BoardName
+		}
+	default:
+		// A plugin binary: it must exist and be executable now, so a typo
+		// fails at start rather than at the first store call.
+		fi, err := os.Stat(cfg.Store.Backend)
+		if err != nil {
+			return Config{}, keyErr("store.backend", "%q is neither bolt, mongo nor a plugin binary: %v", cfg.Store.Backend, err)
+		}
+		if fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
+			return Config{}, keyErr("store.backend", "plugin %q is not an executable file", cfg.Store.Backend)
+		}
+		if cfg.Store.Path == "" && cfg.Store.URI == "" {
+			cfg.Store.Path = filepath.Join(env.RuntimeDir(), cfg.BoardName+".db")
+		}
+	}
+
+	if fc.States != nil {
+		cfg.Board = board.Board{States: fc.States}
+		if err := cfg.Board.Validate(); err != nil {
+			return Config{}, keyErr("states", "%v", err)
+		}
+	} else {
+		// The local twin's default board lets a re-claim of a card in the
+		// running column resume its recorded run (ADR-096 §7).
+		cfg.Board = board.DefaultBoard(cfg.Store.Backend != BackendMongo)
+	}
+
+	if fc.Lease != nil {
+		cfg.Lease = fc.Lease.d
+	}
+	// A lease under 3s leaves the heartbeat under a second between renewals:
+	// any store hiccup would lose claims. It is refused rather than clamped.
+	if cfg.Lease < 3*time.Second {
+		return Config{}, keyErr("lease", "%s is too short: the minimum is 3s (one renewal per second)", cfg.Lease)
+	}
+
+	if fc.Liveness != nil {
+		cfg.Liveness = *fc.Liveness
+	}
+	if cfg.Liveness != LivenessPID && cfg.Liveness != LivenessKeepalive {
+		return Config{}, keyErr("liveness", "%q: want pid or keepalive", cfg.Liveness)
+	}
+
+	if r := fc.Reaper; r != nil {
+		if r.Enabled != nil {
+			cfg.Reaper.Enabled = *r.Enabled
+		}
+		if r.Interval != nil {
+			cfg.Reaper.Interval = r.Interval.d
+		}
+		if r.Batch != nil {
+			cfg.Reaper.Batch = *r.Batch
+		}
+	}
+	if cfg.Reaper.Interval < time.Second {
+		return Config{}, keyErr("reaper.interval", "%s is too short: the minimum is 1s", cfg.Reaper.Interval)
+	}
+	if cfg.Reaper.Batch < 1 || cfg.Reaper.Batch > 10000 {
+		return Config{}, keyErr("reaper.batch", "%d is out of range 1..10000", cfg.Reaper.Batch)
+	}
+	if v, ok := env.lookup(ReaperEnv); ok {
+		// An invalid value turns the gate off: it is the lever an operator
+		// pulls when they judge the watchdog wrong (ADR-096 §8).
+		on, warning := watchdog.ParseGate(v)
+		cfg.Reaper.Enabled = on
+		if warning != "" {
+			cfg.Warnings = append(cfg.Warnings, warning)
+		}
+	}
+
+	if fc.UnleasedHorizon != nil {
+		cfg.UnleasedHorizon = fc.UnleasedHorizon.d
+	}
+	// ADR-096 §6: a missing lease is an absence, not evidence; the horizon
+	// that turns it into a candidate must be much longer than a lease.
+	if cfg.UnleasedHorizon < cfg.Lease {
+		return Config{}, keyErr("unleased_horizon", "%s is below one lease (%s)", cfg.UnleasedHorizon, cfg.Lease)
+	}
+
+	cfg.OrphanGrace = cfg.HeartbeatInterval()
+	if fc.OrphanGrace != nil {
+		cfg.OrphanGrace = fc.OrphanGrace.d
+	}
+	if cfg.OrphanGrace < 0 {
+		return Config{}, keyErr("orphan_grace", "%s is negative", cfg.OrphanGrace)
+	}
+
+	if fc.Operators != nil {
+		cfg.Operators = slices.Clone(fc.Operators)
+	} else {
+		cfg.Operators = []uint32{0}
+		if env.UID > 0 {
+			cfg.Operators = append(cfg.Operators, uint32(env.UID))
+		}
+	}
+	slices.Sort(cfg.Operators)
+	cfg.Operators = slices.Compact(cfg.Operators)
+
+	if fc.Metrics != nil && *fc.Metrics != "" {
+		if _, _, err := net.SplitHostPort(*fc.Metrics); err != nil {
+			return Config{}, keyErr("metrics", "%q is not a host:port TCP address: %v", *fc.Metrics, err)
+		}
+		cfg.Metrics = *fc.Metrics
+	}
+
+	level := DefaultLogLevel
+	if fc.Log != nil {
+		level = *fc.Log
+	}
+	lv, err := ParseLogLevel(level)
+	if err != nil {
+		return Config{}, keyErr("log", "%v", err)
+	}
+	cfg.LogLevel = lv
+
+	cfg.Socket = env.DefaultSocketPath()
+	if fc.Socket != nil {
+		if *fc.Socket == "" {
+			return Config{}, keyErr("socket", "empty")
+		}
+		cfg.Socket = *fc.Socket
+	}
+	return cfg, nil
+}
+
+// ParseLogLevel accepts debug, info, warn (or warning) and error.
+func ParseLogLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info", "":
+		return slog.LevelInfo, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("%q: want debug, info, warn or error", s)
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// ReloadableDiff lists the keys whose change needs a restart: the socket
+// and the store are bound once at start.
+func ReloadableDiff(old, next Config) (restart []string) {
+	if old.Socket != next.Socket {
+		restart = append(restart, "socket")
+	}
+	if old.Store != next.Store {
+		restart = append(restart, "store")
+	}
+	if old.BoardName != next.BoardName {
+		restart = append(restart, "board")
+	}
+	if old.Board.String() != next.Board.String() {
+		restart = append(restart, "states")
+	}
+	if old.Metrics != next.Metrics {
+		restart = append(restart, "metrics")
+	}
+	if !slices.Equal(old.Operators, next.Operators) {
+		restart = append(restart, "operators")
+	}
+	if old.Reaper.Interval != next.Reaper.Interval || old.Reaper.Batch != next.Reaper.Batch {
+		restart = append(restart, "reaper.interval/reaper.batch")
+	}
+	if old.UnleasedHorizon != next.UnleasedHorizon {
+		restart = append(restart, "unleased_horizon")
+	}
+	if old.OrphanGrace != next.OrphanGrace {
+		restart = append(restart, "orphan_grace")
+	}
+	return restart
+}
