@@ -1,0 +1,569 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+// maxTitleBytes caps a card title.
+const maxTitleBytes = 1024
+
+func validateCardID(id string) error { return board.ValidateName("card id", id) }
+
+func validateTitle(t string) error {
+	switch {
+	case len(t) > maxTitleBytes:
+		return board.Invalid("title is %d bytes, over the %d-byte limit", len(t), maxTitleBytes)
+	case !utf8.ValidString(t):
+		return board.Invalid("title %q is not valid UTF-8", t)
+	case strings.IndexFunc(t, unicode.IsControl) >= 0:
+		return board.Invalid("title %q contains a control character", t)
+	}
+	return nil
+}
+
+// validateText checks a free-form short value (actor, reason, run id parts).
+func validateText(kind, v string) error {
+	if len(v) > board.MaxIDBytes {
+		return board.Invalid("%s is %d bytes, over the %d-byte limit", kind, len(v), board.MaxIDBytes)
+	}
+	if !utf8.ValidString(v) || strings.IndexFunc(v, unicode.IsControl) >= 0 {
+		return board.Invalid("%s %q is not printable UTF-8", kind, v)
+	}
+	return nil
+}
+
+// CreateCard creates a card after validating everything it names.
+func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, error) {
+	if err := validateCardID(nc.ID); err != nil {
+		return board.Card{}, err
+	}
+	if err := validateTitle(nc.Title); err != nil {
+		return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, err)
+	}
+	if err := validateText("actor", nc.Actor); err != nil {
+		return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, err)
+	}
+	labels, err := board.NormalizeLabels(nc.Labels)
+	if err != nil {
+		return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, err)
+	}
+	deps := make([]string, 0, len(nc.DependsOn))
+	for _, d := range nc.DependsOn {
+		if err := board.ValidateName("blocker id", d); err != nil {
+			return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, err)
+		}
+		if d == nc.ID {
+			return board.Card{}, board.Invalid("card %q depends on itself: dependency cycle", nc.ID)
+		}
+		if !slices.Contains(deps, d) {
+			deps = append(deps, d)
+		}
+	}
+	if nc.State != "" {
+		if _, err := s.board.Require(nc.State); err != nil {
+			return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, err)
+		}
+	}
+
+	var out board.Card
+	err = s.write(ctx, func(w *wtx) error {
+		if w.get(bucketCards, []byte(nc.ID)) != nil {
+			return fmt.Errorf("card %q: %w", nc.ID, board.ErrAlreadyExists)
+		}
+		blockersComplete := true
+		for _, d := range deps {
+			b, err := w.getCard(d)
+			if err != nil {
+				return board.Invalid("card %q: unknown blocker %q", nc.ID, d)
+			}
+			if !s.board.IsCompletion(b.State) {
+				blockersComplete = false
+			}
+		}
+		if err := s.checkCycle(w, nc.ID, deps); err != nil {
+			return err
+		}
+		state := nc.State
+		if state == "" {
+			state = s.board.FirstPool()
+			if !blockersComplete && s.board.Has(board.StateWaitingDeps) {
+				state = board.StateWaitingDeps
+			}
+		}
+		seq, err := w.tx.Bucket(bucketCards).NextSequence()
+		if err != nil {
+			return fmt.Errorf("card %q: creation sequence: %w", nc.ID, err)
+		}
+		now := s.now()
+		rec := &cardRecord{Seq: seq, Card: board.Card{
+			ID:        nc.ID,
+			Title:     nc.Title,
+			State:     state,
+			Labels:    labels,
+			DependsOn: deps,
+			CreatedAt: now,
+			UpdatedAt: now,
+		}}
+		if err := w.putCard(nil, rec); err != nil {
+			return err
+		}
+		w.emit(board.Event{
+			Type: board.EventCardCreated, Card: nc.ID, Actor: nc.Actor, At: now,
+			Data: board.EventData{To: state, Labels: labels},
+		})
+		out = rec.Card
+		return nil
+	})
+	return out, err
+}
+
+// checkCycle walks the blockers' own blockers. A card that does not exist
+// yet cannot be anyone's blocker (unknown blockers are refused), so only a
+// self-dependency can close a loop today; the walk stays so a future verb
+// that edits depends_on cannot slip a cycle past CreateCard unnoticed.
+func (s *Store) checkCycle(w *wtx, id string, deps []string) error {
+	seen := map[string]bool{}
+	stack := slices.Clone(deps)
+	for len(stack) > 0 {
+		cur := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if cur == id {
+			return board.Invalid("card %q: dependency cycle through %q", id, cur)
+		}
+		if seen[cur] {
+			continue
+		}
+		seen[cur] = true
+		c, err := w.getCard(cur)
+		if err != nil {
+			continue // reported as an unknown blocker by the caller
+		}
+		stack = append(stack, c.DependsOn...)
+	}
+	return nil
+}
+
+// GetCard reads one card.
+func (s *Store) GetCard(ctx context.Context, id string) (board.Card, error) {
+	if err := ctx.Err(); err != nil {
+		return board.Card{}, err
+	}
+	if err := validateCardID(id); err != nil {
+		return board.Card{}, err
+	}
+	var out board.Card
+	err := s.view(func(tx *bolt.Tx) error {
+		r, err := readCard(tx, id)
+		if err != nil {
+			return err
+		}
+		out = r.Card
+		return nil
+	})
+	return out, err
+}
+
+func readCard(tx *bolt.Tx, id string) (*cardRecord, error) {
+	v := tx.Bucket(bucketCards).Get([]byte(id))
+	if v == nil {
+		return nil, board.NotFound("card", id)
+	}
+	return decodeCard(v)
+}
+
+// ListCards lists cards in creation order from the narrowest index: the
+// claim index for ClaimedOnly, the state index for a state, else the
+// creation index. No listing scans the cards bucket.
+func (s *Store) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if f.Limit < 0 {
+		return nil, board.Invalid("negative limit %d", f.Limit)
+	}
+	if f.State != "" {
+		if _, err := s.board.Require(f.State); err != nil {
+			return nil, err
+		}
+	}
+	var out []board.Card
+	err := s.view(func(tx *bolt.Tx) error {
+		add := func(id string) (bool, error) {
+			r, err := readCard(tx, id)
+			if err != nil {
+				return false, fmt.Errorf("index names card %q: %w", id, err)
+			}
+			if f.State != "" && r.State != f.State {
+				return true, nil
+			}
+			out = append(out, r.Card)
+			return f.Limit == 0 || len(out) < f.Limit, nil
+		}
+		switch {
+		case f.ClaimedOnly:
+			return scanPrefix(tx.Bucket(bucketIdxClaim), nil, func(k, _ []byte) (bool, error) {
+				return add(idFromOrderKey(k))
+			})
+		case f.State != "":
+			p := statePrefix(f.State)
+			return scanPrefix(tx.Bucket(bucketIdxState), p, func(k, _ []byte) (bool, error) {
+				return add(idFromOrderKey(k[len(p):]))
+			})
+		default:
+			return scanPrefix(tx.Bucket(bucketIdxCreated), nil, func(k, _ []byte) (bool, error) {
+				return add(idFromOrderKey(k))
+			})
+		}
+	})
+	return out, err
+}
+
+// Dependents lists the cards that name id as a blocker, in creation order.
+func (s *Store) Dependents(ctx context.Context, id string) ([]board.Card, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := validateCardID(id); err != nil {
+		return nil, err
+	}
+	var recs []*cardRecord
+	err := s.view(func(tx *bolt.Tx) error {
+		if _, err := readCard(tx, id); err != nil {
+			return err
+		}
+		p := depPrefix(id)
+		return scanPrefix(tx.Bucket(bucketIdxDeps), p, func(k, _ []byte) (bool, error) {
+			r, err := readCard(tx, string(k[len(p):]))
+			if err != nil {
+				return false, fmt.Errorf("dependency index of %q: %w", id, err)
+			}
+			recs = append(recs, r)
+			return true, nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	sortByCreation(recs)
+	out := make([]board.Card, len(recs))
+	for i, r := range recs {
+		out[i] = r.Card
+	}
+	return out, nil
+}
+
+func sortByCreation(recs []*cardRecord) {
+	slices.SortFunc(recs, func(a, b *cardRecord) int {
+		return bytes.Compare(orderKey(a), orderKey(b))
+	})
+}
+
+// dependents reads the dependents of id inside a write.
+func (w *wtx) dependents(id string) ([]*cardRecord, error) {
+	var out []*cardRecord
+	p := depPrefix(id)
+	err := w.scan(bucketIdxDeps, p, func(k, _ []byte) (bool, error) {
+		r, err := w.getCard(string(k[len(p):]))
+		if err != nil {
+			return false, fmt.Errorf("dependency index of %q: %w", id, err)
+		}
+		out = append(out, r)
+		return true, nil
+	})
+	sortByCreation(out)
+	return out, err
+}
+
+// move is the one place a card changes state. It clears gave_up (a state
+// move supersedes a give-up stamp), emits the state event and, when the
+// target is a completion state, promotes the dependents this completes —
+// all in the caller's write.
+func (s *Store) move(w *wtx, rec *cardRecord, to string, reason board.Reason, actor string) error {
+	prev := *rec
+	from := rec.State
+	now := s.now()
+	rec.State = to
+	rec.StateReason = reason
+	rec.GaveUp = nil
+	rec.UpdatedAt = now
+	if err := w.putCard(&prev, rec); err != nil {
+		return err
+	}
+	w.emit(board.Event{
+		Type: board.EventState, Card: rec.ID, Reason: reason, Actor: actor, At: now,
+		Data: board.EventData{From: from, To: to},
+	})
+	if s.board.IsCompletion(to) {
+		return s.promoteDependents(w, rec.ID, actor)
+	}
+	return nil
+}
+
+// promoteDependents moves each dependent waiting on its blockers to the
+// first pool state once every blocker is complete, reason unblocked (not a
+// machine reason: the cascade of closing a blocker keeps its triggers,
+// ADR-096 Consequences). PromotedBy records the blocker whose completion
+// did it, which is what Reopen checks.
+func (s *Store) promoteDependents(w *wtx, id, actor string) error {
+	deps, err := w.dependents(id)
+	if err != nil {
+		return err
+	}
+	pool := s.board.FirstPool()
+	for _, d := range deps {
+		if d.State != board.StateWaitingDeps {
+			continue
+		}
+		ready := true
+		for _, b := range d.DependsOn {
+			bc, err := w.getCard(b)
+			if err != nil {
+				return fmt.Errorf("card %q: blocker %q: %w", d.ID, b, err)
+			}
+			if !s.board.IsCompletion(bc.State) {
+				ready = false
+				break
+			}
+		}
+		if !ready {
+			continue
+		}
+		prev := *d
+		now := s.now()
+		d.State = pool
+		d.StateReason = board.ReasonUnblocked
+		d.GaveUp = nil
+		d.PromotedBy = id
+		d.UpdatedAt = now
+		if err := w.putCard(&prev, d); err != nil {
+			return err
+		}
+		w.emit(board.Event{
+			Type: board.EventState, Card: d.ID, Reason: board.ReasonUnblocked, Actor: actor, At: now,
+			Data: board.EventData{From: board.StateWaitingDeps, To: pool},
+		})
+	}
+	return nil
+}
+
+// sinkExit is the error for leaving a terminal state through the SetState
+// family (ADR-096 §5).
+func sinkExit(card, from, to string) error {
+	return fmt.Errorf("card %q: %s → %s: %w", card, from, to, board.ErrTerminalStateExit)
+}
+
+func (s *Store) leavesSink(from, to string) bool {
+	return s.board.IsTerminal(from) && !s.board.IsTerminal(to)
+}
+
+func validateMove(m board.Move) error {
+	if err := validateCardID(m.Card); err != nil {
+		return err
+	}
+	if err := validateText("reason", string(m.Reason)); err != nil {
+		return fmt.Errorf("card %q: %w", m.Card, err)
+	}
+	if err := validateText("actor", m.Actor); err != nil {
+		return fmt.Errorf("card %q: %w", m.Card, err)
+	}
+	return nil
+}
+
+// SetState is the operator's move. Terminal → working is refused; terminal
+// → terminal is an ordinary refiling. Moving to the current state is a
+// no-op that writes nothing.
+func (s *Store) SetState(ctx context.Context, m board.Move) error {
+	if err := validateMove(m); err != nil {
+		return err
+	}
+	if _, err := s.board.Require(m.To); err != nil {
+		return fmt.Errorf("card %q: %w", m.Card, err)
+	}
+	return s.write(ctx, func(w *wtx) error {
+		rec, err := w.getCard(m.Card)
+		if err != nil {
+			return err
+		}
+		if s.leavesSink(rec.State, m.To) {
+			return sinkExit(m.Card, rec.State, m.To)
+		}
+		if rec.State == m.To {
+			return nil
+		}
+		return s.move(w, rec, m.To, m.Reason, m.Actor)
+	})
+}
+
+// SetStateFrom is the automation move: a CAS on the declared source.
+func (s *Store) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
+	if err := validateMove(m); err != nil {
+		return false, err
+	}
+	if _, err := s.board.Require(m.To); err != nil {
+		return false, fmt.Errorf("card %q: %w", m.Card, err)
+	}
+	if m.From == "" {
+		return false, board.Invalid("card %q: SetStateFrom needs a declared source state", m.Card)
+	}
+	if _, err := s.board.Require(m.From); err != nil {
+		return false, fmt.Errorf("card %q: from: %w", m.Card, err)
+	}
+	var changed bool
+	err := s.write(ctx, func(w *wtx) error {
+		changed = false
+		rec, err := w.getCard(m.Card)
+		if err != nil {
+			return err
+		}
+		// A terminal source is refused even when the card has drifted: the
+		// caller asked to leave a sink, and that request is wrong whatever
+		// the card holds now.
+		if s.leavesSink(m.From, m.To) {
+			return sinkExit(m.Card, m.From, m.To)
+		}
+		if rec.State != m.From || rec.State == m.To {
+			return nil
+		}
+		if err := s.move(w, rec, m.To, m.Reason, m.Actor); err != nil {
+			return err
+		}
+		changed = true
+		return nil
+	})
+	return changed, err
+}
+
+// Reopen is the only exit from a terminal state (ADR-096 §5).
+func (s *Store) Reopen(ctx context.Context, m board.Move) error {
+	if err := validateMove(m); err != nil {
+		return err
+	}
+	target, err := s.board.Require(m.To)
+	if err != nil {
+		return fmt.Errorf("card %q: %w", m.Card, err)
+	}
+	if target.Terminal {
+		return fmt.Errorf("card %q: reopen into terminal state %q: %w", m.Card, m.To, board.ErrTransitionRejected)
+	}
+	return s.write(ctx, func(w *wtx) error {
+		rec, err := w.getCard(m.Card)
+		if err != nil {
+			return err
+		}
+		if !s.board.IsTerminal(rec.State) {
+			return fmt.Errorf("card %q: reopen from non-terminal state %q: %w", m.Card, rec.State, board.ErrTransitionRejected)
+		}
+		deps, err := w.dependents(m.Card)
+		if err != nil {
+			return err
+		}
+		for _, d := range deps {
+			if d.PromotedBy == m.Card && !s.board.IsTerminal(d.State) {
+				return fmt.Errorf("card %q: dependent %q was promoted on its completion and is still %s: %w",
+					m.Card, d.ID, d.State, board.ErrTransitionRejected)
+			}
+		}
+		return s.move(w, rec, m.To, m.Reason, m.Actor)
+	})
+}
+
+// AdjustLabels applies a relative label change in one step; a no-op writes
+// nothing (ADR-096 §9: the incremental path that cannot re-arm anything).
+func (s *Store) AdjustLabels(ctx context.Context, c board.LabelChange) (board.Card, error) {
+	if err := validateCardID(c.Card); err != nil {
+		return board.Card{}, err
+	}
+	if err := validateText("actor", c.Actor); err != nil {
+		return board.Card{}, fmt.Errorf("card %q: %w", c.Card, err)
+	}
+	// Validate the inputs before touching the card, so bad input is
+	// reported as such even on a card whose labels would not change.
+	if _, err := board.NormalizeLabels(c.Add); err != nil {
+		return board.Card{}, fmt.Errorf("card %q: add: %w", c.Card, err)
+	}
+	if _, err := board.NormalizeLabels(c.Remove); err != nil {
+		return board.Card{}, fmt.Errorf("card %q: remove: %w", c.Card, err)
+	}
+	var out board.Card
+	err := s.write(ctx, func(w *wtx) error {
+		rec, err := w.getCard(c.Card)
+		if err != nil {
+			return err
+		}
+		next, changed, err := board.ApplyLabelChange(rec.Labels, c.Add, c.Remove)
+		if err != nil {
+			return fmt.Errorf("card %q: %w", c.Card, err)
+		}
+		if !changed {
+			out = rec.Card
+			return nil
+		}
+		return s.writeLabels(w, rec, next, c.Actor, &out)
+	})
+	return out, err
+}
+
+// SetLabels replaces the label set. It is absolute by contract: a caller
+// that states a consumed one-shot label re-arms it (ADR-096 §9).
+func (s *Store) SetLabels(ctx context.Context, card string, labels []string, actor string) (board.Card, error) {
+	if err := validateCardID(card); err != nil {
+		return board.Card{}, err
+	}
+	if err := validateText("actor", actor); err != nil {
+		return board.Card{}, fmt.Errorf("card %q: %w", card, err)
+	}
+	next, err := board.NormalizeLabels(labels)
+	if err != nil {
+		return board.Card{}, fmt.Errorf("card %q: %w", card, err)
+	}
+	var out board.Card
+	err = s.write(ctx, func(w *wtx) error {
+		rec, err := w.getCard(card)
+		if err != nil {
+			return err
+		}
+		if slices.Equal(rec.Labels, next) {
+			out = rec.Card
+			return nil
+		}
+		return s.writeLabels(w, rec, slices.Clone(next), actor, &out)
+	})
+	return out, err
+}
+
+func (s *Store) writeLabels(w *wtx, rec *cardRecord, next []string, actor string, out *board.Card) error {
+	prev := *rec
+	now := s.now()
+	var added, removed []string
+	for _, l := range next {
+		if !slices.Contains(prev.Labels, l) {
+			added = append(added, l)
+		}
+	}
+	for _, l := range prev.Labels {
+		if !slices.Contains(next, l) {
+			removed = append(removed, l)
+		}
+	}
+	rec.Labels = next
+	rec.UpdatedAt = now
+	if err := w.putCard(&prev, rec); err != nil {
+		return err
+	}
+	w.emit(board.Event{
+		Type: board.EventLabels, Card: rec.ID, Actor: actor, At: now,
+		Data: board.EventData{Labels: next, Added: added, Removed: removed},
+	})
+	*out = rec.Card
+	return nil
+}

@@ -1,0 +1,526 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+func validateLease(card string, lease time.Duration) error {
+	if lease <= 0 {
+		return board.Invalid("card %q: lease must be positive, got %s", card, lease)
+	}
+	return nil
+}
+
+func validateToken(card string, tok board.ClaimToken) error {
+	if err := validateCardID(card); err != nil {
+		return err
+	}
+	if err := tok.Validate(); err != nil {
+		return fmt.Errorf("card %q: %w", card, err)
+	}
+	return nil
+}
+
+// holds reports whether tok is the card's current claim, exactly.
+func holds(r *cardRecord, tok board.ClaimToken) bool {
+	return r.Claim == tok.Marker && r.ClaimEpoch == tok.Epoch
+}
+
+func conflict(r *cardRecord) error { return board.Conflict(r.ID, r.Claim, r.ClaimEpoch) }
+
+// acquire grants a free card to marker. The epoch is the stored epoch plus
+// one: on this twin the fence is a plain counter, because nobody else
+// writes the file and so nothing can drop the field (ADR-096 §7; the
+// MongoDB twin floors it at the server clock instead).
+func (s *Store) acquire(w *wtx, rec *cardRecord, marker string, lease time.Duration, actor string) (board.ClaimToken, error) {
+	prev := *rec
+	now := s.now()
+	rec.Claim = marker
+	rec.ClaimEpoch = prev.ClaimEpoch + 1
+	rec.ClaimedAt = now
+	rec.ClaimLeaseUntil = now.Add(lease)
+	rec.UpdatedAt = now
+	if err := w.putCard(&prev, rec); err != nil {
+		return board.ClaimToken{}, err
+	}
+	w.emit(board.Event{
+		Type: board.EventClaimed, Card: rec.ID, Actor: actor, At: now,
+		Data: board.EventData{Marker: marker, Epoch: rec.ClaimEpoch},
+	})
+	return rec.Token(), nil
+}
+
+// Claim acquires a free card or refreshes the same marker's lease.
+func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.ClaimToken, error) {
+	if err := validateCardID(r.Card); err != nil {
+		return board.ClaimToken{}, err
+	}
+	if err := board.ValidateMarker(r.Marker); err != nil {
+		return board.ClaimToken{}, fmt.Errorf("card %q: %w", r.Card, err)
+	}
+	if err := validateLease(r.Card, r.Lease); err != nil {
+		return board.ClaimToken{}, err
+	}
+	var tok board.ClaimToken
+	err := s.write(ctx, func(w *wtx) error {
+		rec, err := w.getCard(r.Card)
+		if err != nil {
+			return err
+		}
+		switch rec.Claim {
+		case "":
+			tok, err = s.acquire(w, rec, r.Marker, r.Lease, r.Marker)
+			return err
+		case r.Marker:
+			// Idempotent re-claim: refresh the lease only. Same epoch, no
+			// event, no updated_at bump (ADR-096 §1: the epoch is bumped on
+			// fresh acquisitions, never on a same-marker re-claim).
+			tok = rec.Token()
+			return s.extendLease(w, rec, s.now().Add(r.Lease))
+		default:
+			return conflict(rec)
+		}
+	})
+	return tok, err
+}
+
+// extendLease pushes the lease to until, never backwards. No event.
+func (s *Store) extendLease(w *wtx, rec *cardRecord, until time.Time) error {
+	if !until.After(rec.ClaimLeaseUntil) {
+		return nil
+	}
+	prev := *rec
+	rec.ClaimLeaseUntil = until
+	return w.putCard(&prev, rec)
+}
+
+// ClaimNext claims the oldest unclaimed card in any pool state. Each pool
+// state's index is walked in creation order to its first free card (the
+// index value says free or claimed, so claimed cards are skipped without
+// being read), and the oldest of those candidates wins.
+func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.Card, board.ClaimToken, error) {
+	if err := board.ValidateMarker(r.Marker); err != nil {
+		return board.Card{}, board.ClaimToken{}, err
+	}
+	if r.Lease <= 0 {
+		return board.Card{}, board.ClaimToken{}, board.Invalid("lease must be positive, got %s", r.Lease)
+	}
+	var (
+		card board.Card
+		tok  board.ClaimToken
+	)
+	err := s.write(ctx, func(w *wtx) error {
+		var best []byte
+		for _, state := range s.board.PoolStates() {
+			p := statePrefix(state)
+			err := w.scan(bucketIdxState, p, func(k, v []byte) (bool, error) {
+				if bytes.Equal(v, stateClaimed) {
+					return true, nil
+				}
+				if order := k[len(p):]; best == nil || bytes.Compare(order, best) < 0 {
+					best = bytes.Clone(order)
+				}
+				return false, nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		if best == nil {
+			return fmt.Errorf("no unclaimed card in a pool state: %w", board.ErrNotFound)
+		}
+		rec, err := w.getCard(idFromOrderKey(best))
+		if err != nil {
+			return err
+		}
+		tok, err = s.acquire(w, rec, r.Marker, r.Lease, r.Marker)
+		card = rec.Card
+		return err
+	})
+	if err != nil {
+		return board.Card{}, board.ClaimToken{}, err
+	}
+	return card, tok, nil
+}
+
+// RenewClaims pushes each hold's lease to now+lease, never backwards, in one
+// write for the whole batch. A renewal emits no event and leaves updated_at
+// alone: a heartbeat is not a change to the card.
+func (s *Store) RenewClaims(ctx context.Context, hs []board.Hold, lease time.Duration) ([]board.RenewResult, error) {
+	if lease <= 0 {
+		return nil, board.Invalid("lease must be positive, got %s", lease)
+	}
+	if len(hs) == 0 {
+		return []board.RenewResult{}, ctx.Err()
+	}
+	var out []board.RenewResult
+	err := s.write(ctx, func(w *wtx) error {
+		out = make([]board.RenewResult, len(hs))
+		now := s.now()
+		for i, h := range hs {
+			out[i].Card = h.Card
+			if err := validateToken(h.Card, h.Token); err != nil {
+				out[i].Err = err
+				continue
+			}
+			rec, err := w.getCard(h.Card)
+			if err != nil {
+				out[i].Err = err
+				continue
+			}
+			if !holds(rec, h.Token) {
+				out[i].Err = conflict(rec)
+				continue
+			}
+			if err := s.extendLease(w, rec, now.Add(lease)); err != nil {
+				return err
+			}
+			out[i].LeaseUntil = rec.ClaimLeaseUntil
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// owned runs fn on the card only when tok is its current claim. A stale
+// token is refused even when fn would change nothing (ADR-096 §2).
+func (s *Store) owned(ctx context.Context, card string, tok board.ClaimToken, fn func(w *wtx, rec *cardRecord) error) error {
+	if err := validateToken(card, tok); err != nil {
+		return err
+	}
+	return s.write(ctx, func(w *wtx) error {
+		rec, err := w.getCard(card)
+		if err != nil {
+			return err
+		}
+		if !holds(rec, tok) {
+			return conflict(rec)
+		}
+		return fn(w, rec)
+	})
+}
+
+// ownedReason stamps a move by a recovery marker as watchdog provenance so
+// no effect fires on a machine decision — except the descriptive verdicts
+// run_finished / run_failed, which the watchdog merely writes down for a
+// dead owner and which must fire the downstream chain as for a living one
+// (ADR-096 Consequences).
+func ownedReason(marker string, r board.Reason) board.Reason {
+	if !board.IsRecoveryMarker(marker) {
+		return r
+	}
+	if r == board.ReasonRunFinished || r == board.ReasonRunFailed {
+		return r
+	}
+	return board.ReasonWatchdog
+}
+
+// SetStateOwned is the holder's fenced move.
+func (s *Store) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, error) {
+	if err := validateToken(m.Card, m.Token); err != nil {
+		return false, err
+	}
+	if _, err := s.board.Require(m.To); err != nil {
+		return false, fmt.Errorf("card %q: %w", m.Card, err)
+	}
+	if m.From != "" {
+		if _, err := s.board.Require(m.From); err != nil {
+			return false, fmt.Errorf("card %q: from: %w", m.Card, err)
+		}
+	}
+	if err := validateText("reason", string(m.Reason)); err != nil {
+		return false, fmt.Errorf("card %q: %w", m.Card, err)
+	}
+	var changed bool
+	err := s.owned(ctx, m.Card, m.Token, func(w *wtx, rec *cardRecord) error {
+		changed = false
+		if m.From != "" && s.leavesSink(m.From, m.To) {
+			return sinkExit(m.Card, m.From, m.To)
+		}
+		if m.From != "" && rec.State != m.From {
+			return nil
+		}
+		if s.leavesSink(rec.State, m.To) {
+			return sinkExit(m.Card, rec.State, m.To)
+		}
+		if rec.State == m.To {
+			return nil
+		}
+		if err := s.move(w, rec, m.To, ownedReason(m.Token.Marker, m.Reason), m.Token.Marker); err != nil {
+			return err
+		}
+		changed = true
+		return nil
+	})
+	return changed, err
+}
+
+// SetLastRunOwned records the card's current run and appends it to the
+// run pointers (append-only).
+func (s *Store) SetLastRunOwned(ctx context.Context, card string, tok board.ClaimToken, runID string) error {
+	if err := board.ValidateName("run id", runID); err != nil {
+		return fmt.Errorf("card %q: %w", card, err)
+	}
+	return s.owned(ctx, card, tok, func(w *wtx, rec *cardRecord) error {
+		known := false
+		for _, id := range rec.Runs {
+			known = known || id == runID
+		}
+		if rec.LastRunID == runID && known {
+			return nil
+		}
+		prev := *rec
+		now := s.now()
+		rec.LastRunID = runID
+		if !known {
+			rec.Runs = append(append([]string{}, rec.Runs...), runID)
+		}
+		rec.UpdatedAt = now
+		if err := w.putCard(&prev, rec); err != nil {
+			return err
+		}
+		w.emit(board.Event{
+			Type: board.EventLastRun, Card: card, Actor: tok.Marker, At: now,
+			Data: board.EventData{RunID: runID},
+		})
+		return nil
+	})
+}
+
+// SetAwaitingInputOwned sets or clears the awaiting-input flag.
+func (s *Store) SetAwaitingInputOwned(ctx context.Context, card string, tok board.ClaimToken, awaiting bool) error {
+	return s.owned(ctx, card, tok, func(w *wtx, rec *cardRecord) error {
+		if rec.AwaitingInput == awaiting {
+			return nil
+		}
+		prev := *rec
+		now := s.now()
+		rec.AwaitingInput = awaiting
+		rec.UpdatedAt = now
+		if err := w.putCard(&prev, rec); err != nil {
+			return err
+		}
+		w.emit(board.Event{
+			Type: board.EventAwaitingInput, Card: card, Actor: tok.Marker, At: now,
+			Data: board.EventData{Value: awaiting},
+		})
+		return nil
+	})
+}
+
+// SetGaveUpOwned stamps (or, with nil, clears) the give-up record.
+func (s *Store) SetGaveUpOwned(ctx context.Context, card string, tok board.ClaimToken, g *board.GaveUp) error {
+	if g != nil {
+		if g.Reason == "" {
+			return board.Invalid("card %q: a give-up stamp needs a reason", card)
+		}
+		if len(g.Reason) > 4096 {
+			return board.Invalid("card %q: give-up reason is %d bytes, over the 4096-byte limit", card, len(g.Reason))
+		}
+		if g.Attempts < 0 {
+			return board.Invalid("card %q: negative give-up attempts %d", card, g.Attempts)
+		}
+		if g.State != "" {
+			if _, err := s.board.Require(g.State); err != nil {
+				return fmt.Errorf("card %q: give-up state: %w", card, err)
+			}
+		}
+	}
+	return s.owned(ctx, card, tok, func(w *wtx, rec *cardRecord) error {
+		if g == nil && rec.GaveUp == nil {
+			return nil
+		}
+		prev := *rec
+		now := s.now()
+		rec.GaveUp = nil
+		data := board.EventData{}
+		if g != nil {
+			stamp := *g
+			if stamp.At.IsZero() {
+				stamp.At = now
+			}
+			rec.GaveUp = &stamp
+			data = board.EventData{RunID: stamp.RunID, To: stamp.State, Value: true}
+		}
+		rec.UpdatedAt = now
+		if err := w.putCard(&prev, rec); err != nil {
+			return err
+		}
+		w.emit(board.Event{Type: board.EventGaveUp, Card: card, Actor: tok.Marker, At: now, Data: data})
+		return nil
+	})
+}
+
+// ExpireClaimOwned ends the lease now so the watchdog may rule on the card
+// without waiting out the TTL. It never extends a lease that already ended.
+// Like a renewal, it is a lease change, not a card change: no event.
+func (s *Store) ExpireClaimOwned(ctx context.Context, card string, tok board.ClaimToken) error {
+	return s.owned(ctx, card, tok, func(w *wtx, rec *cardRecord) error {
+		now := s.now()
+		if !rec.ClaimLeaseUntil.IsZero() && !rec.ClaimLeaseUntil.After(now) {
+			return nil
+		}
+		prev := *rec
+		rec.ClaimLeaseUntil = now
+		return w.putCard(&prev, rec)
+	})
+}
+
+// release clears the claim and keeps the epoch: the fence only goes up, so
+// the next acquisition continues from it (ADR-096 §1).
+func (s *Store) release(w *wtx, rec *cardRecord, actor string) error {
+	prev := *rec
+	now := s.now()
+	rec.Claim = ""
+	rec.ClaimedAt = time.Time{}
+	rec.ClaimLeaseUntil = time.Time{}
+	rec.UpdatedAt = now
+	if err := w.putCard(&prev, rec); err != nil {
+		return err
+	}
+	w.emit(board.Event{
+		Type: board.EventReleased, Card: rec.ID, Actor: actor, At: now,
+		Data: board.EventData{Marker: prev.Claim, Epoch: prev.ClaimEpoch},
+	})
+	return nil
+}
+
+// ReleaseOwned is the holder's release. A free card is nil.
+func (s *Store) ReleaseOwned(ctx context.Context, card string, tok board.ClaimToken) error {
+	if err := validateToken(card, tok); err != nil {
+		return err
+	}
+	return s.write(ctx, func(w *wtx) error {
+		rec, err := w.getCard(card)
+		if err != nil {
+			return err
+		}
+		if !rec.Claimed() {
+			return nil
+		}
+		if !holds(rec, tok) {
+			return conflict(rec)
+		}
+		return s.release(w, rec, tok.Marker)
+	})
+}
+
+// Release clears a claim held by exactly marker, whatever its epoch: the
+// operator's force-release and the legacy / recovery sweeps.
+func (s *Store) Release(ctx context.Context, card, marker, actor string) error {
+	if err := validateCardID(card); err != nil {
+		return err
+	}
+	if err := board.ValidateMarker(marker); err != nil {
+		return fmt.Errorf("card %q: %w", card, err)
+	}
+	if err := validateText("actor", actor); err != nil {
+		return fmt.Errorf("card %q: %w", card, err)
+	}
+	return s.write(ctx, func(w *wtx) error {
+		rec, err := w.getCard(card)
+		if err != nil {
+			return err
+		}
+		if !rec.Claimed() {
+			return nil
+		}
+		if rec.Claim != marker {
+			return conflict(rec)
+		}
+		return s.release(w, rec, actor)
+	})
+}
+
+// ListExpiredClaimCandidates walks the lease index from the oldest lease
+// and stops at the first lease after cutoff or at limit, so the batch cap
+// is applied in the query (ADR-096 §9). Legacy claims are not in the index.
+func (s *Store) ListExpiredClaimCandidates(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if limit < 0 {
+		return nil, board.Invalid("negative limit %d", limit)
+	}
+	end := timeKey(cutoff)
+	var out []board.Card
+	err := s.view(func(tx *bolt.Tx) error {
+		return scanPrefix(tx.Bucket(bucketIdxLease), nil, func(k, _ []byte) (bool, error) {
+			if bytes.Compare(k[:8], end) > 0 {
+				return false, nil
+			}
+			r, err := readCard(tx, string(k[8:]))
+			if err != nil {
+				return false, fmt.Errorf("lease index: %w", err)
+			}
+			out = append(out, r.Card)
+			return limit == 0 || len(out) < limit, nil
+		})
+	})
+	return out, err
+}
+
+// ListUnleasedRunningClaims returns nothing on this twin, and that is
+// deliberate: do not "fix" it. An un-leased claim exists only where a
+// foreign writer can strip the lease from a card (an old binary's whole
+// document replace on the MongoDB twin). This file is written only by its
+// own agent, which always stamps a lease, and the boot sweep already probes
+// the pid behind every same-host legacy claim (ADR-096 §7).
+func (s *Store) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
+	if limit < 0 {
+		return nil, board.Invalid("negative limit %d", limit)
+	}
+	return nil, ctx.Err()
+}
+
+// ReclaimExpired transfers an expired claim to a recovery marker in ONE
+// CAS: the claim must still be exactly Prev (marker and epoch) and its lease
+// set and ended at or before Cutoff. A renewal, an operator or another
+// reaper in between makes it a clean conflict (ADR-096 §3).
+func (s *Store) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.ClaimToken, board.Card, error) {
+	if err := validateToken(r.Card, r.Prev); err != nil {
+		return board.ClaimToken{}, board.Card{}, err
+	}
+	if err := board.ValidateMarker(r.RecoveryMarker); err != nil {
+		return board.ClaimToken{}, board.Card{}, fmt.Errorf("card %q: %w", r.Card, err)
+	}
+	if !board.IsRecoveryMarker(r.RecoveryMarker) {
+		return board.ClaimToken{}, board.Card{}, board.Invalid("card %q: %q is not a recovery marker (want %s<host>-<pid>)", r.Card, r.RecoveryMarker, board.RecoveryPrefix)
+	}
+	if err := validateLease(r.Card, r.Lease); err != nil {
+		return board.ClaimToken{}, board.Card{}, err
+	}
+	if r.Cutoff.IsZero() {
+		return board.ClaimToken{}, board.Card{}, board.Invalid("card %q: zero cutoff", r.Card)
+	}
+	var (
+		tok  board.ClaimToken
+		card board.Card
+	)
+	err := s.write(ctx, func(w *wtx) error {
+		rec, err := w.getCard(r.Card)
+		if err != nil {
+			return err
+		}
+		if !holds(rec, r.Prev) || rec.ClaimLeaseUntil.IsZero() || rec.ClaimLeaseUntil.After(r.Cutoff) {
+			return conflict(rec)
+		}
+		tok, err = s.acquire(w, rec, r.RecoveryMarker, r.Lease, r.RecoveryMarker)
+		card = rec.Card
+		return err
+	})
+	if err != nil {
+		return board.ClaimToken{}, board.Card{}, err
+	}
+	return tok, card, nil
+}

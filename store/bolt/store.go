@@ -1,0 +1,196 @@
+package boltstore
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+// SchemaVersion is the layout this package writes (see doc.go). A file
+// stamped with a higher version was written by a newer leasekeeper and is
+// refused: reading it with an older layout could corrupt it.
+const SchemaVersion = 1
+
+var keySchema = []byte("schema_version")
+
+// DefaultLockTimeout bounds the wait for the file lock at Open.
+const DefaultLockTimeout = 5 * time.Second
+
+var (
+	// ErrLocked: another process (or another open in this one) holds the
+	// file. The error names the file and, when /proc/locks shows it, the pid.
+	ErrLocked = errors.New("boltstore: store file is locked")
+	// ErrSchema: the file's schema is not one this binary can use.
+	ErrSchema = errors.New("boltstore: unsupported schema")
+)
+
+// Options configures Open.
+type Options struct {
+	// Board is the board of states; the zero value means
+	// board.DefaultBoard(true), the local variant.
+	Board board.Board
+	// Clock is the wall clock for created/updated stamps and lease math;
+	// nil means board.SystemClock{}.
+	Clock board.Clock
+	// LockTimeout bounds the wait for the file lock; 0 means
+	// DefaultLockTimeout. bbolt's own default waits forever, which would hang
+	// an agent restarted next to an orphaned process still holding the file
+	// (PITFALLS; containerd opens bbolt the same way).
+	LockTimeout time.Duration
+}
+
+// Store is the bbolt twin of board.Store.
+type Store struct {
+	db    *bolt.DB
+	path  string
+	board board.Board
+	clock board.Clock
+	mode  commitMode
+	c     *committer
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ board.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the store file at path. Commits are
+// durable: every write is fsynced before it returns.
+func Open(path string, opts Options) (*Store, error) {
+	if path == "" {
+		return nil, board.Invalid("boltstore: empty store path")
+	}
+	b := opts.Board
+	if len(b.States) == 0 {
+		b = board.DefaultBoard(true)
+	}
+	if err := b.Validate(); err != nil {
+		return nil, fmt.Errorf("boltstore: open %q: board: %w", path, err)
+	}
+	clock := opts.Clock
+	if clock == nil {
+		clock = board.SystemClock{}
+	}
+	timeout := opts.LockTimeout
+	switch {
+	case timeout < 0:
+		return nil, board.Invalid("boltstore: negative lock timeout %s", timeout)
+	case timeout == 0:
+		timeout = DefaultLockTimeout
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout: timeout,
+		// NoSync stays false: every commit is fsynced (a claim that is not
+		// durable is not a fence).
+		NoSync:       false,
+		FreelistType: bolt.FreelistMapType,
+	})
+	if err != nil {
+		if errors.Is(err, bolterrors.ErrTimeout) {
+			return nil, lockedError(path, timeout, err)
+		}
+		return nil, fmt.Errorf("boltstore: open %q: %w", path, err)
+	}
+	if err := db.Update(checkSchema); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("boltstore: open %q: %w", path, err)
+	}
+	s := &Store{db: db, path: path, board: b, clock: clock}
+	s.startCommitter()
+	return s, nil
+}
+
+// lockedError names the file and, when the kernel tells us, the pid holding
+// it, so an operator can find the orphan instead of guessing.
+func lockedError(path string, waited time.Duration, cause error) error {
+	holder := "another process"
+	if pids, err := lockHolders(path); err == nil && len(pids) > 0 {
+		holder = "pid " + strconv.Itoa(pids[0])
+		for _, p := range pids[1:] {
+			holder += ", pid " + strconv.Itoa(p)
+		}
+	}
+	return fmt.Errorf("%w: %q is held by %s; gave up after %s: %w", ErrLocked, path, holder, waited, cause)
+}
+
+// checkSchema stamps a new file and refuses one it cannot read. It never
+// resets anything: an unknown or newer file is left exactly as found.
+func checkSchema(tx *bolt.Tx) error {
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		empty := true
+		_ = tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+			empty = false
+			return nil
+		})
+		if !empty {
+			return fmt.Errorf("%w: file has data but no schema stamp; it was not written by leasekeeper", ErrSchema)
+		}
+		m, err := tx.CreateBucket(bucketMeta)
+		if err != nil {
+			return err
+		}
+		if err := m.Put(keySchema, []byte(strconv.Itoa(SchemaVersion))); err != nil {
+			return err
+		}
+		for _, name := range allBuckets[1:] {
+			if _, err := tx.CreateBucket(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	raw := meta.Get(keySchema)
+	v, err := strconv.Atoi(string(raw))
+	if err != nil || v < 1 {
+		return fmt.Errorf("%w: unreadable schema stamp %q", ErrSchema, raw)
+	}
+	if v > SchemaVersion {
+		return fmt.Errorf("%w: file is schema version %d, written by a newer leasekeeper; this binary reads up to version %d, upgrade it", ErrSchema, v, SchemaVersion)
+	}
+	// Version 1 is the first layout, so there is nothing to migrate yet. A
+	// later version adds its migration here, in this transaction.
+	for _, name := range allBuckets {
+		if tx.Bucket(name) == nil {
+			return fmt.Errorf("%w: schema version %d file is missing bucket %s", ErrSchema, v, name)
+		}
+	}
+	return nil
+}
+
+// Board returns the board this store was opened with.
+func (s *Store) Board() board.Board { return s.board }
+
+// Path returns the file path.
+func (s *Store) Path() string { return s.path }
+
+// Close waits for queued writes to commit, then closes the file (releasing
+// the lock). Calling it again returns the first result.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.c.mu.Lock()
+		s.c.closed = true
+		s.c.mu.Unlock()
+		close(s.c.quit)
+		<-s.c.done
+		s.closeErr = s.db.Close()
+	})
+	return s.closeErr
+}
+
+// view runs a read-only transaction, refusing a closed store with ErrClosed
+// rather than bbolt's generic error.
+func (s *Store) view(fn func(tx *bolt.Tx) error) error {
+	err := s.db.View(fn)
+	if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
+		return ErrClosed
+	}
+	return err
+}
