@@ -1,0 +1,200 @@
+package boardtest
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+func exerciseBadInput(t *testing.T, h Harness) {
+	longLabel := strings.Repeat("x", board.MaxLabelBytes+1)
+	cases := []struct {
+		name string
+		do   func(e *env, tok board.ClaimToken) error
+		want error
+	}{
+		// Unknown card.
+		{"GetCardUnknown", func(e *env, _ board.ClaimToken) error { _, err := e.s.GetCard(e.ctx, "ghost"); return err }, board.ErrNotFound},
+		{"ClaimUnknownCard", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "ghost", Marker: markerB, Lease: lease})
+			return err
+		}, board.ErrNotFound},
+		{"SetStateUnknownCard", func(e *env, _ board.ClaimToken) error {
+			return e.s.SetState(e.ctx, board.Move{Card: "ghost", To: board.StateReady})
+		}, board.ErrNotFound},
+		{"SetStateFromUnknownCard", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.SetStateFrom(e.ctx, board.Move{Card: "ghost", From: board.StateReady, To: board.StateBacklog})
+			return err
+		}, board.ErrNotFound},
+		{"ReopenUnknownCard", func(e *env, _ board.ClaimToken) error {
+			return e.s.Reopen(e.ctx, board.Move{Card: "ghost", To: board.StateReady})
+		}, board.ErrNotFound},
+		{"AdjustLabelsUnknownCard", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.AdjustLabels(e.ctx, board.LabelChange{Card: "ghost", Add: []string{"a"}})
+			return err
+		}, board.ErrNotFound},
+		{"SetLabelsUnknownCard", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.SetLabels(e.ctx, "ghost", []string{"a"}, "")
+			return err
+		}, board.ErrNotFound},
+		{"OwnerWriteUnknownCard", func(e *env, tok board.ClaimToken) error { return e.s.SetLastRunOwned(e.ctx, "ghost", tok, "r") }, board.ErrNotFound},
+		{"ReleaseUnknownCard", func(e *env, _ board.ClaimToken) error { return e.s.Release(e.ctx, "ghost", markerA, "uid:0") }, board.ErrNotFound},
+		{"ReclaimUnknownCard", func(e *env, tok board.ClaimToken) error {
+			_, _, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "ghost", Prev: tok, RecoveryMarker: recovery, Cutoff: e.clock.Now(), Lease: lease})
+			return err
+		}, board.ErrNotFound},
+		{"DependentsOfUnknownCard", func(e *env, _ board.ClaimToken) error { _, err := e.s.Dependents(e.ctx, "ghost"); return err }, board.ErrNotFound},
+
+		// Unknown state.
+		{"SetStateUnknownState", func(e *env, _ board.ClaimToken) error {
+			return e.s.SetState(e.ctx, board.Move{Card: "c1", To: "limbo"})
+		}, board.ErrInvalidArgument},
+		{"SetStateFromUnknownTarget", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.SetStateFrom(e.ctx, board.Move{Card: "c1", From: board.StateReady, To: "limbo"})
+			return err
+		}, board.ErrInvalidArgument},
+		{"SetStateFromUnknownSource", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.SetStateFrom(e.ctx, board.Move{Card: "c1", From: "limbo", To: board.StateBacklog})
+			return err
+		}, board.ErrInvalidArgument},
+		{"SetStateOwnedUnknownState", func(e *env, tok board.ClaimToken) error {
+			_, err := e.s.SetStateOwned(e.ctx, board.OwnedMove{Card: "c1", Token: tok, To: "limbo"})
+			return err
+		}, board.ErrInvalidArgument},
+		{"ReopenUnknownState", func(e *env, _ board.ClaimToken) error {
+			return e.s.Reopen(e.ctx, board.Move{Card: "c2", To: "limbo"})
+		}, board.ErrInvalidArgument},
+		{"CreateCardUnknownState", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.CreateCard(e.ctx, board.NewCard{ID: "new", State: "limbo"})
+			return err
+		}, board.ErrInvalidArgument},
+
+		// Markers and tokens.
+		{"ClaimEmptyMarker", claimWith(""), board.ErrInvalidArgument},
+		{"ClaimMarkerWithoutPid", claimWith("worker"), board.ErrInvalidArgument},
+		{"ClaimMarkerPidOne", claimWith("worker-1"), board.ErrInvalidArgument},
+		{"ClaimMarkerPidNotNumber", claimWith("worker-abc"), board.ErrInvalidArgument},
+		{"ClaimMarkerNoHost", claimWith("-4242"), board.ErrInvalidArgument},
+		{"ClaimMarkerControlChar", claimWith("wor\x00ker-4242"), board.ErrInvalidArgument},
+		{"ClaimNextMalformedMarker", func(e *env, _ board.ClaimToken) error {
+			_, _, err := e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: "nope", Lease: lease})
+			return err
+		}, board.ErrInvalidArgument},
+		{"ReleaseEmptyMarker", func(e *env, _ board.ClaimToken) error { return e.s.Release(e.ctx, "c1", "", "uid:0") }, board.ErrInvalidArgument},
+		{"ReclaimMalformedRecoveryMarker", func(e *env, tok board.ClaimToken) error {
+			_, _, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: tok, RecoveryMarker: "reaper:", Cutoff: e.clock.Now(), Lease: lease})
+			return err
+		}, board.ErrInvalidArgument},
+		{"ReclaimZeroPrev", func(e *env, _ board.ClaimToken) error {
+			_, _, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", RecoveryMarker: recovery, Cutoff: e.clock.Now(), Lease: lease})
+			return err
+		}, board.ErrInvalidArgument},
+		{"SetStateOwnedZeroToken", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.SetStateOwned(e.ctx, board.OwnedMove{Card: "c1", To: board.StateBacklog})
+			return err
+		}, board.ErrInvalidArgument},
+		{"SetLastRunOwnedZeroToken", func(e *env, _ board.ClaimToken) error {
+			return e.s.SetLastRunOwned(e.ctx, "c1", board.ClaimToken{}, "r")
+		}, board.ErrInvalidArgument},
+		{"SetAwaitingInputOwnedZeroToken", func(e *env, _ board.ClaimToken) error {
+			return e.s.SetAwaitingInputOwned(e.ctx, "c1", board.ClaimToken{}, true)
+		}, board.ErrInvalidArgument},
+		{"SetGaveUpOwnedZeroToken", func(e *env, _ board.ClaimToken) error {
+			return e.s.SetGaveUpOwned(e.ctx, "c1", board.ClaimToken{}, &board.GaveUp{Reason: "x"})
+		}, board.ErrInvalidArgument},
+		{"ExpireClaimOwnedZeroToken", func(e *env, _ board.ClaimToken) error { return e.s.ExpireClaimOwned(e.ctx, "c1", board.ClaimToken{}) }, board.ErrInvalidArgument},
+		{"ReleaseOwnedZeroToken", func(e *env, _ board.ClaimToken) error { return e.s.ReleaseOwned(e.ctx, "c1", board.ClaimToken{}) }, board.ErrInvalidArgument},
+		{"OwnerWriteMalformedTokenMarker", func(e *env, tok board.ClaimToken) error {
+			return e.s.SetLastRunOwned(e.ctx, "c1", board.ClaimToken{Marker: "garbage", Epoch: tok.Epoch}, "r")
+		}, board.ErrInvalidArgument},
+
+		// Cards: ids, duplicates, dependencies.
+		{"CreateDuplicateID", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.CreateCard(e.ctx, board.NewCard{ID: "c1"})
+			return err
+		}, board.ErrInvalidArgument},
+		{"CreateEmptyID", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.CreateCard(e.ctx, board.NewCard{ID: ""})
+			return err
+		}, board.ErrInvalidArgument},
+		{"CreateIDWithControlChar", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.CreateCard(e.ctx, board.NewCard{ID: "bad\nid"})
+			return err
+		}, board.ErrInvalidArgument},
+		{"CreateIDWithSurroundingSpace", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.CreateCard(e.ctx, board.NewCard{ID: " new "})
+			return err
+		}, board.ErrInvalidArgument},
+		{"CreateDependsOnItself", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.CreateCard(e.ctx, board.NewCard{ID: "loop", DependsOn: []string{"c1", "loop"}})
+			return err
+		}, board.ErrInvalidArgument},
+		{"CreateDependsOnUnknown", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.CreateCard(e.ctx, board.NewCard{ID: "new", DependsOn: []string{"c1", "ghost"}})
+			return err
+		}, board.ErrInvalidArgument},
+
+		// Labels.
+		{"CreateLabelControlChar", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.CreateCard(e.ctx, board.NewCard{ID: "new", Labels: []string{"ok", "bad\x07"}})
+			return err
+		}, board.ErrInvalidArgument},
+		{"CreateLabelTooLong", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.CreateCard(e.ctx, board.NewCard{ID: "new", Labels: []string{longLabel}})
+			return err
+		}, board.ErrInvalidArgument},
+		{"AdjustLabelsControlChar", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.AdjustLabels(e.ctx, board.LabelChange{Card: "c1", Add: []string{"ok", "tab\there"}})
+			return err
+		}, board.ErrInvalidArgument},
+		{"AdjustLabelsRemoveTooLong", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.AdjustLabels(e.ctx, board.LabelChange{Card: "c1", Add: []string{"ok"}, Remove: []string{longLabel}})
+			return err
+		}, board.ErrInvalidArgument},
+		{"SetLabelsTooLong", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.SetLabels(e.ctx, "c1", []string{"ok", longLabel}, "")
+			return err
+		}, board.ErrInvalidArgument},
+		{"SetLabelsControlChar", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.SetLabels(e.ctx, "c1", []string{"esc\x1b"}, "")
+			return err
+		}, board.ErrInvalidArgument},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := open(t, h)
+			// c1: a claimed card in the pool; c2: a card in a sink.
+			e.create(board.NewCard{ID: "c1", State: board.StateReady, Labels: []string{"keep"}})
+			tok := e.claim("c1", markerA)
+			e.card("c2", board.StateReady)
+			e.setState("c2", board.StateDone)
+			before := []board.Card{e.get("c1"), e.get("c2")}
+			evBefore := e.allEvents()
+
+			err := tc.do(e, tok)
+			wantErr(t, err, tc.want, tc.name)
+			for _, c := range before {
+				e.unchanged(c, tc.name)
+			}
+			if evAfter := e.allEvents(); len(evAfter) != len(evBefore) {
+				t.Errorf("%s wrote events: %s", tc.name, fmtEvents(evAfter[len(evBefore):]))
+			}
+			list, lerr := e.s.ListCards(e.ctx, board.CardFilter{})
+			if lerr != nil {
+				t.Fatalf("ListCards: %v", lerr)
+			}
+			if got := ids(list); len(got) != 2 {
+				t.Errorf("cards after %s = %q, want only c1 and c2", tc.name, got)
+			}
+		})
+	}
+}
+
+func claimWith(marker string) func(e *env, tok board.ClaimToken) error {
+	return func(e *env, _ board.ClaimToken) error {
+		_, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "c2", Marker: marker, Lease: lease})
+		return err
+	}
+}
