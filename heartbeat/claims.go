@@ -1,0 +1,214 @@
+package heartbeat
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+// Owner is the worker a claim is renewed for.
+type Owner struct {
+	// PID and StartMillis name the worker process (pid mode). PID <= 0 is
+	// an owner the agent cannot see; StartMillis 0 is an unknown start.
+	PID         int   `json:"pid,omitempty"`
+	StartMillis int64 `json:"start_millis,omitempty"`
+	// KeepaliveID is the key the owner's client pings with (keepalive
+	// mode). Several claims may share one key.
+	KeepaliveID string `json:"keepalive_id,omitempty"`
+}
+
+// LostReason says why the loop stopped renewing a claim.
+type LostReason string
+
+const (
+	// LostSuperseded: the store refused the renewal because another token
+	// now holds the card.
+	LostSuperseded LostReason = "superseded"
+	// LostReleased: the store refused the renewal because the card is free
+	// (an operator's force-release): nobody holds it, but we no longer do.
+	LostReleased LostReason = "released"
+	// LostUnconfirmed: no renewal was confirmed before the trusted deadline
+	// (store unreachable, outcome unknown). The store may still show the
+	// lease for a moment, but the agent can no longer vouch for it.
+	LostUnconfirmed LostReason = "unconfirmed"
+	// LostOwnerDead: the owner's pid is provably dead (or reused); its
+	// lease was expired at once.
+	LostOwnerDead LostReason = "owner_dead"
+	// LostKeepaliveMissed: the owner's client stopped pinging (keepalive
+	// mode); its lease was expired at once.
+	LostKeepaliveMissed LostReason = "keepalive_missed"
+)
+
+// Lost reports a claim the loop stopped renewing.
+type Lost struct {
+	Card   string     `json:"card"`
+	Epoch  int64      `json:"epoch"`
+	Marker string     `json:"marker"`
+	Reason LostReason `json:"reason"`
+	Owner  Owner      `json:"owner"`
+}
+
+// Claim is a snapshot of one tracked claim.
+type Claim struct {
+	Hold  board.Hold `json:"hold"`
+	Owner Owner      `json:"owner"`
+	// ConfirmedAt is the start of the attempt that last confirmed the lease
+	// (the claim attempt itself until the first renewal lands).
+	ConfirmedAt time.Time `json:"confirmed_at"`
+	// TrustedUntil is ConfirmedAt + lease − margin: past it, with no newer
+	// confirmation, the claim is lost.
+	TrustedUntil time.Time `json:"trusted_until"`
+	// LastRenewed is when the last confirmed renewal returned; zero until
+	// one has.
+	LastRenewed time.Time `json:"last_renewed,omitzero"`
+	// LeaseUntil is the lease end the store reported (the store's clock);
+	// zero until the first renewal.
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	// Failures counts renewal attempts since the last confirmation.
+	Failures int `json:"failures"`
+}
+
+// entry is the loop's record of one claim. A tick holds *entry values
+// across the store call, so every write-back checks that the map still
+// points at the same entry: a Remove or a re-Add during the call must win
+// over a stale result.
+type entry struct {
+	Claim
+}
+
+// Add starts renewing h on behalf of o. attemptStart is the clock reading
+// taken just BEFORE the Claim (or renewal) call that granted h, and lease
+// the lease that call asked for (zero: the current Lease()); together they
+// give the first trusted deadline. Adding a card already tracked under the
+// same token only moves its confirmation forward; under another token it
+// replaces the old record (the old token is gone from the store anyway).
+func (l *Loop) Add(h board.Hold, o Owner, attemptStart time.Time, lease time.Duration) error {
+	if h.Card == "" {
+		return fmt.Errorf("%w: no card", ErrInvalidClaim)
+	}
+	if err := h.Token.Validate(); err != nil {
+		return fmt.Errorf("%w: card %q: %w", ErrInvalidClaim, h.Card, err)
+	}
+	if attemptStart.IsZero() {
+		return fmt.Errorf("%w: card %q: zero attempt start", ErrInvalidClaim, h.Card)
+	}
+	if lease <= 0 {
+		lease = l.currentLease()
+	}
+	trusted := attemptStart.Add(lease - l.margin(lease))
+	now := l.cfg.Clock.Now()
+
+	l.mu.Lock()
+	old, ok := l.claims[h.Card]
+	if ok && old.Hold.Token == h.Token {
+		if attemptStart.After(old.ConfirmedAt) {
+			old.ConfirmedAt = attemptStart
+		}
+		if trusted.After(old.TrustedUntil) {
+			old.TrustedUntil = trusted
+		}
+		l.swapKey(old.Owner.KeepaliveID, o.KeepaliveID, now)
+		old.Owner = o
+	} else {
+		if ok {
+			l.dropKey(old.Owner.KeepaliveID)
+		}
+		l.claims[h.Card] = &entry{Claim{Hold: h, Owner: o, ConfirmedAt: attemptStart, TrustedUntil: trusted}}
+		l.addKey(o.KeepaliveID, now)
+	}
+	l.mu.Unlock()
+
+	// The new deadline may come before the loop's next scheduled tick.
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Remove stops renewing card without reporting a loss (the worker released
+// it). It reports whether the card was tracked.
+func (l *Loop) Remove(card string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.claims[card]
+	if !ok {
+		return false
+	}
+	delete(l.claims, card)
+	l.dropKey(e.Owner.KeepaliveID)
+	return true
+}
+
+// Ping records a keepalive from the client that owns key. It reports
+// whether any tracked claim uses key (false tells the client it holds
+// nothing here any more).
+func (l *Loop) Ping(key string) bool {
+	now := l.cfg.Clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k, ok := l.keys[key]
+	if !ok || key == "" {
+		return false
+	}
+	if now.After(k.lastPing) {
+		k.lastPing = now
+	}
+	return true
+}
+
+// Held returns a snapshot of every tracked claim, ordered by card.
+func (l *Loop) Held() []Claim {
+	l.mu.Lock()
+	out := make([]Claim, 0, len(l.claims))
+	for _, e := range l.claims {
+		out = append(out, e.Claim)
+	}
+	l.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Hold.Card < out[j].Hold.Card })
+	return out
+}
+
+// keepalive tracks one ping key: how many claims use it and when it was
+// last heard.
+type keepalive struct {
+	users    int
+	lastPing time.Time
+}
+
+// addKey counts a claim under key. Being granted a claim is itself a sign
+// of life from the owner, so it counts as a ping. Callers hold l.mu.
+func (l *Loop) addKey(key string, now time.Time) {
+	if key == "" {
+		return
+	}
+	k, ok := l.keys[key]
+	if !ok {
+		k = &keepalive{}
+		l.keys[key] = k
+	}
+	k.users++
+	if now.After(k.lastPing) {
+		k.lastPing = now
+	}
+}
+
+// dropKey uncounts a claim under key. Callers hold l.mu.
+func (l *Loop) dropKey(key string) {
+	if key == "" {
+		return
+	}
+	if k, ok := l.keys[key]; ok {
+		k.users--
+		if k.users <= 0 {
+			delete(l.keys, key)
+		}
+	}
+}
+
+func (l *Loop) swapKey(oldKey, newKey string, now time.Time) {
+	l.dropKey(oldKey)
+	l.addKey(newKey, now)
+}

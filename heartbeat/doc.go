@@ -1,0 +1,40 @@
+// Package heartbeat keeps every claim an agent holds alive: one loop renews
+// all of them every lease/3 in ONE batched store write (ADR-096 §1), and
+// declares a claim lost — to the worker, through OnLost — the moment the
+// agent can no longer vouch for it.
+//
+// # Trusted deadline
+//
+// A renewal confirms a lease that the store stamped at some instant after
+// the attempt started, so the holder may trust the claim until
+//
+//	start of the confirming ATTEMPT + lease − margin
+//
+// and not a moment longer (the leader-lease rule of River's elector). The
+// attempt start, not the reply's arrival, is what counts: a reply that took
+// ten seconds says nothing about the ten seconds it spent in flight. The
+// margin absorbs clock-rate drift between this host and the store. Past the
+// trusted deadline with no confirmed renewal, the claim is declared lost
+// (LostUnconfirmed) and no longer renewed: the watchdog's orphan proof
+// "the owner's lease expired longer ago than the grace" is only sound
+// because every holder stops on its own by then (ADR-096 §3, PRODUCT.md).
+//
+// Deadlines are computed from the injected board.Clock with time.Time
+// arithmetic only (Add, Sub, Before). board.SystemClock returns time.Now(),
+// whose values carry Go's monotonic reading, and that arithmetic keeps and
+// compares the monotonic reading, so a wall-clock step on this host moves no
+// deadline. Nothing here strips it (no Round(0), UTC, In or serialisation).
+// A manual test clock returns wall-only values, which is exactly what lets a
+// test move time by hand.
+//
+// # Owners
+//
+// Every claim is renewed on behalf of an owner. In pid mode the loop probes
+// the owner's pid and start time before renewing: a provably dead owner's
+// claims are expired at once through the owner's own fenced write
+// (ExpireClaimOwned), so the watchdog need not wait out the TTL, and
+// reported lost (LostOwnerDead). An Unknown probe keeps renewing: conserve
+// on doubt. In keepalive mode the owner's client must ping; a claim whose
+// owner has not pinged within the keepalive window is expired and reported
+// lost the same way (LostKeepaliveMissed).
+package heartbeat

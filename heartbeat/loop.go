@@ -1,0 +1,169 @@
+package heartbeat
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Loop renews the claims an agent holds. Create it with New, feed it with
+// Add / Remove / Ping, run it with Start / Stop, or drive it one tick at a
+// time with RunOnce.
+type Loop struct {
+	cfg Config
+
+	// tickMu serialises ticks: the background loop and a caller's RunOnce
+	// never renew concurrently, so each tick sees the previous one's result.
+	tickMu sync.Mutex
+
+	mu        sync.Mutex // guards everything below until runMu
+	claims    map[string]*entry
+	keys      map[string]*keepalive
+	lastMode  Mode
+	lastLease time.Duration // the last valid Lease(), used if a reload returns nonsense
+
+	runMu  sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	wake chan struct{} // Add nudges the running loop to re-plan its wait
+}
+
+// New validates cfg and returns a stopped Loop.
+func New(cfg Config) (*Loop, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Loop{
+		cfg:       cfg,
+		claims:    map[string]*entry{},
+		keys:      map[string]*keepalive{},
+		lastMode:  cfg.Mode(),
+		lastLease: cfg.Lease(),
+		wake:      make(chan struct{}, 1),
+	}, nil
+}
+
+// Start runs the loop in the background until Stop or until ctx ends. The
+// first tick runs at once, the next ones every Lease()/3 (re-read after
+// every tick) or sooner when a trusted deadline falls before that. Start on
+// a running loop does nothing; Start after Stop starts it again.
+func (l *Loop) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l.runMu.Lock()
+	defer l.runMu.Unlock()
+	if l.done != nil {
+		select {
+		case <-l.done: // ended on its own (ctx done): start afresh
+		default:
+			return nil
+		}
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	l.cancel, l.done = cancel, done
+	go l.run(runCtx, done)
+	return nil
+}
+
+// Stop ends the background loop and waits for its tick in flight, if any,
+// to finish. Stop on a stopped loop does nothing. The tracked claims stay:
+// a later Start (or RunOnce) carries on with them.
+func (l *Loop) Stop() {
+	l.runMu.Lock()
+	cancel, done := l.cancel, l.done
+	l.cancel, l.done = nil, nil
+	l.runMu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+func (l *Loop) run(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	// due is when the timer will fire, on this process's monotonic clock.
+	// It only schedules the timer; no lease arithmetic uses it.
+	due := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+			res := l.RunOnce(ctx)
+			timer.Reset(res.Next)
+			due = time.Now().Add(res.Next)
+		case <-l.wake:
+			// A claim was added. Its trusted deadline may come before the
+			// scheduled tick, and the loss must be declared on time.
+			d, ok := l.untilEarliestDeadline()
+			if ok && d < time.Until(due) {
+				if !timer.Stop() {
+					select {
+					case <-timer.C:
+					default:
+					}
+				}
+				timer.Reset(max(d, 0))
+				due = time.Now().Add(max(d, 0))
+			}
+		}
+	}
+}
+
+// untilEarliestDeadline returns how long until the earliest trusted
+// deadline of any tracked claim.
+func (l *Loop) untilEarliestDeadline() (time.Duration, bool) {
+	now := l.cfg.Clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.earliestLocked(now)
+}
+
+func (l *Loop) earliestLocked(now time.Time) (time.Duration, bool) {
+	var earliest time.Time
+	for _, e := range l.claims {
+		if earliest.IsZero() || e.TrustedUntil.Before(earliest) {
+			earliest = e.TrustedUntil
+		}
+	}
+	if earliest.IsZero() {
+		return 0, false
+	}
+	return earliest.Sub(now), true
+}
+
+// currentLease reads Lease(), falling back to the last valid value when a
+// reload returned a non-positive one (the config reloader validates too;
+// this keeps a bad value from stopping every renewal).
+func (l *Loop) currentLease() time.Duration {
+	lease := l.cfg.Lease()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if lease <= 0 {
+		l.cfg.Logger.Warn("heartbeat: ignoring non-positive lease from reload", "lease", lease, "using", l.lastLease)
+		return l.lastLease
+	}
+	l.lastLease = lease
+	return lease
+}
+
+// margin is the configured margin, or the default for lease; it is capped
+// below half the lease so a hot-reloaded short lease still leaves time for
+// renewals.
+func (l *Loop) margin(lease time.Duration) time.Duration {
+	m := l.cfg.Margin
+	if m == 0 {
+		m = DefaultMargin(lease)
+	}
+	if m >= lease/2 {
+		m = DefaultMargin(lease)
+	}
+	return m
+}
