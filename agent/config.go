@@ -85,6 +85,10 @@ type Config struct {
 	// Warnings are non-fatal remarks made while loading (an invalid
 	// LEASEKEEPER_REAPER value, for one); the agent logs each once.
 	Warnings []string
+
+	// raw is the file content this config was parsed from, so the config
+	// watcher can tell a real change from a touch.
+	raw []byte
 }
 
 // StoreConfig is the store.* block.
@@ -237,7 +241,9 @@ func ParseConfig(data []byte, env Environment) (Config, error) {
 	if err := dec.Decode(&extra); err == nil {
 		return Config{}, fmt.Errorf("%w: line %d: a second YAML document is not allowed", ErrConfig, extra.Line)
 	}
-	return fc.resolve(env)
+	cfg, err := fc.resolve(env)
+	cfg.raw = bytes.Clone(data)
+	return cfg, err
 }
 
 // yamlKeyPrefix maps the Go type yaml.v3 names in an unknown-field error to
@@ -492,9 +498,6 @@ func ReloadableDiff(old, next Config) (restart []string) {
 	}
 	if old.UnleasedHorizon != next.UnleasedHorizon {
 		restart = append(restart, "unleased_horizon")
-	}
-	if old.OrphanGrace != next.OrphanGrace {
-		restart = append(restart, "orphan_grace")
 	}
 	return restart
 }

@@ -1,0 +1,132 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// ReloadResult reports one reload attempt of the config watcher.
+type ReloadResult struct {
+	// Config is the configuration in force after the attempt: the new one
+	// when it was applied, the last good one otherwise.
+	Config Config
+	// Err is why the file was refused (the last good config stays).
+	Err error
+	// Restart lists changed keys that need an agent restart to apply.
+	Restart []string
+}
+
+// WatchConfig watches the config file at path and applies every valid
+// change to live until ctx ends. An invalid file keeps the last good config
+// and is logged with the reason.
+//
+// It watches the file's DIRECTORY and filters by name, because editors and
+// Kubernetes ConfigMaps replace the file by rename (a ConfigMap swaps a
+// "..data" symlink): a watch on the file itself would follow the old inode
+// and miss every later change.
+//
+// onReload, when set, is called after every attempt (tests and status use
+// it); it runs on the watcher's goroutine.
+func WatchConfig(ctx context.Context, path string, env Environment, live *Live, log *slog.Logger, onReload func(ReloadResult)) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return fmt.Errorf("config watcher: %w", err)
+	}
+	dir, base := filepath.Dir(abs), filepath.Base(abs)
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("config watcher: %w", err)
+	}
+	if err := w.Add(dir); err != nil {
+		_ = w.Close()
+		return fmt.Errorf("config watcher: watch %s: %w", dir, err)
+	}
+	go func() {
+		defer w.Close()
+		watchLoop(ctx, w, abs, base, env, live, log, onReload)
+	}()
+	return nil
+}
+
+// settle coalesces the burst of events one save produces (write, chmod,
+// rename...) into one reload. It is a scheduling delay only; correctness
+// does not depend on it because an unchanged file is never re-applied.
+const settle = 100 * time.Millisecond
+
+func watchLoop(ctx context.Context, w *fsnotify.Watcher, path, base string, env Environment, live *Live, log *slog.Logger, onReload func(ReloadResult)) {
+	// Compare against the content the config in force was parsed from, and
+	// check once at once: a change made between the agent's first load and
+	// the watch being set up would otherwise go unseen until the next one.
+	last := live.Config().raw
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case err, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			log.Warn("config watcher error", "err", err)
+		case ev, ok := <-w.Events:
+			if !ok {
+				return
+			}
+			name := filepath.Base(ev.Name)
+			// "..data" and friends are the ConfigMap's atomic swap.
+			if name != base && !strings.HasPrefix(name, "..") {
+				continue
+			}
+			timer.Reset(settle)
+		case <-timer.C:
+			data, err := os.ReadFile(path)
+			if errors.Is(err, os.ErrNotExist) {
+				// Mid-replacement: the new file's create event follows.
+				log.Debug("config file absent, waiting for it to reappear", "path", path)
+				continue
+			}
+			if err == nil && bytes.Equal(data, last) {
+				continue
+			}
+			res := reload(path, data, err, env, live, log)
+			if res.Err == nil {
+				last = data
+			}
+			if onReload != nil {
+				onReload(res)
+			}
+		}
+	}
+}
+
+func reload(path string, data []byte, readErr error, env Environment, live *Live, log *slog.Logger) ReloadResult {
+	next, err := ParseConfig(data, env)
+	if readErr != nil {
+		err = readErr
+	}
+	if err != nil {
+		log.Error("config reload refused: keeping the last good config", "path", path, "err", err)
+		return ReloadResult{Config: live.Config(), Err: err}
+	}
+	restart := live.Apply(next)
+	for _, w := range next.Warnings {
+		log.Warn(w)
+	}
+	log.Info("config reloaded", "path", path,
+		"lease", next.Lease, "reaper_enabled", next.Reaper.Enabled,
+		"liveness", next.Liveness, "log", next.LogLevel.String())
+	if len(restart) > 0 {
+		log.Warn("config keys changed that only apply after a restart", "keys", restart)
+	}
+	return ReloadResult{Config: next, Restart: restart}
+}
