@@ -1,0 +1,614 @@
+package watchdog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+// Defaults of the reaper (PRODUCT.md "The watchdog", config defaults).
+const (
+	DefaultInterval        = 60 * time.Second
+	DefaultBatch           = 100
+	DefaultLease           = 30 * time.Second
+	DefaultRunCeiling      = 20
+	DefaultUnleasedHorizon = 24 * time.Hour
+)
+
+// Config configures a Reaper. Zero fields take the defaults above.
+type Config struct {
+	Store board.Store
+	Clock board.Clock
+	// Marker is this agent's own marker (<host>-<pid>); the reaper holds
+	// what it reclaims under board.RecoveryMarker(Marker).
+	Marker string
+	// Host is this agent's host, for the oracle's pid proof. Empty means
+	// the host part of Marker.
+	Host     string
+	Interval time.Duration
+	Batch    int
+	// Lease is the configured claim lease (hot-reloaded).
+	Lease func() time.Duration
+	// OrphanGrace is how long past the owner's lease the oracle waits
+	// before it declares a run orphaned without a pid proof (hot-reloaded);
+	// nil means one heartbeat interval (lease/3).
+	OrphanGrace func() time.Duration
+	// Enabled is the gate (LEASEKEEPER_REAPER / reaper.enabled,
+	// hot-reloaded). Nil means off, the default of ADR-096 §9's release N.
+	Enabled func() bool
+	// Fleet selects the MongoDB twin's dispositions: a repark writes the
+	// card back to the first pool state, the run ceiling applies, and the
+	// un-leased sweep runs (ADR-096 §7).
+	Fleet bool
+	// RunCeiling: on the fleet, a reparked card with at least this many
+	// lifetime runs is filed to blocked instead.
+	RunCeiling int
+	// UnleasedHorizon: the fleet's un-leased sweep selects claims whose
+	// card was last updated longer ago than this. It may not be below one
+	// lease: a missing lease is an absence, not positive evidence.
+	UnleasedHorizon time.Duration
+	Prober          Prober
+	Logger          *slog.Logger
+	// OnPass, when set, is called after every pass with its result.
+	OnPass func(PassResult)
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	out := *c
+	if out.Store == nil {
+		return out, fmt.Errorf("%w: no store", ErrInvalidConfig)
+	}
+	m, err := board.ParseMarker(out.Marker)
+	if err != nil {
+		return out, fmt.Errorf("%w: agent marker: %w", ErrInvalidConfig, err)
+	}
+	if m.Recovery {
+		return out, fmt.Errorf("%w: agent marker %q is already a recovery marker", ErrInvalidConfig, out.Marker)
+	}
+	if out.Host == "" {
+		out.Host = m.Host
+	}
+	if out.Clock == nil {
+		out.Clock = board.SystemClock{}
+	}
+	if out.Interval <= 0 {
+		out.Interval = DefaultInterval
+	}
+	if out.Batch <= 0 {
+		out.Batch = DefaultBatch
+	}
+	if out.Lease == nil {
+		out.Lease = func() time.Duration { return DefaultLease }
+	}
+	if out.Enabled == nil {
+		out.Enabled = func() bool { return false }
+	}
+	if out.RunCeiling <= 0 {
+		out.RunCeiling = DefaultRunCeiling
+	}
+	if out.UnleasedHorizon == 0 {
+		out.UnleasedHorizon = DefaultUnleasedHorizon
+	}
+	if out.UnleasedHorizon < out.Lease() {
+		return out, fmt.Errorf("%w: unleased horizon %s is below one lease (%s)", ErrInvalidConfig, out.UnleasedHorizon, out.Lease())
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	// Rows 2 and 10 file into the failed column by name; a board without
+	// one cannot honour the table.
+	if !out.Store.Board().Has(board.StateFailed) {
+		return out, fmt.Errorf("%w: the board has no %q state for the watchdog to file into", ErrInvalidConfig, board.StateFailed)
+	}
+	return out, nil
+}
+
+// Outcome is what a pass did with one card.
+type Outcome string
+
+const (
+	// OutcomeDecided: a dry run decided and wrote nothing.
+	OutcomeDecided Outcome = "decided"
+	// OutcomeKept: the pre-check kept the card; nothing was transferred.
+	OutcomeKept Outcome = "kept"
+	// OutcomeSkippedConflict: the claim changed between the listing and the
+	// transfer (a renewal, an operator, another agent's reaper) — a clean
+	// skip.
+	OutcomeSkippedConflict Outcome = "skipped-conflict"
+	// OutcomeTransferred: the claim was transferred and the card is held
+	// under the recovery claim until its lease ends (the one-time hold).
+	OutcomeTransferred Outcome = "transferred"
+	// OutcomeFiled: the card was filed and the recovery claim released.
+	OutcomeFiled Outcome = "filed"
+	// OutcomeReleased: the claim was released and nothing else written.
+	OutcomeReleased Outcome = "released"
+	// OutcomeError: a store call failed; a recovery claim already taken is
+	// kept so the next pass retries.
+	OutcomeError Outcome = "error"
+)
+
+// CardResult is the pass's record of one listed card.
+type CardResult struct {
+	Card string `json:"card"`
+	// Prev is the claim the listing saw.
+	Prev board.ClaimToken `json:"prev"`
+	// Token is the recovery token the transfer minted (zero when there was
+	// no transfer).
+	Token    board.ClaimToken `json:"token,omitzero"`
+	Run      string           `json:"run,omitempty"`
+	PreCheck Decision         `json:"pre_check"`
+	// Decision is the decision that counted: the one taken on the card the
+	// transfer observed, or the pre-check when nothing was transferred.
+	Decision Decision `json:"decision"`
+	Outcome  Outcome  `json:"outcome"`
+	// FiledTo is the state the card was filed into, if any.
+	FiledTo string `json:"filed_to,omitempty"`
+	Err     error  `json:"-"`
+	Error   string `json:"error,omitempty"`
+}
+
+// Sweep names one of the ungated repair sweeps.
+type Sweep string
+
+const (
+	SweepRecovery Sweep = "recovery"
+	SweepUnleased Sweep = "unleased"
+)
+
+// SweepResult is the pass's record of one card a repair sweep considered.
+type SweepResult struct {
+	Sweep  Sweep  `json:"sweep"`
+	Card   string `json:"card"`
+	Marker string `json:"marker"`
+	// Decision is the disposition the un-leased sweep judged the card by.
+	Decision *Decision `json:"decision,omitempty"`
+	Outcome  Outcome   `json:"outcome"`
+	Err      error     `json:"-"`
+	Error    string    `json:"error,omitempty"`
+}
+
+// PassResult is what one pass did.
+type PassResult struct {
+	At     time.Time `json:"at"`
+	DryRun bool      `json:"dry_run"`
+	// Enabled is the gate as this pass read it; off, no card was decided.
+	Enabled bool          `json:"enabled"`
+	Cards   []CardResult  `json:"cards"`
+	Sweeps  []SweepResult `json:"sweeps"`
+}
+
+// Card returns the record of card id in the pass, if it was listed.
+func (p PassResult) Card(id string) (CardResult, bool) {
+	for _, c := range p.Cards {
+		if c.Card == id {
+			return c, true
+		}
+	}
+	return CardResult{}, false
+}
+
+// Reaper is the fenced watchdog: a periodic pass over expired claims plus
+// the ungated repair sweeps. Passes never overlap.
+type Reaper struct {
+	cfg      Config
+	recovery string
+	oracle   *Oracle
+
+	passMu sync.Mutex // serialises passes: the loop and an operator's RunOnce
+
+	lifeMu sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	// beforeTransfer, when set (tests only), runs between the listing and
+	// the transfer of each card the pre-check did not keep.
+	beforeTransfer func(board.Card)
+}
+
+// New validates cfg and returns a stopped Reaper.
+func New(cfg Config) (*Reaper, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	rec := board.RecoveryMarker(c.Marker)
+	return &Reaper{
+		cfg:      c,
+		recovery: rec,
+		oracle: &Oracle{
+			Store: c.Store, Clock: c.Clock, Host: c.Host, Prober: c.Prober,
+			Lease: c.Lease, OrphanGrace: c.OrphanGrace, Actor: rec, Logger: c.Logger,
+		},
+	}, nil
+}
+
+// RecoveryMarker is the marker this reaper holds reclaimed cards under.
+func (r *Reaper) RecoveryMarker() string { return r.recovery }
+
+// Start runs a pass at once — the startup sweep of ADR-096 §8 — and then
+// one every Interval until ctx ends or Stop is called.
+func (r *Reaper) Start(ctx context.Context) error {
+	r.lifeMu.Lock()
+	defer r.lifeMu.Unlock()
+	if r.cancel != nil {
+		return ErrAlreadyStarted
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	r.cancel, r.done = cancel, done
+	go r.loop(ctx, done)
+	return nil
+}
+
+// Stop ends the loop and waits for a pass in flight to return. It is safe
+// to call on a stopped reaper.
+func (r *Reaper) Stop() {
+	r.lifeMu.Lock()
+	defer r.lifeMu.Unlock()
+	if r.cancel == nil {
+		return
+	}
+	r.cancel()
+	<-r.done
+	r.cancel, r.done = nil, nil
+}
+
+func (r *Reaper) loop(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	// The ticker only schedules passes; every lease comparison reads the
+	// injected clock.
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	for {
+		if _, err := r.RunOnce(ctx, false); err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Error("watchdog: pass failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// RunOnce runs one pass. With the gate on it decides every listed expired
+// claim (transfer first, then act on the card the transfer observed); gate
+// on or off it then runs the repair sweeps. A dry run decides — pre-check
+// and decision on the listed card — and reports what the sweeps would
+// release, but transfers and writes nothing (not even an orphan promotion).
+func (r *Reaper) RunOnce(ctx context.Context, dryRun bool) (PassResult, error) {
+	r.passMu.Lock()
+	defer r.passMu.Unlock()
+	res := PassResult{At: r.cfg.Clock.Now(), DryRun: dryRun, Enabled: r.cfg.Enabled()}
+	takenUp := map[string]bool{}
+	var errs []error
+	if res.Enabled {
+		listed, err := r.cfg.Store.ListExpiredClaimCandidates(ctx, res.At, r.cfg.Batch)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list expired claims: %w", err))
+		}
+		for _, c := range listed {
+			if err := ctx.Err(); err != nil {
+				return res, err
+			}
+			cr := r.reapOne(ctx, c, dryRun)
+			if cr.Token != (board.ClaimToken{}) || (dryRun && cr.PreCheck.Action != ActionKeep) {
+				takenUp[c.ID] = true
+			}
+			res.Cards = append(res.Cards, cr)
+		}
+	}
+	sw, err := r.sweepRecovery(ctx, takenUp, dryRun)
+	res.Sweeps = append(res.Sweeps, sw...)
+	errs = append(errs, err)
+	if r.cfg.Fleet {
+		sw, err := r.sweepUnleased(ctx, dryRun)
+		res.Sweeps = append(res.Sweeps, sw...)
+		errs = append(errs, err)
+	}
+	if r.cfg.OnPass != nil {
+		r.cfg.OnPass(res)
+	}
+	return res, errors.Join(errs...)
+}
+
+// reapOne is one card of the gated pass.
+func (r *Reaper) reapOne(ctx context.Context, listed board.Card, dryRun bool) (cr CardResult) {
+	defer func() {
+		if cr.Err != nil {
+			cr.Error = cr.Err.Error()
+		}
+	}()
+	b := r.cfg.Store.Board()
+	now, lease := r.cfg.Clock.Now(), r.cfg.Lease()
+	cr = CardResult{Card: listed.ID, Prev: listed.Token(), Run: listed.LastRunID}
+
+	var run *board.Run
+	var runErr error
+	if dryRun {
+		run, runErr = r.oracle.Preview(ctx, listed)
+	} else {
+		run, runErr = r.oracle.Resolve(ctx, listed)
+	}
+	in := StuckCard{Run: run, RunErr: runErr, Card: listed, Board: b, Now: now, Lease: lease}
+	cr.PreCheck = PreCheck(in)
+	if cr.PreCheck.Action == ActionKeep {
+		cr.Decision, cr.Outcome = cr.PreCheck, OutcomeKept
+		if dryRun {
+			cr.Outcome = OutcomeDecided
+		}
+		return cr
+	}
+	if dryRun {
+		// What the real pass would decide if the transfer observed the
+		// listing's copy unchanged.
+		cr.Decision, cr.Outcome = AfterTransfer(DecideStuckCard(in), listed.Claim), OutcomeDecided
+		return cr
+	}
+
+	if r.beforeTransfer != nil {
+		r.beforeTransfer(listed)
+	}
+	// ADR-096 §3: transfer first. Freeing an eligible card before its
+	// disposition is decided would let the very tick we clean up after
+	// re-dispatch it. The CAS carries the whole precondition — the claim is
+	// still exactly the listed token and still expired — so a renewal, an
+	// operator or another agent's reaper in between is a clean skip.
+	tok, observed, err := r.cfg.Store.ReclaimExpired(ctx, board.Reclaim{
+		Card: listed.ID, Prev: listed.Token(), RecoveryMarker: r.recovery, Cutoff: now, Lease: lease,
+	})
+	switch {
+	case errors.Is(err, board.ErrClaimConflict):
+		cr.Decision, cr.Outcome = cr.PreCheck, OutcomeSkippedConflict
+		return cr
+	case err != nil:
+		cr.Decision, cr.Outcome, cr.Err = cr.PreCheck, OutcomeError, fmt.Errorf("transfer: %w", err)
+		return cr
+	}
+	cr.Token = tok
+	r.cfg.Logger.Warn("watchdog: reclaimed an expired claim",
+		"card", listed.ID, "prev_marker", listed.Claim, "prev_epoch", listed.ClaimEpoch,
+		"epoch", tok.Epoch, "lease_until", listed.ClaimLeaseUntil, "pre_check", cr.PreCheck.Rule)
+
+	// ADR-096 §4: the decision that counts is taken on the card the
+	// transfer observed, never on the listing's copy — an operator may have
+	// moved it in between. The run is read again for the pointer the
+	// observed card records (the owner may have stamped a new one before
+	// the transfer fenced it out); no promotion here: that was the
+	// oracle's, before the transfer.
+	cr.Run = observed.LastRunID
+	run2, runErr2 := r.readRun(ctx, observed)
+	d := DecideStuckCard(StuckCard{
+		Run: run2, RunErr: runErr2, Card: observed, Board: b, Now: r.cfg.Clock.Now(), Lease: lease,
+		// The transfer re-stamped claimed_at; the window is the listed
+		// claim's, or the transfer would re-open it.
+		ClaimStart: listed.ClaimedAt,
+	})
+	cr.Decision = AfterTransfer(d, listed.Claim)
+	r.act(ctx, &cr, observed, tok)
+	return cr
+}
+
+// readRun reads the run the card records, plainly: (nil, nil) for no
+// pointer or a gone run.
+func (r *Reaper) readRun(ctx context.Context, c board.Card) (*board.Run, error) {
+	if c.LastRunID == "" {
+		return nil, nil
+	}
+	run, err := r.cfg.Store.GetRun(ctx, c.LastRunID)
+	if errors.Is(err, board.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read run %q of card %q: %w", c.LastRunID, c.ID, err)
+	}
+	return &run, nil
+}
+
+// act carries out cr.Decision with the recovery token. A failed filing
+// keeps the recovery claim, so the next pass — which lists it once its
+// lease ends — retries; a successful one releases it.
+func (r *Reaper) act(ctx context.Context, cr *CardResult, c board.Card, tok board.ClaimToken) {
+	d := cr.Decision
+	switch d.Action {
+	case ActionKeep:
+		// The one-time hold: leave the lease as the transfer set it, so the
+		// next pass after it ends lists the card again and, the previous
+		// marker being a recovery marker then, releases it.
+		cr.Outcome = OutcomeTransferred
+		return
+	case ActionRelease:
+		r.release(ctx, cr, c, tok)
+		return
+	case ActionComplete, ActionFail:
+		if !r.file(ctx, cr, c, tok, d.Target, d.StateReason) {
+			return
+		}
+	case ActionGiveUp:
+		if !r.file(ctx, cr, c, tok, d.Target, d.StateReason) {
+			return
+		}
+		// The stamp goes on after the move (a state move clears gave_up),
+		// and only on a card that sits in the give-up column: a card an
+		// operator moved elsewhere, or one already in another sink, keeps
+		// its own story.
+		if cr.FiledTo == d.Target || c.State == d.Target {
+			if err := r.cfg.Store.SetGaveUpOwned(ctx, c.ID, tok, GiveUpStamp(c, r.cfg.Clock.Now())); err != nil {
+				cr.Outcome, cr.Err = OutcomeError, fmt.Errorf("stamp gave_up: %w", err)
+				return
+			}
+		}
+	case ActionRepark:
+		// ADR-096 §7: the twins diverge on purpose. Locally a repark is a
+		// release only — in_progress is a pool state there and the local
+		// re-claim resumes the run the card records, so returning it costs
+		// nothing new and needs no ceiling. On the fleet the launcher cannot
+		// resume a recorded run, so the card goes back to the first pool
+		// state (a fresh run), and after RunCeiling lifetime runs it is
+		// filed to blocked instead of spending yet another.
+		if r.cfg.Fleet {
+			target := r.cfg.Store.Board().FirstPool()
+			if len(c.Runs) >= r.cfg.RunCeiling {
+				target = r.ceilingState()
+			}
+			if !r.file(ctx, cr, c, tok, target, board.ReasonWatchdog) {
+				return
+			}
+		}
+	default:
+		cr.Outcome, cr.Err = OutcomeError, fmt.Errorf("unknown action %q", d.Action)
+		return
+	}
+	r.release(ctx, cr, c, tok)
+}
+
+// ceilingState is where the run ceiling files a card: blocked, or failed on
+// a board that has no blocked column.
+func (r *Reaper) ceilingState() string {
+	if r.cfg.Store.Board().Has(board.StateBlocked) {
+		return board.StateBlocked
+	}
+	return board.StateFailed
+}
+
+// file moves c to target under the recovery token, unless NeedsFiling says
+// there is nothing to write. It reports whether the pass should go on to
+// release; on an error it records it and the recovery claim is kept.
+func (r *Reaper) file(ctx context.Context, cr *CardResult, c board.Card, tok board.ClaimToken, target string, reason board.Reason) bool {
+	b := r.cfg.Store.Board()
+	if !NeedsFiling(b, c, target) {
+		return true
+	}
+	// ADR-096 Consequences: a launch-column target never carries a reason
+	// that fires. Blank, the store stamps watchdog for a recovery marker.
+	if b.IsLaunch(target) {
+		reason = board.ReasonNone
+	}
+	changed, err := r.cfg.Store.SetStateOwned(ctx, board.OwnedMove{
+		Card: c.ID, Token: tok, To: target, From: c.State, Reason: reason,
+	})
+	if err != nil {
+		cr.Outcome, cr.Err = OutcomeError, fmt.Errorf("file %s → %s: %w", c.State, target, err)
+		return false
+	}
+	if !changed {
+		// The card left the state the transfer observed: an operator moved
+		// it after the transfer. Their move wins; the claim is released.
+		r.cfg.Logger.Info("watchdog: card moved during filing, honouring the move",
+			"card", c.ID, "observed", c.State, "target", target)
+		return true
+	}
+	cr.FiledTo = target
+	r.cfg.Logger.Info("watchdog: card filed", "card", c.ID, "from", c.State, "to", target,
+		"reason", reason, "rule", cr.Decision.Rule)
+	return true
+}
+
+// release drops the recovery claim. The outcome is filed when a filing
+// preceded it, released otherwise.
+func (r *Reaper) release(ctx context.Context, cr *CardResult, c board.Card, tok board.ClaimToken) {
+	if err := r.cfg.Store.ReleaseOwned(ctx, c.ID, tok); err != nil {
+		cr.Outcome, cr.Err = OutcomeError, fmt.Errorf("release: %w", err)
+		return
+	}
+	if cr.FiledTo != "" {
+		cr.Outcome = OutcomeFiled
+	} else {
+		cr.Outcome = OutcomeReleased
+	}
+}
+
+// sweepRecovery releases abandoned recovery claims, gate on or off
+// (ADR-096 §8, §9). A recovery claim is abandoned when its lease has ended
+// (or was stripped by a foreign write) and this pass's decisions did not
+// take it up: nobody renews a recovery claim, so once its lease ends its
+// holder — a reaper that died, was switched off, or granted its one-time
+// hold — is done with it. With the gate on, the decision pass ran first
+// and took up the ones it could rule on (a retried filing, a spent hold);
+// what is left is released bare, which is a pure return to the card's
+// pre-watchdog state: release-only, never a filing.
+//
+// The population comes from the claimed-cards index rather than the
+// expired-claims listing, whose batch would be starved by conserved worker
+// claims while the gate is off.
+func (r *Reaper) sweepRecovery(ctx context.Context, takenUp map[string]bool, dryRun bool) ([]SweepResult, error) {
+	claimed, err := r.cfg.Store.ListCards(ctx, board.CardFilter{ClaimedOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("recovery sweep: list claimed cards: %w", err)
+	}
+	now := r.cfg.Clock.Now()
+	var out []SweepResult
+	for _, c := range claimed {
+		if !board.IsRecoveryMarker(c.Claim) || takenUp[c.ID] {
+			continue
+		}
+		if !c.LeaseExpired(now) && !c.ClaimLeaseUntil.IsZero() {
+			continue
+		}
+		sr := SweepResult{Sweep: SweepRecovery, Card: c.ID, Marker: c.Claim}
+		r.releaseBare(ctx, &sr, dryRun)
+		out = append(out, sr)
+	}
+	return out, nil
+}
+
+// sweepUnleased (fleet only, gate on or off) releases ordinary claims a
+// mixed-fleet write stripped of lease and fence — their holder can neither
+// renew, write nor release them (ADR-096 §8, §9). The query selects only
+// running-column cards with a recorded run, and the release fires only for
+// a disposition that settles the card (complete, fail, repark). Everything
+// else stays conserved for the gated reap: a kept claim (pause brake,
+// operator cancel, armed continuation) is load-bearing, and a pruned
+// pointer released bare would sit unclaimed and unfiled in the running
+// column. The run is read plainly — promoting it would be a decision.
+func (r *Reaper) sweepUnleased(ctx context.Context, dryRun bool) ([]SweepResult, error) {
+	now := r.cfg.Clock.Now()
+	cards, err := r.cfg.Store.ListUnleasedRunningClaims(ctx, now.Add(-r.cfg.UnleasedHorizon), r.cfg.Batch)
+	if err != nil {
+		return nil, fmt.Errorf("unleased sweep: %w", err)
+	}
+	var out []SweepResult
+	for _, c := range cards {
+		if board.IsRecoveryMarker(c.Claim) {
+			continue // the recovery sweep's population
+		}
+		run, runErr := r.readRun(ctx, c)
+		d := DecideStuckCard(StuckCard{Run: run, RunErr: runErr, Card: c, Board: r.cfg.Store.Board(), Now: now, Lease: r.cfg.Lease()})
+		sr := SweepResult{Sweep: SweepUnleased, Card: c.ID, Marker: c.Claim, Decision: &d}
+		switch d.Action {
+		case ActionComplete, ActionFail, ActionRepark:
+			r.releaseBare(ctx, &sr, dryRun)
+		default:
+			sr.Outcome = OutcomeKept
+			if dryRun {
+				sr.Outcome = OutcomeDecided
+			}
+		}
+		out = append(out, sr)
+	}
+	return out, nil
+}
+
+// releaseBare releases the claim held by sr.Marker (any epoch): the sweeps'
+// release-only verb.
+func (r *Reaper) releaseBare(ctx context.Context, sr *SweepResult, dryRun bool) {
+	if dryRun {
+		sr.Outcome = OutcomeDecided
+		return
+	}
+	err := r.cfg.Store.Release(ctx, sr.Card, sr.Marker, r.recovery)
+	switch {
+	case errors.Is(err, board.ErrClaimConflict):
+		sr.Outcome = OutcomeSkippedConflict
+	case err != nil:
+		sr.Outcome, sr.Err, sr.Error = OutcomeError, err, err.Error()
+	default:
+		sr.Outcome = OutcomeReleased
+		r.cfg.Logger.Warn("watchdog: released an abandoned claim", "sweep", sr.Sweep, "card", sr.Card, "marker", sr.Marker)
+	}
+}

@@ -1,0 +1,761 @@
+package watchdog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+func TestReaperFinishedRunFilesTheCard(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.card("c1", board.StateReady)
+	prev, _ := e.launch("c1", board.RunFinished, board.Run{})
+	e.expire()
+	seq := e.lastSeq()
+
+	cr := e.pass("c1")
+	wantOutcome(t, cr, OutcomeFiled)
+	if cr.Token.Marker != e.r.RecoveryMarker() || cr.Token.Epoch != prev.Epoch+1 {
+		t.Errorf("recovery token = %+v, want %s at epoch %d", cr.Token, e.r.RecoveryMarker(), prev.Epoch+1)
+	}
+	c := e.wantState("c1", board.StateDone)
+	e.wantFree("c1")
+	if c.ClaimEpoch != prev.Epoch+1 {
+		t.Errorf("epoch after release = %d, want %d (the fence never goes down)", c.ClaimEpoch, prev.Epoch+1)
+	}
+	evs := e.stateEvents(seq, "c1")
+	if len(evs) != 1 {
+		t.Fatalf("state events = %+v, want exactly one filing", evs)
+	}
+	// The run's own verdict: the downstream chain fires as for a living owner.
+	if evs[0].Reason != board.ReasonRunFinished || !evs[0].FiresEffects() {
+		t.Errorf("filing reason = %q (fires %v), want run_finished firing effects", evs[0].Reason, evs[0].FiresEffects())
+	}
+}
+
+func TestReaperFailedRunFilesTheCardAsFailed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.card("c1", board.StateReady)
+	e.launch("c1", board.RunFailed, board.Run{})
+	e.expire()
+	seq := e.lastSeq()
+
+	wantOutcome(t, e.pass("c1"), OutcomeFiled)
+	e.wantState("c1", board.StateFailed)
+	e.wantFree("c1")
+	evs := e.stateEvents(seq, "c1")
+	if len(evs) != 1 || evs[0].Reason != board.ReasonRunFailed {
+		t.Errorf("state events = %+v, want one filing with reason run_failed", evs)
+	}
+}
+
+func TestReaperPausedRunIsKept(t *testing.T) {
+	t.Parallel()
+	for _, status := range []board.RunStatus{board.RunPausedWaitingHuman, board.RunPausedOperator, board.RunCancelled, board.RunRunning} {
+		t.Run(string(status), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.probe.Spawn(workerPID, 0) // the worker host is not ours anyway
+			e.card("c1", board.StateReady)
+			prev, _ := e.launch("c1", status, board.Run{})
+			e.expire()
+			seq := e.lastSeq()
+
+			cr := e.pass("c1")
+			wantOutcome(t, cr, OutcomeKept)
+			e.wantClaim("c1", prev)
+			e.wantState("c1", board.StateInProgress)
+			if evs := e.eventsSince(seq); len(evs) != 0 {
+				t.Errorf("a kept card wrote events %+v", evs)
+			}
+		})
+	}
+}
+
+func TestReaperResumableRunReturnsTheCard(t *testing.T) {
+	t.Parallel()
+	t.Run("local: release only, the re-claim resumes the run", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.card("c1", board.StateReady)
+		e.launch("c1", board.RunFailedResumable, board.Run{Checkpoint: "step-3"})
+		e.expire()
+		seq := e.lastSeq()
+
+		wantOutcome(t, e.pass("c1"), OutcomeReleased)
+		e.wantState("c1", board.StateInProgress)
+		e.wantFree("c1")
+		if evs := e.stateEvents(seq, "c1"); len(evs) != 0 {
+			t.Errorf("a local repark moved the card: %+v", evs)
+		}
+		// And the pool can reach it: in_progress is a pool state locally.
+		got, _, err := e.store.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: "workerhost-5000", Lease: lease})
+		if err != nil || got.ID != "c1" {
+			t.Errorf("ClaimNext = %s, %v; want c1 back in the pool", got.ID, err)
+		}
+	})
+	t.Run("fleet: back to the first pool state under machine provenance", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, fleet)
+		e.card("c1", board.StateReady)
+		e.launch("c1", board.RunFailedResumable, board.Run{Checkpoint: "step-3"})
+		e.expire()
+		seq := e.lastSeq()
+
+		cr := e.pass("c1")
+		wantOutcome(t, cr, OutcomeFiled)
+		e.wantState("c1", board.StateReady)
+		e.wantFree("c1")
+		evs := e.stateEvents(seq, "c1")
+		if len(evs) != 1 || evs[0].Reason != board.ReasonWatchdog || evs[0].FiresEffects() {
+			t.Errorf("state events = %+v, want one repark stamped watchdog that fires nothing", evs)
+		}
+	})
+}
+
+func TestReaperNoRunReleasesOnly(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		state string
+	}{
+		{"claimed in a pool column", board.StateReady},
+		{"claimed in the running column, past the stamp window", board.StateInProgress},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, fleet)
+			e.card("c1", tc.state)
+			e.claim("c1", workerMarker)
+			e.clock.Advance(StampWindow*lease + time.Second)
+			seq := e.lastSeq()
+
+			cr := e.pass("c1")
+			wantOutcome(t, cr, OutcomeReleased)
+			if cr.Decision.Rule != RuleNoRun {
+				t.Errorf("decision = %s, want %s", cr.Decision.Rule, RuleNoRun)
+			}
+			// A release-only card is never filed (not as failed, not at all).
+			e.wantState("c1", tc.state)
+			e.wantFree("c1")
+			if evs := e.stateEvents(seq, "c1"); len(evs) != 0 {
+				t.Errorf("a release-only card was filed: %+v", evs)
+			}
+		})
+	}
+}
+
+func TestReaperNoRunConservationIsBoundedByTheStampWindow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.card("c1", board.StateInProgress)
+	prev := e.claim("c1", workerMarker)
+
+	e.expire() // expired, but younger than two leases: the stamp may land
+	cr := e.pass("c1")
+	wantOutcome(t, cr, OutcomeKept)
+	if cr.Decision.Rule != RuleStampWindowOpen {
+		t.Errorf("decision = %s, want %s", cr.Decision.Rule, RuleStampWindowOpen)
+	}
+	e.wantClaim("c1", prev)
+
+	e.clock.Set(t0.Add(StampWindow * lease)) // exactly two leases: the window is closed
+	cr = e.pass("c1")
+	wantOutcome(t, cr, OutcomeReleased)
+	e.wantFree("c1")
+	e.wantState("c1", board.StateInProgress)
+}
+
+func TestReaperHonoursAnOperatorMoveBetweenListingAndTransfer(t *testing.T) {
+	t.Parallel()
+	t.Run("resumable card parked by the operator is held once, then released where they put it", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, fleet)
+		e.card("c1", board.StateReady)
+		e.launch("c1", board.RunFailedResumable, board.Run{Checkpoint: "step-3"})
+		e.expire()
+		e.r.beforeTransfer = func(c board.Card) {
+			if err := e.store.SetState(e.ctx, board.Move{Card: c.ID, To: board.StateBacklog, Actor: "uid:0"}); err != nil {
+				t.Errorf("operator move: %v", err)
+			}
+		}
+
+		cr := e.pass("c1")
+		// The listing's copy said repark; the card the transfer observed is
+		// parked, and that decision is the one that counts.
+		if cr.PreCheck.Action != ActionRepark {
+			t.Errorf("pre-check = %s, want repark", cr.PreCheck.Action)
+		}
+		if cr.Decision.Action != ActionKeep || cr.Decision.Rule != RuleRecoveryHold {
+			t.Errorf("decision = %s/%s, want keep/%s", cr.Decision.Action, cr.Decision.Rule, RuleRecoveryHold)
+		}
+		wantOutcome(t, cr, OutcomeTransferred)
+		e.wantState("c1", board.StateBacklog)
+		e.wantClaim("c1", cr.Token)
+
+		e.r.beforeTransfer = nil
+		e.expire()
+		cr = e.pass("c1")
+		wantOutcome(t, cr, OutcomeReleased)
+		if cr.Decision.Rule != RuleRecoveryHoldSpent {
+			t.Errorf("decision = %s, want %s", cr.Decision.Rule, RuleRecoveryHoldSpent)
+		}
+		e.wantState("c1", board.StateBacklog)
+		e.wantFree("c1")
+	})
+	t.Run("finished run on a card the operator cancelled is not refiled out of the sink", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.card("c1", board.StateReady)
+		e.launch("c1", board.RunFinished, board.Run{})
+		e.expire()
+		e.r.beforeTransfer = func(c board.Card) {
+			if err := e.store.SetState(e.ctx, board.Move{Card: c.ID, To: board.StateCancelled, Actor: "uid:0"}); err != nil {
+				t.Errorf("operator move: %v", err)
+			}
+		}
+		seq := e.lastSeq()
+
+		cr := e.pass("c1")
+		wantOutcome(t, cr, OutcomeReleased)
+		e.wantState("c1", board.StateCancelled)
+		e.wantFree("c1")
+		for _, ev := range e.stateEvents(seq, "c1") {
+			if ev.Actor != "uid:0" {
+				t.Errorf("the watchdog wrote a state event %+v over the operator's move", ev)
+			}
+		}
+	})
+	t.Run("an operator force-release between listing and transfer is a clean skip", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.card("c1", board.StateReady)
+		e.launch("c1", board.RunFinished, board.Run{})
+		e.expire()
+		e.r.beforeTransfer = func(c board.Card) {
+			if err := e.store.Release(e.ctx, c.ID, c.Claim, "uid:0"); err != nil {
+				t.Errorf("operator release: %v", err)
+			}
+		}
+
+		wantOutcome(t, e.pass("c1"), OutcomeSkippedConflict)
+		e.wantState("c1", board.StateInProgress)
+		e.wantFree("c1")
+	})
+}
+
+func TestReaperParkedCardIsNotHeldForever(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.card("c1", board.StateReady)
+	e.launch("c1", board.RunFailedResumable, board.Run{Checkpoint: "step-3"})
+	// Parked before the owner died: an operator moved it out of the pool.
+	if err := e.store.SetState(e.ctx, board.Move{Card: "c1", To: board.StateAwaitingInput, Actor: "uid:0"}); err != nil {
+		t.Fatalf("SetState: %v", err)
+	}
+	e.expire()
+
+	cr := e.pass("c1")
+	wantOutcome(t, cr, OutcomeTransferred)
+	hold := cr.Token
+
+	// Before the hold's lease ends the card is not even listed.
+	res, err := e.r.RunOnce(e.ctx, false)
+	if err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	if _, listed := res.Card("c1"); listed {
+		t.Error("a card under a live recovery hold was listed")
+	}
+	e.wantClaim("c1", hold)
+
+	e.expire()
+	cr = e.pass("c1")
+	wantOutcome(t, cr, OutcomeReleased)
+	if cr.Prev != hold {
+		t.Errorf("second pass transferred %+v, want the hold %+v", cr.Prev, hold)
+	}
+	e.wantFree("c1")
+	e.wantState("c1", board.StateAwaitingInput)
+}
+
+func TestReaperRenewedClaimIsSkipped(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.card("c1", board.StateReady)
+	prev, _ := e.launch("c1", board.RunFinished, board.Run{})
+	e.expire()
+	e.r.beforeTransfer = func(c board.Card) {
+		res, err := e.store.RenewClaims(e.ctx, []board.Hold{{Card: c.ID, Token: c.Token()}}, lease)
+		if err != nil || res[0].Err != nil {
+			t.Errorf("RenewClaims: %v %+v", err, res)
+		}
+	}
+
+	wantOutcome(t, e.pass("c1"), OutcomeSkippedConflict)
+	e.wantClaim("c1", prev)
+	e.wantState("c1", board.StateInProgress)
+}
+
+func TestReaperNeverStealsAFreshClaim(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.card("c1", board.StateReady)
+	prev, _ := e.launch("c1", board.RunFinished, board.Run{})
+	e.clock.Advance(lease - time.Millisecond)
+	seq := e.lastSeq()
+
+	res, err := e.r.RunOnce(e.ctx, false)
+	if err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	if len(res.Cards) != 0 {
+		t.Errorf("pass decided %+v on a live lease", res.Cards)
+	}
+	e.wantClaim("c1", prev)
+	if evs := e.eventsSince(seq); len(evs) != 0 {
+		t.Errorf("events %+v on a live lease", evs)
+	}
+}
+
+func TestReaperPrunedRunIsAGiveUp(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.card("c1", board.StateReady)
+	tok := e.claim("c1", workerMarker)
+	if _, err := e.store.SetStateOwned(e.ctx, board.OwnedMove{Card: "c1", Token: tok, To: board.StateInProgress}); err != nil {
+		t.Fatalf("SetStateOwned: %v", err)
+	}
+	// The pointer names a run the store does not have: pruned.
+	if err := e.store.SetLastRunOwned(e.ctx, "c1", tok, "run-pruned"); err != nil {
+		t.Fatalf("SetLastRunOwned: %v", err)
+	}
+	e.expire() // well inside the stamp window: the pointer is the stamp
+	seq := e.lastSeq()
+
+	cr := e.pass("c1")
+	wantOutcome(t, cr, OutcomeFiled)
+	c := e.wantState("c1", board.StateFailed)
+	e.wantFree("c1")
+	if c.GaveUp == nil || c.GaveUp.RunID != "run-pruned" || c.GaveUp.State != board.StateInProgress || c.GaveUp.Reason == "" {
+		t.Errorf("gave_up = %+v, want a stamp naming run-pruned, the in_progress column and why", c.GaveUp)
+	}
+	evs := e.stateEvents(seq, "c1")
+	if len(evs) != 1 || evs[0].Reason != board.ReasonWatchdog || evs[0].FiresEffects() {
+		t.Errorf("state events = %+v, want one machine filing that fires nothing", evs)
+	}
+}
+
+func TestReaperRunCeiling(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		priorRuns int // runs before the last one
+		want      string
+	}{
+		{"a healthy card is reparked", 2, board.StateReady},
+		{"one run short of the ceiling is reparked", DefaultRunCeiling - 2, board.StateReady},
+		{"twenty lifetime runs files the card to blocked", DefaultRunCeiling - 1, board.StateBlocked},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, fleet)
+			e.card("c1", board.StateReady)
+			for i := range tc.priorRuns {
+				if _, err := e.store.CreateRun(e.ctx, board.Run{ID: fmt.Sprintf("old-%d", i), Card: "c1", Status: board.RunFailedResumable}); err != nil {
+					t.Fatalf("CreateRun: %v", err)
+				}
+			}
+			e.launch("c1", board.RunFailedResumable, board.Run{Checkpoint: "step-3"})
+			if got := len(e.get("c1").Runs); got != tc.priorRuns+1 {
+				t.Fatalf("card has %d runs, want %d", got, tc.priorRuns+1)
+			}
+			e.expire()
+			seq := e.lastSeq()
+
+			wantOutcome(t, e.pass("c1"), OutcomeFiled)
+			e.wantState("c1", tc.want)
+			e.wantFree("c1")
+			evs := e.stateEvents(seq, "c1")
+			if len(evs) != 1 || evs[0].Reason != board.ReasonWatchdog {
+				t.Errorf("state events = %+v, want one filing under machine provenance", evs)
+			}
+		})
+	}
+	t.Run("the ceiling is fleet-only: locally a repark is a release", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.card("c1", board.StateReady)
+		for i := range DefaultRunCeiling {
+			if _, err := e.store.CreateRun(e.ctx, board.Run{ID: fmt.Sprintf("old-%d", i), Card: "c1", Status: board.RunFailedResumable}); err != nil {
+				t.Fatalf("CreateRun: %v", err)
+			}
+		}
+		e.launch("c1", board.RunFailedResumable, board.Run{Checkpoint: "step-3"})
+		e.expire()
+		wantOutcome(t, e.pass("c1"), OutcomeReleased)
+		e.wantState("c1", board.StateInProgress)
+	})
+}
+
+func TestReaperFailedFilingKeepsTheRecoveryClaimAndRetries(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.card("c1", board.StateReady)
+	e.launch("c1", board.RunFinished, board.Run{})
+	e.expire()
+	e.faults.mu.Lock()
+	e.faults.failSetState = 1
+	e.faults.mu.Unlock()
+
+	cr := e.pass("c1")
+	wantOutcome(t, cr, OutcomeError)
+	if !errors.Is(cr.Err, errInjected) {
+		t.Errorf("err = %v, want the injected fault", cr.Err)
+	}
+	e.wantClaim("c1", cr.Token)
+	e.wantState("c1", board.StateInProgress)
+
+	// The recovery sweep must not drop a claim whose lease is still running.
+	res, err := e.r.RunOnce(e.ctx, false)
+	if err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	if len(res.Sweeps) != 0 {
+		t.Errorf("sweeps %+v touched a live recovery claim", res.Sweeps)
+	}
+
+	e.expire()
+	cr = e.pass("c1")
+	wantOutcome(t, cr, OutcomeFiled)
+	e.wantState("c1", board.StateDone)
+	e.wantFree("c1")
+}
+
+func TestReaperLivenessOracleInThePass(t *testing.T) {
+	t.Parallel()
+	t.Run("same host, owner pid dead: promoted and returned to the pool", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.card("c1", board.StateReady)
+		_, run := e.launch("c1", board.RunRunning, board.Run{Host: agentHost, PID: 777, PIDStart: 1_000, Checkpoint: "step-1"})
+		e.expire() // the lease proof is not yet there: only the pid proof
+
+		cr := e.pass("c1")
+		wantOutcome(t, cr, OutcomeReleased)
+		got := e.getRun(run.ID)
+		if got.Status != board.RunFailedResumable || got.FailureCode != board.FailureProcessOrphaned {
+			t.Errorf("run = %s/%s, want failed_resumable/PROCESS_ORPHANED", got.Status, got.FailureCode)
+		}
+		e.wantFree("c1")
+	})
+	t.Run("same host, owner pid alive: kept", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.probe.Spawn(777, 1_000)
+		e.card("c1", board.StateReady)
+		prev, run := e.launch("c1", board.RunRunning, board.Run{Host: agentHost, PID: 777, PIDStart: 1_000})
+		e.expire()
+
+		wantOutcome(t, e.pass("c1"), OutcomeKept)
+		if got := e.getRun(run.ID); got.Status != board.RunRunning {
+			t.Errorf("run status = %s, want running", got.Status)
+		}
+		e.wantClaim("c1", prev)
+	})
+	t.Run("other host, lease past the grace: promoted to failed and filed", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.card("c1", board.StateReady)
+		_, run := e.launch("c1", board.RunRunning, board.Run{})
+		e.clock.Advance(lease + lease/3 + time.Second)
+
+		cr := e.pass("c1")
+		wantOutcome(t, cr, OutcomeFiled)
+		if got := e.getRun(run.ID); got.Status != board.RunFailed || got.FailureCode != board.FailureProcessOrphaned {
+			t.Errorf("run = %s/%s, want failed/PROCESS_ORPHANED", got.Status, got.FailureCode)
+		}
+		e.wantState("c1", board.StateFailed)
+	})
+	t.Run("other host, lease expired within the grace: kept", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.card("c1", board.StateReady)
+		prev, run := e.launch("c1", board.RunRunning, board.Run{})
+		e.clock.Advance(lease + lease/3) // exactly the grace: not longer ago than it
+
+		wantOutcome(t, e.pass("c1"), OutcomeKept)
+		if got := e.getRun(run.ID); got.Status != board.RunRunning {
+			t.Errorf("run status = %s, want running", got.Status)
+		}
+		e.wantClaim("c1", prev)
+	})
+}
+
+func TestReaperGateOff(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.gate.Store(false)
+	// A card the gated reap would file...
+	e.card("c1", board.StateReady)
+	prev, _ := e.launch("c1", board.RunFinished, board.Run{})
+	// ...and an abandoned recovery claim another agent's reaper left behind.
+	e.card("c2", board.StateReady)
+	e.launch("c2", board.RunFinished, board.Run{})
+	e.expire()
+	c2 := e.get("c2")
+	held, _, err := e.store.ReclaimExpired(e.ctx, board.Reclaim{Card: "c2", Prev: c2.Token(), RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: lease})
+	if err != nil {
+		t.Fatalf("ReclaimExpired: %v", err)
+	}
+	e.expire()
+
+	res, err := e.r.RunOnce(e.ctx, false)
+	if err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	if res.Enabled || len(res.Cards) != 0 {
+		t.Errorf("gate off: enabled=%v, decided %+v; want nothing decided", res.Enabled, res.Cards)
+	}
+	e.wantClaim("c1", prev)
+	e.wantState("c1", board.StateInProgress)
+
+	if len(res.Sweeps) != 1 || res.Sweeps[0].Card != "c2" || res.Sweeps[0].Sweep != SweepRecovery || res.Sweeps[0].Outcome != OutcomeReleased {
+		t.Fatalf("sweeps = %+v, want c2's recovery claim released", res.Sweeps)
+	}
+	c := e.wantFree("c2")
+	if c.State != board.StateInProgress || c.ClaimEpoch != held.Epoch {
+		t.Errorf("c2 = %s at epoch %d, want in_progress at %d: a sweep releases and does nothing else", c.State, c.ClaimEpoch, held.Epoch)
+	}
+}
+
+func TestReaperDryRunWritesNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, fleet)
+	e.card("c1", board.StateReady)
+	e.launch("c1", board.RunFinished, board.Run{})
+	e.card("c2", board.StateReady)
+	_, orphan := e.launch("c2", board.RunRunning, board.Run{Host: agentHost, PID: 777})
+	e.card("c3", board.StateReady)
+	e.launch("c3", board.RunPausedOperator, board.Run{})
+	e.expire()
+	seq := e.lastSeq()
+
+	res, err := e.r.RunOnce(e.ctx, true)
+	if err != nil {
+		t.Fatalf("RunOnce(dry): %v", err)
+	}
+	want := map[string]Action{"c1": ActionComplete, "c2": ActionFail, "c3": ActionKeep}
+	for id, action := range want {
+		cr, ok := res.Card(id)
+		if !ok {
+			t.Errorf("dry run did not decide %s", id)
+			continue
+		}
+		if cr.Outcome != OutcomeDecided || cr.Decision.Action != action {
+			t.Errorf("%s: %s/%s, want decided/%s", id, cr.Outcome, cr.Decision.Action, action)
+		}
+	}
+	if evs := e.eventsSince(seq); len(evs) != 0 {
+		t.Errorf("a dry run wrote %+v", evs)
+	}
+	if got := e.getRun(orphan.ID); got.Status != board.RunRunning {
+		t.Errorf("a dry run promoted the orphan to %s", got.Status)
+	}
+}
+
+func TestReaperUnleasedSweep(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		status board.RunStatus // "" for a pruned pointer
+		gate   bool
+		want   Outcome
+	}{
+		{"finished run, gate off: released", board.RunFinished, false, OutcomeReleased},
+		{"failed run, gate off: released", board.RunFailed, false, OutcomeReleased},
+		{"resumable run, gate off: released", board.RunFailedResumable, false, OutcomeReleased},
+		{"paused run: the brake is load-bearing, kept", board.RunPausedWaitingHuman, false, OutcomeKept},
+		{"cancelled run: kept", board.RunCancelled, false, OutcomeKept},
+		{"running run: kept, and not promoted", board.RunRunning, false, OutcomeKept},
+		{"pruned pointer: a give-up is a decision, kept", "", false, OutcomeKept},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, fleet)
+			e.gate.Store(tc.gate)
+			e.card("c1", board.StateReady)
+			var prev board.ClaimToken
+			if tc.status == "" {
+				prev = e.claim("c1", workerMarker)
+				if _, err := e.store.SetStateOwned(e.ctx, board.OwnedMove{Card: "c1", Token: prev, To: board.StateInProgress}); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.store.SetLastRunOwned(e.ctx, "c1", prev, "run-pruned"); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				prev, _ = e.launch("c1", tc.status, board.Run{Host: agentHost, PID: 777})
+			}
+			e.faults.mu.Lock()
+			e.faults.unleased = []string{"c1"}
+			e.faults.mu.Unlock()
+			seq := e.lastSeq()
+
+			res, err := e.r.RunOnce(e.ctx, false)
+			if err != nil {
+				t.Fatalf("RunOnce: %v", err)
+			}
+			if len(res.Sweeps) != 1 || res.Sweeps[0].Sweep != SweepUnleased {
+				t.Fatalf("sweeps = %+v, want one un-leased record", res.Sweeps)
+			}
+			if got := res.Sweeps[0].Outcome; got != tc.want {
+				t.Errorf("outcome = %s, want %s (decision %+v)", got, tc.want, res.Sweeps[0].Decision)
+			}
+			if tc.want == OutcomeReleased {
+				e.wantFree("c1")
+			} else {
+				e.wantClaim("c1", prev)
+			}
+			// Release-only: never a filing, never a run write.
+			e.wantState("c1", board.StateInProgress)
+			for _, ev := range e.eventsSince(seq) {
+				if ev.Type != board.EventReleased {
+					t.Errorf("the un-leased sweep wrote %s: %+v", ev.Type, ev)
+				}
+			}
+		})
+	}
+	t.Run("local twin: no un-leased sweep", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.card("c1", board.StateReady)
+		e.launch("c1", board.RunFinished, board.Run{})
+		e.faults.mu.Lock()
+		e.faults.unleased = []string{"c1"}
+		e.faults.mu.Unlock()
+		res, err := e.r.RunOnce(e.ctx, false)
+		if err != nil {
+			t.Fatalf("RunOnce: %v", err)
+		}
+		if len(res.Sweeps) != 0 {
+			t.Errorf("sweeps = %+v on the local twin", res.Sweeps)
+		}
+	})
+}
+
+func TestReaperRecoverySweepWithTheGateOn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	// Another agent's recovery claim over a card whose run is now paused:
+	// the decision pass keeps it (no transfer), so nobody will ever act on
+	// that claim — the sweep returns the card to what it was.
+	e.card("c1", board.StateReady)
+	e.launch("c1", board.RunPausedOperator, board.Run{})
+	e.expire()
+	c := e.get("c1")
+	if _, _, err := e.store.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: c.Token(), RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: lease}); err != nil {
+		t.Fatalf("ReclaimExpired: %v", err)
+	}
+	e.expire()
+
+	res, err := e.r.RunOnce(e.ctx, false)
+	if err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	if cr, _ := res.Card("c1"); cr.Outcome != OutcomeKept {
+		t.Errorf("decision pass outcome = %s, want kept", cr.Outcome)
+	}
+	if len(res.Sweeps) != 1 || res.Sweeps[0].Outcome != OutcomeReleased {
+		t.Errorf("sweeps = %+v, want the abandoned recovery claim released", res.Sweeps)
+	}
+	e.wantFree("c1")
+	e.wantState("c1", board.StateInProgress)
+}
+
+func TestReaperStartStop(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	passes := make(chan PassResult, 16)
+	e.r.cfg.OnPass = func(p PassResult) { passes <- p }
+	e.card("c1", board.StateReady)
+	e.launch("c1", board.RunFinished, board.Run{})
+	e.expire()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := e.r.Start(ctx); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if err := e.r.Start(ctx); !errors.Is(err, ErrAlreadyStarted) {
+		t.Errorf("second Start = %v, want ErrAlreadyStarted", err)
+	}
+	// Start runs the startup pass at once: no waiting for the interval.
+	select {
+	case p := <-passes:
+		if cr, ok := p.Card("c1"); !ok || cr.Outcome != OutcomeFiled {
+			t.Errorf("startup pass = %+v, want c1 filed", p.Cards)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no startup pass within 10s")
+	}
+	e.r.Stop()
+	e.r.Stop() // idempotent
+	if err := e.r.Start(ctx); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	e.r.Stop()
+}
+
+func TestNewValidatesConfig(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tests := []struct {
+		name string
+		cfg  Config
+	}{
+		{"no store", Config{Marker: agentMarker}},
+		{"bad marker", Config{Store: e.store, Marker: "nohyphen"}},
+		{"a recovery marker as the agent's own", Config{Store: e.store, Marker: board.RecoveryMarker(agentMarker)}},
+		{"un-leased horizon below one lease", Config{Store: e.store, Marker: agentMarker, UnleasedHorizon: time.Second}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if _, err := New(tc.cfg); !errors.Is(err, ErrInvalidConfig) {
+				t.Errorf("New = %v, want ErrInvalidConfig", err)
+			}
+		})
+	}
+}
+
+func TestParseGate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in       string
+		want     bool
+		wantWarn bool
+	}{
+		{"1", true, false}, {"true", true, false}, {"ON", true, false}, {" yes ", true, false},
+		{"0", false, false}, {"false", false, false}, {"off", false, false}, {"No", false, false}, {"", false, false},
+		{"enable", false, true}, {"2", false, true}, {"tru", false, true},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%q", tc.in), func(t *testing.T) {
+			t.Parallel()
+			got, warn := ParseGate(tc.in)
+			if got != tc.want || (warn != "") != tc.wantWarn {
+				t.Errorf("ParseGate(%q) = %v, %q; want %v, warning %v", tc.in, got, warn, tc.want, tc.wantWarn)
+			}
+		})
+	}
+}
