@@ -382,8 +382,14 @@ func checkFences(card string, ops []stressOp) []string {
 			}
 		}
 	}
+	// Past a handful, more reports of the same card say nothing new.
+	if len(out) > maxFenceReports {
+		out = append(out[:maxFenceReports], fmt.Sprintf("card %s: %d more fencing violations not shown", card, len(out)-maxFenceReports))
+	}
 	return out
 }
+
+const maxFenceReports = 8
 
 // holderState is the per-card model state: who holds the card at which
 // epoch, and (strict model only) whether the lease was ended.

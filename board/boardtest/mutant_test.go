@@ -1,0 +1,152 @@
+package boardtest_test
+
+// The suite is only worth running if it can fail. These tests wrap a real
+// store (the bbolt twin) in deliberately broken decorators — each one
+// breaks one rule of the contract — run the suite against each mutant in a
+// child test process, and require that the child fails in the subtests that
+// pin the broken rule.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/board/boardtest"
+	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
+)
+
+const mutantEnv = "LEASEKEEPER_BOARDTEST_MUTANT"
+
+// fenceBypass accepts SetLastRunOwned with any token by presenting the
+// card's current one.
+type fenceBypass struct{ board.Store }
+
+func (m fenceBypass) SetLastRunOwned(ctx context.Context, card string, tok board.ClaimToken, runID string) error {
+	if c, err := m.Store.GetCard(ctx, card); err == nil && c.Claimed() {
+		tok = c.Token()
+	}
+	return m.Store.SetLastRunOwned(ctx, card, tok, runID)
+}
+
+// claimSteals takes a held card from its holder instead of refusing.
+type claimSteals struct{ board.Store }
+
+func (m claimSteals) Claim(ctx context.Context, r board.ClaimRequest) (board.ClaimToken, error) {
+	tok, err := m.Store.Claim(ctx, r)
+	if ce, ok := board.AsClaimConflict(err); ok {
+		if err := m.Store.Release(ctx, r.Card, ce.Holder, "mutant"); err != nil {
+			return board.ClaimToken{}, err
+		}
+		return m.Store.Claim(ctx, r)
+	}
+	return tok, err
+}
+
+// reclaimIgnoresLease transfers live leases too.
+type reclaimIgnoresLease struct{ board.Store }
+
+func (m reclaimIgnoresLease) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.ClaimToken, board.Card, error) {
+	r.Cutoff = r.Cutoff.Add(1000 * time.Hour)
+	return m.Store.ReclaimExpired(ctx, r)
+}
+
+// anonymousConflict refuses claims without naming the holder.
+type anonymousConflict struct{ board.Store }
+
+func (m anonymousConflict) Claim(ctx context.Context, r board.ClaimRequest) (board.ClaimToken, error) {
+	tok, err := m.Store.Claim(ctx, r)
+	if errors.Is(err, board.ErrClaimConflict) {
+		return tok, fmt.Errorf("card %s: %w", r.Card, board.ErrClaimConflict)
+	}
+	return tok, err
+}
+
+// sinkLeaks lets SetState leave a terminal state by going through Reopen.
+type sinkLeaks struct{ board.Store }
+
+func (m sinkLeaks) SetState(ctx context.Context, mv board.Move) error {
+	err := m.Store.SetState(ctx, mv)
+	if errors.Is(err, board.ErrTerminalStateExit) {
+		return m.Store.Reopen(ctx, mv)
+	}
+	return err
+}
+
+var mutants = map[string]func(board.Store) board.Store{
+	"fenceBypass":         func(s board.Store) board.Store { return fenceBypass{s} },
+	"claimSteals":         func(s board.Store) board.Store { return claimSteals{s} },
+	"reclaimIgnoresLease": func(s board.Store) board.Store { return reclaimIgnoresLease{s} },
+	"anonymousConflict":   func(s board.Store) board.Store { return anonymousConflict{s} },
+	"sinkLeaks":           func(s board.Store) board.Store { return sinkLeaks{s} },
+}
+
+func mutantHarness(t *testing.T) boardtest.Harness {
+	wrap, ok := mutants[os.Getenv(mutantEnv)]
+	if !ok {
+		t.Skipf("runs only as a child of TestSuiteCatchesMutants (%s names the mutant)", mutantEnv)
+	}
+	return boardtest.Harness{Open: func(t *testing.T, cfg boardtest.Config) board.Store {
+		s, err := boltstore.Open(filepath.Join(t.TempDir(), "board.db"), boltstore.Options{Board: cfg.Board, Clock: cfg.Clock, LockTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return wrap(s)
+	}}
+}
+
+func TestMutantExercise(t *testing.T) { boardtest.Exercise(t, mutantHarness(t)) }
+
+func TestMutantStress(t *testing.T) {
+	boardtest.StressFencing(t, mutantHarness(t), boardtest.StressOptions{Cards: 2, Workers: 6, Duration: 2 * time.Second, Ops: 800})
+}
+
+func TestSuiteCatchesMutants(t *testing.T) {
+	if testing.Short() {
+		t.Skip("re-runs the suite once per mutant")
+	}
+	cases := []struct {
+		mutant string
+		run    string   // -test.run pattern for the child
+		fails  []string // subtests the child must report as failed
+	}{
+		{"fenceBypass", "TestMutantExercise/Owner/StaleTokenRefused/SameMarkerEarlierEpoch|TestMutantStress",
+			[]string{"TestMutantExercise/Owner/StaleTokenRefused/SameMarkerEarlierEpoch/SetLastRunOwned", "TestMutantStress"}},
+		{"claimSteals", "TestMutantExercise/Claims/(OtherMarker|ExpiredClaim)|TestMutantStress",
+			[]string{"TestMutantExercise/Claims/OtherMarkerIsConflictNamingHolder", "TestMutantExercise/Claims/ExpiredClaimIsNotTakenByClaim", "TestMutantStress"}},
+		{"reclaimIgnoresLease", "TestMutantExercise/Watchdog/TransferRefused|TestMutantStress",
+			[]string{"TestMutantExercise/Watchdog/TransferRefused/CutoffBeforeLease", "TestMutantExercise/Watchdog/TransferRefusedForLiveLease", "TestMutantStress"}},
+		{"anonymousConflict", "TestMutantExercise/Claims/OtherMarker",
+			[]string{"TestMutantExercise/Claims/OtherMarkerIsConflictNamingHolder"}},
+		{"sinkLeaks", "TestMutantExercise/States/TerminalIsASink/SetState/",
+			[]string{"TestMutantExercise/States/TerminalIsASink/SetState/doneToready"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.mutant, func(t *testing.T) {
+			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run", tc.run, "-test.v", "-test.count=1")
+			cmd.Env = append(os.Environ(), mutantEnv+"="+tc.mutant)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) {
+				t.Fatalf("the suite passed against mutant %s (err %v), want it to fail:\n%s", tc.mutant, err, out)
+			}
+			for _, name := range tc.fails {
+				if !strings.Contains(string(out), "--- FAIL: "+name+" ") {
+					t.Errorf("mutant %s: subtest %s did not fail\n%s", tc.mutant, name, tail(out, 60))
+				}
+			}
+		})
+	}
+}
+
+func tail(b []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
