@@ -1,0 +1,211 @@
+package apitype
+
+import (
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+// Liveness modes of the agent.
+const (
+	// LivenessPID renews a claim while the worker pid, matched with its
+	// start time, is alive.
+	LivenessPID = "pid"
+	// LivenessKeepalive renews a claim only while the worker's client pings.
+	LivenessKeepalive = "keepalive"
+)
+
+// ClaimRequest asks for a claim: exactly one of Card (that card) or Next
+// (the oldest unclaimed card in a pool state). The marker is never in the
+// body: the agent derives it from the caller's kernel credentials.
+type ClaimRequest struct {
+	Card string `json:"card,omitempty"`
+	Next bool   `json:"next,omitempty"`
+}
+
+// ClaimResponse is a granted claim.
+type ClaimResponse struct {
+	Card  board.Card       `json:"card"`
+	Token board.ClaimToken `json:"token"`
+	// LeaseMS is the lease the agent stamps and renews, in milliseconds.
+	LeaseMS int64 `json:"lease_ms"`
+	// TrustedMS is how long, from the moment the agent answered, the agent
+	// still trusts this lease. It is relative on purpose: the client adds it
+	// to its own monotonic clock, so the two processes' wall clocks never
+	// have to agree.
+	TrustedMS int64 `json:"trusted_ms"`
+	// Liveness is the agent's mode; in keepalive the client must ping every
+	// PingMS or the agent stops renewing.
+	Liveness string `json:"liveness"`
+	PingMS   int64  `json:"ping_ms"`
+}
+
+// Fenced is embedded in every owner write: the epoch of the caller's token.
+// The marker half of the token is the caller's own, from the kernel.
+type Fenced struct {
+	Epoch int64 `json:"epoch"`
+}
+
+// SetStateRequest is an owner's fenced state move.
+type SetStateRequest struct {
+	Fenced
+	To string `json:"to"`
+	// From, when set, makes the move a compare-and-set on the source state.
+	From string `json:"from,omitempty"`
+	// Reason may be empty, run_finished or run_failed; machine reasons are
+	// refused from workers (they would silence effects).
+	Reason board.Reason `json:"reason,omitempty"`
+}
+
+// ChangedResponse answers a write that may be a no-op.
+type ChangedResponse struct {
+	Changed bool `json:"changed"`
+}
+
+// SetLastRunRequest stamps the card's last_run_id.
+type SetLastRunRequest struct {
+	Fenced
+	RunID string `json:"run_id"`
+}
+
+// SetAwaitingInputRequest sets the awaiting_input flag.
+type SetAwaitingInputRequest struct {
+	Fenced
+	AwaitingInput bool `json:"awaiting_input"`
+}
+
+// SetGaveUpRequest sets (or, with null, clears) the gave_up stamp.
+type SetGaveUpRequest struct {
+	Fenced
+	GaveUp *board.GaveUp `json:"gave_up"`
+}
+
+// StartRunRequest creates a run owned by the caller's token and stamps the
+// card's last_run_id with it.
+type StartRunRequest struct {
+	Fenced
+	// ID is optional; the agent mints one when empty.
+	ID string `json:"id,omitempty"`
+	// Status defaults to running.
+	Status     board.RunStatus `json:"status,omitempty"`
+	Checkpoint string          `json:"checkpoint,omitempty"`
+}
+
+// UpdateRunRequest changes a run the caller owns. Nil fields are left alone.
+// IfStatus makes the update a compare-and-set on the current status.
+type UpdateRunRequest struct {
+	IfStatus     *board.RunStatus    `json:"if_status,omitempty"`
+	Status       *board.RunStatus    `json:"status,omitempty"`
+	Continuation *board.Continuation `json:"continuation,omitempty"`
+	FailureCode  *string             `json:"failure_code,omitempty"`
+	Checkpoint   *string             `json:"checkpoint,omitempty"`
+}
+
+// TrustedClaim is one claim the agent holds for the caller and how long it
+// still trusts its lease, relative to the moment the agent answered.
+type TrustedClaim struct {
+	Card      string `json:"card"`
+	Epoch     int64  `json:"epoch"`
+	TrustedMS int64  `json:"trusted_ms"`
+}
+
+// KeepaliveResponse answers a keepalive ping with the caller's claims.
+type KeepaliveResponse struct {
+	Claims []TrustedClaim `json:"claims"`
+}
+
+// CreateCardRequest creates a card (operator).
+type CreateCardRequest = board.NewCard
+
+// ListCardsResponse lists cards.
+type ListCardsResponse struct {
+	Cards []board.Card `json:"cards"`
+}
+
+// MoveRequest is an operator state move (SetState) or reopen.
+type MoveRequest struct {
+	To     string       `json:"to"`
+	Reason board.Reason `json:"reason,omitempty"`
+}
+
+// AdjustLabelsRequest is a relative label edit: add, then remove (removes win).
+type AdjustLabelsRequest struct {
+	Add    []string `json:"add,omitempty"`
+	Remove []string `json:"remove,omitempty"`
+}
+
+// SetLabelsRequest replaces the label set (absolute by contract).
+type SetLabelsRequest struct {
+	Labels []string `json:"labels"`
+}
+
+// ForceReleaseResponse names the claim an operator broke.
+type ForceReleaseResponse struct {
+	Card string `json:"card"`
+	// Holder and Epoch are the claim that was released; Holder is empty
+	// when the card was already free.
+	Holder string `json:"holder,omitempty"`
+	Epoch  int64  `json:"epoch,omitempty"`
+}
+
+// EventsResponse is a page of the audit log.
+type EventsResponse struct {
+	Events []board.Event `json:"events"`
+}
+
+// HeldClaim is one claim the agent renews, as shown by status.
+type HeldClaim struct {
+	Card      string `json:"card"`
+	Marker    string `json:"marker"`
+	Epoch     int64  `json:"epoch"`
+	PID       int    `json:"pid,omitempty"`
+	TrustedMS int64  `json:"trusted_ms"`
+}
+
+// Status describes the agent. The agent fills it; the socket only carries it.
+type Status struct {
+	Host      string      `json:"host"`
+	PID       int         `json:"pid"`
+	Marker    string      `json:"marker,omitempty"`
+	Version   string      `json:"version,omitempty"`
+	StartedAt time.Time   `json:"started_at"`
+	Socket    string      `json:"socket,omitempty"`
+	Backend   string      `json:"backend,omitempty"`
+	Liveness  string      `json:"liveness"`
+	LeaseMS   int64       `json:"lease_ms"`
+	Reaper    ReaperInfo  `json:"reaper"`
+	Claims    []HeldClaim `json:"claims"`
+	// Draining is true once the agent stopped granting new claims.
+	Draining bool `json:"draining,omitempty"`
+}
+
+// ReaperInfo is the watchdog's configuration and last pass.
+type ReaperInfo struct {
+	Enabled    bool        `json:"enabled"`
+	IntervalMS int64       `json:"interval_ms"`
+	Batch      int         `json:"batch"`
+	LastPass   *ReaperPass `json:"last_pass,omitempty"`
+}
+
+// ReaperPass reports one watchdog pass.
+type ReaperPass struct {
+	DryRun bool `json:"dry_run"`
+	// Gated is true when decisions were off (the gate stops decisions, not
+	// repair: ADR-096 §8).
+	Gated     bool             `json:"gated"`
+	StartedAt time.Time        `json:"started_at"`
+	Examined  int              `json:"examined"`
+	Decisions []ReaperDecision `json:"decisions"`
+}
+
+// ReaperDecision is what the watchdog decided (or would decide, dry run)
+// about one card.
+type ReaperDecision struct {
+	Card       string `json:"card"`
+	PrevHolder string `json:"prev_holder,omitempty"`
+	PrevEpoch  int64  `json:"prev_epoch,omitempty"`
+	Action     string `json:"action"`
+	Reason     string `json:"reason,omitempty"`
+	Applied    bool   `json:"applied"`
+	Error      string `json:"error,omitempty"`
+}

@@ -1,0 +1,299 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/apitype"
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+// Causes of a Claim's context cancellation; context.Cause(cl.Context())
+// wraps one of them with the details.
+var (
+	// ErrClaimLost: the agent reported the claim lost (an operator broke
+	// it, the lease could not be renewed, the owner check failed), or a
+	// fenced write was refused because someone else now holds the card.
+	ErrClaimLost = errors.New("claim lost")
+	// ErrLeaseUntrusted: the time the agent last said it trusted the lease
+	// ran out on this process's own clock without a fresher word from the
+	// agent: the agent is gone, hung, or no longer renewing this claim.
+	ErrLeaseUntrusted = errors.New("claim lease no longer trusted: no word from the agent")
+	// ErrReleased: the claim was released through Release.
+	ErrReleased = errors.New("claim released")
+)
+
+// Claim is a claim this process holds on a card.
+type Claim struct {
+	c     *Client
+	card  board.Card
+	token board.ClaimToken
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	deadline time.Time // monotonic: only ever compared with time.Now()
+	timer    *time.Timer
+	done     bool
+}
+
+// Context is cancelled when the claim ends: on claim_lost from the agent,
+// on Release, and BY ITSELF when the agent has not renewed its trust in the
+// lease in time. context.Cause names which.
+//
+// The last case is load-bearing. The watchdog may declare a run orphaned
+// once its owner's lease expired longer ago than the orphan grace, and that
+// proof is only sound if every holder stops by its lease deadline on its
+// own, even when it can no longer hear the agent (ADR-096 §2, the liveness
+// oracle; PRODUCT "The watchdog"). So the client keeps the deadline the
+// agent last vouched for, as a duration added to this process's monotonic
+// clock (the two processes' wall clocks never need to agree), and cancels
+// there unless a fresher ping moved it. A deadline that has passed is never
+// revived by a late frame.
+func (cl *Claim) Context() context.Context { return cl.ctx }
+
+// Card is the card as it was when the claim was granted.
+func (cl *Claim) Card() board.Card { return cl.card }
+
+// Token is the claim's fence.
+func (cl *Claim) Token() board.ClaimToken { return cl.token }
+
+// TrustedUntil is the monotonic deadline the client currently holds; the
+// Context is cancelled there unless the agent extends it.
+func (cl *Claim) TrustedUntil() time.Time {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.deadline
+}
+
+func (cl *Claim) start(trusted time.Duration, at time.Time) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	cl.deadline = at.Add(trusted)
+	cl.timer = time.AfterFunc(time.Until(cl.deadline), cl.expire)
+}
+
+// trust records that the agent, at (or before) `at`, still trusted the
+// lease for `remaining`. `at` must be no later than the moment the agent
+// measured it: the send time of a request, or the receipt of a frame.
+func (cl *Claim) trust(remaining time.Duration, at time.Time) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.done {
+		return
+	}
+	if !time.Now().Before(cl.deadline) {
+		cl.endLocked(fmt.Errorf("%w (card %s, epoch %d)", ErrLeaseUntrusted, cl.card.ID, cl.token.Epoch))
+		return
+	}
+	cl.deadline = at.Add(remaining)
+	cl.timer.Reset(time.Until(cl.deadline))
+}
+
+func (cl *Claim) expire() {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.done {
+		return
+	}
+	if left := time.Until(cl.deadline); left > 0 {
+		cl.timer.Reset(left)
+		return
+	}
+	cl.endLocked(fmt.Errorf("%w (card %s, epoch %d)", ErrLeaseUntrusted, cl.card.ID, cl.token.Epoch))
+}
+
+// end cancels the claim's context with cause and forgets it.
+func (cl *Claim) end(cause error) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	cl.endLocked(cause)
+}
+
+func (cl *Claim) endLocked(cause error) {
+	if cl.done {
+		return
+	}
+	cl.done = true
+	if cl.timer != nil {
+		cl.timer.Stop()
+	}
+	cl.cancel(cause)
+	go cl.c.forget(cl)
+}
+
+// Claim claims one card for this process.
+func (c *Client) Claim(ctx context.Context, card string) (*Claim, error) {
+	return c.claim(ctx, apitype.ClaimRequest{Card: card})
+}
+
+// ClaimNext claims the oldest unclaimed card in a pool state;
+// board.ErrNotFound when there is none.
+func (c *Client) ClaimNext(ctx context.Context) (*Claim, error) {
+	return c.claim(ctx, apitype.ClaimRequest{Next: true})
+}
+
+func (c *Client) claim(ctx context.Context, req apitype.ClaimRequest) (*Claim, error) {
+	// The watch stream is connected before the claim is asked for, so a
+	// claim_lost pushed right after the grant cannot fall between the two.
+	s, err := c.acquireSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sent := time.Now()
+	var resp apitype.ClaimResponse
+	if err := c.do(ctx, http.MethodPost, "/v1/claims", nil, req, &resp); err != nil {
+		c.releaseSession(s)
+		return nil, err
+	}
+	cctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	cl := &Claim{c: c, card: resp.Card, token: resp.Token, ctx: cctx, cancel: cancel}
+	cl.start(time.Duration(resp.TrustedMS)*time.Millisecond, sent)
+	c.mu.Lock()
+	if old := c.claims[resp.Card.ID]; old != nil && old != cl {
+		// A re-claim of a card this process already holds: the agent
+		// refreshed the same claim; keep one Claim per card.
+		c.mu.Unlock()
+		old.end(fmt.Errorf("%w: superseded by a new Claim on the same card", ErrReleased))
+		c.mu.Lock()
+	}
+	c.claims[resp.Card.ID] = cl
+	c.mu.Unlock()
+	return cl, nil
+}
+
+// forget drops a finished claim and stops the session when none is left.
+func (c *Client) forget(cl *Claim) {
+	c.mu.Lock()
+	if c.claims[cl.card.ID] == cl {
+		delete(c.claims, cl.card.ID)
+	} else {
+		c.mu.Unlock()
+		return
+	}
+	s := c.session
+	c.mu.Unlock()
+	if s != nil {
+		c.releaseSession(s)
+	}
+}
+
+func (c *Client) lookup(card string, epoch int64) *Claim {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl := c.claims[card]
+	if cl == nil || (epoch != 0 && cl.token.Epoch != epoch) {
+		return nil
+	}
+	return cl
+}
+
+func (c *Client) open() []*Claim {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*Claim, 0, len(c.claims))
+	for _, cl := range c.claims {
+		out = append(out, cl)
+	}
+	return out
+}
+
+// owned runs a fenced write; a claim conflict means the fence refused this
+// holder, so the claim is over and its context is cancelled.
+func (cl *Claim) owned(ctx context.Context, method, path string, q url.Values, body, out any) error {
+	err := cl.c.do(ctx, method, "/v1/claims/"+url.PathEscape(cl.card.ID)+path, q, body, out)
+	if errors.Is(err, board.ErrClaimConflict) {
+		cl.end(fmt.Errorf("%w: %w", ErrClaimLost, err))
+	}
+	return err
+}
+
+// StateOption modifies SetState.
+type StateOption func(*apitype.SetStateRequest)
+
+// From makes the move a compare-and-set on the declared source state.
+func From(state string) StateOption { return func(r *apitype.SetStateRequest) { r.From = state } }
+
+// WithReason gives the move a reason (empty, run_finished or run_failed).
+func WithReason(reason board.Reason) StateOption {
+	return func(r *apitype.SetStateRequest) { r.Reason = reason }
+}
+
+// SetState moves the card, fenced on this claim. changed is false when a
+// From condition did not hold.
+func (cl *Claim) SetState(ctx context.Context, to string, opts ...StateOption) (changed bool, err error) {
+	req := apitype.SetStateRequest{Fenced: cl.fence(), To: to}
+	for _, o := range opts {
+		o(&req)
+	}
+	var resp apitype.ChangedResponse
+	err = cl.owned(ctx, http.MethodPut, "/state", nil, req, &resp)
+	return resp.Changed, err
+}
+
+// SetLastRun stamps the card's last_run_id.
+func (cl *Claim) SetLastRun(ctx context.Context, runID string) error {
+	return cl.owned(ctx, http.MethodPut, "/last-run", nil, apitype.SetLastRunRequest{Fenced: cl.fence(), RunID: runID}, nil)
+}
+
+// SetAwaitingInput sets the card's awaiting_input flag.
+func (cl *Claim) SetAwaitingInput(ctx context.Context, awaiting bool) error {
+	return cl.owned(ctx, http.MethodPut, "/awaiting-input", nil,
+		apitype.SetAwaitingInputRequest{Fenced: cl.fence(), AwaitingInput: awaiting}, nil)
+}
+
+// SetGaveUp sets (nil: clears) the card's gave_up stamp.
+func (cl *Claim) SetGaveUp(ctx context.Context, g *board.GaveUp) error {
+	return cl.owned(ctx, http.MethodPut, "/gave-up", nil, apitype.SetGaveUpRequest{Fenced: cl.fence(), GaveUp: g}, nil)
+}
+
+// RunSpec describes a run to start. All fields are optional.
+type RunSpec struct {
+	ID         string
+	Status     board.RunStatus // default running
+	Checkpoint string
+}
+
+// StartRun records a run owned by this claim and points the card's
+// last_run_id at it.
+func (cl *Claim) StartRun(ctx context.Context, spec RunSpec) (board.Run, error) {
+	var run board.Run
+	err := cl.owned(ctx, http.MethodPost, "/runs", nil, apitype.StartRunRequest{
+		Fenced: cl.fence(), ID: spec.ID, Status: spec.Status, Checkpoint: spec.Checkpoint,
+	}, &run)
+	return run, err
+}
+
+// UpdateRun changes a run this claim started.
+func (cl *Claim) UpdateRun(ctx context.Context, runID string, u apitype.UpdateRunRequest) (board.Run, error) {
+	var run board.Run
+	err := cl.c.do(ctx, http.MethodPatch, "/v1/runs/"+url.PathEscape(runID), nil, u, &run)
+	if errors.Is(err, board.ErrClaimConflict) {
+		cl.end(fmt.Errorf("%w: %w", ErrClaimLost, err))
+	}
+	return run, err
+}
+
+// Release hands the card back. The claim's context is cancelled whatever
+// the answer: a release refused as a conflict means the claim was already
+// gone.
+func (cl *Claim) Release(ctx context.Context) error {
+	q := url.Values{"epoch": {strconv.FormatInt(cl.token.Epoch, 10)}}
+	err := cl.c.do(ctx, http.MethodDelete, "/v1/claims/"+url.PathEscape(cl.card.ID), q, nil, nil)
+	switch {
+	case err == nil:
+		cl.end(ErrReleased)
+	case errors.Is(err, board.ErrClaimConflict):
+		cl.end(fmt.Errorf("%w: %w", ErrClaimLost, err))
+	}
+	return err
+}
+
+func (cl *Claim) fence() apitype.Fenced { return apitype.Fenced{Epoch: cl.token.Epoch} }

@@ -1,0 +1,184 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/apitype"
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+// session follows the watch stream (and, in keepalive mode, pings) for as
+// long as this client holds or is acquiring claims.
+type session struct {
+	c      *Client
+	refs   int
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	ready    chan struct{} // closed after the first hello or first failure
+	readyErr error
+}
+
+// acquireSession returns the running session, starting it if needed, once
+// its watch stream is connected.
+func (c *Client) acquireSession(ctx context.Context) (*session, error) {
+	c.init()
+	c.mu.Lock()
+	s := c.session
+	if s == nil {
+		sctx, cancel := context.WithCancel(context.Background())
+		s = &session{c: c, ctx: sctx, cancel: cancel, ready: make(chan struct{})}
+		c.session = s
+		go s.run()
+	}
+	s.refs++
+	c.mu.Unlock()
+	select {
+	case <-s.ready:
+		if s.readyErr != nil {
+			c.releaseSession(s)
+			return nil, s.readyErr
+		}
+		return s, nil
+	case <-ctx.Done():
+		c.releaseSession(s)
+		return nil, ctx.Err()
+	}
+}
+
+func (c *Client) releaseSession(s *session) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s.refs--
+	if s.refs <= 0 {
+		s.cancel()
+		if c.session == s {
+			c.session = nil
+		}
+	}
+}
+
+const (
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = time.Second
+)
+
+func (s *session) run() {
+	var readyOnce bool
+	markReady := func(err error) {
+		if !readyOnce {
+			readyOnce = true
+			s.readyErr = err
+			close(s.ready)
+		}
+	}
+	after := int64(-1)
+	backoff := minBackoff
+	var pinger context.CancelFunc
+	defer func() {
+		if pinger != nil {
+			pinger()
+		}
+	}()
+	for s.ctx.Err() == nil {
+		err := s.c.Watch(s.ctx, after, func(f apitype.Frame) error {
+			received := time.Now()
+			switch f.Type {
+			case apitype.FrameHello:
+				backoff = minBackoff
+				if f.Missed && after >= 0 {
+					go s.verify()
+				}
+				if f.Liveness == apitype.LivenessKeepalive && pinger == nil && f.PingMS > 0 {
+					var pctx context.Context
+					pctx, pinger = context.WithCancel(s.ctx)
+					go s.ping(pctx, time.Duration(f.PingMS)*time.Millisecond)
+				}
+				markReady(nil)
+			case apitype.FrameClaimLost:
+				if cl := s.c.lookup(f.Card, f.Epoch); cl != nil {
+					cl.end(fmt.Errorf("%w: card %s epoch %d: %s", ErrClaimLost, f.Card, f.Epoch, f.Reason))
+				}
+			case apitype.FramePing:
+				// The frame's remaining time is counted from its receipt.
+				// A reader stalled while frames queued (a stopped process)
+				// reads old frames late; the deadline it already passed is
+				// never revived, and the newest frame in the queue wins.
+				for _, tc := range f.Claims {
+					if cl := s.c.lookup(tc.Card, tc.Epoch); cl != nil {
+						cl.trust(time.Duration(tc.TrustedMS)*time.Millisecond, received)
+					}
+				}
+			}
+			after = f.Seq
+			return nil
+		})
+		if s.ctx.Err() != nil {
+			return
+		}
+		if !readyOnce {
+			markReady(fmt.Errorf("opening the watch stream: %w", err))
+			return
+		}
+		// The stream broke. Claims keep counting down to the deadline the
+		// agent last vouched for; reconnect and resume from `after`.
+		t := time.NewTimer(backoff)
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(backoff*2, maxBackoff)
+	}
+}
+
+// ping keeps the agent renewing this process's claims in keepalive mode. A
+// stopped or hung process stops pinging, and the agent stops renewing: that
+// is the point of the mode. Each answer is also a sound bound on the trusted
+// time, since it is counted from when the ping was sent.
+func (s *session) ping(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		sent := time.Now()
+		var resp apitype.KeepaliveResponse
+		rctx, cancel := context.WithTimeout(ctx, every)
+		err := s.c.do(rctx, http.MethodPost, "/v1/keepalive", nil, struct{}{}, &resp)
+		cancel()
+		if err == nil {
+			for _, tc := range resp.Claims {
+				if cl := s.c.lookup(tc.Card, tc.Epoch); cl != nil {
+					cl.trust(time.Duration(tc.TrustedMS)*time.Millisecond, sent)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// verify re-checks every open claim against the board after the stream
+// said frames may have been missed: a claim_lost may have been among them.
+func (s *session) verify() {
+	for _, cl := range s.c.open() {
+		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+		card, err := s.c.GetCard(ctx, cl.card.ID)
+		cancel()
+		switch {
+		case errors.Is(err, board.ErrNotFound):
+			cl.end(fmt.Errorf("%w: card %s is gone", ErrClaimLost, cl.card.ID))
+		case err != nil:
+			// Cannot tell; the trusted deadline still bounds the claim.
+		case card.Token() != cl.token:
+			cl.end(fmt.Errorf("%w: card %s is now held by %q at epoch %d", ErrClaimLost, card.ID, card.Claim, card.ClaimEpoch))
+		}
+	}
+}

@@ -1,0 +1,152 @@
+package socketapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/leasekeeper/leasekeeper/apitype"
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/heartbeat"
+)
+
+// peer is the caller as the kernel saw it when it connected (SO_PEERCRED),
+// captured once per connection. Identity is never taken from a request body.
+type peer struct {
+	uid uint32
+	pid int // 0: the peer lives in a pid namespace the agent cannot see
+	// start is the pid's start time, read as soon as the connection was
+	// accepted; credentials are captured at connect(), so the pid could be
+	// recycled afterwards, and the start time is what tells the two apart.
+	start    int64
+	startErr error
+	credErr  error
+}
+
+type peerKey struct{}
+
+// connContext captures the peer credentials of a new connection and attaches
+// them to the context every request on that connection inherits.
+func (s *Server) connContext(ctx context.Context, c net.Conn) context.Context {
+	p := &peer{}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		p.credErr = fmt.Errorf("connection is %T, not a Unix socket", c)
+		return context.WithValue(ctx, peerKey{}, p)
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		p.credErr = err
+		return context.WithValue(ctx, peerKey{}, p)
+	}
+	var cred *unix.Ucred
+	var gerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, gerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		gerr = err
+	}
+	if gerr != nil {
+		p.credErr = gerr
+		return context.WithValue(ctx, peerKey{}, p)
+	}
+	p.uid, p.pid = cred.Uid, int(cred.Pid)
+	if p.pid > 0 {
+		p.start, p.startErr = s.cfg.Prober.StartTime(ctx, p.pid)
+	}
+	return context.WithValue(ctx, peerKey{}, p)
+}
+
+func peerOf(r *http.Request) (*peer, error) {
+	p, _ := r.Context().Value(peerKey{}).(*peer)
+	if p == nil {
+		return nil, fmt.Errorf("%w: no peer credentials on this connection", apitype.ErrUnauthorized)
+	}
+	if p.credErr != nil {
+		return nil, fmt.Errorf("%w: reading peer credentials: %v", apitype.ErrUnauthorized, p.credErr)
+	}
+	return p, nil
+}
+
+// worker is a caller resolved to a worker identity.
+type worker struct {
+	marker string
+	owner  heartbeat.Owner
+}
+
+// errForeignPID names the fix, because the operator reading it is the one
+// who has to change a pod spec or a compose file.
+var errForeignPID = errors.New("the agent cannot see this process's pid (it lives in another pid namespace): " +
+	"share the pid namespace with the agent (shareProcessNamespace: true / pid: service:...) " +
+	"or run the agent with liveness: keepalive")
+
+// workerOf resolves the caller to a worker. The marker is
+// board.WorkerMarker(host, kernel pid). Only when the kernel reports pid 0
+// (a foreign pid namespace) and the agent runs in keepalive mode does it
+// accept the marker the worker declares in the Leasekeeper-Worker header.
+// That identity is self-declared: any process that can open the socket may
+// claim any marker, so keepalive mode across namespaces trusts the socket's
+// file permissions (0660) and nothing else. Its claims carry no start time.
+func (s *Server) workerOf(r *http.Request) (worker, error) {
+	p, err := peerOf(r)
+	if err != nil {
+		return worker{}, err
+	}
+	if p.pid > 0 {
+		if p.startErr != nil {
+			return worker{}, fmt.Errorf("%w: cannot read the start time of pid %d: %v", apitype.ErrUnauthorized, p.pid, p.startErr)
+		}
+		m := board.WorkerMarker(s.cfg.Host, p.pid)
+		if err := board.ValidateMarker(m); err != nil {
+			return worker{}, fmt.Errorf("%w: pid %d cannot hold claims: %v", apitype.ErrForbidden, p.pid, err)
+		}
+		return worker{marker: m, owner: heartbeat.Owner{PID: p.pid, StartMillis: p.start, KeepaliveID: m}}, nil
+	}
+	if s.cfg.Liveness() != apitype.LivenessKeepalive {
+		return worker{}, fmt.Errorf("%w: %v", apitype.ErrForbidden, errForeignPID)
+	}
+	declared := strings.TrimSpace(r.Header.Get(apitype.WorkerHeader))
+	if declared == "" {
+		return worker{}, fmt.Errorf("%w: the agent cannot see this process's pid; in keepalive mode send the %s header (<host>-<pid>)",
+			apitype.ErrUnauthorized, apitype.WorkerHeader)
+	}
+	m, err := board.ParseMarker(declared)
+	if err != nil {
+		return worker{}, fmt.Errorf("%w: %s header: %v", apitype.ErrBadRequest, apitype.WorkerHeader, err)
+	}
+	if m.Recovery {
+		return worker{}, fmt.Errorf("%w: a worker cannot declare a recovery marker", apitype.ErrForbidden)
+	}
+	// The recorded marker qualifies the declared host. Containers of one pod
+	// share a host name, so "<host>-<pid>" from the worker's namespace would
+	// look like a same-host marker to the agent's pid sweeps, which would
+	// then probe an unrelated pid in the agent's own namespace and could
+	// declare a live worker dead. The suffix keeps those sweeps off it.
+	marker := board.WorkerMarker(m.Host+ForeignHostSuffix, m.PID)
+	return worker{marker: marker, owner: heartbeat.Owner{KeepaliveID: marker}}, nil
+}
+
+// ForeignHostSuffix is appended to the host of a self-declared worker
+// marker: "<host>-<pid>" declared in the Leasekeeper-Worker header is
+// recorded as "<host>~pidns-<pid>".
+const ForeignHostSuffix = "~pidns"
+
+// operatorOf admits an operator uid and returns the actor string events
+// record for it.
+func (s *Server) operatorOf(r *http.Request) (string, error) {
+	p, err := peerOf(r)
+	if err != nil {
+		return "", err
+	}
+	for _, uid := range s.cfg.Operators() {
+		if uid == p.uid {
+			return fmt.Sprintf("uid:%d", p.uid), nil
+		}
+	}
+	return "", fmt.Errorf("%w: uid %d is not an operator (allowed: %v)", apitype.ErrForbidden, p.uid, s.cfg.Operators())
+}

@@ -1,0 +1,238 @@
+package socketapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/leasekeeper/leasekeeper/apitype"
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+// perm is the permission class a route demands before its handler runs.
+// Handlers check ownership of the specific claim or run themselves.
+type perm int
+
+const (
+	// permRead: any connected peer with kernel credentials. The socket's
+	// mode (0660) already limits who can connect.
+	permRead perm = iota
+	// permWorker: a caller resolved to a worker marker.
+	permWorker
+	// permOperator: a caller whose uid is an allowed operator.
+	permOperator
+)
+
+// caller is who the middleware resolved for the route's permission class.
+type caller struct {
+	worker worker // permWorker
+	actor  string // permOperator: "uid:N"
+}
+
+type handlerFunc func(w http.ResponseWriter, r *http.Request, c caller) error
+
+type route struct {
+	method  string
+	pattern string
+	perm    perm
+	h       handlerFunc
+}
+
+// table is every route of the API, in one place. The package documentation
+// describes each one; keep the two in step.
+func (s *Server) table() []route {
+	return []route{
+		// Worker routes: the marker is the caller's own, from the kernel.
+		{"POST", "/v1/claims", permWorker, s.handleClaim},
+		{"DELETE", "/v1/claims/{card}", permWorker, s.handleRelease},
+		{"PUT", "/v1/claims/{card}/state", permWorker, s.handleOwnedState},
+		{"PUT", "/v1/claims/{card}/last-run", permWorker, s.handleOwnedLastRun},
+		{"PUT", "/v1/claims/{card}/awaiting-input", permWorker, s.handleOwnedAwaitingInput},
+		{"PUT", "/v1/claims/{card}/gave-up", permWorker, s.handleOwnedGaveUp},
+		{"POST", "/v1/claims/{card}/runs", permWorker, s.handleStartRun},
+		{"PATCH", "/v1/runs/{id}", permWorker, s.handleUpdateRun},
+		{"POST", "/v1/keepalive", permWorker, s.handleKeepalive},
+		{"GET", "/v1/watch", permWorker, s.handleWatch},
+
+		// Reads: any connected peer.
+		{"GET", "/v1/cards", permRead, s.handleListCards},
+		{"GET", "/v1/cards/{id}", permRead, s.handleGetCard},
+		{"GET", "/v1/runs/{id}", permRead, s.handleGetRun},
+		{"GET", "/v1/status", permRead, s.handleStatus},
+		{"GET", "/v1/events", permRead, s.handleEvents},
+
+		// Operator routes.
+		{"POST", "/v1/cards", permOperator, s.handleCreateCard},
+		{"PUT", "/v1/cards/{id}/state", permOperator, s.handleMoveCard},
+		{"POST", "/v1/cards/{id}/reopen", permOperator, s.handleReopenCard},
+		{"PATCH", "/v1/cards/{id}/labels", permOperator, s.handleAdjustLabels},
+		{"PUT", "/v1/cards/{id}/labels", permOperator, s.handleSetLabels},
+		{"DELETE", "/v1/cards/{id}/claim", permOperator, s.handleForceRelease},
+		{"POST", "/v1/reaper/pass", permOperator, s.handleReaperPass},
+	}
+}
+
+// routes builds the handler. Patterns are registered without a method and
+// dispatched here, so an unknown method is a JSON 405 like every other error.
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	byPattern := map[string][]route{}
+	var order []string
+	for _, rt := range s.table() {
+		if _, ok := byPattern[rt.pattern]; !ok {
+			order = append(order, rt.pattern)
+		}
+		byPattern[rt.pattern] = append(byPattern[rt.pattern], rt)
+	}
+	for _, pattern := range order {
+		mux.Handle(pattern, s.dispatch(byPattern[pattern]))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, fmt.Errorf("%w: no route %s %s", board.ErrNotFound, r.Method, r.URL.Path))
+	})
+	return s.guard(mux)
+}
+
+// guard refuses browser-originated requests before any routing: a web page
+// can make a browser talk to a local socket through a forwarding proxy, and
+// such requests always carry Origin or Referer; no legitimate client does.
+func (s *Server) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Origin") != "" || r.Header.Get("Referer") != "" {
+			s.writeError(w, r, fmt.Errorf("%w: requests carrying Origin or Referer are refused", apitype.ErrForbidden))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) dispatch(routes []route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		i := slices.IndexFunc(routes, func(rt route) bool { return rt.method == r.Method })
+		if i < 0 {
+			var allow []string
+			for _, rt := range routes {
+				allow = append(allow, rt.method)
+			}
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			s.writeErrorStatus(w, r, http.StatusMethodNotAllowed,
+				fmt.Errorf("%w: method %s not allowed on %s (allowed: %s)", apitype.ErrBadRequest, r.Method, r.URL.Path, strings.Join(allow, ", ")))
+			return
+		}
+		rt := routes[i]
+		var c caller
+		var err error
+		switch rt.perm {
+		case permRead:
+			_, err = peerOf(r)
+		case permWorker:
+			c.worker, err = s.workerOf(r)
+		case permOperator:
+			c.actor, err = s.operatorOf(r)
+		}
+		if err == nil {
+			err = rt.h(w, r, c)
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if r.Method != http.MethodGet {
+			s.wrote.fire()
+		}
+	})
+}
+
+// writeJSON sends v with status.
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	return json.NewEncoder(w).Encode(v)
+}
+
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	s.writeErrorStatus(w, r, 0, err)
+}
+
+func (s *Server) writeErrorStatus(w http.ResponseWriter, r *http.Request, status int, err error) {
+	st, body := apitype.ErrorFor(err)
+	if status == 0 {
+		status = st
+	}
+	if status >= 500 {
+		s.cfg.Logger.Error("socket api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	} else {
+		s.cfg.Logger.Debug("socket api request refused", "method", r.Method, "path", r.URL.Path, "code", body.Code, "err", err)
+	}
+	_ = writeJSON(w, status, body)
+}
+
+// decode reads a JSON body strictly: capped in size, unknown fields and
+// trailing data refused. An empty body decodes to the zero value, so routes
+// whose fields are all optional accept it; validation catches the rest.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	return decodeStrict(r.Body, v)
+}
+
+func decodeStrict(body io.Reader, v any) error {
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return classifyDecode(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if err == nil {
+			return fmt.Errorf("%w: trailing data after the JSON body", apitype.ErrBadRequest)
+		}
+		return classifyDecode(err)
+	}
+	return nil
+}
+
+func classifyDecode(err error) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return fmt.Errorf("%w: body over %d bytes", apitype.ErrTooLarge, mbe.Limit)
+	}
+	return fmt.Errorf("%w: decoding JSON body: %v", apitype.ErrBadRequest, err)
+}
+
+// queryInt parses an optional integer query parameter.
+func queryInt(r *http.Request, name string, def int64) (int64, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: query parameter %s=%q is not an integer", apitype.ErrBadRequest, name, v)
+	}
+	return n, nil
+}
+
+// queryBool parses an optional boolean query parameter; a bare ?name counts
+// as true.
+func queryBool(r *http.Request, name string) (bool, error) {
+	q := r.URL.Query()
+	if !q.Has(name) {
+		return false, nil
+	}
+	v := q.Get(name)
+	if v == "" {
+		return true, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%w: query parameter %s=%q is not a boolean", apitype.ErrBadRequest, name, v)
+	}
+	return b, nil
+}

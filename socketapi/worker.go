@@ -1,0 +1,369 @@
+package socketapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/apitype"
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/heartbeat"
+)
+
+var errShuttingDown = fmt.Errorf("%w: agent shutting down: not granting new claims", apitype.ErrUnavailable)
+
+func (s *Server) pingInterval() time.Duration { return s.cfg.Lease() / 3 }
+
+// held returns the tracker's entry for card, if any.
+func (s *Server) held(card string) (heartbeat.Claim, bool) {
+	for _, h := range s.cfg.Claims.Held() {
+		if h.Hold.Card == card {
+			return h, true
+		}
+	}
+	return heartbeat.Claim{}, false
+}
+
+// remaining is how long the agent still trusts a held claim, from now.
+func (s *Server) remaining(h heartbeat.Claim) time.Duration {
+	return max(h.TrustedUntil.Sub(s.cfg.Clock.Now()), 0)
+}
+
+// sameProcess reports whether the recorded owner is the calling process:
+// same marker and same pid start time. A pid the kernel recycled for a new
+// process carries a new start time, and a reused pid owns nothing.
+func sameProcess(h heartbeat.Claim, w worker) bool {
+	return h.Hold.Token.Marker == w.marker && h.Owner.StartMillis == w.owner.StartMillis
+}
+
+var errPIDReused = fmt.Errorf("%w: this claim was granted to an earlier process with the same pid (start time differs); a reused pid owns nothing", apitype.ErrForbidden)
+
+// ownedToken admits an owner write only for a claim the agent holds for this
+// very process, and builds the token from the caller's own marker: the body
+// carries the epoch only, so a worker cannot even name another's claim.
+// The store's compare-and-set on (claim, epoch) still decides; this check
+// adds what the store cannot know, the process behind the marker.
+func (s *Server) ownedToken(ctx context.Context, w worker, card string, epoch int64) (board.ClaimToken, error) {
+	if err := board.ValidateName("card id", card); err != nil {
+		return board.ClaimToken{}, err
+	}
+	if epoch <= 0 {
+		return board.ClaimToken{}, board.Invalid("epoch must be > 0, got %d", epoch)
+	}
+	if h, ok := s.held(card); ok && h.Hold.Token.Marker == w.marker {
+		if !sameProcess(h, w) {
+			return board.ClaimToken{}, errPIDReused
+		}
+		return board.ClaimToken{Marker: w.marker, Epoch: epoch}, nil
+	}
+	c, err := s.cfg.Store.GetCard(ctx, card)
+	if err != nil {
+		return board.ClaimToken{}, err
+	}
+	if c.Claim != "" && c.Claim != w.marker {
+		return board.ClaimToken{}, fmt.Errorf("%w: card %q is held by %s, not by this process", apitype.ErrForbidden, card, c.Claim)
+	}
+	// The store may still name this marker (an expired lease nobody has
+	// reclaimed yet), but the agent no longer renews it for this process:
+	// it declared the claim lost, or never granted it here. The holder must
+	// stop, so the write is refused as a conflict.
+	return board.ClaimToken{}, fmt.Errorf("the agent holds no claim on card %q for this process: %w",
+		card, board.Conflict(card, c.Claim, c.ClaimEpoch))
+}
+
+func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request, c caller) error {
+	if s.draining.Load() {
+		return errShuttingDown
+	}
+	var req apitype.ClaimRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return err
+	}
+	if (req.Card == "") == !req.Next {
+		return board.Invalid("give exactly one of card or next")
+	}
+	ctx, wk := r.Context(), c.worker
+	lease := s.cfg.Lease()
+	attempt := s.cfg.Clock.Now()
+	var card board.Card
+	var tok board.ClaimToken
+	var err error
+	if req.Next {
+		card, tok, err = s.cfg.Store.ClaimNext(ctx, board.ClaimNextRequest{Marker: wk.marker, Lease: lease})
+	} else {
+		if h, ok := s.held(req.Card); ok && h.Hold.Token.Marker == wk.marker && !sameProcess(h, wk) {
+			return errPIDReused
+		}
+		tok, err = s.cfg.Store.Claim(ctx, board.ClaimRequest{Card: req.Card, Marker: wk.marker, Lease: lease})
+		if err == nil {
+			card, err = s.cfg.Store.GetCard(ctx, req.Card)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if err := s.cfg.Claims.Add(board.Hold{Card: card.ID, Token: tok}, wk.owner, attempt, lease); err != nil {
+		// Nobody would renew it: hand the card straight back.
+		if rerr := s.cfg.Store.ReleaseOwned(context.WithoutCancel(ctx), card.ID, tok); rerr != nil {
+			s.cfg.Logger.Warn("releasing a claim the heartbeat refused", "card", card.ID, "err", rerr)
+		}
+		return fmt.Errorf("tracking claim on %q: %w", card.ID, err)
+	}
+	var trusted time.Duration
+	if h, ok := s.held(card.ID); ok && h.Hold.Token == tok {
+		trusted = s.remaining(h)
+	}
+	return writeJSON(w, http.StatusOK, apitype.ClaimResponse{
+		Card:      card,
+		Token:     tok,
+		LeaseMS:   lease.Milliseconds(),
+		TrustedMS: max(trusted, 0).Milliseconds(),
+		Liveness:  s.cfg.Liveness(),
+		PingMS:    s.pingInterval().Milliseconds(),
+	})
+}
+
+func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request, c caller) error {
+	card := r.PathValue("card")
+	epoch, err := queryInt(r, "epoch", 0)
+	if err != nil {
+		return err
+	}
+	tok, err := s.ownedToken(r.Context(), c.worker, card, epoch)
+	if err != nil {
+		return err
+	}
+	if err := s.cfg.Store.ReleaseOwned(r.Context(), card, tok); err != nil {
+		return err
+	}
+	s.cfg.Claims.Remove(card)
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// workerReasons are the reasons a worker may give a state move. Machine
+// reasons silence every effect (ADR-096 Consequences), so only the machine
+// may write them.
+var workerReasons = map[board.Reason]bool{
+	board.ReasonNone:        true,
+	board.ReasonRunFinished: true,
+	board.ReasonRunFailed:   true,
+}
+
+func (s *Server) handleOwnedState(w http.ResponseWriter, r *http.Request, c caller) error {
+	var req apitype.SetStateRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return err
+	}
+	if !workerReasons[req.Reason] {
+		return board.Invalid("reason %q is not allowed from a worker (use empty, run_finished or run_failed)", req.Reason)
+	}
+	card := r.PathValue("card")
+	tok, err := s.ownedToken(r.Context(), c.worker, card, req.Epoch)
+	if err != nil {
+		return err
+	}
+	changed, err := s.cfg.Store.SetStateOwned(r.Context(), board.OwnedMove{
+		Card: card, Token: tok, To: req.To, From: req.From, Reason: req.Reason,
+	})
+	if err != nil {
+		return err
+	}
+	if changed {
+		s.launchHint(card, req.To, req.Reason)
+	}
+	return writeJSON(w, http.StatusOK, apitype.ChangedResponse{Changed: changed})
+}
+
+func (s *Server) handleOwnedLastRun(w http.ResponseWriter, r *http.Request, c caller) error {
+	var req apitype.SetLastRunRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return err
+	}
+	card := r.PathValue("card")
+	tok, err := s.ownedToken(r.Context(), c.worker, card, req.Epoch)
+	if err != nil {
+		return err
+	}
+	if err := s.cfg.Store.SetLastRunOwned(r.Context(), card, tok, req.RunID); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) handleOwnedAwaitingInput(w http.ResponseWriter, r *http.Request, c caller) error {
+	var req apitype.SetAwaitingInputRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return err
+	}
+	card := r.PathValue("card")
+	tok, err := s.ownedToken(r.Context(), c.worker, card, req.Epoch)
+	if err != nil {
+		return err
+	}
+	if err := s.cfg.Store.SetAwaitingInputOwned(r.Context(), card, tok, req.AwaitingInput); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) handleOwnedGaveUp(w http.ResponseWriter, r *http.Request, c caller) error {
+	var req apitype.SetGaveUpRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return err
+	}
+	card := r.PathValue("card")
+	tok, err := s.ownedToken(r.Context(), c.worker, card, req.Epoch)
+	if err != nil {
+		return err
+	}
+	if err := s.cfg.Store.SetGaveUpOwned(r.Context(), card, tok, req.GaveUp); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func newRunID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "run-" + hex.EncodeToString(b[:])
+}
+
+// failureClaimLost marks a run created for a claim that was lost before the
+// card could point at it, so it is not left "running" with no card.
+const failureClaimLost = "CLAIM_LOST_AT_START"
+
+func (s *Server) handleStartRun(w http.ResponseWriter, r *http.Request, c caller) error {
+	var req apitype.StartRunRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return err
+	}
+	ctx, wk := r.Context(), c.worker
+	card := r.PathValue("card")
+	tok, err := s.ownedToken(ctx, wk, card, req.Epoch)
+	if err != nil {
+		return err
+	}
+	if req.Status == "" {
+		req.Status = board.RunRunning
+	}
+	if !req.Status.Known() {
+		return board.Invalid("unknown run status %q", req.Status)
+	}
+	if req.ID == "" {
+		req.ID = newRunID()
+	} else if err := board.ValidateName("run id", req.ID); err != nil {
+		return err
+	}
+	// Check the fence before creating anything, so a stale holder does not
+	// leave a run behind; SetLastRunOwned below is the authoritative CAS.
+	cur, err := s.cfg.Store.GetCard(ctx, card)
+	if err != nil {
+		return err
+	}
+	if cur.Token() != tok {
+		return board.Conflict(card, cur.Claim, cur.ClaimEpoch)
+	}
+	m, err := board.ParseMarker(wk.marker)
+	if err != nil {
+		return err
+	}
+	run, err := s.cfg.Store.CreateRun(ctx, board.Run{
+		ID: req.ID, Card: card, Status: req.Status, Checkpoint: req.Checkpoint,
+		Owner: tok.Marker, Epoch: tok.Epoch,
+		Host: m.Host, PID: wk.owner.PID, PIDStart: wk.owner.StartMillis,
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.cfg.Store.SetLastRunOwned(ctx, card, tok, run.ID); err != nil {
+		// The claim was lost between the check and the stamp. Close the run
+		// so nothing reads it as a live run nobody points at.
+		failed, code := board.RunFailed, failureClaimLost
+		if _, uerr := s.cfg.Store.UpdateRun(ctx, board.RunUpdate{ID: run.ID, Status: &failed, FailureCode: &code, Actor: tok.Marker}); uerr != nil {
+			s.cfg.Logger.Warn("closing a run whose claim was lost at start", "run", run.ID, "err", uerr)
+		}
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, run)
+}
+
+func (s *Server) handleUpdateRun(w http.ResponseWriter, r *http.Request, c caller) error {
+	var req apitype.UpdateRunRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return err
+	}
+	ctx, wk := r.Context(), c.worker
+	if req.FailureCode != nil && *req.FailureCode == board.FailureProcessOrphaned {
+		return board.Invalid("failure code %s is reserved for the watchdog", board.FailureProcessOrphaned)
+	}
+	run, err := s.cfg.Store.GetRun(ctx, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if run.Owner != wk.marker {
+		return fmt.Errorf("%w: run %q is owned by %s", apitype.ErrForbidden, run.ID, run.Owner)
+	}
+	if run.PIDStart != 0 && run.PIDStart != wk.owner.StartMillis {
+		return errPIDReused
+	}
+	// Only the holder of the claim the run was started under may update it:
+	// once the claim moved on (the watchdog transferred it, an operator
+	// broke it), the run's fate belongs to the new holder.
+	if _, err := s.ownedToken(ctx, wk, run.Card, run.Epoch); err != nil {
+		return err
+	}
+	cur, err := s.cfg.Store.GetCard(ctx, run.Card)
+	if err != nil {
+		return err
+	}
+	if cur.Token() != (board.ClaimToken{Marker: run.Owner, Epoch: run.Epoch}) {
+		return board.Conflict(run.Card, cur.Claim, cur.ClaimEpoch)
+	}
+	updated, err := s.cfg.Store.UpdateRun(ctx, board.RunUpdate{
+		ID: run.ID, IfStatus: req.IfStatus, Status: req.Status, Continuation: req.Continuation,
+		FailureCode: req.FailureCode, Checkpoint: req.Checkpoint, Actor: wk.marker,
+	})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, updated)
+}
+
+// trustedFor lists the claims the agent holds for this worker process.
+func (s *Server) trustedFor(wk worker) []apitype.TrustedClaim {
+	out := []apitype.TrustedClaim{}
+	for _, h := range s.cfg.Claims.Held() {
+		if sameProcess(h, wk) {
+			out = append(out, apitype.TrustedClaim{
+				Card: h.Hold.Card, Epoch: h.Hold.Token.Epoch, TrustedMS: s.remaining(h).Milliseconds(),
+			})
+		}
+	}
+	return out
+}
+
+func (s *Server) handleKeepalive(w http.ResponseWriter, r *http.Request, c caller) error {
+	if err := s.decode(w, r, &struct{}{}); err != nil {
+		return err
+	}
+	s.cfg.Claims.Ping(c.worker.marker)
+	return writeJSON(w, http.StatusOK, apitype.KeepaliveResponse{Claims: s.trustedFor(c.worker)})
+}
+
+// launchHint pushes a launch frame for a move this server made into a
+// launch state. Machine-reason moves fire no effect at all (ADR-096
+// Consequences), and a hint is an effect. Cascades and writes made by other
+// agents are not seen here; the agent notifies those itself.
+func (s *Server) launchHint(card, state string, reason board.Reason) {
+	if board.IsMachineReason(reason) || !s.cfg.Store.Board().IsLaunch(state) {
+		return
+	}
+	s.Notify(apitype.Frame{Type: apitype.FrameLaunch, Card: card, State: state})
+}
