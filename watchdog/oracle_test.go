@@ -1,0 +1,260 @@
+package watchdog
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/pidprobe"
+)
+
+// worker is a real process standing in for a run's owner.
+type worker struct {
+	cmd   *exec.Cmd
+	pid   int
+	start int64
+}
+
+func startWorker(t *testing.T) *worker {
+	t.Helper()
+	cmd := exec.Command("sleep", "300")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start worker: %v", err)
+	}
+	w := &worker{cmd: cmd, pid: cmd.Process.Pid}
+	t.Cleanup(func() { w.kill(t) })
+	start, err := pidprobe.New().StartTime(context.Background(), w.pid)
+	if err != nil {
+		t.Fatalf("StartTime(%d): %v", w.pid, err)
+	}
+	w.start = start
+	return w
+}
+
+// kill SIGKILLs the worker and reaps it, so its pid is provably gone.
+func (w *worker) kill(t *testing.T) {
+	t.Helper()
+	if w.cmd.ProcessState != nil {
+		return
+	}
+	_ = w.cmd.Process.Kill()
+	_ = w.cmd.Wait()
+}
+
+func (e *env) oracle(p Prober) *Oracle {
+	return &Oracle{
+		Store: e.faults, Clock: e.clock, Host: agentHost, Prober: p,
+		Lease:       func() time.Duration { return lease },
+		OrphanGrace: func() time.Duration { return lease / 3 },
+		Actor:       board.RecoveryMarker(agentMarker),
+	}
+}
+
+func TestOracleProofs(t *testing.T) {
+	t.Parallel()
+	grace := lease / 3
+	tests := []struct {
+		name string
+		// setup launches card c1 and returns the run to resolve; it may
+		// move the clock.
+		setup       func(t *testing.T, e *env) board.Run
+		wantStatus  board.RunStatus
+		wantOrphan  bool
+		wantPromote bool
+	}{
+		{"same host, owner killed: promoted to failed", func(t *testing.T, e *env) board.Run {
+			w := startWorker(t)
+			_, r := e.launch("c1", board.RunRunning, board.Run{Host: agentHost, PID: w.pid, PIDStart: w.start})
+			w.kill(t)
+			return r
+		}, board.RunFailed, true, true},
+		{"same host, owner killed, run has a checkpoint: promoted to failed_resumable", func(t *testing.T, e *env) board.Run {
+			w := startWorker(t)
+			_, r := e.launch("c1", board.RunRunning, board.Run{Host: agentHost, PID: w.pid, PIDStart: w.start, Checkpoint: "step-2"})
+			w.kill(t)
+			return r
+		}, board.RunFailedResumable, true, true},
+		{"same host, queued run whose owner was killed: promoted", func(t *testing.T, e *env) board.Run {
+			w := startWorker(t)
+			_, r := e.launch("c1", board.RunQueued, board.Run{Host: agentHost, PID: w.pid, PIDStart: w.start})
+			w.kill(t)
+			return r
+		}, board.RunFailed, true, true},
+		{"same host, owner alive: conserved", func(t *testing.T, e *env) board.Run {
+			w := startWorker(t)
+			_, r := e.launch("c1", board.RunRunning, board.Run{Host: agentHost, PID: w.pid, PIDStart: w.start})
+			return r
+		}, board.RunRunning, false, false},
+		{"same host, the pid now names another process (reused): promoted", func(t *testing.T, e *env) board.Run {
+			w := startWorker(t)
+			_, r := e.launch("c1", board.RunRunning, board.Run{Host: agentHost, PID: w.pid, PIDStart: w.start - 60_000})
+			return r
+		}, board.RunFailed, true, true},
+		{"another host's pid is never probed: conserved", func(t *testing.T, e *env) board.Run {
+			w := startWorker(t)
+			_, r := e.launch("c1", board.RunRunning, board.Run{Host: "elsewhere", PID: w.pid, PIDStart: w.start})
+			w.kill(t)
+			return r
+		}, board.RunRunning, false, false},
+		{"owner's lease ended longer ago than the grace: promoted", func(t *testing.T, e *env) board.Run {
+			_, r := e.launch("c1", board.RunRunning, board.Run{})
+			e.clock.Advance(lease + grace + time.Millisecond)
+			return r
+		}, board.RunFailed, true, true},
+		{"owner's lease ended exactly the grace ago: conserved", func(t *testing.T, e *env) board.Run {
+			_, r := e.launch("c1", board.RunRunning, board.Run{})
+			e.clock.Advance(lease + grace)
+			return r
+		}, board.RunRunning, false, false},
+		{"owner's lease still running: conserved", func(t *testing.T, e *env) board.Run {
+			_, r := e.launch("c1", board.RunRunning, board.Run{})
+			e.clock.Advance(lease / 2)
+			return r
+		}, board.RunRunning, false, false},
+		{"owner superseded by a transfer, one lease and the grace since: promoted", func(t *testing.T, e *env) board.Run {
+			prev, r := e.launch("c1", board.RunRunning, board.Run{})
+			e.expire()
+			if _, _, err := e.store.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: prev, RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: time.Hour}); err != nil {
+				t.Fatalf("ReclaimExpired: %v", err)
+			}
+			e.clock.Advance(lease + grace + time.Millisecond)
+			return r
+		}, board.RunFailed, true, true},
+		{"owner superseded by a transfer, less than a lease since: conserved", func(t *testing.T, e *env) board.Run {
+			prev, r := e.launch("c1", board.RunRunning, board.Run{})
+			e.expire()
+			if _, _, err := e.store.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: prev, RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: time.Hour}); err != nil {
+				t.Fatalf("ReclaimExpired: %v", err)
+			}
+			e.clock.Advance(lease / 2)
+			return r
+		}, board.RunRunning, false, false},
+		{"a settled run is returned as it is", func(t *testing.T, e *env) board.Run {
+			_, r := e.launch("c1", board.RunPausedOperator, board.Run{})
+			e.clock.Advance(time.Hour)
+			return r
+		}, board.RunPausedOperator, false, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.card("c1", board.StateReady)
+			r := tc.setup(t, e)
+			o := e.oracle(pidprobe.New())
+
+			preview, err := o.Preview(e.ctx, e.get("c1"))
+			if err != nil {
+				t.Fatalf("Preview: %v", err)
+			}
+			if stored := e.getRun(r.ID); stored.Status != r.Status {
+				t.Fatalf("Preview wrote the run: %s, want %s", stored.Status, r.Status)
+			}
+			got, err := o.Resolve(e.ctx, e.get("c1"))
+			if err != nil {
+				t.Fatalf("Resolve: %v", err)
+			}
+			if got == nil || got.Status != tc.wantStatus || preview.Status != tc.wantStatus {
+				t.Fatalf("Resolve = %+v (preview %+v), want status %s", got, preview, tc.wantStatus)
+			}
+			if orphan := got.FailureCode == board.FailureProcessOrphaned; orphan != tc.wantOrphan {
+				t.Errorf("failure code = %q, want PROCESS_ORPHANED %v", got.FailureCode, tc.wantOrphan)
+			}
+			stored := e.getRun(r.ID)
+			if promoted := stored.Status != r.Status; promoted != tc.wantPromote || stored.Status != got.Status {
+				t.Errorf("stored run %s, returned %s, launched %s: want promoted=%v", stored.Status, got.Status, r.Status, tc.wantPromote)
+			}
+		})
+	}
+}
+
+func TestOracleUnknownLivenessConserves(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.probe.SetUnknown(777, true)
+	e.card("c1", board.StateReady)
+	_, r := e.launch("c1", board.RunRunning, board.Run{Host: agentHost, PID: 777, PIDStart: 1_000})
+	e.expire()
+
+	got, err := e.oracle(e.probe).Resolve(e.ctx, e.get("c1"))
+	if err != nil {
+		t.Fatalf("Resolve: %v", err)
+	}
+	if got.Status != board.RunRunning {
+		t.Errorf("status = %s, want running: an unknown probe proves nothing", got.Status)
+	}
+	if e.probe.Probes() == 0 {
+		t.Error("the same-host pid was never probed")
+	}
+	if stored := e.getRun(r.ID); stored.Status != board.RunRunning {
+		t.Errorf("stored status = %s, want running", stored.Status)
+	}
+}
+
+// TestOracleNeverOverwritesALateVerdict: the oracle read "running", the owner
+// then wrote its own verdict, and the promotion's CAS on the status it read
+// must lose — the owner's verdict stands, and is what the oracle returns.
+func TestOracleNeverOverwritesALateVerdict(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.card("c1", board.StateReady)
+	_, r := e.launch("c1", board.RunFinished, board.Run{})
+	e.clock.Advance(time.Hour)
+	stale := e.getRun(r.ID)
+	stale.Status = board.RunRunning
+	e.faults.mu.Lock()
+	e.faults.staleRun = &stale
+	e.faults.mu.Unlock()
+
+	got, err := e.oracle(e.probe).Resolve(e.ctx, e.get("c1"))
+	if err != nil {
+		t.Fatalf("Resolve: %v", err)
+	}
+	if got.Status != board.RunFinished || got.FailureCode != "" {
+		t.Errorf("Resolve = %s/%q, want the owner's finished verdict", got.Status, got.FailureCode)
+	}
+	if stored := e.getRun(r.ID); stored.Status != board.RunFinished || stored.FailureCode != "" {
+		t.Errorf("stored run = %s/%q, want finished untouched", stored.Status, stored.FailureCode)
+	}
+}
+
+func TestOracleNoRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.card("c1", board.StateReady)
+	tok := e.claim("c1", workerMarker)
+	o := e.oracle(e.probe)
+
+	got, err := o.Resolve(e.ctx, e.get("c1"))
+	if got != nil || err != nil {
+		t.Errorf("no pointer: Resolve = %+v, %v; want nil, nil", got, err)
+	}
+	if err := e.store.SetLastRunOwned(e.ctx, "c1", tok, "run-pruned"); err != nil {
+		t.Fatalf("SetLastRunOwned: %v", err)
+	}
+	got, err = o.Resolve(e.ctx, e.get("c1"))
+	if got != nil || err != nil {
+		t.Errorf("pruned pointer: Resolve = %+v, %v; want nil, nil (not found is an answer, not a read error)", got, err)
+	}
+}
+
+func TestOracleReadErrorIsAnError(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.card("c1", board.StateReady)
+	e.launch("c1", board.RunRunning, board.Run{})
+	c := e.get("c1")
+	if err := e.store.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	got, err := e.oracle(e.probe).Resolve(e.ctx, c)
+	if got != nil || err == nil || errors.Is(err, board.ErrNotFound) {
+		t.Errorf("Resolve on a closed store = %+v, %v; want a read error", got, err)
+	}
+	if d := DecideStuckCard(StuckCard{Run: got, RunErr: err, Card: c, Board: e.store.Board(), Now: e.clock.Now(), Lease: lease}); d.Row != 1 {
+		t.Errorf("decision on the read error = row %d (%s), want row 1", d.Row, d.Rule)
+	}
+}
