@@ -170,12 +170,17 @@ func newHarness(t *testing.T, tweak ...func(*Config)) *harness {
 // with its real start time.
 func self(t *testing.T) Owner {
 	t.Helper()
-	pid := os.Getpid()
-	start, err := pidprobe.New().StartTime(context.Background(), pid)
+	o, err := ownerOfThisProcess()
 	if err != nil {
 		t.Fatalf("own start time: %v", err)
 	}
-	return Owner{PID: pid, StartMillis: start}
+	return o
+}
+
+func ownerOfThisProcess() (Owner, error) {
+	pid := os.Getpid()
+	start, err := pidprobe.New().StartTime(context.Background(), pid)
+	return Owner{PID: pid, StartMillis: start}, err
 }
 
 // claim creates card, claims it for marker in the real store and hands it

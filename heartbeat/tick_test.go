@@ -518,11 +518,10 @@ func TestKeepalive(t *testing.T) {
 // were not bound to ping before.
 func TestSwitchToKeepaliveStartsAFreshWindow(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
-	h.claim("card", marker(302), Owner{PID: 100, KeepaliveID: "client"})
 	fake := &pidprobetest.Fake{}
 	fake.Spawn(100, 0)
-	h.loop.cfg.Prober = fake
+	h := newHarness(t, func(c *Config) { c.Prober = fake })
+	h.claim("card", marker(302), Owner{PID: 100, KeepaliveID: "client"})
 
 	// Long in pid mode, no pings at all.
 	for range 5 {
