@@ -92,6 +92,11 @@ func (l *Local) StartTime(ctx context.Context, pid int) (int64, error) {
 	}
 	p, err := process.NewProcessWithContext(ctx, int32(pid))
 	if errors.Is(err, process.ErrorProcessNotRunning) {
+		// /proc may hide a process that exists (hidepid): only the
+		// kernel's own answer makes it ErrNoProcess.
+		if gone, serr := signalSaysGone(pid); serr != nil || !gone {
+			return 0, fmt.Errorf("pid %d: exists but its /proc entry is hidden: %w", pid, err)
+		}
 		return 0, fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
 	}
 	if err != nil {
