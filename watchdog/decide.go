@@ -57,22 +57,22 @@ const (
 
 // Decision is the verdict on one stuck card.
 type Decision struct {
-	Action Action
+	Action Action `json:"action"`
 	// Row is the row of the table that matched (1..12); 0 for the
 	// recovery-hold rule applied after a transfer.
-	Row  int
-	Rule Rule
+	Row  int  `json:"row,omitempty"`
+	Rule Rule `json:"rule"`
 	// Reason explains the verdict to a person reading a log line.
-	Reason string
+	Reason string `json:"reason"`
 	// Target is the state a filing writes (complete, fail, give_up); empty
 	// otherwise. A repark's target depends on the twin and is chosen by the
 	// reaper, not by the table.
-	Target string
+	Target string `json:"target,omitempty"`
 	// StateReason is the provenance the filing carries: the run's own
 	// descriptive verdict for complete / fail (so the downstream chain fires
 	// as it would have for the living owner), machine provenance for
 	// everything the watchdog decides on its own (ADR-096 Consequences).
-	StateReason board.Reason
+	StateReason board.Reason `json:"state_reason,omitempty"`
 }
 
 // StuckCard is the input of the decision table: the card's resolved run (or

@@ -38,21 +38,34 @@ type env struct {
 	r      *Reaper
 }
 
-type envOpt func(*Config)
+type envOpts struct {
+	cfg   Config
+	board *board.Board
+}
 
-func fleet(c *Config) { c.Fleet = true }
+type envOpt func(*envOpts)
+
+func fleet(o *envOpts) { o.cfg.Fleet = true }
+
+// withBoard opens the store with a custom board instead of the default one.
+func withBoard(b board.Board) envOpt { return func(o *envOpts) { o.board = &b } }
 
 // newEnv opens a real bbolt store (the fleet board when fleet is set, so
 // in_progress is not a pool state, as on the MongoDB twin) and a reaper
 // with the gate on.
 func newEnv(t *testing.T, opts ...envOpt) *env {
 	t.Helper()
-	cfg := Config{}
+	var eo envOpts
 	for _, o := range opts {
-		o(&cfg)
+		o(&eo)
+	}
+	cfg := eo.cfg
+	b := board.DefaultBoard(!cfg.Fleet)
+	if eo.board != nil {
+		b = *eo.board
 	}
 	e := &env{t: t, ctx: context.Background(), clock: boardtest.NewManualClock(t0), probe: &pidprobetest.Fake{}}
-	s, err := boltstore.Open(filepath.Join(t.TempDir(), "board.db"), boltstore.Options{Board: board.DefaultBoard(!cfg.Fleet), Clock: e.clock})
+	s, err := boltstore.Open(filepath.Join(t.TempDir(), "board.db"), boltstore.Options{Board: b, Clock: e.clock})
 	if err != nil {
 		t.Fatalf("boltstore.Open: %v", err)
 	}

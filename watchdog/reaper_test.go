@@ -2,6 +2,7 @@ package watchdog
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -757,5 +758,94 @@ func TestParseGate(t *testing.T) {
 				t.Errorf("ParseGate(%q) = %v, %q; want %v, warning %v", tc.in, got, warn, tc.want, tc.wantWarn)
 			}
 		})
+	}
+}
+
+// TestReaperLaunchColumnTargetNeverFires pins ADR-096 Consequences on a board
+// whose failed column is a launch column: a run's failure filed there would
+// otherwise carry run_failed, which fires effects, and re-arm a spend on a
+// card nobody moved. The reaper blanks the reason and the store stamps the
+// recovery marker's write as watchdog.
+func TestReaperLaunchColumnTargetNeverFires(t *testing.T) {
+	t.Parallel()
+	b := board.Board{States: []board.State{
+		{Name: board.StateReady, Pool: true, Launch: true},
+		{Name: board.StateInProgress, Running: true},
+		{Name: board.StateDone, Terminal: true, Completion: true},
+		{Name: board.StateFailed, Launch: true}, // a retry lane: entering it launches
+	}}
+	e := newEnv(t, withBoard(b))
+	e.card("c1", board.StateReady)
+	e.launch("c1", board.RunFailed, board.Run{})
+	e.expire()
+	seq := e.lastSeq()
+
+	wantOutcome(t, e.pass("c1"), OutcomeFiled)
+	e.wantState("c1", board.StateFailed)
+	evs := e.stateEvents(seq, "c1")
+	if len(evs) != 1 || evs[0].Reason != board.ReasonWatchdog || evs[0].FiresEffects() {
+		t.Errorf("state events = %+v, want one filing stamped watchdog that fires nothing", evs)
+	}
+}
+
+// TestReaperStartStopRace starts and stops the loop while operator passes
+// run beside it: passes never overlap (the race detector watches the shared
+// state) and Stop always returns.
+func TestReaperStartStopRace(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.card("c1", board.StateReady)
+	e.launch("c1", board.RunPausedOperator, board.Run{})
+	e.expire()
+	ctx := context.Background()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 20 {
+			if _, err := e.r.RunOnce(ctx, false); err != nil {
+				t.Errorf("RunOnce: %v", err)
+				return
+			}
+		}
+	}()
+	for range 20 {
+		if err := e.r.Start(ctx); err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		e.r.Stop()
+	}
+	<-done
+}
+
+func TestPassResultMarshals(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.card("c1", board.StateReady)
+	e.launch("c1", board.RunFinished, board.Run{})
+	e.expire()
+	res, err := e.r.RunOnce(e.ctx, true)
+	if err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	out, err := json.Marshal(res)
+	if err != nil {
+		t.Fatalf("Marshal: %v", err)
+	}
+	var back struct {
+		Cards []struct {
+			Card     string `json:"card"`
+			Outcome  string `json:"outcome"`
+			Decision struct {
+				Action string `json:"action"`
+				Rule   string `json:"rule"`
+				Target string `json:"target"`
+			} `json:"decision"`
+		} `json:"cards"`
+	}
+	if err := json.Unmarshal(out, &back); err != nil {
+		t.Fatalf("Unmarshal: %v", err)
+	}
+	if len(back.Cards) != 1 || back.Cards[0].Decision.Action != "complete" || back.Cards[0].Decision.Target != board.StateDone || back.Cards[0].Outcome != "decided" {
+		t.Errorf("marshalled pass = %s", out)
 	}
 }
