@@ -11,6 +11,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/heartbeat"
+	"github.com/leasekeeper/leasekeeper/pidprobe"
 )
 
 // ClaimTracker is what the server needs from the heartbeat loop, and
@@ -32,8 +33,8 @@ type ClaimTracker interface {
 	Held() []heartbeat.Claim
 }
 
-// Prober reads a pid's start time (ms since the Unix epoch). pidprobe.Local
-// satisfies it.
+// Prober reads a pid's start time (ms since the Unix epoch). It is the part
+// of pidprobe.Prober the server needs; pidprobe.Local satisfies it.
 type Prober interface {
 	StartTime(ctx context.Context, pid int) (int64, error)
 }
@@ -66,6 +67,11 @@ type Config struct {
 	ReaperPass func(ctx context.Context, dryRun bool) (apitype.ReaperPass, error)
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+
+	// StartTolerance is how far two readings of one process's start time
+	// may differ and still name the same process (default
+	// pidprobe.DefaultTolerance).
+	StartTolerance time.Duration
 
 	// MaxBodyBytes caps request bodies (default 1 MiB).
 	MaxBodyBytes int64
@@ -124,6 +130,9 @@ func (c *Config) validate() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.StartTolerance <= 0 {
+		c.StartTolerance = pidprobe.DefaultTolerance
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes

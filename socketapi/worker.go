@@ -33,10 +33,22 @@ func (s *Server) remaining(h heartbeat.Claim) time.Duration {
 }
 
 // sameProcess reports whether the recorded owner is the calling process:
-// same marker and same pid start time. A pid the kernel recycled for a new
-// process carries a new start time, and a reused pid owns nothing.
-func sameProcess(h heartbeat.Claim, w worker) bool {
-	return h.Hold.Token.Marker == w.marker && h.Owner.StartMillis == w.owner.StartMillis
+// same marker and the same pid start time. A pid the kernel recycled for a
+// new process carries a new start time, and a reused pid owns nothing. Two
+// readings of one process's start time may differ by up to a second
+// (gopsutil derives it from a boot time truncated to seconds), hence the
+// tolerance, the same one the pid prober applies.
+func (s *Server) sameProcess(h heartbeat.Claim, w worker) bool {
+	if h.Hold.Token.Marker != w.marker {
+		return false
+	}
+	a, b := h.Owner.StartMillis, w.owner.StartMillis
+	if a == 0 || b == 0 {
+		// Self-declared identities carry no start time; a kernel one
+		// always does. Equal only when both lack it.
+		return a == b
+	}
+	return max(a-b, b-a) <= s.cfg.StartTolerance.Milliseconds()
 }
 
 var errPIDReused = fmt.Errorf("%w: this claim was granted to an earlier process with the same pid (start time differs); a reused pid owns nothing", apitype.ErrForbidden)
@@ -54,7 +66,7 @@ func (s *Server) ownedToken(ctx context.Context, w worker, card string, epoch in
 		return board.ClaimToken{}, board.Invalid("epoch must be > 0, got %d", epoch)
 	}
 	if h, ok := s.held(card); ok && h.Hold.Token.Marker == w.marker {
-		if !sameProcess(h, w) {
+		if !s.sameProcess(h, w) {
 			return board.ClaimToken{}, errPIDReused
 		}
 		return board.ClaimToken{Marker: w.marker, Epoch: epoch}, nil
@@ -94,7 +106,7 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request, c caller) e
 	if req.Next {
 		card, tok, err = s.cfg.Store.ClaimNext(ctx, board.ClaimNextRequest{Marker: wk.marker, Lease: lease})
 	} else {
-		if h, ok := s.held(req.Card); ok && h.Hold.Token.Marker == wk.marker && !sameProcess(h, wk) {
+		if h, ok := s.held(req.Card); ok && h.Hold.Token.Marker == wk.marker && !s.sameProcess(h, wk) {
 			return errPIDReused
 		}
 		tok, err = s.cfg.Store.Claim(ctx, board.ClaimRequest{Card: req.Card, Marker: wk.marker, Lease: lease})
@@ -340,7 +352,7 @@ func (s *Server) handleUpdateRun(w http.ResponseWriter, r *http.Request, c calle
 func (s *Server) trustedFor(wk worker) []apitype.TrustedClaim {
 	out := []apitype.TrustedClaim{}
 	for _, h := range s.cfg.Claims.Held() {
-		if sameProcess(h, wk) {
+		if s.sameProcess(h, wk) {
 			out = append(out, apitype.TrustedClaim{
 				Card: h.Hold.Card, Epoch: h.Hold.Token.Epoch, TrustedMS: s.remaining(h).Milliseconds(),
 			})

@@ -1,0 +1,119 @@
+// Package socketapi is the agent's local API: HTTP/1.1 over a Unix socket,
+// JSON bodies, every route under /v1/, so `curl --unix-socket` works.
+//
+// # Listening
+//
+// The server creates the socket's parent directory, dials the path first and
+// refuses to start when a live agent answers ("another agent is serving
+// SOCKET"), removes only a dead socket file (never a file of another kind),
+// listens, and chmods the socket 0660: the owner and group may connect,
+// nobody else. On a clean shutdown it removes the socket file it created.
+//
+// # Who is calling
+//
+// The caller's identity comes from the kernel, never from a request body:
+// SO_PEERCRED is read once per connection and the pid's start time with it.
+//
+//   - A worker's marker is "<host>-<pid>" with the agent's host name and the
+//     kernel's pid. A worker may write, renew or release only a claim the
+//     agent holds for that marker AND for the process whose start time was
+//     recorded when the claim was granted: a reused pid owns nothing.
+//   - A peer in a pid namespace the agent cannot see has pid 0. In pid
+//     liveness mode it is refused with 403 naming the fix: share the pid
+//     namespace with the agent (shareProcessNamespace: true / pid:
+//     service:...) or run the agent with liveness: keepalive. In keepalive
+//     mode it identifies itself with the header
+//     "Leasekeeper-Worker: <host>-<pid>" (host and pid in its own
+//     namespace), recorded as the marker "<host>~pidns-<pid>" so the
+//     agent's pid sweeps never probe that pid in the agent's namespace.
+//     THIS IDENTITY IS SELF-DECLARED: any process that can open the socket
+//     can send any header, so across namespaces the socket's file mode is
+//     the only access control, and such claims carry no start time.
+//   - Operator verbs need an allowed uid (Config.Operators; default root
+//     and the agent's own uid). Events record the actor as "uid:N".
+//   - Reads are open to any peer that could connect.
+//
+// Requests carrying Origin or Referer are refused (403): a browser can be
+// made to reach a local socket through a forwarding proxy, and only
+// browsers send those headers. Bodies are capped (1 MiB by default, 413),
+// decoded strictly (unknown fields and trailing data are 400), and headers
+// must arrive within 5 s.
+//
+// # Errors
+//
+// Every error, including unknown routes (404) and wrong methods (405), is
+// JSON: {"error": "...", "code": "..."}; a claim_conflict also carries
+// "card", "holder" (empty: the card is free) and "epoch".
+//
+//	code                 status  meaning
+//	not_found            404     card, run or route does not exist
+//	claim_conflict       409     held by another marker, or the token is stale
+//	transition_rejected  409     the board does not allow the move
+//	terminal_state_exit  409     leaving a terminal state: use reopen
+//	already_exists       409     a card with that id exists
+//	invalid_argument     400     malformed input the store refused
+//	bad_request          400/405 malformed request, unknown route method
+//	too_large            413     body over the cap
+//	unauthorized         401     the agent cannot tell who is calling
+//	forbidden            403     not the owner, reused pid, not an operator, Origin/Referer
+//	outcome_unknown      502     the store cannot say whether the write landed
+//	unavailable          503     shutting down (no new claims), no reaper
+//	internal             500     anything else
+//
+// # Worker routes
+//
+// The marker is always the caller's own; bodies carry the epoch only.
+//
+//	POST   /v1/claims                        {"card": ID} or {"next": true}
+//	    → 200 ClaimResponse {card, token, lease_ms, trusted_ms, liveness, ping_ms}
+//	    claim one card, or the oldest unclaimed card in a pool state
+//	    (not_found when none). Re-claiming a card the caller holds refreshes
+//	    the lease (same epoch). 503 once the agent is shutting down.
+//	DELETE /v1/claims/{card}?epoch=N         → 204; release (ReleaseOwned)
+//	PUT    /v1/claims/{card}/state           {"epoch", "to", "from"?, "reason"?}
+//	    → 200 {"changed"}; fenced move; reason empty, run_finished or run_failed
+//	PUT    /v1/claims/{card}/last-run        {"epoch", "run_id"} → 204
+//	PUT    /v1/claims/{card}/awaiting-input  {"epoch", "awaiting_input"} → 204
+//	PUT    /v1/claims/{card}/gave-up         {"epoch", "gave_up": {...}|null} → 204
+//	POST   /v1/claims/{card}/runs            {"epoch", "id"?, "status"?, "checkpoint"?}
+//	    → 201 Run; creates a run owned by the caller's token (owner, epoch,
+//	    host, pid, pid start) and stamps the card's last_run_id with it.
+//	PATCH  /v1/runs/{id}                     {"if_status"?, "status"?, "continuation"?,
+//	                                          "checkpoint"?, "failure_code"?}
+//	    → 200 Run; only the run's owner process, while it still holds the
+//	    claim the run was started under; PROCESS_ORPHANED is the watchdog's.
+//	POST   /v1/keepalive                     {} → 200 {"claims": [{card, epoch, trusted_ms}]}
+//	    the keepalive ping (renewal depends on it in keepalive mode).
+//	GET    /v1/watch?after=SEQ               → NDJSON frames (apitype.Frame)
+//	    "hello" first (seq = the position; "missed": true when frames after
+//	    SEQ are no longer buffered, or SEQ is ahead of this agent), then
+//	    "claim_lost" {card, epoch, marker, reason} for the caller's claims,
+//	    "launch" {card, state} hints, and a "ping" every lease/3 listing the
+//	    caller's claims with trusted_ms, the time the agent still trusts
+//	    each lease, relative, so the two processes' clocks need not agree.
+//	    Without ?after the stream starts from now.
+//
+// # Reads (any peer)
+//
+//	GET /v1/cards?state=S&limit=N&claimed=true → 200 {"cards": [Card]}
+//	GET /v1/cards/{id}                         → 200 Card
+//	GET /v1/runs/{id}                          → 200 Run
+//	GET /v1/status                             → 200 apitype.Status
+//	GET /v1/events?after=SEQ&limit=N           → 200 {"events": [Event]}
+//	GET /v1/events?after=SEQ&follow=true       → NDJSON, one Event per line
+//
+// # Operator routes (allowed uids)
+//
+//	POST   /v1/cards                 board.NewCard → 201 Card (actor from the kernel)
+//	PUT    /v1/cards/{id}/state      {"to", "reason"?} → 200 Card (SetState; sinks refuse)
+//	POST   /v1/cards/{id}/reopen     {"to", "reason"?} → 200 Card (the one exit from a sink)
+//	PATCH  /v1/cards/{id}/labels     {"add": [...], "remove": [...]} → 200 Card (relative)
+//	PUT    /v1/cards/{id}/labels     {"labels": [...]} → 200 Card (absolute)
+//	DELETE /v1/cards/{id}/claim      → 200 {"card", "holder", "epoch"}: force-release;
+//	    the holder's watch stream gets claim_lost (reason force_released)
+//	POST   /v1/reaper/pass?dry_run=true → 200 apitype.ReaperPass
+//
+// Machine reasons (watchdog, state_rename, ...) are refused on every route:
+// they silence effects, and only the machine may write them (ADR-096
+// Consequences).
+package socketapi
