@@ -140,12 +140,15 @@ func StressFencing(t *testing.T, h Harness, o StressOptions) {
 
 	var (
 		clock    atomic.Int64 // the history's logical time
-		budget   atomic.Int64
 		mu       sync.Mutex
 		history  []stressOp
 		failures []string
 	)
-	budget.Store(int64(o.Ops))
+	// Each worker gets its own share of the budget: refused operations
+	// write nothing and return at once, so with a shared budget the
+	// refused workers would spend it all while the holders wait on their
+	// durable writes, and the history would hold almost no fenced write.
+	share := max(1, o.Ops/o.Workers)
 	deadline := time.Now().Add(o.Duration)
 	var wg sync.WaitGroup
 	for w := range o.Workers {
@@ -153,12 +156,10 @@ func StressFencing(t *testing.T, h Harness, o StressOptions) {
 			rng := rand.New(rand.NewPCG(o.Seed, uint64(w)))
 			worker := fmt.Sprintf("stress-w%d-%d", w, 1000+w)
 			reaper := board.RecoveryMarker(fmt.Sprintf("stress-r%d-%d", w, 2000+w))
-			// held: what this worker believes it holds. It is never cleaned
-			// up on refusal at once, so stale tokens keep being presented.
-			held := map[string]board.ClaimToken{}
-			for budget.Add(-1) >= 0 && time.Now().Before(deadline) {
+			ws := &stressWorker{rng: rng, worker: worker, reaper: reaper, held: map[string]board.ClaimToken{}, old: map[string][]board.ClaimToken{}}
+			for n := 0; n < share && time.Now().Before(deadline); n++ {
 				card := cards[rng.IntN(len(cards))]
-				in, act := pickStressOp(e, rng, card, worker, reaper, held)
+				in, act := ws.pick(e, card)
 				call := clock.Add(1)
 				out, err := act()
 				ret := clock.Add(1)
@@ -168,17 +169,10 @@ func StressFencing(t *testing.T, h Harness, o StressOptions) {
 					mu.Unlock()
 					continue
 				}
-				op := stressOp{Client: w, In: in, Out: out, Call: call, Return: ret}
 				mu.Lock()
-				history = append(history, op)
+				history = append(history, stressOp{Client: w, In: in, Out: out, Call: call, Return: ret})
 				mu.Unlock()
-				// Track holdings like a real worker would.
-				switch {
-				case out.OK && (in.Kind == opClaim || in.Kind == opReclaim):
-					held[card] = out.Token
-				case out.OK && in.Kind == opRelease, out.Conflict && rng.IntN(2) == 0:
-					delete(held, card)
-				}
+				ws.observe(card, in, out)
 			}
 		})
 	}
@@ -189,52 +183,129 @@ func StressFencing(t *testing.T, h Harness, o StressOptions) {
 	if len(failures) > 0 {
 		t.Fatalf("StressFencing: %d operations failed with errors other than a claim conflict; the history is not checked", len(failures))
 	}
-	t.Logf("StressFencing: checking %d operations", len(history))
+	summary, exercised := summarize(history)
+	t.Logf("StressFencing: checking %d operations: %s", len(history), summary)
+	if len(history) >= 200 && !exercised {
+		// A history with no transfer or no refused stale write proves
+		// nothing about fencing; fail rather than pass vacuously.
+		t.Errorf("StressFencing: the history never exercised the fence (%s); raise StressOptions.Ops", summary)
+	}
 	for _, v := range checkStressHistory(history, !h.Fleet, time.Minute) {
 		t.Error(v)
 	}
 }
 
-// pickStressOp chooses one operation and returns its input and a function
-// performing it.
-func pickStressOp(e *env, rng *rand.Rand, card, worker, reaper string, held map[string]board.ClaimToken) (stressInput, func() (stressOutput, error)) {
-	tok, holding := held[card]
-	if !holding || rng.IntN(10) == 0 {
-		// Sometimes present a token for another card's epoch, or the
-		// card's own epoch under this worker's marker: fabricated stale
-		// tokens the fence must refuse.
-		tok = board.ClaimToken{Marker: worker, Epoch: int64(1 + rng.IntN(8))}
+// summarize counts outcomes per kind, and reports whether the history
+// holds at least one granted claim, one transfer, one accepted owner write
+// and one refused owner write.
+func summarize(history []stressOp) (string, bool) {
+	var ok, refused [opReclaim + 1]int
+	for _, op := range history {
+		if op.Out.OK {
+			ok[op.In.Kind]++
+		} else {
+			refused[op.In.Kind]++
+		}
 	}
-	ctx := e.ctx
-	s := e.s
-	switch r := rng.IntN(100); {
-	case r < 22:
-		in := stressInput{Kind: opClaim, Card: card, Marker: worker}
+	var parts []string
+	for k := opClaim; k <= opReclaim; k++ {
+		parts = append(parts, fmt.Sprintf("%s %d ok/%d refused", k, ok[k], refused[k]))
+	}
+	return strings.Join(parts, ", "), ok[opClaim] > 0 && ok[opReclaim] > 0 && ok[opWrite] > 0 && refused[opWrite] > 0
+}
+
+// stressWorker is one worker's view: the claims it believes it holds and
+// the tokens it held before, which it keeps presenting now and then like a
+// worker that missed its claim_lost notice.
+type stressWorker struct {
+	rng            *rand.Rand
+	worker, reaper string
+	held           map[string]board.ClaimToken
+	old            map[string][]board.ClaimToken
+}
+
+// observe updates the worker's view after an operation, as a real worker
+// would: a grant is a holding, a release or a refusal of the held token
+// ends it.
+func (w *stressWorker) observe(card string, in stressInput, out stressOutput) {
+	cur, holding := w.held[card]
+	switch {
+	case out.OK && (in.Kind == opClaim || in.Kind == opReclaim):
+		if holding && cur != out.Token {
+			w.old[card] = append(w.old[card], cur)
+		}
+		w.held[card] = out.Token
+	case holding && in.Token == cur && (out.Conflict || (out.OK && in.Kind == opRelease)):
+		w.old[card] = append(w.old[card], cur)
+		delete(w.held, card)
+	}
+}
+
+// staleToken is a token the worker does not (knowingly) hold: one it held
+// before, or a fabricated one under its own marker.
+func (w *stressWorker) staleToken(card string) board.ClaimToken {
+	if old := w.old[card]; len(old) > 0 && w.rng.IntN(3) > 0 {
+		return old[w.rng.IntN(len(old))]
+	}
+	return board.ClaimToken{Marker: w.worker, Epoch: int64(1 + w.rng.IntN(12))}
+}
+
+// pick chooses one operation and returns its input and a function
+// performing it. A holder mostly writes, renews, expires and releases; a
+// non-holder mostly claims and transfers, and sometimes writes with a stale
+// token the fence must refuse.
+func (w *stressWorker) pick(e *env, card string) (stressInput, func() (stressOutput, error)) {
+	tok, holding := w.held[card]
+	r := w.rng.IntN(100)
+	var kind opKind
+	switch {
+	case holding && r < 35:
+		kind = opWrite
+	case holding && r < 55:
+		kind = opRenew
+	case holding && r < 67:
+		kind = opExpire
+	case holding && r < 80:
+		kind = opRelease
+	case holding && r < 88:
+		kind = opClaim // an idempotent re-claim
+	case holding:
+		tok, kind = w.staleToken(card), []opKind{opWrite, opRenew, opExpire, opRelease}[w.rng.IntN(4)]
+	case r < 40:
+		kind = opClaim
+	case r < 70:
+		kind = opReclaim
+	default:
+		tok, kind = w.staleToken(card), []opKind{opWrite, opRenew, opExpire, opRelease}[w.rng.IntN(4)]
+	}
+	ctx, s := e.ctx, e.s
+	in := stressInput{Kind: kind, Card: card, Token: tok}
+	switch kind {
+	case opClaim:
+		in.Token, in.Marker = board.ClaimToken{}, w.worker
 		return in, func() (stressOutput, error) {
-			got, err := s.Claim(ctx, board.ClaimRequest{Card: card, Marker: worker, Lease: lease})
+			got, err := s.Claim(ctx, board.ClaimRequest{Card: card, Marker: w.worker, Lease: lease})
 			return stressResult(got, err)
 		}
-	case r < 44:
-		in := stressInput{Kind: opWrite, Card: card, Token: tok}
-		verb := rng.IntN(3)
+	case opWrite:
+		verb, flag := w.rng.IntN(3), w.rng.IntN(2) == 0
 		return in, func() (stressOutput, error) {
 			var err error
 			switch verb {
 			case 0:
 				to := board.StateReady
-				if rng.IntN(2) == 0 {
+				if flag {
 					to = board.StateInProgress
 				}
 				_, err = s.SetStateOwned(ctx, board.OwnedMove{Card: card, Token: tok, To: to})
 			case 1:
 				err = s.SetLastRunOwned(ctx, card, tok, fmt.Sprintf("run-%s-%d", tok.Marker, tok.Epoch))
 			default:
-				err = s.SetAwaitingInputOwned(ctx, card, tok, rng.IntN(2) == 0)
+				err = s.SetAwaitingInputOwned(ctx, card, tok, flag)
 			}
 			return stressResult(board.ClaimToken{}, err)
 		}
-	case r < 60:
-		in := stressInput{Kind: opRenew, Card: card, Token: tok}
+	case opRenew:
 		return in, func() (stressOutput, error) {
 			res, err := s.RenewClaims(ctx, []board.Hold{{Card: card, Token: tok}}, lease)
 			if err != nil {
@@ -245,32 +316,27 @@ func pickStressOp(e *env, rng *rand.Rand, card, worker, reaper string, held map[
 			}
 			return stressResult(board.ClaimToken{}, res[0].Err)
 		}
-	case r < 72:
-		in := stressInput{Kind: opExpire, Card: card, Token: tok}
+	case opExpire:
 		return in, func() (stressOutput, error) {
 			return stressResult(board.ClaimToken{}, s.ExpireClaimOwned(ctx, card, tok))
 		}
-	case r < 84:
-		in := stressInput{Kind: opRelease, Card: card, Token: tok}
+	case opRelease:
 		return in, func() (stressOutput, error) { return stressResult(board.ClaimToken{}, s.ReleaseOwned(ctx, card, tok)) }
-	default:
-		// A reaper: read the card as a listing would, then transfer
-		// whatever claim it saw. The read is not part of the history; the
-		// transfer's precondition is what the model checks.
-		c, err := s.GetCard(ctx, card)
-		prev := c.Token()
-		if err != nil || !c.Claimed() {
-			// Nothing to transfer: try the worker's own (stale) token, which
-			// the transfer must refuse.
-			prev = tok
+	}
+	// A reaper: read the card as a listing would, then transfer whatever
+	// claim it saw. The read is not part of the history; the transfer's
+	// precondition is what the model checks.
+	c, err := s.GetCard(ctx, card)
+	prev := c.Token()
+	if err != nil || !c.Claimed() {
+		prev = w.staleToken(card) // nothing to transfer: the CAS must refuse
+	}
+	in.Marker, in.Token = w.reaper, prev
+	return in, func() (stressOutput, error) {
+		if err != nil {
+			return stressOutput{}, fmt.Errorf("GetCard: %w", err)
 		}
-		in := stressInput{Kind: opReclaim, Card: card, Marker: reaper, Token: prev}
-		return in, func() (stressOutput, error) {
-			if err != nil {
-				return stressOutput{}, fmt.Errorf("GetCard: %w", err)
-			}
-			return reclaimOp(e, card, prev, reaper, c)
-		}
+		return reclaimOp(e, card, prev, w.reaper, c)
 	}
 }
 
