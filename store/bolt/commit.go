@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -402,20 +403,25 @@ func (w *wtx) putCard(prev, next *cardRecord) error {
 	if err != nil {
 		return fmt.Errorf("encode card %q: %w", next.ID, err)
 	}
-	nextIdx := indexEntries(next)
+	// Only entries that appear, disappear or change value are written, so a
+	// write touches no index it does not change (and may still scan it).
+	var prevIdx []indexEntry
 	if prev != nil {
-	old:
-		for _, e := range indexEntries(prev) {
-			for _, n := range nextIdx {
-				if sameEntry(e, n) {
-					continue old
-				}
-			}
+		prevIdx = indexEntries(prev)
+	}
+	nextIdx := indexEntries(next)
+	for _, e := range prevIdx {
+		if !slices.ContainsFunc(nextIdx, func(n indexEntry) bool { return sameEntry(e, n) }) {
 			w.del(e.bucket, e.key)
 		}
 	}
-	for _, e := range nextIdx {
-		w.put(e.bucket, e.key, e.value)
+	for _, n := range nextIdx {
+		unchanged := slices.ContainsFunc(prevIdx, func(e indexEntry) bool {
+			return sameEntry(e, n) && bytes.Equal(e.value, n.value)
+		})
+		if !unchanged {
+			w.put(n.bucket, n.key, n.value)
+		}
 	}
 	w.put(bucketCards, []byte(next.ID), v)
 	return nil

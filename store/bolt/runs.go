@@ -2,8 +2,6 @@ package boltstore
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 
@@ -20,19 +18,11 @@ func validContinuation(c board.Continuation) bool {
 	return false
 }
 
-func newRunID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux (Go ≥ 1.24 panics instead)
-	return "run-" + hex.EncodeToString(b[:])
-}
-
 // CreateRun records a run of an existing card and appends it to the card's
-// run pointers. An empty id is generated; an empty owner is the card's
-// current claim holder, since a run's owner is the claim holder.
+// run pointers. The id is the caller's (the worker names its run before it
+// starts); an empty owner is the card's current claim holder, since a run's
+// owner is the claim holder.
 func (s *Store) CreateRun(ctx context.Context, r board.Run) (board.Run, error) {
-	if r.ID == "" {
-		r.ID = newRunID()
-	}
 	if err := board.ValidateName("run id", r.ID); err != nil {
 		return board.Run{}, err
 	}
