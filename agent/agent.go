@@ -1,0 +1,440 @@
+// Package agent is the leasekeeper daemon: it loads the configuration,
+// opens the store, sweeps the claims of this host's dead workers and adopts
+// those of live ones, then runs the heartbeat, the socket server and the
+// reaper until it is told to stop.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+
+	"github.com/leasekeeper/leasekeeper/apitype"
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/heartbeat"
+	"github.com/leasekeeper/leasekeeper/pidprobe"
+	"github.com/leasekeeper/leasekeeper/socketapi"
+	"github.com/leasekeeper/leasekeeper/watchdog"
+)
+
+// Options are the run-time settings of Run that do not come from the
+// config file.
+type Options struct {
+	// ConfigPath is the file the config came from; when set it is watched
+	// and the live keys reload.
+	ConfigPath string
+	// Env is what the config is re-read with on reload.
+	Env Environment
+	// LogFormat is "text" (default) or "json".
+	LogFormat string
+	// LogOutput receives the logs; default os.Stderr.
+	LogOutput io.Writer
+	// PluginCommand, when set, is the argv that re-executes this binary as
+	// the built-in store plugin (the hidden subcommand). Empty opens the
+	// built-in stores in-process. A plugin binary named by store.backend is
+	// always launched.
+	PluginCommand []string
+	// Version is reported by status.
+	Version string
+	// Clock defaults to board.SystemClock.
+	Clock board.Clock
+	// Ready, when set, is called once the agent serves (after the boot
+	// sweep); tests and the systemd notification use it.
+	Ready func()
+}
+
+// ShutdownTimeout bounds how long a stopping agent waits for requests in
+// flight and watch streams to end.
+const ShutdownTimeout = 5 * time.Second
+
+// Agent is one running daemon. Run builds and drives it.
+type Agent struct {
+	opts    Options
+	live    *Live
+	log     *slog.Logger
+	clock   board.Clock
+	host    string
+	marker  string
+	started time.Time
+	prober  *pidprobe.Local
+
+	store   board.Store
+	closeFn func() error
+	backend func() string
+
+	hb     *heartbeat.Loop
+	srv    atomic.Pointer[socketapi.Server]
+	reaper *watchdog.Reaper
+
+	passMu   sync.Mutex
+	lastPass *apitype.ReaperPass
+}
+
+// NewLogger builds the agent's logger: slog text or JSON, its level read
+// through level on every record so a reload applies at once.
+func NewLogger(w io.Writer, format string, level slog.Leveler) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: level}
+	switch format {
+	case "", "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("%w: log format %q: want text or json", ErrConfig, format)
+}
+
+// Run runs the agent until ctx ends (the CLI cancels it on SIGTERM or
+// SIGINT), then stops it. It returns an error only when the agent could not
+// start or did not stop cleanly.
+func Run(ctx context.Context, cfg Config, opts Options) error {
+	a, err := start(ctx, cfg, opts)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return a.stop()
+}
+
+func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) {
+	if opts.LogOutput == nil {
+		opts.LogOutput = os.Stderr
+	}
+	if opts.Clock == nil {
+		opts.Clock = board.SystemClock{}
+	}
+	live := NewLive(cfg)
+	log, err := NewLogger(opts.LogOutput, opts.LogFormat, live.Level())
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range cfg.Warnings {
+		log.Warn(w)
+	}
+	host, err := pidprobe.Hostname()
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{
+		opts:    opts,
+		live:    live,
+		log:     log,
+		clock:   opts.Clock,
+		host:    host,
+		marker:  board.WorkerMarker(host, os.Getpid()),
+		started: opts.Clock.Now(),
+		prober:  pidprobe.New(),
+	}
+	log.Info("agent starting", "marker", a.marker, "socket", cfg.Socket, "backend", cfg.Store.Backend,
+		"lease", cfg.Lease, "liveness", cfg.Liveness, "reaper_enabled", cfg.Reaper.Enabled)
+
+	if err := a.openStore(ctx, cfg); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			a.hbStop()
+			if a.reaper != nil {
+				a.reaper.Stop()
+			}
+			if srv := a.srv.Load(); srv != nil {
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownTimeout)
+				_ = srv.Shutdown(sctx)
+				cancel()
+			}
+			_ = a.closeFn()
+		}
+	}()
+
+	a.hb, err = heartbeat.New(heartbeat.Config{
+		Store:  a.store,
+		Clock:  a.clock,
+		Lease:  live.Lease,
+		Prober: a.prober,
+		Mode:   func() heartbeat.Mode { return heartbeat.Mode(live.Liveness()) },
+		OnLost: a.onLost,
+		OnTick: func(heartbeat.TickResult) { sdNotify(log, daemon.SdNotifyWatchdog) },
+		Logger: log.With("component", "heartbeat"),
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	// The boot sweep runs before the socket serves, so no worker can claim
+	// (or be told about) a card while its previous owner is being judged.
+	if err := a.bootSweep(ctx, cfg); err != nil {
+		return nil, err
+	}
+	if err := a.hb.Start(ctx); err != nil {
+		return nil, err
+	}
+
+	srv, err := socketapi.New(socketapi.Config{
+		Path:       cfg.Socket,
+		Store:      a.store,
+		Claims:     a.hb,
+		Prober:     a.prober,
+		Clock:      a.clock,
+		Host:       host,
+		Lease:      live.Lease,
+		Liveness:   live.Liveness,
+		Operators:  func() []uint32 { return cfg.Operators },
+		Status:     a.status,
+		ReaperPass: a.reaperPass,
+		Logger:     log.With("component", "socket"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.srv.Store(srv)
+
+	a.reaper, err = watchdog.New(watchdog.Config{
+		Store:           a.store,
+		Clock:           a.clock,
+		Marker:          a.marker,
+		Host:            host,
+		Interval:        cfg.Reaper.Interval,
+		Batch:           cfg.Reaper.Batch,
+		Lease:           live.Lease,
+		OrphanGrace:     live.OrphanGrace,
+		Enabled:         live.ReaperEnabled,
+		Fleet:           cfg.Store.Backend == BackendMongo,
+		UnleasedHorizon: cfg.UnleasedHorizon,
+		Prober:          a.prober,
+		Logger:          log.With("component", "reaper"),
+		OnPass:          a.recordPass,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reaper: %w", err)
+	}
+
+	if err := srv.Start(ctx); err != nil {
+		return nil, err
+	}
+	if err := a.reaper.Start(ctx); err != nil {
+		return nil, err
+	}
+	if opts.ConfigPath != "" {
+		if err := WatchConfig(ctx, opts.ConfigPath, opts.Env, live, log.With("component", "config"), nil); err != nil {
+			log.Warn("config file not watched: changes need a restart", "err", err)
+		}
+	}
+	log.Info("agent ready", "socket", cfg.Socket, "held", len(a.hb.Held()))
+	sdNotify(log, daemon.SdNotifyReady)
+	if opts.Ready != nil {
+		opts.Ready()
+	}
+	return a, nil
+}
+
+func (a *Agent) hbStop() {
+	if a.hb != nil {
+		a.hb.Stop()
+	}
+}
+
+// stop shuts the agent down without touching any claim: the workers are
+// still alive, and the next agent adopts their claims at boot. Releasing
+// them here would hand live workers' cards to someone else.
+func (a *Agent) stop() error {
+	a.log.Info("agent stopping: claims stay held for the next agent to adopt", "held", len(a.hb.Held()))
+	sdNotify(a.log, daemon.SdNotifyStopping)
+	srv := a.srv.Load()
+	srv.StopGranting()
+	a.reaper.Stop()
+	a.hb.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
+	defer cancel()
+	var errs []error
+	if err := srv.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		errs = append(errs, fmt.Errorf("socket shutdown: %w", err))
+	}
+	if err := a.closeFn(); err != nil {
+		errs = append(errs, fmt.Errorf("close store: %w", err))
+	}
+	a.log.Info("agent stopped")
+	return errors.Join(errs...)
+}
+
+// onLost tells the claim's holder, over the watch stream, that it must stop.
+func (a *Agent) onLost(l heartbeat.Lost) {
+	a.log.Warn("claim lost", "card", l.Card, "epoch", l.Epoch, "marker", l.Marker, "reason", l.Reason)
+	srv := a.srv.Load()
+	if srv == nil {
+		return
+	}
+	srv.Notify(apitype.Frame{
+		Type:   apitype.FrameClaimLost,
+		Card:   l.Card,
+		Epoch:  l.Epoch,
+		Marker: l.Marker,
+		Reason: lostReason(l.Reason),
+	})
+}
+
+// lostReason maps the heartbeat's reasons to the socket's vocabulary.
+func lostReason(r heartbeat.LostReason) string {
+	switch r {
+	case heartbeat.LostReleased:
+		return apitype.LostForceReleased
+	case heartbeat.LostSuperseded:
+		return apitype.LostConflict
+	case heartbeat.LostUnconfirmed:
+		return apitype.LostLeaseExpired
+	case heartbeat.LostOwnerDead:
+		return apitype.LostOwnerGone
+	case heartbeat.LostKeepaliveMissed:
+		return apitype.LostNoKeepalive
+	}
+	return string(r)
+}
+
+func (a *Agent) bootSweep(ctx context.Context, cfg Config) error {
+	items, adopted, err := BootSweep(ctx, SweepConfig{
+		Store:     a.store,
+		Prober:    a.prober,
+		Clock:     a.clock,
+		Host:      a.host,
+		SelfPID:   os.Getpid(),
+		Lease:     a.live.Lease(),
+		Keepalive: a.live.Liveness() == LivenessKeepalive,
+		Logger:    a.log,
+		Actor:     a.marker,
+	})
+	if err != nil {
+		return err
+	}
+	for _, it := range items {
+		lvl := slog.LevelInfo
+		if it.Err != nil {
+			lvl = slog.LevelWarn
+		}
+		a.log.Log(ctx, lvl, "boot sweep", "card", it.Card, "marker", it.Marker, "epoch", it.Epoch,
+			"action", string(it.Action), "why", it.Why, "err", it.Err)
+	}
+	for _, ad := range adopted {
+		if err := a.hb.Add(ad.Hold, ad.Owner, ad.AttemptStart, ad.Lease); err != nil {
+			a.log.Warn("boot sweep: adoption refused by the heartbeat", "card", ad.Hold.Card, "err", err)
+		}
+	}
+	return nil
+}
+
+func (a *Agent) status(_ context.Context) (apitype.Status, error) {
+	cfg := a.live.Config()
+	st := apitype.Status{
+		Host:      a.host,
+		PID:       os.Getpid(),
+		Marker:    a.marker,
+		Version:   a.opts.Version,
+		StartedAt: a.started,
+		Socket:    cfg.Socket,
+		Backend:   a.backend(),
+		Liveness:  a.live.Liveness(),
+		LeaseMS:   a.live.Lease().Milliseconds(),
+		Reaper: apitype.ReaperInfo{
+			Enabled:    a.live.ReaperEnabled(),
+			IntervalMS: cfg.Reaper.Interval.Milliseconds(),
+			Batch:      cfg.Reaper.Batch,
+		},
+		Claims: []apitype.HeldClaim{},
+	}
+	a.passMu.Lock()
+	st.Reaper.LastPass = a.lastPass
+	a.passMu.Unlock()
+	now := a.clock.Now()
+	for _, c := range a.hb.Held() {
+		st.Claims = append(st.Claims, apitype.HeldClaim{
+			Card:      c.Hold.Card,
+			Marker:    c.Hold.Token.Marker,
+			Epoch:     c.Hold.Token.Epoch,
+			PID:       c.Owner.PID,
+			TrustedMS: max(c.TrustedUntil.Sub(now), 0).Milliseconds(),
+		})
+	}
+	if srv := a.srv.Load(); srv != nil {
+		st.Draining = srv.Draining()
+	}
+	return st, nil
+}
+
+func (a *Agent) reaperPass(ctx context.Context, dryRun bool) (apitype.ReaperPass, error) {
+	res, err := a.reaper.RunOnce(ctx, dryRun)
+	if err != nil {
+		return apitype.ReaperPass{}, err
+	}
+	return passToAPI(res), nil
+}
+
+func (a *Agent) recordPass(res watchdog.PassResult) {
+	p := passToAPI(res)
+	a.passMu.Lock()
+	a.lastPass = &p
+	a.passMu.Unlock()
+	if n := len(res.Cards) + len(res.Sweeps); n > 0 {
+		a.log.Info("reaper pass", "enabled", res.Enabled, "dry_run", res.DryRun, "cards", len(res.Cards), "sweeps", len(res.Sweeps))
+	}
+}
+
+// passToAPI flattens a watchdog pass into the socket's report.
+func passToAPI(res watchdog.PassResult) apitype.ReaperPass {
+	p := apitype.ReaperPass{
+		DryRun:    res.DryRun,
+		Gated:     !res.Enabled,
+		StartedAt: res.At,
+		Examined:  len(res.Cards) + len(res.Sweeps),
+		Decisions: []apitype.ReaperDecision{},
+	}
+	for _, c := range res.Cards {
+		d := apitype.ReaperDecision{
+			Card:       c.Card,
+			PrevHolder: c.Prev.Marker,
+			PrevEpoch:  c.Prev.Epoch,
+			Action:     string(c.Outcome),
+			Reason:     describeDecision(c),
+			Applied:    appliedOutcome(c.Outcome),
+			Error:      c.Error,
+		}
+		if d.Error == "" && c.Err != nil {
+			d.Error = c.Err.Error()
+		}
+		p.Decisions = append(p.Decisions, d)
+	}
+	for _, s := range res.Sweeps {
+		d := apitype.ReaperDecision{
+			Card:       s.Card,
+			PrevHolder: s.Marker,
+			Action:     string(s.Sweep) + " sweep: " + string(s.Outcome),
+			Applied:    appliedOutcome(s.Outcome),
+			Error:      s.Error,
+		}
+		if d.Error == "" && s.Err != nil {
+			d.Error = s.Err.Error()
+		}
+		p.Decisions = append(p.Decisions, d)
+	}
+	return p
+}
+
+func appliedOutcome(o watchdog.Outcome) bool {
+	switch o {
+	case watchdog.OutcomeTransferred, watchdog.OutcomeFiled, watchdog.OutcomeReleased:
+		return true
+	}
+	return false
+}
+
+func describeDecision(c watchdog.CardResult) string {
+	s := fmt.Sprintf("%v (row %d): %s", c.Decision.Action, c.Decision.Row, c.Decision.Reason)
+	if c.FiledTo != "" {
+		s += " → " + c.FiledTo
+	}
+	return s
+}

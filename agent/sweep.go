@@ -1,0 +1,240 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/heartbeat"
+	"github.com/leasekeeper/leasekeeper/pidprobe"
+	"github.com/leasekeeper/leasekeeper/socketapi"
+)
+
+// SweepAction is what the boot sweep did with one same-host claim.
+type SweepAction string
+
+const (
+	// SweepReleased: the owner is provably dead and the claim had no lease
+	// (a legacy claim): it was released.
+	SweepReleased SweepAction = "released"
+	// SweepExpired: the owner is provably dead: its lease was expired at
+	// once so the reaper may rule on the card without waiting out the TTL.
+	SweepExpired SweepAction = "expired"
+	// SweepAdopted: the owner is alive: the claim was renewed and handed to
+	// the heartbeat, so the worker never notices the agent restarted.
+	SweepAdopted SweepAction = "adopted"
+	// SweepKept: the owner's liveness could not be proved either way (or
+	// the claim changed under the sweep): the claim was left alone and its
+	// lease runs its course.
+	SweepKept SweepAction = "kept"
+	// SweepFailed: a store call failed; the claim was left as it was.
+	SweepFailed SweepAction = "failed"
+)
+
+// SweepItem is the boot sweep's record of one claim.
+type SweepItem struct {
+	Card   string
+	Marker string
+	Epoch  int64
+	Action SweepAction
+	Why    string
+	Err    error
+}
+
+// Adoption is a live worker's claim the sweep renewed; the caller hands it
+// to the heartbeat.
+type Adoption struct {
+	Hold  board.Hold
+	Owner heartbeat.Owner
+	// AttemptStart is the clock reading taken just before the renewal that
+	// confirmed the claim; with the lease it gives the trusted deadline.
+	AttemptStart time.Time
+	Lease        time.Duration
+}
+
+// SweepConfig configures BootSweep.
+type SweepConfig struct {
+	Store  board.Store
+	Prober pidprobe.Prober
+	Clock  board.Clock
+	// Host is this host's name: only markers of this host are touched.
+	Host string
+	// SelfPID is the agent's own pid. A claim naming it can only be a
+	// leftover of an earlier agent that had the same pid (containers
+	// restart their processes with the same pids), never a live claim.
+	SelfPID int
+	// Lease is the lease adopted claims are renewed with.
+	Lease time.Duration
+	// Keepalive: the agent runs in keepalive mode, so claims self-declared
+	// by workers in another pid namespace ("<host>~pidns-<pid>") are
+	// adopted too; their client's pings decide whether they stay.
+	Keepalive bool
+	Logger    *slog.Logger
+	Actor     string
+}
+
+// BootSweep runs once at agent start, BEFORE the socket serves: it visits
+// every claimed card whose marker names this host — worker claims and
+// "reaper:" recovery claims alike — and
+//
+//   - releases the claim when its owner is provably dead and it has no
+//     lease (a legacy claim: no time-based reaper would ever touch it);
+//   - expires the lease at once when its owner is provably dead, so the
+//     gated reaper may rule on the card now (ADR-096 §8: this repair is
+//     ungated);
+//   - adopts the claim of a live worker: renews it and returns it for the
+//     heartbeat, so restarting the agent under running workers loses
+//     nothing.
+//
+// Anything it cannot prove is left alone. The returned adoptions were
+// renewed successfully; the caller must hand them to the heartbeat.
+func BootSweep(ctx context.Context, cfg SweepConfig) ([]SweepItem, []Adoption, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = board.SystemClock{}
+	}
+	cards, err := cfg.Store.ListCards(ctx, board.CardFilter{ClaimedOnly: true})
+	if err != nil {
+		return nil, nil, fmt.Errorf("boot sweep: list claimed cards: %w", err)
+	}
+	var items []SweepItem
+	type candidate struct {
+		card  board.Card
+		owner heartbeat.Owner
+	}
+	var live []candidate
+	for _, c := range cards {
+		if !c.Claimed() {
+			continue
+		}
+		m, err := board.ParseMarker(c.Claim)
+		if err != nil {
+			continue // not a marker this agent understands: not ours to judge
+		}
+		item := SweepItem{Card: c.ID, Marker: c.Claim, Epoch: c.ClaimEpoch}
+		switch {
+		case m.Host == cfg.Host:
+		case cfg.Keepalive && !m.Recovery && m.Host == cfg.Host+socketapi.ForeignHostSuffix:
+			// A worker in another pid namespace: its pid means nothing
+			// here, only its pings will tell.
+			live = append(live, candidate{c, heartbeat.Owner{KeepaliveID: c.Claim}})
+			continue
+		default:
+			continue
+		}
+
+		verdict, start, why := cfg.judge(ctx, c, m)
+		switch verdict {
+		case pidprobe.Dead:
+			item.Action, item.Why, item.Err = cfg.bury(ctx, c)
+			item.Why = why + "; " + item.Why
+		case pidprobe.Alive:
+			if m.Recovery {
+				// A live agent's recovery claim (another agent of this host
+				// on a shared store): its own reaper manages it.
+				item.Action, item.Why = SweepKept, why+"; another live agent's recovery claim"
+				break
+			}
+			owner := heartbeat.Owner{PID: m.PID, StartMillis: start, KeepaliveID: c.Claim}
+			live = append(live, candidate{c, owner})
+			continue
+		default:
+			item.Action, item.Why = SweepKept, why
+		}
+		items = append(items, item)
+	}
+
+	if len(live) == 0 {
+		return items, nil, nil
+	}
+	// One batched renewal for every adoptee, as a heartbeat tick would.
+	holds := make([]board.Hold, len(live))
+	for i, l := range live {
+		holds[i] = board.Hold{Card: l.card.ID, Token: l.card.Token()}
+	}
+	attempt := cfg.Clock.Now()
+	results, err := cfg.Store.RenewClaims(ctx, holds, cfg.Lease)
+	if err == nil && len(results) != len(holds) {
+		err = fmt.Errorf("store answered %d results for %d holds", len(results), len(holds))
+	}
+	var adopted []Adoption
+	for i, l := range live {
+		item := SweepItem{Card: l.card.ID, Marker: l.card.Claim, Epoch: l.card.ClaimEpoch}
+		switch {
+		case err != nil:
+			item.Action, item.Why, item.Err = SweepFailed, "renewal batch failed", err
+		case results[i].Err != nil:
+			// The claim changed since the listing (released, reclaimed):
+			// nothing to adopt.
+			item.Action, item.Why, item.Err = SweepKept, "claim changed before the renewal", results[i].Err
+		default:
+			item.Action, item.Why = SweepAdopted, "owner alive"
+			if l.owner.PID == 0 {
+				item.Why = "self-declared worker (keepalive mode): its pings decide"
+			}
+			adopted = append(adopted, Adoption{Hold: holds[i], Owner: l.owner, AttemptStart: attempt, Lease: cfg.Lease})
+		}
+		items = append(items, item)
+	}
+	return items, adopted, nil
+}
+
+// judge decides whether the claim's owner is alive, and for a live worker
+// returns its start time as the socket will read it.
+func (cfg SweepConfig) judge(ctx context.Context, c board.Card, m board.Marker) (pidprobe.Liveness, int64, string) {
+	if m.PID == cfg.SelfPID {
+		return pidprobe.Dead, 0, fmt.Sprintf("pid %d is this agent: the claim is an earlier incarnation's", m.PID)
+	}
+	// The start time the run recorded tells a live owner from a process
+	// that reused its pid. Recovery claims have no run of their own.
+	var recorded int64
+	if !m.Recovery && c.LastRunID != "" {
+		r, err := cfg.Store.GetRun(ctx, c.LastRunID)
+		switch {
+		case err == nil && r.Owner == c.Claim && r.PID == m.PID:
+			recorded = r.PIDStart
+		case err != nil && !errors.Is(err, board.ErrNotFound):
+			return pidprobe.Unknown, 0, fmt.Sprintf("cannot read run %s: %v", c.LastRunID, err)
+		}
+	}
+	switch v := cfg.Prober.Probe(ctx, m.PID, recorded); v {
+	case pidprobe.Dead:
+		if recorded != 0 {
+			return v, 0, fmt.Sprintf("pid %d is gone or reused (recorded start %d)", m.PID, recorded)
+		}
+		return v, 0, fmt.Sprintf("pid %d is gone", m.PID)
+	case pidprobe.Alive:
+		start, err := cfg.Prober.StartTime(ctx, m.PID)
+		if err != nil {
+			if errors.Is(err, pidprobe.ErrNoProcess) {
+				return pidprobe.Dead, 0, fmt.Sprintf("pid %d exited during the sweep", m.PID)
+			}
+			return pidprobe.Unknown, 0, fmt.Sprintf("pid %d: cannot read its start time: %v", m.PID, err)
+		}
+		return v, start, fmt.Sprintf("pid %d alive", m.PID)
+	default:
+		return v, 0, fmt.Sprintf("pid %d: liveness unknown, conserving", m.PID)
+	}
+}
+
+// bury releases a dead owner's legacy claim or expires its lease.
+func (cfg SweepConfig) bury(ctx context.Context, c board.Card) (SweepAction, string, error) {
+	if c.Legacy() {
+		if err := cfg.Store.Release(ctx, c.ID, c.Claim, cfg.Actor); err != nil {
+			return SweepFailed, "release of a legacy claim failed", err
+		}
+		return SweepReleased, "legacy claim (no lease) released", nil
+	}
+	if err := cfg.Store.ExpireClaimOwned(ctx, c.ID, c.Token()); err != nil {
+		if errors.Is(err, board.ErrClaimConflict) {
+			return SweepKept, "claim changed before the expiry", err
+		}
+		return SweepFailed, "expiry failed", err
+	}
+	return SweepExpired, "lease expired at once", nil
+}

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/client"
+)
+
+type cardCreateOpts struct {
+	id, title, state string
+	dependsOn        []string
+	labels           []string
+	json             bool
+}
+
+type cardListOpts struct {
+	state string
+	json  bool
+}
+
+type cardShowOpts struct {
+	id   string
+	json bool
+}
+
+type cardLabelOpts struct {
+	id          string
+	add, remove []string
+	set         []string
+	setGiven    bool
+	json        bool
+}
+
+// client returns a client for the agent named by --socket, else
+// LEASEKEEPER_SOCKET, else the default path.
+func (env *cli) client() *client.Client { return &client.Client{Socket: env.socket} }
+
+// agentError makes a failure to reach the agent say what to check.
+func (env *cli) agentError(c *client.Client, err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) || errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("cannot reach the agent at %s (is `leasekeeper agent` running? set --socket or LEASEKEEPER_SOCKET): %w", c.SocketPath(), err)
+	}
+	return err
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func runCardCreate(ctx context.Context, env *cli, o cardCreateOpts) error {
+	c := env.client()
+	card, err := c.CreateCard(ctx, board.NewCard{
+		ID: o.id, Title: o.title, State: o.state, Labels: o.labels, DependsOn: o.dependsOn, Actor: "cli",
+	})
+	if err != nil {
+		return env.agentError(c, err)
+	}
+	if o.json {
+		return printJSON(env.stdout, card)
+	}
+	fmt.Fprintf(env.stdout, "created %s in %s\n", card.ID, card.State)
+	return nil
+}
+
+func runCardList(ctx context.Context, env *cli, o cardListOpts) error {
+	c := env.client()
+	cards, err := c.ListCards(ctx, board.CardFilter{State: o.state})
+	if err != nil {
+		return env.agentError(c, err)
+	}
+	if o.json {
+		if cards == nil {
+			cards = []board.Card{}
+		}
+		return printJSON(env.stdout, cards)
+	}
+	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tCLAIM\tEPOCH\tLABELS\tTITLE")
+	for _, cd := range cards {
+		claim := cd.Claim
+		if claim == "" {
+			claim = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", cd.ID, cd.State, claim, cd.ClaimEpoch, strings.Join(cd.Labels, ","), cd.Title)
+	}
+	return tw.Flush()
+}
+
+func runCardShow(ctx context.Context, env *cli, o cardShowOpts) error {
+	c := env.client()
+	cd, err := c.GetCard(ctx, o.id)
+	if err != nil {
+		return env.agentError(c, err)
+	}
+	if o.json {
+		return printJSON(env.stdout, cd)
+	}
+	printCard(env.stdout, cd)
+	return nil
+}
+
+func printCard(w io.Writer, cd board.Card) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", k, v)
+		}
+	}
+	ts := func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.Format(time.RFC3339Nano)
+	}
+	row("id", cd.ID)
+	row("title", cd.Title)
+	row("state", cd.State)
+	row("state_reason", string(cd.StateReason))
+	row("labels", strings.Join(cd.Labels, ", "))
+	row("depends_on", strings.Join(cd.DependsOn, ", "))
+	row("last_run_id", cd.LastRunID)
+	row("runs", strings.Join(cd.Runs, ", "))
+	if cd.AwaitingInput {
+		row("awaiting_input", "true")
+	}
+	if g := cd.GaveUp; g != nil {
+		row("gave_up", fmt.Sprintf("%s (run %s, state %s, at %s)", g.Reason, g.RunID, g.State, ts(g.At)))
+	}
+	row("claim", cd.Claim)
+	fmt.Fprintf(tw, "claim_epoch:\t%d\n", cd.ClaimEpoch)
+	row("claimed_at", ts(cd.ClaimedAt))
+	row("claim_lease_until", ts(cd.ClaimLeaseUntil))
+	row("created_at", ts(cd.CreatedAt))
+	row("updated_at", ts(cd.UpdatedAt))
+	_ = tw.Flush()
+}
+
+func runCardMove(ctx context.Context, env *cli, id, state string) error {
+	c := env.client()
+	cd, err := c.MoveCard(ctx, id, state)
+	if errors.Is(err, board.ErrTerminalStateExit) {
+		from := "a terminal state"
+		if cur, gerr := c.GetCard(ctx, id); gerr == nil {
+			from = fmt.Sprintf("terminal state %q", cur.State)
+		}
+		fmt.Fprintf(env.stderr, "refused: card %s is in %s, and terminal states are sinks: no ordinary move leaves them.\n", id, from)
+		fmt.Fprintf(env.stderr, "To bring it back, reopen it:  leasekeeper card reopen %s %s\n", id, state)
+		return err
+	}
+	if err != nil {
+		return env.agentError(c, err)
+	}
+	fmt.Fprintf(env.stdout, "moved %s to %s\n", cd.ID, cd.State)
+	return nil
+}
+
+func runCardReopen(ctx context.Context, env *cli, id, state string) error {
+	c := env.client()
+	cd, err := c.ReopenCard(ctx, id, state)
+	if err != nil {
+		return env.agentError(c, err)
+	}
+	fmt.Fprintf(env.stdout, "reopened %s into %s\n", cd.ID, cd.State)
+	return nil
+}
+
+func runCardLabel(ctx context.Context, env *cli, o cardLabelOpts) error {
+	if o.setGiven && (len(o.add) > 0 || len(o.remove) > 0) {
+		return usageError("--set replaces every label: it cannot be combined with --add or --remove")
+	}
+	if !o.setGiven && len(o.add) == 0 && len(o.remove) == 0 {
+		return usageError("nothing to do: give --add, --remove or --set")
+	}
+	c := env.client()
+	var cd board.Card
+	var err error
+	if o.setGiven {
+		cd, err = c.SetLabels(ctx, o.id, o.set)
+	} else {
+		cd, err = c.AdjustLabels(ctx, o.id, o.add, o.remove)
+	}
+	if err != nil {
+		return env.agentError(c, err)
+	}
+	if o.json {
+		return printJSON(env.stdout, cd)
+	}
+	fmt.Fprintf(env.stdout, "%s labels: %s\n", cd.ID, strings.Join(cd.Labels, ","))
+	return nil
+}
+
+func runCardRelease(ctx context.Context, env *cli, id string) error {
+	c := env.client()
+	res, err := c.ForceRelease(ctx, id)
+	if err != nil {
+		return env.agentError(c, err)
+	}
+	if res.Holder == "" {
+		fmt.Fprintf(env.stdout, "%s was not claimed: nothing to release\n", res.Card)
+		return nil
+	}
+	fmt.Fprintf(env.stdout, "released %s from %s (epoch %d); its holder is told and its later writes are refused\n",
+		res.Card, res.Holder, res.Epoch)
+	return nil
+}

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/agent/supervise"
+	"github.com/leasekeeper/leasekeeper/apitype"
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/client"
+)
+
+type claimOpts struct {
+	card      string
+	next      bool
+	resumable bool
+	command   []string
+}
+
+// The columns `claim` files a card into. The socket does not publish the
+// board, so these are the default board's names (see the report of gaps in
+// the package documentation); a board that renames them makes the owned
+// moves fail with a clear "unknown state" error rather than guess.
+const (
+	runningState    = board.StateInProgress
+	completionState = board.StateDone
+	failedState     = board.StateFailed
+)
+
+// Stopping CMD after a lost claim: SIGTERM, then SIGKILL no later than
+// killMargin before the lease deadline the agent last vouched for, and
+// never more than maxKillGrace after the SIGTERM.
+const (
+	killMargin   = 250 * time.Millisecond
+	maxKillGrace = 10 * time.Second
+)
+
+// runClaim holds a claim while CMD runs and routes the card the way the
+// watchdog would for a dead owner, so both agree (PRODUCT "Command line").
+func runClaim(ctx context.Context, env *cli, o claimOpts) error {
+	// SIGINT/SIGTERM go to CMD; our own store calls must not be cut short
+	// by them, or the card would be left half-routed.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	work := context.WithoutCancel(ctx)
+
+	c := env.client()
+	var cl *client.Claim
+	var err error
+	if o.next {
+		cl, err = c.ClaimNext(work)
+	} else {
+		cl, err = c.Claim(work, o.card)
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, board.ErrClaimConflict):
+		if ce, ok := board.AsClaimConflict(err); ok && ce.Holder != "" {
+			return withCode(exitHeld, fmt.Errorf("card %s is held by %s (epoch %d)", ce.Card, ce.Holder, ce.Epoch))
+		}
+		return withCode(exitHeld, err)
+	case o.next && errors.Is(err, board.ErrNotFound):
+		return withCode(exitNothing, errors.New("no claimable card in a pool state"))
+	default:
+		return env.agentError(c, err)
+	}
+	card, tok := cl.Card(), cl.Token()
+	fmt.Fprintf(env.stderr, "leasekeeper: claimed %s (epoch %d) as %s\n", card.ID, tok.Epoch, tok.Marker)
+
+	// lost turns any failure of an owned write into the right exit: a
+	// refused fence (or a claim context already ended) is exit 4.
+	lost := func(step string, err error) error {
+		if errors.Is(err, board.ErrClaimConflict) || cl.Context().Err() != nil {
+			cause := context.Cause(cl.Context())
+			if cause == nil {
+				cause = err
+			}
+			return withCode(exitLost, fmt.Errorf("claim on %s lost (%s): %w", card.ID, step, cause))
+		}
+		return fmt.Errorf("%s: %w", step, err)
+	}
+	release := func() {
+		if err := cl.Release(work); err != nil && !errors.Is(err, board.ErrClaimConflict) {
+			fmt.Fprintf(env.stderr, "leasekeeper: releasing %s: %v\n", card.ID, err)
+		}
+	}
+
+	run, err := cl.StartRun(work, client.RunSpec{})
+	if err != nil {
+		release()
+		return lost("start run", err)
+	}
+	if card.State != runningState {
+		if _, err := cl.SetState(work, runningState); err != nil {
+			closeRun(work, env, cl, run.ID, board.RunFailed)
+			release()
+			return lost("move to "+runningState, err)
+		}
+	}
+
+	cmd := exec.Command(o.command[0], o.command[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = env.stdin, env.stdout, env.stderr
+	cmd.Env = append(os.Environ(),
+		"LEASEKEEPER_CARD="+card.ID,
+		"LEASEKEEPER_RUN="+run.ID,
+		"LEASEKEEPER_MARKER="+tok.Marker,
+		"LEASEKEEPER_EPOCH="+strconv.FormatInt(tok.Epoch, 10),
+		apitype.SocketEnv+"="+c.SocketPath(),
+	)
+	child, err := supervise.Start(cmd)
+	if err != nil {
+		closeRun(work, env, cl, run.ID, board.RunFailed)
+		if _, serr := cl.SetState(work, failedState, client.WithReason(board.ReasonRunFailed)); serr != nil {
+			fmt.Fprintf(env.stderr, "leasekeeper: filing %s to %s: %v\n", card.ID, failedState, serr)
+		}
+		release()
+		return err
+	}
+
+	for {
+		select {
+		case sig := <-sigs:
+			_ = child.Signal(sig)
+		case <-cl.Context().Done():
+			return claimLost(work, env, cl, child, run.ID)
+		case <-child.Done():
+			code, _ := child.Wait(work)
+			return routeExit(work, env, cl, run.ID, code, o.resumable, lost, release)
+		}
+	}
+}
+
+// claimLost stops CMD because the claim is gone: SIGTERM, then SIGKILL
+// before the lease deadline. The holder must stop by its lease deadline on
+// its own — the watchdog's orphan proof relies on it (PRODUCT "The
+// watchdog").
+func claimLost(ctx context.Context, env *cli, cl *client.Claim, child *supervise.Child, runID string) error {
+	cause := context.Cause(cl.Context())
+	fmt.Fprintf(env.stderr, "leasekeeper: claim on %s lost: %v; stopping the command\n", cl.Card().ID, cause)
+	grace := min(max(time.Until(cl.TrustedUntil())-killMargin, 0), maxKillGrace)
+	if killed := child.Terminate(grace); killed {
+		fmt.Fprintf(env.stderr, "leasekeeper: the command ignored SIGTERM for %s: killed\n", grace.Round(time.Millisecond))
+	}
+	// The run is the old holder's: recording its end is a late write, and
+	// the fence refuses it. It is attempted anyway so that a claim lost
+	// only on this side (the agent went silent) still closes its run.
+	if err := closeRun(ctx, env, cl, runID, board.RunFailed); err != nil {
+		fmt.Fprintf(env.stderr, "leasekeeper: late write refused, as it must be: %v\n", err)
+	}
+	return withCode(exitLost, fmt.Errorf("claim on %s lost: %w", cl.Card().ID, cause))
+}
+
+// routeExit records the run's verdict and files the card as the watchdog
+// would (rows 9–11 of its decision table), then releases the claim.
+func routeExit(ctx context.Context, env *cli, cl *client.Claim, runID string, code int, resumable bool,
+	lost func(string, error) error, release func()) error {
+	id := cl.Card().ID
+	status, target, reason := board.RunFinished, completionState, board.ReasonRunFinished
+	switch {
+	case code == 0:
+	case resumable:
+		status, target, reason = board.RunFailedResumable, "", ""
+	default:
+		status, target, reason = board.RunFailed, failedState, board.ReasonRunFailed
+	}
+	if err := closeRun(ctx, env, cl, runID, status); err != nil {
+		return lost("record run "+string(status), err)
+	}
+	if target != "" {
+		if _, err := cl.SetState(ctx, target, client.WithReason(reason)); err != nil {
+			return lost("file to "+target, err)
+		}
+	}
+	if err := cl.Release(ctx); err != nil {
+		return lost("release", err)
+	}
+	switch {
+	case code == 0:
+		fmt.Fprintf(env.stderr, "leasekeeper: %s finished; filed to %s\n", id, target)
+		return nil
+	case resumable:
+		fmt.Fprintf(env.stderr, "leasekeeper: %s failed with status %d; run is resumable, card released\n", id, code)
+	default:
+		fmt.Fprintf(env.stderr, "leasekeeper: %s failed with status %d; filed to %s\n", id, code, target)
+	}
+	return withCode(exitCmdFailed, fmt.Errorf("command exited with status %d", code))
+}
+
+// closeRun moves the run out of running, compare-and-set on running so a
+// verdict already written elsewhere (the watchdog's) is never overwritten.
+func closeRun(ctx context.Context, _ *cli, cl *client.Claim, runID string, status board.RunStatus) error {
+	running := board.RunRunning
+	_, err := cl.UpdateRun(ctx, runID, apitype.UpdateRunRequest{IfStatus: &running, Status: &status})
+	return err
+}

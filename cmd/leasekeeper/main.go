@@ -1,0 +1,331 @@
+// Command leasekeeper is the claim-lease sidecar agent and its operator and
+// worker command line. This file only parses flags and wires the commands
+// to their implementations in the other files of the package.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run executes one command line and returns the process exit code.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// The first SIGINT/SIGTERM cancels the command's context. `claim`
+	// subscribes to the signals as well, forwards them to CMD and detaches
+	// its own store calls from that cancellation.
+	env := &cli{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := newRoot(env)
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "leasekeeper: %v\n", err)
+		if exitCodeOf(err) == exitUsage {
+			fmt.Fprintln(stderr, "Run 'leasekeeper --help' for usage.")
+		}
+	}
+	return exitCodeOf(err)
+}
+
+// cli is what every command shares: the I/O streams and the socket flag.
+type cli struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	socket         string
+}
+
+func newRoot(env *cli) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "leasekeeper",
+		Short: "Claim-lease sidecar: fenced claims on board cards for worker fleets",
+		Long: `leasekeeper grants workers fenced, leased claims on the cards of a board,
+renews them while the worker lives, tells a worker the moment its claim is
+lost, and reaps the claims of dead workers.
+
+Client commands find the agent through --socket, else LEASEKEEPER_SOCKET,
+else $XDG_RUNTIME_DIR/leasekeeper/leasekeeper.sock (./leasekeeper.sock when
+XDG_RUNTIME_DIR is unset).
+
+` + exitCodesHelp,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&env.socket, "socket", "", "agent socket path (default: LEASEKEEPER_SOCKET or the runtime directory)")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return withCode(exitUsage, err) })
+	root.CompletionOptions.DisableDefaultCmd = true
+
+	root.AddCommand(
+		newAgentCmd(env),
+		newCardCmd(env),
+		newClaimCmd(env),
+		newStatusCmd(env),
+		newHealthCmd(env),
+		newEventsCmd(env),
+		newReaperCmd(env),
+	)
+	return root
+}
+
+// exactArgs is cobra.ExactArgs with the usage exit code.
+func exactArgs(n int, names ...string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageError("want %d argument(s) (%s), got %d", n, strings.Join(names, " "), len(args))
+		}
+		return nil
+	}
+}
+
+func newAgentCmd(env *cli) *cobra.Command {
+	var o agentOpts
+	c := &cobra.Command{
+		Use:   "agent [--config FILE]",
+		Short: "Run the agent (the daemon)",
+		Long: `Run the agent: open the store, sweep the claims of dead workers of this
+host, adopt the claims of live ones, then serve the socket, renew claims
+and run the reaper until SIGTERM or SIGINT.
+
+With no --config every key takes its default: a bbolt store and the socket
+under $XDG_RUNTIME_DIR/leasekeeper (or the working directory), lease 30s,
+liveness pid, reaper off. LEASEKEEPER_REAPER overrides reaper.enabled.
+The config file is watched: lease, reaper.enabled, log and liveness reload
+live; other keys need a restart.`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error { return runAgent(cmd.Context(), env, o) },
+	}
+	c.Flags().StringVar(&o.config, "config", "", "YAML config file (strict: unknown keys are errors)")
+	c.Flags().StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	return c
+}
+
+func newCardCmd(env *cli) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "card",
+		Short: "Create, list, show and move cards (operator verbs)",
+		Args:  exactArgs(0),
+		RunE:  func(cmd *cobra.Command, _ []string) error { return withCode(exitUsage, cmd.Help()) },
+	}
+
+	var create cardCreateOpts
+	cc := &cobra.Command{
+		Use:   "create ID [--title T] [--state S] [--depends-on A,B] [--label L]...",
+		Short: "Create a card",
+		Long: `Create a card. Without --state it lands in the first pool state, or in
+waiting_deps while one of its --depends-on blockers is not complete.`,
+		Args: exactArgs(1, "ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			create.id = args[0]
+			return runCardCreate(cmd.Context(), env, create)
+		},
+	}
+	cc.Flags().StringVar(&create.title, "title", "", "card title")
+	cc.Flags().StringVar(&create.state, "state", "", "initial state")
+	cc.Flags().StringSliceVar(&create.dependsOn, "depends-on", nil, "blocker card ids, comma separated")
+	cc.Flags().StringArrayVar(&create.labels, "label", nil, "label (repeatable)")
+	cc.Flags().BoolVar(&create.json, "json", false, "print the card as JSON")
+
+	var ls cardListOpts
+	cl := &cobra.Command{
+		Use:   "ls [--state S] [--json]",
+		Short: "List cards, oldest first",
+		Args:  exactArgs(0),
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runCardList(cmd.Context(), env, ls) },
+	}
+	cl.Flags().StringVar(&ls.state, "state", "", "only cards in this state")
+	cl.Flags().BoolVar(&ls.json, "json", false, "print JSON (one array of cards)")
+
+	var show cardShowOpts
+	cs := &cobra.Command{
+		Use:   "show ID [--json]",
+		Short: "Show one card",
+		Args:  exactArgs(1, "ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			show.id = args[0]
+			return runCardShow(cmd.Context(), env, show)
+		},
+	}
+	cs.Flags().BoolVar(&show.json, "json", false, "print the card as JSON (the board field names)")
+
+	cm := &cobra.Command{
+		Use:   "move ID STATE",
+		Short: "Move a card (operator); refused out of a terminal state",
+		Long: `Move a card to another state as an operator. Terminal states (done, failed,
+blocked, cancelled on the default board) are sinks: moving out of one is
+refused; use 'leasekeeper card reopen' instead. Moving between terminal
+states is an ordinary refiling.`,
+		Args: exactArgs(2, "ID", "STATE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runCardMove(cmd.Context(), env, args[0], args[1])
+		},
+	}
+
+	cr := &cobra.Command{
+		Use:   "reopen ID STATE",
+		Short: "Reopen a card from a terminal state into a working state",
+		Long: `Reopen is the only exit from a terminal state. STATE must be a working
+(non-terminal) state. It is refused while a card unblocked by this card's
+completion is still outstanding.`,
+		Args: exactArgs(2, "ID", "STATE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runCardReopen(cmd.Context(), env, args[0], args[1])
+		},
+	}
+
+	var label cardLabelOpts
+	clb := &cobra.Command{
+		Use:   "label ID [--add L]... [--remove L]... | --set L1,L2",
+		Short: "Edit a card's labels",
+		Long: `Edit labels. --add/--remove are relative and applied in one atomic step
+(removes win); --set replaces the whole set (and so may re-arm a one-shot
+label). --set cannot be combined with --add or --remove.`,
+		Args: exactArgs(1, "ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			label.id = args[0]
+			label.setGiven = cmd.Flags().Changed("set")
+			return runCardLabel(cmd.Context(), env, label)
+		},
+	}
+	clb.Flags().StringArrayVar(&label.add, "add", nil, "label to add (repeatable)")
+	clb.Flags().StringArrayVar(&label.remove, "remove", nil, "label to remove (repeatable)")
+	clb.Flags().StringSliceVar(&label.set, "set", nil, "replace the labels with this comma-separated list (empty clears)")
+	clb.Flags().BoolVar(&label.json, "json", false, "print the card as JSON")
+
+	var force bool
+	crl := &cobra.Command{
+		Use:   "release ID --force",
+		Short: "Force-release a card's claim (operator steal)",
+		Long: `Release whoever holds the card. The holder's agent tells it at once
+(claim_lost); its later writes are refused by the fence.`,
+		Args: exactArgs(1, "ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !force {
+				return usageError("card release steals the claim from its holder: pass --force to confirm")
+			}
+			return runCardRelease(cmd.Context(), env, args[0])
+		},
+	}
+	crl.Flags().BoolVar(&force, "force", false, "confirm the steal")
+
+	c.AddCommand(cc, cl, cs, cm, cr, clb, crl)
+	return c
+}
+
+func newClaimCmd(env *cli) *cobra.Command {
+	var o claimOpts
+	c := &cobra.Command{
+		Use:   "claim (ID | --next) [--resumable] -- CMD [ARGS...]",
+		Short: "Hold a claim on a card while CMD runs",
+		Long: `Claim the card (or the oldest claimable one with --next), record a run,
+move the card into the running column and run CMD while the agent renews
+the claim. When CMD exits:
+
+  exit 0          run finished, card filed to the completion state
+  non-zero        run failed, card filed to failed
+  non-zero with --resumable
+                  run failed_resumable, card released back to the pool
+
+then the claim is released. If the claim is lost while CMD runs (an
+operator force-release, a lapsed lease), CMD gets SIGTERM, then SIGKILL
+before the lease deadline, and claim exits 4. SIGINT and SIGTERM are
+forwarded to CMD. CMD is killed if claim itself is killed.
+
+CMD sees LEASEKEEPER_CARD, LEASEKEEPER_RUN, LEASEKEEPER_MARKER and
+LEASEKEEPER_EPOCH in its environment.
+
+` + exitCodesHelp,
+		Args: func(cmd *cobra.Command, args []string) error {
+			dash := cmd.ArgsLenAtDash()
+			if dash < 0 || dash == len(args) {
+				return usageError("claim needs a command after --")
+			}
+			o.command = args[dash:]
+			switch {
+			case o.next && dash != 0:
+				return usageError("give either a card ID or --next, not both")
+			case !o.next && dash != 1:
+				return usageError("give exactly one card ID (or --next) before --")
+			case !o.next:
+				o.card = args[0]
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runClaim(cmd.Context(), env, o) },
+	}
+	c.Flags().BoolVar(&o.next, "next", false, "claim the oldest unclaimed card in a pool state")
+	c.Flags().BoolVar(&o.resumable, "resumable", false, "a failed CMD is safe to restart: return the card to the pool")
+	return c
+}
+
+func newStatusCmd(env *cli) *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "status [--json]",
+		Short: "Show the agent's status and the claims it renews",
+		Args:  exactArgs(0),
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runStatus(cmd.Context(), env, asJSON) },
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func newHealthCmd(env *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:   "health",
+		Short: "Exit 0 when the agent answers on its socket (container health checks)",
+		Args:  exactArgs(0),
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runHealth(cmd.Context(), env) },
+	}
+}
+
+func newEventsCmd(env *cli) *cobra.Command {
+	var o eventsOpts
+	c := &cobra.Command{
+		Use:   "events [--follow] [--json]",
+		Short: "Print the audit event log",
+		Args:  exactArgs(0),
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runEvents(cmd.Context(), env, o) },
+	}
+	c.Flags().BoolVarP(&o.follow, "follow", "f", false, "keep printing new events")
+	c.Flags().BoolVar(&o.json, "json", false, "print one JSON event per line")
+	c.Flags().Int64Var(&o.after, "after", 0, "start after this sequence number")
+	return c
+}
+
+func newReaperCmd(env *cli) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "reaper",
+		Short: "Drive the watchdog",
+		Args:  exactArgs(0),
+		RunE:  func(cmd *cobra.Command, _ []string) error { return withCode(exitUsage, cmd.Help()) },
+	}
+	var o reaperOpts
+	p := &cobra.Command{
+		Use:   "pass [--dry-run]",
+		Short: "Run one reaper pass now and print what it did (or would do)",
+		Args:  exactArgs(0),
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runReaperPass(cmd.Context(), env, o) },
+	}
+	p.Flags().BoolVar(&o.dryRun, "dry-run", false, "decide but write nothing")
+	p.Flags().BoolVar(&o.json, "json", false, "print JSON")
+	c.AddCommand(p)
+	return c
+}
+
+// pluginCmdName is the hidden subcommand the agent re-executes its own
+// binary with to serve the built-in stores as a go-plugin plugin.
+const pluginCmdName = "store-plugin"

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/agent"
+	"github.com/leasekeeper/leasekeeper/apitype"
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+type agentOpts struct {
+	config    string
+	logFormat string
+}
+
+type eventsOpts struct {
+	follow bool
+	json   bool
+	after  int64
+}
+
+type reaperOpts struct {
+	dryRun bool
+	json   bool
+}
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func runAgent(ctx context.Context, env *cli, o agentOpts) error {
+	e := agent.DefaultEnvironment()
+	cfg, err := agent.LoadConfig(o.config, e)
+	if err != nil {
+		return err
+	}
+	opts := agent.Options{
+		ConfigPath:    o.config,
+		Env:           e,
+		LogFormat:     o.logFormat,
+		LogOutput:     env.stderr,
+		Version:       version,
+		PluginCommand: pluginCommand(),
+	}
+	return agent.Run(ctx, cfg, opts)
+}
+
+// pluginCommand is the argv that re-executes this binary as the built-in
+// store plugin; nil when the binary cannot name itself.
+func pluginCommand() []string {
+	self, err := os.Executable()
+	if err != nil {
+		return nil
+	}
+	return []string{self, pluginCmdName}
+}
+
+func runStatus(ctx context.Context, env *cli, asJSON bool) error {
+	c := env.client()
+	st, err := c.Status(ctx)
+	if err != nil {
+		return env.agentError(c, err)
+	}
+	if asJSON {
+		return printJSON(env.stdout, st)
+	}
+	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "agent:\t%s (pid %d, %s)\n", st.Marker, st.PID, st.Version)
+	fmt.Fprintf(tw, "started:\t%s\n", st.StartedAt.Format(time.RFC3339))
+	fmt.Fprintf(tw, "socket:\t%s\n", st.Socket)
+	fmt.Fprintf(tw, "store:\t%s\n", st.Backend)
+	fmt.Fprintf(tw, "lease:\t%s (liveness %s)\n", time.Duration(st.LeaseMS)*time.Millisecond, st.Liveness)
+	gate := "off"
+	if st.Reaper.Enabled {
+		gate = "on"
+	}
+	fmt.Fprintf(tw, "reaper:\t%s, every %s, batch %d\n", gate, time.Duration(st.Reaper.IntervalMS)*time.Millisecond, st.Reaper.Batch)
+	if st.Draining {
+		fmt.Fprintf(tw, "draining:\tyes (not granting new claims)\n")
+	}
+	fmt.Fprintf(tw, "claims:\t%d\n", len(st.Claims))
+	_ = tw.Flush()
+	if len(st.Claims) > 0 {
+		tw = tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  CARD\tMARKER\tEPOCH\tPID\tTRUSTED")
+		for _, h := range st.Claims {
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\n", h.Card, h.Marker, h.Epoch, h.PID, time.Duration(h.TrustedMS)*time.Millisecond)
+		}
+		_ = tw.Flush()
+	}
+	return nil
+}
+
+// healthTimeout bounds a health check: a container runtime kills a check
+// that hangs, and a hung agent is exactly what it must report.
+const healthTimeout = 5 * time.Second
+
+func runHealth(ctx context.Context, env *cli) error {
+	ctx, cancel := context.WithTimeout(ctx, healthTimeout)
+	defer cancel()
+	c := env.client()
+	st, err := c.Status(ctx)
+	if err != nil {
+		return env.agentError(c, err)
+	}
+	if st.Draining {
+		return errors.New("agent is shutting down")
+	}
+	fmt.Fprintln(env.stdout, "ok")
+	return nil
+}
+
+func runEvents(ctx context.Context, env *cli, o eventsOpts) error {
+	c := env.client()
+	print := func(ev board.Event) error {
+		if o.json {
+			return printJSONLine(env, ev)
+		}
+		fmt.Fprintln(env.stdout, formatEvent(ev))
+		return nil
+	}
+	after := o.after
+	if !o.follow {
+		for {
+			evs, err := c.Events(ctx, after, 500)
+			if err != nil {
+				return env.agentError(c, err)
+			}
+			for _, ev := range evs {
+				if err := print(ev); err != nil {
+					return err
+				}
+				after = ev.Seq
+			}
+			if len(evs) == 0 {
+				return nil
+			}
+		}
+	}
+	err := c.FollowEvents(ctx, after, print)
+	if ctx.Err() != nil {
+		return nil // interrupted by the user: a normal end of --follow
+	}
+	return env.agentError(c, err)
+}
+
+func printJSONLine(env *cli, v any) error {
+	return json.NewEncoder(env.stdout).Encode(v)
+}
+
+func formatEvent(ev board.Event) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%6d  %s  %-13s %s", ev.Seq, ev.At.Format(time.RFC3339Nano), ev.Type, ev.Card)
+	d := ev.Data
+	switch ev.Type {
+	case board.EventState:
+		fmt.Fprintf(&b, " %s -> %s", d.From, d.To)
+	case board.EventClaimed, board.EventReleased:
+		fmt.Fprintf(&b, " %s epoch %d", d.Marker, d.Epoch)
+	case board.EventLabels:
+		fmt.Fprintf(&b, " [%s]", strings.Join(d.Labels, ","))
+	case board.EventRunCreated, board.EventRunUpdated, board.EventLastRun:
+		fmt.Fprintf(&b, " run %s %s", d.RunID, d.Status)
+	}
+	if ev.Reason != "" {
+		fmt.Fprintf(&b, " reason=%s", ev.Reason)
+	}
+	if ev.Actor != "" {
+		fmt.Fprintf(&b, " by %s", ev.Actor)
+	}
+	return b.String()
+}
+
+func runReaperPass(ctx context.Context, env *cli, o reaperOpts) error {
+	c := env.client()
+	pass, err := c.ReaperPass(ctx, o.dryRun)
+	if err != nil {
+		return env.agentError(c, err)
+	}
+	if o.json {
+		return printJSON(env.stdout, pass)
+	}
+	mode := "pass"
+	if pass.DryRun {
+		mode = "dry run"
+	}
+	gate := ""
+	if pass.Gated {
+		gate = " (gate off: repair sweeps only, no decisions)"
+	}
+	fmt.Fprintf(env.stdout, "reaper %s at %s: %d examined%s\n", mode, pass.StartedAt.Format(time.RFC3339), pass.Examined, gate)
+	printDecisions(env, pass.Decisions)
+	return nil
+}
+
+func printDecisions(env *cli, ds []apitype.ReaperDecision) {
+	if len(ds) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  CARD\tPREV\tACTION\tAPPLIED\tREASON")
+	for _, d := range ds {
+		reason := d.Reason
+		if d.Error != "" {
+			reason += " error: " + d.Error
+		}
+		fmt.Fprintf(tw, "  %s\t%s@%d\t%s\t%v\t%s\n", d.Card, d.PrevHolder, d.PrevEpoch, d.Action, d.Applied, reason)
+	}
+	_ = tw.Flush()
+}
