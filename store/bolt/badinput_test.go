@@ -33,7 +33,10 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"create duplicate id", func() error { _, err := s.CreateCard(ctx, board.NewCard{ID: "a"}); return err }, board.ErrAlreadyExists},
 		{"create empty id", func() error { _, err := s.CreateCard(ctx, board.NewCard{}); return err }, board.ErrInvalidArgument},
 		{"create id with control char", func() error { _, err := s.CreateCard(ctx, board.NewCard{ID: "a\nb"}); return err }, board.ErrInvalidArgument},
-		{"create self cycle", func() error { _, err := s.CreateCard(ctx, board.NewCard{ID: "c", DependsOn: []string{"c"}}); return err }, board.ErrInvalidArgument},
+		{"create self cycle", func() error {
+			_, err := s.CreateCard(ctx, board.NewCard{ID: "c", DependsOn: []string{"c"}})
+			return err
+		}, board.ErrInvalidArgument},
 		{"create unknown blocker", func() error {
 			_, err := s.CreateCard(ctx, board.NewCard{ID: "c", DependsOn: []string{"a", "ghost"}})
 			return err
@@ -43,7 +46,10 @@ func TestBadInputWritesNothing(t *testing.T) {
 			_, err := s.CreateCard(ctx, board.NewCard{ID: "c", Labels: []string{"ok", "bad\x01"}})
 			return err
 		}, board.ErrInvalidArgument},
-		{"create label too long", func() error { _, err := s.CreateCard(ctx, board.NewCard{ID: "c", Labels: []string{longLabel}}); return err }, board.ErrInvalidArgument},
+		{"create label too long", func() error {
+			_, err := s.CreateCard(ctx, board.NewCard{ID: "c", Labels: []string{longLabel}})
+			return err
+		}, board.ErrInvalidArgument},
 		{"claim unknown card", func() error {
 			_, err := s.Claim(ctx, board.ClaimRequest{Card: "ghost", Marker: "host-100", Lease: lease})
 			return err
