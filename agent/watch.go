@@ -64,10 +64,12 @@ const settle = 100 * time.Millisecond
 
 func watchLoop(ctx context.Context, w *fsnotify.Watcher, path, base string, env Environment, live *Live, log *slog.Logger, onReload func(ReloadResult)) {
 	// Compare against the content the config in force was parsed from, and
-	// check once at once: a change made between the agent's first load and
-	// the watch being set up would otherwise go unseen until the next one.
+	// check once right away: a change made between the agent's first load
+	// and the watch being set up would otherwise go unseen until the next
+	// one. That first check settles like any other, so a write in progress
+	// (truncated, not yet rewritten) is not read half-way.
 	last := live.Config().raw
-	timer := time.NewTimer(0)
+	timer := time.NewTimer(settle)
 	defer timer.Stop()
 	for {
 		select {
