@@ -1,0 +1,549 @@
+package mongostore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+// maxTitleBytes caps a card title.
+const maxTitleBytes = 1024
+
+func validateCardID(id string) error { return board.ValidateName("card id", id) }
+
+func validateTitle(t string) error {
+	switch {
+	case len(t) > maxTitleBytes:
+		return board.Invalid("title is %d bytes, over the %d-byte limit", len(t), maxTitleBytes)
+	case !utf8.ValidString(t):
+		return board.Invalid("title %q is not valid UTF-8", t)
+	case strings.IndexFunc(t, unicode.IsControl) >= 0:
+		return board.Invalid("title %q contains a control character", t)
+	}
+	return nil
+}
+
+// validateText checks a short free-form value (actor, reason, host...).
+func validateText(kind, v string) error {
+	if len(v) > board.MaxIDBytes {
+		return board.Invalid("%s is %d bytes, over the %d-byte limit", kind, len(v), board.MaxIDBytes)
+	}
+	if !utf8.ValidString(v) || strings.IndexFunc(v, unicode.IsControl) >= 0 {
+		return board.Invalid("%s %q is not printable UTF-8", kind, v)
+	}
+	return nil
+}
+
+// nextCardSeq allocates the creation sequence that orders cards. Creation
+// order cannot come from created_at: server clocks step, and two cards can
+// share a millisecond.
+func (s *Store) nextCardSeq(ctx context.Context) (int64, error) {
+	raw, err := s.counters.FindOneAndUpdate(ctx,
+		bson.D{{Key: "_id", Value: collCards}},
+		bson.D{{Key: "$inc", Value: bson.D{{Key: "seq", Value: int64(1)}}}},
+		options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)).Raw()
+	if err != nil {
+		return 0, fmt.Errorf("mongostore: card sequence: %w", err)
+	}
+	seq, ok := raw.Lookup("seq").AsInt64OK()
+	if !ok {
+		return 0, &DocumentError{Collection: collCounters, ID: collCards, Field: "seq", Problem: "is not an integer"}
+	}
+	return seq, nil
+}
+
+// CreateCard creates a card after validating everything it names.
+func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, error) {
+	if err := validateCardID(nc.ID); err != nil {
+		return board.Card{}, err
+	}
+	if err := validateTitle(nc.Title); err != nil {
+		return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, err)
+	}
+	if err := validateText("actor", nc.Actor); err != nil {
+		return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, err)
+	}
+	labels, err := board.NormalizeLabels(nc.Labels)
+	if err != nil {
+		return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, err)
+	}
+	deps := make([]string, 0, len(nc.DependsOn))
+	for _, d := range nc.DependsOn {
+		if err := board.ValidateName("blocker id", d); err != nil {
+			return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, err)
+		}
+		// A card that does not exist yet cannot be anyone's blocker, so a
+		// self-dependency is the only cycle CreateCard can be asked for.
+		if d == nc.ID {
+			return board.Card{}, board.Invalid("card %q depends on itself: dependency cycle", nc.ID)
+		}
+		if !slices.Contains(deps, d) {
+			deps = append(deps, d)
+		}
+	}
+	if nc.State != "" {
+		if _, err := s.board.Require(nc.State); err != nil {
+			return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, err)
+		}
+	}
+	if err := s.cards.FindOne(ctx, bson.D{{Key: "_id", Value: nc.ID}}).Err(); err == nil {
+		return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, board.ErrAlreadyExists)
+	} else if !errors.Is(err, mongo.ErrNoDocuments) {
+		return board.Card{}, fmt.Errorf("mongostore: read card %q: %w", nc.ID, err)
+	}
+	complete, err := s.blockersComplete(ctx, nc.ID, deps)
+	if err != nil {
+		return board.Card{}, err
+	}
+	state := nc.State
+	if state == "" {
+		state = s.board.FirstPool()
+		if !complete && s.board.Has(board.StateWaitingDeps) {
+			state = board.StateWaitingDeps
+		}
+	}
+	seq, err := s.nextCardSeq(ctx)
+	if err != nil {
+		return board.Card{}, err
+	}
+	clk, err := s.serverNow(ctx)
+	if err != nil {
+		return board.Card{}, err
+	}
+	ev := newEvent(board.EventCardCreated, nc.ID, board.ReasonNone, nc.Actor, clk.now, board.EventData{To: state, Labels: labels})
+	doc := bson.D{
+		{Key: "_id", Value: nc.ID},
+		{Key: "title", Value: nc.Title},
+		{Key: "state", Value: state},
+		{Key: "labels", Value: labels},
+		{Key: "depends_on", Value: deps},
+		{Key: "runs", Value: []string{}},
+		{Key: "awaiting_input", Value: false},
+		{Key: "created_at", Value: clk.now},
+		{Key: "updated_at", Value: clk.now},
+		{Key: "created_seq", Value: seq},
+		{Key: "claim", Value: ""},
+		{Key: fieldOutbox, Value: []outboxEntry{ev}},
+	}
+	if _, err := s.cards.InsertOne(ctx, doc); err != nil {
+		if mongo.IsDuplicateKeyError(err) {
+			return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, board.ErrAlreadyExists)
+		}
+		return board.Card{}, writeErr(fmt.Sprintf("mongostore: create card %q", nc.ID), err)
+	}
+	_ = s.relay(ctx, s.cards, nc.ID, []outboxEntry{ev})
+
+	if state == board.StateWaitingDeps && nc.State == "" && len(deps) > 0 {
+		// No multi-document atomicity: a blocker may have completed between
+		// the check above and the insert, and its completion then promoted
+		// nobody, because this card was not there yet. Check again now that
+		// it is, and promote it the way that completion would have.
+		if done, err := s.blockersComplete(ctx, nc.ID, deps); err == nil && done {
+			if _, err := s.promote(ctx, nc.ID, deps[len(deps)-1], nc.Actor); err != nil {
+				return board.Card{}, err
+			}
+		}
+	}
+	c, err := s.readCard(ctx, nc.ID)
+	if err != nil {
+		return board.Card{}, err
+	}
+	return c.Card, nil
+}
+
+// blockersComplete checks that every blocker exists (an unknown one is
+// ErrInvalidArgument) and reports whether all are in a completion state.
+func (s *Store) blockersComplete(ctx context.Context, id string, deps []string) (bool, error) {
+	if len(deps) == 0 {
+		return true, nil
+	}
+	cur, err := s.cards.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: deps}}}},
+		options.Find().SetProjection(bson.D{{Key: "state", Value: 1}}))
+	if err != nil {
+		return false, fmt.Errorf("mongostore: read blockers of %q: %w", id, err)
+	}
+	defer cur.Close(ctx)
+	found := map[string]bool{}
+	complete := true
+	for cur.Next(ctx) {
+		r := newReader(collCards, cur.Current)
+		state := r.str("state")
+		if r.err != nil {
+			return false, r.err
+		}
+		found[r.id] = true
+		if !s.board.IsCompletion(state) {
+			complete = false
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return false, fmt.Errorf("mongostore: read blockers of %q: %w", id, err)
+	}
+	for _, d := range deps {
+		if !found[d] {
+			return false, board.Invalid("card %q: unknown blocker %q", id, d)
+		}
+	}
+	return complete, nil
+}
+
+// GetCard reads one card.
+func (s *Store) GetCard(ctx context.Context, id string) (board.Card, error) {
+	if err := validateCardID(id); err != nil {
+		return board.Card{}, err
+	}
+	c, err := s.readCard(ctx, id)
+	if err != nil {
+		return board.Card{}, err
+	}
+	return c.Card, nil
+}
+
+// creationOrder sorts cards oldest first.
+var creationOrder = bson.D{{Key: "created_seq", Value: 1}, {Key: "_id", Value: 1}}
+
+// ListCards lists cards in creation order.
+func (s *Store) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
+	if f.Limit < 0 {
+		return nil, board.Invalid("negative limit %d", f.Limit)
+	}
+	filter := bson.D{}
+	if f.State != "" {
+		if _, err := s.board.Require(f.State); err != nil {
+			return nil, err
+		}
+		filter = append(filter, bson.E{Key: "state", Value: f.State})
+	}
+	if f.ClaimedOnly {
+		filter = append(filter, claimedCond)
+	}
+	opts := options.Find().SetSort(creationOrder)
+	if f.Limit > 0 {
+		opts.SetLimit(int64(f.Limit))
+	}
+	return s.findCards(ctx, filter, opts)
+}
+
+// claimedCond selects claimed cards: a non-empty marker string.
+var claimedCond = bson.E{Key: "claim", Value: bson.D{{Key: "$gt", Value: ""}}}
+
+func (s *Store) findCards(ctx context.Context, filter bson.D, opts *options.FindOptionsBuilder) ([]board.Card, error) {
+	cur, err := s.cards.Find(ctx, filter, opts)
+	if err != nil {
+		return nil, fmt.Errorf("mongostore: list cards: %w", err)
+	}
+	defer cur.Close(ctx)
+	out := []board.Card{}
+	for cur.Next(ctx) {
+		c, err := decodeCard(cur.Current)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c.Card)
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("mongostore: list cards: %w", err)
+	}
+	return out, nil
+}
+
+// Dependents lists the cards that name id as a blocker, in creation order.
+func (s *Store) Dependents(ctx context.Context, id string) ([]board.Card, error) {
+	if err := validateCardID(id); err != nil {
+		return nil, err
+	}
+	if _, err := s.readCard(ctx, id); err != nil {
+		return nil, err
+	}
+	return s.findCards(ctx, bson.D{{Key: "depends_on", Value: id}}, options.Find().SetSort(creationOrder))
+}
+
+// moveChange is the one shape of a state move: CAS on the source state,
+// gave_up cleared (a move supersedes a give-up stamp), a state event.
+func moveChange(c *cardState, clk serverClock, to string, reason board.Reason, actor string) *change {
+	return &change{
+		cond: bson.D{{Key: "state", Value: c.State}},
+		set: bson.D{
+			{Key: "state", Value: to},
+			{Key: "state_reason", Value: string(reason)},
+			{Key: "updated_at", Value: clk.now},
+		},
+		unset:  []string{"gave_up"},
+		events: []outboxEntry{newEvent(board.EventState, c.ID, reason, actor, clk.now, board.EventData{From: c.State, To: to})},
+	}
+}
+
+// afterMove promotes dependents when a move reached a completion state.
+func (s *Store) afterMove(ctx context.Context, c *cardState, moved bool, actor string) error {
+	if !moved || !s.board.IsCompletion(c.State) {
+		return nil
+	}
+	return s.promoteDependents(ctx, c.ID, actor)
+}
+
+// promoteDependents moves each dependent waiting on its blockers to the
+// first pool state once every blocker is complete, reason unblocked (not a
+// machine reason: the cascade of closing a blocker keeps its triggers,
+// ADR-096 Consequences).
+//
+// Twin divergence: each promotion is its own single-document write, after
+// the blocker's. A crash in between leaves a dependent waiting although its
+// blockers are done; the next completion of any of its blockers (a
+// refiling into the completion state) promotes it then.
+func (s *Store) promoteDependents(ctx context.Context, id, actor string) error {
+	if !s.board.Has(board.StateWaitingDeps) {
+		return nil
+	}
+	deps, err := s.findCards(ctx, bson.D{{Key: "depends_on", Value: id}, {Key: "state", Value: board.StateWaitingDeps}},
+		options.Find().SetSort(creationOrder))
+	if err != nil {
+		return err
+	}
+	for _, d := range deps {
+		done, err := s.blockersComplete(ctx, d.ID, d.DependsOn)
+		if errors.Is(err, board.ErrInvalidArgument) {
+			continue // a blocker is gone: the dependent cannot be unblocked by this one
+		}
+		if err != nil {
+			return err
+		}
+		if !done {
+			continue
+		}
+		if _, err := s.promote(ctx, d.ID, id, actor); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// promote moves a waiting dependent to the first pool state, if it is
+// still waiting.
+func (s *Store) promote(ctx context.Context, id, blocker, actor string) (bool, error) {
+	pool := s.board.FirstPool()
+	_, wrote, err := s.mutate(ctx, id, func(c *cardState, clk serverClock) (*change, error) {
+		if c.State != board.StateWaitingDeps {
+			return nil, nil
+		}
+		ch := moveChange(c, clk, pool, board.ReasonUnblocked, actor)
+		ch.set = append(ch.set, bson.E{Key: "promoted_by", Value: blocker})
+		return ch, nil
+	})
+	return wrote, err
+}
+
+// sinkExit is the error for leaving a terminal state through the SetState
+// family (ADR-096 §5).
+func sinkExit(card, from, to string) error {
+	return fmt.Errorf("card %q: %s → %s: %w", card, from, to, board.ErrTerminalStateExit)
+}
+
+func (s *Store) leavesSink(from, to string) bool {
+	return s.board.IsTerminal(from) && !s.board.IsTerminal(to)
+}
+
+func validateMove(m board.Move) error {
+	if err := validateCardID(m.Card); err != nil {
+		return err
+	}
+	if err := validateText("reason", string(m.Reason)); err != nil {
+		return fmt.Errorf("card %q: %w", m.Card, err)
+	}
+	if err := validateText("actor", m.Actor); err != nil {
+		return fmt.Errorf("card %q: %w", m.Card, err)
+	}
+	return nil
+}
+
+// SetState is the operator's move. Terminal → working is refused; terminal
+// → terminal is an ordinary refiling. Moving to the current state writes
+// nothing.
+func (s *Store) SetState(ctx context.Context, m board.Move) error {
+	if err := validateMove(m); err != nil {
+		return err
+	}
+	if _, err := s.board.Require(m.To); err != nil {
+		return fmt.Errorf("card %q: %w", m.Card, err)
+	}
+	c, moved, err := s.mutate(ctx, m.Card, func(c *cardState, clk serverClock) (*change, error) {
+		if s.leavesSink(c.State, m.To) {
+			return nil, sinkExit(m.Card, c.State, m.To)
+		}
+		if c.State == m.To {
+			return nil, nil
+		}
+		return moveChange(c, clk, m.To, m.Reason, m.Actor), nil
+	})
+	if err != nil {
+		return err
+	}
+	return s.afterMove(ctx, c, moved, m.Actor)
+}
+
+// SetStateFrom is the automation move: a CAS on the declared source.
+func (s *Store) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
+	if err := validateMove(m); err != nil {
+		return false, err
+	}
+	if _, err := s.board.Require(m.To); err != nil {
+		return false, fmt.Errorf("card %q: %w", m.Card, err)
+	}
+	if m.From == "" {
+		return false, board.Invalid("card %q: SetStateFrom needs a declared source state", m.Card)
+	}
+	if _, err := s.board.Require(m.From); err != nil {
+		return false, fmt.Errorf("card %q: from: %w", m.Card, err)
+	}
+	c, moved, err := s.mutate(ctx, m.Card, func(c *cardState, clk serverClock) (*change, error) {
+		// A terminal source is refused even when the card has drifted: the
+		// caller asked to leave a sink, which is wrong whatever the card
+		// holds now.
+		if s.leavesSink(m.From, m.To) {
+			return nil, sinkExit(m.Card, m.From, m.To)
+		}
+		if c.State != m.From || c.State == m.To {
+			return nil, nil
+		}
+		return moveChange(c, clk, m.To, m.Reason, m.Actor), nil
+	})
+	if err != nil {
+		return false, err
+	}
+	return moved, s.afterMove(ctx, c, moved, m.Actor)
+}
+
+// Reopen is the only exit from a terminal state (ADR-096 §5).
+//
+// Twin divergence: the check for an outstanding promoted dependent and the
+// move are two steps here (no multi-document atomicity); a dependent
+// promoted in between is the same race as an operator reopening a moment
+// earlier.
+func (s *Store) Reopen(ctx context.Context, m board.Move) error {
+	if err := validateMove(m); err != nil {
+		return err
+	}
+	target, err := s.board.Require(m.To)
+	if err != nil {
+		return fmt.Errorf("card %q: %w", m.Card, err)
+	}
+	if target.Terminal {
+		return fmt.Errorf("card %q: reopen into terminal state %q: %w", m.Card, m.To, board.ErrTransitionRejected)
+	}
+	var terminal []string
+	for _, st := range s.board.States {
+		if st.Terminal {
+			terminal = append(terminal, st.Name)
+		}
+	}
+	_, _, err = s.mutate(ctx, m.Card, func(c *cardState, clk serverClock) (*change, error) {
+		if !s.board.IsTerminal(c.State) {
+			return nil, fmt.Errorf("card %q: reopen from non-terminal state %q: %w", m.Card, c.State, board.ErrTransitionRejected)
+		}
+		raw, err := s.cards.FindOne(ctx, bson.D{
+			{Key: "depends_on", Value: m.Card},
+			{Key: "promoted_by", Value: m.Card},
+			{Key: "state", Value: bson.D{{Key: "$nin", Value: terminal}}},
+		}).Raw()
+		switch {
+		case err == nil:
+			d, derr := decodeCard(raw)
+			if derr != nil {
+				return nil, derr
+			}
+			return nil, fmt.Errorf("card %q: dependent %q was promoted on its completion and is still %s: %w",
+				m.Card, d.ID, d.State, board.ErrTransitionRejected)
+		case !errors.Is(err, mongo.ErrNoDocuments):
+			return nil, fmt.Errorf("mongostore: read dependents of %q: %w", m.Card, err)
+		}
+		return moveChange(c, clk, m.To, m.Reason, m.Actor), nil
+	})
+	return err
+}
+
+// AdjustLabels applies a relative label change in one atomic step: a
+// compare-and-set on the label array as read, retried on a miss, so no
+// concurrent caller's change is lost (ADR-096 §9; FerretDB has no pipeline
+// updates to do it inside the server). A no-op writes nothing.
+func (s *Store) AdjustLabels(ctx context.Context, lc board.LabelChange) (board.Card, error) {
+	if err := validateCardID(lc.Card); err != nil {
+		return board.Card{}, err
+	}
+	if err := validateText("actor", lc.Actor); err != nil {
+		return board.Card{}, fmt.Errorf("card %q: %w", lc.Card, err)
+	}
+	if _, err := board.NormalizeLabels(lc.Add); err != nil {
+		return board.Card{}, fmt.Errorf("card %q: add: %w", lc.Card, err)
+	}
+	if _, err := board.NormalizeLabels(lc.Remove); err != nil {
+		return board.Card{}, fmt.Errorf("card %q: remove: %w", lc.Card, err)
+	}
+	c, _, err := s.mutate(ctx, lc.Card, func(c *cardState, clk serverClock) (*change, error) {
+		next, changed, err := board.ApplyLabelChange(c.Labels, lc.Add, lc.Remove)
+		if err != nil {
+			return nil, fmt.Errorf("card %q: %w", lc.Card, err)
+		}
+		if !changed {
+			return nil, nil
+		}
+		return labelsChange(c, clk, next, lc.Actor), nil
+	})
+	if err != nil {
+		return board.Card{}, err
+	}
+	return c.Card, nil
+}
+
+// SetLabels replaces the label set. It is absolute by contract: a caller
+// that states a consumed one-shot label re-arms it (ADR-096 §9).
+func (s *Store) SetLabels(ctx context.Context, card string, labels []string, actor string) (board.Card, error) {
+	if err := validateCardID(card); err != nil {
+		return board.Card{}, err
+	}
+	if err := validateText("actor", actor); err != nil {
+		return board.Card{}, fmt.Errorf("card %q: %w", card, err)
+	}
+	next, err := board.NormalizeLabels(labels)
+	if err != nil {
+		return board.Card{}, fmt.Errorf("card %q: %w", card, err)
+	}
+	c, _, err := s.mutate(ctx, card, func(c *cardState, clk serverClock) (*change, error) {
+		if slices.Equal(c.Labels, next) {
+			return nil, nil
+		}
+		return labelsChange(c, clk, slices.Clone(next), actor), nil
+	})
+	if err != nil {
+		return board.Card{}, err
+	}
+	return c.Card, nil
+}
+
+func labelsChange(c *cardState, clk serverClock, next []string, actor string) *change {
+	var added, removed []string
+	for _, l := range next {
+		if !slices.Contains(c.Labels, l) {
+			added = append(added, l)
+		}
+	}
+	for _, l := range c.Labels {
+		if !slices.Contains(next, l) {
+			removed = append(removed, l)
+		}
+	}
+	return &change{
+		cond: bson.D{same(c.raw, "labels")},
+		set:  bson.D{{Key: "labels", Value: next}, {Key: "updated_at", Value: clk.now}},
+		events: []outboxEntry{newEvent(board.EventLabels, c.ID, board.ReasonNone, actor, clk.now,
+			board.EventData{Labels: next, Added: added, Removed: removed})},
+	}
+}

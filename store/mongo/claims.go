@@ -1,0 +1,573 @@
+package mongostore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+func validateLease(card string, lease time.Duration) error {
+	if lease <= 0 {
+		return board.Invalid("card %q: lease must be positive, got %s", card, lease)
+	}
+	return nil
+}
+
+func validateToken(card string, tok board.ClaimToken) error {
+	if err := validateCardID(card); err != nil {
+		return err
+	}
+	if err := tok.Validate(); err != nil {
+		return fmt.Errorf("card %q: %w", card, err)
+	}
+	return nil
+}
+
+// acquireChange grants a free card to marker: a CAS on the claim and the
+// epoch exactly as read, a new epoch floored at the server clock, and the
+// lease and claimed_at from the server clock (ADR-096 §1, §6).
+func acquireChange(c *cardState, clk serverClock, marker string, lease time.Duration) (*change, board.ClaimToken) {
+	epoch := clk.epochAfter(c.ClaimEpoch)
+	return &change{
+		cond: bson.D{same(c.raw, "claim"), same(c.raw, "claim_epoch")},
+		set: bson.D{
+			{Key: "claim", Value: marker},
+			{Key: "claim_epoch", Value: epoch},
+			{Key: "claimed_at", Value: clk.now},
+			{Key: "claim_lease_until", Value: clk.leaseUntil(lease)},
+			{Key: "updated_at", Value: clk.now},
+		},
+		events: []outboxEntry{newEvent(board.EventClaimed, c.ID, board.ReasonNone, marker, clk.now,
+			board.EventData{Marker: marker, Epoch: epoch})},
+	}, board.ClaimToken{Marker: marker, Epoch: epoch}
+}
+
+// Claim acquires a free card or refreshes the same marker's lease.
+func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.ClaimToken, error) {
+	if err := validateCardID(r.Card); err != nil {
+		return board.ClaimToken{}, err
+	}
+	if err := board.ValidateMarker(r.Marker); err != nil {
+		return board.ClaimToken{}, fmt.Errorf("card %q: %w", r.Card, err)
+	}
+	if err := validateLease(r.Card, r.Lease); err != nil {
+		return board.ClaimToken{}, err
+	}
+	var tok board.ClaimToken
+	_, _, err := s.mutate(ctx, r.Card, func(c *cardState, clk serverClock) (*change, error) {
+		switch {
+		case c.Claim == "":
+			var ch *change
+			ch, tok = acquireChange(c, clk, r.Marker, r.Lease)
+			return ch, nil
+		case c.Claim == r.Marker && c.epochSet:
+			// Idempotent re-claim: refresh the lease only, never backwards.
+			// Same epoch, no event, no updated_at bump (ADR-096 §1).
+			tok = c.Token()
+			return &change{
+				cond: tokenCond(tok),
+				max:  bson.D{{Key: "claim_lease_until", Value: clk.leaseUntil(r.Lease)}},
+			}, nil
+		default:
+			// Another marker — or this marker on a card whose epoch was
+			// dropped, which no token can hold any more (ADR-096 §6).
+			return nil, c.conflict()
+		}
+	})
+	return tok, err
+}
+
+// ClaimNext claims the oldest unclaimed card in a pool state. Candidates
+// are read in creation order and claimed one by one with the same CAS as
+// Claim; a candidate taken by someone else in between is skipped.
+func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.Card, board.ClaimToken, error) {
+	if err := board.ValidateMarker(r.Marker); err != nil {
+		return board.Card{}, board.ClaimToken{}, err
+	}
+	if r.Lease <= 0 {
+		return board.Card{}, board.ClaimToken{}, board.Invalid("lease must be positive, got %s", r.Lease)
+	}
+	filter := bson.D{
+		{Key: "state", Value: bson.D{{Key: "$in", Value: s.board.PoolStates()}}},
+		{Key: "claim", Value: bson.D{{Key: "$in", Value: bson.A{"", nil}}}},
+	}
+	for round := 0; round < maxAttempts; round++ {
+		cands, err := s.findCards(ctx, filter, options.Find().SetSort(creationOrder).SetLimit(8))
+		if err != nil {
+			return board.Card{}, board.ClaimToken{}, err
+		}
+		if len(cands) == 0 {
+			return board.Card{}, board.ClaimToken{}, fmt.Errorf("no unclaimed card in a pool state: %w", board.ErrNotFound)
+		}
+		for _, cand := range cands {
+			var tok board.ClaimToken
+			c, wrote, err := s.mutate(ctx, cand.ID, func(c *cardState, clk serverClock) (*change, error) {
+				if c.Claim != "" || !s.board.IsPool(c.State) {
+					return nil, nil
+				}
+				var ch *change
+				ch, tok = acquireChange(c, clk, r.Marker, r.Lease)
+				return ch, nil
+			})
+			if err != nil {
+				return board.Card{}, board.ClaimToken{}, err
+			}
+			if wrote {
+				return c.Card, tok, nil
+			}
+		}
+	}
+	return board.Card{}, board.ClaimToken{}, fmt.Errorf("mongostore: claim next: %w", ErrContention)
+}
+
+// RenewClaims pushes each hold's lease to server-now + lease, never
+// backwards, in ONE BulkWrite for the whole tick. A renewal emits no event
+// and leaves updated_at alone: a heartbeat is not a change to the card.
+//
+// A bulk write reports counts, not which update matched, so the cards are
+// read back afterwards. A hold whose card still carries its exact token
+// was renewed: an epoch only goes up, so a card that holds the token now
+// held it when the update ran. A hold lost in between is reported as a
+// conflict, which is the truth by the time the caller sees it.
+func (s *Store) RenewClaims(ctx context.Context, hs []board.Hold, lease time.Duration) ([]board.RenewResult, error) {
+	if lease <= 0 {
+		return nil, board.Invalid("lease must be positive, got %s", lease)
+	}
+	out := make([]board.RenewResult, len(hs))
+	if len(hs) == 0 {
+		return out, ctx.Err()
+	}
+	clk, err := s.serverNow(ctx)
+	if err != nil {
+		return nil, err
+	}
+	until := clk.leaseUntil(lease)
+	var (
+		models []mongo.WriteModel
+		ids    []string
+	)
+	for i, h := range hs {
+		out[i].Card = h.Card
+		if err := validateToken(h.Card, h.Token); err != nil {
+			out[i].Err = err
+			continue
+		}
+		models = append(models, mongo.NewUpdateOneModel().
+			SetFilter(append(bson.D{{Key: "_id", Value: h.Card}}, tokenCond(h.Token)...)).
+			SetUpdate(bson.D{{Key: "$max", Value: bson.D{{Key: "claim_lease_until", Value: until}}}}))
+		ids = append(ids, h.Card)
+	}
+	if len(models) == 0 {
+		return out, nil
+	}
+	if _, err := s.cards.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
+		return nil, writeErr("mongostore: renew claims", err)
+	}
+	cur, err := s.cards.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+	if err != nil {
+		return nil, fmt.Errorf("mongostore: renew claims: read back: %w: %w", board.ErrOutcomeUnknown, err)
+	}
+	defer cur.Close(ctx)
+	byID := map[string]*cardState{}
+	for cur.Next(ctx) {
+		c, err := decodeCard(cur.Current)
+		if err != nil {
+			// A corrupt card fails its own hold, not the batch.
+			var de *DocumentError
+			if errors.As(err, &de) {
+				for i, h := range hs {
+					if h.Card == de.ID && out[i].Err == nil {
+						out[i].Err = err
+					}
+				}
+				continue
+			}
+			return nil, err
+		}
+		byID[c.ID] = c
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("mongostore: renew claims: read back: %w: %w", board.ErrOutcomeUnknown, err)
+	}
+	for i, h := range hs {
+		if out[i].Err != nil {
+			continue
+		}
+		c, ok := byID[h.Card]
+		switch {
+		case !ok:
+			out[i].Err = board.NotFound("card", h.Card)
+		case !c.holds(h.Token):
+			out[i].Err = c.conflict()
+		default:
+			out[i].LeaseUntil = c.ClaimLeaseUntil
+		}
+	}
+	return out, nil
+}
+
+// owned runs a fenced owner write: the token must be the card's current
+// claim, fence included, and the write's filter carries the same condition
+// so a claim lost between the read and the write refuses it. A stale token
+// is refused even when the write would change nothing (ADR-096 §2).
+func (s *Store) owned(ctx context.Context, card string, tok board.ClaimToken, p plan) (*cardState, bool, error) {
+	if err := validateToken(card, tok); err != nil {
+		return nil, false, err
+	}
+	return s.mutate(ctx, card, func(c *cardState, clk serverClock) (*change, error) {
+		if !c.holds(tok) {
+			return nil, c.conflict()
+		}
+		ch, err := p(c, clk)
+		if ch != nil {
+			ch.cond = append(ch.cond, tokenCond(tok)...)
+		}
+		return ch, err
+	})
+}
+
+// ownedReason stamps a move by a recovery marker as watchdog provenance, so
+// no effect fires on a machine decision — except the descriptive verdicts
+// run_finished / run_failed, which the watchdog merely writes down for a
+// dead owner (ADR-096 Consequences).
+func ownedReason(marker string, r board.Reason) board.Reason {
+	if !board.IsRecoveryMarker(marker) {
+		return r
+	}
+	if r == board.ReasonRunFinished || r == board.ReasonRunFailed {
+		return r
+	}
+	return board.ReasonWatchdog
+}
+
+// SetStateOwned is the holder's fenced move.
+func (s *Store) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, error) {
+	if err := validateToken(m.Card, m.Token); err != nil {
+		return false, err
+	}
+	if _, err := s.board.Require(m.To); err != nil {
+		return false, fmt.Errorf("card %q: %w", m.Card, err)
+	}
+	if m.From != "" {
+		if _, err := s.board.Require(m.From); err != nil {
+			return false, fmt.Errorf("card %q: from: %w", m.Card, err)
+		}
+	}
+	if err := validateText("reason", string(m.Reason)); err != nil {
+		return false, fmt.Errorf("card %q: %w", m.Card, err)
+	}
+	reason := ownedReason(m.Token.Marker, m.Reason)
+	c, moved, err := s.owned(ctx, m.Card, m.Token, func(c *cardState, clk serverClock) (*change, error) {
+		if m.From != "" && s.leavesSink(m.From, m.To) {
+			return nil, sinkExit(m.Card, m.From, m.To)
+		}
+		if m.From != "" && c.State != m.From {
+			return nil, nil
+		}
+		if s.leavesSink(c.State, m.To) {
+			return nil, sinkExit(m.Card, c.State, m.To)
+		}
+		if c.State == m.To {
+			return nil, nil
+		}
+		return moveChange(c, clk, m.To, reason, m.Token.Marker), nil
+	})
+	if err != nil {
+		return false, err
+	}
+	return moved, s.afterMove(ctx, c, moved, m.Token.Marker)
+}
+
+// SetLastRunOwned records the card's current run and appends it to the
+// run pointers (append-only).
+func (s *Store) SetLastRunOwned(ctx context.Context, card string, tok board.ClaimToken, runID string) error {
+	if err := board.ValidateName("run id", runID); err != nil {
+		return fmt.Errorf("card %q: %w", card, err)
+	}
+	_, _, err := s.owned(ctx, card, tok, func(c *cardState, clk serverClock) (*change, error) {
+		if c.LastRunID == runID && slices.Contains(c.Runs, runID) {
+			return nil, nil
+		}
+		return &change{
+			set:      bson.D{{Key: "last_run_id", Value: runID}, {Key: "updated_at", Value: clk.now}},
+			addToSet: bson.D{{Key: "runs", Value: runID}},
+			events: []outboxEntry{newEvent(board.EventLastRun, card, board.ReasonNone, tok.Marker, clk.now,
+				board.EventData{RunID: runID})},
+		}, nil
+	})
+	return err
+}
+
+// SetAwaitingInputOwned sets or clears the awaiting-input flag.
+func (s *Store) SetAwaitingInputOwned(ctx context.Context, card string, tok board.ClaimToken, awaiting bool) error {
+	_, _, err := s.owned(ctx, card, tok, func(c *cardState, clk serverClock) (*change, error) {
+		if c.AwaitingInput == awaiting {
+			return nil, nil
+		}
+		return &change{
+			set: bson.D{{Key: "awaiting_input", Value: awaiting}, {Key: "updated_at", Value: clk.now}},
+			events: []outboxEntry{newEvent(board.EventAwaitingInput, card, board.ReasonNone, tok.Marker, clk.now,
+				board.EventData{Value: awaiting})},
+		}, nil
+	})
+	return err
+}
+
+// SetGaveUpOwned stamps (or, with nil, clears) the give-up record.
+func (s *Store) SetGaveUpOwned(ctx context.Context, card string, tok board.ClaimToken, g *board.GaveUp) error {
+	if g != nil {
+		if g.Reason == "" {
+			return board.Invalid("card %q: a give-up stamp needs a reason", card)
+		}
+		if len(g.Reason) > 4096 {
+			return board.Invalid("card %q: give-up reason is %d bytes, over the 4096-byte limit", card, len(g.Reason))
+		}
+		if g.Attempts < 0 {
+			return board.Invalid("card %q: negative give-up attempts %d", card, g.Attempts)
+		}
+		if g.State != "" {
+			if _, err := s.board.Require(g.State); err != nil {
+				return fmt.Errorf("card %q: give-up state: %w", card, err)
+			}
+		}
+	}
+	_, _, err := s.owned(ctx, card, tok, func(c *cardState, clk serverClock) (*change, error) {
+		if g == nil && c.GaveUp == nil {
+			return nil, nil
+		}
+		ch := &change{set: bson.D{{Key: "updated_at", Value: clk.now}}}
+		data := board.EventData{}
+		if g == nil {
+			ch.unset = []string{"gave_up"}
+		} else {
+			at := g.At
+			if at.IsZero() {
+				at = clk.now
+			}
+			ch.set = append(ch.set, bson.E{Key: "gave_up", Value: bson.D{
+				{Key: "run_id", Value: g.RunID},
+				{Key: "state", Value: g.State},
+				{Key: "attempts", Value: int64(g.Attempts)},
+				{Key: "reason", Value: g.Reason},
+				{Key: "at", Value: at},
+			}})
+			data = board.EventData{RunID: g.RunID, To: g.State, Value: true}
+		}
+		ch.events = []outboxEntry{newEvent(board.EventGaveUp, card, board.ReasonNone, tok.Marker, clk.now, data)}
+		return ch, nil
+	})
+	return err
+}
+
+// ExpireClaimOwned ends the lease at server-now so the watchdog may rule on
+// the card without waiting out the TTL. $min never extends a lease that
+// already ended. Like a renewal it is a lease change, not a card change: no
+// event, no updated_at.
+func (s *Store) ExpireClaimOwned(ctx context.Context, card string, tok board.ClaimToken) error {
+	_, _, err := s.owned(ctx, card, tok, func(c *cardState, clk serverClock) (*change, error) {
+		if c.leaseSet && !c.ClaimLeaseUntil.After(clk.now) {
+			return nil, nil
+		}
+		return &change{min: bson.D{{Key: "claim_lease_until", Value: clk.now}}}, nil
+	})
+	return err
+}
+
+// releaseChange clears the claim and keeps the epoch: the fence only goes
+// up, so the next acquisition continues from it (ADR-096 §1).
+func releaseChange(c *cardState, clk serverClock, actor string) *change {
+	return &change{
+		set:   bson.D{{Key: "claim", Value: ""}, {Key: "updated_at", Value: clk.now}},
+		unset: []string{"claimed_at", "claim_lease_until"},
+		events: []outboxEntry{newEvent(board.EventReleased, c.ID, board.ReasonNone, actor, clk.now,
+			board.EventData{Marker: c.Claim, Epoch: c.ClaimEpoch})},
+	}
+}
+
+// ReleaseOwned is the holder's release. A free card is nil.
+func (s *Store) ReleaseOwned(ctx context.Context, card string, tok board.ClaimToken) error {
+	if err := validateToken(card, tok); err != nil {
+		return err
+	}
+	_, _, err := s.mutate(ctx, card, func(c *cardState, clk serverClock) (*change, error) {
+		if c.Claim == "" {
+			return nil, nil
+		}
+		if !c.holds(tok) {
+			return nil, c.conflict()
+		}
+		ch := releaseChange(c, clk, tok.Marker)
+		ch.cond = tokenCond(tok)
+		return ch, nil
+	})
+	return err
+}
+
+// Release clears a claim held by exactly marker, whatever its epoch — even
+// a card whose epoch was dropped: it is the operator's force-release and
+// the sweeps' tool for claims nobody can use (ADR-096 §8), not a fenced
+// owner write.
+func (s *Store) Release(ctx context.Context, card, marker, actor string) error {
+	if err := validateCardID(card); err != nil {
+		return err
+	}
+	if err := board.ValidateMarker(marker); err != nil {
+		return fmt.Errorf("card %q: %w", card, err)
+	}
+	if err := validateText("actor", actor); err != nil {
+		return fmt.Errorf("card %q: %w", card, err)
+	}
+	_, _, err := s.mutate(ctx, card, func(c *cardState, clk serverClock) (*change, error) {
+		if c.Claim == "" {
+			return nil, nil
+		}
+		if c.Claim != marker {
+			return nil, c.conflict()
+		}
+		ch := releaseChange(c, clk, actor)
+		ch.cond = bson.D{{Key: "claim", Value: marker}, same(c.raw, "claim_epoch")}
+		return ch, nil
+	})
+	return err
+}
+
+// ListExpiredClaimCandidates lists claims the watchdog may rule on, with
+// the batch cap applied in the queries. Two arms:
+//
+//   - the lease arm: a lease that ended at or before cutoff, lease
+//     ascending;
+//   - the un-leased arm (this twin only, ADR-096 §6, §7): a claim with no
+//     lease at all whose card was last updated at or before
+//     cutoff − UnleasedHorizon, oldest update first. A foreign whole-document
+//     write strips the lease; its absence proves nothing about the holder,
+//     hence the much longer horizon.
+//
+// Un-leased candidates come first (a missing lease sorts before every
+// lease), but take at most half the batch while leased candidates wait, so
+// neither arm can starve the other with cards the watchdog keeps.
+func (s *Store) ListExpiredClaimCandidates(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
+	if limit < 0 {
+		return nil, board.Invalid("negative limit %d", limit)
+	}
+	leasedOpts := options.Find().SetSort(bson.D{{Key: "claim_lease_until", Value: 1}, {Key: "_id", Value: 1}})
+	unleasedOpts := options.Find().SetSort(bson.D{{Key: "updated_at", Value: 1}, {Key: "_id", Value: 1}})
+	if limit > 0 {
+		leasedOpts.SetLimit(int64(limit))
+		unleasedOpts.SetLimit(int64(limit))
+	}
+	leased, err := s.findCards(ctx, bson.D{
+		claimedCond,
+		{Key: "claim_lease_until", Value: bson.D{{Key: "$lte", Value: cutoff}}},
+	}, leasedOpts)
+	if err != nil {
+		return nil, err
+	}
+	unleased, err := s.findCards(ctx, bson.D{
+		claimedCond,
+		{Key: "claim_lease_until", Value: nil},
+		{Key: "updated_at", Value: bson.D{{Key: "$lte", Value: cutoff.Add(-s.horizon)}}},
+	}, unleasedOpts)
+	if err != nil {
+		return nil, err
+	}
+	if limit > 0 {
+		nU := min(len(unleased), max(limit-len(leased), (limit+1)/2))
+		nL := min(len(leased), limit-nU)
+		unleased, leased = unleased[:nU], leased[:nL]
+	}
+	return append(unleased, leased...), nil
+}
+
+// ListUnleasedRunningClaims lists claims with no lease whose card sits in
+// the running column with a recorded run and was last updated at or before
+// cutoff, oldest update first. The selection filter is IN the query and the
+// cap is the query's limit: filtered afterwards, the conserved population
+// (never written, hence always oldest) would fill every batch and starve
+// the rest for ever (ADR-096 §9).
+func (s *Store) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
+	if limit < 0 {
+		return nil, board.Invalid("negative limit %d", limit)
+	}
+	opts := options.Find().SetSort(bson.D{{Key: "updated_at", Value: 1}, {Key: "_id", Value: 1}})
+	if limit > 0 {
+		opts.SetLimit(int64(limit))
+	}
+	return s.findCards(ctx, bson.D{
+		claimedCond,
+		{Key: "claim_lease_until", Value: nil},
+		{Key: "state", Value: s.board.Running()},
+		{Key: "last_run_id", Value: bson.D{{Key: "$gt", Value: ""}}},
+		{Key: "updated_at", Value: bson.D{{Key: "$lte", Value: cutoff}}},
+	}, opts)
+}
+
+// ReclaimExpired transfers an expired claim to a recovery marker in ONE
+// CAS: the claim must still be exactly Prev and still expired — a renewal,
+// an operator or another agent's reaper in between makes it a clean
+// conflict (ADR-096 §3).
+//
+// On this twin "expired" has the un-leased arm too: a claim with no lease
+// whose card has not been updated for UnleasedHorizon before Cutoff. Such a
+// claim may also have lost its epoch; Prev.Epoch 0 then names "no epoch
+// field" (the card reads as epoch 0), which is the only way to transfer a
+// card that refuses every fenced write. The new epoch is floored at the
+// server clock, so the fence stays monotone across the loss.
+func (s *Store) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.ClaimToken, board.Card, error) {
+	if err := validateCardID(r.Card); err != nil {
+		return board.ClaimToken{}, board.Card{}, err
+	}
+	if err := board.ValidateMarker(r.Prev.Marker); err != nil || r.Prev.Epoch < 0 {
+		return board.ClaimToken{}, board.Card{}, board.Invalid("card %q: bad previous claim token %+v", r.Card, r.Prev)
+	}
+	if err := board.ValidateMarker(r.RecoveryMarker); err != nil {
+		return board.ClaimToken{}, board.Card{}, fmt.Errorf("card %q: %w", r.Card, err)
+	}
+	if !board.IsRecoveryMarker(r.RecoveryMarker) {
+		return board.ClaimToken{}, board.Card{}, board.Invalid("card %q: %q is not a recovery marker (want %s<host>-<pid>)", r.Card, r.RecoveryMarker, board.RecoveryPrefix)
+	}
+	if err := validateLease(r.Card, r.Lease); err != nil {
+		return board.ClaimToken{}, board.Card{}, err
+	}
+	// A zero cutoff is not refused as invalid: nothing expired at or
+	// before it, so the CAS refuses with a conflict, which is what a
+	// caller that read a free card (no lease) and passes its lease needs.
+	var tok board.ClaimToken
+	c, _, err := s.mutate(ctx, r.Card, func(c *cardState, clk serverClock) (*change, error) {
+		cond := bson.D{{Key: "claim", Value: r.Prev.Marker}}
+		if r.Prev.Epoch == 0 {
+			if c.epochSet || c.Claim != r.Prev.Marker {
+				return nil, c.conflict()
+			}
+			cond = append(cond, bson.E{Key: "claim_epoch", Value: bson.D{{Key: "$exists", Value: false}}})
+		} else {
+			if !c.holds(r.Prev) {
+				return nil, c.conflict()
+			}
+			cond = tokenCond(r.Prev)
+		}
+		switch {
+		case c.leaseSet && !c.ClaimLeaseUntil.After(r.Cutoff):
+			cond = append(cond, bson.E{Key: "claim_lease_until", Value: bson.D{{Key: "$lte", Value: r.Cutoff}}})
+		case !c.leaseSet && !c.UpdatedAt.After(r.Cutoff.Add(-s.horizon)):
+			cond = append(cond, bson.E{Key: "claim_lease_until", Value: nil}, same(c.raw, "updated_at"))
+		default:
+			return nil, c.conflict()
+		}
+		ch, t := acquireChange(c, clk, r.RecoveryMarker, r.Lease)
+		ch.cond = cond
+		tok = t
+		return ch, nil
+	})
+	if err != nil {
+		return board.ClaimToken{}, board.Card{}, err
+	}
+	return tok, c.Card, nil
+}

@@ -1,0 +1,45 @@
+// Package mongostore is the fleet twin of board.Store: every agent of a
+// fleet points at one MongoDB replica set (ADR-096 §7).
+//
+// It is written against what both MongoDB (4.4 and later) and FerretDB v1
+// support, because the tests run on FerretDB: single-document updates with
+// $set, $unset, $inc, $max, $min, $push/$each, $pop and $addToSet, plain
+// query filters, upserts and compound indexes. It never uses aggregation
+// pipeline updates, $$NOW, $expr, transactions, change streams,
+// partial or TTL indexes, or findAndModify projections.
+//
+// Collections:
+//
+//	cards     one document per card: the card's fields under their JSON
+//	          names, created_seq (creation order), and outbox (events of
+//	          writes not yet copied to the event log)
+//	runs      one document per run, with its own outbox
+//	events    the event log: _id is the sequence number, key the outbox
+//	          entry id (unique), so relaying an entry twice is harmless
+//	counters  the card creation sequence
+//
+// Where this twin deliberately differs from the bbolt one (ADR-096 §6,
+// §7) — read before "fixing" any of it:
+//
+//   - Time comes from the server. claimed_at, claim_lease_until,
+//     updated_at, created_at and event times are the server's clock, read
+//     from the hello reply before each write, with the round trip counted
+//     against the lease. A fleet's agents do not share a clock, and a pod
+//     with a fast clock must not mint itself extra lease.
+//   - The epoch is floored at the server clock: max(stored + 1, server ms).
+//     Another binary's write can drop the field; a counter would then
+//     restart at 1 and hand one worker the same token twice.
+//   - A card with no claim_epoch field refuses every fenced write, even its
+//     live holder's (ADR-096 §6). Admitting it would admit every earlier
+//     generation of the marker. The card stays recoverable through the
+//     candidate listing's un-leased arm.
+//   - Un-leased claims exist here (a foreign whole-document replace strips
+//     the lease), so the candidate listing has an un-leased arm on a long
+//     horizon and ListUnleasedRunningClaims returns them (ADR-096 §9).
+//   - No multi-document atomicity: every write changes one document. Its
+//     events ride in that document's outbox, set by the same update, and
+//     are relayed to the event log afterwards, idempotently. A blocker's
+//     completion and its dependents' promotions are separate writes.
+//   - Writes are scoped $set / $unset, never a whole-document replace, so a
+//     write can never erase a field it did not mean to touch (ADR-096 §9).
+package mongostore

@@ -1,0 +1,134 @@
+package mongostore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+// change is one single-document update: the conditions it was planned
+// under (compare-and-set) and scoped field operators. There is no way to
+// express a whole-document replace here, on purpose (ADR-096 §9).
+type change struct {
+	cond     bson.D // extra filter conditions: what the plan relied on
+	set      bson.D
+	unset    []string
+	max      bson.D
+	min      bson.D
+	addToSet bson.D
+	events   []outboxEntry
+}
+
+func (c *change) update() bson.D {
+	u := bson.D{}
+	if len(c.set) > 0 {
+		u = append(u, bson.E{Key: "$set", Value: c.set})
+	}
+	if len(c.unset) > 0 {
+		d := bson.D{}
+		for _, f := range c.unset {
+			d = append(d, bson.E{Key: f, Value: ""})
+		}
+		u = append(u, bson.E{Key: "$unset", Value: d})
+	}
+	if len(c.max) > 0 {
+		u = append(u, bson.E{Key: "$max", Value: c.max})
+	}
+	if len(c.min) > 0 {
+		u = append(u, bson.E{Key: "$min", Value: c.min})
+	}
+	if len(c.addToSet) > 0 {
+		u = append(u, bson.E{Key: "$addToSet", Value: c.addToSet})
+	}
+	if len(c.events) > 0 {
+		u = append(u, bson.E{Key: "$push", Value: bson.D{{Key: fieldOutbox, Value: bson.D{{Key: "$each", Value: c.events}}}}})
+	}
+	return u
+}
+
+// plan decides the change to make to a card as read. A nil change (and nil
+// error) means there is nothing to write.
+type plan func(c *cardState, clk serverClock) (*change, error)
+
+// mutate reads the card, plans a change and applies it as ONE conditional
+// update, retrying from a fresh read when the conditions no longer hold
+// (another writer got there first). It returns the card after the write
+// (or as read, when nothing was written) and whether a write landed.
+//
+// The server clock is read before every attempt, so a retried write is
+// stamped with the time it actually happens.
+func (s *Store) mutate(ctx context.Context, id string, p plan) (*cardState, bool, error) {
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		clk, err := s.serverNow(ctx)
+		if err != nil {
+			return nil, false, err
+		}
+		c, err := s.readCard(ctx, id)
+		if err != nil {
+			return nil, false, err
+		}
+		ch, err := p(c, clk)
+		if err != nil || ch == nil {
+			return c, false, err
+		}
+		filter := append(bson.D{{Key: "_id", Value: id}}, ch.cond...)
+		raw, err := s.cards.FindOneAndUpdate(ctx, filter, ch.update(),
+			options.FindOneAndUpdate().SetReturnDocument(options.After)).Raw()
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			continue // the card changed under the plan: plan again
+		}
+		if err != nil {
+			return nil, false, writeErr(fmt.Sprintf("mongostore: write card %q", id), err)
+		}
+		after, err := decodeCard(raw)
+		if err != nil {
+			return nil, true, err
+		}
+		// The write and its events are durable now. A failed relay leaves
+		// them in the outbox for the next relay, so it does not fail the
+		// write (the caller would retry a write that landed).
+		_ = s.relay(ctx, s.cards, id, after.outbox)
+		after.outbox = nil
+		return after, true, nil
+	}
+	return nil, false, fmt.Errorf("mongostore: card %q: %w", id, ErrContention)
+}
+
+func (s *Store) readCard(ctx context.Context, id string) (*cardState, error) {
+	raw, err := s.cards.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, board.NotFound("card", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mongostore: read card %q: %w", id, err)
+	}
+	return decodeCard(raw)
+}
+
+// same is the compare-and-set condition "field is still what was read":
+// equal to the stored value, or still absent.
+func same(raw bson.Raw, field string) bson.E {
+	v, err := raw.LookupErr(field)
+	if err != nil {
+		return bson.E{Key: field, Value: bson.D{{Key: "$exists", Value: false}}}
+	}
+	return bson.E{Key: field, Value: v}
+}
+
+// tokenCond is the fence of every owner write (ADR-096 §2): the claim is
+// exactly tok. The epoch must EXIST and equal tok.Epoch — a document that
+// lost its epoch refuses even its live holder (ADR-096 §6). Do not relax
+// this to a plain equality: with the field gone, nothing else tells one
+// generation of a marker from the next.
+func tokenCond(tok board.ClaimToken) bson.D {
+	return bson.D{
+		{Key: "claim", Value: tok.Marker},
+		{Key: "claim_epoch", Value: bson.D{{Key: "$exists", Value: true}, {Key: "$eq", Value: tok.Epoch}}},
+	}
+}

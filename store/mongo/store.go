@@ -1,0 +1,251 @@
+package mongostore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+const (
+	collCards    = "cards"
+	collRuns     = "runs"
+	collEvents   = "events"
+	collCounters = "counters"
+
+	// DefaultUnleasedHorizon is how long a claim with no lease must have
+	// gone without an update before the candidate listing offers it
+	// (ADR-096 §6: a missing lease is an absence, not evidence that a
+	// heartbeat stopped, so it gets a much longer horizon than a lease).
+	DefaultUnleasedHorizon = 24 * time.Hour
+	// DefaultLease is the lease the horizon is checked against when
+	// Options.Lease is zero (the product default).
+	DefaultLease = 30 * time.Second
+
+	// maxAttempts bounds every compare-and-set retry loop. Each miss means
+	// another writer's update landed, so the loop only spins under real
+	// contention; the bound turns a pathological storm into an error
+	// instead of a hang.
+	maxAttempts = 1000
+)
+
+// Options configures Open.
+type Options struct {
+	// URI is the MongoDB connection string (required).
+	URI string
+	// Database is the database name (required).
+	Database string
+	// Board is the board of states; the zero value means
+	// board.DefaultBoard(false), the fleet variant.
+	Board board.Board
+	// Clock is accepted for symmetry with the local twin and deliberately
+	// NOT used for anything stored: every time this twin writes comes from
+	// the server (ADR-096 §1). nil means board.SystemClock{}.
+	Clock board.Clock
+	// Lease is the agent's claim lease, used only to validate
+	// UnleasedHorizon; 0 means DefaultLease.
+	Lease time.Duration
+	// UnleasedHorizon: see DefaultUnleasedHorizon; 0 means the default. A
+	// horizon shorter than one lease is a configuration error: it would
+	// offer a live but un-leased claim before its own holder could notice.
+	UnleasedHorizon time.Duration
+	// WriteConcern defaults to majority, so an acknowledged claim survives
+	// a primary failover (a claim that rolls back would hand the card out
+	// twice).
+	WriteConcern *writeconcern.WriteConcern
+}
+
+// Store is the MongoDB twin of board.Store.
+type Store struct {
+	client   *mongo.Client
+	db       *mongo.Database
+	cards    *mongo.Collection
+	runs     *mongo.Collection
+	events   *mongo.Collection
+	counters *mongo.Collection
+	board    board.Board
+	clock    board.Clock
+	horizon  time.Duration
+}
+
+var _ board.Store = (*Store)(nil)
+
+// Open connects, checks the server answers, and creates the indexes.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	if opts.URI == "" {
+		return nil, board.Invalid("mongostore: empty URI")
+	}
+	if opts.Database == "" {
+		return nil, board.Invalid("mongostore: empty database name")
+	}
+	b := opts.Board
+	if len(b.States) == 0 {
+		b = board.DefaultBoard(false)
+	}
+	if err := b.Validate(); err != nil {
+		return nil, fmt.Errorf("mongostore: board: %w", err)
+	}
+	lease := opts.Lease
+	if lease == 0 {
+		lease = DefaultLease
+	}
+	if lease < 0 {
+		return nil, board.Invalid("mongostore: negative lease %s", lease)
+	}
+	horizon := opts.UnleasedHorizon
+	if horizon == 0 {
+		horizon = DefaultUnleasedHorizon
+	}
+	if horizon < lease {
+		return nil, board.Invalid("mongostore: unleased horizon %s is shorter than one lease (%s)", horizon, lease)
+	}
+	clock := opts.Clock
+	if clock == nil {
+		clock = board.SystemClock{}
+	}
+	wc := opts.WriteConcern
+	if wc == nil {
+		wc = writeconcern.Majority()
+	}
+
+	client, err := mongo.Connect(options.Client().ApplyURI(opts.URI).
+		SetWriteConcern(wc).
+		SetReadPreference(readpref.Primary()))
+	if err != nil {
+		return nil, fmt.Errorf("mongostore: connect: %w", err)
+	}
+	db := client.Database(opts.Database)
+	s := &Store{
+		client:   client,
+		db:       db,
+		cards:    db.Collection(collCards),
+		runs:     db.Collection(collRuns),
+		events:   db.Collection(collEvents),
+		counters: db.Collection(collCounters),
+		board:    b,
+		clock:    clock,
+		horizon:  horizon,
+	}
+	if err := client.Ping(ctx, readpref.Primary()); err != nil {
+		_ = client.Disconnect(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("mongostore: ping: %w", err)
+	}
+	if err := s.createIndexes(ctx); err != nil {
+		_ = client.Disconnect(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return s, nil
+}
+
+// createIndexes creates the indexes every query relies on. Creating an
+// index that exists is a no-op, so every agent does it at start.
+func (s *Store) createIndexes(ctx context.Context) error {
+	idx := func(name string, keys ...string) mongo.IndexModel {
+		d := bson.D{}
+		for _, k := range keys {
+			d = append(d, bson.E{Key: k, Value: 1})
+		}
+		return mongo.IndexModel{Keys: d, Options: options.Index().SetName(name)}
+	}
+	sets := []struct {
+		coll   *mongo.Collection
+		models []mongo.IndexModel
+	}{
+		{s.cards, []mongo.IndexModel{
+			// The expired-candidate listing: lease ascending.
+			idx("claim_lease_until", "claim_lease_until"),
+			// ClaimNext and ListCards by state, in creation order.
+			idx("state_created", "state", "created_seq"),
+			idx("created", "created_seq"),
+			// The un-leased arms: oldest update first.
+			idx("updated_at", "updated_at"),
+			// ListCards ClaimedOnly (the boot sweep's population).
+			idx("claim", "claim"),
+			idx("depends_on", "depends_on"),
+			// The relay sweep finds documents with a pending outbox.
+			idx("outbox", fieldOutbox+".id"),
+		}},
+		{s.runs, []mongo.IndexModel{idx("outbox", fieldOutbox+".id")}},
+		{s.events, []mongo.IndexModel{{
+			Keys:    bson.D{{Key: "key", Value: 1}},
+			Options: options.Index().SetName("key").SetUnique(true),
+		}}},
+	}
+	for _, set := range sets {
+		if _, err := set.coll.Indexes().CreateMany(ctx, set.models); err != nil {
+			return fmt.Errorf("mongostore: create indexes on %s: %w", set.coll.Name(), err)
+		}
+	}
+	return nil
+}
+
+// Board returns the board this store was opened with.
+func (s *Store) Board() board.Board { return s.board }
+
+// Close disconnects from the server.
+func (s *Store) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := s.client.Disconnect(ctx)
+	if errors.Is(err, mongo.ErrClientDisconnected) {
+		return nil
+	}
+	return err
+}
+
+// serverClock is the server's wall time, read from the hello reply just
+// before a write, and the round trip it took.
+type serverClock struct {
+	now time.Time
+	rtt time.Duration
+}
+
+// serverNow asks the server for its clock. ADR-096 §1: on the fleet twin
+// the lease is stamped with the server's clock, so an agent whose own clock
+// runs fast cannot mint itself extra lease. FerretDB has no $$NOW and no
+// pipeline updates, so the time is read from hello.localTime instead of
+// being computed inside the update.
+//
+// The round trip is measured on the monotonic clock (it is a local
+// duration, not a wall time) and rounded UP to whole milliseconds, the
+// resolution of a BSON date.
+func (s *Store) serverNow(ctx context.Context) (serverClock, error) {
+	start := time.Now()
+	raw, err := s.db.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
+	rtt := time.Since(start)
+	if err != nil {
+		return serverClock{}, fmt.Errorf("mongostore: read the server clock: %w", err)
+	}
+	ms, ok := raw.Lookup("localTime").DateTimeOK()
+	if !ok {
+		return serverClock{}, fmt.Errorf("mongostore: the server's hello reply carries no localTime")
+	}
+	rtt = (rtt + time.Millisecond - 1).Truncate(time.Millisecond)
+	return serverClock{now: time.UnixMilli(ms).UTC(), rtt: rtt}, nil
+}
+
+// leaseUntil is the end of a lease granted now. The round trip of the
+// clock reading is counted AGAINST the lease, never in its favour: the
+// server's time when the hello was sent may be up to one round trip before
+// the time it reported, and the holder measures its own lease from before
+// it asked, so the granted lease is shortened by the whole round trip.
+func (c serverClock) leaseUntil(lease time.Duration) time.Time {
+	return c.now.Add(lease - c.rtt)
+}
+
+// epochAfter is the fence of a new acquisition: max(stored + 1, server
+// time in milliseconds). The floor at the server clock is what keeps the
+// epoch monotone when a foreign write drops the field (ADR-096 §6); the
+// local twin's plain counter (stored + 1) is correct only because nobody
+// else writes its file (§7). Do not "simplify" one into the other.
+func (c serverClock) epochAfter(stored int64) int64 {
+	return max(stored+1, c.now.UnixMilli())
+}
