@@ -1,0 +1,277 @@
+package plugins
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins/storepb"
+)
+
+// remoteStore is a board.Store whose every verb is one RPC to a store
+// plugin. Each method hands the caller's ctx to the RPC: gRPC carries its
+// deadline to the plugin and cancels the plugin's handler when it is
+// cancelled. The board is read once, by load, because Board() has no
+// context to call with.
+type remoteStore struct {
+	rpc storepb.StoreClient
+
+	mu    sync.Mutex
+	board board.Board
+}
+
+var _ board.Store = (*remoteStore)(nil)
+
+func newRemoteStore(conn grpc.ClientConnInterface) *remoteStore {
+	return &remoteStore{rpc: storepb.NewStoreClient(conn)}
+}
+
+// load reads the board from the plugin. It doubles as the first round trip
+// that proves the plugin serves the store.
+func (s *remoteStore) load(ctx context.Context) (board.Board, error) {
+	r, err := s.rpc.Board(ctx, &storepb.BoardRequest{})
+	if err != nil {
+		return board.Board{}, callError(ctx, "Board", err)
+	}
+	b := boardFromPB(r.GetBoard())
+	s.mu.Lock()
+	s.board = b
+	s.mu.Unlock()
+	return b, nil
+}
+
+func (s *remoteStore) Board() board.Board {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.board
+}
+
+func (s *remoteStore) CreateCard(ctx context.Context, c board.NewCard) (board.Card, error) {
+	r, err := s.rpc.CreateCard(ctx, &storepb.CreateCardRequest{
+		Id: c.ID, Title: c.Title, State: c.State,
+		Labels: stringsToPB(c.Labels), DependsOn: stringsToPB(c.DependsOn), Actor: c.Actor,
+	})
+	if err != nil {
+		return board.Card{}, callError(ctx, "CreateCard", err)
+	}
+	return cardFromPB(r.GetCard()), nil
+}
+
+func (s *remoteStore) GetCard(ctx context.Context, id string) (board.Card, error) {
+	r, err := s.rpc.GetCard(ctx, &storepb.GetCardRequest{Id: id})
+	if err != nil {
+		return board.Card{}, callError(ctx, "GetCard", err)
+	}
+	return cardFromPB(r.GetCard()), nil
+}
+
+func (s *remoteStore) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
+	r, err := s.rpc.ListCards(ctx, &storepb.ListCardsRequest{State: f.State, Limit: int64(f.Limit), ClaimedOnly: f.ClaimedOnly})
+	if err != nil {
+		return nil, callError(ctx, "ListCards", err)
+	}
+	return cardsFromPB(r), nil
+}
+
+func (s *remoteStore) Dependents(ctx context.Context, id string) ([]board.Card, error) {
+	r, err := s.rpc.Dependents(ctx, &storepb.DependentsRequest{Id: id})
+	if err != nil {
+		return nil, callError(ctx, "Dependents", err)
+	}
+	return cardsFromPB(r), nil
+}
+
+func (s *remoteStore) Claim(ctx context.Context, c board.ClaimRequest) (board.ClaimToken, error) {
+	r, err := s.rpc.Claim(ctx, &storepb.ClaimRequest{Card: c.Card, Marker: c.Marker, LeaseNanos: int64(c.Lease)})
+	if err != nil {
+		return board.ClaimToken{}, callError(ctx, "Claim", err)
+	}
+	return tokenFromPB(r.GetToken()), nil
+}
+
+func (s *remoteStore) ClaimNext(ctx context.Context, c board.ClaimNextRequest) (board.Card, board.ClaimToken, error) {
+	r, err := s.rpc.ClaimNext(ctx, &storepb.ClaimNextRequest{Marker: c.Marker, LeaseNanos: int64(c.Lease)})
+	if err != nil {
+		return board.Card{}, board.ClaimToken{}, callError(ctx, "ClaimNext", err)
+	}
+	return cardFromPB(r.GetCard()), tokenFromPB(r.GetToken()), nil
+}
+
+func (s *remoteStore) RenewClaims(ctx context.Context, holds []board.Hold, lease time.Duration) ([]board.RenewResult, error) {
+	req := &storepb.RenewClaimsRequest{LeaseNanos: int64(lease), Nil: holds == nil, Holds: make([]*storepb.Hold, 0, len(holds))}
+	for _, h := range holds {
+		req.Holds = append(req.Holds, &storepb.Hold{Card: h.Card, Token: tokenToPB(h.Token)})
+	}
+	r, err := s.rpc.RenewClaims(ctx, req)
+	if err != nil {
+		return nil, callError(ctx, "RenewClaims", err)
+	}
+	if r.GetNil() {
+		return nil, nil
+	}
+	out := make([]board.RenewResult, 0, len(r.GetResults()))
+	for _, rr := range r.GetResults() {
+		out = append(out, board.RenewResult{Card: rr.GetCard(), LeaseUntil: timeFromPB(rr.GetLeaseUntil()), Err: errorFromPB(rr.GetErr())})
+	}
+	return out, nil
+}
+
+func (s *remoteStore) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, error) {
+	r, err := s.rpc.SetStateOwned(ctx, &storepb.SetStateOwnedRequest{
+		Card: m.Card, Token: tokenToPB(m.Token), To: m.To, From: m.From, Reason: string(m.Reason),
+	})
+	if err != nil {
+		return false, callError(ctx, "SetStateOwned", err)
+	}
+	return r.GetChanged(), nil
+}
+
+func (s *remoteStore) SetLastRunOwned(ctx context.Context, card string, tok board.ClaimToken, runID string) error {
+	_, err := s.rpc.SetLastRunOwned(ctx, &storepb.SetLastRunOwnedRequest{Card: card, Token: tokenToPB(tok), RunId: runID})
+	return rpcErr(ctx, "SetLastRunOwned", err)
+}
+
+func (s *remoteStore) SetAwaitingInputOwned(ctx context.Context, card string, tok board.ClaimToken, awaiting bool) error {
+	_, err := s.rpc.SetAwaitingInputOwned(ctx, &storepb.SetAwaitingInputOwnedRequest{Card: card, Token: tokenToPB(tok), Awaiting: awaiting})
+	return rpcErr(ctx, "SetAwaitingInputOwned", err)
+}
+
+func (s *remoteStore) SetGaveUpOwned(ctx context.Context, card string, tok board.ClaimToken, g *board.GaveUp) error {
+	_, err := s.rpc.SetGaveUpOwned(ctx, &storepb.SetGaveUpOwnedRequest{Card: card, Token: tokenToPB(tok), GaveUp: gaveUpToPB(g)})
+	return rpcErr(ctx, "SetGaveUpOwned", err)
+}
+
+func (s *remoteStore) ExpireClaimOwned(ctx context.Context, card string, tok board.ClaimToken) error {
+	_, err := s.rpc.ExpireClaimOwned(ctx, &storepb.OwnedCardRequest{Card: card, Token: tokenToPB(tok)})
+	return rpcErr(ctx, "ExpireClaimOwned", err)
+}
+
+func (s *remoteStore) ReleaseOwned(ctx context.Context, card string, tok board.ClaimToken) error {
+	_, err := s.rpc.ReleaseOwned(ctx, &storepb.OwnedCardRequest{Card: card, Token: tokenToPB(tok)})
+	return rpcErr(ctx, "ReleaseOwned", err)
+}
+
+func (s *remoteStore) Release(ctx context.Context, card, marker, actor string) error {
+	_, err := s.rpc.Release(ctx, &storepb.ReleaseRequest{Card: card, Marker: marker, Actor: actor})
+	return rpcErr(ctx, "Release", err)
+}
+
+func moveToPB(m board.Move) *storepb.MoveRequest {
+	return &storepb.MoveRequest{Card: m.Card, To: m.To, From: m.From, Reason: string(m.Reason), Actor: m.Actor}
+}
+
+func (s *remoteStore) SetState(ctx context.Context, m board.Move) error {
+	_, err := s.rpc.SetState(ctx, moveToPB(m))
+	return rpcErr(ctx, "SetState", err)
+}
+
+func (s *remoteStore) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
+	r, err := s.rpc.SetStateFrom(ctx, moveToPB(m))
+	if err != nil {
+		return false, callError(ctx, "SetStateFrom", err)
+	}
+	return r.GetChanged(), nil
+}
+
+func (s *remoteStore) Reopen(ctx context.Context, m board.Move) error {
+	_, err := s.rpc.Reopen(ctx, moveToPB(m))
+	return rpcErr(ctx, "Reopen", err)
+}
+
+func (s *remoteStore) AdjustLabels(ctx context.Context, c board.LabelChange) (board.Card, error) {
+	r, err := s.rpc.AdjustLabels(ctx, &storepb.AdjustLabelsRequest{
+		Card: c.Card, Add: stringsToPB(c.Add), Remove: stringsToPB(c.Remove), Actor: c.Actor,
+	})
+	if err != nil {
+		return board.Card{}, callError(ctx, "AdjustLabels", err)
+	}
+	return cardFromPB(r.GetCard()), nil
+}
+
+func (s *remoteStore) SetLabels(ctx context.Context, card string, labels []string, actor string) (board.Card, error) {
+	r, err := s.rpc.SetLabels(ctx, &storepb.SetLabelsRequest{Card: card, Labels: stringsToPB(labels), Actor: actor})
+	if err != nil {
+		return board.Card{}, callError(ctx, "SetLabels", err)
+	}
+	return cardFromPB(r.GetCard()), nil
+}
+
+func (s *remoteStore) CreateRun(ctx context.Context, run board.Run) (board.Run, error) {
+	r, err := s.rpc.CreateRun(ctx, runToPB(run))
+	if err != nil {
+		return board.Run{}, callError(ctx, "CreateRun", err)
+	}
+	return runFromPB(r), nil
+}
+
+func (s *remoteStore) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run, error) {
+	r, err := s.rpc.UpdateRun(ctx, runUpdateToPB(u))
+	if err != nil {
+		return board.Run{}, callError(ctx, "UpdateRun", err)
+	}
+	return runFromPB(r), nil
+}
+
+func (s *remoteStore) GetRun(ctx context.Context, id string) (board.Run, error) {
+	r, err := s.rpc.GetRun(ctx, &storepb.GetRunRequest{Id: id})
+	if err != nil {
+		return board.Run{}, callError(ctx, "GetRun", err)
+	}
+	return runFromPB(r), nil
+}
+
+func (s *remoteStore) ListExpiredClaimCandidates(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
+	r, err := s.rpc.ListExpiredClaimCandidates(ctx, &storepb.ListCutoffRequest{Cutoff: timeToPB(cutoff), Limit: int64(limit)})
+	if err != nil {
+		return nil, callError(ctx, "ListExpiredClaimCandidates", err)
+	}
+	return cardsFromPB(r), nil
+}
+
+func (s *remoteStore) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
+	r, err := s.rpc.ListUnleasedRunningClaims(ctx, &storepb.ListCutoffRequest{Cutoff: timeToPB(cutoff), Limit: int64(limit)})
+	if err != nil {
+		return nil, callError(ctx, "ListUnleasedRunningClaims", err)
+	}
+	return cardsFromPB(r), nil
+}
+
+func (s *remoteStore) ReclaimExpired(ctx context.Context, rc board.Reclaim) (board.ClaimToken, board.Card, error) {
+	r, err := s.rpc.ReclaimExpired(ctx, &storepb.ReclaimExpiredRequest{
+		Card: rc.Card, Prev: tokenToPB(rc.Prev), RecoveryMarker: rc.RecoveryMarker,
+		Cutoff: timeToPB(rc.Cutoff), LeaseNanos: int64(rc.Lease),
+	})
+	if err != nil {
+		return board.ClaimToken{}, board.Card{}, callError(ctx, "ReclaimExpired", err)
+	}
+	return tokenFromPB(r.GetToken()), cardFromPB(r.GetCard()), nil
+}
+
+func (s *remoteStore) Events(ctx context.Context, after int64, limit int) ([]board.Event, error) {
+	r, err := s.rpc.Events(ctx, &storepb.EventsRequest{After: after, Limit: int64(limit)})
+	if err != nil {
+		return nil, callError(ctx, "Events", err)
+	}
+	if r.GetNil() {
+		return nil, nil
+	}
+	out := make([]board.Event, 0, len(r.GetEvents()))
+	for _, e := range r.GetEvents() {
+		out = append(out, eventFromPB(e))
+	}
+	return out, nil
+}
+
+// Close does nothing: the connection belongs to the plugin client, and the
+// plugin process closes its store when it is stopped (Proxy.Close).
+func (s *remoteStore) Close() error { return nil }
+
+func rpcErr(ctx context.Context, verb string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return callError(ctx, verb, err)
+}

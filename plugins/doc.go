@@ -1,0 +1,19 @@
+// Package plugins is the process boundary between the leasekeeper agent and
+// its storage backend. The agent loads its board.Store as a HashiCorp
+// go-plugin plugin speaking gRPC: the built-in stores (bbolt, MongoDB) run in
+// the agent's own binary re-executed with a hidden subcommand, and an
+// external binary can serve any other backend through Serve.
+//
+// The agent side is Launch, which starts and supervises the plugin process
+// and returns a *Proxy implementing board.Store. The plugin side is Serve.
+// Every Store verb is one RPC (see proto/store.proto); the caller's context
+// crosses the boundary (deadline and cancellation), and every board sentinel
+// error crosses it too, so errors.Is and board.AsClaimConflict keep working
+// on the agent's side.
+//
+// A plugin call that was in flight when the plugin died fails with an error
+// wrapping board.ErrOutcomeUnknown: the write may or may not have landed,
+// and a heartbeat must not count it as a renewal. Calls made while the
+// plugin is down fail at once with ErrUnavailable until the supervisor has
+// restarted it.
+package plugins

@@ -1,0 +1,69 @@
+package plugins
+
+import (
+	"context"
+	"errors"
+
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins/storepb"
+)
+
+// ProtocolVersion is the version of the store plugin protocol this build
+// speaks. Bump it (and keep serving the old version in VersionedPlugins for
+// as long as it is supported) whenever proto/store.proto changes in a way an
+// older peer cannot read.
+const ProtocolVersion = 1
+
+// PluginName is the name the store is dispensed under.
+const PluginName = "store"
+
+// Handshake is shared by the agent and every store plugin. The magic cookie
+// only tells a plugin binary it was started by a leasekeeper agent (and a
+// person who runs it by hand gets a clear message); it is not a security
+// measure.
+var Handshake = plugin.HandshakeConfig{
+	// ProtocolVersion is left zero on purpose: the versions are negotiated
+	// through VersionedPlugins.
+	MagicCookieKey:   "LEASEKEEPER_STORE_PLUGIN",
+	MagicCookieValue: "8b1c3f0e-claim-lease-store",
+}
+
+// VersionedPlugins is the plugin set of every protocol version this build
+// speaks, for plugin.ClientConfig.VersionedPlugins and
+// plugin.ServeConfig.VersionedPlugins. store is the backend a server serves;
+// a client passes nil.
+func VersionedPlugins(store board.Store) map[int]plugin.PluginSet {
+	return map[int]plugin.PluginSet{
+		ProtocolVersion: {PluginName: &StorePlugin{Store: store}},
+	}
+}
+
+// StorePlugin is the go-plugin definition of the store: GRPCServer serves
+// Store, GRPCClient returns a board.Store talking to it. Only gRPC is
+// supported.
+type StorePlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+	// Store is the backend served by the plugin side; nil on the agent side.
+	Store board.Store
+}
+
+var _ plugin.GRPCPlugin = (*StorePlugin)(nil)
+
+// GRPCServer registers the store service.
+func (p *StorePlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	if p.Store == nil {
+		return errors.New("store plugin: no store to serve")
+	}
+	storepb.RegisterStoreServer(s, &server{store: p.Store})
+	return nil
+}
+
+// GRPCClient returns a board.Store over the connection. Its Board() is
+// empty until the first round trip: use Launch, which does it, rather than
+// dispensing by hand.
+func (p *StorePlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
+	return newRemoteStore(c), nil
+}

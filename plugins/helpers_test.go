@@ -1,0 +1,211 @@
+package plugins
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-plugin"
+
+	"github.com/leasekeeper/leasekeeper/board"
+	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
+)
+
+// binDir holds the binaries the tests build once per test run.
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "plugins-test-bin-")
+	if err != nil {
+		panic(err)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+var (
+	buildOnce sync.Once
+	buildErr  error
+	buildOut  []byte
+)
+
+// testPluginBinary builds internal/testplugin (without the race detector:
+// the plugin's side is a separate process, and the build is faster) and
+// returns its path.
+func testPluginBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(binDir, "testplugin")
+	buildOnce.Do(func() {
+		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, err := os.Stat(goTool); err != nil {
+			goTool = "go"
+		}
+		cmd := exec.Command(goTool, "build", "-o", bin, "./internal/testplugin")
+		buildOut, buildErr = cmd.CombinedOutput()
+	})
+	if buildErr != nil {
+		t.Fatalf("building the test plugin: %v\n%s", buildErr, buildOut)
+	}
+	return bin
+}
+
+// testPluginCmd returns a Cmd func running the test plugin in mode.
+func testPluginCmd(t *testing.T, mode string, env ...string) func() *exec.Cmd {
+	bin := testPluginBinary(t)
+	return func() *exec.Cmd {
+		c := exec.Command(bin)
+		c.Env = append(os.Environ(), "TESTPLUGIN_MODE="+mode)
+		c.Env = append(c.Env, env...)
+		return c
+	}
+}
+
+// openBolt opens a real bbolt store in t's temp dir.
+func openBolt(t *testing.T, b board.Board, clock board.Clock) *boltstore.Store {
+	t.Helper()
+	s, err := boltstore.Open(filepath.Join(t.TempDir(), "board.db"), boltstore.Options{Board: b, Clock: clock, LockTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("boltstore.Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("closing the bbolt store: %v", err)
+		}
+	})
+	return s
+}
+
+// inProcess serves store through go-plugin's in-process gRPC test pair and
+// returns the agent's side of the boundary, loaded.
+func inProcess(t *testing.T, store board.Store) *remoteStore {
+	t.Helper()
+	client, server := plugin.TestPluginGRPCConn(t, false, map[string]plugin.Plugin{
+		PluginName: &StorePlugin{Store: store},
+	})
+	// Closing the client asks the server to stop (go-plugin's controller),
+	// as the agent does with a real plugin; stopping it here as well would
+	// race inside go-plugin.
+	_ = server
+	t.Cleanup(func() { client.Close() })
+	raw, err := client.Dispense(PluginName)
+	if err != nil {
+		t.Fatalf("Dispense: %v", err)
+	}
+	rs, ok := raw.(*remoteStore)
+	if !ok {
+		t.Fatalf("Dispense returned %T, want *remoteStore", raw)
+	}
+	if _, err := rs.load(t.Context()); err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	return rs
+}
+
+// logWatch is a slog handler that hands every message to waiters, so a test
+// can wait for a plugin's stderr line relayed through go-plugin instead of
+// sleeping.
+type logWatch struct {
+	mu      sync.Mutex
+	lines   []string
+	changed chan struct{}
+}
+
+func newLogWatch() *logWatch { return &logWatch{changed: make(chan struct{})} }
+
+func (w *logWatch) logger() *slog.Logger { return slog.New(w) }
+
+func (w *logWatch) Enabled(context.Context, slog.Level) bool { return true }
+func (w *logWatch) WithAttrs([]slog.Attr) slog.Handler       { return w }
+func (w *logWatch) WithGroup(string) slog.Handler            { return w }
+
+func (w *logWatch) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		b.WriteString(" " + a.String())
+		return true
+	})
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lines = append(w.lines, b.String())
+	close(w.changed)
+	w.changed = make(chan struct{})
+	return nil
+}
+
+// wait blocks until a logged line contains substr, or fails t after d.
+func (w *logWatch) wait(t *testing.T, substr string, d time.Duration) {
+	t.Helper()
+	timeout := time.After(d)
+	for {
+		w.mu.Lock()
+		for _, l := range w.lines {
+			if strings.Contains(l, substr) {
+				w.mu.Unlock()
+				return
+			}
+		}
+		ch := w.changed
+		w.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timeout:
+			t.Fatalf("no log line containing %q within %s", substr, d)
+		}
+	}
+}
+
+// waitState blocks until p's state is want, or fails t after d. It waits on
+// the proxy's own change notifications, not on a timer.
+func waitState(t *testing.T, p *Proxy, want string, d time.Duration) {
+	t.Helper()
+	timeout := time.After(d)
+	for {
+		p.mu.Lock()
+		got, ch := p.status.State, p.changed
+		p.mu.Unlock()
+		if got == want {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timeout:
+			t.Fatalf("proxy state is %q after %s, want %q", got, d, want)
+		}
+	}
+}
+
+// scripted is a board.Store whose few verbs a test needs are functions;
+// the boundary tests use it to make the plugin side return exactly the
+// error or value under test. Any other verb panics (the embedded nil).
+type scripted struct {
+	board.Store
+	getCard     func(ctx context.Context, id string) (board.Card, error)
+	renewClaims func(ctx context.Context, holds []board.Hold, lease time.Duration) ([]board.RenewResult, error)
+	listCards   func(ctx context.Context, f board.CardFilter) ([]board.Card, error)
+}
+
+func (s *scripted) Board() board.Board { return board.DefaultBoard(true) }
+
+func (s *scripted) GetCard(ctx context.Context, id string) (board.Card, error) {
+	return s.getCard(ctx, id)
+}
+
+func (s *scripted) RenewClaims(ctx context.Context, holds []board.Hold, lease time.Duration) ([]board.RenewResult, error) {
+	return s.renewClaims(ctx, holds, lease)
+}
+
+func (s *scripted) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
+	return s.listCards(ctx, f)
+}
+
+func (s *scripted) Close() error { return nil }

@@ -1,0 +1,182 @@
+// Command testplugin is a store plugin built by the plugins package's tests:
+// a real bbolt store behind plugins.Serve, plus the misbehaving plugins the
+// tests need. TESTPLUGIN_MODE selects:
+//
+//	(empty)        serve the bbolt store named by the agent's ChildConfig
+//	wrong-version  answer the handshake with another protocol version
+//	fail-open      fail to open the store
+//	launcher       play the agent: Launch this binary as a plugin, print
+//	               "child <pid>" and wait to be killed (the parent-death test)
+//
+// With TESTPLUGIN_CLOCK set to a Unix socket, the store's clock is read from
+// the test over that socket, so the conformance suite's manual clock crosses
+// the process boundary.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-plugin"
+
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins"
+	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
+)
+
+// HangCard is the card id whose GetCard blocks until the caller gives up,
+// after writing HangLine to stderr: the tests kill the plugin mid-call.
+const (
+	HangCard = "hang-in-get"
+	HangLine = "testplugin: GetCard is blocking"
+)
+
+func main() {
+	switch mode := os.Getenv("TESTPLUGIN_MODE"); mode {
+	case "wrong-version":
+		plugin.Serve(&plugin.ServeConfig{
+			HandshakeConfig: plugins.Handshake,
+			VersionedPlugins: map[int]plugin.PluginSet{
+				plugins.ProtocolVersion + 98: {plugins.PluginName: &plugins.StorePlugin{Store: unused{}}},
+			},
+			GRPCServer: plugin.DefaultGRPCServer,
+		})
+	case "fail-open":
+		if err := plugins.Serve(func(context.Context) (board.Store, error) {
+			return nil, errors.New("the disk is on fire")
+		}); err != nil {
+			os.Exit(1)
+		}
+	case "launcher":
+		launch()
+	case "":
+		if err := plugins.Serve(openBolt); err != nil {
+			os.Exit(1)
+		}
+	default:
+		fmt.Fprintf(os.Stderr, "testplugin: unknown TESTPLUGIN_MODE %q\n", mode)
+		os.Exit(2)
+	}
+}
+
+// launch starts this binary as a store plugin through plugins.Launch, the
+// way the agent does, reports the child's pid, then retires OS threads:
+// a plugin forked from a thread that is not kept for it would be killed by
+// its parent-death signal here, long before this process dies.
+func launch() {
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ctx := context.Background()
+	p, err := plugins.Launch(ctx, plugins.LaunchConfig{
+		Cmd: func() *exec.Cmd {
+			c := exec.Command(self)
+			c.Env = append(os.Environ(), "TESTPLUGIN_MODE=")
+			return c
+		},
+		Child: &plugins.ChildConfig{Backend: "bolt", Path: os.Getenv("TESTPLUGIN_DB"), Board: board.DefaultBoard(true)},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Returning while locked makes the runtime end this thread.
+			runtime.LockOSThread()
+		}()
+	}
+	wg.Wait()
+	if _, err := p.GetCard(ctx, "no-such-card"); !errors.Is(err, board.ErrNotFound) {
+		fmt.Fprintf(os.Stderr, "testplugin: plugin unusable after thread churn: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Printf("child %d\n", p.Status().PID)
+	select {} // until killed
+}
+
+func openBolt(ctx context.Context) (board.Store, error) {
+	cfg, err := plugins.ChildConfigFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	var clock board.Clock = board.SystemClock{}
+	if sock := os.Getenv("TESTPLUGIN_CLOCK"); sock != "" {
+		c, err := dialClock(ctx, sock)
+		if err != nil {
+			return nil, err
+		}
+		clock = c
+	}
+	s, err := boltstore.Open(cfg.Path, boltstore.Options{Board: cfg.Board, Clock: clock, LockTimeout: 5 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	// Keep the real stderr: go-plugin redirects os.Stderr once serving.
+	return &hangStore{Store: s, stderr: os.Stderr}, nil
+}
+
+// unused stands in for a store no call reaches.
+type unused struct{ board.Store }
+
+// hangStore blocks GetCard(HangCard) until the caller's ctx ends.
+type hangStore struct {
+	board.Store
+	stderr *os.File
+}
+
+func (h *hangStore) GetCard(ctx context.Context, id string) (board.Card, error) {
+	if id != HangCard {
+		return h.Store.GetCard(ctx, id)
+	}
+	fmt.Fprintln(h.stderr, HangLine)
+	<-ctx.Done()
+	return board.Card{}, ctx.Err()
+}
+
+// socketClock asks the test for the time: one line out ("now"), one line
+// back (RFC 3339 with nanoseconds).
+type socketClock struct {
+	mu   sync.Mutex
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+func dialClock(ctx context.Context, sock string) (*socketClock, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", sock)
+	if err != nil {
+		return nil, fmt.Errorf("testplugin: clock socket: %w", err)
+	}
+	return &socketClock{conn: conn, r: bufio.NewReader(conn)}, nil
+}
+
+func (c *socketClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, err := c.conn.Write([]byte("now\n")); err != nil {
+		panic(fmt.Sprintf("testplugin: clock socket: %v", err))
+	}
+	line, err := c.r.ReadString('\n')
+	if err != nil {
+		panic(fmt.Sprintf("testplugin: clock socket: %v", err))
+	}
+	t, err := time.Parse(time.RFC3339Nano, line[:len(line)-1])
+	if err != nil {
+		panic(fmt.Sprintf("testplugin: clock socket: %v", err))
+	}
+	return t
+}

@@ -1,0 +1,83 @@
+package plugins
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// The plugin process must die with the agent, even when the agent is
+// SIGKILLed: an orphaned plugin keeps the bbolt file lock, and the restarted
+// agent's plugin would then wait on it (PITFALLS: bbolt lock, Pdeathsig).
+// Linux delivers the parent-death signal when the THREAD that forked the
+// child exits, not the process (Go issue 27505), so both ends take care:
+// the agent forks from a goroutine locked to its OS thread until the child
+// is reaped (runLocked), and the plugin re-arms the signal itself and checks
+// that its parent is still the agent that started it (bindToParent).
+
+// setParentDeathSignal asks the kernel to SIGKILL the child when the thread
+// that starts it exits.
+func setParentDeathSignal(cmd *exec.Cmd) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+}
+
+// runLocked starts cmd from a goroutine locked to its OS thread and keeps
+// that thread until the child is reaped, so the parent-death signal fires
+// only when the agent itself dies. started receives the result of Start;
+// wait is called with the result of Wait once the child is reaped.
+func runLocked(cmd *exec.Cmd, started chan<- error, wait func(error)) {
+	go func() {
+		// The goroutine returns still locked: Go then ends the thread,
+		// which is harmless because the child is reaped by then.
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		wait(cmd.Wait())
+	}()
+}
+
+// bindToParent arms SIGKILL on the agent's death from inside the plugin,
+// for the case where the agent's own Pdeathsig was not set (an external
+// launcher) and to close the window in which the agent died before the
+// plugin could arm it: after arming, a parent that is no longer the agent
+// means the agent is already gone. The signal is armed on a thread that
+// stays locked until release is called, because the kernel keeps it per
+// thread and Go may retire threads.
+func bindToParent() (release func(), err error) {
+	armed := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		armed <- unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0)
+		<-done
+	}()
+	release = func() { close(done) }
+	if err := <-armed; err != nil {
+		release()
+		return nil, fmt.Errorf("store plugin: arming the parent-death signal: %w", err)
+	}
+	if want := os.Getenv(parentPIDEnv); want != "" {
+		pid, perr := strconv.Atoi(want)
+		if perr != nil {
+			release()
+			return nil, fmt.Errorf("store plugin: %s=%q is not a pid", parentPIDEnv, want)
+		}
+		if got := os.Getppid(); got != pid {
+			release()
+			return nil, fmt.Errorf("store plugin: the agent (pid %d) that started this plugin is gone (parent is now pid %d)", pid, got)
+		}
+	}
+	return release, nil
+}
