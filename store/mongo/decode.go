@@ -2,6 +2,7 @@ package mongostore
 
 import (
 	"math"
+	"strconv"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -18,10 +19,11 @@ import (
 // reader reads typed fields of one stored document. The first problem is
 // kept in err and every later read returns a zero value.
 type reader struct {
-	raw  bson.Raw
-	coll string
-	id   string
-	err  error
+	raw    bson.Raw
+	coll   string
+	id     string
+	prefix string // dotted path of a sub-document, for error messages
+	err    error
 }
 
 func newReader(coll string, raw bson.Raw) *reader {
@@ -43,7 +45,7 @@ func newReader(coll string, raw bson.Raw) *reader {
 
 func (r *reader) fail(field, problem string) {
 	if r.err == nil {
-		r.err = &DocumentError{Collection: r.coll, ID: r.id, Field: field, Problem: problem}
+		r.err = &DocumentError{Collection: r.coll, ID: r.id, Field: r.prefix + field, Problem: problem}
 	}
 }
 
@@ -164,7 +166,7 @@ func (r *reader) doc(key string) (*reader, bool) {
 		r.fail(key, "is "+v.Type.String()+", want a document")
 		return nil, false
 	}
-	return &reader{raw: d, coll: r.coll, id: r.id}, true
+	return &reader{raw: d, coll: r.coll, id: r.id, prefix: r.prefix + key + "."}, true
 }
 
 // cardState is a card as read, plus what the compare-and-set writes need to
@@ -278,13 +280,13 @@ func (r *reader) outbox() []outboxEntry {
 		return nil
 	}
 	out := make([]outboxEntry, 0, len(vals))
-	for _, e := range vals {
+	for i, e := range vals {
 		d, ok := e.DocumentOK()
 		if !ok {
 			r.fail(fieldOutbox, "holds a "+e.Type.String()+", want documents")
 			return nil
 		}
-		er := &reader{raw: d, coll: r.coll, id: r.id}
+		er := &reader{raw: d, coll: r.coll, id: r.id, prefix: r.prefix + fieldOutbox + "." + strconv.Itoa(i) + "."}
 		ev := readEvent(er)
 		if er.err != nil {
 			r.err = er.err

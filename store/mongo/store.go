@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
@@ -61,6 +62,9 @@ type Options struct {
 	// a primary failover (a claim that rolls back would hand the card out
 	// twice).
 	WriteConcern *writeconcern.WriteConcern
+	// Monitor, when set, sees every command the driver sends (metrics,
+	// tracing, and the tests that pin how many round trips a verb takes).
+	Monitor *event.CommandMonitor
 }
 
 // Store is the MongoDB twin of board.Store.
@@ -116,9 +120,13 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		wc = writeconcern.Majority()
 	}
 
-	client, err := mongo.Connect(options.Client().ApplyURI(opts.URI).
+	copts := options.Client().ApplyURI(opts.URI).
 		SetWriteConcern(wc).
-		SetReadPreference(readpref.Primary()))
+		SetReadPreference(readpref.Primary())
+	if opts.Monitor != nil {
+		copts.SetMonitor(opts.Monitor)
+	}
+	client, err := mongo.Connect(copts)
 	if err != nil {
 		return nil, fmt.Errorf("mongostore: connect: %w", err)
 	}
@@ -147,41 +155,89 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 
 // createIndexes creates the indexes every query relies on. Creating an
 // index that exists is a no-op, so every agent does it at start.
-func (s *Store) createIndexes(ctx context.Context) error {
-	idx := func(name string, keys ...string) mongo.IndexModel {
-		d := bson.D{}
-		for _, k := range keys {
-			d = append(d, bson.E{Key: k, Value: 1})
-		}
-		return mongo.IndexModel{Keys: d, Options: options.Index().SetName(name)}
+// index is one index the queries rely on.
+type index struct {
+	name   string
+	keys   []string
+	unique bool
+}
+
+func (s *Store) haveIndexes(ctx context.Context, coll *mongo.Collection, want []index) (bool, error) {
+	specs, err := coll.Indexes().ListSpecifications(ctx)
+	if err != nil {
+		return false, err
 	}
+	have := map[string]bool{}
+	for _, sp := range specs {
+		have[sp.Name] = true
+	}
+	for _, ix := range want {
+		if !have[ix.name] {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func (s *Store) createIndexes(ctx context.Context) error {
 	sets := []struct {
-		coll   *mongo.Collection
-		models []mongo.IndexModel
+		coll    *mongo.Collection
+		indexes []index
 	}{
-		{s.cards, []mongo.IndexModel{
+		{s.cards, []index{
 			// The expired-candidate listing: lease ascending.
-			idx("claim_lease_until", "claim_lease_until"),
+			{name: "claim_lease_until", keys: []string{"claim_lease_until"}},
 			// ClaimNext and ListCards by state, in creation order.
-			idx("state_created", "state", "created_seq"),
-			idx("created", "created_seq"),
+			{name: "state_created", keys: []string{"state", "created_seq"}},
+			{name: "created", keys: []string{"created_seq"}},
 			// The un-leased arms: oldest update first.
-			idx("updated_at", "updated_at"),
+			{name: "updated_at", keys: []string{"updated_at"}},
 			// ListCards ClaimedOnly (the boot sweep's population).
-			idx("claim", "claim"),
-			idx("depends_on", "depends_on"),
+			{name: "claim", keys: []string{"claim"}},
+			{name: "depends_on", keys: []string{"depends_on"}},
 			// The relay sweep finds documents with a pending outbox.
-			idx("outbox", fieldOutbox+".id"),
+			{name: "outbox", keys: []string{fieldOutbox + ".id"}},
 		}},
-		{s.runs, []mongo.IndexModel{idx("outbox", fieldOutbox+".id")}},
-		{s.events, []mongo.IndexModel{{
-			Keys:    bson.D{{Key: "key", Value: 1}},
-			Options: options.Index().SetName("key").SetUnique(true),
-		}}},
+		{s.runs, []index{{name: "outbox", keys: []string{fieldOutbox + ".id"}}}},
+		// The outbox entry id: relaying an entry twice stores it once.
+		{s.events, []index{{name: "key", keys: []string{"key"}, unique: true}}},
 	}
 	for _, set := range sets {
-		if _, err := set.coll.Indexes().CreateMany(ctx, set.models); err != nil {
-			return fmt.Errorf("mongostore: create indexes on %s: %w", set.coll.Name(), err)
+		// Only missing indexes are created. Re-creating an existing one is
+		// a no-op on MongoDB, but FerretDB v1 drops the connection on it,
+		// and every agent of a fleet opens the same database.
+		specs, err := set.coll.Indexes().ListSpecifications(ctx)
+		if err != nil {
+			return fmt.Errorf("mongostore: list indexes on %s: %w", set.coll.Name(), err)
+		}
+		have := map[string]bool{}
+		for _, sp := range specs {
+			have[sp.Name] = true
+		}
+		var missing []mongo.IndexModel
+		for _, ix := range set.indexes {
+			if have[ix.name] {
+				continue
+			}
+			keys := bson.D{}
+			for _, k := range ix.keys {
+				keys = append(keys, bson.E{Key: k, Value: 1})
+			}
+			o := options.Index().SetName(ix.name)
+			if ix.unique {
+				o.SetUnique(true)
+			}
+			missing = append(missing, mongo.IndexModel{Keys: keys, Options: o})
+		}
+		if len(missing) == 0 {
+			continue
+		}
+		if _, err := set.coll.Indexes().CreateMany(ctx, missing); err != nil {
+			// Another agent starting at the same moment may have created
+			// them first: what matters is that they exist now.
+			if ok, lerr := s.haveIndexes(ctx, set.coll, set.indexes); lerr != nil || !ok {
+				return fmt.Errorf("mongostore: create indexes on %s: %w", set.coll.Name(), err)
+			}
 		}
 	}
 	return nil

@@ -1,0 +1,716 @@
+package mongostore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/board/boardtest"
+	"github.com/leasekeeper/leasekeeper/internal/mongotest"
+	mongostore "github.com/leasekeeper/leasekeeper/store/mongo"
+)
+
+const (
+	workerA  = "host-a-4242"
+	workerB  = "host-b-4343"
+	reaperR  = board.RecoveryPrefix + "agent-5151"
+	testTerm = 30 * time.Second
+)
+
+// fleet is one test's store plus raw access to its database, to act as a
+// foreign writer (another binary's write) and to read the server clock.
+type fleet struct {
+	t     *testing.T
+	ctx   context.Context
+	s     *mongostore.Store
+	raw   *mongo.Database
+	cards *mongo.Collection
+}
+
+func openFleet(t *testing.T, opts mongostore.Options) *fleet {
+	t.Helper()
+	db := mongotest.Database(t)
+	opts.Database = db
+	s := openStore(t, opts)
+	raw := mongotest.Client(t).Database(db)
+	return &fleet{t: t, ctx: t.Context(), s: s, raw: raw, cards: raw.Collection("cards")}
+}
+
+// serverNow reads the server's clock the way the store does.
+func (f *fleet) serverNow() time.Time {
+	f.t.Helper()
+	raw, err := f.raw.RunCommand(f.ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
+	if err != nil {
+		f.t.Fatalf("hello: %v", err)
+	}
+	ms, ok := raw.Lookup("localTime").DateTimeOK()
+	if !ok {
+		f.t.Fatal("hello reply has no localTime")
+	}
+	return time.UnixMilli(ms).UTC()
+}
+
+// foreign applies a raw update to a card, as another program would.
+func (f *fleet) foreign(id string, update bson.D) {
+	f.t.Helper()
+	res, err := f.cards.UpdateOne(f.ctx, bson.D{{Key: "_id", Value: id}}, update)
+	if err != nil || res.MatchedCount != 1 {
+		f.t.Fatalf("foreign write to %q: matched %v, %v", id, res, err)
+	}
+}
+
+func (f *fleet) create(id, state string) board.Card {
+	f.t.Helper()
+	c, err := f.s.CreateCard(f.ctx, board.NewCard{ID: id, State: state, Actor: "cli"})
+	if err != nil {
+		f.t.Fatalf("CreateCard(%q): %v", id, err)
+	}
+	return c
+}
+
+func (f *fleet) claim(id, marker string) board.ClaimToken {
+	f.t.Helper()
+	tok, err := f.s.Claim(f.ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: testTerm})
+	if err != nil {
+		f.t.Fatalf("Claim(%q, %q): %v", id, marker, err)
+	}
+	return tok
+}
+
+func (f *fleet) get(id string) board.Card {
+	f.t.Helper()
+	c, err := f.s.GetCard(f.ctx, id)
+	if err != nil {
+		f.t.Fatalf("GetCard(%q): %v", id, err)
+	}
+	return c
+}
+
+func wantConflict(t *testing.T, err error, holder string, epoch int64, what string) {
+	t.Helper()
+	ce, ok := board.AsClaimConflict(err)
+	if !ok || !errors.Is(err, board.ErrClaimConflict) {
+		t.Errorf("%s: got %v, want a claim conflict", what, err)
+		return
+	}
+	if ce.Holder != holder || ce.Epoch != epoch {
+		t.Errorf("%s: conflict names %q@%d, want %q@%d", what, ce.Holder, ce.Epoch, holder, epoch)
+	}
+}
+
+// TestEpochSurvivesDroppedField: ADR-096 §6. Another binary's write drops
+// claim_epoch; a counter would restart at 1 and hand the same worker the
+// same token twice. The server-clock floor keeps the fence going up.
+func TestEpochSurvivesDroppedField(t *testing.T) {
+	t.Parallel()
+	f := openFleet(t, mongostore.Options{})
+	f.create("c1", board.StateReady)
+	var prev board.ClaimToken
+	for round := range 3 {
+		tok := f.claim("c1", workerA)
+		if tok.Epoch <= prev.Epoch {
+			t.Fatalf("round %d: epoch %d after a dropped field, want above the previous %d", round, tok.Epoch, prev.Epoch)
+		}
+		if tok == prev {
+			t.Fatalf("round %d: the same worker got the same token twice: %+v", round, tok)
+		}
+		if err := f.s.ReleaseOwned(f.ctx, "c1", tok); err != nil {
+			t.Fatalf("ReleaseOwned: %v", err)
+		}
+		f.foreign("c1", bson.D{{Key: "$unset", Value: bson.D{{Key: "claim_epoch", Value: ""}}}})
+		if c := f.get("c1"); c.ClaimEpoch != 0 {
+			t.Fatalf("the foreign write did not drop the epoch: %d", c.ClaimEpoch)
+		}
+		prev = tok
+	}
+}
+
+// TestEpochIsAtLeastServerMillis pins the floor itself: a fresh acquisition
+// takes max(stored+1, server ms), so even a tiny stored epoch jumps to the
+// server clock, and a stored epoch above it still steps by one.
+func TestEpochIsAtLeastServerMillis(t *testing.T) {
+	t.Parallel()
+	f := openFleet(t, mongostore.Options{})
+	f.create("low", board.StateReady)
+	f.create("high", board.StateReady)
+	f.foreign("low", bson.D{{Key: "$set", Value: bson.D{{Key: "claim_epoch", Value: int64(7)}}}})
+	future := f.serverNow().Add(1000 * time.Hour).UnixMilli()
+	f.foreign("high", bson.D{{Key: "$set", Value: bson.D{{Key: "claim_epoch", Value: future}}}})
+
+	before := f.serverNow().UnixMilli()
+	low := f.claim("low", workerA)
+	if low.Epoch < before {
+		t.Errorf("epoch over a stored 7 = %d, want at least the server's %d ms", low.Epoch, before)
+	}
+	if got, want := f.claim("high", workerA).Epoch, future+1; got != want {
+		t.Errorf("epoch over a stored %d = %d, want %d", future, got, want)
+	}
+}
+
+// strip removes the lease and the fence from a card, as an old binary's
+// whole-document replace does (ADR-096 §8, §9), and backdates updated_at.
+func (f *fleet) strip(id string, updatedAt time.Time) {
+	f.t.Helper()
+	f.foreign(id, bson.D{
+		{Key: "$unset", Value: bson.D{{Key: "claim_epoch", Value: ""}, {Key: "claim_lease_until", Value: ""}}},
+		{Key: "$set", Value: bson.D{{Key: "updated_at", Value: updatedAt}}},
+	})
+}
+
+// TestStrippedCardRefusesItsLiveHolder: ADR-096 §6. With the epoch gone,
+// every fenced verb refuses even the live holder's token, and the claim
+// waits for the un-leased arm.
+func TestStrippedCardRefusesItsLiveHolder(t *testing.T) {
+	t.Parallel()
+	f := openFleet(t, mongostore.Options{})
+	f.create("c1", board.StateInProgress)
+	tok := f.claim("c1", workerA)
+	if err := f.s.SetLastRunOwned(f.ctx, "c1", tok, "run-1"); err != nil {
+		t.Fatal(err)
+	}
+	updated := f.serverNow()
+	f.strip("c1", updated)
+	stripped := f.get("c1")
+
+	verbs := []struct {
+		name string
+		call func() error
+	}{
+		{"Claim", func() error {
+			_, err := f.s.Claim(f.ctx, board.ClaimRequest{Card: "c1", Marker: workerA, Lease: testTerm})
+			return err
+		}},
+		{"RenewClaims", func() error {
+			res, err := f.s.RenewClaims(f.ctx, []board.Hold{{Card: "c1", Token: tok}}, testTerm)
+			if err != nil {
+				return err
+			}
+			return res[0].Err
+		}},
+		{"SetStateOwned", func() error {
+			_, err := f.s.SetStateOwned(f.ctx, board.OwnedMove{Card: "c1", Token: tok, To: board.StateDone})
+			return err
+		}},
+		{"SetLastRunOwned", func() error { return f.s.SetLastRunOwned(f.ctx, "c1", tok, "run-2") }},
+		{"SetAwaitingInputOwned", func() error { return f.s.SetAwaitingInputOwned(f.ctx, "c1", tok, true) }},
+		{"SetGaveUpOwned", func() error {
+			return f.s.SetGaveUpOwned(f.ctx, "c1", tok, &board.GaveUp{Reason: "x"})
+		}},
+		{"ExpireClaimOwned", func() error { return f.s.ExpireClaimOwned(f.ctx, "c1", tok) }},
+		{"ReleaseOwned", func() error { return f.s.ReleaseOwned(f.ctx, "c1", tok) }},
+	}
+	for _, v := range verbs {
+		wantConflict(t, v.call(), workerA, 0, v.name+" by the live holder of a stripped card")
+	}
+	raw, err := f.cards.FindOne(f.ctx, bson.D{{Key: "_id", Value: "c1"}}).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, field := range []string{"claim_epoch", "claim_lease_until"} {
+		if _, err := raw.LookupErr(field); err == nil {
+			t.Errorf("a refused verb wrote %s back onto the stripped card", field)
+		}
+	}
+	if got := f.get("c1"); !got.UpdatedAt.Equal(stripped.UpdatedAt) || got.State != stripped.State || got.LastRunID != "run-1" {
+		t.Errorf("refused verbs changed the card: %+v, was %+v", got, stripped)
+	}
+
+	// The un-leased arm lists it only once it is older than the horizon.
+	horizon := mongostore.DefaultUnleasedHorizon
+	early, err := f.s.ListExpiredClaimCandidates(f.ctx, updated.Add(horizon-time.Second), 10)
+	if err != nil || len(early) != 0 {
+		t.Errorf("candidates before the horizon = %v, %v; want none", ids(early), err)
+	}
+	cutoff := updated.Add(horizon)
+	late, err := f.s.ListExpiredClaimCandidates(f.ctx, cutoff, 10)
+	if err != nil || !slices.Equal(ids(late), []string{"c1"}) {
+		t.Fatalf("candidates at the horizon = %v, %v; want [c1]", ids(late), err)
+	}
+	if c := late[0]; !c.Legacy() || c.ClaimEpoch != 0 || c.Claim != workerA {
+		t.Errorf("listed card = %+v, want the un-leased claim of %s with no epoch", c, workerA)
+	}
+	running, err := f.s.ListUnleasedRunningClaims(f.ctx, updated, 10)
+	if err != nil || !slices.Equal(ids(running), []string{"c1"}) {
+		t.Errorf("ListUnleasedRunningClaims = %v, %v; want [c1]", ids(running), err)
+	}
+
+	// It is transferable by naming the missing epoch as 0; the new fence is
+	// floored at the server clock, so it is above the lost one.
+	rec, observed, err := f.s.ReclaimExpired(f.ctx, board.Reclaim{Card: "c1", Prev: board.ClaimToken{Marker: workerA}, RecoveryMarker: reaperR, Cutoff: cutoff, Lease: testTerm})
+	if err != nil {
+		t.Fatalf("ReclaimExpired of the stripped claim: %v", err)
+	}
+	if rec.Marker != reaperR || rec.Epoch <= tok.Epoch || observed.Token() != rec {
+		t.Errorf("transfer = %+v (observed %+v), want %s above epoch %d", rec, observed.Token(), reaperR, tok.Epoch)
+	}
+	wantConflict(t, f.s.SetLastRunOwned(f.ctx, "c1", tok, "run-3"), reaperR, rec.Epoch, "the old holder after the transfer")
+}
+
+// TestStrippedClaimTransferNeedsTheHorizon: before the horizon the same
+// transfer is a conflict, and a live leased claim cannot be taken by
+// naming epoch 0.
+func TestStrippedClaimTransferNeedsTheHorizon(t *testing.T) {
+	t.Parallel()
+	f := openFleet(t, mongostore.Options{UnleasedHorizon: time.Hour})
+	f.create("stripped", board.StateInProgress)
+	f.create("live", board.StateInProgress)
+	f.claim("stripped", workerA)
+	live := f.claim("live", workerB)
+	updated := f.serverNow()
+	f.strip("stripped", updated)
+
+	_, _, err := f.s.ReclaimExpired(f.ctx, board.Reclaim{Card: "stripped", Prev: board.ClaimToken{Marker: workerA}, RecoveryMarker: reaperR, Cutoff: updated.Add(59 * time.Minute), Lease: testTerm})
+	wantConflict(t, err, workerA, 0, "transfer of an un-leased claim before the horizon")
+	_, _, err = f.s.ReclaimExpired(f.ctx, board.Reclaim{Card: "live", Prev: board.ClaimToken{Marker: workerB}, RecoveryMarker: reaperR, Cutoff: updated.Add(48 * time.Hour), Lease: testTerm})
+	wantConflict(t, err, workerB, live.Epoch, "transfer of a fenced claim naming epoch 0")
+	if _, _, err := f.s.ReclaimExpired(f.ctx, board.Reclaim{Card: "stripped", Prev: board.ClaimToken{Marker: workerA}, RecoveryMarker: reaperR, Cutoff: updated.Add(time.Hour), Lease: testTerm}); err != nil {
+		t.Errorf("transfer at the configured horizon: %v", err)
+	}
+	// Release by marker (the ungated sweep's tool) works on a stripped
+	// claim too: it is not a fenced write.
+	f.claim("live", workerB)
+	f.strip("live", updated)
+	if err := f.s.Release(f.ctx, "live", workerB, "sweep"); err != nil {
+		t.Errorf("Release of a stripped claim: %v", err)
+	}
+	if c := f.get("live"); c.Claimed() {
+		t.Errorf("card after Release = %+v, want free", c)
+	}
+}
+
+// TestLeaseComesFromTheServerClock: ADR-096 §1. An agent whose clock runs
+// hours ahead (or behind) must not mint itself extra lease: claimed_at and
+// the lease are the server's, and the round trip counts against the lease.
+func TestLeaseComesFromTheServerClock(t *testing.T) {
+	t.Parallel()
+	for _, skew := range []time.Duration{5 * time.Hour, -5 * time.Hour} {
+		t.Run(fmt.Sprintf("skew%s", skew), func(t *testing.T) {
+			t.Parallel()
+			agent := boardtest.NewManualClock(time.Now().Add(skew))
+			f := openFleet(t, mongostore.Options{Clock: agent})
+			f.create("c1", board.StateReady)
+
+			before := f.serverNow()
+			tok := f.claim("c1", workerA)
+			after := f.serverNow()
+			c := f.get("c1")
+			if c.ClaimedAt.Before(before) || c.ClaimedAt.After(after) {
+				t.Errorf("claimed_at %s, want the server's time between %s and %s", c.ClaimedAt, before, after)
+			}
+			if !c.ClaimLeaseUntil.After(c.ClaimedAt) || c.ClaimLeaseUntil.After(c.ClaimedAt.Add(testTerm)) {
+				t.Errorf("lease %s, want after claimed_at %s and no later than claimed_at + lease", c.ClaimLeaseUntil, c.ClaimedAt)
+			}
+			if c.UpdatedAt.Before(before) || c.UpdatedAt.After(after) {
+				t.Errorf("updated_at %s, want the server's time", c.UpdatedAt)
+			}
+			if tok.Epoch < before.UnixMilli() || tok.Epoch > after.UnixMilli()+1 {
+				t.Errorf("epoch %d, want the server's milliseconds between %d and %d", tok.Epoch, before.UnixMilli(), after.UnixMilli())
+			}
+
+			agent.Advance(time.Hour)
+			before = f.serverNow()
+			res, err := f.s.RenewClaims(f.ctx, []board.Hold{{Card: "c1", Token: tok}}, testTerm)
+			after = f.serverNow()
+			if err != nil || res[0].Err != nil {
+				t.Fatalf("RenewClaims = %+v, %v", res, err)
+			}
+			if l := res[0].LeaseUntil; l.After(after.Add(testTerm)) || l.Before(c.ClaimLeaseUntil) {
+				t.Errorf("renewed lease %s, want at most the server's %s + lease (the agent clock reads %s)", l, after, agent.Now())
+			}
+
+			if err := f.s.ExpireClaimOwned(f.ctx, "c1", tok); err != nil {
+				t.Fatal(err)
+			}
+			expired := f.get("c1")
+			if now := f.serverNow(); !expired.LeaseExpired(now) {
+				t.Errorf("lease after ExpireClaimOwned = %s, want ended by the server's now %s", expired.ClaimLeaseUntil, now)
+			}
+		})
+	}
+}
+
+// TestCorruptFieldIsATypedErrorNamingTheCard: a document another program
+// wrote with a field of the wrong type fails with a *DocumentError naming
+// the card and the field, from every verb that reads it, and nothing
+// panics.
+func TestCorruptFieldIsATypedErrorNamingTheCard(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		field string
+		value any
+	}{
+		{"claim_epoch", "seven"},
+		{"claim_epoch", 1.5},
+		{"claim", int64(42)},
+		{"claim_lease_until", "tomorrow"},
+		{"labels", "not-an-array"},
+		{"labels", bson.A{"ok", int64(3)}},
+		{"state", bson.D{{Key: "nested", Value: true}}},
+		{"awaiting_input", "yes"},
+		{"gave_up", bson.D{{Key: "at", Value: "noon"}}},
+		{"outbox", bson.A{"not-a-document"}},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%s=%v", tc.field, tc.value), func(t *testing.T) {
+			t.Parallel()
+			f := openFleet(t, mongostore.Options{})
+			f.create("bad", board.StateReady)
+			f.create("good", board.StateReady)
+			f.foreign("bad", bson.D{{Key: "$set", Value: bson.D{{Key: tc.field, Value: tc.value}}}})
+
+			check := func(what string, err error) {
+				t.Helper()
+				var de *mongostore.DocumentError
+				if !errors.As(err, &de) || !errors.Is(err, mongostore.ErrCorruptDocument) {
+					t.Errorf("%s: got %v, want a *DocumentError", what, err)
+					return
+				}
+				if de.ID != "bad" || (de.Field != tc.field && !strings.HasPrefix(de.Field, tc.field+".")) {
+					t.Errorf("%s: error names %s %q field %q, want card \"bad\" field %q", what, de.Collection, de.ID, de.Field, tc.field)
+				}
+			}
+			_, err := f.s.GetCard(f.ctx, "bad")
+			check("GetCard", err)
+			_, err = f.s.ListCards(f.ctx, board.CardFilter{})
+			check("ListCards", err)
+			_, err = f.s.Claim(f.ctx, board.ClaimRequest{Card: "bad", Marker: workerA, Lease: testTerm})
+			check("Claim", err)
+			_, err = f.s.AdjustLabels(f.ctx, board.LabelChange{Card: "bad", Add: []string{"x"}})
+			check("AdjustLabels", err)
+			// The healthy card next to it is unaffected.
+			if _, err := f.s.Claim(f.ctx, board.ClaimRequest{Card: "good", Marker: workerA, Lease: testTerm}); err != nil {
+				t.Errorf("Claim of a healthy card next to a corrupt one: %v", err)
+			}
+		})
+	}
+}
+
+// TestPendingOutboxIsRelayedOnce: the state a crash leaves between a
+// card write and its relay is an event in the card's outbox. The next
+// Events read relays it — exactly once, however many readers race.
+func TestPendingOutboxIsRelayedOnce(t *testing.T) {
+	t.Parallel()
+	f := openFleet(t, mongostore.Options{})
+	f.create("c1", board.StateReady)
+	base, err := f.s.Events(f.ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Entries as a write would have pushed them, never relayed.
+	var pending bson.A
+	for i := range 5 {
+		pending = append(pending, bson.D{
+			{Key: "id", Value: fmt.Sprintf("crashed-%d", i)},
+			{Key: "type", Value: string(board.EventLabels)},
+			{Key: "card", Value: "c1"},
+			{Key: "actor", Value: "bot"},
+			{Key: "at", Value: f.serverNow()},
+			{Key: "data", Value: bson.D{{Key: "added", Value: bson.A{fmt.Sprintf("l%d", i)}}}},
+		})
+	}
+	f.foreign("c1", bson.D{{Key: "$push", Value: bson.D{{Key: "outbox", Value: bson.D{{Key: "$each", Value: pending}}}}}})
+
+	// Two agents read at once.
+	other := openStore(t, mongostore.Options{URI: mongotest.URI(t), Database: f.raw.Name()})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 {
+		s := f.s
+		if i%2 == 1 {
+			s = other
+		}
+		wg.Go(func() {
+			_, err := s.Events(f.ctx, 0, 0)
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("Events: %v", err)
+		}
+	}
+	all, err := f.s.Events(f.ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	added := all[len(base):]
+	var got []string
+	for _, ev := range added {
+		got = append(got, ev.Data.Added...)
+	}
+	if want := []string{"l0", "l1", "l2", "l3", "l4"}; !slices.Equal(got, want) {
+		t.Errorf("relayed events added %q, want each pending entry once, in outbox order: %q", got, want)
+	}
+	for i, ev := range all {
+		if ev.Seq != int64(i+1) {
+			t.Errorf("event %d has seq %d, want a gap-free log (%d)", i, ev.Seq, i+1)
+		}
+	}
+	raw, err := f.cards.FindOne(f.ctx, bson.D{{Key: "_id", Value: "c1"}}).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if arr, ok := raw.Lookup("outbox").ArrayOK(); ok {
+		if vals, _ := arr.Values(); len(vals) != 0 {
+			t.Errorf("outbox still holds %d relayed entries", len(vals))
+		}
+	}
+}
+
+// TestTailingReaderNeverSkipsAnEvent: writers on several agents append
+// events while a reader tails the log by sequence. Every event must reach
+// the reader: a sequence number is never visible before all lower ones.
+func TestTailingReaderNeverSkipsAnEvent(t *testing.T) {
+	t.Parallel()
+	f := openFleet(t, mongostore.Options{})
+	other := openStore(t, mongostore.Options{URI: mongotest.URI(t), Database: f.raw.Name()})
+	const writers, perWriter = 4, 10
+	for i := range writers {
+		f.create(fmt.Sprintf("c%d", i), board.StateReady)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for i := range writers {
+		s := f.s
+		if i%2 == 1 {
+			s = other
+		}
+		wg.Go(func() {
+			for j := range perWriter {
+				if _, err := s.AdjustLabels(f.ctx, board.LabelChange{Card: fmt.Sprintf("c%d", i), Add: []string{fmt.Sprintf("l%d", j)}, Actor: "bot"}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	go func() { wg.Wait(); close(done) }()
+
+	var seen []board.Event
+	after := int64(0)
+	tail := func() {
+		page, err := other.Events(f.ctx, after, 7)
+		if err != nil {
+			t.Fatalf("Events: %v", err)
+		}
+		for _, ev := range page {
+			if ev.Seq != after+1 {
+				t.Fatalf("tail read seq %d after %d: a gap the reader would page past", ev.Seq, after)
+			}
+			after = ev.Seq
+			seen = append(seen, ev)
+		}
+	}
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		tail()
+	}
+	close(errs)
+	for err := range errs {
+		t.Fatalf("AdjustLabels: %v", err)
+	}
+	for range 100 {
+		n := len(seen)
+		tail()
+		if len(seen) == n {
+			break
+		}
+	}
+	all, err := f.s.Events(f.ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(seen), len(all); got != want {
+		t.Errorf("the tailing reader saw %d events, the log holds %d", got, want)
+	}
+	if got, want := len(all), writers+writers*perWriter; got != want {
+		t.Errorf("log holds %d events, want %d (creations and label adds)", got, want)
+	}
+}
+
+// TestRenewalsOfATickAreOneBulkWrite: the heartbeat's whole tick is one
+// update command, however many holds it carries.
+func TestRenewalsOfATickAreOneBulkWrite(t *testing.T) {
+	t.Parallel()
+	var (
+		mu      sync.Mutex
+		updates int
+		counted bool
+	)
+	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		if counted && e.CommandName == "update" {
+			updates++
+		}
+	}}
+	f := openFleet(t, mongostore.Options{Monitor: mon})
+	var holds []board.Hold
+	for i := range 5 {
+		id := fmt.Sprintf("c%d", i)
+		f.create(id, board.StateReady)
+		holds = append(holds, board.Hold{Card: id, Token: f.claim(id, workerA)})
+	}
+	mu.Lock()
+	counted = true
+	mu.Unlock()
+	res, err := f.s.RenewClaims(f.ctx, holds, testTerm)
+	mu.Lock()
+	counted = false
+	got := updates
+	mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			t.Errorf("renew %s: %v", r.Card, r.Err)
+		}
+	}
+	if got != 1 {
+		t.Errorf("RenewClaims of %d holds sent %d update commands, want 1", len(holds), got)
+	}
+}
+
+// TestUnleasedArmsSelectInTheQuery pins both un-leased listings: the
+// selection and the cap are in the query, so older conserved cards cannot
+// starve the batch, and the candidate listing shares the batch between
+// its arms.
+func TestUnleasedArmsSelectInTheQuery(t *testing.T) {
+	t.Parallel()
+	f := openFleet(t, mongostore.Options{})
+	now := f.serverNow()
+	old := now.Add(-72 * time.Hour)
+	mk := func(id, state string, withRun bool, updated time.Time) {
+		f.create(id, state)
+		tok := f.claim(id, workerA)
+		if withRun {
+			if err := f.s.SetLastRunOwned(f.ctx, id, tok, "run-"+id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.strip(id, updated)
+	}
+	// Conserved shapes, oldest of all: no run recorded, or outside the
+	// running column.
+	for i := range 3 {
+		mk(fmt.Sprintf("norun%d", i), board.StateInProgress, false, old.Add(time.Duration(i)*time.Second))
+		mk(fmt.Sprintf("ready%d", i), board.StateReady, true, old.Add(time.Duration(i)*time.Second))
+	}
+	mk("match1", board.StateInProgress, true, old.Add(time.Minute))
+	mk("match2", board.StateInProgress, true, old.Add(2*time.Minute))
+	mk("recent", board.StateInProgress, true, now)
+
+	got, err := f.s.ListUnleasedRunningClaims(f.ctx, now.Add(-time.Hour), 1)
+	if err != nil || !slices.Equal(ids(got), []string{"match1"}) {
+		t.Errorf("ListUnleasedRunningClaims limit 1 = %v, %v; want [match1]", ids(got), err)
+	}
+	got, err = f.s.ListUnleasedRunningClaims(f.ctx, now.Add(-time.Hour), 10)
+	if err != nil || !slices.Equal(ids(got), []string{"match1", "match2"}) {
+		t.Errorf("ListUnleasedRunningClaims = %v, %v; want [match1 match2]", ids(got), err)
+	}
+
+	// Leased, expired candidates compete with the 8 old un-leased ones.
+	for i := range 3 {
+		id := fmt.Sprintf("leased%d", i)
+		f.create(id, board.StateInProgress)
+		tok := f.claim(id, workerB)
+		if err := f.s.ExpireClaimOwned(f.ctx, id, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cands, err := f.s.ListExpiredClaimCandidates(f.ctx, f.serverNow(), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leased, unleased int
+	for _, c := range cands {
+		if c.Legacy() {
+			unleased++
+		} else {
+			leased++
+		}
+	}
+	if len(cands) != 4 || leased != 2 || unleased != 2 {
+		t.Errorf("candidates with limit 4 = %v (%d leased, %d un-leased), want 2 of each arm", ids(cands), leased, unleased)
+	}
+	if !slices.IsSortedFunc(cands, func(a, b board.Card) int { return a.ClaimLeaseUntil.Compare(b.ClaimLeaseUntil) }) {
+		t.Errorf("candidates %v not in lease order (no lease first)", ids(cands))
+	}
+}
+
+func TestOpenValidatesOptions(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		opts mongostore.Options
+	}{
+		{"HorizonBelowOneLease", mongostore.Options{Lease: time.Minute, UnleasedHorizon: 59 * time.Second}},
+		{"HorizonBelowDefaultLease", mongostore.Options{UnleasedHorizon: 10 * time.Second}},
+		{"NoDatabase", mongostore.Options{Database: "-"}},
+		{"BadBoard", mongostore.Options{Board: board.Board{States: []board.State{{Name: "only"}}}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			opts := tc.opts
+			opts.URI = mongotest.URI(t)
+			if opts.Database == "-" {
+				opts.Database = ""
+			} else {
+				opts.Database = "unused"
+			}
+			s, err := mongostore.Open(t.Context(), opts)
+			if err == nil {
+				s.Close()
+				t.Fatalf("Open(%+v) = nil error, want a configuration error", tc.opts)
+			}
+			if !errors.Is(err, board.ErrInvalidArgument) {
+				t.Errorf("Open: %v, want ErrInvalidArgument", err)
+			}
+		})
+	}
+}
+
+func TestOpenCreatesIndexes(t *testing.T) {
+	t.Parallel()
+	f := openFleet(t, mongostore.Options{})
+	specs, err := f.cards.Indexes().ListSpecifications(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range specs {
+		names = append(names, s.Name)
+	}
+	for _, want := range []string{"claim_lease_until", "state_created", "updated_at"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("cards indexes = %q, want %q among them", names, want)
+		}
+	}
+}
+
+func ids(cs []board.Card) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.ID
+	}
+	return out
+}
