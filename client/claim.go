@@ -165,7 +165,11 @@ func (c *Client) claim(ctx context.Context, req apitype.ClaimRequest) (*Claim, e
 		c.mu.Lock()
 	}
 	c.claims[resp.Card.ID] = cl
+	lostEpoch, wasLost := c.lost[resp.Card.ID]
 	c.mu.Unlock()
+	if wasLost && lostEpoch == resp.Token.Epoch {
+		cl.end(fmt.Errorf("%w: card %s epoch %d: reported lost as it was granted", ErrClaimLost, resp.Card.ID, lostEpoch))
+	}
 	return cl, nil
 }
 
@@ -183,6 +187,16 @@ func (c *Client) forget(cl *Claim) {
 	if s != nil {
 		c.releaseSession(s)
 	}
+}
+
+// noteLost records a claim_lost frame for claims not registered yet.
+func (c *Client) noteLost(card string, epoch int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.lost) >= 1024 {
+		clear(c.lost)
+	}
+	c.lost[card] = epoch
 }
 
 func (c *Client) lookup(card string, epoch int64) *Claim {

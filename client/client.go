@@ -59,9 +59,13 @@ type Client struct {
 	stream *http.Client // long-lived streams (watch, events follow)
 	self   string       // "<host>-<pid>" as this process sees itself
 
-	mu      sync.Mutex
-	claims  map[string]*Claim // open claims by card
-	session *session          // watch stream + keepalive, while claims are open
+	mu     sync.Mutex
+	claims map[string]*Claim // open claims by card
+	// lost remembers recent claim_lost frames by card and epoch, for a
+	// frame that arrives between the agent's grant and the Claim's
+	// registration here.
+	lost    map[string]int64
+	session *session // watch stream + keepalive, while claims are open
 }
 
 func (c *Client) init() {
@@ -78,6 +82,7 @@ func (c *Client) init() {
 		host, _ := os.Hostname()
 		c.self = host + "-" + strconv.Itoa(os.Getpid())
 		c.claims = map[string]*Claim{}
+		c.lost = map[string]int64{}
 	})
 }
 

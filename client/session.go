@@ -100,6 +100,7 @@ func (s *session) run() {
 				}
 				markReady(nil)
 			case apitype.FrameClaimLost:
+				s.c.noteLost(f.Card, f.Epoch)
 				if cl := s.c.lookup(f.Card, f.Epoch); cl != nil {
 					cl.end(fmt.Errorf("%w: card %s epoch %d: %s", ErrClaimLost, f.Card, f.Epoch, f.Reason))
 				}

@@ -353,3 +353,68 @@ func TestEventsFollow(t *testing.T) {
 		t.Errorf("first followed event = %+v; want card_created for followed by uid:N", ev)
 	}
 }
+
+func TestWatchResume(t *testing.T) {
+	t.Parallel()
+	a := socketapitest.Start(t, socketapitest.Options{})
+	for _, card := range []string{"a", "b", "c"} {
+		a.Server.Notify(apitype.Frame{Type: apitype.FrameLaunch, Card: card, State: board.StateReady})
+	}
+	// A claim_lost for some other worker must not reach this one.
+	a.Server.Notify(apitype.Frame{Type: apitype.FrameClaimLost, Card: "x", Epoch: 1, Marker: "elsewhere-77"})
+	a.Server.Notify(apitype.Frame{Type: apitype.FrameLaunch, Card: "d", State: board.StateReady})
+	for _, tc := range []struct {
+		name      string
+		after     string
+		wantHello int64
+		missed    bool
+		wantCards string
+	}{
+		{"resume mid buffer", "1", 1, false, "b,c,d"},
+		{"from the start", "0", 0, false, "a,b,c,d"},
+		{"ahead of this agent", "99", 5, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			r := newRaw(t, a.Path)
+			req, _ := http.NewRequestWithContext(ctx, "GET", "http://leasekeeper/v1/watch?after="+tc.after, nil)
+			resp, err := r.hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			dec := json.NewDecoder(resp.Body)
+			var hello apitype.Frame
+			if err := dec.Decode(&hello); err != nil {
+				t.Fatal(err)
+			}
+			if hello.Type != apitype.FrameHello || hello.Seq != tc.wantHello || hello.Missed != tc.missed {
+				t.Errorf("hello = %+v; want seq %d missed %v", hello, tc.wantHello, tc.missed)
+			}
+			var cards []string
+			for {
+				var f apitype.Frame
+				if err := dec.Decode(&f); err != nil {
+					t.Fatal(err)
+				}
+				if f.Type == apitype.FramePing {
+					if f.Seq != hello.Seq {
+						t.Errorf("first ping seq %d, want the hello position %d", f.Seq, hello.Seq)
+					}
+					if tc.wantCards == "" {
+						break
+					}
+					continue
+				}
+				cards = append(cards, f.Card)
+				if f.Card == "d" {
+					break
+				}
+			}
+			if got := strings.Join(cards, ","); got != tc.wantCards {
+				t.Errorf("frames for cards %q, want %q", got, tc.wantCards)
+			}
+		})
+	}
+}
