@@ -143,14 +143,14 @@ func (c *Client) ClaimNext(ctx context.Context) (*Claim, error) {
 func (c *Client) claim(ctx context.Context, req apitype.ClaimRequest) (*Claim, error) {
 	// The watch stream is connected before the claim is asked for, so a
 	// claim_lost pushed right after the grant cannot fall between the two.
-	s, err := c.acquireSession(ctx)
+	s, err := c.acquireLink(ctx)
 	if err != nil {
 		return nil, err
 	}
 	sent := time.Now()
 	var resp apitype.ClaimResponse
 	if err := c.do(ctx, http.MethodPost, "/v1/claims", nil, req, &resp); err != nil {
-		c.releaseSession(s)
+		c.releaseLink(s)
 		return nil, err
 	}
 	cctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -173,7 +173,7 @@ func (c *Client) claim(ctx context.Context, req apitype.ClaimRequest) (*Claim, e
 	return cl, nil
 }
 
-// forget drops a finished claim and stops the session when none is left.
+// forget drops a finished claim and stops the link when none is left.
 func (c *Client) forget(cl *Claim) {
 	c.mu.Lock()
 	if c.claims[cl.card.ID] == cl {
@@ -182,10 +182,10 @@ func (c *Client) forget(cl *Claim) {
 		c.mu.Unlock()
 		return
 	}
-	s := c.session
+	s := c.link
 	c.mu.Unlock()
 	if s != nil {
-		c.releaseSession(s)
+		c.releaseLink(s)
 	}
 }
 

@@ -64,8 +64,8 @@ type Client struct {
 	// lost remembers recent claim_lost frames by card and epoch, for a
 	// frame that arrives between the agent's grant and the Claim's
 	// registration here.
-	lost    map[string]int64
-	session *session // watch stream + keepalive, while claims are open
+	lost map[string]int64
+	link *link // watch stream + keepalive, while claims are open
 }
 
 func (c *Client) init() {

@@ -176,14 +176,14 @@ func TestOtherProcessCannotTouchClaim(t *testing.T) {
 	}
 	for _, action := range []string{"release", "state", "last-run", "gave-up", "start-run"} {
 		t.Run(action, func(t *testing.T) {
-			res := helper(t, a.Path, action, "mine", cl.Token().Epoch)
+			res := child(t, a.Path, action, "mine", cl.Token().Epoch)
 			if res.Status != http.StatusForbidden || res.Code != string(apitype.CodeForbidden) {
 				t.Errorf("%s by another process: %d %q (%s); want 403 forbidden", action, res.Status, res.Code, res.Error)
 			}
 		})
 	}
 	t.Run("claim", func(t *testing.T) {
-		res := helper(t, a.Path, "claim", "mine", 0)
+		res := child(t, a.Path, "claim", "mine", 0)
 		if res.Code != string(apitype.CodeClaimConflict) || res.Holder != cl.Token().Marker {
 			t.Errorf("claim by another process: code %q holder %q; want claim_conflict held by %q", res.Code, res.Holder, cl.Token().Marker)
 		}

@@ -21,17 +21,17 @@ import (
 
 // The test binary re-executes itself as a second worker process: a
 // different pid, so a different marker, as far as the kernel is concerned.
-const helperEnv = "LEASEKEEPER_CLIENT_TEST_HELPER"
+const childEnv = "LEASEKEEPER_CLIENT_TEST_CHILD"
 
 func TestMain(m *testing.M) {
-	if action := os.Getenv(helperEnv); action != "" {
-		os.Exit(runHelper(action))
+	if action := os.Getenv(childEnv); action != "" {
+		os.Exit(runChild(action))
 	}
 	os.Exit(m.Run())
 }
 
-// helperResult is what the helper prints on stdout.
-type helperResult struct {
+// childResult is what the child prints on stdout.
+type childResult struct {
 	Status int    `json:"status"`
 	Code   string `json:"code"`
 	Error  string `json:"error"`
@@ -39,12 +39,12 @@ type helperResult struct {
 	Marker string `json:"marker,omitempty"`
 }
 
-func runHelper(action string) int {
+func runChild(action string) int {
 	socket := os.Getenv(apitype.SocketEnv)
 	card, epoch := os.Getenv("LK_CARD"), os.Getenv("LK_EPOCH")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var res helperResult
+	var res childResult
 	switch action {
 	case "claim":
 		var c client.Client
@@ -72,7 +72,7 @@ func runHelper(action string) int {
 		}
 		rt, ok := routes[action]
 		if !ok {
-			fmt.Fprintf(os.Stderr, "unknown helper action %q\n", action)
+			fmt.Fprintf(os.Stderr, "unknown child action %q\n", action)
 			return 2
 		}
 		body := fmt.Sprintf(`{"epoch":%s,"to":"done","run_id":"r1","gave_up":null}`, epoch)
@@ -110,20 +110,20 @@ func runHelper(action string) int {
 	return 0
 }
 
-// helper runs one action in a child process and returns what it saw.
-func helper(t *testing.T, socket, action, card string, epoch int64) helperResult {
+// child runs one action in a child process and returns what it saw.
+func child(t *testing.T, socket, action, card string, epoch int64) childResult {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+action, apitype.SocketEnv+"="+socket,
+	cmd.Env = append(os.Environ(), childEnv+"="+action, apitype.SocketEnv+"="+socket,
 		"LK_CARD="+card, fmt.Sprintf("LK_EPOCH=%d", epoch))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("helper %s: %v", action, err)
+		t.Fatalf("child %s: %v", action, err)
 	}
-	var res helperResult
+	var res childResult
 	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("helper %s output %q: %v", action, out, err)
+		t.Fatalf("child %s output %q: %v", action, out, err)
 	}
 	return res
 }

@@ -11,9 +11,9 @@ import (
 	"github.com/leasekeeper/leasekeeper/board"
 )
 
-// session follows the watch stream (and, in keepalive mode, pings) for as
+// link follows the watch stream (and, in keepalive mode, pings) for as
 // long as this client holds or is acquiring claims.
-type session struct {
+type link struct {
 	c      *Client
 	refs   int
 	ctx    context.Context
@@ -23,16 +23,16 @@ type session struct {
 	readyErr error
 }
 
-// acquireSession returns the running session, starting it if needed, once
+// acquireLink returns the running link, starting it if needed, once
 // its watch stream is connected.
-func (c *Client) acquireSession(ctx context.Context) (*session, error) {
+func (c *Client) acquireLink(ctx context.Context) (*link, error) {
 	c.init()
 	c.mu.Lock()
-	s := c.session
+	s := c.link
 	if s == nil {
 		sctx, cancel := context.WithCancel(context.Background())
-		s = &session{c: c, ctx: sctx, cancel: cancel, ready: make(chan struct{})}
-		c.session = s
+		s = &link{c: c, ctx: sctx, cancel: cancel, ready: make(chan struct{})}
+		c.link = s
 		go s.run()
 	}
 	s.refs++
@@ -40,24 +40,24 @@ func (c *Client) acquireSession(ctx context.Context) (*session, error) {
 	select {
 	case <-s.ready:
 		if s.readyErr != nil {
-			c.releaseSession(s)
+			c.releaseLink(s)
 			return nil, s.readyErr
 		}
 		return s, nil
 	case <-ctx.Done():
-		c.releaseSession(s)
+		c.releaseLink(s)
 		return nil, ctx.Err()
 	}
 }
 
-func (c *Client) releaseSession(s *session) {
+func (c *Client) releaseLink(s *link) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s.refs--
 	if s.refs <= 0 {
 		s.cancel()
-		if c.session == s {
-			c.session = nil
+		if c.link == s {
+			c.link = nil
 		}
 	}
 }
@@ -67,7 +67,7 @@ const (
 	maxBackoff = time.Second
 )
 
-func (s *session) run() {
+func (s *link) run() {
 	var readyOnce bool
 	markReady := func(err error) {
 		if !readyOnce {
@@ -142,7 +142,7 @@ func (s *session) run() {
 // stopped or hung process stops pinging, and the agent stops renewing: that
 // is the point of the mode. Each answer is also a sound bound on the trusted
 // time, since it is counted from when the ping was sent.
-func (s *session) ping(ctx context.Context, every time.Duration) {
+func (s *link) ping(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -168,7 +168,7 @@ func (s *session) ping(ctx context.Context, every time.Duration) {
 
 // verify re-checks every open claim against the board after the stream
 // said frames may have been missed: a claim_lost may have been among them.
-func (s *session) verify() {
+func (s *link) verify() {
 	for _, cl := range s.c.open() {
 		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 		card, err := s.c.GetCard(ctx, cl.card.ID)
