@@ -76,6 +76,8 @@ type Agent struct {
 
 	passMu   sync.Mutex
 	lastPass *apitype.ReaperPass
+
+	metrics *metrics
 }
 
 // NewLogger builds the agent's logger: slog text or JSON, its level read
@@ -131,6 +133,7 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 		marker:  board.WorkerMarker(host, os.Getpid()),
 		started: opts.Clock.Now(),
 		prober:  pidprobe.New(),
+		metrics: newMetrics(live),
 	}
 	log.Info("agent starting", "marker", a.marker, "socket", cfg.Socket, "backend", cfg.Store.Backend,
 		"lease", cfg.Lease, "liveness", cfg.Liveness, "reaper_enabled", cfg.Reaper.Enabled)
@@ -160,7 +163,10 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 		Prober: a.prober,
 		Mode:   func() heartbeat.Mode { return heartbeat.Mode(live.Liveness()) },
 		OnLost: a.onLost,
-		OnTick: func(heartbeat.TickResult) { sdNotify(log, daemon.SdNotifyWatchdog) },
+		OnTick: func(r heartbeat.TickResult) {
+			a.metrics.tick(r)
+			sdNotify(log, daemon.SdNotifyWatchdog)
+		},
 		Logger: log.With("component", "heartbeat"),
 	})
 	if err != nil {
@@ -220,6 +226,11 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 	}
 	if err := a.reaper.Start(ctx); err != nil {
 		return nil, err
+	}
+	if cfg.Metrics != "" {
+		if err := a.metrics.serve(ctx, cfg.Metrics, log.With("component", "metrics")); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
 	}
 	if opts.ConfigPath != "" {
 		if err := WatchConfig(ctx, opts.ConfigPath, opts.Env, live, log.With("component", "config"), nil); err != nil {
@@ -374,6 +385,7 @@ func (a *Agent) reaperPass(ctx context.Context, dryRun bool) (apitype.ReaperPass
 }
 
 func (a *Agent) recordPass(res watchdog.PassResult) {
+	a.metrics.pass(res)
 	p := passToAPI(res)
 	a.passMu.Lock()
 	a.lastPass = &p

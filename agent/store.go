@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
 )
 
@@ -62,8 +64,20 @@ func OpenBuiltinStore(ctx context.Context, spec StoreSpec, clock board.Clock) (b
 	return nil, fmt.Errorf("%w: store.backend %q is not a built-in store", ErrConfig, spec.Backend)
 }
 
-// openStore opens the configured store: in-process for now.
+// openStore opens the configured store. A plugin binary named by
+// store.backend is launched as a go-plugin plugin; so are the built-in
+// stores when the agent knows how to re-execute itself (Options.
+// PluginCommand), which keeps a store crash out of the agent's process and
+// lets the supervisor restart it. Otherwise the built-in store opens
+// in-process.
 func (a *Agent) openStore(ctx context.Context, cfg Config) error {
+	argv := a.opts.PluginCommand
+	if cfg.Store.IsPlugin() {
+		argv = []string{cfg.Store.Backend}
+	}
+	if len(argv) > 0 {
+		return a.launchPlugin(ctx, cfg, argv)
+	}
 	s, err := OpenBuiltinStore(ctx, SpecOf(cfg), a.clock)
 	if err != nil {
 		return err
@@ -71,5 +85,38 @@ func (a *Agent) openStore(ctx context.Context, cfg Config) error {
 	a.store = s
 	a.closeFn = s.Close
 	a.backend = func() string { return cfg.Store.Backend + " (in-process)" }
+	return nil
+}
+
+func (a *Agent) launchPlugin(ctx context.Context, cfg Config, argv []string) error {
+	if cfg.Store.Backend == BackendBolt {
+		// The child opens the file; create its directory here so a
+		// permission problem is reported by the agent, not a plugin log.
+		if err := os.MkdirAll(filepath.Dir(cfg.Store.Path), 0o750); err != nil {
+			return fmt.Errorf("store.path: %w", err)
+		}
+	}
+	proxy, err := plugins.Launch(ctx, plugins.LaunchConfig{
+		Cmd: func() *exec.Cmd { return exec.Command(argv[0], argv[1:]...) },
+		Child: &plugins.ChildConfig{
+			Backend:         cfg.Store.Backend,
+			Path:            cfg.Store.Path,
+			URI:             cfg.Store.URI,
+			Database:        cfg.Store.Database,
+			Board:           cfg.Board,
+			Lease:           cfg.Lease,
+			UnleasedHorizon: cfg.UnleasedHorizon,
+		},
+		Logger: a.log.With("component", "store-plugin"),
+	})
+	if err != nil {
+		return fmt.Errorf("store plugin %s: %w", argv[0], err)
+	}
+	a.store = proxy
+	a.closeFn = proxy.Close
+	a.backend = func() string {
+		st := proxy.Status()
+		return fmt.Sprintf("%s (plugin %s, pid %d, %d restarts)", cfg.Store.Backend, st.State, st.PID, st.Restarts)
+	}
 	return nil
 }

@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -334,9 +337,35 @@ func TestE2EForceReleaseStopsTheCommand(t *testing.T) {
 	}
 }
 
+// freeAddr returns a loopback address no one listens on right now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 func TestE2EKilledClaimerLeaseExpiresAtOnce(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "lease: 3s\n")
+	metricsAddr := freeAddr(t)
+	e := newEnv(t, "lease: 3s\nmetrics: "+metricsAddr+"\n")
 	e.startAgent()
 	e.mustLK("card", "create", "c1")
 
@@ -358,6 +387,9 @@ func TestE2EKilledClaimerLeaseExpiresAtOnce(t *testing.T) {
 		c := e.card("c1")
 		return !holds(e.status(), "c1") && c.Claimed() && !c.ClaimLeaseUntil.After(time.Now())
 	})
+	if got, want := scrape(t, metricsAddr), `leasekeeper_claims_lost_total{reason="owner_dead"} 1`; !strings.Contains(got, want) {
+		t.Errorf("metrics do not contain %q:\n%s", want, got)
+	}
 }
 
 func TestE2EAgentRestartAdoptsLiveWorker(t *testing.T) {

@@ -77,6 +77,7 @@ XDG_RUNTIME_DIR is unset).
 		newHealthCmd(env),
 		newEventsCmd(env),
 		newReaperCmd(env),
+		newPluginCmd(env),
 	)
 	return root
 }
@@ -329,3 +330,13 @@ func newReaperCmd(env *cli) *cobra.Command {
 // pluginCmdName is the hidden subcommand the agent re-executes its own
 // binary with to serve the built-in stores as a go-plugin plugin.
 const pluginCmdName = "store-plugin"
+
+func newPluginCmd(env *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:    pluginCmdName,
+		Short:  "Serve a built-in store as a plugin (started by the agent)",
+		Hidden: true,
+		Args:   exactArgs(0),
+		RunE:   func(cmd *cobra.Command, _ []string) error { return runStorePlugin(cmd.Context(), env) },
+	}
+}

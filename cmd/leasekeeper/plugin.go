@@ -1,0 +1,30 @@
+package main
+
+import (
+	"context"
+
+	"github.com/leasekeeper/leasekeeper/agent"
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins"
+)
+
+// runStorePlugin is the hidden subcommand: the agent re-executes its own
+// binary with it to serve the built-in store (bbolt or MongoDB) as a
+// go-plugin plugin, the way Nomad runs its executor.
+func runStorePlugin(_ context.Context, _ *cli) error {
+	return plugins.Serve(func(ctx context.Context) (board.Store, error) {
+		cc, err := plugins.ChildConfigFromEnv()
+		if err != nil {
+			return nil, err
+		}
+		return agent.OpenBuiltinStore(ctx, agent.StoreSpec{
+			Backend:         cc.Backend,
+			Path:            cc.Path,
+			URI:             cc.URI,
+			Database:        cc.Database,
+			Board:           cc.Board,
+			Lease:           cc.Lease,
+			UnleasedHorizon: cc.UnleasedHorizon,
+		}, board.SystemClock{})
+	})
+}
