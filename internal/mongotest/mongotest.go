@@ -277,7 +277,8 @@ func Binary() (string, error) {
 
 // buildEnv is the test's environment without the settings that must not
 // reach the server build: GOFLAGS (it carries -race under `go test -race`
-// in some setups, and -race here means minutes of compile), and a go.work
+// in some setups, and -race here means minutes of compile; VCS stamping is
+// off because the checkout may belong to another user), and a go.work
 // that would pull the server into the leasekeeper build.
 func buildEnv() []string {
 	var env []string
@@ -287,7 +288,7 @@ func buildEnv() []string {
 		}
 		env = append(env, kv)
 	}
-	return append(env, "GOFLAGS=-mod=readonly", "GOWORK=off")
+	return append(env, "GOFLAGS=-mod=readonly -buildvcs=false", "GOWORK=off")
 }
 
 // sourceDir finds ferretserver/ next to this file. The path comes from the

@@ -387,6 +387,9 @@ func TestCorruptFieldIsATypedErrorNamingTheCard(t *testing.T) {
 			check("Claim", err)
 			_, err = f.s.AdjustLabels(f.ctx, board.LabelChange{Card: "bad", Add: []string{"x"}})
 			check("AdjustLabels", err)
+			if _, err := f.s.Events(f.ctx, 0, 0); err != nil {
+				t.Errorf("Events with a corrupt card on the board: %v, want the log still readable", err)
+			}
 			// The healthy card next to it is unaffected.
 			if _, err := f.s.Claim(f.ctx, board.ClaimRequest{Card: "good", Marker: workerA, Lease: testTerm}); err != nil {
 				t.Errorf("Claim of a healthy card next to a corrupt one: %v", err)

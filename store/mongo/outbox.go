@@ -187,8 +187,10 @@ func (s *Store) relayAll(ctx context.Context) error {
 			r := newReader(coll.Name(), cur.Current)
 			entries := r.outbox()
 			if r.err != nil {
-				cur.Close(ctx)
-				return r.err
+				// A document another program corrupted cannot be relayed;
+				// it must not stop the log for everyone else. Reading that
+				// document reports the corruption, naming it.
+				continue
 			}
 			todo = append(todo, pending{r.id, entries})
 		}
