@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bytes"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestUsageErrors runs the command line in-process on invocations that must
+// be refused before any agent is contacted (the socket named here does not
+// exist, so reaching for it would fail differently).
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	sock := filepath.Join(t.TempDir(), "absent.sock")
+	cases := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantErr  string
+	}{
+		{"claim without a command", []string{"claim", "c1"}, exitUsage, "needs a command after --"},
+		{"claim with an empty command", []string{"claim", "c1", "--"}, exitUsage, "needs a command after --"},
+		{"claim with id and --next", []string{"claim", "c1", "--next", "--", "true"}, exitUsage, "not both"},
+		{"claim with neither id nor --next", []string{"claim", "--", "true"}, exitUsage, "exactly one card ID"},
+		{"claim with two ids", []string{"claim", "c1", "c2", "--", "true"}, exitUsage, "exactly one card ID"},
+		{"release without --force", []string{"card", "release", "c1"}, exitUsage, "--force"},
+		{"label --set with --add", []string{"card", "label", "c1", "--set", "a,b", "--add", "c"}, exitUsage, "cannot be combined"},
+		{"label with nothing to do", []string{"card", "label", "c1"}, exitUsage, "nothing to do"},
+		{"move with one argument", []string{"card", "move", "c1"}, exitUsage, "ID STATE"},
+		{"unknown flag", []string{"status", "--jsn"}, exitUsage, "unknown flag"},
+		{"agent with a stray argument", []string{"agent", "extra"}, exitUsage, "want 0 argument"},
+		{"unreachable agent is an error, not usage", []string{"status"}, exitError, "cannot reach the agent"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var out, errb bytes.Buffer
+			code := run(append([]string{"--socket", sock}, tc.args...), strings.NewReader(""), &out, &errb)
+			if code != tc.wantCode {
+				t.Errorf("exit = %d, want %d; stderr: %s", code, tc.wantCode, errb.String())
+			}
+			if !strings.Contains(errb.String(), tc.wantErr) {
+				t.Errorf("stderr %q does not contain %q", errb.String(), tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestHelpDocumentsExitCodes(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"--help"}, {"claim", "--help"}} {
+		var out, errb bytes.Buffer
+		if code := run(args, strings.NewReader(""), &out, &errb); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errb.String())
+		}
+		for _, want := range []string{"3  the card is held by someone else", "4  the claim was lost"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%v help does not document %q", args, want)
+			}
+		}
+	}
+}
+
+func TestEveryDocumentedCommandExists(t *testing.T) {
+	t.Parallel()
+	root := newRoot(&cli{})
+	for _, path := range [][]string{
+		{"agent"}, {"card", "create"}, {"card", "ls"}, {"card", "show"}, {"card", "move"}, {"card", "reopen"},
+		{"card", "label"}, {"card", "release"}, {"claim"}, {"status"}, {"events"}, {"reaper", "pass"}, {"health"},
+		{pluginCmdName},
+	} {
+		c, rest, err := root.Find(path)
+		if err != nil || len(rest) != 0 || c.Name() != path[len(path)-1] {
+			t.Errorf("command %v not found (got %v, rest %v, err %v)", path, c.Name(), rest, err)
+		}
+	}
+	flags := map[string][]string{
+		"agent":   {"config"},
+		"claim":   {"next", "resumable"},
+		"status":  {"json"},
+		"events":  {"follow", "json"},
+		"ls":      {"state", "json"},
+		"show":    {"json"},
+		"create":  {"title", "state", "depends-on", "label"},
+		"label":   {"add", "remove", "set"},
+		"release": {"force"},
+		"pass":    {"dry-run"},
+	}
+	for _, path := range [][]string{{"agent"}, {"claim"}, {"status"}, {"events"}, {"card", "ls"}, {"card", "show"},
+		{"card", "create"}, {"card", "label"}, {"card", "release"}, {"reaper", "pass"}} {
+		c, _, _ := root.Find(path)
+		for _, f := range flags[c.Name()] {
+			if c.Flags().Lookup(f) == nil {
+				t.Errorf("%v has no --%s", path, f)
+			}
+		}
+		if c.InheritedFlags().Lookup("socket") == nil && c.Flags().Lookup("socket") == nil {
+			t.Errorf("%v has no --socket", path)
+		}
+	}
+}
