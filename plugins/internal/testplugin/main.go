@@ -68,9 +68,10 @@ func main() {
 }
 
 // launch starts this binary as a store plugin through plugins.Launch, the
-// way the agent does, reports the child's pid, then retires OS threads:
-// a plugin forked from a thread that is not kept for it would be killed by
-// its parent-death signal here, long before this process dies.
+// way the agent does, retires OS threads (a plugin forked from a thread
+// that is not kept for it could be killed by its parent-death signal here,
+// long before this process dies), checks the plugin still answers, reports
+// the child's pid and waits to be killed.
 func launch() {
 	self, err := os.Executable()
 	if err != nil {
