@@ -28,11 +28,9 @@ trap 'rm -rf "$tmp"' EXIT
 
 # The generated header names the protoc release that ran; a different patch
 # release of protoc produces the same code, so that one line is not compared.
-if ! diff -ru -I '^//[[:space:]]*protoc[[:space:]]' "$here/storepb" "$tmp" >"$tmp.diff" 2>&1; then
+if ! d=$(diff -ru -I '^//[[:space:]]*protoc[[:space:]]' "$here/storepb" "$tmp" 2>&1); then
 	echo "check-generated: plugins/storepb is stale; run plugins/gen.sh and commit the result:" >&2
-	cat "$tmp.diff" >&2
-	rm -f "$tmp.diff"
+	printf '%s\n' "$d" >&2
 	exit 1
 fi
-rm -f "$tmp.diff"
 echo "plugins/storepb is up to date"

@@ -16,6 +16,10 @@ import (
 // hclog (its own lines and the plugin's stderr, relayed at each line's
 // level). hclog writes JSON lines to slogWriter, which re-emits each as one
 // slog record.
+//
+// The context.Background() calls here only satisfy slog's signatures: a
+// relayed log line belongs to no request, and no store call goes through
+// this file.
 func hclogFor(l *slog.Logger) hclog.Logger {
 	level := hclog.Info
 	if l.Enabled(context.Background(), slog.LevelDebug) {

@@ -434,6 +434,7 @@ func call[T any](p *Proxy, verb string, f func(s *remoteStore) (T, error)) (T, e
 		_ = inst.runner.kill()
 		p.mu.Lock()
 		if p.cur == inst {
+			p.status.LastError = verb + " failed in transit: " + err.Error()
 			p.notifyLocked()
 		}
 		p.mu.Unlock()
