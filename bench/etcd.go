@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -30,11 +32,16 @@ func freeLoopbackURL() (url.URL, error) {
 }
 
 func startEtcd(ctx context.Context, dir string) (*etcdPeer, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
 	cfg := embed.NewConfig()
 	cfg.Name = "bench"
-	cfg.Dir = dir
+	cfg.Dir = filepath.Join(dir, "data")
 	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{"stderr"}
+	// Its own log goes to a file in its data dir: on shutdown it logs the
+	// closing of its listeners as errors, which are not the benchmark's.
+	cfg.LogOutputs = []string{filepath.Join(dir, "etcd.log")}
 	cu, err := freeLoopbackURL()
 	if err != nil {
 		return nil, err
