@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -242,5 +243,52 @@ func TestLaunchHonoursItsContext(t *testing.T) {
 	_, err := Launch(ctx, LaunchConfig{Cmd: testPluginCmd(t, "")})
 	if !errors.Is(err, ErrStart) || !errors.Is(err, context.Canceled) {
 		t.Errorf("Launch with a cancelled ctx: got %v, want ErrStart and context.Canceled", err)
+	}
+}
+
+// TestFailedRestartsAreRetried makes the first two restarts fail (the
+// binary is gone) and checks the supervisor keeps trying, reports the
+// failure, and recovers once the binary is back.
+func TestFailedRestartsAreRetried(t *testing.T) {
+	t.Parallel()
+	logs := newLogWatch()
+	good := testPluginCmd(t, "")
+	missing := filepath.Join(t.TempDir(), "plugin-being-upgraded")
+	var starts atomic.Int32
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	p, err := Launch(ctx, LaunchConfig{
+		Cmd: func() *exec.Cmd {
+			if n := starts.Add(1); n == 2 || n == 3 {
+				return exec.Command(missing)
+			}
+			return good()
+		},
+		Child:      &ChildConfig{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true)},
+		Logger:     logs.logger(),
+		MinBackoff: time.Millisecond,
+		MaxBackoff: 20 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
+	t.Cleanup(func() { p.Close() })
+
+	if err := killMidCall(t, p, logs); !errors.Is(err, board.ErrOutcomeUnknown) {
+		t.Fatalf("in-flight call: got %v, want ErrOutcomeUnknown", err)
+	}
+	logs.wait(t, "plugin-being-upgraded", 30*time.Second)
+	if err := p.WaitUp(ctx); err != nil {
+		t.Fatalf("WaitUp: %v", err)
+	}
+	if got, want := starts.Load(), int32(4); got != want {
+		t.Errorf("plugin starts: got %d, want %d (launch, two failed restarts, one good)", got, want)
+	}
+	st := p.Status()
+	if st.Restarts != 1 || !strings.Contains(st.LastError, "plugin-being-upgraded") {
+		t.Errorf("status: %+v, want 1 restart and the last failed restart as last error", st)
+	}
+	if _, err := p.GetCard(ctx, "nope"); !errors.Is(err, board.ErrNotFound) {
+		t.Errorf("call after recovery: got %v, want ErrNotFound", err)
 	}
 }
