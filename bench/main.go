@@ -46,6 +46,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == childFlag {
 		os.Exit(childMain(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == pluginFlag {
+		os.Exit(pluginMain(os.Args[2:]))
+	}
 	var (
 		cfg       config
 		scenarios = flag.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run: "+strings.Join(allScenarios, ", "))

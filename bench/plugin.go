@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins"
+	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
+)
+
+// pluginFlag re-executes this binary as a store plugin serving a bbolt
+// file, as the agent re-executes itself for its built-in stores.
+const pluginFlag = "-bench-child-plugin"
+
+func pluginMain(args []string) int {
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "usage: bench", pluginFlag, "FILE")
+		return 2
+	}
+	err := plugins.Serve(func(context.Context) (board.Store, error) {
+		return boltstore.Open(args[0], boltstore.Options{})
+	})
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+func runPlugin(ctx context.Context, cfg config, rep *report) error {
+	sec := rep.section("5. The plugin boundary",
+		`Claim + release cycles (as in scenario 1) against the same bbolt store twice: in this process, and
+through the go-plugin gRPC boundary (plugins.Launch; the store served by a child process, this binary
+re-executed, as the agent does for its built-in stores). Interleaved within each repeat. The goal is
+that the boundary costs at most 30% of the in-process throughput.`)
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	for _, workers := range cfg.workers {
+		dir := filepath.Join(cfg.tmp, fmt.Sprintf("plugin-%d", workers))
+		inCycle, inStop, err := setupInProcess(ctx, filepath.Join(dir, "inproc"), workers)
+		if err != nil {
+			return err
+		}
+		defer inStop()
+		if err := os.MkdirAll(filepath.Join(dir, "plugin"), 0o755); err != nil {
+			return err
+		}
+		file := filepath.Join(dir, "plugin", "board.db")
+		proxy, err := plugins.Launch(ctx, plugins.LaunchConfig{
+			Cmd: func() *exec.Cmd { return exec.Command(exe, pluginFlag, file) },
+		})
+		if err != nil {
+			return fmt.Errorf("launch store plugin: %w", err)
+		}
+		defer proxy.Close()
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = proxy.WaitUp(wctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("store plugin not up: %w", err)
+		}
+		for w := range workers {
+			if _, err := proxy.CreateCard(ctx, board.NewCard{ID: cardID(w)}); err != nil {
+				return err
+			}
+		}
+		plCycle := func(ctx context.Context, w int) error {
+			marker := board.WorkerMarker("benchhost", 1000+w)
+			tok, err := proxy.Claim(ctx, board.ClaimRequest{Card: cardID(w), Marker: marker, Lease: benchLease})
+			if err != nil {
+				return fmt.Errorf("claim: %w", err)
+			}
+			if err := proxy.ReleaseOwned(ctx, cardID(w), tok); err != nil {
+				return fmt.Errorf("release: %w", err)
+			}
+			return nil
+		}
+		warm := min(cfg.duration/5, 200*time.Millisecond)
+		for _, c := range []cycleFunc{inCycle, plCycle} {
+			if _, err := measure(ctx, workers, warm, c); err != nil {
+				return err
+			}
+		}
+		in := sec.add(fmt.Sprintf("store in-process, %d workers", workers), "cycles/s", nil)
+		pl := sec.add(fmt.Sprintf("store through the go-plugin boundary, %d workers", workers), "cycles/s", in)
+		for range cfg.repeat {
+			v, err := measure(ctx, workers, cfg.duration, inCycle)
+			if err != nil {
+				return err
+			}
+			in.vals = append(in.vals, v)
+			if v, err = measure(ctx, workers, cfg.duration, plCycle); err != nil {
+				return err
+			}
+			pl.vals = append(pl.vals, v)
+		}
+		m, lo, hi := pl.ratio()
+		rep.goal("5. plugin", fmt.Sprintf("boundary costs ≤ 30%% of in-process throughput, %d workers", workers),
+			fmt.Sprintf("plugin/in-process = %s× (%s–%s): cost %s%%", num(m), num(lo), num(hi), num((1-m)*100)), m >= 0.7)
+	}
+	return nil
+}
