@@ -73,6 +73,9 @@ type Agent struct {
 	hb     *heartbeat.Loop
 	srv    atomic.Pointer[socketapi.Server]
 	reaper *watchdog.Reaper
+	// effects turns the store's event log into launch hints and one-shot
+	// consumptions (effects.go).
+	effects *Effects
 
 	passMu   sync.Mutex
 	lastPass *apitype.ReaperPass
@@ -144,6 +147,7 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 	defer func() {
 		if err != nil {
 			a.hbStop()
+			a.effects.Stop()
 			if a.reaper != nil {
 				a.reaper.Stop()
 			}
@@ -182,6 +186,9 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 		return nil, err
 	}
 
+	if err := a.initEffects(ctx); err != nil {
+		return nil, err
+	}
 	srv, err := socketapi.New(socketapi.Config{
 		Path:       cfg.Socket,
 		Store:      a.store,
@@ -194,6 +201,7 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 		Operators:  func() []uint32 { return cfg.Operators },
 		Status:     a.status,
 		ReaperPass: a.reaperPass,
+		AfterWrite: a.wakeEffects,
 		Logger:     log.With("component", "socket"),
 	})
 	if err != nil {
@@ -225,6 +233,9 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 		return nil, err
 	}
 	if err := a.reaper.Start(ctx); err != nil {
+		return nil, err
+	}
+	if err := a.effects.Start(ctx); err != nil {
 		return nil, err
 	}
 	if cfg.Metrics != "" {
@@ -260,6 +271,7 @@ func (a *Agent) stop() error {
 	srv := a.srv.Load()
 	srv.StopGranting()
 	a.reaper.Stop()
+	a.effects.Stop()
 	a.hb.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 	defer cancel()

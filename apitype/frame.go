@@ -13,8 +13,10 @@ const (
 	// FrameClaimLost: the agent stopped holding a claim (card, epoch,
 	// marker, reason). The holder must stop working on the card.
 	FrameClaimLost FrameType = "claim_lost"
-	// FrameLaunch: a card entered a launch state (card, state); a hint for
-	// workers waiting for work.
+	// FrameLaunch: a card entered a launch state (card, state), or a
+	// one-shot label fired on it (reason = the label, state = where the
+	// card is); a hint for workers waiting for work. Machine-reason events
+	// never produce one (ADR-096 Consequences).
 	FrameLaunch FrameType = "launch"
 	// FramePing is sent every lease/3 and carries, for each claim the agent
 	// holds for the watching process, how long the agent still trusts it.

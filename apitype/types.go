@@ -175,8 +175,65 @@ type Status struct {
 	LeaseMS   int64       `json:"lease_ms"`
 	Reaper    ReaperInfo  `json:"reaper"`
 	Claims    []HeldClaim `json:"claims"`
+	// ClaimsHeld is len(Claims), for scripts that only need the count.
+	ClaimsHeld int `json:"claims_held"`
 	// Draining is true once the agent stopped granting new claims.
 	Draining bool `json:"draining,omitempty"`
+	// Store is the result of a store round trip made while answering.
+	Store StoreHealth `json:"store"`
+	// Heartbeat is the renewal loop's schedule and its last tick.
+	Heartbeat HeartbeatInfo `json:"heartbeat"`
+}
+
+// StoreHealth is what the agent learned by asking its store a question
+// while it answered the status request.
+type StoreHealth struct {
+	// Reachable is true when the store answered (a domain answer such as
+	// "not found" counts: the store is there).
+	Reachable bool `json:"reachable"`
+	// Error says why the store is not reachable.
+	Error string `json:"error,omitempty"`
+	// CheckMS is how long the round trip took.
+	CheckMS float64 `json:"check_ms"`
+	// Plugin describes the store plugin process; nil when the store runs
+	// inside the agent.
+	Plugin *PluginInfo `json:"plugin,omitempty"`
+}
+
+// PluginInfo describes the store plugin process.
+type PluginInfo struct {
+	// State is "up", "down" (crashed, restart pending) or "closed".
+	State    string `json:"state"`
+	PID      int    `json:"pid,omitempty"`
+	Restarts int    `json:"restarts"`
+	// LastError is the last crash or failed restart, kept after recovery.
+	LastError string `json:"last_error,omitempty"`
+	// Since is when State last changed.
+	Since time.Time `json:"since"`
+}
+
+// HeartbeatInfo is the renewal loop as status shows it.
+type HeartbeatInfo struct {
+	// IntervalMS is the tick interval (lease/3) in force.
+	IntervalMS int64 `json:"interval_ms"`
+	// LastTick is nil until the first tick ended.
+	LastTick *HeartbeatTick `json:"last_tick,omitempty"`
+}
+
+// HeartbeatTick reports one heartbeat tick.
+type HeartbeatTick struct {
+	StartedAt time.Time `json:"started_at"`
+	// AgoMS is how long before the answer the tick ended, by the agent's
+	// clock: a value far above IntervalMS means the loop is stuck.
+	AgoMS      int64   `json:"ago_ms"`
+	DurationMS float64 `json:"duration_ms"`
+	// Result is "ok" (the store answered the renewal batch), "idle"
+	// (nothing held, no store call) or "error" (the batch failed).
+	Result  string `json:"result"`
+	Held    int    `json:"held"`
+	Renewed int    `json:"renewed"`
+	Lost    int    `json:"lost"`
+	Error   string `json:"error,omitempty"`
 }
 
 // ReaperInfo is the watchdog's configuration and last pass.
@@ -196,6 +253,14 @@ type ReaperPass struct {
 	StartedAt time.Time        `json:"started_at"`
 	Examined  int              `json:"examined"`
 	Decisions []ReaperDecision `json:"decisions"`
+	// DurationMS is how long the pass took.
+	DurationMS float64 `json:"duration_ms"`
+	// Actions counts the expired claims decided, by the decision table's
+	// action (keep, release, give_up, complete, fail, repark).
+	Actions map[string]int `json:"actions"`
+	// Sweeps counts the claims the repair sweeps handled, keyed
+	// "<sweep>: <outcome>" (e.g. "recovery: released").
+	Sweeps map[string]int `json:"sweeps"`
 }
 
 // ReaperDecision is what the watchdog decided (or would decide, dry run)
@@ -208,4 +273,39 @@ type ReaperDecision struct {
 	Reason     string `json:"reason,omitempty"`
 	Applied    bool   `json:"applied"`
 	Error      string `json:"error,omitempty"`
+}
+
+// BoardResponse is the board the agent serves: its states in order with
+// their flags, and the columns callers route cards by, named so a client
+// never assumes the default board's names.
+type BoardResponse struct {
+	States []board.State `json:"states"`
+	// Running is the running column.
+	Running string `json:"running"`
+	// FirstPool is the first pool state outside the running column: where an
+	// unblocked dependent or a fleet repark goes.
+	FirstPool string `json:"first_pool"`
+	// Completion is the first completion state (a finished run's column).
+	Completion string `json:"completion"`
+	// Failed is the column a failed run is filed to: the state named
+	// "failed", which the watchdog requires as well; empty when the board
+	// has none.
+	Failed string `json:"failed,omitempty"`
+}
+
+// BoardOf describes b for the socket.
+func BoardOf(b board.Board) BoardResponse {
+	r := BoardResponse{
+		States:     b.States,
+		Running:    b.Running(),
+		FirstPool:  b.FirstPool(),
+		Completion: b.Completion(),
+	}
+	if r.States == nil {
+		r.States = []board.State{}
+	}
+	if b.Has(board.StateFailed) {
+		r.Failed = board.StateFailed
+	}
+	return r
 }

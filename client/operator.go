@@ -147,3 +147,14 @@ func (c *Client) ReaperPass(ctx context.Context, dryRun bool) (apitype.ReaperPas
 	err := c.do(ctx, http.MethodPost, "/v1/reaper/pass", q, nil, &pass)
 	return pass, err
 }
+
+// Board reads the board the agent serves: its states and flags. Callers
+// route cards by its columns (Running, FirstPool, Completion...) rather than
+// by the default board's names.
+func (c *Client) Board(ctx context.Context) (board.Board, error) {
+	var resp apitype.BoardResponse
+	if err := c.do(ctx, http.MethodGet, "/v1/board", nil, nil, &resp); err != nil {
+		return board.Board{}, err
+	}
+	return board.Board{States: resp.States}, nil
+}

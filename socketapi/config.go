@@ -65,6 +65,11 @@ type Config struct {
 	// Status and ReaperPass serve the operator routes of the same names.
 	Status     func(ctx context.Context) (apitype.Status, error)
 	ReaperPass func(ctx context.Context, dryRun bool) (apitype.ReaperPass, error)
+	// AfterWrite, when set, is called after every request that may have
+	// written (any method but GET) once its handler is done, so a tailer of
+	// the store's event log (the agent's effects layer) wakes at once
+	// instead of waiting for its poll.
+	AfterWrite func()
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 

@@ -88,9 +88,11 @@
 //	    "hello" first (seq = the position; "missed": true when frames after
 //	    SEQ are no longer buffered, or SEQ is ahead of this agent), then
 //	    "claim_lost" {card, epoch, marker, reason} for the caller's claims,
-//	    "launch" {card, state} hints, and a "ping" every lease/3 listing the
-//	    caller's claims with trusted_ms, the time the agent still trusts
-//	    each lease, relative, so the two processes' clocks need not agree.
+//	    "launch" {card, state} hints (produced by the agent's effects layer
+//	    from the store's event log, never for machine-reason events), and a
+//	    "ping" every lease/3 listing the caller's claims with trusted_ms,
+//	    the time the agent still trusts each lease, relative, so the two
+//	    processes' clocks need not agree.
 //	    Without ?after the stream starts from now.
 //
 // # Reads (any peer)
@@ -99,6 +101,10 @@
 //	GET /v1/cards/{id}                         → 200 Card
 //	GET /v1/runs/{id}                          → 200 Run
 //	GET /v1/status                             → 200 apitype.Status
+//	GET /v1/board                              → 200 apitype.BoardResponse
+//	    {states: [{name, pool, launch, running, terminal, completion}],
+//	    running, first_pool, completion, failed}: the board the store was
+//	    opened with, so clients route cards by its real columns.
 //	GET /v1/events?after=SEQ&limit=N           → 200 {"events": [Event]}
 //	GET /v1/events?after=SEQ&follow=true       → NDJSON, one Event per line
 //

@@ -21,7 +21,6 @@ func (s *Server) handleCreateCard(w http.ResponseWriter, r *http.Request, c call
 	if err != nil {
 		return err
 	}
-	s.launchHint(card.ID, card.State, board.ReasonNone)
 	return writeJSON(w, http.StatusCreated, card)
 }
 
@@ -89,7 +88,7 @@ func (s *Server) handleMoveCard(w http.ResponseWriter, r *http.Request, c caller
 	if err := s.cfg.Store.SetState(r.Context(), board.Move{Card: id, To: req.To, Reason: req.Reason, Actor: c.actor}); err != nil {
 		return err
 	}
-	return s.writeCard(w, r, id, req.To, req.Reason)
+	return s.writeCard(w, r, id)
 }
 
 func (s *Server) handleReopenCard(w http.ResponseWriter, r *http.Request, c caller) error {
@@ -104,12 +103,14 @@ func (s *Server) handleReopenCard(w http.ResponseWriter, r *http.Request, c call
 	if err := s.cfg.Store.Reopen(r.Context(), board.Move{Card: id, To: req.To, Reason: req.Reason, Actor: c.actor}); err != nil {
 		return err
 	}
-	return s.writeCard(w, r, id, req.To, req.Reason)
+	return s.writeCard(w, r, id)
 }
 
-// writeCard answers a move with the card as it is now, and hints a launch.
-func (s *Server) writeCard(w http.ResponseWriter, r *http.Request, id, to string, reason board.Reason) error {
-	s.launchHint(id, to, reason)
+// writeCard answers a move with the card as it is now. Launch hints are not
+// produced here: the agent's effects layer derives them from the store's
+// event log, the one place that also sees cascades and other agents'
+// writes, and that knows each event's provenance.
+func (s *Server) writeCard(w http.ResponseWriter, r *http.Request, id string) error {
 	card, err := s.cfg.Store.GetCard(r.Context(), id)
 	if err != nil {
 		return err
@@ -195,6 +196,10 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request, _ caller) 
 		st.Claims = []apitype.HeldClaim{}
 	}
 	return writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) handleBoard(w http.ResponseWriter, _ *http.Request, _ caller) error {
+	return writeJSON(w, http.StatusOK, apitype.BoardOf(s.cfg.Store.Board()))
 }
 
 func (s *Server) handleReaperPass(w http.ResponseWriter, r *http.Request, _ caller) error {

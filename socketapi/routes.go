@@ -64,6 +64,7 @@ func (s *Server) table() []route {
 		{"GET", "/v1/cards/{id}", permRead, s.handleGetCard},
 		{"GET", "/v1/runs/{id}", permRead, s.handleGetRun},
 		{"GET", "/v1/status", permRead, s.handleStatus},
+		{"GET", "/v1/board", permRead, s.handleBoard},
 		{"GET", "/v1/events", permRead, s.handleEvents},
 
 		// Operator routes.
@@ -144,6 +145,9 @@ func (s *Server) dispatch(routes []route) http.Handler {
 		}
 		if r.Method != http.MethodGet {
 			s.wrote.fire()
+			if s.cfg.AfterWrite != nil {
+				s.cfg.AfterWrite()
+			}
 		}
 	})
 }

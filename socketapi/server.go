@@ -191,8 +191,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // Notify pushes a claim_lost or launch frame onto the watch stream. The
-// heartbeat loop calls it when it stops holding a claim; the agent calls it
-// for launch hints. The frame's Seq is assigned here.
+// heartbeat loop calls it when it stops holding a claim; the agent's
+// effects layer calls it for launch hints, which it derives from the
+// store's event log (the server makes none of its own). The frame's Seq is
+// assigned here.
 func (s *Server) Notify(f apitype.Frame) {
 	s.frames.push(f)
 }

@@ -184,9 +184,6 @@ func (s *Server) handleOwnedState(w http.ResponseWriter, r *http.Request, c call
 	if err != nil {
 		return err
 	}
-	if changed {
-		s.launchHint(card, req.To, req.Reason)
-	}
 	return writeJSON(w, http.StatusOK, apitype.ChangedResponse{Changed: changed})
 }
 
@@ -367,15 +364,4 @@ func (s *Server) handleKeepalive(w http.ResponseWriter, r *http.Request, c calle
 	}
 	s.cfg.Claims.Ping(c.worker.marker)
 	return writeJSON(w, http.StatusOK, apitype.KeepaliveResponse{Claims: s.trustedFor(c.worker)})
-}
-
-// launchHint pushes a launch frame for a move this server made into a
-// launch state. Machine-reason moves fire no effect at all (ADR-096
-// Consequences), and a hint is an effect. Cascades and writes made by other
-// agents are not seen here; the agent notifies those itself.
-func (s *Server) launchHint(card, state string, reason board.Reason) {
-	if board.IsMachineReason(reason) || !s.cfg.Store.Board().IsLaunch(state) {
-		return
-	}
-	s.Notify(apitype.Frame{Type: apitype.FrameLaunch, Card: card, State: state})
 }

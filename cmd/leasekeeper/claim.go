@@ -24,15 +24,43 @@ type claimOpts struct {
 	command   []string
 }
 
-// The columns `claim` files a card into. The socket does not publish the
-// board, so these are the default board's names (see the report of gaps in
-// the package documentation); a board that renames them makes the owned
-// moves fail with a clear "unknown state" error rather than guess.
-const (
-	runningState    = board.StateInProgress
-	completionState = board.StateDone
-	failedState     = board.StateFailed
-)
+// columns are the board's columns `claim` routes a card through, read from
+// the agent (GET /v1/board) so a custom board works as the default one does.
+type columns struct {
+	running    string
+	completion string
+	failed     string
+	firstPool  string
+	// runningIsPool is true on the local (bbolt) default board, where a
+	// re-claim of a card in the running column resumes its recorded run
+	// (ADR-096 §7); a resumable failure then only releases the card.
+	runningIsPool bool
+}
+
+// columnsOf picks the columns out of b, refusing a board that lacks one
+// rather than guessing a name.
+func columnsOf(b board.Board) (columns, error) {
+	c := columns{
+		running:    b.Running(),
+		completion: b.Completion(),
+		firstPool:  b.FirstPool(),
+	}
+	c.runningIsPool = c.running != "" && b.IsPool(c.running)
+	if b.Has(board.StateFailed) {
+		c.failed = board.StateFailed
+	}
+	switch {
+	case c.running == "":
+		return columns{}, errors.New("the agent's board has no running column")
+	case c.completion == "":
+		return columns{}, errors.New("the agent's board has no completion state")
+	case c.failed == "":
+		return columns{}, fmt.Errorf("the agent's board has no %q state to file failed runs into", board.StateFailed)
+	case c.firstPool == "":
+		return columns{}, errors.New("the agent's board has no pool state outside the running column")
+	}
+	return c, nil
+}
 
 // Stopping CMD after a lost claim: SIGTERM, then SIGKILL no later than
 // killMargin before the lease deadline the agent last vouched for, and
@@ -53,8 +81,15 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 	work := context.WithoutCancel(ctx)
 
 	c := env.client()
+	b, err := c.Board(work)
+	if err != nil {
+		return env.agentError(c, err)
+	}
+	cols, err := columnsOf(b)
+	if err != nil {
+		return err
+	}
 	var cl *client.Claim
-	var err error
 	if o.next {
 		cl, err = c.ClaimNext(work)
 	} else {
@@ -98,11 +133,11 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 		release()
 		return lost("start run", err)
 	}
-	if card.State != runningState {
-		if _, err := cl.SetState(work, runningState); err != nil {
+	if card.State != cols.running {
+		if _, err := cl.SetState(work, cols.running); err != nil {
 			closeRun(work, env, cl, run.ID, board.RunFailed)
 			release()
-			return lost("move to "+runningState, err)
+			return lost("move to "+cols.running, err)
 		}
 	}
 
@@ -118,8 +153,8 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 	child, err := supervise.Start(cmd)
 	if err != nil {
 		closeRun(work, env, cl, run.ID, board.RunFailed)
-		if _, serr := cl.SetState(work, failedState, client.WithReason(board.ReasonRunFailed)); serr != nil {
-			fmt.Fprintf(env.stderr, "leasekeeper: filing %s to %s: %v\n", card.ID, failedState, serr)
+		if _, serr := cl.SetState(work, cols.failed, client.WithReason(board.ReasonRunFailed)); serr != nil {
+			fmt.Fprintf(env.stderr, "leasekeeper: filing %s to %s: %v\n", card.ID, cols.failed, serr)
 		}
 		release()
 		return err
@@ -133,7 +168,7 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 			return claimLost(work, env, cl, child, run.ID)
 		case <-child.Done():
 			code, _ := child.Wait(work)
-			return routeExit(work, env, cl, run.ID, code, o.resumable, lost, release)
+			return routeExit(work, env, cl, cols, run.ID, code, o.resumable, lost)
 		}
 	}
 }
@@ -160,22 +195,37 @@ func claimLost(ctx context.Context, env *cli, cl *client.Claim, child *supervise
 
 // routeExit records the run's verdict and files the card as the watchdog
 // would (rows 9–11 of its decision table), then releases the claim.
-func routeExit(ctx context.Context, env *cli, cl *client.Claim, runID string, code int, resumable bool,
-	lost func(string, error) error, release func()) error {
+//
+// A resumable failure follows the watchdog's repark, twin by twin (ADR-096
+// §7): where the running column is itself a pool state (the local board) the
+// card is only released and the next claim resumes the run it records;
+// where it is not (the fleet board) the card goes back to the first pool
+// state first, since nothing would ever claim it in the running column. That
+// move is the owner's own gesture, not a machine decision, so it carries no
+// machine reason and fires as any hand-back does.
+func routeExit(ctx context.Context, env *cli, cl *client.Claim, cols columns, runID string, code int, resumable bool,
+	lost func(string, error) error) error {
 	id := cl.Card().ID
-	status, target, reason := board.RunFinished, completionState, board.ReasonRunFinished
+	status, target, reason := board.RunFinished, cols.completion, board.ReasonRunFinished
+	var opts []client.StateOption
 	switch {
 	case code == 0:
 	case resumable:
-		status, target, reason = board.RunFailedResumable, "", ""
+		status, target, reason = board.RunFailedResumable, "", board.ReasonNone
+		if !cols.runningIsPool {
+			// A CAS on the running column: a card an operator moved while
+			// CMD ran stays where they put it.
+			target = cols.firstPool
+			opts = append(opts, client.From(cols.running))
+		}
 	default:
-		status, target, reason = board.RunFailed, failedState, board.ReasonRunFailed
+		status, target, reason = board.RunFailed, cols.failed, board.ReasonRunFailed
 	}
 	if err := closeRun(ctx, env, cl, runID, status); err != nil {
 		return lost("record run "+string(status), err)
 	}
 	if target != "" {
-		if _, err := cl.SetState(ctx, target, client.WithReason(reason)); err != nil {
+		if _, err := cl.SetState(ctx, target, append(opts, client.WithReason(reason))...); err != nil {
 			return lost("file to "+target, err)
 		}
 	}
@@ -186,8 +236,10 @@ func routeExit(ctx context.Context, env *cli, cl *client.Claim, runID string, co
 	case code == 0:
 		fmt.Fprintf(env.stderr, "leasekeeper: %s finished; filed to %s\n", id, target)
 		return nil
+	case resumable && target != "":
+		fmt.Fprintf(env.stderr, "leasekeeper: %s failed with status %d; run is resumable, card returned to %s and released\n", id, code, target)
 	case resumable:
-		fmt.Fprintf(env.stderr, "leasekeeper: %s failed with status %d; run is resumable, card released\n", id, code)
+		fmt.Fprintf(env.stderr, "leasekeeper: %s failed with status %d; run is resumable, card released (a re-claim resumes it)\n", id, code)
 	default:
 		fmt.Fprintf(env.stderr, "leasekeeper: %s failed with status %d; filed to %s\n", id, code, target)
 	}

@@ -1,0 +1,368 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/apitype"
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+// OneShotPrefix marks a one-shot label: "once:<name>" is a standing request
+// for ONE launch of the card. It fires on the first firing event that either
+// adds it to a card (a labels event or a card created with it) or moves a
+// card that carries it into a launch state; firing pushes a launch hint and
+// consumes the label (AdjustLabels remove), so it never fires twice. A
+// machine-reason event neither fires nor consumes it (ADR-096
+// Consequences). SetLabels is absolute by contract, so stating the label
+// again re-arms it (ADR-096 §9).
+const OneShotPrefix = "once:"
+
+// IsOneShot reports whether label is a one-shot label.
+func IsOneShot(label string) bool {
+	return strings.HasPrefix(label, OneShotPrefix) && len(label) > len(OneShotPrefix)
+}
+
+// EffectsActorPrefix starts the actor of a one-shot consumption:
+// "effects:" + the consuming agent's marker. The actor is what makes the
+// consumption an election across agents sharing one store (see Effects).
+const EffectsActorPrefix = "effects:"
+
+// EffectsConfig configures the effects layer.
+type EffectsConfig struct {
+	// Store is the store whose event log is tailed.
+	Store board.Store
+	// Notify pushes a launch frame onto this agent's watch stream.
+	Notify func(apitype.Frame)
+	// Marker is this agent's own marker; consumptions are recorded with the
+	// actor EffectsActorPrefix + Marker.
+	Marker string
+	// Poll is how often the log is read when nothing wakes the tailer:
+	// writes through another agent or a cascade of a write made elsewhere
+	// are only found this way. Default 500ms.
+	Poll time.Duration
+	// Page is how many events one read takes (default 256).
+	Page int
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// EffectsPass reports what one run of the tailer did.
+type EffectsPass struct {
+	// Cursor is the sequence of the last event handled.
+	Cursor int64
+	// Seen counts events read; Hints the launch frames pushed; Consumed
+	// the one-shot labels this agent consumed.
+	Seen, Hints, Consumed int
+}
+
+// Effects turns the store's event log into effects: launch hints on the
+// watch stream and one-shot label consumption. It is the ONE place hints
+// are produced, because only the log sees every write — this agent's,
+// other agents' on a shared MongoDB, and the cascades the store makes
+// itself (a dependent promoted with reason unblocked) — together with each
+// write's provenance.
+//
+// The rule (ADR-096 Consequences): a machine-reason event (watchdog,
+// state_rename, state_delete, field_rename, field_delete, unlaunchable)
+// fires no effect at all — no hint, no one-shot consumption — while it
+// still flows to audit tails with its actor blanked. unblocked is not
+// machine: the cascade of closing a blocker keeps its triggers.
+//
+// Every agent tails the log and hints its OWN workers, so a plain launch
+// move is hinted once per agent. A one-shot fires once for the whole fleet:
+// every agent that sees it fire asks the store to remove the label, the
+// store's AdjustLabels is one atomic step that writes (and logs) only when
+// the label is still there, so exactly one removal event exists, and only
+// the agent whose actor that event names pushes the hint. The consumption
+// is the election.
+type Effects struct {
+	cfg   EffectsConfig
+	actor string
+	wake  chan struct{}
+
+	// pending maps a one-shot this agent tried to consume to what the hint
+	// should say if the tail shows the consumption was ours. It is cleared
+	// by the next removal of that label on that card, whoever made it:
+	// a removal attempt that wrote nothing means someone removed it after
+	// the trigger, and that removal is later in the log.
+	pending map[oneShotKey]pendingHint
+	cursor  int64
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type oneShotKey struct{ card, label string }
+
+type pendingHint struct {
+	state string
+	// hinted: the trigger was itself a launch move this agent hinted
+	// already; one gesture, one hint per agent.
+	hinted bool
+}
+
+// NewEffects validates cfg.
+func NewEffects(cfg EffectsConfig) (*Effects, error) {
+	var errs []error
+	if cfg.Store == nil {
+		errs = append(errs, errors.New("Store is nil"))
+	}
+	if cfg.Notify == nil {
+		errs = append(errs, errors.New("Notify is nil"))
+	}
+	if err := board.ValidateMarker(cfg.Marker); err != nil {
+		errs = append(errs, fmt.Errorf("Marker: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("effects config: %w", err)
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 500 * time.Millisecond
+	}
+	if cfg.Page <= 0 {
+		cfg.Page = 256
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Effects{
+		cfg:     cfg,
+		actor:   EffectsActorPrefix + cfg.Marker,
+		wake:    make(chan struct{}, 1),
+		pending: map[oneShotKey]pendingHint{},
+	}, nil
+}
+
+// Actor is the actor this agent's consumptions are recorded with.
+func (e *Effects) Actor() string { return e.actor }
+
+// SeekHead moves the cursor to the last event in the log, so an agent that
+// starts does not replay history as fresh gestures. Events written while no
+// agent tailed the log are not hinted; a one-shot added then stays armed
+// and fires on the next launch move of its card.
+func (e *Effects) SeekHead(ctx context.Context) error {
+	for {
+		evs, err := e.cfg.Store.Events(ctx, e.cursor, 10000)
+		if err != nil {
+			return fmt.Errorf("effects: finding the head of the event log: %w", err)
+		}
+		if len(evs) == 0 {
+			return nil
+		}
+		e.cursor = evs[len(evs)-1].Seq
+	}
+}
+
+// Wake makes the tailer read the log now (after a write this agent made).
+func (e *Effects) Wake() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Start tails the log in the background until Stop or ctx ends.
+func (e *Effects) Start(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.done != nil {
+		return errors.New("effects: already started")
+	}
+	ctx, e.cancel = context.WithCancel(ctx)
+	e.done = make(chan struct{})
+	go e.loop(ctx, e.done)
+	return nil
+}
+
+// Stop ends the tailer and waits for it. A nil or unstarted Effects is a
+// no-op, so an agent that failed half-way through starting can call it.
+func (e *Effects) Stop() {
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	cancel, done := e.cancel, e.done
+	e.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+func (e *Effects) loop(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	t := time.NewTicker(e.cfg.Poll)
+	defer t.Stop()
+	for {
+		if _, err := e.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			e.cfg.Logger.Warn("effects: reading the event log", "after", e.cursor, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.wake:
+		case <-t.C:
+		}
+	}
+}
+
+// RunOnce reads the log from the cursor to its end and applies every event.
+// It is not safe to call concurrently with the background loop; tests
+// drive one pass at a time with it. On a store error it stops at the last
+// event fully handled, so the next run retries the one that failed.
+func (e *Effects) RunOnce(ctx context.Context) (EffectsPass, error) {
+	var p EffectsPass
+	for {
+		evs, err := e.cfg.Store.Events(ctx, e.cursor, e.cfg.Page)
+		if err != nil {
+			p.Cursor = e.cursor
+			return p, err
+		}
+		for _, ev := range evs {
+			if err := e.apply(ctx, ev, &p); err != nil {
+				p.Cursor = e.cursor
+				return p, fmt.Errorf("event %d (%s %s): %w", ev.Seq, ev.Type, ev.Card, err)
+			}
+			e.cursor = ev.Seq
+			p.Seen++
+		}
+		if len(evs) < e.cfg.Page {
+			p.Cursor = e.cursor
+			return p, nil
+		}
+	}
+}
+
+// apply handles one event. Consumption is attempted before any hint is
+// pushed, so an event retried after a store error never hints twice.
+func (e *Effects) apply(ctx context.Context, ev board.Event, p *EffectsPass) error {
+	if ev.Type == board.EventLabels {
+		e.settle(ev, p)
+	}
+	// ADR-096 Consequences: machine provenance fires nothing at all.
+	if !ev.FiresEffects() {
+		return nil
+	}
+	b := e.cfg.Store.Board()
+	var armed []string // one-shots this event fires
+	launchTo := ""
+	switch ev.Type {
+	case board.EventCardCreated:
+		armed = oneShots(ev.Data.Labels)
+		if b.IsLaunch(ev.Data.To) {
+			launchTo = ev.Data.To
+		}
+	case board.EventLabels:
+		armed = oneShots(ev.Data.Added)
+	case board.EventState:
+		if !b.IsLaunch(ev.Data.To) {
+			return nil
+		}
+		launchTo = ev.Data.To
+		// A launch move fires the one-shots the card carries now.
+		c, err := e.cfg.Store.GetCard(ctx, ev.Card)
+		switch {
+		case errors.Is(err, board.ErrNotFound):
+		case err != nil:
+			return err
+		default:
+			armed = oneShots(c.Labels)
+		}
+	default:
+		return nil
+	}
+	if len(armed) > 0 {
+		c, err := e.cfg.Store.AdjustLabels(ctx, board.LabelChange{Card: ev.Card, Remove: armed, Actor: e.actor})
+		switch {
+		case errors.Is(err, board.ErrNotFound):
+		case err != nil:
+			return fmt.Errorf("consuming one-shot labels %v: %w", armed, err)
+		default:
+			for _, l := range armed {
+				e.pending[oneShotKey{ev.Card, l}] = pendingHint{state: c.State, hinted: launchTo != ""}
+			}
+		}
+	}
+	if launchTo != "" {
+		e.hint(ev.Card, launchTo, "")
+		p.Hints++
+	}
+	return nil
+}
+
+// settle resolves pending consumptions against a labels event: a removal
+// recorded under this agent's actor is the consumption it won, and it
+// hints; a removal by anyone else means another agent (or a person) got
+// there first, and this agent stays silent.
+func (e *Effects) settle(ev board.Event, p *EffectsPass) {
+	for _, l := range ev.Data.Removed {
+		k := oneShotKey{ev.Card, l}
+		ph, ok := e.pending[k]
+		if !ok {
+			continue
+		}
+		delete(e.pending, k)
+		if ev.Actor != e.actor {
+			continue
+		}
+		p.Consumed++
+		e.cfg.Logger.Info("one-shot label fired and consumed", "card", ev.Card, "label", l, "seq", ev.Seq)
+		if !ph.hinted {
+			e.hint(ev.Card, ph.state, l)
+			p.Hints++
+		}
+	}
+}
+
+func (e *Effects) hint(card, state, oneShot string) {
+	e.cfg.Notify(apitype.Frame{Type: apitype.FrameLaunch, Card: card, State: state, Reason: oneShot})
+}
+
+func oneShots(labels []string) []string {
+	var out []string
+	for _, l := range labels {
+		if IsOneShot(l) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// initEffects builds the effects layer and seeks it to the head of the log.
+// It runs before the socket serves, so no write made through this agent
+// can fall between the seek and the first read.
+func (a *Agent) initEffects(ctx context.Context) error {
+	fx, err := NewEffects(EffectsConfig{
+		Store:  a.store,
+		Marker: a.marker,
+		Notify: func(f apitype.Frame) {
+			if srv := a.srv.Load(); srv != nil {
+				srv.Notify(f)
+			}
+		},
+		Logger: a.log.With("component", "effects"),
+	})
+	if err != nil {
+		return err
+	}
+	if err := fx.SeekHead(ctx); err != nil {
+		return err
+	}
+	a.effects = fx
+	return nil
+}
+
+// wakeEffects is the socket server's AfterWrite hook.
+func (a *Agent) wakeEffects() {
+	if a.effects != nil {
+		a.effects.Wake()
+	}
+}
