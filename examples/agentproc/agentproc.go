@@ -1,0 +1,265 @@
+// Package agentproc runs a real `leasekeeper agent` process for the tests of
+// the example workers and of the packaging files. Those tests are about what
+// an operator or a worker author sees from the outside, so they drive the
+// built binary over its real Unix socket rather than an in-process agent.
+package agentproc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/apitype"
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/client"
+)
+
+// ModuleRoot is the directory of the repository's go.mod, found through the
+// go command so a test can build packages from any working directory.
+func ModuleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("not inside the leasekeeper module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// Build compiles the package pkg (relative to the module root, such as
+// "./cmd/leasekeeper") into out. env is added to the go command's
+// environment (CGO_ENABLED=0 for a static build, for one).
+func Build(pkg, out string, env ...string) error {
+	root, err := ModuleRoot()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), env...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+// Agent is a running agent process and the sandbox it runs in.
+type Agent struct {
+	t      *testing.T
+	Binary string
+	// Dir holds the config, the socket and the bbolt file.
+	Dir    string
+	Socket string
+	Config string
+
+	log  *Buffer
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// New prepares a sandbox for binary: a short temporary directory (Unix
+// socket paths are limited to about 108 bytes) and a config naming the
+// socket and the store inside it, followed by extra YAML.
+func New(t *testing.T, binary, extraYAML string) *Agent {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "lkx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	a := &Agent{
+		t: t, Binary: binary, Dir: dir,
+		Socket: filepath.Join(dir, "lk.sock"),
+		Config: filepath.Join(dir, "agent.yaml"),
+		log:    &Buffer{},
+	}
+	cfg := fmt.Sprintf("socket: %s\nstore:\n  backend: bolt\n  path: %s\n%s",
+		a.Socket, filepath.Join(dir, "board.db"), extraYAML)
+	if err := os.WriteFile(a.Config, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// Environ is the environment every process of the sandbox runs with: the
+// caller's, minus anything that would point at another agent or turn the
+// reaper on, plus LEASEKEEPER_SOCKET.
+func (a *Agent) Environ(extra ...string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		switch {
+		case strings.HasPrefix(kv, apitype.SocketEnv+"="),
+			strings.HasPrefix(kv, "LEASEKEEPER_REAPER="),
+			strings.HasPrefix(kv, "NOTIFY_SOCKET="):
+			continue
+		}
+		out = append(out, kv)
+	}
+	out = append(out, apitype.SocketEnv+"="+a.Socket)
+	return append(out, extra...)
+}
+
+// Start runs `leasekeeper agent --config` and returns its pid once
+// `leasekeeper health` answers 0. The agent gets SIGTERM when the test ends;
+// its log is printed if the test failed.
+func (a *Agent) Start() int {
+	a.t.Helper()
+	a.cmd = exec.Command(a.Binary, "agent", "--config", a.Config)
+	a.cmd.Env = a.Environ()
+	a.cmd.Dir = a.Dir
+	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
+	a.done = make(chan struct{})
+	if err := a.cmd.Start(); err != nil {
+		a.t.Fatal(err)
+	}
+	go func() { _ = a.cmd.Wait(); close(a.done) }()
+	a.t.Cleanup(a.stop)
+	a.WaitFor(30*time.Second, "the agent to answer `leasekeeper health`", func() bool {
+		select {
+		case <-a.done:
+			a.t.Fatalf("the agent exited while starting:\n%s", a.log.String())
+		default:
+		}
+		_, _, code := a.Run("health")
+		return code == 0
+	})
+	return a.cmd.Process.Pid
+}
+
+func (a *Agent) stop() {
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.done:
+	case <-time.After(10 * time.Second):
+		_ = a.cmd.Process.Kill()
+		<-a.done
+	}
+	if a.t.Failed() {
+		a.t.Logf("agent log:\n%s", a.log.String())
+	}
+}
+
+// Log is what the agent has written so far.
+func (a *Agent) Log() string { return a.log.String() }
+
+// WaitFor polls cond until it holds or bound passes. It is only for waiting
+// on other processes, which offer nothing to block on.
+func (a *Agent) WaitFor(bound time.Duration, what string, cond func() bool) {
+	a.t.Helper()
+	deadline := time.Now().Add(bound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			a.t.Fatalf("timed out after %s waiting for %s", bound, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Run runs one CLI command of the sandbox's binary to completion.
+func (a *Agent) Run(args ...string) (stdout, stderr string, code int) {
+	a.t.Helper()
+	cmd := exec.Command(a.Binary, args...)
+	cmd.Env = a.Environ()
+	cmd.Dir = a.Dir
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	default:
+		a.t.Fatalf("running leasekeeper %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// MustRun runs a CLI command that must exit 0 and returns its stdout.
+func (a *Agent) MustRun(args ...string) string {
+	a.t.Helper()
+	out, errs, code := a.Run(args...)
+	if code != 0 {
+		a.t.Fatalf("leasekeeper %v: exit %d\nstdout: %s\nstderr: %s", args, code, out, errs)
+	}
+	return out
+}
+
+// Card reads a card through `leasekeeper card show --json`.
+func (a *Agent) Card(id string) board.Card {
+	a.t.Helper()
+	var c board.Card
+	if err := json.Unmarshal([]byte(a.MustRun("card", "show", id, "--json")), &c); err != nil {
+		a.t.Fatalf("card show %s: %v", id, err)
+	}
+	return c
+}
+
+// GetRun reads a run through the client package (the CLI has no run
+// command).
+func (a *Agent) GetRun(id string) board.Run {
+	a.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	run, err := (&client.Client{Socket: a.Socket}).GetRun(ctx, id)
+	if err != nil {
+		a.t.Fatalf("get run %s: %v", id, err)
+	}
+	return run
+}
+
+// Status reads the agent's status through `leasekeeper status --json`.
+func (a *Agent) Status() apitype.Status {
+	a.t.Helper()
+	var st apitype.Status
+	if err := json.Unmarshal([]byte(a.MustRun("status", "--json")), &st); err != nil {
+		a.t.Fatalf("status --json: %v", err)
+	}
+	return st
+}
+
+// Events reads the whole audit log through `leasekeeper events --json`.
+func (a *Agent) Events() []board.Event {
+	a.t.Helper()
+	var evs []board.Event
+	dec := json.NewDecoder(strings.NewReader(a.MustRun("events", "--json")))
+	for dec.More() {
+		var ev board.Event
+		if err := dec.Decode(&ev); err != nil {
+			a.t.Fatalf("events --json: %v", err)
+		}
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
+// Buffer is a bytes.Buffer safe to write from a process's output copier
+// while the test reads it.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
