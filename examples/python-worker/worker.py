@@ -20,6 +20,9 @@ any language:
 5. Record the run's verdict (PATCH /v1/runs/{id}), file the card
    (PUT .../state with reason run_finished or run_failed) and release the
    claim (DELETE /v1/claims/{card}?epoch=N).
+6. When the hello frame says the agent runs in keepalive liveness mode,
+   POST /v1/keepalive every ping_ms: the agent then renews a claim only
+   while its holder pings.
 
 The agent learns who is calling from the kernel (SO_PEERCRED): the claim's
 marker is "<host>-<pid>" of THIS process, so every request must come from
@@ -71,13 +74,16 @@ class UnixHTTPConnection(http.client.HTTPConnection):
 class Agent:
     def __init__(self, path):
         self.path = path
+        # Read by the agent only when it cannot see this process's pid (a
+        # foreign pid namespace) and runs in keepalive mode; see docs/API.md.
+        self.identity = "%s-%d" % (socket.gethostname(), os.getpid())
 
     def request(self, method, path, body=None, query=None, timeout=30):
         if query:
             path += "?" + urllib.parse.urlencode(query)
         conn = UnixHTTPConnection(self.path, timeout=timeout)
         try:
-            headers = {}
+            headers = {"Leasekeeper-Worker": self.identity}
             data = None
             if body is not None:
                 data = json.dumps(body).encode()
@@ -118,6 +124,7 @@ class Watch(threading.Thread):
         self.lost_reason = None
         self.lost = {}  # card -> epoch of claim_lost frames seen, for a frame racing the grant
         self.error = None
+        self.pinger = None
 
     def hold(self, card, epoch, trusted_ms, sent_at):
         with self.changed:
@@ -173,7 +180,7 @@ class Watch(threading.Thread):
         query = "" if self.after < 0 else "?after=%d" % self.after
         conn = UnixHTTPConnection(self.agent.path, timeout=None)
         try:
-            conn.request("GET", "/v1/watch" + query)
+            conn.request("GET", "/v1/watch" + query, headers={"Leasekeeper-Worker": self.agent.identity})
             resp = conn.getresponse()
             if resp.status != 200:
                 raise AgentError(resp.status, json.loads(resp.read() or b"{}"))
@@ -195,6 +202,11 @@ class Watch(threading.Thread):
                 # Frames may have been lost (the agent restarted or this
                 # reader fell behind): check the claim against the board.
                 threading.Thread(target=self.verify, daemon=True).start()
+            if f.get("liveness") == "keepalive" and self.pinger is None and f.get("ping_ms"):
+                # In keepalive mode the agent renews a claim only while its
+                # holder pings: a hung worker stops pinging and loses it.
+                self.pinger = threading.Thread(target=self.ping, args=(f["ping_ms"] / 1000.0,), daemon=True)
+                self.pinger.start()
             self.ready.set()
         elif kind == "claim_lost":
             with self.changed:
@@ -203,13 +215,27 @@ class Watch(threading.Thread):
             if mine:
                 self.lose("claim lost: %s" % f.get("reason"))
         elif kind == "ping":
-            with self.changed:
-                for c in f.get("claims") or []:
-                    if c.get("card") == self.card and c.get("epoch") == self.epoch:
-                        # A deadline already passed is never revived.
-                        if time.monotonic() < self.deadline:
-                            self.deadline = received + c.get("trusted_ms", 0) / 1000.0
-                self.changed.notify_all()
+            self.trust(f.get("claims"), received)
+
+    def trust(self, claims, at):
+        with self.changed:
+            for c in claims or []:
+                if c.get("card") == self.card and c.get("epoch") == self.epoch:
+                    # A deadline already passed is never revived.
+                    if time.monotonic() < self.deadline:
+                        self.deadline = at + c.get("trusted_ms", 0) / 1000.0
+            self.changed.notify_all()
+
+    def ping(self, every):
+        while True:
+            sent = time.monotonic()
+            try:
+                resp = self.agent.request("POST", "/v1/keepalive", {}, timeout=every)
+                # Counted from the send time: a sound bound on the trust.
+                self.trust(resp.get("claims"), sent)
+            except (AgentError, OSError, ValueError):
+                pass  # the deadline still bounds the claim
+            time.sleep(max(every - (time.monotonic() - sent), 0))
 
     def verify(self):
         card, epoch = self.card, self.epoch

@@ -202,6 +202,28 @@ func TestStopsAtTheTrustedDeadline(t *testing.T) {
 	}
 }
 
+// TestKeepaliveMode: against an agent in keepalive liveness mode the worker
+// pings, so a card whose work outlasts the lease (and the keepalive window
+// of two heartbeat intervals) is still renewed throughout and filed by the
+// same claim.
+func TestKeepaliveMode(t *testing.T) {
+	t.Parallel()
+	python3(t)
+	a := agentproc.New(t, leasekeeperBin, "lease: 3s\nliveness: keepalive\n")
+	a.Start()
+	a.MustRun("card", "create", "py-keepalive")
+
+	w := startWorker(t, a, "--work", "5")
+	w.wait(t, 60*time.Second)
+	c := a.Card("py-keepalive")
+	if c.State != board.StateDone || c.ClaimEpoch != 1 {
+		t.Errorf("card in %s at epoch %d, want %s at epoch 1 (one claim, renewed throughout)", c.State, c.ClaimEpoch, board.StateDone)
+	}
+	if strings.Contains(w.out.String(), "lost") {
+		t.Errorf("worker lost its claim in keepalive mode:\n%s", w.out.String())
+	}
+}
+
 // TestSIGTERMHandsTheCardBack: a stopped worker records its run as
 // resumable and releases the card.
 func TestSIGTERMHandsTheCardBack(t *testing.T) {
