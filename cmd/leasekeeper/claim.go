@@ -62,6 +62,11 @@ func columnsOf(b board.Board) (columns, error) {
 	return c, nil
 }
 
+// resumableCheckpoint is the checkpoint `claim --resumable` records on its
+// run: CMD is declared safe to restart, from its own checkpoint if it keeps
+// one.
+const resumableCheckpoint = "restart-cmd"
+
 // Stopping CMD after a lost claim: SIGTERM, then SIGKILL no later than
 // killMargin before the lease deadline the agent last vouched for, and
 // never more than maxKillGrace after the SIGTERM.
@@ -128,7 +133,15 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 		}
 	}
 
-	run, err := cl.StartRun(work, client.RunSpec{})
+	// A resumable run is recorded with a checkpoint: that is what tells the
+	// watchdog's liveness oracle, should this process die, to promote the
+	// orphaned run to failed_resumable (back to the pool) rather than failed
+	// — the same routing a non-zero exit gets here.
+	var spec client.RunSpec
+	if o.resumable {
+		spec.Checkpoint = resumableCheckpoint
+	}
+	run, err := cl.StartRun(work, spec)
 	if err != nil {
 		release()
 		return lost("start run", err)

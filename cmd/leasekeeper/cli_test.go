@@ -68,7 +68,7 @@ func TestEveryDocumentedCommandExists(t *testing.T) {
 	for _, path := range [][]string{
 		{"agent"}, {"card", "create"}, {"card", "ls"}, {"card", "show"}, {"card", "move"}, {"card", "reopen"},
 		{"card", "label"}, {"card", "release"}, {"claim"}, {"status"}, {"events"}, {"reaper", "pass"}, {"health"},
-		{pluginCmdName},
+		{"board", "show"}, {pluginCmdName},
 	} {
 		c, rest, err := root.Find(path)
 		if err != nil || len(rest) != 0 || c.Name() != path[len(path)-1] {
@@ -88,7 +88,7 @@ func TestEveryDocumentedCommandExists(t *testing.T) {
 		"pass":    {"dry-run"},
 	}
 	for _, path := range [][]string{{"agent"}, {"claim"}, {"status"}, {"events"}, {"card", "ls"}, {"card", "show"},
-		{"card", "create"}, {"card", "label"}, {"card", "release"}, {"reaper", "pass"}} {
+		{"card", "create"}, {"card", "label"}, {"card", "release"}, {"reaper", "pass"}, {"board", "show"}} {
 		c, _, _ := root.Find(path)
 		for _, f := range flags[c.Name()] {
 			if c.Flags().Lookup(f) == nil {

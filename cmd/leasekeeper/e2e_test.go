@@ -90,6 +90,9 @@ type env struct {
 	dir    string
 	socket string
 	config string
+	// agentEnv is added to the agent's environment (LEASEKEEPER_REAPER...);
+	// environ() strips those from everything else.
+	agentEnv []string
 }
 
 func newEnv(t *testing.T, configYAML string) *env {
@@ -141,7 +144,7 @@ type agentProc struct {
 func (e *env) startAgent() *agentProc {
 	e.t.Helper()
 	cmd := exec.Command(binary, "agent", "--config", e.config)
-	cmd.Env = e.environ()
+	cmd.Env = append(e.environ(), e.agentEnv...)
 	cmd.Dir = e.dir
 	a := &agentProc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = a.stderr, a.stderr

@@ -72,6 +72,7 @@ XDG_RUNTIME_DIR is unset).
 	root.AddCommand(
 		newAgentCmd(env),
 		newCardCmd(env),
+		newBoardCmd(env),
 		newClaimCmd(env),
 		newStatusCmd(env),
 		newHealthCmd(env),
@@ -226,6 +227,28 @@ label). --set cannot be combined with --add or --remove.`,
 	return c
 }
 
+func newBoardCmd(env *cli) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "board",
+		Short: "Show the board the agent serves",
+		Args:  exactArgs(0),
+		RunE:  func(cmd *cobra.Command, _ []string) error { return withCode(exitUsage, cmd.Help()) },
+	}
+	var asJSON bool
+	show := &cobra.Command{
+		Use:   "show [--json]",
+		Short: "Print the board's states in order with their flags",
+		Long: `Print the board's states in order with their flags (pool, launch, running,
+terminal, completion) and the columns cards are routed by: the running
+column, the first pool state, the completion state and the failed state.`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error { return runBoardShow(cmd.Context(), env, asJSON) },
+	}
+	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.AddCommand(show)
+	return c
+}
+
 func newClaimCmd(env *cli) *cobra.Command {
 	var o claimOpts
 	c := &cobra.Command{
@@ -238,7 +261,10 @@ the claim. When CMD exits:
   exit 0          run finished, card filed to the completion state
   non-zero        run failed, card filed to failed
   non-zero with --resumable
-                  run failed_resumable, card released back to the pool
+                  run failed_resumable, card back in the pool: released
+                  where the running column is a pool state (the local
+                  board: a re-claim resumes the run), moved to the first
+                  pool state first otherwise (the fleet board)
 
 then the claim is released. If the claim is lost while CMD runs (an
 operator force-release, a lapsed lease), CMD gets SIGTERM, then SIGKILL
@@ -246,7 +272,9 @@ before the lease deadline, and claim exits 4. SIGINT and SIGTERM are
 forwarded to CMD. CMD is killed if claim itself is killed.
 
 CMD sees LEASEKEEPER_CARD, LEASEKEEPER_RUN, LEASEKEEPER_MARKER and
-LEASEKEEPER_EPOCH in its environment.
+LEASEKEEPER_EPOCH in its environment. With --resumable the run is recorded
+with a checkpoint, so if claim itself dies the watchdog returns the card to
+the pool (failed_resumable) instead of filing it to failed.
 
 ` + exitCodesHelp,
 		Args: func(cmd *cobra.Command, args []string) error {

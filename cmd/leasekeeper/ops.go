@@ -214,3 +214,37 @@ func printDecisions(env *cli, ds []apitype.ReaperDecision) {
 	}
 	_ = tw.Flush()
 }
+
+func runBoardShow(ctx context.Context, env *cli, asJSON bool) error {
+	c := env.client()
+	b, err := c.Board(ctx)
+	if err != nil {
+		return env.agentError(c, err)
+	}
+	resp := apitype.BoardOf(b)
+	if asJSON {
+		return printJSON(env.stdout, resp)
+	}
+	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STATE\tFLAGS")
+	for _, s := range resp.States {
+		var flags []string
+		for _, f := range []struct {
+			on   bool
+			name string
+		}{{s.Pool, "pool"}, {s.Launch, "launch"}, {s.Running, "running"}, {s.Terminal, "terminal"}, {s.Completion, "completion"}} {
+			if f.on {
+				flags = append(flags, f.name)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", s.Name, strings.Join(flags, " "))
+	}
+	_ = tw.Flush()
+	failed := resp.Failed
+	if failed == "" {
+		failed = "(none)"
+	}
+	fmt.Fprintf(env.stdout, "\nrunning: %s  first pool: %s  completion: %s  failed: %s\n",
+		resp.Running, resp.FirstPool, resp.Completion, failed)
+	return nil
+}

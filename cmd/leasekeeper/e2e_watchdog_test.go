@@ -1,0 +1,286 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/apitype"
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/client"
+	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
+)
+
+// fleetStates is the fleet default board written out as config: the
+// running column is not a pool state there.
+const fleetStates = `states:
+  - {name: backlog}
+  - {name: ready, pool: true, launch: true}
+  - {name: in_progress, running: true}
+  - {name: awaiting_input}
+  - {name: waiting_deps}
+  - {name: done, terminal: true, completion: true}
+  - {name: failed, terminal: true}
+  - {name: blocked, terminal: true}
+  - {name: cancelled, terminal: true}
+`
+
+// customStates renames every column but failed (which the watchdog needs).
+const customStates = `states:
+  - {name: todo, pool: true, launch: true}
+  - {name: doing, running: true}
+  - {name: shipped, terminal: true, completion: true}
+  - {name: failed, terminal: true}
+`
+
+func (e *env) run(id string) board.Run {
+	e.t.Helper()
+	c := &client.Client{Socket: e.socket}
+	r, err := c.GetRun(context.Background(), id)
+	if err != nil {
+		e.t.Fatalf("get run %s: %v", id, err)
+	}
+	return r
+}
+
+func TestE2EBoardShow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "lease: 3s\n"+customStates)
+	e.startAgent()
+	var got apitype.BoardResponse
+	if err := json.Unmarshal([]byte(e.mustLK("board", "show", "--json")), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Running != "doing" || got.FirstPool != "todo" || got.Completion != "shipped" || got.Failed != board.StateFailed {
+		t.Errorf("board columns = running %q, first pool %q, completion %q, failed %q; want doing, todo, shipped, failed",
+			got.Running, got.FirstPool, got.Completion, got.Failed)
+	}
+	var names []string
+	for _, s := range got.States {
+		names = append(names, s.Name)
+	}
+	if want := []string{"todo", "doing", "shipped", "failed"}; !slices.Equal(names, want) {
+		t.Errorf("states = %v, want %v", names, want)
+	}
+	text := e.mustLK("board", "show")
+	for _, want := range []string{"todo", "pool launch", "doing", "running", "shipped", "terminal completion", "first pool: todo"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("board show output lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+// TestE2EClaimRoutesByTheAgentsBoard runs `leasekeeper claim` against
+// boards whose columns differ: the routing follows the board the agent
+// serves, never the default names.
+func TestE2EClaimRoutesByTheAgentsBoard(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		states    string
+		args      []string
+		script    string
+		wantCode  int
+		wantState string
+		wantRun   board.RunStatus
+	}{
+		{"custom board, exit 0 files to its completion state", customStates, nil, "exit 0", 0, "shipped", board.RunFinished},
+		{"custom board, failure files to failed", customStates, nil, "exit 3", exitCmdFailed, board.StateFailed, board.RunFailed},
+		{"fleet board, resumable failure goes back to the first pool state", fleetStates, []string{"--resumable"}, "exit 3", exitCmdFailed, board.StateReady, board.RunFailedResumable},
+		{"local board, resumable failure is only released", "", []string{"--resumable"}, "exit 3", exitCmdFailed, board.StateInProgress, board.RunFailedResumable},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, "lease: 3s\n"+tc.states)
+			e.startAgent()
+			e.mustLK("card", "create", "c1")
+			args := append(append([]string{"claim", "c1"}, tc.args...), "--", "sh", "-c", tc.script)
+			_, stderr, code := e.lk(args...)
+			if code != tc.wantCode {
+				t.Fatalf("claim exit = %d, want %d\n%s", code, tc.wantCode, stderr)
+			}
+			c := e.card("c1")
+			if c.State != tc.wantState {
+				t.Errorf("card state = %q, want %q\n%s", c.State, tc.wantState, stderr)
+			}
+			if c.Claimed() {
+				t.Errorf("card still claimed by %q", c.Claim)
+			}
+			if got := e.run(c.LastRunID).Status; got != tc.wantRun {
+				t.Errorf("run status = %q, want %q", got, tc.wantRun)
+			}
+		})
+	}
+}
+
+// seedRecoveryClaim writes, before the agent starts, a recovery claim whose
+// lease has already ended: what a reaper on another host leaves behind when
+// it dies between its transfer and its act.
+func (e *env) seedRecoveryClaim(card string) {
+	e.t.Helper()
+	st, err := boltstore.Open(filepath.Join(e.dir, "board.db"), boltstore.Options{LockTimeout: 5 * time.Second})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	if _, err := st.CreateCard(ctx, board.NewCard{ID: card, State: board.StateInProgress}); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := st.Claim(ctx, board.ClaimRequest{Card: card, Marker: board.RecoveryMarker("elsewhere-4242"), Lease: time.Millisecond}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// killClaimer starts `claim ID --resumable` over a looping CMD, then
+// kill -9s the claimer and its CMD together, and returns the card as it was
+// while the worker ran.
+func (e *env) killClaimer(id string) board.Card {
+	e.t.Helper()
+	claim := e.startClaim(id, "--resumable", "--", "sh", "-c", workerScript, "sh", "worker.pid")
+	workerPID := e.workerPID("worker.pid")
+	held := e.card(id)
+	if held.LastRunID == "" || held.State != board.StateInProgress {
+		e.t.Fatalf("card while the worker runs: state %q, run %q", held.State, held.LastRunID)
+	}
+	_ = syscall.Kill(workerPID, syscall.SIGKILL)
+	if err := claim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		e.t.Fatal(err)
+	}
+	claim.wait(e.t, 5*time.Second)
+	return held
+}
+
+func TestE2EReaperReturnsKilledResumableWorkerToThePool(t *testing.T) {
+	t.Parallel()
+	const lease, interval = 3 * time.Second, time.Second
+	e := newEnv(t, "lease: 3s\nreaper: {enabled: true, interval: 1s}\n")
+	e.agentEnv = []string{"LEASEKEEPER_REAPER=1"}
+	e.startAgent()
+	e.mustLK("card", "create", "c1")
+
+	held := e.killClaimer("c1")
+	killed := time.Now()
+	// The agent sees the claimer's pid gone at its next heartbeat tick and
+	// expires the lease at once; the next reaper pass proves the run
+	// orphaned (same host, pid gone), transfers the claim and reparks the
+	// card, which on the local board is a release (ADR-096 §7). The bound
+	// is lease + one interval, plus slack for process scheduling on a
+	// shared machine.
+	var c board.Card
+	waitFor(t, lease+interval+3*time.Second, "the watchdog to return the card to the pool", func() bool {
+		c = e.card("c1")
+		return !c.Claimed() && c.ClaimEpoch > held.ClaimEpoch
+	})
+	t.Logf("card returned %s after the kill", time.Since(killed).Round(time.Millisecond))
+	if !slices.Contains(board.DefaultBoard(true).PoolStates(), c.State) {
+		t.Errorf("card state = %q, want a pool state", c.State)
+	}
+	run := e.run(held.LastRunID)
+	if run.Status != board.RunFailedResumable || run.FailureCode != board.FailureProcessOrphaned {
+		t.Errorf("run = %s / %q, want %s / %s", run.Status, run.FailureCode, board.RunFailedResumable, board.FailureProcessOrphaned)
+	}
+
+	// A new claim is granted with a higher epoch than every earlier one
+	// (the worker's and the watchdog's recovery claim).
+	_, stderr, code := e.lk("claim", "c1", "--", "true")
+	if code != 0 {
+		t.Fatalf("re-claim exit %d: %s", code, stderr)
+	}
+	after := e.card("c1")
+	if after.ClaimEpoch <= c.ClaimEpoch {
+		t.Errorf("epoch of the new claim = %d, want > %d (the recovery claim's)", after.ClaimEpoch, c.ClaimEpoch)
+	}
+	if !strings.Contains(stderr, "epoch "+strconv.FormatInt(after.ClaimEpoch, 10)) {
+		t.Errorf("claim output does not name epoch %d:\n%s", after.ClaimEpoch, stderr)
+	}
+}
+
+func TestE2EGateOffDecidesNothingButReleasesRecoveryClaims(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "lease: 3s\nreaper: {enabled: true, interval: 1s}\n")
+	// The environment variable wins over the file: the operator's lever.
+	e.agentEnv = []string{"LEASEKEEPER_REAPER=0"}
+	e.seedRecoveryClaim("abandoned")
+	e.startAgent()
+	e.mustLK("card", "create", "c1")
+
+	held := e.killClaimer("c1")
+	waitFor(t, 10*time.Second, "the dead claimer's lease to be expired", func() bool {
+		c := e.card("c1")
+		return c.Claimed() && !c.ClaimLeaseUntil.After(time.Now())
+	})
+	// One full pass that certainly started after the expiry.
+	out := e.mustLK("reaper", "pass")
+	if !strings.Contains(out, "gate off") {
+		t.Errorf("reaper pass output does not say the gate is off:\n%s", out)
+	}
+
+	c := e.card("c1")
+	if c.Claim != held.Claim || c.ClaimEpoch != held.ClaimEpoch || c.State != board.StateInProgress {
+		t.Errorf("gate off: card = %s@%d in %q, want untouched %s@%d in in_progress", c.Claim, c.ClaimEpoch, c.State, held.Claim, held.ClaimEpoch)
+	}
+	if !c.LeaseExpired(time.Now()) {
+		t.Errorf("gate off: lease until %v, want expired", c.ClaimLeaseUntil)
+	}
+	if run := e.run(held.LastRunID); run.Status != board.RunRunning || run.FailureCode != "" {
+		t.Errorf("gate off: run = %s / %q, want still running with no failure code", run.Status, run.FailureCode)
+	}
+	if a := e.card("abandoned"); a.Claimed() || a.State != board.StateInProgress {
+		t.Errorf("abandoned recovery claim: card = claim %q in %q, want released, state unchanged", a.Claim, a.State)
+	}
+}
+
+func TestE2EReaperDryRunPrintsDecisionsAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	// A long interval: only the passes this test asks for run after the
+	// agent's first one at start.
+	e := newEnv(t, "lease: 3s\nreaper: {enabled: true, interval: 1h}\n")
+	e.agentEnv = []string{"LEASEKEEPER_REAPER=1"}
+	e.startAgent()
+	e.mustLK("card", "create", "c1")
+
+	held := e.killClaimer("c1")
+	waitFor(t, 10*time.Second, "the dead claimer's lease to be expired", func() bool {
+		c := e.card("c1")
+		return c.Claimed() && !c.ClaimLeaseUntil.After(time.Now())
+	})
+	before := e.card("c1")
+
+	out := e.mustLK("reaper", "pass", "--dry-run")
+	for _, want := range []string{"dry run", "c1", held.Claim, "decided", "repark (row 11)", "false"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dry-run output lacks %q:\n%s", want, out)
+		}
+	}
+	var pass apitype.ReaperPass
+	if err := json.Unmarshal([]byte(e.mustLK("reaper", "pass", "--dry-run", "--json")), &pass); err != nil {
+		t.Fatal(err)
+	}
+	if len(pass.Decisions) != 1 || pass.Decisions[0].Card != "c1" || pass.Decisions[0].Applied || !pass.DryRun {
+		t.Errorf("dry-run report = %+v, want one unapplied decision on c1", pass)
+	}
+	after := e.card("c1")
+	if after.Claim != before.Claim || after.ClaimEpoch != before.ClaimEpoch || after.State != before.State || !after.UpdatedAt.Equal(before.UpdatedAt) {
+		t.Errorf("dry run changed the card: before %+v, after %+v", before, after)
+	}
+	if run := e.run(held.LastRunID); run.Status != board.RunRunning {
+		t.Errorf("dry run changed the run: status %s, want running", run.Status)
+	}
+
+	// The real pass then does what the dry run said.
+	e.mustLK("reaper", "pass")
+	if c := e.card("c1"); c.Claimed() || c.ClaimEpoch <= held.ClaimEpoch {
+		t.Errorf("after the real pass: claim %q epoch %d, want released with an epoch above %d", c.Claim, c.ClaimEpoch, held.ClaimEpoch)
+	}
+	if run := e.run(held.LastRunID); run.Status != board.RunFailedResumable || run.FailureCode != board.FailureProcessOrphaned {
+		t.Errorf("after the real pass: run = %s / %q, want failed_resumable / PROCESS_ORPHANED", run.Status, run.FailureCode)
+	}
+}
