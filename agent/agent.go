@@ -15,12 +15,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/coreos/go-systemd/v22/daemon"
-
 	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/heartbeat"
 	"github.com/leasekeeper/leasekeeper/pidprobe"
+	"github.com/leasekeeper/leasekeeper/plugins"
 	"github.com/leasekeeper/leasekeeper/socketapi"
 	"github.com/leasekeeper/leasekeeper/watchdog"
 )
@@ -69,6 +68,9 @@ type Agent struct {
 	store   board.Store
 	closeFn func() error
 	backend func() string
+	// plugin is the store plugin's supervisor; nil when the store runs in
+	// this process.
+	plugin *plugins.Proxy
 
 	hb     *heartbeat.Loop
 	srv    atomic.Pointer[socketapi.Server]
@@ -80,7 +82,12 @@ type Agent struct {
 	passMu   sync.Mutex
 	lastPass *apitype.ReaperPass
 
+	tickMu      sync.Mutex
+	lastTick    *apitype.HeartbeatTick
+	lastTickEnd time.Time
+
 	metrics *metrics
+	notify  *notifier
 }
 
 // NewLogger builds the agent's logger: slog text or JSON, its level read
@@ -136,14 +143,23 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 		marker:  board.WorkerMarker(host, os.Getpid()),
 		started: opts.Clock.Now(),
 		prober:  pidprobe.New(),
-		metrics: newMetrics(live),
+		notify:  newNotifier(log.With("component", "systemd")),
 	}
+	a.metrics = newMetrics(opts.Version, a.heldCount, live.ReaperEnabled)
+	a.notify.checkInterval(cfg.Lease)
 	log.Info("agent starting", "marker", a.marker, "socket", cfg.Socket, "backend", cfg.Store.Backend,
 		"lease", cfg.Lease, "liveness", cfg.Liveness, "reaper_enabled", cfg.Reaper.Enabled)
 
 	if err := a.openStore(ctx, cfg); err != nil {
 		return nil, err
 	}
+	if p, ok := a.store.(*plugins.Proxy); ok {
+		a.plugin = p
+		a.metrics.watchPlugin(p)
+	}
+	// Every component below reaches the store through the metered
+	// wrapper, so the store metrics are counted in one place.
+	a.store = meteredStore{Store: a.store, m: a.metrics}
 	defer func() {
 		if err != nil {
 			a.hbStop()
@@ -167,10 +183,7 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 		Prober: a.prober,
 		Mode:   func() heartbeat.Mode { return heartbeat.Mode(live.Liveness()) },
 		OnLost: a.onLost,
-		OnTick: func(r heartbeat.TickResult) {
-			a.metrics.tick(r)
-			sdNotify(log, daemon.SdNotifyWatchdog)
-		},
+		OnTick: a.recordTick,
 		Logger: log.With("component", "heartbeat"),
 	})
 	if err != nil {
@@ -249,7 +262,7 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 		}
 	}
 	log.Info("agent ready", "socket", cfg.Socket, "held", len(a.hb.Held()))
-	sdNotify(log, daemon.SdNotifyReady)
+	a.notify.ready()
 	if opts.Ready != nil {
 		opts.Ready()
 	}
@@ -267,7 +280,7 @@ func (a *Agent) hbStop() {
 // them here would hand live workers' cards to someone else.
 func (a *Agent) stop() error {
 	a.log.Info("agent stopping: claims stay held for the next agent to adopt", "held", len(a.hb.Held()))
-	sdNotify(a.log, daemon.SdNotifyStopping)
+	a.notify.stopping()
 	srv := a.srv.Load()
 	srv.StopGranting()
 	a.reaper.Stop()
@@ -334,6 +347,7 @@ func (a *Agent) bootSweep(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	a.metrics.bootSweep(items)
 	for _, it := range items {
 		lvl := slog.LevelInfo
 		if it.Err != nil {
@@ -350,7 +364,65 @@ func (a *Agent) bootSweep(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-func (a *Agent) status(_ context.Context) (apitype.Status, error) {
+// heldCount is the number of claims the heartbeat renews right now.
+func (a *Agent) heldCount() int { return len(a.hb.Held()) }
+
+// recordTick runs on the heartbeat's own goroutine after every tick: it
+// feeds the metrics and the status, then pings the systemd watchdog, so the
+// pings stop when the loop stops ticking.
+func (a *Agent) recordTick(r heartbeat.TickResult) {
+	end := a.clock.Now()
+	took := end.Sub(r.Start)
+	a.metrics.tick(r, took)
+	t := &apitype.HeartbeatTick{
+		StartedAt:  r.Start,
+		DurationMS: millis(took),
+		Result:     tickResult(r),
+		Held:       r.Held,
+		Renewed:    r.Renewed,
+		Lost:       len(r.Lost),
+	}
+	if r.Err != nil {
+		t.Error = r.Err.Error()
+	}
+	a.tickMu.Lock()
+	a.lastTick, a.lastTickEnd = t, end
+	a.tickMu.Unlock()
+	a.notify.tick()
+}
+
+// millis is d in fractional milliseconds, for the status durations.
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// StatusProbeTimeout bounds the store round trip of a status request: a
+// hung store must make the status say so, not hang the health check.
+const StatusProbeTimeout = 2 * time.Second
+
+// statusProbeCard is the card id the status probe reads. Any id works: the
+// store answering "not found" proves it is reachable just as well as a card.
+const statusProbeCard = "leasekeeper-status-probe"
+
+// probeStore asks the store one cheap question and reports whether it
+// answered.
+func (a *Agent) probeStore(ctx context.Context) apitype.StoreHealth {
+	ctx, cancel := context.WithTimeout(ctx, StatusProbeTimeout)
+	defer cancel()
+	start := a.clock.Now()
+	_, err := a.store.GetCard(ctx, statusProbeCard)
+	h := apitype.StoreHealth{CheckMS: millis(a.clock.Now().Sub(start))}
+	if err == nil || errors.Is(err, board.ErrNotFound) {
+		h.Reachable = true
+	} else {
+		h.Error = err.Error()
+	}
+	if a.plugin != nil {
+		ps := a.plugin.Status()
+		h.Plugin = &apitype.PluginInfo{State: ps.State, PID: ps.PID, Restarts: ps.Restarts, LastError: ps.LastError, Since: ps.Since}
+	}
+	return h
+}
+
+func (a *Agent) status(ctx context.Context) (apitype.Status, error) {
 	cfg := a.live.Config()
 	st := apitype.Status{
 		Host:      a.host,
@@ -372,7 +444,16 @@ func (a *Agent) status(_ context.Context) (apitype.Status, error) {
 	a.passMu.Lock()
 	st.Reaper.LastPass = a.lastPass
 	a.passMu.Unlock()
+	st.Store = a.probeStore(ctx)
 	now := a.clock.Now()
+	st.Heartbeat.IntervalMS = (a.live.Lease() / 3).Milliseconds()
+	a.tickMu.Lock()
+	if a.lastTick != nil {
+		t := *a.lastTick
+		t.AgoMS = max(now.Sub(a.lastTickEnd), 0).Milliseconds()
+		st.Heartbeat.LastTick = &t
+	}
+	a.tickMu.Unlock()
 	for _, c := range a.hb.Held() {
 		st.Claims = append(st.Claims, apitype.HeldClaim{
 			Card:      c.Hold.Card,
@@ -382,6 +463,7 @@ func (a *Agent) status(_ context.Context) (apitype.Status, error) {
 			TrustedMS: max(c.TrustedUntil.Sub(now), 0).Milliseconds(),
 		})
 	}
+	st.ClaimsHeld = len(st.Claims)
 	if srv := a.srv.Load(); srv != nil {
 		st.Draining = srv.Draining()
 	}
@@ -393,12 +475,19 @@ func (a *Agent) reaperPass(ctx context.Context, dryRun bool) (apitype.ReaperPass
 	if err != nil {
 		return apitype.ReaperPass{}, err
 	}
-	return passToAPI(res), nil
+	return passToAPI(res, a.clock.Now().Sub(res.At)), nil
 }
 
+// recordPass runs after every reaper pass. A dry run is an operator's
+// question: it is neither counted nor shown as the last pass, which
+// reports what the reaper did.
 func (a *Agent) recordPass(res watchdog.PassResult) {
-	a.metrics.pass(res)
-	p := passToAPI(res)
+	if res.DryRun {
+		return
+	}
+	took := a.clock.Now().Sub(res.At)
+	a.metrics.pass(res, took)
+	p := passToAPI(res, took)
 	a.passMu.Lock()
 	a.lastPass = &p
 	a.passMu.Unlock()
@@ -408,15 +497,19 @@ func (a *Agent) recordPass(res watchdog.PassResult) {
 }
 
 // passToAPI flattens a watchdog pass into the socket's report.
-func passToAPI(res watchdog.PassResult) apitype.ReaperPass {
+func passToAPI(res watchdog.PassResult, took time.Duration) apitype.ReaperPass {
 	p := apitype.ReaperPass{
-		DryRun:    res.DryRun,
-		Gated:     !res.Enabled,
-		StartedAt: res.At,
-		Examined:  len(res.Cards) + len(res.Sweeps),
-		Decisions: []apitype.ReaperDecision{},
+		DryRun:     res.DryRun,
+		Gated:      !res.Enabled,
+		StartedAt:  res.At,
+		Examined:   len(res.Cards) + len(res.Sweeps),
+		Decisions:  []apitype.ReaperDecision{},
+		DurationMS: millis(took),
+		Actions:    map[string]int{},
+		Sweeps:     map[string]int{},
 	}
 	for _, c := range res.Cards {
+		p.Actions[string(c.Decision.Action)]++
 		d := apitype.ReaperDecision{
 			Card:       c.Card,
 			PrevHolder: c.Prev.Marker,
@@ -432,6 +525,7 @@ func passToAPI(res watchdog.PassResult) apitype.ReaperPass {
 		p.Decisions = append(p.Decisions, d)
 	}
 	for _, s := range res.Sweeps {
+		p.Sweeps[string(s.Sweep)+": "+string(s.Outcome)]++
 		d := apitype.ReaperDecision{
 			Card:       s.Card,
 			PrevHolder: s.Marker,

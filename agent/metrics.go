@@ -6,87 +6,218 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/leasekeeper/leasekeeper/heartbeat"
+	"github.com/leasekeeper/leasekeeper/plugins"
 	"github.com/leasekeeper/leasekeeper/watchdog"
 )
+
+// Label values of the metrics. Every label of every series is drawn from a
+// small fixed set: a card id, a marker or a pid would make the number of
+// series grow with the board and the fleet, which a Prometheus server
+// scraping every agent of a fleet cannot afford.
+const (
+	// Heartbeat tick results.
+	tickOK    = "ok"    // the store answered the renewal batch
+	tickIdle  = "idle"  // nothing was held: no store call
+	tickError = "error" // the renewal batch failed (nothing confirmed)
+
+	// Acquisition results.
+	acquireGranted  = "granted"
+	acquireConflict = "conflict"  // another marker holds the card
+	acquireNotFound = "not_found" // no such card, or no claimable card for claim-next
+	acquireError    = "error"     // invalid request or store failure
+
+	// Sweep names: the boot sweep of the agent and the reaper's two
+	// ungated repair sweeps.
+	sweepBoot = "boot"
+)
+
+// ownerVerbs are the owner writes whose ErrClaimConflict refusals count as
+// fence rejections: the compare-and-set on (claim, claim_epoch) refused a
+// stale or foreign token.
+var ownerVerbs = []string{
+	"set_state_owned", "set_last_run_owned", "set_awaiting_input_owned",
+	"set_gave_up_owned", "expire_claim_owned", "release_owned",
+}
 
 // metrics are the agent's Prometheus series, served on the optional
 // `metrics` TCP address. Their own registry keeps them free of whatever
 // else the process registers globally.
 type metrics struct {
-	reg       *prometheus.Registry
-	held      prometheus.Gauge
-	ticks     prometheus.Counter
-	renewed   prometheus.Counter
-	tickErrs  prometheus.Counter
-	lost      *prometheus.CounterVec
-	passes    *prometheus.CounterVec
-	outcomes  *prometheus.CounterVec
-	gateState prometheus.GaugeFunc
+	reg *prometheus.Registry
+
+	acquisitions *prometheus.CounterVec
+	ticks        *prometheus.CounterVec
+	tickDuration prometheus.Histogram
+	renewed      prometheus.Counter
+	lost         *prometheus.CounterVec
+	fence        *prometheus.CounterVec
+	storeErrors  *prometheus.CounterVec
+	passes       *prometheus.CounterVec
+	passDuration prometheus.Histogram
+	decisions    *prometheus.CounterVec
+	sweeps       *prometheus.CounterVec
 }
 
-func newMetrics(live *Live) *metrics {
+// newMetrics builds the registry. held reports the claims the heartbeat
+// renews right now and reaperEnabled the gate; both are read at scrape
+// time, so the series never lag behind a tick or a reload.
+func newMetrics(version string, held func() int, reaperEnabled func() bool) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
-		held: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "leasekeeper_claims_held", Help: "Claims the heartbeat renews, as of its last tick.",
-		}),
-		ticks: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "leasekeeper_heartbeat_ticks_total", Help: "Heartbeat ticks.",
+		acquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasekeeper_claim_acquisitions_total",
+			Help: "Claim and claim-next attempts, by result (granted, conflict, not_found, error).",
+		}, []string{"result"}),
+		ticks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasekeeper_heartbeat_ticks_total",
+			Help: "Heartbeat ticks, by result: ok (the store answered the batch), idle (nothing held), error (the batch failed).",
+		}, []string{"result"}),
+		tickDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "leasekeeper_heartbeat_tick_duration_seconds",
+			Help: "Duration of a heartbeat tick: owner probes, expiries and the one batched renewal.",
+			// From a sub-millisecond bbolt tick to a store that answers
+			// only just before the trusted deadline of a long lease.
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}),
 		renewed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "leasekeeper_renewals_total", Help: "Confirmed lease renewals.",
 		}),
-		tickErrs: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "leasekeeper_renewal_batch_errors_total", Help: "Heartbeat ticks whose renewal batch failed.",
-		}),
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leasekeeper_claims_lost_total", Help: "Claims the heartbeat stopped renewing, by reason.",
 		}, []string{"reason"}),
+		fence: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasekeeper_fence_rejections_total",
+			Help: "Owner writes the store refused with a claim conflict (a superseded or foreign token), by verb.",
+		}, []string{"verb"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasekeeper_store_errors_total",
+			Help: "Store calls that failed for a reason other than a domain answer (not found, conflict, rejected transition, invalid argument), by operation.",
+		}, []string{"op"}),
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "leasekeeper_reaper_passes_total", Help: "Reaper passes, by gate state.",
+			Name: "leasekeeper_reaper_passes_total", Help: "Reaper passes (not dry runs), by gate state.",
 		}, []string{"gate"}),
-		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "leasekeeper_reaper_cards_total", Help: "Cards a reaper pass handled, by outcome.",
-		}, []string{"outcome"}),
-		gateState: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "leasekeeper_reaper_enabled", Help: "1 when the reaper gate lets it decide.",
-		}, func() float64 {
-			if live.ReaperEnabled() {
-				return 1
-			}
-			return 0
+		passDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "leasekeeper_reaper_pass_duration_seconds",
+			Help:    "Duration of a reaper pass (not dry runs): listing, decisions and repair sweeps.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasekeeper_reaper_decisions_total",
+			Help: "Expired claims the reaper decided (not dry runs), by the decision table's action and what the pass did.",
+		}, []string{"action", "outcome"}),
+		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasekeeper_sweeps_total",
+			Help: "Claims a sweep handled (boot, recovery, unleased), by outcome.",
+		}, []string{"sweep", "outcome"}),
 	}
-	m.reg.MustRegister(m.held, m.ticks, m.renewed, m.tickErrs, m.lost, m.passes, m.outcomes, m.gateState)
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "leasekeeper_build_info", Help: "Always 1; the labels name the build.",
+	}, []string{"version", "goversion"})
+	build.WithLabelValues(version, runtime.Version()).Set(1)
+	m.reg.MustRegister(
+		m.acquisitions, m.ticks, m.tickDuration, m.renewed, m.lost, m.fence, m.storeErrors,
+		m.passes, m.passDuration, m.decisions, m.sweeps, build,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leasekeeper_claims_held", Help: "Claims the heartbeat renews.",
+		}, func() float64 { return float64(held()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leasekeeper_reaper_enabled", Help: "1 when the reaper gate lets it decide.",
+		}, func() float64 { return boolFloat(reaperEnabled()) }),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	// Series that alerts divide or rate over exist from the start at 0, so
+	// an expression over them is defined before the first event.
+	for _, r := range []string{acquireGranted, acquireConflict, acquireNotFound, acquireError} {
+		m.acquisitions.WithLabelValues(r)
+	}
+	for _, r := range []string{tickOK, tickIdle, tickError} {
+		m.ticks.WithLabelValues(r)
+	}
+	for _, r := range []heartbeat.LostReason{heartbeat.LostSuperseded, heartbeat.LostReleased,
+		heartbeat.LostUnconfirmed, heartbeat.LostOwnerDead, heartbeat.LostKeepaliveMissed} {
+		m.lost.WithLabelValues(string(r))
+	}
+	for _, v := range ownerVerbs {
+		m.fence.WithLabelValues(v)
+	}
+	for _, g := range []string{"on", "off"} {
+		m.passes.WithLabelValues(g)
+	}
 	return m
 }
 
-func (m *metrics) tick(r heartbeat.TickResult) {
-	m.ticks.Inc()
-	m.held.Set(float64(r.Held - len(r.Lost)))
-	m.renewed.Add(float64(r.Renewed))
-	if r.Err != nil {
-		m.tickErrs.Inc()
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
 	}
+	return 0
+}
+
+// watchPlugin adds the store plugin's series; the agent calls it only when
+// the store runs in a plugin process.
+func (m *metrics) watchPlugin(p *plugins.Proxy) {
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "leasekeeper_store_plugin_restarts_total",
+			Help: "Restarts of the store plugin process after a crash.",
+		}, func() float64 { return float64(p.Status().Restarts) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leasekeeper_store_plugin_up", Help: "1 while the store plugin process serves.",
+		}, func() float64 { return boolFloat(p.Status().State == plugins.StateUp) }),
+	)
+}
+
+// tickResult names the result of a tick for the metrics and the status.
+func tickResult(r heartbeat.TickResult) string {
+	switch {
+	case r.Err != nil:
+		return tickError
+	case r.StoreCalls == 0:
+		return tickIdle
+	}
+	return tickOK
+}
+
+func (m *metrics) tick(r heartbeat.TickResult, took time.Duration) {
+	m.ticks.WithLabelValues(tickResult(r)).Inc()
+	m.tickDuration.Observe(took.Seconds())
+	m.renewed.Add(float64(r.Renewed))
 	for _, l := range r.Lost {
 		m.lost.WithLabelValues(string(l.Reason)).Inc()
 	}
 }
 
-func (m *metrics) pass(p watchdog.PassResult) {
+// pass records a reaper pass. Dry runs are an operator's question, not
+// work done: counting their decisions would fire alerts for writes that
+// never happened, so the caller leaves them out.
+func (m *metrics) pass(p watchdog.PassResult, took time.Duration) {
 	gate := "off"
 	if p.Enabled {
 		gate = "on"
 	}
 	m.passes.WithLabelValues(gate).Inc()
+	m.passDuration.Observe(took.Seconds())
 	for _, c := range p.Cards {
-		m.outcomes.WithLabelValues(string(c.Outcome)).Inc()
+		m.decisions.WithLabelValues(string(c.Decision.Action), string(c.Outcome)).Inc()
+	}
+	for _, s := range p.Sweeps {
+		m.sweeps.WithLabelValues(string(s.Sweep), string(s.Outcome)).Inc()
+	}
+}
+
+// bootSweep records what the boot sweep did with each same-host claim.
+func (m *metrics) bootSweep(items []SweepItem) {
+	for _, it := range items {
+		m.sweeps.WithLabelValues(sweepBoot, string(it.Action)).Inc()
 	}
 }
 

@@ -1,0 +1,235 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+// meteredStore is the agent's one choke point for store metrics: the
+// socket, the heartbeat, the boot sweep and the reaper all write through
+// it, so acquisitions, fence rejections and store errors are counted once,
+// where the store answers, instead of at every caller.
+//
+// It embeds the store so a verb added to board.Store later still reaches
+// the store (uncounted) rather than breaking the build; every verb of the
+// contract today is overridden below.
+type meteredStore struct {
+	board.Store
+	m *metrics
+}
+
+var _ board.Store = meteredStore{}
+
+// isStoreError reports whether err is a failure of the store itself (down,
+// outcome unknown, timed out, corrupt) rather than the store's answer to
+// the question asked. Domain answers are the contract working as designed;
+// counting them as errors would page someone for a worker that lost a race.
+// A cancelled context is the caller going away, not the store failing.
+func isStoreError(err error) bool {
+	switch {
+	case err == nil,
+		errors.Is(err, board.ErrNotFound),
+		errors.Is(err, board.ErrClaimConflict),
+		errors.Is(err, board.ErrTransitionRejected),
+		errors.Is(err, board.ErrInvalidArgument),
+		errors.Is(err, context.Canceled):
+		return false
+	}
+	return true
+}
+
+// done counts err against op.
+func (s meteredStore) done(op string, err error) {
+	if isStoreError(err) {
+		s.m.storeErrors.WithLabelValues(op).Inc()
+	}
+}
+
+// owned counts an owner write: a claim conflict is the fence refusing a
+// stale or foreign token.
+func (s meteredStore) owned(verb string, err error) {
+	if errors.Is(err, board.ErrClaimConflict) {
+		s.m.fence.WithLabelValues(verb).Inc()
+	}
+	s.done(verb, err)
+}
+
+func (s meteredStore) acquired(op string, err error) {
+	r := acquireGranted
+	switch {
+	case err == nil:
+	case errors.Is(err, board.ErrClaimConflict):
+		r = acquireConflict
+	case errors.Is(err, board.ErrNotFound):
+		r = acquireNotFound
+	default:
+		r = acquireError
+	}
+	s.m.acquisitions.WithLabelValues(r).Inc()
+	s.done(op, err)
+}
+
+func (s meteredStore) CreateCard(ctx context.Context, c board.NewCard) (board.Card, error) {
+	out, err := s.Store.CreateCard(ctx, c)
+	s.done("create_card", err)
+	return out, err
+}
+
+func (s meteredStore) GetCard(ctx context.Context, id string) (board.Card, error) {
+	out, err := s.Store.GetCard(ctx, id)
+	s.done("get_card", err)
+	return out, err
+}
+
+func (s meteredStore) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
+	out, err := s.Store.ListCards(ctx, f)
+	s.done("list_cards", err)
+	return out, err
+}
+
+func (s meteredStore) Dependents(ctx context.Context, id string) ([]board.Card, error) {
+	out, err := s.Store.Dependents(ctx, id)
+	s.done("dependents", err)
+	return out, err
+}
+
+func (s meteredStore) Claim(ctx context.Context, r board.ClaimRequest) (board.ClaimToken, error) {
+	tok, err := s.Store.Claim(ctx, r)
+	s.acquired("claim", err)
+	return tok, err
+}
+
+func (s meteredStore) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.Card, board.ClaimToken, error) {
+	c, tok, err := s.Store.ClaimNext(ctx, r)
+	s.acquired("claim_next", err)
+	return c, tok, err
+}
+
+// RenewClaims counts the batch error and the per-hold store failures. A
+// per-hold conflict is not counted here: the heartbeat reports it as a
+// lost claim (superseded or released), which is what it means.
+func (s meteredStore) RenewClaims(ctx context.Context, holds []board.Hold, lease time.Duration) ([]board.RenewResult, error) {
+	out, err := s.Store.RenewClaims(ctx, holds, lease)
+	s.done("renew_claims", err)
+	for _, r := range out {
+		s.done("renew_claims", r.Err)
+	}
+	return out, err
+}
+
+func (s meteredStore) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, error) {
+	changed, err := s.Store.SetStateOwned(ctx, m)
+	s.owned("set_state_owned", err)
+	return changed, err
+}
+
+func (s meteredStore) SetLastRunOwned(ctx context.Context, card string, tok board.ClaimToken, runID string) error {
+	err := s.Store.SetLastRunOwned(ctx, card, tok, runID)
+	s.owned("set_last_run_owned", err)
+	return err
+}
+
+func (s meteredStore) SetAwaitingInputOwned(ctx context.Context, card string, tok board.ClaimToken, awaiting bool) error {
+	err := s.Store.SetAwaitingInputOwned(ctx, card, tok, awaiting)
+	s.owned("set_awaiting_input_owned", err)
+	return err
+}
+
+func (s meteredStore) SetGaveUpOwned(ctx context.Context, card string, tok board.ClaimToken, g *board.GaveUp) error {
+	err := s.Store.SetGaveUpOwned(ctx, card, tok, g)
+	s.owned("set_gave_up_owned", err)
+	return err
+}
+
+func (s meteredStore) ExpireClaimOwned(ctx context.Context, card string, tok board.ClaimToken) error {
+	err := s.Store.ExpireClaimOwned(ctx, card, tok)
+	s.owned("expire_claim_owned", err)
+	return err
+}
+
+func (s meteredStore) ReleaseOwned(ctx context.Context, card string, tok board.ClaimToken) error {
+	err := s.Store.ReleaseOwned(ctx, card, tok)
+	s.owned("release_owned", err)
+	return err
+}
+
+func (s meteredStore) Release(ctx context.Context, card, marker, actor string) error {
+	err := s.Store.Release(ctx, card, marker, actor)
+	s.done("release", err)
+	return err
+}
+
+func (s meteredStore) SetState(ctx context.Context, m board.Move) error {
+	err := s.Store.SetState(ctx, m)
+	s.done("set_state", err)
+	return err
+}
+
+func (s meteredStore) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
+	changed, err := s.Store.SetStateFrom(ctx, m)
+	s.done("set_state_from", err)
+	return changed, err
+}
+
+func (s meteredStore) Reopen(ctx context.Context, m board.Move) error {
+	err := s.Store.Reopen(ctx, m)
+	s.done("reopen", err)
+	return err
+}
+
+func (s meteredStore) AdjustLabels(ctx context.Context, c board.LabelChange) (board.Card, error) {
+	out, err := s.Store.AdjustLabels(ctx, c)
+	s.done("adjust_labels", err)
+	return out, err
+}
+
+func (s meteredStore) SetLabels(ctx context.Context, card string, labels []string, actor string) (board.Card, error) {
+	out, err := s.Store.SetLabels(ctx, card, labels, actor)
+	s.done("set_labels", err)
+	return out, err
+}
+
+func (s meteredStore) CreateRun(ctx context.Context, r board.Run) (board.Run, error) {
+	out, err := s.Store.CreateRun(ctx, r)
+	s.done("create_run", err)
+	return out, err
+}
+
+func (s meteredStore) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run, error) {
+	out, err := s.Store.UpdateRun(ctx, u)
+	s.done("update_run", err)
+	return out, err
+}
+
+func (s meteredStore) GetRun(ctx context.Context, id string) (board.Run, error) {
+	out, err := s.Store.GetRun(ctx, id)
+	s.done("get_run", err)
+	return out, err
+}
+
+func (s meteredStore) ListExpiredClaimCandidates(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
+	out, err := s.Store.ListExpiredClaimCandidates(ctx, cutoff, limit)
+	s.done("list_expired_claim_candidates", err)
+	return out, err
+}
+
+func (s meteredStore) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
+	out, err := s.Store.ListUnleasedRunningClaims(ctx, cutoff, limit)
+	s.done("list_unleased_running_claims", err)
+	return out, err
+}
+
+func (s meteredStore) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.ClaimToken, board.Card, error) {
+	tok, c, err := s.Store.ReclaimExpired(ctx, r)
+	s.done("reclaim_expired", err)
+	return tok, c, err
+}
+
+func (s meteredStore) Events(ctx context.Context, after int64, limit int) ([]board.Event, error) {
+	out, err := s.Store.Events(ctx, after, limit)
+	s.done("events", err)
+	return out, err
+}
