@@ -18,6 +18,13 @@ type State struct {
 	Terminal bool `json:"terminal,omitempty" yaml:"terminal,omitempty"`
 	// Completion: reaching it completes the card and promotes dependents.
 	Completion bool `json:"completion,omitempty" yaml:"completion,omitempty"`
+	// RetiringInto is set only while a state sweep renames or deletes this
+	// state: it names the state its cards are being moved into. A retiring
+	// state keeps its flags for the cards still in it, but no card may
+	// enter it (RequireTarget) and it counts for none of the board's
+	// roles (first pool, running column, completion). It is never
+	// configured by hand.
+	RetiringInto string `json:"retiring_into,omitempty" yaml:"retiring_into,omitempty"`
 }
 
 // Well-known state names of the default board. Code that needs "the failed
@@ -76,6 +83,11 @@ func (b Board) Validate() error {
 			return Invalid("state %q is listed twice", s.Name)
 		}
 		seen[s.Name] = true
+		if s.Retiring() {
+			// A retiring state's cards are on their way to its successor,
+			// which holds its roles meanwhile (see State.RetiringInto).
+			continue
+		}
 		if s.Pool && !s.Running {
 			pool++
 		}
@@ -90,6 +102,14 @@ func (b Board) Validate() error {
 		}
 		if s.Terminal && (s.Pool || s.Running || s.Launch) {
 			return Invalid("terminal state %q cannot be pool, running or launch", s.Name)
+		}
+	}
+	for _, s := range b.States {
+		if !s.Retiring() {
+			continue
+		}
+		if into, ok := b.State(s.RetiringInto); !ok || into.Retiring() {
+			return Invalid("state %q is retiring into %q, which is not a live state of the board", s.Name, s.RetiringInto)
 		}
 	}
 	switch {
@@ -142,6 +162,9 @@ func (b Board) IsCompletion(name string) bool { s, ok := b.State(name); return o
 // FirstPool is the first pool state in board order.
 func (b Board) FirstPool() string { return b.first(func(s State) bool { return s.Pool && !s.Running }) }
 
+// The role lookups (FirstPool, Running, Completion) skip retiring states:
+// their successor holds the role while a sweep moves the cards.
+
 // Running is the running column.
 func (b Board) Running() string { return b.first(func(s State) bool { return s.Running }) }
 
@@ -161,7 +184,7 @@ func (b Board) PoolStates() []string {
 
 func (b Board) first(pred func(State) bool) string {
 	for _, s := range b.States {
-		if pred(s) {
+		if pred(s) && !s.Retiring() {
 			return s.Name
 		}
 	}

@@ -129,7 +129,10 @@ type Store interface {
 	SetStateFrom(ctx context.Context, m Move) (changed bool, err error)
 	// Reopen is the only exit from a terminal state: the card must be
 	// terminal, the target a working (non-terminal) state, and no dependent
-	// promoted on this card's completion may be outstanding.
+	// promoted on this card's completion may be outstanding. A declared
+	// m.From makes it a compare-and-set on the source as well: a card no
+	// longer in From is refused with ErrTransitionRejected and nothing is
+	// written (the bulk reopen of a state sweep walks an ageing snapshot).
 	Reopen(ctx context.Context, m Move) error
 	// AdjustLabels adds then removes labels in one atomic step (removes win).
 	// A no-op writes nothing and emits no event.

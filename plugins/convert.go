@@ -49,7 +49,7 @@ func boardToPB(b board.Board) *storepb.BoardMessage {
 	for _, s := range b.States {
 		out.States = append(out.States, &storepb.State{
 			Name: s.Name, Pool: s.Pool, Launch: s.Launch, Running: s.Running,
-			Terminal: s.Terminal, Completion: s.Completion,
+			Terminal: s.Terminal, Completion: s.Completion, RetiringInto: s.RetiringInto,
 		})
 	}
 	return out
@@ -60,7 +60,7 @@ func boardFromPB(b *storepb.BoardMessage) board.Board {
 	for _, s := range b.GetStates() {
 		out.States = append(out.States, board.State{
 			Name: s.GetName(), Pool: s.GetPool(), Launch: s.GetLaunch(), Running: s.GetRunning(),
-			Terminal: s.GetTerminal(), Completion: s.GetCompletion(),
+			Terminal: s.GetTerminal(), Completion: s.GetCompletion(), RetiringInto: s.GetRetiringInto(),
 		})
 	}
 	return out

@@ -198,8 +198,12 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request, _ caller) 
 	return writeJSON(w, http.StatusOK, st)
 }
 
-func (s *Server) handleBoard(w http.ResponseWriter, _ *http.Request, _ caller) error {
-	return writeJSON(w, http.StatusOK, apitype.BoardOf(s.cfg.Store.Board()))
+func (s *Server) handleBoard(w http.ResponseWriter, r *http.Request, _ caller) error {
+	b, err := s.storedBoard(r.Context()) // admin.go: the definition as stored now
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, apitype.BoardOf(b))
 }
 
 func (s *Server) handleReaperPass(w http.ResponseWriter, r *http.Request, _ caller) error {

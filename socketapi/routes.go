@@ -46,6 +46,10 @@ type route struct {
 // table is every route of the API, in one place. The package documentation
 // describes each one; keep the two in step.
 func (s *Server) table() []route {
+	return append(s.coreRoutes(), s.adminRoutes()...)
+}
+
+func (s *Server) coreRoutes() []route {
 	return []route{
 		// Worker routes: the marker is the caller's own, from the kernel.
 		{"POST", "/v1/claims", permWorker, s.handleClaim},

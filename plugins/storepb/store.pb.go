@@ -367,6 +367,7 @@ type State struct {
 	Running       bool                   `protobuf:"varint,4,opt,name=running,proto3" json:"running,omitempty"`
 	Terminal      bool                   `protobuf:"varint,5,opt,name=terminal,proto3" json:"terminal,omitempty"`
 	Completion    bool                   `protobuf:"varint,6,opt,name=completion,proto3" json:"completion,omitempty"`
+	RetiringInto  string                 `protobuf:"bytes,7,opt,name=retiring_into,json=retiringInto,proto3" json:"retiring_into,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -441,6 +442,13 @@ func (x *State) GetCompletion() bool {
 		return x.Completion
 	}
 	return false
+}
+
+func (x *State) GetRetiringInto() string {
+	if x != nil {
+		return x.RetiringInto
+	}
+	return ""
 }
 
 type BoardMessage struct {
@@ -2595,6 +2603,238 @@ func (x *SetLabelsRequest) GetActor() string {
 	return ""
 }
 
+type SetBoardRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Expect        *BoardMessage          `protobuf:"bytes,1,opt,name=expect,proto3" json:"expect,omitempty"`
+	Next          *BoardMessage          `protobuf:"bytes,2,opt,name=next,proto3" json:"next,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBoardRequest) Reset() {
+	*x = SetBoardRequest{}
+	mi := &file_store_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBoardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBoardRequest) ProtoMessage() {}
+
+func (x *SetBoardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBoardRequest.ProtoReflect.Descriptor instead.
+func (*SetBoardRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *SetBoardRequest) GetExpect() *BoardMessage {
+	if x != nil {
+		return x.Expect
+	}
+	return nil
+}
+
+func (x *SetBoardRequest) GetNext() *BoardMessage {
+	if x != nil {
+		return x.Next
+	}
+	return nil
+}
+
+type SetBoardReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Board         *BoardMessage          `protobuf:"bytes,1,opt,name=board,proto3" json:"board,omitempty"`
+	Changed       bool                   `protobuf:"varint,2,opt,name=changed,proto3" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBoardReply) Reset() {
+	*x = SetBoardReply{}
+	mi := &file_store_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBoardReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBoardReply) ProtoMessage() {}
+
+func (x *SetBoardReply) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBoardReply.ProtoReflect.Descriptor instead.
+func (*SetBoardReply) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *SetBoardReply) GetBoard() *BoardMessage {
+	if x != nil {
+		return x.Board
+	}
+	return nil
+}
+
+func (x *SetBoardReply) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+type SetLabelsFromRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Card          string                 `protobuf:"bytes,1,opt,name=card,proto3" json:"card,omitempty"`
+	Expect        *Strings               `protobuf:"bytes,2,opt,name=expect,proto3" json:"expect,omitempty"`
+	Labels        *Strings               `protobuf:"bytes,3,opt,name=labels,proto3" json:"labels,omitempty"`
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Actor         string                 `protobuf:"bytes,5,opt,name=actor,proto3" json:"actor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLabelsFromRequest) Reset() {
+	*x = SetLabelsFromRequest{}
+	mi := &file_store_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLabelsFromRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLabelsFromRequest) ProtoMessage() {}
+
+func (x *SetLabelsFromRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLabelsFromRequest.ProtoReflect.Descriptor instead.
+func (*SetLabelsFromRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *SetLabelsFromRequest) GetCard() string {
+	if x != nil {
+		return x.Card
+	}
+	return ""
+}
+
+func (x *SetLabelsFromRequest) GetExpect() *Strings {
+	if x != nil {
+		return x.Expect
+	}
+	return nil
+}
+
+func (x *SetLabelsFromRequest) GetLabels() *Strings {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *SetLabelsFromRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SetLabelsFromRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+type CardChangedReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Card          *Card                  `protobuf:"bytes,1,opt,name=card,proto3" json:"card,omitempty"`
+	Changed       bool                   `protobuf:"varint,2,opt,name=changed,proto3" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CardChangedReply) Reset() {
+	*x = CardChangedReply{}
+	mi := &file_store_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CardChangedReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CardChangedReply) ProtoMessage() {}
+
+func (x *CardChangedReply) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CardChangedReply.ProtoReflect.Descriptor instead.
+func (*CardChangedReply) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *CardChangedReply) GetCard() *Card {
+	if x != nil {
+		return x.Card
+	}
+	return nil
+}
+
+func (x *CardChangedReply) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
 type RunUpdateRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2610,7 +2850,7 @@ type RunUpdateRequest struct {
 
 func (x *RunUpdateRequest) Reset() {
 	*x = RunUpdateRequest{}
-	mi := &file_store_proto_msgTypes[39]
+	mi := &file_store_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +2862,7 @@ func (x *RunUpdateRequest) String() string {
 func (*RunUpdateRequest) ProtoMessage() {}
 
 func (x *RunUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[39]
+	mi := &file_store_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +2875,7 @@ func (x *RunUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunUpdateRequest.ProtoReflect.Descriptor instead.
 func (*RunUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{39}
+	return file_store_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RunUpdateRequest) GetId() string {
@@ -2696,7 +2936,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_store_proto_msgTypes[40]
+	mi := &file_store_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2708,7 +2948,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[40]
+	mi := &file_store_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2721,7 +2961,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{40}
+	return file_store_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetRunRequest) GetId() string {
@@ -2741,7 +2981,7 @@ type ListCutoffRequest struct {
 
 func (x *ListCutoffRequest) Reset() {
 	*x = ListCutoffRequest{}
-	mi := &file_store_proto_msgTypes[41]
+	mi := &file_store_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2753,7 +2993,7 @@ func (x *ListCutoffRequest) String() string {
 func (*ListCutoffRequest) ProtoMessage() {}
 
 func (x *ListCutoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[41]
+	mi := &file_store_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2766,7 +3006,7 @@ func (x *ListCutoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCutoffRequest.ProtoReflect.Descriptor instead.
 func (*ListCutoffRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{41}
+	return file_store_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListCutoffRequest) GetCutoff() *Time {
@@ -2796,7 +3036,7 @@ type ReclaimExpiredRequest struct {
 
 func (x *ReclaimExpiredRequest) Reset() {
 	*x = ReclaimExpiredRequest{}
-	mi := &file_store_proto_msgTypes[42]
+	mi := &file_store_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2808,7 +3048,7 @@ func (x *ReclaimExpiredRequest) String() string {
 func (*ReclaimExpiredRequest) ProtoMessage() {}
 
 func (x *ReclaimExpiredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[42]
+	mi := &file_store_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2821,7 +3061,7 @@ func (x *ReclaimExpiredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReclaimExpiredRequest.ProtoReflect.Descriptor instead.
 func (*ReclaimExpiredRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{42}
+	return file_store_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReclaimExpiredRequest) GetCard() string {
@@ -2869,7 +3109,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_store_proto_msgTypes[43]
+	mi := &file_store_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2881,7 +3121,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[43]
+	mi := &file_store_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2894,7 +3134,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{43}
+	return file_store_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *EventsRequest) GetAfter() int64 {
@@ -2921,7 +3161,7 @@ type EventsReply struct {
 
 func (x *EventsReply) Reset() {
 	*x = EventsReply{}
-	mi := &file_store_proto_msgTypes[44]
+	mi := &file_store_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2933,7 +3173,7 @@ func (x *EventsReply) String() string {
 func (*EventsReply) ProtoMessage() {}
 
 func (x *EventsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[44]
+	mi := &file_store_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2946,7 +3186,7 @@ func (x *EventsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsReply.ProtoReflect.Descriptor instead.
 func (*EventsReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{44}
+	return file_store_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *EventsReply) GetEvents() []*Event {
@@ -2982,7 +3222,7 @@ const file_store_proto_rawDesc = "" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x125\n" +
 	"\x05kinds\x18\x02 \x03(\x0e2\x1f.leasekeeper.store.v1.ErrorKindR\x05kinds\x12:\n" +
 	"\bconflict\x18\x03 \x01(\v2\x1e.leasekeeper.store.v1.ConflictR\bconflict\"\a\n" +
-	"\x05Empty\"\x9d\x01\n" +
+	"\x05Empty\"\xc2\x01\n" +
 	"\x05State\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\bR\x04pool\x12\x16\n" +
@@ -2991,7 +3231,8 @@ const file_store_proto_rawDesc = "" +
 	"\bterminal\x18\x05 \x01(\bR\bterminal\x12\x1e\n" +
 	"\n" +
 	"completion\x18\x06 \x01(\bR\n" +
-	"completion\"C\n" +
+	"completion\x12#\n" +
+	"\rretiring_into\x18\a \x01(\tR\fretiringInto\"C\n" +
 	"\fBoardMessage\x123\n" +
 	"\x06states\x18\x01 \x03(\v2\x1b.leasekeeper.store.v1.StateR\x06states\":\n" +
 	"\n" +
@@ -3167,7 +3408,22 @@ const file_store_proto_rawDesc = "" +
 	"\x10SetLabelsRequest\x12\x12\n" +
 	"\x04card\x18\x01 \x01(\tR\x04card\x125\n" +
 	"\x06labels\x18\x02 \x01(\v2\x1d.leasekeeper.store.v1.StringsR\x06labels\x12\x14\n" +
-	"\x05actor\x18\x03 \x01(\tR\x05actor\"\xb7\x02\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\"\x85\x01\n" +
+	"\x0fSetBoardRequest\x12:\n" +
+	"\x06expect\x18\x01 \x01(\v2\".leasekeeper.store.v1.BoardMessageR\x06expect\x126\n" +
+	"\x04next\x18\x02 \x01(\v2\".leasekeeper.store.v1.BoardMessageR\x04next\"c\n" +
+	"\rSetBoardReply\x128\n" +
+	"\x05board\x18\x01 \x01(\v2\".leasekeeper.store.v1.BoardMessageR\x05board\x12\x18\n" +
+	"\achanged\x18\x02 \x01(\bR\achanged\"\xc6\x01\n" +
+	"\x14SetLabelsFromRequest\x12\x12\n" +
+	"\x04card\x18\x01 \x01(\tR\x04card\x125\n" +
+	"\x06expect\x18\x02 \x01(\v2\x1d.leasekeeper.store.v1.StringsR\x06expect\x125\n" +
+	"\x06labels\x18\x03 \x01(\v2\x1d.leasekeeper.store.v1.StringsR\x06labels\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05actor\x18\x05 \x01(\tR\x05actor\"\\\n" +
+	"\x10CardChangedReply\x12.\n" +
+	"\x04card\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.CardR\x04card\x12\x18\n" +
+	"\achanged\x18\x02 \x01(\bR\achanged\"\xb7\x02\n" +
 	"\x10RunUpdateRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
 	"\tif_status\x18\x02 \x01(\tH\x00R\bifStatus\x88\x01\x01\x12\x1b\n" +
@@ -3212,7 +3468,7 @@ const file_store_proto_rawDesc = "" +
 	"\x19ERROR_KIND_ALREADY_EXISTS\x10\x06\x12\x1e\n" +
 	"\x1aERROR_KIND_OUTCOME_UNKNOWN\x10\a\x12\x17\n" +
 	"\x13ERROR_KIND_CANCELED\x10\b\x12 \n" +
-	"\x1cERROR_KIND_DEADLINE_EXCEEDED\x10\t2\xdc\x12\n" +
+	"\x1cERROR_KIND_DEADLINE_EXCEEDED\x10\t2\xec\x14\n" +
 	"\x05Store\x12M\n" +
 	"\x05Board\x12\".leasekeeper.store.v1.BoardRequest\x1a .leasekeeper.store.v1.BoardReply\x12V\n" +
 	"\n" +
@@ -3235,7 +3491,10 @@ const file_store_proto_rawDesc = "" +
 	"\fSetStateFrom\x12!.leasekeeper.store.v1.MoveRequest\x1a\".leasekeeper.store.v1.ChangedReply\x12H\n" +
 	"\x06Reopen\x12!.leasekeeper.store.v1.MoveRequest\x1a\x1b.leasekeeper.store.v1.Empty\x12Z\n" +
 	"\fAdjustLabels\x12).leasekeeper.store.v1.AdjustLabelsRequest\x1a\x1f.leasekeeper.store.v1.CardReply\x12T\n" +
-	"\tSetLabels\x12&.leasekeeper.store.v1.SetLabelsRequest\x1a\x1f.leasekeeper.store.v1.CardReply\x12O\n" +
+	"\tSetLabels\x12&.leasekeeper.store.v1.SetLabelsRequest\x1a\x1f.leasekeeper.store.v1.CardReply\x12Q\n" +
+	"\tLoadBoard\x12\".leasekeeper.store.v1.BoardRequest\x1a .leasekeeper.store.v1.BoardReply\x12V\n" +
+	"\bSetBoard\x12%.leasekeeper.store.v1.SetBoardRequest\x1a#.leasekeeper.store.v1.SetBoardReply\x12c\n" +
+	"\rSetLabelsFrom\x12*.leasekeeper.store.v1.SetLabelsFromRequest\x1a&.leasekeeper.store.v1.CardChangedReply\x12O\n" +
 	"\tCreateRun\x12 .leasekeeper.store.v1.RunMessage\x1a .leasekeeper.store.v1.RunMessage\x12U\n" +
 	"\tUpdateRun\x12&.leasekeeper.store.v1.RunUpdateRequest\x1a .leasekeeper.store.v1.RunMessage\x12O\n" +
 	"\x06GetRun\x12#.leasekeeper.store.v1.GetRunRequest\x1a .leasekeeper.store.v1.RunMessage\x12g\n" +
@@ -3257,7 +3516,7 @@ func file_store_proto_rawDescGZIP() []byte {
 }
 
 var file_store_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_store_proto_goTypes = []any{
 	(ErrorKind)(0),                       // 0: leasekeeper.store.v1.ErrorKind
 	(*Time)(nil),                         // 1: leasekeeper.store.v1.Time
@@ -3299,12 +3558,16 @@ var file_store_proto_goTypes = []any{
 	(*MoveRequest)(nil),                  // 37: leasekeeper.store.v1.MoveRequest
 	(*AdjustLabelsRequest)(nil),          // 38: leasekeeper.store.v1.AdjustLabelsRequest
 	(*SetLabelsRequest)(nil),             // 39: leasekeeper.store.v1.SetLabelsRequest
-	(*RunUpdateRequest)(nil),             // 40: leasekeeper.store.v1.RunUpdateRequest
-	(*GetRunRequest)(nil),                // 41: leasekeeper.store.v1.GetRunRequest
-	(*ListCutoffRequest)(nil),            // 42: leasekeeper.store.v1.ListCutoffRequest
-	(*ReclaimExpiredRequest)(nil),        // 43: leasekeeper.store.v1.ReclaimExpiredRequest
-	(*EventsRequest)(nil),                // 44: leasekeeper.store.v1.EventsRequest
-	(*EventsReply)(nil),                  // 45: leasekeeper.store.v1.EventsReply
+	(*SetBoardRequest)(nil),              // 40: leasekeeper.store.v1.SetBoardRequest
+	(*SetBoardReply)(nil),                // 41: leasekeeper.store.v1.SetBoardReply
+	(*SetLabelsFromRequest)(nil),         // 42: leasekeeper.store.v1.SetLabelsFromRequest
+	(*CardChangedReply)(nil),             // 43: leasekeeper.store.v1.CardChangedReply
+	(*RunUpdateRequest)(nil),             // 44: leasekeeper.store.v1.RunUpdateRequest
+	(*GetRunRequest)(nil),                // 45: leasekeeper.store.v1.GetRunRequest
+	(*ListCutoffRequest)(nil),            // 46: leasekeeper.store.v1.ListCutoffRequest
+	(*ReclaimExpiredRequest)(nil),        // 47: leasekeeper.store.v1.ReclaimExpiredRequest
+	(*EventsRequest)(nil),                // 48: leasekeeper.store.v1.EventsRequest
+	(*EventsReply)(nil),                  // 49: leasekeeper.store.v1.EventsReply
 }
 var file_store_proto_depIdxs = []int32{
 	0,  // 0: leasekeeper.store.v1.StoreError.kinds:type_name -> leasekeeper.store.v1.ErrorKind
@@ -3348,69 +3611,81 @@ var file_store_proto_depIdxs = []int32{
 	2,  // 38: leasekeeper.store.v1.AdjustLabelsRequest.add:type_name -> leasekeeper.store.v1.Strings
 	2,  // 39: leasekeeper.store.v1.AdjustLabelsRequest.remove:type_name -> leasekeeper.store.v1.Strings
 	2,  // 40: leasekeeper.store.v1.SetLabelsRequest.labels:type_name -> leasekeeper.store.v1.Strings
-	1,  // 41: leasekeeper.store.v1.ListCutoffRequest.cutoff:type_name -> leasekeeper.store.v1.Time
-	8,  // 42: leasekeeper.store.v1.ReclaimExpiredRequest.prev:type_name -> leasekeeper.store.v1.ClaimToken
-	1,  // 43: leasekeeper.store.v1.ReclaimExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
-	14, // 44: leasekeeper.store.v1.EventsReply.events:type_name -> leasekeeper.store.v1.Event
-	15, // 45: leasekeeper.store.v1.Store.Board:input_type -> leasekeeper.store.v1.BoardRequest
-	17, // 46: leasekeeper.store.v1.Store.CreateCard:input_type -> leasekeeper.store.v1.CreateCardRequest
-	18, // 47: leasekeeper.store.v1.Store.GetCard:input_type -> leasekeeper.store.v1.GetCardRequest
-	20, // 48: leasekeeper.store.v1.Store.ListCards:input_type -> leasekeeper.store.v1.ListCardsRequest
-	21, // 49: leasekeeper.store.v1.Store.Dependents:input_type -> leasekeeper.store.v1.DependentsRequest
-	23, // 50: leasekeeper.store.v1.Store.Claim:input_type -> leasekeeper.store.v1.ClaimRequest
-	25, // 51: leasekeeper.store.v1.Store.ClaimNext:input_type -> leasekeeper.store.v1.ClaimNextRequest
-	27, // 52: leasekeeper.store.v1.Store.RenewClaims:input_type -> leasekeeper.store.v1.RenewClaimsRequest
-	30, // 53: leasekeeper.store.v1.Store.SetStateOwned:input_type -> leasekeeper.store.v1.SetStateOwnedRequest
-	32, // 54: leasekeeper.store.v1.Store.SetLastRunOwned:input_type -> leasekeeper.store.v1.SetLastRunOwnedRequest
-	33, // 55: leasekeeper.store.v1.Store.SetAwaitingInputOwned:input_type -> leasekeeper.store.v1.SetAwaitingInputOwnedRequest
-	34, // 56: leasekeeper.store.v1.Store.SetGaveUpOwned:input_type -> leasekeeper.store.v1.SetGaveUpOwnedRequest
-	35, // 57: leasekeeper.store.v1.Store.ExpireClaimOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
-	35, // 58: leasekeeper.store.v1.Store.ReleaseOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
-	36, // 59: leasekeeper.store.v1.Store.Release:input_type -> leasekeeper.store.v1.ReleaseRequest
-	37, // 60: leasekeeper.store.v1.Store.SetState:input_type -> leasekeeper.store.v1.MoveRequest
-	37, // 61: leasekeeper.store.v1.Store.SetStateFrom:input_type -> leasekeeper.store.v1.MoveRequest
-	37, // 62: leasekeeper.store.v1.Store.Reopen:input_type -> leasekeeper.store.v1.MoveRequest
-	38, // 63: leasekeeper.store.v1.Store.AdjustLabels:input_type -> leasekeeper.store.v1.AdjustLabelsRequest
-	39, // 64: leasekeeper.store.v1.Store.SetLabels:input_type -> leasekeeper.store.v1.SetLabelsRequest
-	12, // 65: leasekeeper.store.v1.Store.CreateRun:input_type -> leasekeeper.store.v1.RunMessage
-	40, // 66: leasekeeper.store.v1.Store.UpdateRun:input_type -> leasekeeper.store.v1.RunUpdateRequest
-	41, // 67: leasekeeper.store.v1.Store.GetRun:input_type -> leasekeeper.store.v1.GetRunRequest
-	42, // 68: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:input_type -> leasekeeper.store.v1.ListCutoffRequest
-	42, // 69: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:input_type -> leasekeeper.store.v1.ListCutoffRequest
-	43, // 70: leasekeeper.store.v1.Store.ReclaimExpired:input_type -> leasekeeper.store.v1.ReclaimExpiredRequest
-	44, // 71: leasekeeper.store.v1.Store.Events:input_type -> leasekeeper.store.v1.EventsRequest
-	16, // 72: leasekeeper.store.v1.Store.Board:output_type -> leasekeeper.store.v1.BoardReply
-	19, // 73: leasekeeper.store.v1.Store.CreateCard:output_type -> leasekeeper.store.v1.CardReply
-	19, // 74: leasekeeper.store.v1.Store.GetCard:output_type -> leasekeeper.store.v1.CardReply
-	22, // 75: leasekeeper.store.v1.Store.ListCards:output_type -> leasekeeper.store.v1.CardsReply
-	22, // 76: leasekeeper.store.v1.Store.Dependents:output_type -> leasekeeper.store.v1.CardsReply
-	24, // 77: leasekeeper.store.v1.Store.Claim:output_type -> leasekeeper.store.v1.TokenReply
-	26, // 78: leasekeeper.store.v1.Store.ClaimNext:output_type -> leasekeeper.store.v1.CardTokenReply
-	29, // 79: leasekeeper.store.v1.Store.RenewClaims:output_type -> leasekeeper.store.v1.RenewClaimsReply
-	31, // 80: leasekeeper.store.v1.Store.SetStateOwned:output_type -> leasekeeper.store.v1.ChangedReply
-	5,  // 81: leasekeeper.store.v1.Store.SetLastRunOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 82: leasekeeper.store.v1.Store.SetAwaitingInputOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 83: leasekeeper.store.v1.Store.SetGaveUpOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 84: leasekeeper.store.v1.Store.ExpireClaimOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 85: leasekeeper.store.v1.Store.ReleaseOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 86: leasekeeper.store.v1.Store.Release:output_type -> leasekeeper.store.v1.Empty
-	5,  // 87: leasekeeper.store.v1.Store.SetState:output_type -> leasekeeper.store.v1.Empty
-	31, // 88: leasekeeper.store.v1.Store.SetStateFrom:output_type -> leasekeeper.store.v1.ChangedReply
-	5,  // 89: leasekeeper.store.v1.Store.Reopen:output_type -> leasekeeper.store.v1.Empty
-	19, // 90: leasekeeper.store.v1.Store.AdjustLabels:output_type -> leasekeeper.store.v1.CardReply
-	19, // 91: leasekeeper.store.v1.Store.SetLabels:output_type -> leasekeeper.store.v1.CardReply
-	12, // 92: leasekeeper.store.v1.Store.CreateRun:output_type -> leasekeeper.store.v1.RunMessage
-	12, // 93: leasekeeper.store.v1.Store.UpdateRun:output_type -> leasekeeper.store.v1.RunMessage
-	12, // 94: leasekeeper.store.v1.Store.GetRun:output_type -> leasekeeper.store.v1.RunMessage
-	22, // 95: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:output_type -> leasekeeper.store.v1.CardsReply
-	22, // 96: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:output_type -> leasekeeper.store.v1.CardsReply
-	26, // 97: leasekeeper.store.v1.Store.ReclaimExpired:output_type -> leasekeeper.store.v1.CardTokenReply
-	45, // 98: leasekeeper.store.v1.Store.Events:output_type -> leasekeeper.store.v1.EventsReply
-	72, // [72:99] is the sub-list for method output_type
-	45, // [45:72] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	7,  // 41: leasekeeper.store.v1.SetBoardRequest.expect:type_name -> leasekeeper.store.v1.BoardMessage
+	7,  // 42: leasekeeper.store.v1.SetBoardRequest.next:type_name -> leasekeeper.store.v1.BoardMessage
+	7,  // 43: leasekeeper.store.v1.SetBoardReply.board:type_name -> leasekeeper.store.v1.BoardMessage
+	2,  // 44: leasekeeper.store.v1.SetLabelsFromRequest.expect:type_name -> leasekeeper.store.v1.Strings
+	2,  // 45: leasekeeper.store.v1.SetLabelsFromRequest.labels:type_name -> leasekeeper.store.v1.Strings
+	11, // 46: leasekeeper.store.v1.CardChangedReply.card:type_name -> leasekeeper.store.v1.Card
+	1,  // 47: leasekeeper.store.v1.ListCutoffRequest.cutoff:type_name -> leasekeeper.store.v1.Time
+	8,  // 48: leasekeeper.store.v1.ReclaimExpiredRequest.prev:type_name -> leasekeeper.store.v1.ClaimToken
+	1,  // 49: leasekeeper.store.v1.ReclaimExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
+	14, // 50: leasekeeper.store.v1.EventsReply.events:type_name -> leasekeeper.store.v1.Event
+	15, // 51: leasekeeper.store.v1.Store.Board:input_type -> leasekeeper.store.v1.BoardRequest
+	17, // 52: leasekeeper.store.v1.Store.CreateCard:input_type -> leasekeeper.store.v1.CreateCardRequest
+	18, // 53: leasekeeper.store.v1.Store.GetCard:input_type -> leasekeeper.store.v1.GetCardRequest
+	20, // 54: leasekeeper.store.v1.Store.ListCards:input_type -> leasekeeper.store.v1.ListCardsRequest
+	21, // 55: leasekeeper.store.v1.Store.Dependents:input_type -> leasekeeper.store.v1.DependentsRequest
+	23, // 56: leasekeeper.store.v1.Store.Claim:input_type -> leasekeeper.store.v1.ClaimRequest
+	25, // 57: leasekeeper.store.v1.Store.ClaimNext:input_type -> leasekeeper.store.v1.ClaimNextRequest
+	27, // 58: leasekeeper.store.v1.Store.RenewClaims:input_type -> leasekeeper.store.v1.RenewClaimsRequest
+	30, // 59: leasekeeper.store.v1.Store.SetStateOwned:input_type -> leasekeeper.store.v1.SetStateOwnedRequest
+	32, // 60: leasekeeper.store.v1.Store.SetLastRunOwned:input_type -> leasekeeper.store.v1.SetLastRunOwnedRequest
+	33, // 61: leasekeeper.store.v1.Store.SetAwaitingInputOwned:input_type -> leasekeeper.store.v1.SetAwaitingInputOwnedRequest
+	34, // 62: leasekeeper.store.v1.Store.SetGaveUpOwned:input_type -> leasekeeper.store.v1.SetGaveUpOwnedRequest
+	35, // 63: leasekeeper.store.v1.Store.ExpireClaimOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
+	35, // 64: leasekeeper.store.v1.Store.ReleaseOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
+	36, // 65: leasekeeper.store.v1.Store.Release:input_type -> leasekeeper.store.v1.ReleaseRequest
+	37, // 66: leasekeeper.store.v1.Store.SetState:input_type -> leasekeeper.store.v1.MoveRequest
+	37, // 67: leasekeeper.store.v1.Store.SetStateFrom:input_type -> leasekeeper.store.v1.MoveRequest
+	37, // 68: leasekeeper.store.v1.Store.Reopen:input_type -> leasekeeper.store.v1.MoveRequest
+	38, // 69: leasekeeper.store.v1.Store.AdjustLabels:input_type -> leasekeeper.store.v1.AdjustLabelsRequest
+	39, // 70: leasekeeper.store.v1.Store.SetLabels:input_type -> leasekeeper.store.v1.SetLabelsRequest
+	15, // 71: leasekeeper.store.v1.Store.LoadBoard:input_type -> leasekeeper.store.v1.BoardRequest
+	40, // 72: leasekeeper.store.v1.Store.SetBoard:input_type -> leasekeeper.store.v1.SetBoardRequest
+	42, // 73: leasekeeper.store.v1.Store.SetLabelsFrom:input_type -> leasekeeper.store.v1.SetLabelsFromRequest
+	12, // 74: leasekeeper.store.v1.Store.CreateRun:input_type -> leasekeeper.store.v1.RunMessage
+	44, // 75: leasekeeper.store.v1.Store.UpdateRun:input_type -> leasekeeper.store.v1.RunUpdateRequest
+	45, // 76: leasekeeper.store.v1.Store.GetRun:input_type -> leasekeeper.store.v1.GetRunRequest
+	46, // 77: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:input_type -> leasekeeper.store.v1.ListCutoffRequest
+	46, // 78: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:input_type -> leasekeeper.store.v1.ListCutoffRequest
+	47, // 79: leasekeeper.store.v1.Store.ReclaimExpired:input_type -> leasekeeper.store.v1.ReclaimExpiredRequest
+	48, // 80: leasekeeper.store.v1.Store.Events:input_type -> leasekeeper.store.v1.EventsRequest
+	16, // 81: leasekeeper.store.v1.Store.Board:output_type -> leasekeeper.store.v1.BoardReply
+	19, // 82: leasekeeper.store.v1.Store.CreateCard:output_type -> leasekeeper.store.v1.CardReply
+	19, // 83: leasekeeper.store.v1.Store.GetCard:output_type -> leasekeeper.store.v1.CardReply
+	22, // 84: leasekeeper.store.v1.Store.ListCards:output_type -> leasekeeper.store.v1.CardsReply
+	22, // 85: leasekeeper.store.v1.Store.Dependents:output_type -> leasekeeper.store.v1.CardsReply
+	24, // 86: leasekeeper.store.v1.Store.Claim:output_type -> leasekeeper.store.v1.TokenReply
+	26, // 87: leasekeeper.store.v1.Store.ClaimNext:output_type -> leasekeeper.store.v1.CardTokenReply
+	29, // 88: leasekeeper.store.v1.Store.RenewClaims:output_type -> leasekeeper.store.v1.RenewClaimsReply
+	31, // 89: leasekeeper.store.v1.Store.SetStateOwned:output_type -> leasekeeper.store.v1.ChangedReply
+	5,  // 90: leasekeeper.store.v1.Store.SetLastRunOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 91: leasekeeper.store.v1.Store.SetAwaitingInputOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 92: leasekeeper.store.v1.Store.SetGaveUpOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 93: leasekeeper.store.v1.Store.ExpireClaimOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 94: leasekeeper.store.v1.Store.ReleaseOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 95: leasekeeper.store.v1.Store.Release:output_type -> leasekeeper.store.v1.Empty
+	5,  // 96: leasekeeper.store.v1.Store.SetState:output_type -> leasekeeper.store.v1.Empty
+	31, // 97: leasekeeper.store.v1.Store.SetStateFrom:output_type -> leasekeeper.store.v1.ChangedReply
+	5,  // 98: leasekeeper.store.v1.Store.Reopen:output_type -> leasekeeper.store.v1.Empty
+	19, // 99: leasekeeper.store.v1.Store.AdjustLabels:output_type -> leasekeeper.store.v1.CardReply
+	19, // 100: leasekeeper.store.v1.Store.SetLabels:output_type -> leasekeeper.store.v1.CardReply
+	16, // 101: leasekeeper.store.v1.Store.LoadBoard:output_type -> leasekeeper.store.v1.BoardReply
+	41, // 102: leasekeeper.store.v1.Store.SetBoard:output_type -> leasekeeper.store.v1.SetBoardReply
+	43, // 103: leasekeeper.store.v1.Store.SetLabelsFrom:output_type -> leasekeeper.store.v1.CardChangedReply
+	12, // 104: leasekeeper.store.v1.Store.CreateRun:output_type -> leasekeeper.store.v1.RunMessage
+	12, // 105: leasekeeper.store.v1.Store.UpdateRun:output_type -> leasekeeper.store.v1.RunMessage
+	12, // 106: leasekeeper.store.v1.Store.GetRun:output_type -> leasekeeper.store.v1.RunMessage
+	22, // 107: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:output_type -> leasekeeper.store.v1.CardsReply
+	22, // 108: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:output_type -> leasekeeper.store.v1.CardsReply
+	26, // 109: leasekeeper.store.v1.Store.ReclaimExpired:output_type -> leasekeeper.store.v1.CardTokenReply
+	49, // 110: leasekeeper.store.v1.Store.Events:output_type -> leasekeeper.store.v1.EventsReply
+	81, // [81:111] is the sub-list for method output_type
+	51, // [51:81] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_store_proto_init() }
@@ -3418,14 +3693,14 @@ func file_store_proto_init() {
 	if File_store_proto != nil {
 		return
 	}
-	file_store_proto_msgTypes[39].OneofWrappers = []any{}
+	file_store_proto_msgTypes[43].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   45,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

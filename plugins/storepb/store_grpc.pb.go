@@ -44,6 +44,9 @@ const (
 	Store_Reopen_FullMethodName                     = "/leasekeeper.store.v1.Store/Reopen"
 	Store_AdjustLabels_FullMethodName               = "/leasekeeper.store.v1.Store/AdjustLabels"
 	Store_SetLabels_FullMethodName                  = "/leasekeeper.store.v1.Store/SetLabels"
+	Store_LoadBoard_FullMethodName                  = "/leasekeeper.store.v1.Store/LoadBoard"
+	Store_SetBoard_FullMethodName                   = "/leasekeeper.store.v1.Store/SetBoard"
+	Store_SetLabelsFrom_FullMethodName              = "/leasekeeper.store.v1.Store/SetLabelsFrom"
 	Store_CreateRun_FullMethodName                  = "/leasekeeper.store.v1.Store/CreateRun"
 	Store_UpdateRun_FullMethodName                  = "/leasekeeper.store.v1.Store/UpdateRun"
 	Store_GetRun_FullMethodName                     = "/leasekeeper.store.v1.Store/GetRun"
@@ -77,6 +80,10 @@ type StoreClient interface {
 	Reopen(ctx context.Context, in *MoveRequest, opts ...grpc.CallOption) (*Empty, error)
 	AdjustLabels(ctx context.Context, in *AdjustLabelsRequest, opts ...grpc.CallOption) (*CardReply, error)
 	SetLabels(ctx context.Context, in *SetLabelsRequest, opts ...grpc.CallOption) (*CardReply, error)
+	// Board administration (board.BoardAdmin).
+	LoadBoard(ctx context.Context, in *BoardRequest, opts ...grpc.CallOption) (*BoardReply, error)
+	SetBoard(ctx context.Context, in *SetBoardRequest, opts ...grpc.CallOption) (*SetBoardReply, error)
+	SetLabelsFrom(ctx context.Context, in *SetLabelsFromRequest, opts ...grpc.CallOption) (*CardChangedReply, error)
 	CreateRun(ctx context.Context, in *RunMessage, opts ...grpc.CallOption) (*RunMessage, error)
 	UpdateRun(ctx context.Context, in *RunUpdateRequest, opts ...grpc.CallOption) (*RunMessage, error)
 	GetRun(ctx context.Context, in *GetRunRequest, opts ...grpc.CallOption) (*RunMessage, error)
@@ -294,6 +301,36 @@ func (c *storeClient) SetLabels(ctx context.Context, in *SetLabelsRequest, opts 
 	return out, nil
 }
 
+func (c *storeClient) LoadBoard(ctx context.Context, in *BoardRequest, opts ...grpc.CallOption) (*BoardReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BoardReply)
+	err := c.cc.Invoke(ctx, Store_LoadBoard_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storeClient) SetBoard(ctx context.Context, in *SetBoardRequest, opts ...grpc.CallOption) (*SetBoardReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetBoardReply)
+	err := c.cc.Invoke(ctx, Store_SetBoard_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storeClient) SetLabelsFrom(ctx context.Context, in *SetLabelsFromRequest, opts ...grpc.CallOption) (*CardChangedReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CardChangedReply)
+	err := c.cc.Invoke(ctx, Store_SetLabelsFrom_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *storeClient) CreateRun(ctx context.Context, in *RunMessage, opts ...grpc.CallOption) (*RunMessage, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RunMessage)
@@ -388,6 +425,10 @@ type StoreServer interface {
 	Reopen(context.Context, *MoveRequest) (*Empty, error)
 	AdjustLabels(context.Context, *AdjustLabelsRequest) (*CardReply, error)
 	SetLabels(context.Context, *SetLabelsRequest) (*CardReply, error)
+	// Board administration (board.BoardAdmin).
+	LoadBoard(context.Context, *BoardRequest) (*BoardReply, error)
+	SetBoard(context.Context, *SetBoardRequest) (*SetBoardReply, error)
+	SetLabelsFrom(context.Context, *SetLabelsFromRequest) (*CardChangedReply, error)
 	CreateRun(context.Context, *RunMessage) (*RunMessage, error)
 	UpdateRun(context.Context, *RunUpdateRequest) (*RunMessage, error)
 	GetRun(context.Context, *GetRunRequest) (*RunMessage, error)
@@ -464,6 +505,15 @@ func (UnimplementedStoreServer) AdjustLabels(context.Context, *AdjustLabelsReque
 }
 func (UnimplementedStoreServer) SetLabels(context.Context, *SetLabelsRequest) (*CardReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetLabels not implemented")
+}
+func (UnimplementedStoreServer) LoadBoard(context.Context, *BoardRequest) (*BoardReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method LoadBoard not implemented")
+}
+func (UnimplementedStoreServer) SetBoard(context.Context, *SetBoardRequest) (*SetBoardReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetBoard not implemented")
+}
+func (UnimplementedStoreServer) SetLabelsFrom(context.Context, *SetLabelsFromRequest) (*CardChangedReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetLabelsFrom not implemented")
 }
 func (UnimplementedStoreServer) CreateRun(context.Context, *RunMessage) (*RunMessage, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateRun not implemented")
@@ -867,6 +917,60 @@ func _Store_SetLabels_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Store_LoadBoard_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BoardRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).LoadBoard(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_LoadBoard_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).LoadBoard(ctx, req.(*BoardRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Store_SetBoard_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetBoardRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).SetBoard(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_SetBoard_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).SetBoard(ctx, req.(*SetBoardRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Store_SetLabelsFrom_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetLabelsFromRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).SetLabelsFrom(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_SetLabelsFrom_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).SetLabelsFrom(ctx, req.(*SetLabelsFromRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Store_CreateRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RunMessage)
 	if err := dec(in); err != nil {
@@ -1079,6 +1183,18 @@ var Store_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetLabels",
 			Handler:    _Store_SetLabels_Handler,
+		},
+		{
+			MethodName: "LoadBoard",
+			Handler:    _Store_LoadBoard_Handler,
+		},
+		{
+			MethodName: "SetBoard",
+			Handler:    _Store_SetBoard_Handler,
+		},
+		{
+			MethodName: "SetLabelsFrom",
+			Handler:    _Store_SetLabelsFrom_Handler,
 		},
 		{
 			MethodName: "CreateRun",

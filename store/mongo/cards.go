@@ -92,7 +92,7 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 		}
 	}
 	if nc.State != "" {
-		if _, err := s.board.Require(nc.State); err != nil {
+		if _, err := s.requireState(ctx, nc.State, true); err != nil {
 			return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, err)
 		}
 	}
@@ -107,8 +107,9 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 	}
 	state := nc.State
 	if state == "" {
-		state = s.board.FirstPool()
-		if !complete && s.board.Has(board.StateWaitingDeps) {
+		b := s.freshBoard(ctx)
+		state = b.FirstPool()
+		if !complete && b.Has(board.StateWaitingDeps) {
 			state = board.StateWaitingDeps
 		}
 	}
@@ -175,6 +176,7 @@ func (s *Store) blockersComplete(ctx context.Context, id string, deps []string) 
 	defer cur.Close(ctx)
 	found := map[string]bool{}
 	complete := true
+	b := s.freshBoard(ctx)
 	for cur.Next(ctx) {
 		r := newReader(collCards, cur.Current)
 		state := r.str("state")
@@ -182,7 +184,7 @@ func (s *Store) blockersComplete(ctx context.Context, id string, deps []string) 
 			return false, r.err
 		}
 		found[r.id] = true
-		if !s.board.IsCompletion(state) {
+		if !b.IsCompletion(state) {
 			complete = false
 		}
 	}
@@ -219,7 +221,7 @@ func (s *Store) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card
 	}
 	filter := bson.D{}
 	if f.State != "" {
-		if _, err := s.board.Require(f.State); err != nil {
+		if _, err := s.requireState(ctx, f.State, false); err != nil {
 			return nil, err
 		}
 		filter = append(filter, bson.E{Key: "state", Value: f.State})
@@ -284,8 +286,12 @@ func moveChange(c *cardState, clk serverClock, to string, reason board.Reason, a
 }
 
 // afterMove promotes dependents when a move reached a completion state.
+// A move under machine provenance promotes nobody (ADR-096 Consequences:
+// a machine-caused event fires no effect, the promotion included): a state
+// sweep that renames the completion column moves every card in it, and
+// none of those moves completes anything.
 func (s *Store) afterMove(ctx context.Context, c *cardState, moved bool, actor string) error {
-	if !moved || !s.board.IsCompletion(c.State) {
+	if !moved || board.IsMachineReason(c.StateReason) || !s.cachedBoard().IsCompletion(c.State) {
 		return nil
 	}
 	return s.promoteDependents(ctx, c.ID, actor)
@@ -301,7 +307,7 @@ func (s *Store) afterMove(ctx context.Context, c *cardState, moved bool, actor s
 // blockers are done; the next completion of any of its blockers (a
 // refiling into the completion state) promotes it then.
 func (s *Store) promoteDependents(ctx context.Context, id, actor string) error {
-	if !s.board.Has(board.StateWaitingDeps) {
+	if !s.cachedBoard().Has(board.StateWaitingDeps) {
 		return nil
 	}
 	deps, err := s.findCards(ctx, bson.D{{Key: "depends_on", Value: id}, {Key: "state", Value: board.StateWaitingDeps}},
@@ -330,7 +336,7 @@ func (s *Store) promoteDependents(ctx context.Context, id, actor string) error {
 // promote moves a waiting dependent to the first pool state, if it is
 // still waiting.
 func (s *Store) promote(ctx context.Context, id, blocker, actor string) (bool, error) {
-	pool := s.board.FirstPool()
+	pool := s.cachedBoard().FirstPool()
 	_, wrote, err := s.mutate(ctx, id, func(c *cardState, clk serverClock) (*change, error) {
 		if c.State != board.StateWaitingDeps {
 			return nil, nil
@@ -349,7 +355,8 @@ func sinkExit(card, from, to string) error {
 }
 
 func (s *Store) leavesSink(from, to string) bool {
-	return s.board.IsTerminal(from) && !s.board.IsTerminal(to)
+	b := s.cachedBoard()
+	return b.IsTerminal(from) && !b.IsTerminal(to)
 }
 
 func validateMove(m board.Move) error {
@@ -372,7 +379,7 @@ func (s *Store) SetState(ctx context.Context, m board.Move) error {
 	if err := validateMove(m); err != nil {
 		return err
 	}
-	if _, err := s.board.Require(m.To); err != nil {
+	if _, err := s.requireState(ctx, m.To, true); err != nil {
 		return fmt.Errorf("card %q: %w", m.Card, err)
 	}
 	c, moved, err := s.mutate(ctx, m.Card, func(c *cardState, clk serverClock) (*change, error) {
@@ -395,13 +402,13 @@ func (s *Store) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
 	if err := validateMove(m); err != nil {
 		return false, err
 	}
-	if _, err := s.board.Require(m.To); err != nil {
+	if _, err := s.requireState(ctx, m.To, true); err != nil {
 		return false, fmt.Errorf("card %q: %w", m.Card, err)
 	}
 	if m.From == "" {
 		return false, board.Invalid("card %q: SetStateFrom needs a declared source state", m.Card)
 	}
-	if _, err := s.board.Require(m.From); err != nil {
+	if _, err := s.requireState(ctx, m.From, false); err != nil {
 		return false, fmt.Errorf("card %q: from: %w", m.Card, err)
 	}
 	c, moved, err := s.mutate(ctx, m.Card, func(c *cardState, clk serverClock) (*change, error) {
@@ -432,21 +439,33 @@ func (s *Store) Reopen(ctx context.Context, m board.Move) error {
 	if err := validateMove(m); err != nil {
 		return err
 	}
-	target, err := s.board.Require(m.To)
+	target, err := s.requireState(ctx, m.To, true)
 	if err != nil {
 		return fmt.Errorf("card %q: %w", m.Card, err)
 	}
 	if target.Terminal {
 		return fmt.Errorf("card %q: reopen into terminal state %q: %w", m.Card, m.To, board.ErrTransitionRejected)
 	}
+	if m.From != "" {
+		if _, err := s.requireState(ctx, m.From, false); err != nil {
+			return fmt.Errorf("card %q: from: %w", m.Card, err)
+		}
+	}
+	b := s.cachedBoard()
 	var terminal []string
-	for _, st := range s.board.States {
+	for _, st := range b.States {
 		if st.Terminal {
 			terminal = append(terminal, st.Name)
 		}
 	}
 	_, _, err = s.mutate(ctx, m.Card, func(c *cardState, clk serverClock) (*change, error) {
-		if !s.board.IsTerminal(c.State) {
+		// A declared source makes the reopen a compare-and-set on it (the
+		// bulk reopen of a state sweep walks an ageing snapshot): a card
+		// that drifted is refused, and nothing is written.
+		if m.From != "" && c.State != m.From {
+			return nil, fmt.Errorf("card %q: reopen from %q, but the card is in %q: %w", m.Card, m.From, c.State, board.ErrTransitionRejected)
+		}
+		if !b.IsTerminal(c.State) {
 			return nil, fmt.Errorf("card %q: reopen from non-terminal state %q: %w", m.Card, c.State, board.ErrTransitionRejected)
 		}
 		raw, err := s.cards.FindOne(ctx, bson.D{
@@ -495,7 +514,7 @@ func (s *Store) AdjustLabels(ctx context.Context, lc board.LabelChange) (board.C
 		if !changed {
 			return nil, nil
 		}
-		return labelsChange(c, clk, next, lc.Actor), nil
+		return labelsChange(c, clk, next, board.ReasonNone, lc.Actor), nil
 	})
 	if err != nil {
 		return board.Card{}, err
@@ -520,7 +539,7 @@ func (s *Store) SetLabels(ctx context.Context, card string, labels []string, act
 		if slices.Equal(c.Labels, next) {
 			return nil, nil
 		}
-		return labelsChange(c, clk, slices.Clone(next), actor), nil
+		return labelsChange(c, clk, slices.Clone(next), board.ReasonNone, actor), nil
 	})
 	if err != nil {
 		return board.Card{}, err
@@ -528,7 +547,7 @@ func (s *Store) SetLabels(ctx context.Context, card string, labels []string, act
 	return c.Card, nil
 }
 
-func labelsChange(c *cardState, clk serverClock, next []string, actor string) *change {
+func labelsChange(c *cardState, clk serverClock, next []string, reason board.Reason, actor string) *change {
 	var added, removed []string
 	for _, l := range next {
 		if !slices.Contains(c.Labels, l) {
@@ -543,7 +562,7 @@ func labelsChange(c *cardState, clk serverClock, next []string, actor string) *c
 	return &change{
 		cond: bson.D{same(c.raw, "labels")},
 		set:  bson.D{{Key: "labels", Value: next}, {Key: "updated_at", Value: clk.now}},
-		events: []outboxEntry{newEvent(board.EventLabels, c.ID, board.ReasonNone, actor, clk.now,
+		events: []outboxEntry{newEvent(board.EventLabels, c.ID, reason, actor, clk.now,
 			board.EventData{Labels: next, Added: added, Removed: removed})},
 	}
 }

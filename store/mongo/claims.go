@@ -96,7 +96,7 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 		return board.Card{}, board.ClaimToken{}, board.Invalid("lease must be positive, got %s", r.Lease)
 	}
 	filter := bson.D{
-		{Key: "state", Value: bson.D{{Key: "$in", Value: s.board.PoolStates()}}},
+		{Key: "state", Value: bson.D{{Key: "$in", Value: s.cachedBoard().PoolStates()}}},
 		{Key: "claim", Value: bson.D{{Key: "$in", Value: bson.A{"", nil}}}},
 	}
 	for round := 0; round < maxAttempts; round++ {
@@ -110,7 +110,7 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 		for _, cand := range cands {
 			var tok board.ClaimToken
 			c, wrote, err := s.mutate(ctx, cand.ID, func(c *cardState, clk serverClock) (*change, error) {
-				if c.Claim != "" || !s.board.IsPool(c.State) {
+				if c.Claim != "" || !s.cachedBoard().IsPool(c.State) {
 					return nil, nil
 				}
 				var ch *change
@@ -253,11 +253,11 @@ func (s *Store) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, err
 	if err := validateToken(m.Card, m.Token); err != nil {
 		return false, err
 	}
-	if _, err := s.board.Require(m.To); err != nil {
+	if _, err := s.requireState(ctx, m.To, true); err != nil {
 		return false, fmt.Errorf("card %q: %w", m.Card, err)
 	}
 	if m.From != "" {
-		if _, err := s.board.Require(m.From); err != nil {
+		if _, err := s.requireState(ctx, m.From, false); err != nil {
 			return false, fmt.Errorf("card %q: from: %w", m.Card, err)
 		}
 	}
@@ -334,7 +334,7 @@ func (s *Store) SetGaveUpOwned(ctx context.Context, card string, tok board.Claim
 			return board.Invalid("card %q: negative give-up attempts %d", card, g.Attempts)
 		}
 		if g.State != "" {
-			if _, err := s.board.Require(g.State); err != nil {
+			if _, err := s.requireState(ctx, g.State, false); err != nil {
 				return fmt.Errorf("card %q: give-up state: %w", card, err)
 			}
 		}
@@ -503,7 +503,7 @@ func (s *Store) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time,
 	return s.findCards(ctx, bson.D{
 		claimedCond,
 		{Key: "claim_lease_until", Value: nil},
-		{Key: "state", Value: s.board.Running()},
+		{Key: "state", Value: s.cachedBoard().Running()},
 		{Key: "last_run_id", Value: bson.D{{Key: "$gt", Value: ""}}},
 		{Key: "updated_at", Value: bson.D{{Key: "$lte", Value: cutoff}}},
 	}, opts)

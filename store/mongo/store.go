@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -44,8 +45,10 @@ type Options struct {
 	URI string
 	// Database is the database name (required).
 	Database string
-	// Board is the board of states; the zero value means
-	// board.DefaultBoard(false), the fleet variant.
+	// Board is the board of states the database is seeded with when it
+	// holds no definition yet; the zero value means
+	// board.DefaultBoard(false), the fleet variant. Once a definition is
+	// stored it wins (Store.Board returns it).
 	Board board.Board
 	// Clock is accepted for symmetry with the local twin and deliberately
 	// NOT used for anything stored: every time this twin writes comes from
@@ -75,9 +78,14 @@ type Store struct {
 	runs     *mongo.Collection
 	events   *mongo.Collection
 	counters *mongo.Collection
-	board    board.Board
+	meta     *mongo.Collection
 	clock    board.Clock
 	horizon  time.Duration
+
+	// boardMu guards the cached board definition (see board.go).
+	boardMu sync.Mutex
+	board   board.Board
+	boardAt time.Time
 }
 
 var _ board.Store = (*Store)(nil)
@@ -138,7 +146,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		runs:     db.Collection(collRuns),
 		events:   db.Collection(collEvents),
 		counters: db.Collection(collCounters),
-		board:    b,
+		meta:     db.Collection(collMeta),
 		clock:    clock,
 		horizon:  horizon,
 	}
@@ -150,6 +158,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		_ = client.Disconnect(context.WithoutCancel(ctx))
 		return nil, err
 	}
+	stored, err := s.seedBoard(ctx, b)
+	if err != nil {
+		_ = client.Disconnect(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	s.cacheBoard(stored)
 	return s, nil
 }
 
@@ -242,9 +256,6 @@ func (s *Store) createIndexes(ctx context.Context) error {
 	}
 	return nil
 }
-
-// Board returns the board this store was opened with.
-func (s *Store) Board() board.Board { return s.board }
 
 // Close disconnects from the server.
 func (s *Store) Close() error {

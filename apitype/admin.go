@@ -1,0 +1,28 @@
+package apitype
+
+// Board administration requests (operator routes under /v1/board/). Names
+// travel in the body, never in the path, so a label may hold any printable
+// character. Each route answers with a board.SweepReport.
+
+// RenameRequest renames a state or a label: From becomes To.
+type RenameRequest struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// DeleteStateRequest deletes State, moving its cards into Into.
+type DeleteStateRequest struct {
+	State string `json:"state"`
+	Into  string `json:"into"`
+}
+
+// MergeLabelsRequest replaces every label of From by Into on every card.
+type MergeLabelsRequest struct {
+	From []string `json:"from"`
+	Into string   `json:"into"`
+}
+
+// DeleteLabelRequest removes Label from every card.
+type DeleteLabelRequest struct {
+	Label string `json:"label"`
+}

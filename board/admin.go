@@ -1,0 +1,148 @@
+package board
+
+import (
+	"context"
+	"fmt"
+	"slices"
+)
+
+// The board-administration verbs (ADR-096 §9 and Consequences). The board
+// definition lives in the store, so every agent sharing one store sees the
+// same states; the sweeps that rename or delete a state or a label walk a
+// snapshot of the cards ABOVE the store and write each card with a
+// compare-and-set on what they read (package boardadmin). The verbs here
+// are the store's half of that: read and compare-and-set the definition,
+// and compare-and-set a card's labels.
+
+// LabelsFrom is a compare-and-set of a card's whole label list: it writes
+// Labels only while the stored list is still exactly Expect (same labels,
+// same order). Reason is the provenance stamped on the labels event; the
+// admin sweeps pass ReasonFieldRename or ReasonFieldDelete, which fire no
+// effect (no one-shot is armed or consumed by a sweep).
+type LabelsFrom struct {
+	Card   string   `json:"card"`
+	Expect []string `json:"expect"`
+	Labels []string `json:"labels"`
+	Reason Reason   `json:"reason,omitempty"`
+	Actor  string   `json:"actor,omitempty"`
+}
+
+// BoardAdmin is the part of the Store contract that administers the board.
+type BoardAdmin interface {
+	// LoadBoard reads the stored board definition, refreshing what Board()
+	// returns. A store seeds the definition from its configuration when
+	// the store is first created; after that the stored one wins.
+	LoadBoard(ctx context.Context) (Board, error)
+	// SetBoard replaces the stored definition with next while it is still
+	// exactly expect (a compare-and-set). On a miss nothing is written and
+	// it returns the stored board with changed=false. next must validate.
+	// It touches no card: moving cards is the sweeps' job.
+	SetBoard(ctx context.Context, expect, next Board) (stored Board, changed bool, err error)
+	// SetLabelsFrom writes l.Labels while the card's labels are still
+	// exactly l.Expect. A miss writes nothing and returns the card as it
+	// is now with changed=false, so the caller can re-transform what it
+	// sees; an unknown card is ErrNotFound. Equal lists write nothing.
+	SetLabelsFrom(ctx context.Context, l LabelsFrom) (Card, bool, error)
+}
+
+// Retiring reports whether the state is being retired into another one by
+// a state sweep (see State.RetiringInto).
+func (s State) Retiring() bool { return s.RetiringInto != "" }
+
+// RequireTarget returns the named state when a card may be moved into (or
+// created in) it: the state exists and is not being retired.
+func (b Board) RequireTarget(name string) (State, error) {
+	s, err := b.Require(name)
+	if err != nil {
+		return State{}, err
+	}
+	if s.Retiring() {
+		return State{}, Invalid("state %q is being retired into %q; use %q", name, s.RetiringInto, s.RetiringInto)
+	}
+	return s, nil
+}
+
+// Equal reports whether two boards have the same states, flags and order.
+func (b Board) Equal(o Board) bool { return slices.Equal(b.States, o.States) }
+
+// Clone returns a copy that shares no memory with b.
+func (b Board) Clone() Board { return Board{States: slices.Clone(b.States)} }
+
+// Diff names, in plain words, how other differs from b: states only one
+// of them has, flags that differ, and a different order. An empty result
+// means the boards are equal. The agent logs it at start when its
+// configuration disagrees with the board stored in a shared store.
+func (b Board) Diff(other Board) []string {
+	var out []string
+	for _, s := range b.States {
+		o, ok := other.State(s.Name)
+		if !ok {
+			out = append(out, fmt.Sprintf("state %q is only in the first board", s.Name))
+			continue
+		}
+		if s != o {
+			out = append(out, fmt.Sprintf("state %q: %s versus %s", s.Name, flagsOf(s), flagsOf(o)))
+		}
+	}
+	for _, o := range other.States {
+		if !b.Has(o.Name) {
+			out = append(out, fmt.Sprintf("state %q is only in the second board", o.Name))
+		}
+	}
+	if len(out) == 0 && !b.Equal(other) {
+		out = append(out, fmt.Sprintf("same states in another order: %s versus %s", names(b), names(other)))
+	}
+	return out
+}
+
+func names(b Board) []string {
+	out := make([]string, len(b.States))
+	for i, s := range b.States {
+		out[i] = s.Name
+	}
+	return out
+}
+
+func flagsOf(s State) string {
+	var f []string
+	for _, x := range []struct {
+		on   bool
+		name string
+	}{{s.Pool, "pool"}, {s.Launch, "launch"}, {s.Running, "running"}, {s.Terminal, "terminal"}, {s.Completion, "completion"}} {
+		if x.on {
+			f = append(f, x.name)
+		}
+	}
+	if s.Retiring() {
+		f = append(f, "retiring into "+s.RetiringInto)
+	}
+	if len(f) == 0 {
+		return "[no flags]"
+	}
+	return fmt.Sprint(f)
+}
+
+// SweepReport is what one board-administration operation did: the cards
+// it looked at and, for each, whether it changed it, found nothing to do,
+// found it gone, or gave up on it because other writers kept changing it.
+type SweepReport struct {
+	// Op names the operation, e.g. `label rename "a" → "b"`.
+	Op string `json:"op"`
+	// Cards is the size of the snapshot the walk started from.
+	Cards int `json:"cards"`
+	// Changed lists the cards the operation wrote, in walk order.
+	Changed []string `json:"changed"`
+	// Unchanged counts the cards that needed no write (the label was not
+	// there, or another writer had already moved the card on).
+	Unchanged int `json:"unchanged"`
+	// Gone lists cards that disappeared during the walk (benign).
+	Gone []string `json:"gone,omitempty"`
+	// Contended lists cards still contended after every attempt: the walk
+	// went on without them. Re-running the operation picks them up.
+	Contended []string `json:"contended,omitempty"`
+	// Board is the board definition after a state operation.
+	Board *Board `json:"board,omitempty"`
+	// Notes says what the operator should know (a state left retiring,
+	// a well-known state name whose behaviour the change gives up).
+	Notes []string `json:"notes,omitempty"`
+}

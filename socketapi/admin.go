@@ -1,0 +1,95 @@
+package socketapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/leasekeeper/leasekeeper/apitype"
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/boardadmin"
+)
+
+// adminRoutes are the board-administration operator routes (ADR-096 §9).
+// Each runs one walker of package boardadmin to completion and answers
+// with its report; a walk's contended cards are in the report, not an
+// error, because the rest of the walk did complete.
+func (s *Server) adminRoutes() []route {
+	return []route{
+		{"POST", "/v1/board/states/rename", permOperator, s.handleRenameState},
+		{"POST", "/v1/board/states/delete", permOperator, s.handleDeleteState},
+		{"POST", "/v1/board/labels/rename", permOperator, s.handleRenameLabel},
+		{"POST", "/v1/board/labels/merge", permOperator, s.handleMergeLabels},
+		{"POST", "/v1/board/labels/delete", permOperator, s.handleDeleteLabel},
+	}
+}
+
+// boardAdmin returns a walker over the store acting for actor.
+func (s *Server) boardAdmin(actor string) (*boardadmin.Admin, error) {
+	st, ok := s.cfg.Store.(boardadmin.Store)
+	if !ok {
+		return nil, fmt.Errorf("%w: this agent's store does not administer its board", apitype.ErrUnavailable)
+	}
+	return boardadmin.New(boardadmin.Config{Store: st, Actor: actor})
+}
+
+// storedBoard is the board as stored now, when the store can say; the
+// cached definition otherwise.
+func (s *Server) storedBoard(ctx context.Context) (board.Board, error) {
+	if st, ok := s.cfg.Store.(board.BoardAdmin); ok {
+		return st.LoadBoard(ctx)
+	}
+	return s.cfg.Store.Board(), nil
+}
+
+func (s *Server) runAdmin(w http.ResponseWriter, r *http.Request, c caller, req any, op func(ctx context.Context, a *boardadmin.Admin) (board.SweepReport, error)) error {
+	if err := s.decode(w, r, req); err != nil {
+		return err
+	}
+	a, err := s.boardAdmin(c.actor)
+	if err != nil {
+		return err
+	}
+	rep, err := op(r.Context(), a)
+	if err != nil {
+		return err
+	}
+	s.cfg.Logger.Info("board administration", "op", rep.Op, "actor", c.actor, "cards", rep.Cards,
+		"changed", len(rep.Changed), "unchanged", rep.Unchanged, "gone", len(rep.Gone), "contended", len(rep.Contended))
+	return writeJSON(w, http.StatusOK, rep)
+}
+
+func (s *Server) handleRenameState(w http.ResponseWriter, r *http.Request, c caller) error {
+	var req apitype.RenameRequest
+	return s.runAdmin(w, r, c, &req, func(ctx context.Context, a *boardadmin.Admin) (board.SweepReport, error) {
+		return a.RenameState(ctx, req.From, req.To)
+	})
+}
+
+func (s *Server) handleDeleteState(w http.ResponseWriter, r *http.Request, c caller) error {
+	var req apitype.DeleteStateRequest
+	return s.runAdmin(w, r, c, &req, func(ctx context.Context, a *boardadmin.Admin) (board.SweepReport, error) {
+		return a.DeleteState(ctx, req.State, req.Into)
+	})
+}
+
+func (s *Server) handleRenameLabel(w http.ResponseWriter, r *http.Request, c caller) error {
+	var req apitype.RenameRequest
+	return s.runAdmin(w, r, c, &req, func(ctx context.Context, a *boardadmin.Admin) (board.SweepReport, error) {
+		return a.RenameLabel(ctx, req.From, req.To)
+	})
+}
+
+func (s *Server) handleMergeLabels(w http.ResponseWriter, r *http.Request, c caller) error {
+	var req apitype.MergeLabelsRequest
+	return s.runAdmin(w, r, c, &req, func(ctx context.Context, a *boardadmin.Admin) (board.SweepReport, error) {
+		return a.MergeLabels(ctx, req.From, req.Into)
+	})
+}
+
+func (s *Server) handleDeleteLabel(w http.ResponseWriter, r *http.Request, c caller) error {
+	var req apitype.DeleteLabelRequest
+	return s.runAdmin(w, r, c, &req, func(ctx context.Context, a *boardadmin.Admin) (board.SweepReport, error) {
+		return a.DeleteLabel(ctx, req.Label)
+	})
+}
