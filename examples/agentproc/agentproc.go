@@ -125,7 +125,7 @@ func (a *Agent) Start() int {
 		a.t.Fatal(err)
 	}
 	go func() { _ = a.cmd.Wait(); close(a.done) }()
-	a.t.Cleanup(a.stop)
+	a.t.Cleanup(a.Stop)
 	a.WaitFor(30*time.Second, "the agent to answer `leasekeeper health`", func() bool {
 		select {
 		case <-a.done:
@@ -138,7 +138,12 @@ func (a *Agent) Start() int {
 	return a.cmd.Process.Pid
 }
 
-func (a *Agent) stop() {
+// Stop sends the agent SIGTERM and waits for it to exit (SIGKILL after 10s).
+// It is safe to call more than once; the test's cleanup calls it too.
+func (a *Agent) Stop() {
+	if a.cmd == nil {
+		return
+	}
 	_ = a.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-a.done:
