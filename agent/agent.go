@@ -153,6 +153,7 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 	if err := a.openStore(ctx, cfg); err != nil {
 		return nil, err
 	}
+	warnBoardDrift(log, cfg.Board, a.store.Board()) // boarddef.go
 	if p, ok := a.store.(*plugins.Proxy); ok {
 		a.plugin = p
 		a.metrics.watchPlugin(p)

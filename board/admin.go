@@ -72,25 +72,29 @@ func (b Board) Clone() Board { return Board{States: slices.Clone(b.States)} }
 // of them has, flags that differ, and a different order. An empty result
 // means the boards are equal. The agent logs it at start when its
 // configuration disagrees with the board stored in a shared store.
-func (b Board) Diff(other Board) []string {
+func (b Board) Diff(other Board) []string { return b.DiffNamed(other, "first", "second") }
+
+// DiffNamed is Diff with the two boards named in its sentences, e.g.
+// "configured" and "stored".
+func (b Board) DiffNamed(other Board, name, otherName string) []string {
 	var out []string
 	for _, s := range b.States {
 		o, ok := other.State(s.Name)
 		if !ok {
-			out = append(out, fmt.Sprintf("state %q is only in the first board", s.Name))
+			out = append(out, fmt.Sprintf("state %q is only in the %s board", s.Name, name))
 			continue
 		}
 		if s != o {
-			out = append(out, fmt.Sprintf("state %q: %s versus %s", s.Name, flagsOf(s), flagsOf(o)))
+			out = append(out, fmt.Sprintf("state %q is %s in the %s board, %s in the %s board", s.Name, flagsOf(s), name, flagsOf(o), otherName))
 		}
 	}
 	for _, o := range other.States {
 		if !b.Has(o.Name) {
-			out = append(out, fmt.Sprintf("state %q is only in the second board", o.Name))
+			out = append(out, fmt.Sprintf("state %q is only in the %s board", o.Name, otherName))
 		}
 	}
 	if len(out) == 0 && !b.Equal(other) {
-		out = append(out, fmt.Sprintf("same states in another order: %s versus %s", names(b), names(other)))
+		out = append(out, fmt.Sprintf("same states in another order: %s in the %s board, %s in the %s board", names(b), name, names(other), otherName))
 	}
 	return out
 }

@@ -208,6 +208,9 @@ func (b Board) String() string {
 				flags = append(flags, f.name)
 			}
 		}
+		if s.Retiring() {
+			flags = append(flags, "retiring→"+s.RetiringInto)
+		}
 		if len(flags) > 0 {
 			out += fmt.Sprint(flags)
 		}

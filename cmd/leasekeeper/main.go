@@ -78,6 +78,7 @@ XDG_RUNTIME_DIR is unset).
 		newHealthCmd(env),
 		newEventsCmd(env),
 		newReaperCmd(env),
+		newCompletionCmd(env), // completion.go
 		newPluginCmd(env),
 	)
 	return root

@@ -237,6 +237,9 @@ func runBoardShow(ctx context.Context, env *cli, asJSON bool) error {
 				flags = append(flags, f.name)
 			}
 		}
+		if s.RetiringInto != "" {
+			flags = append(flags, "retiring into "+s.RetiringInto) // a state sweep is moving its cards
+		}
 		fmt.Fprintf(tw, "%s\t%s\n", s.Name, strings.Join(flags, " "))
 	}
 	_ = tw.Flush()

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/client"
+)
+
+// The board-administration commands (ADR-096 §9): state and label sweeps
+// run by the agent (package boardadmin) and reported here card by card.
+
+const sweepHelp = `The agent walks a snapshot of the cards and writes each one with a
+compare-and-set on what it read; a card another writer changed meanwhile is
+re-read and transformed again (a few attempts), so no concurrent change is
+lost and a one-shot label consumed mid-sweep stays consumed. Every write
+carries machine provenance: it fires no effect (no launch, no promotion, no
+one-shot consumption). Claims are never touched.
+
+The summary counts the cards changed, unchanged and contended. A contended
+card is one other writers kept changing through every attempt: the rest of
+the walk completes without it, the command exits 1, and running the same
+command again picks it up.`
+
+func newBoardStateCmd(env *cli) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "state",
+		Short: "Rename or delete a state of the board (operator)",
+		Args:  exactArgs(0),
+		RunE:  func(cmd *cobra.Command, _ []string) error { return withCode(exitUsage, cmd.Help()) },
+	}
+	var asJSON bool
+	rename := &cobra.Command{
+		Use:   "rename OLD NEW",
+		Short: "Rename a state; its cards move to NEW with reason state_rename",
+		Long: `Rename the state OLD to NEW. NEW takes OLD's place and flags in the stored
+board definition, which every agent sharing the store reads. While the
+cards move, OLD is "retiring": no card may enter it. Each card moves with
+reason state_rename, one event per card, launching nothing. An interrupted
+rename is finished by running it again.
+
+` + sweepHelp,
+		Args: exactArgs(2, "OLD", "NEW"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runSweep(cmd.Context(), env, asJSON, func(ctx context.Context, c *client.Client) (board.SweepReport, error) {
+				return c.RenameState(ctx, args[0], args[1])
+			})
+		},
+	}
+	var into string
+	del := &cobra.Command{
+		Use:   "delete S --into T",
+		Short: "Delete a state, moving its cards into T with reason state_delete",
+		Long: `Delete the state S from the board, moving its cards into T with reason
+state_delete. Moving cards out of a terminal state into a working one is a
+bulk reopen: it is refused, changing nothing, while any of those cards has a
+dependent that was promoted on its completion and has not settled in a
+terminal state. Moving cards into a completion state from a state that is
+not one is refused too: a sweep promotes nobody, so it must not complete
+anything.
+
+` + sweepHelp,
+		Args: exactArgs(1, "S"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if into == "" {
+				return usageError("--into is required: the state that receives %s's cards", args[0])
+			}
+			return runSweep(cmd.Context(), env, asJSON, func(ctx context.Context, c *client.Client) (board.SweepReport, error) {
+				return c.DeleteState(ctx, args[0], into)
+			})
+		},
+	}
+	del.Flags().StringVar(&into, "into", "", "the state that receives the deleted state's cards (required)")
+	for _, sc := range []*cobra.Command{rename, del} {
+		sc.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	}
+	c.AddCommand(rename, del)
+	return c
+}
+
+func newBoardLabelCmd(env *cli) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "label",
+		Short: "Rename, merge or delete a label on every card (operator)",
+		Args:  exactArgs(0),
+		RunE:  func(cmd *cobra.Command, _ []string) error { return withCode(exitUsage, cmd.Help()) },
+	}
+	var asJSON bool
+	rename := &cobra.Command{
+		Use:   "rename OLD NEW",
+		Short: "Rename a label on every card (reason field_rename)",
+		Long:  "Rename the label OLD to NEW on every card; a card that has both keeps NEW once.\n\n" + sweepHelp,
+		Args:  exactArgs(2, "OLD", "NEW"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runSweep(cmd.Context(), env, asJSON, func(ctx context.Context, c *client.Client) (board.SweepReport, error) {
+				return c.RenameLabel(ctx, args[0], args[1])
+			})
+		},
+	}
+	var into string
+	merge := &cobra.Command{
+		Use:   "merge A B... --into C",
+		Short: "Replace labels A, B... by C on every card (reason field_rename)",
+		Long:  "Replace each of the labels A, B... by C on every card, where the first of them stood.\n\n" + sweepHelp,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageError("want at least one label to merge")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if into == "" {
+				return usageError("--into is required: the label that replaces %s", strings.Join(args, ", "))
+			}
+			return runSweep(cmd.Context(), env, asJSON, func(ctx context.Context, c *client.Client) (board.SweepReport, error) {
+				return c.MergeLabels(ctx, args, into)
+			})
+		},
+	}
+	merge.Flags().StringVar(&into, "into", "", "the label that replaces the merged ones (required)")
+	del := &cobra.Command{
+		Use:   "delete L",
+		Short: "Remove a label from every card (reason field_delete)",
+		Long:  "Remove the label L from every card.\n\n" + sweepHelp,
+		Args:  exactArgs(1, "L"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runSweep(cmd.Context(), env, asJSON, func(ctx context.Context, c *client.Client) (board.SweepReport, error) {
+				return c.DeleteLabel(ctx, args[0])
+			})
+		},
+	}
+	for _, sc := range []*cobra.Command{rename, merge, del} {
+		sc.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	}
+	c.AddCommand(rename, merge, del)
+	return c
+}
+
+// runSweep runs one operation and prints its report. Contended cards make
+// the command fail (exit 1) after the report is printed: the walk is not
+// finished until a re-run picks them up.
+func runSweep(ctx context.Context, env *cli, asJSON bool, op func(ctx context.Context, c *client.Client) (board.SweepReport, error)) error {
+	c := env.client()
+	rep, err := op(ctx, c)
+	if err != nil {
+		return env.agentError(c, err)
+	}
+	if asJSON {
+		if err := printJSON(env.stdout, rep); err != nil {
+			return err
+		}
+	} else {
+		printSweep(env, rep)
+	}
+	if len(rep.Contended) > 0 {
+		return fmt.Errorf("%s: %d card(s) still contended (%s); run the command again", rep.Op, len(rep.Contended), strings.Join(rep.Contended, ", "))
+	}
+	return nil
+}
+
+func printSweep(env *cli, rep board.SweepReport) {
+	w := env.stdout
+	fmt.Fprintf(w, "%s: %d card(s) examined\n", rep.Op, rep.Cards)
+	fmt.Fprintf(w, "  changed:   %d%s\n", len(rep.Changed), list(rep.Changed))
+	fmt.Fprintf(w, "  unchanged: %d\n", rep.Unchanged)
+	if len(rep.Gone) > 0 {
+		fmt.Fprintf(w, "  gone:      %d%s\n", len(rep.Gone), list(rep.Gone))
+	}
+	fmt.Fprintf(w, "  contended: %d%s\n", len(rep.Contended), list(rep.Contended))
+	if rep.Board != nil {
+		fmt.Fprintf(w, "board: %s\n", rep.Board)
+	}
+	for _, n := range rep.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+}
+
+// list renders ids after a count, capped so a big sweep stays readable.
+func list(ids []string) string {
+	const max = 20
+	if len(ids) == 0 {
+		return ""
+	}
+	if len(ids) > max {
+		return fmt.Sprintf(" (%s, and %d more)", strings.Join(ids[:max], ", "), len(ids)-max)
+	}
+	return " (" + strings.Join(ids, ", ") + ")"
+}
