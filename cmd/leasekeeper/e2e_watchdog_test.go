@@ -150,11 +150,14 @@ func (e *env) killClaimer(id string) board.Card {
 	if held.LastRunID == "" || held.State != board.StateInProgress {
 		e.t.Fatalf("card while the worker runs: state %q, run %q", held.State, held.LastRunID)
 	}
-	_ = syscall.Kill(workerPID, syscall.SIGKILL)
+	// The claimer first: killing CMD first would let the claimer see it
+	// exit and route the card itself, as a living owner does.
 	if err := claim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		e.t.Fatal(err)
 	}
+	_ = syscall.Kill(workerPID, syscall.SIGKILL)
 	claim.wait(e.t, 5*time.Second)
+	waitFor(e.t, 5*time.Second, "the worker command to be gone", func() bool { return dead(workerPID) })
 	return held
 }
 
