@@ -231,7 +231,7 @@ label). --set cannot be combined with --add or --remove.`,
 func newBoardCmd(env *cli) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "board",
-		Short: "Show the board the agent serves",
+		Short: "Show and administer the board the agent serves",
 		Args:  exactArgs(0),
 		RunE:  func(cmd *cobra.Command, _ []string) error { return withCode(exitUsage, cmd.Help()) },
 	}
@@ -246,7 +246,7 @@ column, the first pool state, the completion state and the failed state.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBoardShow(cmd.Context(), env, asJSON) },
 	}
 	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	c.AddCommand(show)
+	c.AddCommand(show, newBoardStateCmd(env), newBoardLabelCmd(env)) // board.go
 	return c
 }
 
@@ -306,8 +306,12 @@ func newStatusCmd(env *cli) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "status [--json]",
 		Short: "Show the agent's status and the claims it renews",
-		Args:  exactArgs(0),
-		RunE:  func(cmd *cobra.Command, _ []string) error { return runStatus(cmd.Context(), env, asJSON) },
+		Long: `Show the agent's status: its store (reachable, and the plugin process:
+up, restarts, last error), the reaper gate, the lease and liveness mode, the
+claims it renews, the last heartbeat tick (when, result, duration) and the
+last reaper pass (when, how long, what it decided, counted by action).`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error { return runStatus(cmd.Context(), env, asJSON) },
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
@@ -316,9 +320,13 @@ func newStatusCmd(env *cli) *cobra.Command {
 func newHealthCmd(env *cli) *cobra.Command {
 	return &cobra.Command{
 		Use:   "health",
-		Short: "Exit 0 when the agent answers on its socket (container health checks)",
-		Args:  exactArgs(0),
-		RunE:  func(cmd *cobra.Command, _ []string) error { return runHealth(cmd.Context(), env) },
+		Short: "Exit 0 when the agent answers and its store is reachable (container health checks)",
+		Long: `Exit 0 and print "ok" when the agent answers on its socket, its store
+answers a read, its heartbeat loop is ticking and it is not shutting down.
+Otherwise exit 1 with a one-line reason on stderr. Docker's HEALTHCHECK and
+Kubernetes probes run it; it gives up after 5s.`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error { return runHealth(cmd.Context(), env) },
 	}
 }
 
