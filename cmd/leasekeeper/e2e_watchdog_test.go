@@ -287,3 +287,57 @@ func TestE2EReaperDryRunPrintsDecisionsAndChangesNothing(t *testing.T) {
 		t.Errorf("after the real pass: run = %s / %q, want failed_resumable / PROCESS_ORPHANED", run.Status, run.FailureCode)
 	}
 }
+
+// TestE2ELaunchHintsFromTheRealAgent checks the wiring of the effects
+// layer in the real binary: an operator's move into a launch state and a
+// one-shot label each reach a watching worker, and the label is consumed.
+func TestE2ELaunchHintsFromTheRealAgent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "lease: 3s\n")
+	e.startAgent()
+	e.mustLK("card", "create", "c1", "--state", "backlog")
+	e.mustLK("card", "create", "c2", "--state", "backlog")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	frames := make(chan apitype.Frame, 16)
+	hello := make(chan struct{}, 1)
+	go func() {
+		c := &client.Client{Socket: e.socket}
+		_ = c.Watch(ctx, -1, func(f apitype.Frame) error {
+			switch f.Type {
+			case apitype.FrameHello:
+				hello <- struct{}{}
+			case apitype.FrameLaunch:
+				frames <- f
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-hello:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no hello on the watch stream")
+	}
+	next := func() apitype.Frame {
+		select {
+		case f := <-frames:
+			return f
+		case <-time.After(10 * time.Second):
+			t.Fatal("no launch hint")
+			return apitype.Frame{}
+		}
+	}
+
+	e.mustLK("card", "move", "c1", "ready")
+	if f := next(); f.Card != "c1" || f.State != board.StateReady || f.Reason != "" {
+		t.Errorf("hint = %+v, want c1 entering ready", f)
+	}
+	e.mustLK("card", "label", "c2", "--add", "once:go")
+	if f := next(); f.Card != "c2" || f.State != board.StateBacklog || f.Reason != "once:go" {
+		t.Errorf("hint = %+v, want the one-shot once:go on c2 in backlog", f)
+	}
+	waitFor(t, 5*time.Second, "the one-shot to be consumed", func() bool {
+		return !slices.Contains(e.card("c2").Labels, "once:go")
+	})
+}
