@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
 )
@@ -84,4 +86,74 @@ func benchClaimRelease(b *testing.B, mode commitMode, writers int) {
 	})
 	b.StopTimer()
 	b.ReportMetric(float64(2*b.N)/b.Elapsed().Seconds(), "writes/s")
+}
+
+// BenchmarkRenewClaims measures one batched RenewClaims over n live holds on
+// a real file: the heartbeat's hot path (one call per tick renews every
+// claim the agent holds). The clock advances a second per call so every
+// lease really moves and the lease index is rewritten each time.
+//
+//	go test -run '^$' -bench RenewClaims -benchmem ./store/bolt/
+func BenchmarkRenewClaims(b *testing.B) {
+	for _, n := range []int{1_000, 10_000} {
+		b.Run(fmt.Sprintf("%dk", n/1000), func(b *testing.B) {
+			benchRenewClaims(b, n)
+		})
+	}
+}
+
+func benchRenewClaims(b *testing.B, n int) {
+	clock := newFakeClock()
+	s, err := Open(filepath.Join(b.TempDir(), "bench.db"), Options{Clock: clock})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := b.Context()
+	holds := make([]board.Hold, n)
+	// Set up from several goroutines so the group committer shares fsyncs.
+	const workers = 32
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < n; i += workers {
+				card := fmt.Sprintf("card-%05d", i)
+				if _, err := s.CreateCard(ctx, board.NewCard{ID: card, Title: "a card with an ordinary title", Labels: []string{"team-a", "prio-2"}}); err != nil {
+					errs <- err
+					return
+				}
+				tok, err := s.Claim(ctx, board.ClaimRequest{Card: card, Marker: board.WorkerMarker("bench", 1000+i), Lease: lease})
+				if err != nil {
+					errs <- err
+					return
+				}
+				holds[i] = board.Hold{Card: card, Token: tok}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatalf("setup: %v", err)
+	}
+	b.ReportAllocs()
+	// Wall time on a shared machine includes waiting for a core; the CPU
+	// the process spent per call is the figure the agent's CPU budget is
+	// about (ADR-096: a tick every lease/3).
+	cpu0, cpuOK := processCPU()
+	for b.Loop() {
+		clock.Advance(time.Second)
+		res, err := s.RenewClaims(ctx, holds, lease)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res[n-1].Err != nil || !res[n-1].LeaseUntil.Equal(clock.Now().Add(lease)) {
+			b.Fatalf("last result %+v, want a lease until %s", res[n-1], clock.Now().Add(lease))
+		}
+	}
+	if cpu1, ok := processCPU(); ok && cpuOK {
+		b.ReportMetric(float64(cpu1-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+	}
+	b.ReportMetric(float64(n), "claims/op")
 }

@@ -173,12 +173,14 @@ func (s *Store) GetCard(ctx context.Context, id string) (board.Card, error) {
 	return out, err
 }
 
+// readCard reads a whole card: its document merged with its claim record.
 func readCard(tx *bolt.Tx, id string) (*cardRecord, error) {
-	v := tx.Bucket(bucketCards).Get([]byte(id))
+	key := []byte(id)
+	v := tx.Bucket(bucketCards).Get(key)
 	if v == nil {
 		return nil, board.NotFound("card", id)
 	}
-	return decodeCard(v)
+	return decodeCard(v, tx.Bucket(bucketClaims).Get(key))
 }
 
 // ListCards lists cards in creation order from the narrowest index: the

@@ -91,14 +91,18 @@ func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.ClaimTok
 	return tok, err
 }
 
-// extendLease pushes the lease to until, never backwards. No event.
+// extendLease pushes the lease to until, never backwards. No event. Only
+// the claim record and the lease index change: the card document is not
+// rewritten.
 func (s *Store) extendLease(w *wtx, rec *cardRecord, until time.Time) error {
 	if !until.After(rec.ClaimLeaseUntil) {
 		return nil
 	}
-	prev := *rec
+	if _, err := w.setLease(rec.ID, appendClaim(nil, familyOf(&rec.Card)), until, nil); err != nil {
+		return err
+	}
 	rec.ClaimLeaseUntil = until
-	return w.putCard(&prev, rec)
+	return nil
 }
 
 // ClaimNext claims the oldest unclaimed card in any pool state. Each pool
@@ -153,6 +157,13 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 // RenewClaims pushes each hold's lease to now+lease, never backwards, in one
 // write for the whole batch. A renewal emits no event and leaves updated_at
 // alone: a heartbeat is not a change to the card.
+//
+// This is the heartbeat's hot path (one call per tick renews every claim
+// the agent holds), so it works on the claim records alone: per hold it
+// reads one fixed-layout record, compares the token in place and writes
+// the record back with the new lease, plus the lease index entry. No card
+// document is decoded or encoded; a card document is read only to tell a
+// missing card from a never-claimed one when a hold is refused.
 func (s *Store) RenewClaims(ctx context.Context, hs []board.Hold, lease time.Duration) ([]board.RenewResult, error) {
 	if lease <= 0 {
 		return nil, board.Invalid("lease must be positive, got %s", lease)
@@ -163,26 +174,48 @@ func (s *Store) RenewClaims(ctx context.Context, hs []board.Hold, lease time.Dur
 	var out []board.RenewResult
 	err := s.write(ctx, func(w *wtx) error {
 		out = make([]board.RenewResult, len(hs))
-		now := s.now()
+		until := s.now().Add(lease)
+		// One buffer holds every new record of the batch; it only grows
+		// when a record is longer than the estimate (a long marker).
+		buf := make([]byte, 0, len(hs)*(claimHeaderLen+32))
+		w.reserve(bucketClaims, len(hs))
+		w.reserve(bucketIdxLease, 2*len(hs))
 		for i, h := range hs {
 			out[i].Card = h.Card
 			if err := validateToken(h.Card, h.Token); err != nil {
 				out[i].Err = err
 				continue
 			}
-			rec, err := w.getCard(h.Card)
+			key := []byte(h.Card)
+			rec := w.get(bucketClaims, key)
+			if rec == nil {
+				// Never claimed: epoch 0, nobody holds it.
+				if w.get(bucketCards, key) == nil {
+					out[i].Err = board.NotFound("card", h.Card)
+				} else {
+					out[i].Err = board.Conflict(h.Card, "", 0)
+				}
+				continue
+			}
+			if err := checkClaim(rec); err != nil {
+				return fmt.Errorf("card %q: %w", h.Card, err)
+			}
+			if string(claimMarker(rec)) != h.Token.Marker || claimEpoch(rec) != h.Token.Epoch {
+				out[i].Err = board.Conflict(h.Card, string(claimMarker(rec)), claimEpoch(rec))
+				continue
+			}
+			cur, err := getTime(rec[claimOffLease:])
 			if err != nil {
-				out[i].Err = err
+				return fmt.Errorf("card %q: %w", h.Card, err)
+			}
+			if !until.After(cur) {
+				out[i].LeaseUntil = cur
 				continue
 			}
-			if !holds(rec, h.Token) {
-				out[i].Err = conflict(rec)
-				continue
-			}
-			if err := s.extendLease(w, rec, now.Add(lease)); err != nil {
+			if buf, err = w.setLease(h.Card, rec, until, buf); err != nil {
 				return err
 			}
-			out[i].LeaseUntil = rec.ClaimLeaseUntil
+			out[i].LeaseUntil = until
 		}
 		return nil
 	})
@@ -370,9 +403,8 @@ func (s *Store) ExpireClaimOwned(ctx context.Context, card string, tok board.Cla
 		if !rec.ClaimLeaseUntil.IsZero() && !rec.ClaimLeaseUntil.After(now) {
 			return nil
 		}
-		prev := *rec
-		rec.ClaimLeaseUntil = now
-		return w.putCard(&prev, rec)
+		_, err := w.setLease(rec.ID, appendClaim(nil, familyOf(&rec.Card)), now, nil)
+		return err
 	})
 }
 

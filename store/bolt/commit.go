@@ -84,6 +84,9 @@ type committer struct {
 	// They let a test pile writes into one batch deterministically.
 	enqueued     func(queued int)
 	beforeCommit func(batch int)
+	// wrote sees the buckets each successful write changed, so a test can
+	// assert which buckets a verb touches at all, even with equal bytes.
+	wrote func(buckets []string)
 }
 
 func (s *Store) startCommitter() {
@@ -224,6 +227,9 @@ func (s *Store) commitBatch(ops []*writeOp) {
 				return &flushError{op: op, err: err}
 			}
 			wrote = true
+			if s.c.wrote != nil {
+				s.c.wrote(w.buckets())
+			}
 		}
 		if !wrote {
 			return errNothingWritten
@@ -285,6 +291,19 @@ type wtx struct {
 
 func newWtx(tx *bolt.Tx) *wtx { return &wtx{tx: tx} }
 
+// buckets lists the buckets this write changes, sorted, events included.
+func (w *wtx) buckets() []string {
+	out := make([]string, 0, len(w.writes)+1)
+	for b := range w.writes {
+		out = append(out, b)
+	}
+	if len(w.events) > 0 {
+		out = append(out, string(bucketEvents))
+	}
+	slices.Sort(out)
+	return out
+}
+
 func (w *wtx) empty() bool { return len(w.writes) == 0 && len(w.events) == 0 }
 
 func (w *wtx) get(bucket, key []byte) []byte {
@@ -296,7 +315,12 @@ func (w *wtx) get(bucket, key []byte) []byte {
 	return w.tx.Bucket(bucket).Get(key)
 }
 
-func (w *wtx) set(bucket, key, value []byte) {
+// set buffers one change. The overlay is keyed by string because that is
+// what a map needs; callers that already hold the key as a string (an id)
+// use setKey and skip a conversion.
+func (w *wtx) set(bucket, key, value []byte) { w.setKey(bucket, string(key), value) }
+
+func (w *wtx) setKey(bucket []byte, key string, value []byte) {
 	if w.writes == nil {
 		w.writes = map[string]map[string][]byte{}
 	}
@@ -305,7 +329,19 @@ func (w *wtx) set(bucket, key, value []byte) {
 		m = map[string][]byte{}
 		w.writes[string(bucket)] = m
 	}
-	m[string(key)] = value
+	m[key] = value
+}
+
+// reserve sizes the overlay of bucket for n more changes, so a write that
+// knows its size up front (a batch renewal) does not grow the map step by
+// step.
+func (w *wtx) reserve(bucket []byte, n int) {
+	if w.writes == nil {
+		w.writes = map[string]map[string][]byte{}
+	}
+	if _, ok := w.writes[string(bucket)]; !ok {
+		w.writes[string(bucket)] = make(map[string][]byte, n)
+	}
 }
 
 func (w *wtx) put(bucket, key, value []byte) {
@@ -353,12 +389,24 @@ func (w *wtx) emit(ev board.Event) {
 func (w *wtx) flush() error {
 	for bucket, m := range w.writes {
 		b := w.tx.Bucket([]byte(bucket))
-		for k, v := range m {
+		// Apply in key order: bbolt inserts into sorted node slices, and a
+		// large batch in map order (a 10,000-claim renewal moves every
+		// lease key to the same new instant) would shift them over and over.
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		// One key buffer serves every call: bbolt copies the key it keeps
+		// on Put, and Delete keeps none.
+		var kb []byte
+		for _, k := range keys {
+			kb = append(kb[:0], k...)
 			var err error
-			if v == nil {
-				err = b.Delete([]byte(k))
+			if v := m[k]; v == nil {
+				err = b.Delete(kb)
 			} else {
-				err = b.Put([]byte(k), v)
+				err = b.Put(kb, v)
 			}
 			if err != nil {
 				return fmt.Errorf("%s %q: %w", bucket, k, err)
@@ -386,20 +434,24 @@ func (w *wtx) flush() error {
 	return nil
 }
 
-// getCard reads a card through the overlay.
+// getCard reads a whole card through the overlay: its document and its
+// claim record.
 func (w *wtx) getCard(id string) (*cardRecord, error) {
-	v := w.get(bucketCards, []byte(id))
+	key := []byte(id)
+	v := w.get(bucketCards, key)
 	if v == nil {
 		return nil, board.NotFound("card", id)
 	}
-	return decodeCard(v)
+	return decodeCard(v, w.get(bucketClaims, key))
 }
 
 // putCard writes a card and brings every index in line with it. prev is the
-// card as it was before this write, nil for a new card.
+// card as it was before this write, nil for a new card. The claim record is
+// written only when the claim family changed, so an ordinary write never
+// touches it.
 func (w *wtx) putCard(prev, next *cardRecord) error {
 	normalizeCard(&next.Card)
-	v, err := json.Marshal(next)
+	v, err := encodeCardDoc(next)
 	if err != nil {
 		return fmt.Errorf("encode card %q: %w", next.ID, err)
 	}
@@ -423,8 +475,43 @@ func (w *wtx) putCard(prev, next *cardRecord) error {
 			w.put(n.bucket, n.key, n.value)
 		}
 	}
-	w.put(bucketCards, []byte(next.ID), v)
+	w.setKey(bucketCards, next.ID, v)
+	fam := familyOf(&next.Card)
+	var prevFam claimFamily
+	if prev != nil {
+		prevFam = familyOf(&prev.Card)
+	}
+	if !fam.equal(prevFam) {
+		w.setKey(bucketClaims, next.ID, appendClaim(nil, fam))
+	}
 	return nil
+}
+
+// setLease moves the lease of a claimed card to until: its claim record
+// and its lease index entry, nothing else. rec is the card's current claim
+// record; the new one is appended to buf, which is returned, so a batch of
+// renewals can share one allocation. The caller has checked that until is
+// later than the current lease (a lease never moves backwards), except for
+// ExpireClaimOwned, which ends a lease early on the holder's word.
+func (w *wtx) setLease(id string, rec []byte, until time.Time, buf []byte) ([]byte, error) {
+	if err := checkClaim(rec); err != nil {
+		return buf, fmt.Errorf("card %q: %w", id, err)
+	}
+	if len(claimMarker(rec)) == 0 {
+		return buf, fmt.Errorf("card %q: internal error: lease change on a free card", id)
+	}
+	start := len(buf)
+	buf = append(buf, rec...)
+	next := buf[start:len(buf):len(buf)]
+	putTime(next[claimOffLease:], until)
+	if prevUntil, err := getTime(rec[claimOffLease:]); err != nil {
+		return buf, fmt.Errorf("card %q: %w", id, err)
+	} else if !prevUntil.IsZero() {
+		w.setKey(bucketIdxLease, leaseKeyString(prevUntil, id), nil)
+	}
+	w.setKey(bucketClaims, id, next)
+	w.setKey(bucketIdxLease, leaseKeyString(until, id), emptyValue)
+	return buf, nil
 }
 
 // now reads the injected clock once per write, normalised like stored times.

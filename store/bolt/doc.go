@@ -3,8 +3,12 @@
 //
 // Layout. Every bucket lives at the top level of the file:
 //
-//	meta         schema version (a newer file is refused, never reset)
-//	cards        card id → JSON card record
+//	meta         schema version (a newer file is refused, never reset; an
+//	             older one is migrated at Open, see migrate.go)
+//	cards        card id → JSON card document, without the claim family
+//	claims       card id → fixed-layout binary claim record (keys.go):
+//	             claim_epoch, claimed_at, claim_lease_until, claim; only
+//	             cards that were ever claimed have one
 //	runs         run id  → JSON run
 //	events       8-byte big-endian seq (bucket sequence) → JSON event
 //	idx_state    state 0x00 created seq id → 1 byte: 1 claimed, 0 free
@@ -18,7 +22,16 @@
 // instant so creation order is total. Card ids and state names cannot
 // contain 0x00 (board.ValidateName refuses control characters), so the
 // separator is unambiguous. Indexes are written in the same transaction as
-// the card, through one function (putCard), so they cannot drift.
+// the card, through one function (putCard), so they cannot drift; the one
+// exception is a lease change (renewal, same-marker re-claim, early
+// expiry), which rewrites only the claim record and the lease index entry
+// (setLease), because a lease is all it changes.
+//
+// The claim family has its own bucket since schema version 2 for two
+// reasons. A heartbeat renews every claim the agent holds in one write, and
+// decoding and re-encoding whole JSON cards for that dominated its cost
+// (issue 7). And the contract says ordinary writes never touch the claim
+// family: here they cannot, because they do not write the claims bucket.
 //
 // Writes go through a group committer (see commit.go): concurrent writers
 // share one transaction and one fsync, and each write is isolated from the

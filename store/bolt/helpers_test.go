@@ -69,8 +69,9 @@ func dump(t *testing.T, s *Store) string {
 	return buf.String()
 }
 
-// checkIndexes recomputes every index from the cards bucket and compares
-// it with the index buckets, entry by entry and value by value.
+// checkIndexes recomputes every index from the cards and claims buckets and
+// compares it with the index buckets, entry by entry and value by value. It
+// also refuses a claim record whose card does not exist.
 func checkIndexes(t *testing.T, s *Store) {
 	t.Helper()
 	err := s.db.View(func(tx *bolt.Tx) error {
@@ -78,8 +79,18 @@ func checkIndexes(t *testing.T, s *Store) {
 		for _, b := range indexBuckets {
 			want[string(b)] = map[string]string{}
 		}
-		err := tx.Bucket(bucketCards).ForEach(func(k, v []byte) error {
-			r, err := decodeCard(v)
+		claims := tx.Bucket(bucketClaims)
+		err := claims.ForEach(func(k, _ []byte) error {
+			if tx.Bucket(bucketCards).Get(k) == nil {
+				return fmt.Errorf("claim record %q has no card", k)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		err = tx.Bucket(bucketCards).ForEach(func(k, v []byte) error {
+			r, err := decodeCard(v, claims.Get(k))
 			if err != nil {
 				return err
 			}
@@ -125,14 +136,14 @@ func checkIndexes(t *testing.T, s *Store) {
 	}
 }
 
-// allCards reads every card straight from the cards bucket (the brute-force
-// answer the index-backed listings are compared with).
+// allCards reads every card straight from the cards and claims buckets
+// (the brute-force answer the index-backed listings are compared with).
 func allCards(t *testing.T, s *Store) []*cardRecord {
 	t.Helper()
 	var out []*cardRecord
 	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketCards).ForEach(func(_, v []byte) error {
-			r, err := decodeCard(v)
+		return tx.Bucket(bucketCards).ForEach(func(k, v []byte) error {
+			r, err := decodeCard(v, tx.Bucket(bucketClaims).Get(k))
 			out = append(out, r)
 			return err
 		})

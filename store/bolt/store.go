@@ -15,8 +15,12 @@ import (
 
 // SchemaVersion is the layout this package writes (see doc.go). A file
 // stamped with a higher version was written by a newer leasekeeper and is
-// refused: reading it with an older layout could corrupt it.
-const SchemaVersion = 1
+// refused: reading it with an older layout could corrupt it. A file stamped
+// with a lower version is migrated at Open (see migrate.go).
+//
+// Version 1 kept the claim family inside each card's JSON document.
+// Version 2 keeps it in the claims bucket as a fixed-layout record.
+const SchemaVersion = 2
 
 var keySchema = []byte("schema_version")
 
@@ -155,8 +159,14 @@ func checkSchema(tx *bolt.Tx) error {
 	if v > SchemaVersion {
 		return fmt.Errorf("%w: file is schema version %d, written by a newer leasekeeper; this binary reads up to version %d, upgrade it", ErrSchema, v, SchemaVersion)
 	}
-	// Version 1 is the first layout, so there is nothing to migrate yet. A
-	// later version adds its migration here, in this transaction.
+	// An older file is brought up to date here, in this transaction: the
+	// migration lands whole with its new stamp, or not at all.
+	if v < SchemaVersion {
+		if err := migrate(tx, v); err != nil {
+			return fmt.Errorf("%w: migrating schema version %d to %d: %w", ErrSchema, v, SchemaVersion, err)
+		}
+		v = SchemaVersion
+	}
 	for _, name := range allBuckets {
 		if tx.Bucket(name) == nil {
 			return fmt.Errorf("%w: schema version %d file is missing bucket %s", ErrSchema, v, name)

@@ -1,0 +1,99 @@
+package boltstore
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+// migrate brings a file from schema version from up to SchemaVersion inside
+// tx, one step per version, and stamps the result. It runs inside Open's
+// write transaction, so a failure (or a crash) leaves the file exactly as
+// it was, still stamped with its old version.
+func migrate(tx *bolt.Tx, from int) error {
+	for v := from; v < SchemaVersion; v++ {
+		step, ok := migrations[v]
+		if !ok {
+			return fmt.Errorf("no migration from schema version %d", v)
+		}
+		if err := step(tx); err != nil {
+			return fmt.Errorf("from version %d: %w", v, err)
+		}
+	}
+	return tx.Bucket(bucketMeta).Put(keySchema, []byte(strconv.Itoa(SchemaVersion)))
+}
+
+// migrations maps a schema version to the step that lifts a file from it to
+// the next version.
+var migrations = map[int]func(*bolt.Tx) error{
+	1: migrate1to2,
+}
+
+// v1CardRecord is a card as schema version 1 stored it: one JSON document
+// with the claim family inline.
+type v1CardRecord struct {
+	board.Card
+	Seq uint64 `json:"seq"`
+}
+
+// migrate1to2 moves each card's claim family out of its JSON document into
+// a claim record in the new claims bucket. Every value is carried over
+// as it was, the epoch above all: a fence that went back would let a stale
+// holder's token match again (ADR-096 §1). The indexes are derived from
+// the same fields in both versions, so they stay as they are.
+func migrate1to2(tx *bolt.Tx) error {
+	cards := tx.Bucket(bucketCards)
+	if cards == nil {
+		return fmt.Errorf("missing bucket %s", bucketCards)
+	}
+	if tx.Bucket(bucketClaims) != nil {
+		return fmt.Errorf("a version 1 file already has a %s bucket", bucketClaims)
+	}
+	claims, err := tx.CreateBucket(bucketClaims)
+	if err != nil {
+		return err
+	}
+	// bbolt does not allow writes to a bucket while a cursor walks it, so
+	// the new values are gathered first and written after the walk.
+	type rewrite struct{ key, doc, claim []byte }
+	var todo []rewrite
+	err = cards.ForEach(func(k, v []byte) error {
+		var old v1CardRecord
+		if err := json.Unmarshal(v, &old); err != nil {
+			return fmt.Errorf("card %q: decode version 1 record: %w", k, err)
+		}
+		if old.ID != string(k) {
+			return fmt.Errorf("card key %q holds card %q", k, old.ID)
+		}
+		rec := &cardRecord{Card: old.Card, Seq: old.Seq}
+		normalizeCard(&rec.Card)
+		doc, err := encodeCardDoc(rec)
+		if err != nil {
+			return fmt.Errorf("card %q: %w", k, err)
+		}
+		r := rewrite{key: append([]byte(nil), k...), doc: doc}
+		if fam := familyOf(&rec.Card); !fam.isZero() {
+			r.claim = appendClaim(nil, fam)
+		}
+		todo = append(todo, r)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, r := range todo {
+		if err := cards.Put(r.key, r.doc); err != nil {
+			return fmt.Errorf("card %q: %w", r.key, err)
+		}
+		if r.claim != nil {
+			if err := claims.Put(r.key, r.claim); err != nil {
+				return fmt.Errorf("card %q: claim record: %w", r.key, err)
+			}
+		}
+	}
+	return nil
+}
