@@ -397,3 +397,39 @@ func TestEffectsOneShotFiresOnceAcrossAgents(t *testing.T) {
 		}
 	}
 }
+
+// labelsFromStore is the board-administration verb the label sweeps write
+// through; a store that does not offer it yet skips the test below.
+type labelsFromStore interface {
+	SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error)
+}
+
+// TestEffectsOneShotFromALabelSweepIsNotConsumed: a one-shot label that
+// arrives through a machine-reason labels write (a field_rename sweep)
+// neither fires nor is consumed (ADR-096 Consequences).
+func TestEffectsOneShotFromALabelSweepIsNotConsumed(t *testing.T) {
+	t.Parallel()
+	e := newEffectsEnv(t, "fxhost-106")
+	ls, ok := board.Store(e.agent.Store).(labelsFromStore)
+	if !ok {
+		t.Skip("this bbolt store has no SetLabelsFrom yet: nothing can write a labels event under machine provenance")
+	}
+	e.create("c1", board.StateBacklog, "old:go")
+	if err := e.fx.SeekHead(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, changed, err := ls.SetLabelsFrom(e.ctx, board.LabelsFrom{
+		Card: "c1", Expect: []string{"old:go"}, Labels: []string{"once:go"}, Reason: board.ReasonFieldRename, Actor: "sweep",
+	}); err != nil || !changed {
+		t.Fatalf("SetLabelsFrom: changed %v, err %v", changed, err)
+	}
+	if ev := e.lastEvent("c1", board.EventLabels); ev.Reason != board.ReasonFieldRename || !slices.Contains(ev.Data.Added, "once:go") {
+		t.Fatalf("sweep event = reason %q added %v, want field_rename adding once:go", ev.Reason, ev.Data.Added)
+	}
+	if got := launches(e.hintsAfter("sentinel")); len(got) != 0 {
+		t.Errorf("launch hints after a label sweep = %v, want none", got)
+	}
+	if c, _ := e.agent.Store.GetCard(e.ctx, "c1"); !slices.Contains(c.Labels, "once:go") {
+		t.Errorf("labels = %v: a machine-reason label write consumed the one-shot", c.Labels)
+	}
+}
