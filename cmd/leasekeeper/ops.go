@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -70,50 +71,142 @@ func runStatus(ctx context.Context, env *cli, asJSON bool) error {
 	if asJSON {
 		return printJSON(env.stdout, st)
 	}
+	ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "agent:\t%s (pid %d, %s)\n", st.Marker, st.PID, st.Version)
 	fmt.Fprintf(tw, "started:\t%s\n", st.StartedAt.Format(time.RFC3339))
 	fmt.Fprintf(tw, "socket:\t%s\n", st.Socket)
 	fmt.Fprintf(tw, "store:\t%s\n", st.Backend)
-	fmt.Fprintf(tw, "lease:\t%s (liveness %s)\n", time.Duration(st.LeaseMS)*time.Millisecond, st.Liveness)
+	if st.Store.Reachable {
+		fmt.Fprintf(tw, "store reachable:\tyes (%.1fms)\n", st.Store.CheckMS)
+	} else {
+		fmt.Fprintf(tw, "store reachable:\tNO: %s\n", st.Store.Error)
+	}
+	if p := st.Store.Plugin; p != nil {
+		line := fmt.Sprintf("%s, pid %d, %d restarts, since %s", p.State, p.PID, p.Restarts, p.Since.Format(time.RFC3339))
+		if p.LastError != "" {
+			line += ", last error: " + p.LastError
+		}
+		fmt.Fprintf(tw, "store plugin:\t%s\n", line)
+	}
+	fmt.Fprintf(tw, "lease:\t%s (liveness %s)\n", ms(st.LeaseMS), st.Liveness)
 	gate := "off"
 	if st.Reaper.Enabled {
 		gate = "on"
 	}
-	fmt.Fprintf(tw, "reaper:\t%s, every %s, batch %d\n", gate, time.Duration(st.Reaper.IntervalMS)*time.Millisecond, st.Reaper.Batch)
+	fmt.Fprintf(tw, "reaper:\tgate %s, every %s, batch %d\n", gate, ms(st.Reaper.IntervalMS), st.Reaper.Batch)
+	if p := st.Reaper.LastPass; p != nil {
+		fmt.Fprintf(tw, "last reaper pass:\t%s\n", describePass(*p))
+	} else {
+		fmt.Fprintf(tw, "last reaper pass:\tnone yet\n")
+	}
+	fmt.Fprintf(tw, "heartbeat:\tevery %s\n", ms(st.Heartbeat.IntervalMS))
+	if t := st.Heartbeat.LastTick; t != nil {
+		line := fmt.Sprintf("%s ago, %s in %.1fms: %d held, %d renewed, %d lost",
+			ms(t.AgoMS), t.Result, t.DurationMS, t.Held, t.Renewed, t.Lost)
+		if t.Error != "" {
+			line += ", error: " + t.Error
+		}
+		fmt.Fprintf(tw, "last tick:\t%s\n", line)
+	} else {
+		fmt.Fprintf(tw, "last tick:\tnone yet\n")
+	}
 	if st.Draining {
 		fmt.Fprintf(tw, "draining:\tyes (not granting new claims)\n")
 	}
-	fmt.Fprintf(tw, "claims:\t%d\n", len(st.Claims))
+	fmt.Fprintf(tw, "claims held:\t%d\n", len(st.Claims))
 	_ = tw.Flush()
 	if len(st.Claims) > 0 {
 		tw = tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "  CARD\tMARKER\tEPOCH\tPID\tTRUSTED")
 		for _, h := range st.Claims {
-			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\n", h.Card, h.Marker, h.Epoch, h.PID, time.Duration(h.TrustedMS)*time.Millisecond)
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\n", h.Card, h.Marker, h.Epoch, h.PID, ms(h.TrustedMS))
 		}
 		_ = tw.Flush()
 	}
 	return nil
 }
 
+// describePass summarises a reaper pass on one line: when, how long, and
+// what it decided, counted by action.
+func describePass(p apitype.ReaperPass) string {
+	s := fmt.Sprintf("%s, took %.1fms, %d examined", p.StartedAt.Format(time.RFC3339), p.DurationMS, p.Examined)
+	if p.Gated {
+		s += " (gate off: repair sweeps only)"
+	}
+	if counts := formatCounts(p.Actions); counts != "" {
+		s += "; decided " + counts
+	}
+	if counts := formatCounts(p.Sweeps); counts != "" {
+		s += "; swept " + counts
+	}
+	return s
+}
+
+// formatCounts prints a count map in a stable order: "fail 1, keep 3".
+func formatCounts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // healthTimeout bounds a health check: a container runtime kills a check
 // that hangs, and a hung agent is exactly what it must report.
 const healthTimeout = 5 * time.Second
 
+// runHealth is the container and script probe: exit 0 when the agent
+// answers and is fit to serve, 1 with a one-line reason otherwise.
 func runHealth(ctx context.Context, env *cli) error {
 	ctx, cancel := context.WithTimeout(ctx, healthTimeout)
 	defer cancel()
 	c := env.client()
 	st, err := c.Status(ctx)
 	if err != nil {
-		return env.agentError(c, err)
+		return oneLine(env.agentError(c, err))
 	}
-	if st.Draining {
-		return errors.New("agent is shutting down")
+	if why := unhealthy(st); why != "" {
+		return oneLine(errors.New(why))
 	}
 	fmt.Fprintln(env.stdout, "ok")
 	return nil
+}
+
+// unhealthy says why an agent that answered is not healthy, or "" when it
+// is: it is shutting down, its store does not answer, or its heartbeat
+// loop stopped ticking. The last check matters most where no systemd
+// watchdog runs (a container): a tick waits on the store for at most about
+// one lease and the next comes an interval later, so a tick that ended
+// longer ago than both means the loop is stuck.
+func unhealthy(st apitype.Status) string {
+	switch {
+	case st.Draining:
+		return "agent is shutting down"
+	case !st.Store.Reachable:
+		return "store unreachable: " + st.Store.Error
+	}
+	if t := st.Heartbeat.LastTick; t != nil && st.LeaseMS > 0 {
+		if stall := st.LeaseMS + st.Heartbeat.IntervalMS; t.AgoMS > stall {
+			return fmt.Sprintf("heartbeat loop stalled: its last tick ended %s ago (lease %s)",
+				time.Duration(t.AgoMS)*time.Millisecond, time.Duration(st.LeaseMS)*time.Millisecond)
+		}
+	}
+	return ""
+}
+
+// oneLine keeps a health failure to one line on stderr, as probes log it.
+func oneLine(err error) error {
+	msg := err.Error()
+	if !strings.ContainsAny(msg, "\r\n") {
+		return err
+	}
+	return errors.New(strings.Join(strings.Fields(msg), " "))
 }
 
 func runEvents(ctx context.Context, env *cli, o eventsOpts) error {
