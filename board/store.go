@@ -76,8 +76,11 @@ type Reclaim struct {
 // (claim, claim_epoch) and is refused with ErrClaimConflict for a stale
 // token, even when it would change nothing.
 type Store interface {
-	// Board returns the board this store was opened with.
+	// Board returns the board definition as stored (seeded from the
+	// store's configuration when the store was first created; see
+	// BoardAdmin).
 	Board() Board
+	BoardAdmin
 
 	// CreateCard creates a card. Empty State means the first pool state, or
 	// waiting_deps when a blocker is not yet complete. Unknown blockers, a

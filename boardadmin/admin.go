@@ -28,12 +28,9 @@ import (
 	"github.com/leasekeeper/leasekeeper/board"
 )
 
-// Store is what the walkers need: the store contract and its board
-// administration verbs.
-type Store interface {
-	board.Store
-	board.BoardAdmin
-}
+// Store is what the walkers need: the store contract, which includes its
+// board administration verbs (board.BoardAdmin).
+type Store = board.Store
 
 // Defaults of Config.
 const (

@@ -3,9 +3,6 @@ package plugins
 import (
 	"context"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/plugins/storepb"
 )
@@ -22,20 +19,8 @@ var (
 	_ board.BoardAdmin = (*Proxy)(nil)
 )
 
-func (s *server) adminStore() (board.BoardAdmin, error) {
-	a, ok := s.store.(board.BoardAdmin)
-	if !ok {
-		return nil, status.Errorf(codes.Unimplemented, "the served store %T does not administer its board", s.store)
-	}
-	return a, nil
-}
-
 func (s *server) LoadBoard(ctx context.Context, _ *storepb.BoardRequest) (*storepb.BoardReply, error) {
-	a, err := s.adminStore()
-	if err != nil {
-		return nil, err
-	}
-	b, err := a.LoadBoard(ctx)
+	b, err := s.store.LoadBoard(ctx)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -43,11 +28,7 @@ func (s *server) LoadBoard(ctx context.Context, _ *storepb.BoardRequest) (*store
 }
 
 func (s *server) SetBoard(ctx context.Context, r *storepb.SetBoardRequest) (*storepb.SetBoardReply, error) {
-	a, err := s.adminStore()
-	if err != nil {
-		return nil, err
-	}
-	b, changed, err := a.SetBoard(ctx, boardFromPB(r.GetExpect()), boardFromPB(r.GetNext()))
+	b, changed, err := s.store.SetBoard(ctx, boardFromPB(r.GetExpect()), boardFromPB(r.GetNext()))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -55,11 +36,7 @@ func (s *server) SetBoard(ctx context.Context, r *storepb.SetBoardRequest) (*sto
 }
 
 func (s *server) SetLabelsFrom(ctx context.Context, r *storepb.SetLabelsFromRequest) (*storepb.CardChangedReply, error) {
-	a, err := s.adminStore()
-	if err != nil {
-		return nil, err
-	}
-	c, changed, err := a.SetLabelsFrom(ctx, board.LabelsFrom{
+	c, changed, err := s.store.SetLabelsFrom(ctx, board.LabelsFrom{
 		Card: r.GetCard(), Expect: stringsFromPB(r.GetExpect()), Labels: stringsFromPB(r.GetLabels()),
 		Reason: board.Reason(r.GetReason()), Actor: r.GetActor(),
 	})

@@ -2,7 +2,6 @@ package socketapi
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 
 	"github.com/leasekeeper/leasekeeper/apitype"
@@ -26,20 +25,13 @@ func (s *Server) adminRoutes() []route {
 
 // boardAdmin returns a walker over the store acting for actor.
 func (s *Server) boardAdmin(actor string) (*boardadmin.Admin, error) {
-	st, ok := s.cfg.Store.(boardadmin.Store)
-	if !ok {
-		return nil, fmt.Errorf("%w: this agent's store does not administer its board", apitype.ErrUnavailable)
-	}
-	return boardadmin.New(boardadmin.Config{Store: st, Actor: actor})
+	return boardadmin.New(boardadmin.Config{Store: s.cfg.Store, Actor: actor})
 }
 
-// storedBoard is the board as stored now, when the store can say; the
-// cached definition otherwise.
+// storedBoard is the board as stored now: another agent sharing the store
+// may have changed it since this one last looked.
 func (s *Server) storedBoard(ctx context.Context) (board.Board, error) {
-	if st, ok := s.cfg.Store.(board.BoardAdmin); ok {
-		return st.LoadBoard(ctx)
-	}
-	return s.cfg.Store.Board(), nil
+	return s.cfg.Store.LoadBoard(ctx)
 }
 
 func (s *Server) runAdmin(w http.ResponseWriter, r *http.Request, c caller, req any, op func(ctx context.Context, a *boardadmin.Admin) (board.SweepReport, error)) error {

@@ -58,6 +58,7 @@ func Exercise(t *testing.T, h Harness) {
 	t.Run("Watchdog", func(t *testing.T) { exerciseWatchdog(t, h) })
 	t.Run("Events", func(t *testing.T) { exerciseEvents(t, h) })
 	t.Run("BadInput", func(t *testing.T) { exerciseBadInput(t, h) })
+	t.Run("Admin", func(t *testing.T) { ExerciseAdmin(t, h) })
 }
 
 // Markers used throughout the suite. Two workers, plus the recovery marker

@@ -70,7 +70,7 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 		}
 	}
 	if nc.State != "" {
-		if _, err := s.board.Require(nc.State); err != nil {
+		if _, err := s.brd().RequireTarget(nc.State); err != nil {
 			return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, err)
 		}
 	}
@@ -86,7 +86,7 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 			if err != nil {
 				return board.Invalid("card %q: unknown blocker %q", nc.ID, d)
 			}
-			if !s.board.IsCompletion(b.State) {
+			if !s.brd().IsCompletion(b.State) {
 				blockersComplete = false
 			}
 		}
@@ -95,8 +95,8 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 		}
 		state := nc.State
 		if state == "" {
-			state = s.board.FirstPool()
-			if !blockersComplete && s.board.Has(board.StateWaitingDeps) {
+			state = s.brd().FirstPool()
+			if !blockersComplete && s.brd().Has(board.StateWaitingDeps) {
 				state = board.StateWaitingDeps
 			}
 		}
@@ -194,7 +194,7 @@ func (s *Store) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card
 		return nil, board.Invalid("negative limit %d", f.Limit)
 	}
 	if f.State != "" {
-		if _, err := s.board.Require(f.State); err != nil {
+		if _, err := s.brd().Require(f.State); err != nil {
 			return nil, err
 		}
 	}
@@ -305,7 +305,11 @@ func (s *Store) move(w *wtx, rec *cardRecord, to string, reason board.Reason, ac
 		Type: board.EventState, Card: rec.ID, Reason: reason, Actor: actor, At: now,
 		Data: board.EventData{From: from, To: to},
 	})
-	if s.board.IsCompletion(to) {
+	// A move under machine provenance promotes nobody (ADR-096
+	// Consequences: a machine-caused event fires no effect, promotion
+	// included): a state sweep renaming the completion column moves every
+	// card in it, and none of those moves completes anything.
+	if s.brd().IsCompletion(to) && !board.IsMachineReason(reason) {
 		return s.promoteDependents(w, rec.ID, actor)
 	}
 	return nil
@@ -321,7 +325,7 @@ func (s *Store) promoteDependents(w *wtx, id, actor string) error {
 	if err != nil {
 		return err
 	}
-	pool := s.board.FirstPool()
+	pool := s.brd().FirstPool()
 	for _, d := range deps {
 		if d.State != board.StateWaitingDeps {
 			continue
@@ -332,7 +336,7 @@ func (s *Store) promoteDependents(w *wtx, id, actor string) error {
 			if err != nil {
 				return fmt.Errorf("card %q: blocker %q: %w", d.ID, b, err)
 			}
-			if !s.board.IsCompletion(bc.State) {
+			if !s.brd().IsCompletion(bc.State) {
 				ready = false
 				break
 			}
@@ -365,7 +369,7 @@ func sinkExit(card, from, to string) error {
 }
 
 func (s *Store) leavesSink(from, to string) bool {
-	return s.board.IsTerminal(from) && !s.board.IsTerminal(to)
+	return s.brd().IsTerminal(from) && !s.brd().IsTerminal(to)
 }
 
 func validateMove(m board.Move) error {
@@ -388,7 +392,7 @@ func (s *Store) SetState(ctx context.Context, m board.Move) error {
 	if err := validateMove(m); err != nil {
 		return err
 	}
-	if _, err := s.board.Require(m.To); err != nil {
+	if _, err := s.brd().RequireTarget(m.To); err != nil {
 		return fmt.Errorf("card %q: %w", m.Card, err)
 	}
 	return s.write(ctx, func(w *wtx) error {
@@ -411,13 +415,13 @@ func (s *Store) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
 	if err := validateMove(m); err != nil {
 		return false, err
 	}
-	if _, err := s.board.Require(m.To); err != nil {
+	if _, err := s.brd().RequireTarget(m.To); err != nil {
 		return false, fmt.Errorf("card %q: %w", m.Card, err)
 	}
 	if m.From == "" {
 		return false, board.Invalid("card %q: SetStateFrom needs a declared source state", m.Card)
 	}
-	if _, err := s.board.Require(m.From); err != nil {
+	if _, err := s.brd().Require(m.From); err != nil {
 		return false, fmt.Errorf("card %q: from: %w", m.Card, err)
 	}
 	var changed bool
@@ -450,19 +454,29 @@ func (s *Store) Reopen(ctx context.Context, m board.Move) error {
 	if err := validateMove(m); err != nil {
 		return err
 	}
-	target, err := s.board.Require(m.To)
+	target, err := s.brd().RequireTarget(m.To)
 	if err != nil {
 		return fmt.Errorf("card %q: %w", m.Card, err)
 	}
 	if target.Terminal {
 		return fmt.Errorf("card %q: reopen into terminal state %q: %w", m.Card, m.To, board.ErrTransitionRejected)
 	}
+	if m.From != "" {
+		if _, err := s.brd().Require(m.From); err != nil {
+			return fmt.Errorf("card %q: from: %w", m.Card, err)
+		}
+	}
 	return s.write(ctx, func(w *wtx) error {
 		rec, err := w.getCard(m.Card)
 		if err != nil {
 			return err
 		}
-		if !s.board.IsTerminal(rec.State) {
+		// A declared source makes the reopen a compare-and-set on it (the
+		// bulk reopen of a state sweep walks an ageing snapshot).
+		if m.From != "" && rec.State != m.From {
+			return fmt.Errorf("card %q: reopen from %q, but the card is in %q: %w", m.Card, m.From, rec.State, board.ErrTransitionRejected)
+		}
+		if !s.brd().IsTerminal(rec.State) {
 			return fmt.Errorf("card %q: reopen from non-terminal state %q: %w", m.Card, rec.State, board.ErrTransitionRejected)
 		}
 		deps, err := w.dependents(m.Card)
@@ -470,7 +484,7 @@ func (s *Store) Reopen(ctx context.Context, m board.Move) error {
 			return err
 		}
 		for _, d := range deps {
-			if d.PromotedBy == m.Card && !s.board.IsTerminal(d.State) {
+			if d.PromotedBy == m.Card && !s.brd().IsTerminal(d.State) {
 				return fmt.Errorf("card %q: dependent %q was promoted on its completion and is still %s: %w",
 					m.Card, d.ID, d.State, board.ErrTransitionRejected)
 			}
@@ -510,7 +524,7 @@ func (s *Store) AdjustLabels(ctx context.Context, c board.LabelChange) (board.Ca
 			out = rec.Card
 			return nil
 		}
-		return s.writeLabels(w, rec, next, c.Actor, &out)
+		return s.writeLabels(w, rec, next, board.ReasonNone, c.Actor, &out)
 	})
 	return out, err
 }
@@ -538,12 +552,12 @@ func (s *Store) SetLabels(ctx context.Context, card string, labels []string, act
 			out = rec.Card
 			return nil
 		}
-		return s.writeLabels(w, rec, slices.Clone(next), actor, &out)
+		return s.writeLabels(w, rec, slices.Clone(next), board.ReasonNone, actor, &out)
 	})
 	return out, err
 }
 
-func (s *Store) writeLabels(w *wtx, rec *cardRecord, next []string, actor string, out *board.Card) error {
+func (s *Store) writeLabels(w *wtx, rec *cardRecord, next []string, reason board.Reason, actor string, out *board.Card) error {
 	prev := *rec
 	now := s.now()
 	var added, removed []string
@@ -563,7 +577,7 @@ func (s *Store) writeLabels(w *wtx, rec *cardRecord, next []string, actor string
 		return err
 	}
 	w.emit(board.Event{
-		Type: board.EventLabels, Card: rec.ID, Actor: actor, At: now,
+		Type: board.EventLabels, Card: rec.ID, Reason: reason, Actor: actor, At: now,
 		Data: board.EventData{Labels: next, Added: added, Removed: removed},
 	})
 	*out = rec.Card

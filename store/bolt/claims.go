@@ -122,7 +122,7 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 	)
 	err := s.write(ctx, func(w *wtx) error {
 		var best []byte
-		for _, state := range s.board.PoolStates() {
+		for _, state := range s.brd().PoolStates() {
 			p := statePrefix(state)
 			err := w.scan(bucketIdxState, p, func(k, v []byte) (bool, error) {
 				if bytes.Equal(v, stateClaimed) {
@@ -263,11 +263,11 @@ func (s *Store) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, err
 	if err := validateToken(m.Card, m.Token); err != nil {
 		return false, err
 	}
-	if _, err := s.board.Require(m.To); err != nil {
+	if _, err := s.brd().RequireTarget(m.To); err != nil {
 		return false, fmt.Errorf("card %q: %w", m.Card, err)
 	}
 	if m.From != "" {
-		if _, err := s.board.Require(m.From); err != nil {
+		if _, err := s.brd().Require(m.From); err != nil {
 			return false, fmt.Errorf("card %q: from: %w", m.Card, err)
 		}
 	}
@@ -364,7 +364,7 @@ func (s *Store) SetGaveUpOwned(ctx context.Context, card string, tok board.Claim
 			return board.Invalid("card %q: negative give-up attempts %d", card, g.Attempts)
 		}
 		if g.State != "" {
-			if _, err := s.board.Require(g.State); err != nil {
+			if _, err := s.brd().Require(g.State); err != nil {
 				return fmt.Errorf("card %q: give-up state: %w", card, err)
 			}
 		}

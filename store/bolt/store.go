@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -37,8 +38,9 @@ var (
 
 // Options configures Open.
 type Options struct {
-	// Board is the board of states; the zero value means
-	// board.DefaultBoard(true), the local variant.
+	// Board is the board of states a new file is seeded with; the zero
+	// value means board.DefaultBoard(true), the local variant. Once a
+	// definition is stored it wins (Store.Board returns it).
 	Board board.Board
 	// Clock is the wall clock for created/updated stamps and lease math;
 	// nil means board.SystemClock{}.
@@ -54,7 +56,7 @@ type Options struct {
 type Store struct {
 	db    *bolt.DB
 	path  string
-	board board.Board
+	def   atomic.Pointer[board.Board] // the stored board definition (board.go)
 	clock board.Clock
 	mode  commitMode
 	c     *committer
@@ -106,7 +108,13 @@ func Open(path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("boltstore: open %q: %w", path, err)
 	}
-	s := &Store{db: db, path: path, board: b, clock: clock}
+	var stored board.Board
+	if err := db.Update(func(tx *bolt.Tx) (err error) { stored, err = loadOrSeedBoard(tx, b); return err }); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("boltstore: open %q: %w", path, err)
+	}
+	s := &Store{db: db, path: path, clock: clock}
+	s.def.Store(&stored)
 	s.startCommitter()
 	return s, nil
 }
@@ -174,9 +182,6 @@ func checkSchema(tx *bolt.Tx) error {
 	}
 	return nil
 }
-
-// Board returns the board this store was opened with.
-func (s *Store) Board() board.Board { return s.board }
 
 // Path returns the file path.
 func (s *Store) Path() string { return s.path }

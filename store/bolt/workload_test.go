@@ -32,7 +32,7 @@ func (w *randomWorker) step(t *testing.T) error {
 	cards := w.cards()
 	pick := func() string { return cards[w.rng.IntN(len(cards))] }
 	marker := w.markers[w.rng.IntN(len(w.markers))]
-	states := w.s.board.States
+	states := w.s.brd().States
 	state := states[w.rng.IntN(len(states))].Name
 	tok := func(card string) board.ClaimToken {
 		if tk, ok := w.tokens[card]; ok {
@@ -143,7 +143,7 @@ func checkListings(t *testing.T, s *Store, now time.Time) {
 	if got, w := list(board.CardFilter{ClaimedOnly: true}), want(func(r *cardRecord) bool { return r.Claimed() }); !slices.Equal(got, w) {
 		t.Errorf("ListCards(claimed) = %v, want %v", got, w)
 	}
-	for _, st := range s.board.States {
+	for _, st := range s.brd().States {
 		if got, w := list(board.CardFilter{State: st.Name}), want(func(r *cardRecord) bool { return r.State == st.Name }); !slices.Equal(got, w) {
 			t.Errorf("ListCards(%s) = %v, want %v", st.Name, got, w)
 		}

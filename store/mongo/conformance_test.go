@@ -58,7 +58,3 @@ func TestStressFencing(t *testing.T) {
 	}
 	boardtest.StressFencing(t, harness, o)
 }
-
-func TestConformanceAdmin(t *testing.T) {
-	boardtest.ExerciseAdmin(t, harness)
-}

@@ -1,0 +1,206 @@
+package boardadmin_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/boardadmin"
+	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
+)
+
+// The behaviour shared by both twins is pinned by the conformance suite
+// (boardtest.Exercise). These tests cover the walker's own failure
+// handling, injecting store failures through a thin wrapper around a real
+// bbolt store: a card vanishing mid-walk, a failing write, a hung write,
+// and a state move that never lands.
+
+func openStore(t *testing.T) *boltstore.Store {
+	t.Helper()
+	s, err := boltstore.Open(filepath.Join(t.TempDir(), "board.db"), boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// faulty overrides chosen verbs for chosen cards.
+type faulty struct {
+	boardadmin.Store
+	setLabelsFrom func(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error, bool)
+	setStateFrom  func(ctx context.Context, m board.Move) (bool, error, bool)
+}
+
+func (f faulty) SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error) {
+	if f.setLabelsFrom != nil {
+		if c, ch, err, ok := f.setLabelsFrom(ctx, l); ok {
+			return c, ch, err
+		}
+	}
+	return f.Store.SetLabelsFrom(ctx, l)
+}
+
+func (f faulty) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
+	if f.setStateFrom != nil {
+		if ch, err, ok := f.setStateFrom(ctx, m); ok {
+			return ch, err
+		}
+	}
+	return f.Store.SetStateFrom(ctx, m)
+}
+
+func seed(t *testing.T, s board.Store, state string, labels []string, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		if _, err := s.CreateCard(t.Context(), board.NewCard{ID: id, State: state, Labels: labels}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func newAdmin(t *testing.T, cfg boardadmin.Config) *boardadmin.Admin {
+	t.Helper()
+	a, err := boardadmin.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	s := openStore(t)
+	cases := []struct {
+		name string
+		cfg  boardadmin.Config
+	}{
+		{"NoStore", boardadmin.Config{}},
+		{"NegativeAttempts", boardadmin.Config{Store: s, Attempts: -1}},
+		{"NegativeTimeout", boardadmin.Config{Store: s, WriteTimeout: -time.Second}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := boardadmin.New(tc.cfg); !errors.Is(err, board.ErrInvalidArgument) {
+				t.Errorf("New(%+v) = %v, want ErrInvalidArgument", tc.cfg, err)
+			}
+		})
+	}
+}
+
+func TestCardGoneMidWalkIsBenign(t *testing.T) {
+	t.Parallel()
+	s := openStore(t)
+	seed(t, s, "", []string{"old"}, "c1", "c2", "c3")
+	f := faulty{Store: s, setLabelsFrom: func(_ context.Context, l board.LabelsFrom) (board.Card, bool, error, bool) {
+		if l.Card == "c2" {
+			return board.Card{}, false, board.NotFound("card", l.Card), true
+		}
+		return board.Card{}, false, nil, false
+	}}
+	rep, err := newAdmin(t, boardadmin.Config{Store: f}).RenameLabel(t.Context(), "old", "new")
+	if err != nil {
+		t.Fatalf("RenameLabel with a card gone mid-walk: %v, want nil", err)
+	}
+	if !slices.Equal(rep.Changed, []string{"c1", "c3"}) || !slices.Equal(rep.Gone, []string{"c2"}) || len(rep.Contended) != 0 {
+		t.Errorf("report %+v, want changed [c1 c3], gone [c2]", rep)
+	}
+}
+
+func TestErrorNamesOperationAndProgress(t *testing.T) {
+	t.Parallel()
+	s := openStore(t)
+	seed(t, s, "", []string{"old"}, "c1", "c2", "c3")
+	broken := errors.New("disk on fire")
+	f := faulty{Store: s, setLabelsFrom: func(_ context.Context, l board.LabelsFrom) (board.Card, bool, error, bool) {
+		if l.Card == "c2" {
+			return board.Card{}, false, broken, true
+		}
+		return board.Card{}, false, nil, false
+	}}
+	rep, err := newAdmin(t, boardadmin.Config{Store: f}).RenameLabel(t.Context(), "old", "new")
+	if !errors.Is(err, broken) {
+		t.Fatalf("got %v, want the store's error", err)
+	}
+	for _, want := range []string{`label rename "old" → "new"`, `card "c2"`, "(2 of 3)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	if !slices.Equal(rep.Changed, []string{"c1"}) {
+		t.Errorf("report changed %q, want [c1] (the walk got that far)", rep.Changed)
+	}
+}
+
+func TestEachWriteHasItsOwnBudget(t *testing.T) {
+	t.Parallel()
+	s := openStore(t)
+	seed(t, s, "", []string{"old"}, "c1", "c2")
+	var deadlines int
+	f := faulty{Store: s, setLabelsFrom: func(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error, bool) {
+		if _, ok := ctx.Deadline(); ok {
+			deadlines++
+		}
+		if l.Card == "c2" {
+			<-ctx.Done() // a hung store: only the write's own budget ends it
+			return board.Card{}, false, ctx.Err(), true
+		}
+		return board.Card{}, false, nil, false
+	}}
+	a := newAdmin(t, boardadmin.Config{Store: f, WriteTimeout: 50 * time.Millisecond})
+	_, err := a.RenameLabel(t.Context(), "old", "new")
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "(2 of 2)") {
+		t.Errorf("got %v, want the hung write's deadline, naming card 2 of 2", err)
+	}
+	if deadlines != 2 {
+		t.Errorf("writes carrying a deadline = %d, want every write (2)", deadlines)
+	}
+	if err := t.Context().Err(); err != nil {
+		t.Errorf("the caller's context ended: %v", err)
+	}
+}
+
+func TestStateLeftRetiringIsFinishedByARerun(t *testing.T) {
+	t.Parallel()
+	s := openStore(t)
+	seed(t, s, board.StateBacklog, nil, "c1", "c2")
+	stuck := faulty{Store: s, setStateFrom: func(_ context.Context, m board.Move) (bool, error, bool) {
+		if m.Card == "c2" {
+			return false, nil, true // never lands, card stays in the source
+		}
+		return false, nil, false
+	}}
+	rep, err := newAdmin(t, boardadmin.Config{Store: stuck}).RenameState(t.Context(), board.StateBacklog, "icebox")
+	if err != nil {
+		t.Fatalf("RenameState with a stuck card: %v", err)
+	}
+	if !slices.Equal(rep.Changed, []string{"c1"}) || !slices.Equal(rep.Contended, []string{"c2"}) || len(rep.Notes) == 0 {
+		t.Errorf("report %+v, want changed [c1], contended [c2] and a note", rep)
+	}
+	b := s.Board()
+	if st, ok := b.State(board.StateBacklog); !ok || st.RetiringInto != "icebox" || !b.Has("icebox") {
+		t.Fatalf("board after an unfinished rename = %s, want backlog retiring into icebox", b)
+	}
+	if _, err := s.CreateCard(t.Context(), board.NewCard{ID: "late", State: board.StateBacklog}); !errors.Is(err, board.ErrInvalidArgument) {
+		t.Errorf("CreateCard into a retiring state: got %v, want ErrInvalidArgument", err)
+	}
+
+	rep, err = newAdmin(t, boardadmin.Config{Store: s}).RenameState(t.Context(), board.StateBacklog, "icebox")
+	if err != nil {
+		t.Fatalf("re-run: %v", err)
+	}
+	if !slices.Equal(rep.Changed, []string{"c2"}) || len(rep.Contended) != 0 {
+		t.Errorf("re-run report %+v, want changed [c2]", rep)
+	}
+	if b := s.Board(); b.Has(board.StateBacklog) || !b.Has("icebox") {
+		t.Errorf("board after the re-run = %s, want icebox in backlog's place", b)
+	}
+	if _, err := newAdmin(t, boardadmin.Config{Store: s}).RenameState(t.Context(), board.StateBacklog, "other"); !errors.Is(err, board.ErrInvalidArgument) {
+		t.Errorf("renaming a state that no longer exists: got %v, want ErrInvalidArgument", err)
+	}
+}
