@@ -103,8 +103,9 @@
 //	GET /v1/status                             → 200 apitype.Status
 //	GET /v1/board                              → 200 apitype.BoardResponse
 //	    {states: [{name, pool, launch, running, terminal, completion}],
-//	    running, first_pool, completion, failed}: the board the store was
-//	    opened with, so clients route cards by its real columns.
+//	    running, first_pool, completion, failed}: the board as stored now
+//	    (a state sweep may have changed it), so clients route cards by its
+//	    real columns.
 //	GET /v1/events?after=SEQ&limit=N           → 200 {"events": [Event]}
 //	GET /v1/events?after=SEQ&follow=true       → NDJSON, one Event per line
 //
@@ -118,6 +119,18 @@
 //	DELETE /v1/cards/{id}/claim      → 200 {"card", "holder", "epoch"}: force-release;
 //	    the holder's watch stream gets claim_lost (reason force_released)
 //	POST   /v1/reaper/pass?dry_run=true → 200 apitype.ReaperPass
+//
+// Board administration (operator; admin.go). Each runs one sweep of
+// package boardadmin and answers 200 board.SweepReport {op, cards,
+// changed, unchanged, gone, contended, board, notes}; cards still contended
+// after every attempt are in the report, not an error (ADR-096 §9).
+//
+//	POST   /v1/board/states/rename   {"from", "to"}
+//	POST   /v1/board/states/delete   {"state", "into"} (a bulk reopen with a
+//	    promoted dependent is 409 transition_rejected and changes nothing)
+//	POST   /v1/board/labels/rename   {"from", "to"}
+//	POST   /v1/board/labels/merge    {"from": [...], "into"}
+//	POST   /v1/board/labels/delete   {"label"}
 //
 // Machine reasons (watchdog, state_rename, ...) are refused on every route:
 // they silence effects, and only the machine may write them (ADR-096
