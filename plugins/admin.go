@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"context"
+	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/plugins/storepb"
@@ -87,7 +88,27 @@ func (s *remoteStore) SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (bo
 func (p *Proxy) cacheBoard(b board.Board) {
 	p.mu.Lock()
 	p.board = b
+	p.boardAt = time.Now()
 	p.mu.Unlock()
+}
+
+// boardRefresh is how old the cached board may grow before Board starts a
+// re-read: another agent sharing the store may have run a state sweep.
+const boardRefresh = 2 * time.Second
+
+// refreshBoard starts one background LoadBoard when the cache is stale.
+// Board has no context to wait with, so it returns the cached board at
+// once; the re-read runs under the Proxy's own lifetime and a bound.
+func (p *Proxy) refreshBoard(stale bool) {
+	if !stale || !p.refreshing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer p.refreshing.Store(false)
+		ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+		defer cancel()
+		_, _ = p.LoadBoard(ctx)
+	}()
 }
 
 func (p *Proxy) LoadBoard(ctx context.Context) (board.Board, error) {

@@ -101,9 +101,12 @@ type Proxy struct {
 	mu      sync.Mutex
 	cur     *instance // nil while down
 	board   board.Board
+	boardAt time.Time // when board was read (admin.go)
 	status  Status
 	changed chan struct{} // closed and replaced on every change of state
 	closed  bool
+
+	refreshing atomic.Bool // a background board re-read runs (admin.go)
 }
 
 var _ board.Store = (*Proxy)(nil)
@@ -141,7 +144,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Proxy, error) {
 		cancel()
 		return nil, err
 	}
-	p.cur, p.board = inst, b
+	p.cur, p.board, p.boardAt = inst, b, time.Now()
 	p.changed = make(chan struct{})
 	p.status = Status{State: StateUp, PID: inst.runner.pid, ProtocolVersion: inst.client.NegotiatedVersion(), Since: time.Now()}
 	go p.supervise(inst)
@@ -330,7 +333,7 @@ func (p *Proxy) markUp(inst *instance, b board.Board) bool {
 	if p.closed {
 		return false
 	}
-	p.cur, p.board = inst, b
+	p.cur, p.board, p.boardAt = inst, b, time.Now()
 	p.status.State = StateUp
 	p.status.PID = inst.runner.pid
 	p.status.ProtocolVersion = inst.client.NegotiatedVersion()

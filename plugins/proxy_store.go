@@ -10,11 +10,15 @@ import (
 // The board.Store verbs of Proxy: each one fails fast while the plugin is
 // down, and otherwise is one RPC carrying the caller's ctx.
 
-// Board returns the board the plugin serves, as read at its last start.
+// Board returns the board the plugin serves, as last read (at its start,
+// or by a LoadBoard or SetBoard through this Proxy; a stale one is re-read
+// in the background, see refreshBoard in admin.go).
 func (p *Proxy) Board() board.Board {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.board
+	b, stale := p.board, time.Since(p.boardAt) > boardRefresh
+	p.mu.Unlock()
+	p.refreshBoard(stale)
+	return b
 }
 
 func (p *Proxy) CreateCard(ctx context.Context, c board.NewCard) (board.Card, error) {

@@ -109,8 +109,27 @@ func (s *Store) cacheBoard(b board.Board) {
 	s.boardAt = time.Now()
 }
 
-// Board returns the stored board definition as last read.
-func (s *Store) Board() board.Board { return s.cachedBoard() }
+// Board returns the stored board definition as last read. When that read
+// is older than boardTTL it starts one re-read in the background and
+// returns the cached definition at once: Board has no context to wait
+// with, and its callers (the effects layer, the watchdog) only need to
+// follow another agent's state sweep within a few seconds.
+func (s *Store) Board() board.Board {
+	s.boardMu.Lock()
+	b, stale := s.board, time.Since(s.boardAt) > boardTTL
+	s.boardMu.Unlock()
+	if stale && s.refreshing.CompareAndSwap(false, true) {
+		go func() {
+			defer s.refreshing.Store(false)
+			// No caller's context exists here; the re-read is bounded on
+			// its own and fails harmlessly once the store is closed.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, _ = s.LoadBoard(ctx)
+		}()
+	}
+	return b
+}
 
 // LoadBoard reads the stored definition and refreshes the cache.
 func (s *Store) LoadBoard(ctx context.Context) (board.Board, error) {

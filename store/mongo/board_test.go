@@ -3,6 +3,7 @@ package mongostore_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/internal/mongotest"
@@ -49,5 +50,30 @@ func TestStoredBoardIsSharedByTheFleet(t *testing.T) {
 	third := openStore(t, mongostore.Options{URI: uri, Database: db})
 	if got := third.Board(); !got.Equal(renamed) {
 		t.Errorf("board of an agent started after the change = %s, want %s", got, renamed)
+	}
+}
+
+// TestBoardFollowsAnotherAgentsChange: Board() has no context, so a stale
+// cache is re-read in the background; an agent that only reads (its
+// effects layer deciding launch states) still follows another agent's
+// state sweep within seconds. The wait polls, bounded, because it waits on
+// the server and on wall-clock staleness, not on anything in this process.
+func TestBoardFollowsAnotherAgentsChange(t *testing.T) {
+	t.Parallel()
+	uri, db := mongotest.URI(t), mongotest.Database(t)
+	admin := openStore(t, mongostore.Options{URI: uri, Database: db})
+	reader := openStore(t, mongostore.Options{URI: uri, Database: db})
+	seeded := admin.Board()
+	next := seeded.Clone()
+	next.States[1].Name = "queued"
+	if _, changed, err := admin.SetBoard(t.Context(), seeded, next); err != nil || !changed {
+		t.Fatalf("SetBoard = %v, %v", changed, err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for !reader.Board().Equal(next) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Board() of the other agent is still %s, want %s", reader.Board(), next)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
