@@ -1,0 +1,134 @@
+package board
+
+import "fmt"
+
+// The decisions a store makes about a state move once it has read the card.
+// They depend only on the board and on what was read, so every store makes
+// them here; reading the card and writing the move atomically is the
+// store's own business.
+
+// InitialState is the state CreateCard puts a new card in: the requested
+// one when set, else the first pool state — or waiting_deps when a blocker
+// is not complete yet and the board has that state (a custom board that
+// drops it creates the card in the pool, blockers or not).
+func (b Board) InitialState(requested string, blockersComplete bool) string {
+	if requested != "" {
+		return requested
+	}
+	if !blockersComplete && b.Has(StateWaitingDeps) {
+		return StateWaitingDeps
+	}
+	return b.FirstPool()
+}
+
+// SinkExit refuses leaving a terminal state through the SetState family
+// (ADR-096 §5: only Reopen leaves a sink). It returns an error wrapping
+// ErrTerminalStateExit when from is terminal and to is not, and nil
+// otherwise: terminal → terminal is an ordinary refiling.
+func (b Board) SinkExit(card, from, to string) error {
+	if b.IsTerminal(from) && !b.IsTerminal(to) {
+		return fmt.Errorf("card %q: %s → %s: %w", card, from, to, ErrTerminalStateExit)
+	}
+	return nil
+}
+
+// DecideMove decides a move of the SetState family for a card read in
+// state cur. from, when set, is the declared source of a compare-and-set
+// (SetStateFrom, or an OwnedMove with From): a terminal source is refused
+// even when the card has drifted, because the caller asked to leave a sink,
+// which is wrong whatever the card holds now; a card no longer in from is
+// drift, not an error. Without a declared source, leaving a terminal state
+// is refused. move is false when there is nothing to write (drift, or the
+// card is already in to).
+func (b Board) DecideMove(card, cur, from, to string) (move bool, err error) {
+	if from != "" {
+		if err := b.SinkExit(card, from, to); err != nil {
+			return false, err
+		}
+		if cur != from {
+			return false, nil
+		}
+	}
+	if err := b.SinkExit(card, cur, to); err != nil {
+		return false, err
+	}
+	return cur != to, nil
+}
+
+// ReopenInto refuses a Reopen whose target is a terminal state: a reopen
+// leaves a sink for a working state (ADR-096 §5).
+func ReopenInto(card string, target State) error {
+	if target.Terminal {
+		return fmt.Errorf("card %q: reopen into terminal state %q: %w", card, target.Name, ErrTransitionRejected)
+	}
+	return nil
+}
+
+// CheckReopen decides a Reopen of a card read in state cur. A declared
+// source from makes the reopen a compare-and-set on it (the bulk reopen of
+// a state sweep walks an ageing snapshot): a card no longer in from is
+// refused. A card that is not in a terminal state has nothing to reopen.
+// Both refusals wrap ErrTransitionRejected.
+func (b Board) CheckReopen(card, cur, from string) error {
+	if from != "" && cur != from {
+		return fmt.Errorf("card %q: reopen from %q, but the card is in %q: %w", card, from, cur, ErrTransitionRejected)
+	}
+	if !b.IsTerminal(cur) {
+		return fmt.Errorf("card %q: reopen from non-terminal state %q: %w", card, cur, ErrTransitionRejected)
+	}
+	return nil
+}
+
+// ReopenBlockedBy reports whether the dependent d keeps card in its sink:
+// d was promoted on card's completion (PromotedBy) and has not reached a
+// terminal state since. Reopening card then would leave d working on
+// a blocker that is no longer complete. The error wraps
+// ErrTransitionRejected; nil means d does not block the reopen.
+func (b Board) ReopenBlockedBy(card string, d Card) error {
+	if d.PromotedBy != card || b.IsTerminal(d.State) {
+		return nil
+	}
+	return fmt.Errorf("card %q: dependent %q was promoted on its completion and is still %s: %w",
+		card, d.ID, d.State, ErrTransitionRejected)
+}
+
+// Promotes reports whether a move into to under reason completes the card,
+// so its dependents waiting on their blockers are looked at for promotion.
+// A move under machine provenance promotes nobody (ADR-096 Consequences: a
+// machine-caused event fires no effect, the promotion included): a state
+// sweep renaming the completion column moves every card in it, and none of
+// those moves completes anything.
+func (b Board) Promotes(to string, reason Reason) bool {
+	return b.IsCompletion(to) && !IsMachineReason(reason)
+}
+
+// Complete reports whether every one of states is a completion state (true
+// for none): whether a card whose blockers are in those states is
+// unblocked. A new card with an incomplete blocker starts in waiting_deps
+// (InitialState); a waiting dependent is promoted to the first pool state,
+// reason unblocked — not a machine reason: the cascade of closing a blocker
+// keeps its triggers (ADR-096 Consequences) — once this holds.
+func (b Board) Complete(states []string) bool {
+	for _, s := range states {
+		if !b.IsCompletion(s) {
+			return false
+		}
+	}
+	return true
+}
+
+// StampedReason is the provenance a store records for the move. A move by
+// a recovery (reaper:) marker is stamped ReasonWatchdog, so no effect fires
+// on a machine decision — except the descriptive verdicts run_finished and
+// run_failed, which the watchdog merely writes down for a dead owner and
+// which must fire the downstream chain as for a living one (ADR-096
+// Consequences).
+func (m OwnedMove) StampedReason() Reason {
+	if !IsRecoveryMarker(m.Token.Marker) {
+		return m.Reason
+	}
+	if m.Reason == ReasonRunFinished || m.Reason == ReasonRunFailed {
+		return m.Reason
+	}
+	return ReasonWatchdog
+}
