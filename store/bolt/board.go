@@ -110,18 +110,9 @@ func (s *Store) SetBoard(ctx context.Context, expect, next board.Board) (board.B
 // SetLabelsFrom writes the labels while they are still exactly l.Expect,
 // in one write; a miss returns the card as it is (ADR-096 §9).
 func (s *Store) SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error) {
-	if err := validateCardID(l.Card); err != nil {
-		return board.Card{}, false, err
-	}
-	if err := validateText("actor", l.Actor); err != nil {
-		return board.Card{}, false, fmt.Errorf("card %q: %w", l.Card, err)
-	}
-	if err := validateText("reason", string(l.Reason)); err != nil {
-		return board.Card{}, false, fmt.Errorf("card %q: %w", l.Card, err)
-	}
-	next, err := board.NormalizeLabels(l.Labels)
+	next, err := l.Normalize()
 	if err != nil {
-		return board.Card{}, false, fmt.Errorf("card %q: %w", l.Card, err)
+		return board.Card{}, false, err
 	}
 	var out board.Card
 	var changed bool
@@ -131,7 +122,7 @@ func (s *Store) SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Ca
 		if err != nil {
 			return err
 		}
-		if !slices.Equal(rec.Labels, l.Expect) || slices.Equal(rec.Labels, next) {
+		if !l.Writes(rec.Labels, next) {
 			out = rec.Card
 			return nil
 		}

@@ -5,70 +5,19 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/leasekeeper/leasekeeper/board"
 )
 
-// maxTitleBytes caps a card title.
-const maxTitleBytes = 1024
-
-func validateCardID(id string) error { return board.ValidateName("card id", id) }
-
-func validateTitle(t string) error {
-	switch {
-	case len(t) > maxTitleBytes:
-		return board.Invalid("title is %d bytes, over the %d-byte limit", len(t), maxTitleBytes)
-	case !utf8.ValidString(t):
-		return board.Invalid("title %q is not valid UTF-8", t)
-	case strings.IndexFunc(t, unicode.IsControl) >= 0:
-		return board.Invalid("title %q contains a control character", t)
-	}
-	return nil
-}
-
-// validateText checks a free-form short value (actor, reason, run id parts).
-func validateText(kind, v string) error {
-	if len(v) > board.MaxIDBytes {
-		return board.Invalid("%s is %d bytes, over the %d-byte limit", kind, len(v), board.MaxIDBytes)
-	}
-	if !utf8.ValidString(v) || strings.IndexFunc(v, unicode.IsControl) >= 0 {
-		return board.Invalid("%s %q is not printable UTF-8", kind, v)
-	}
-	return nil
-}
-
 // CreateCard creates a card after validating everything it names.
 func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, error) {
-	if err := validateCardID(nc.ID); err != nil {
+	nc, err := nc.Normalize()
+	if err != nil {
 		return board.Card{}, err
 	}
-	if err := validateTitle(nc.Title); err != nil {
-		return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, err)
-	}
-	if err := validateText("actor", nc.Actor); err != nil {
-		return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, err)
-	}
-	labels, err := board.NormalizeLabels(nc.Labels)
-	if err != nil {
-		return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, err)
-	}
-	deps := make([]string, 0, len(nc.DependsOn))
-	for _, d := range nc.DependsOn {
-		if err := board.ValidateName("blocker id", d); err != nil {
-			return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, err)
-		}
-		if d == nc.ID {
-			return board.Card{}, board.Invalid("card %q depends on itself: dependency cycle", nc.ID)
-		}
-		if !slices.Contains(deps, d) {
-			deps = append(deps, d)
-		}
-	}
+	deps, labels := nc.DependsOn, nc.Labels
 	if nc.State != "" {
 		if _, err := s.brd().RequireTarget(nc.State); err != nil {
 			return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, err)
@@ -80,26 +29,18 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 		if w.get(bucketCards, []byte(nc.ID)) != nil {
 			return fmt.Errorf("card %q: %w", nc.ID, board.ErrAlreadyExists)
 		}
-		blockersComplete := true
-		for _, d := range deps {
+		blockers := make([]string, len(deps))
+		for i, d := range deps {
 			b, err := w.getCard(d)
 			if err != nil {
 				return board.Invalid("card %q: unknown blocker %q", nc.ID, d)
 			}
-			if !s.brd().IsCompletion(b.State) {
-				blockersComplete = false
-			}
+			blockers[i] = b.State
 		}
 		if err := s.checkCycle(w, nc.ID, deps); err != nil {
 			return err
 		}
-		state := nc.State
-		if state == "" {
-			state = s.brd().FirstPool()
-			if !blockersComplete && s.brd().Has(board.StateWaitingDeps) {
-				state = board.StateWaitingDeps
-			}
-		}
+		state := s.brd().InitialState(nc.State, s.brd().Complete(blockers))
 		seq, err := w.tx.Bucket(bucketCards).NextSequence()
 		if err != nil {
 			return fmt.Errorf("card %q: creation sequence: %w", nc.ID, err)
@@ -158,7 +99,7 @@ func (s *Store) GetCard(ctx context.Context, id string) (board.Card, error) {
 	if err := ctx.Err(); err != nil {
 		return board.Card{}, err
 	}
-	if err := validateCardID(id); err != nil {
+	if err := board.ValidateCardID(id); err != nil {
 		return board.Card{}, err
 	}
 	var out board.Card
@@ -190,8 +131,8 @@ func (s *Store) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if f.Limit < 0 {
-		return nil, board.Invalid("negative limit %d", f.Limit)
+	if err := board.ValidateLimit(f.Limit); err != nil {
+		return nil, err
 	}
 	if f.State != "" {
 		if _, err := s.brd().Require(f.State); err != nil {
@@ -235,7 +176,7 @@ func (s *Store) Dependents(ctx context.Context, id string) ([]board.Card, error)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := validateCardID(id); err != nil {
+	if err := board.ValidateCardID(id); err != nil {
 		return nil, err
 	}
 	var recs []*cardRecord
@@ -305,11 +246,7 @@ func (s *Store) move(w *wtx, rec *cardRecord, to string, reason board.Reason, ac
 		Type: board.EventState, Card: rec.ID, Reason: reason, Actor: actor, At: now,
 		Data: board.EventData{From: from, To: to},
 	})
-	// A move under machine provenance promotes nobody (ADR-096
-	// Consequences: a machine-caused event fires no effect, promotion
-	// included): a state sweep renaming the completion column moves every
-	// card in it, and none of those moves completes anything.
-	if s.brd().IsCompletion(to) && !board.IsMachineReason(reason) {
+	if s.brd().Promotes(to, reason) {
 		return s.promoteDependents(w, rec.ID, actor)
 	}
 	return nil
@@ -330,6 +267,8 @@ func (s *Store) promoteDependents(w *wtx, id, actor string) error {
 		if d.State != board.StateWaitingDeps {
 			continue
 		}
+		// Stop at the first blocker that is not complete: the ones after
+		// it are not read, so a missing one is not an error here.
 		ready := true
 		for _, b := range d.DependsOn {
 			bc, err := w.getCard(b)
@@ -362,34 +301,11 @@ func (s *Store) promoteDependents(w *wtx, id, actor string) error {
 	return nil
 }
 
-// sinkExit is the error for leaving a terminal state through the SetState
-// family (ADR-096 §5).
-func sinkExit(card, from, to string) error {
-	return fmt.Errorf("card %q: %s → %s: %w", card, from, to, board.ErrTerminalStateExit)
-}
-
-func (s *Store) leavesSink(from, to string) bool {
-	return s.brd().IsTerminal(from) && !s.brd().IsTerminal(to)
-}
-
-func validateMove(m board.Move) error {
-	if err := validateCardID(m.Card); err != nil {
-		return err
-	}
-	if err := validateText("reason", string(m.Reason)); err != nil {
-		return fmt.Errorf("card %q: %w", m.Card, err)
-	}
-	if err := validateText("actor", m.Actor); err != nil {
-		return fmt.Errorf("card %q: %w", m.Card, err)
-	}
-	return nil
-}
-
 // SetState is the operator's move. Terminal → working is refused; terminal
 // → terminal is an ordinary refiling. Moving to the current state is a
 // no-op that writes nothing.
 func (s *Store) SetState(ctx context.Context, m board.Move) error {
-	if err := validateMove(m); err != nil {
+	if err := m.Validate(); err != nil {
 		return err
 	}
 	if _, err := s.brd().RequireTarget(m.To); err != nil {
@@ -400,11 +316,10 @@ func (s *Store) SetState(ctx context.Context, m board.Move) error {
 		if err != nil {
 			return err
 		}
-		if s.leavesSink(rec.State, m.To) {
-			return sinkExit(m.Card, rec.State, m.To)
-		}
-		if rec.State == m.To {
-			return nil
+		// An operator move declares no source: m.From is SetStateFrom's.
+		move, err := s.brd().DecideMove(m.Card, rec.State, "", m.To)
+		if err != nil || !move {
+			return err
 		}
 		return s.move(w, rec, m.To, m.Reason, m.Actor)
 	})
@@ -412,7 +327,7 @@ func (s *Store) SetState(ctx context.Context, m board.Move) error {
 
 // SetStateFrom is the automation move: a CAS on the declared source.
 func (s *Store) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
-	if err := validateMove(m); err != nil {
+	if err := m.Validate(); err != nil {
 		return false, err
 	}
 	if _, err := s.brd().RequireTarget(m.To); err != nil {
@@ -431,14 +346,9 @@ func (s *Store) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
 		if err != nil {
 			return err
 		}
-		// A terminal source is refused even when the card has drifted: the
-		// caller asked to leave a sink, and that request is wrong whatever
-		// the card holds now.
-		if s.leavesSink(m.From, m.To) {
-			return sinkExit(m.Card, m.From, m.To)
-		}
-		if rec.State != m.From || rec.State == m.To {
-			return nil
+		move, err := s.brd().DecideMove(m.Card, rec.State, m.From, m.To)
+		if err != nil || !move {
+			return err
 		}
 		if err := s.move(w, rec, m.To, m.Reason, m.Actor); err != nil {
 			return err
@@ -451,15 +361,15 @@ func (s *Store) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
 
 // Reopen is the only exit from a terminal state (ADR-096 §5).
 func (s *Store) Reopen(ctx context.Context, m board.Move) error {
-	if err := validateMove(m); err != nil {
+	if err := m.Validate(); err != nil {
 		return err
 	}
 	target, err := s.brd().RequireTarget(m.To)
 	if err != nil {
 		return fmt.Errorf("card %q: %w", m.Card, err)
 	}
-	if target.Terminal {
-		return fmt.Errorf("card %q: reopen into terminal state %q: %w", m.Card, m.To, board.ErrTransitionRejected)
+	if err := board.ReopenInto(m.Card, target); err != nil {
+		return err
 	}
 	if m.From != "" {
 		if _, err := s.brd().Require(m.From); err != nil {
@@ -471,22 +381,16 @@ func (s *Store) Reopen(ctx context.Context, m board.Move) error {
 		if err != nil {
 			return err
 		}
-		// A declared source makes the reopen a compare-and-set on it (the
-		// bulk reopen of a state sweep walks an ageing snapshot).
-		if m.From != "" && rec.State != m.From {
-			return fmt.Errorf("card %q: reopen from %q, but the card is in %q: %w", m.Card, m.From, rec.State, board.ErrTransitionRejected)
-		}
-		if !s.brd().IsTerminal(rec.State) {
-			return fmt.Errorf("card %q: reopen from non-terminal state %q: %w", m.Card, rec.State, board.ErrTransitionRejected)
+		if err := s.brd().CheckReopen(m.Card, rec.State, m.From); err != nil {
+			return err
 		}
 		deps, err := w.dependents(m.Card)
 		if err != nil {
 			return err
 		}
 		for _, d := range deps {
-			if d.PromotedBy == m.Card && !s.brd().IsTerminal(d.State) {
-				return fmt.Errorf("card %q: dependent %q was promoted on its completion and is still %s: %w",
-					m.Card, d.ID, d.State, board.ErrTransitionRejected)
+			if err := s.brd().ReopenBlockedBy(m.Card, d.Card); err != nil {
+				return err
 			}
 		}
 		return s.move(w, rec, m.To, m.Reason, m.Actor)
@@ -496,19 +400,8 @@ func (s *Store) Reopen(ctx context.Context, m board.Move) error {
 // AdjustLabels applies a relative label change in one step; a no-op writes
 // nothing (ADR-096 §9: the incremental path that cannot re-arm anything).
 func (s *Store) AdjustLabels(ctx context.Context, c board.LabelChange) (board.Card, error) {
-	if err := validateCardID(c.Card); err != nil {
+	if err := c.Validate(); err != nil {
 		return board.Card{}, err
-	}
-	if err := validateText("actor", c.Actor); err != nil {
-		return board.Card{}, fmt.Errorf("card %q: %w", c.Card, err)
-	}
-	// Validate the inputs before touching the card, so bad input is
-	// reported as such even on a card whose labels would not change.
-	if _, err := board.NormalizeLabels(c.Add); err != nil {
-		return board.Card{}, fmt.Errorf("card %q: add: %w", c.Card, err)
-	}
-	if _, err := board.NormalizeLabels(c.Remove); err != nil {
-		return board.Card{}, fmt.Errorf("card %q: remove: %w", c.Card, err)
 	}
 	var out board.Card
 	err := s.write(ctx, func(w *wtx) error {
@@ -532,15 +425,9 @@ func (s *Store) AdjustLabels(ctx context.Context, c board.LabelChange) (board.Ca
 // SetLabels replaces the label set. It is absolute by contract: a caller
 // that states a consumed one-shot label re-arms it (ADR-096 §9).
 func (s *Store) SetLabels(ctx context.Context, card string, labels []string, actor string) (board.Card, error) {
-	if err := validateCardID(card); err != nil {
-		return board.Card{}, err
-	}
-	if err := validateText("actor", actor); err != nil {
-		return board.Card{}, fmt.Errorf("card %q: %w", card, err)
-	}
-	next, err := board.NormalizeLabels(labels)
+	next, err := board.NormalizeSetLabels(card, labels, actor)
 	if err != nil {
-		return board.Card{}, fmt.Errorf("card %q: %w", card, err)
+		return board.Card{}, err
 	}
 	var out board.Card
 	err = s.write(ctx, func(w *wtx) error {
@@ -560,17 +447,7 @@ func (s *Store) SetLabels(ctx context.Context, card string, labels []string, act
 func (s *Store) writeLabels(w *wtx, rec *cardRecord, next []string, reason board.Reason, actor string, out *board.Card) error {
 	prev := *rec
 	now := s.now()
-	var added, removed []string
-	for _, l := range next {
-		if !slices.Contains(prev.Labels, l) {
-			added = append(added, l)
-		}
-	}
-	for _, l := range prev.Labels {
-		if !slices.Contains(next, l) {
-			removed = append(removed, l)
-		}
-	}
+	added, removed := board.LabelDiff(prev.Labels, next)
 	rec.Labels = next
 	rec.UpdatedAt = now
 	if err := w.putCard(&prev, rec); err != nil {

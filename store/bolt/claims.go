@@ -11,23 +11,6 @@ import (
 	"github.com/leasekeeper/leasekeeper/board"
 )
 
-func validateLease(card string, lease time.Duration) error {
-	if lease <= 0 {
-		return board.Invalid("card %q: lease must be positive, got %s", card, lease)
-	}
-	return nil
-}
-
-func validateToken(card string, tok board.ClaimToken) error {
-	if err := validateCardID(card); err != nil {
-		return err
-	}
-	if err := tok.Validate(); err != nil {
-		return fmt.Errorf("card %q: %w", card, err)
-	}
-	return nil
-}
-
 // holds reports whether tok is the card's current claim, exactly.
 func holds(r *cardRecord, tok board.ClaimToken) bool {
 	return r.Claim == tok.Marker && r.ClaimEpoch == tok.Epoch
@@ -59,13 +42,7 @@ func (s *Store) acquire(w *wtx, rec *cardRecord, marker string, lease time.Durat
 
 // Claim acquires a free card or refreshes the same marker's lease.
 func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.ClaimToken, error) {
-	if err := validateCardID(r.Card); err != nil {
-		return board.ClaimToken{}, err
-	}
-	if err := board.ValidateMarker(r.Marker); err != nil {
-		return board.ClaimToken{}, fmt.Errorf("card %q: %w", r.Card, err)
-	}
-	if err := validateLease(r.Card, r.Lease); err != nil {
+	if err := r.Validate(); err != nil {
 		return board.ClaimToken{}, err
 	}
 	var tok board.ClaimToken
@@ -110,11 +87,8 @@ func (s *Store) extendLease(w *wtx, rec *cardRecord, until time.Time) error {
 // index value says free or claimed, so claimed cards are skipped without
 // being read), and the oldest of those candidates wins.
 func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.Card, board.ClaimToken, error) {
-	if err := board.ValidateMarker(r.Marker); err != nil {
+	if err := r.Validate(); err != nil {
 		return board.Card{}, board.ClaimToken{}, err
-	}
-	if r.Lease <= 0 {
-		return board.Card{}, board.ClaimToken{}, board.Invalid("lease must be positive, got %s", r.Lease)
 	}
 	var (
 		card board.Card
@@ -165,8 +139,8 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 // document is decoded or encoded; a card document is read only to tell a
 // missing card from a never-claimed one when a hold is refused.
 func (s *Store) RenewClaims(ctx context.Context, hs []board.Hold, lease time.Duration) ([]board.RenewResult, error) {
-	if lease <= 0 {
-		return nil, board.Invalid("lease must be positive, got %s", lease)
+	if err := board.ValidateLease("", lease); err != nil {
+		return nil, err
 	}
 	if len(hs) == 0 {
 		return []board.RenewResult{}, ctx.Err()
@@ -182,7 +156,7 @@ func (s *Store) RenewClaims(ctx context.Context, hs []board.Hold, lease time.Dur
 		w.reserve(bucketIdxLease, 2*len(hs))
 		for i, h := range hs {
 			out[i].Card = h.Card
-			if err := validateToken(h.Card, h.Token); err != nil {
+			if err := board.ValidateToken(h.Card, h.Token); err != nil {
 				out[i].Err = err
 				continue
 			}
@@ -228,7 +202,7 @@ func (s *Store) RenewClaims(ctx context.Context, hs []board.Hold, lease time.Dur
 // owned runs fn on the card only when tok is its current claim. A stale
 // token is refused even when fn would change nothing (ADR-096 §2).
 func (s *Store) owned(ctx context.Context, card string, tok board.ClaimToken, fn func(w *wtx, rec *cardRecord) error) error {
-	if err := validateToken(card, tok); err != nil {
+	if err := board.ValidateToken(card, tok); err != nil {
 		return err
 	}
 	return s.write(ctx, func(w *wtx) error {
@@ -243,24 +217,9 @@ func (s *Store) owned(ctx context.Context, card string, tok board.ClaimToken, fn
 	})
 }
 
-// ownedReason stamps a move by a recovery marker as watchdog provenance so
-// no effect fires on a machine decision — except the descriptive verdicts
-// run_finished / run_failed, which the watchdog merely writes down for a
-// dead owner and which must fire the downstream chain as for a living one
-// (ADR-096 Consequences).
-func ownedReason(marker string, r board.Reason) board.Reason {
-	if !board.IsRecoveryMarker(marker) {
-		return r
-	}
-	if r == board.ReasonRunFinished || r == board.ReasonRunFailed {
-		return r
-	}
-	return board.ReasonWatchdog
-}
-
 // SetStateOwned is the holder's fenced move.
 func (s *Store) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, error) {
-	if err := validateToken(m.Card, m.Token); err != nil {
+	if err := m.Validate(); err != nil {
 		return false, err
 	}
 	if _, err := s.brd().RequireTarget(m.To); err != nil {
@@ -271,25 +230,14 @@ func (s *Store) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, err
 			return false, fmt.Errorf("card %q: from: %w", m.Card, err)
 		}
 	}
-	if err := validateText("reason", string(m.Reason)); err != nil {
-		return false, fmt.Errorf("card %q: %w", m.Card, err)
-	}
 	var changed bool
 	err := s.owned(ctx, m.Card, m.Token, func(w *wtx, rec *cardRecord) error {
 		changed = false
-		if m.From != "" && s.leavesSink(m.From, m.To) {
-			return sinkExit(m.Card, m.From, m.To)
+		move, err := s.brd().DecideMove(m.Card, rec.State, m.From, m.To)
+		if err != nil || !move {
+			return err
 		}
-		if m.From != "" && rec.State != m.From {
-			return nil
-		}
-		if s.leavesSink(rec.State, m.To) {
-			return sinkExit(m.Card, rec.State, m.To)
-		}
-		if rec.State == m.To {
-			return nil
-		}
-		if err := s.move(w, rec, m.To, ownedReason(m.Token.Marker, m.Reason), m.Token.Marker); err != nil {
+		if err := s.move(w, rec, m.To, m.StampedReason(), m.Token.Marker); err != nil {
 			return err
 		}
 		changed = true
@@ -354,14 +302,8 @@ func (s *Store) SetAwaitingInputOwned(ctx context.Context, card string, tok boar
 // SetGaveUpOwned stamps (or, with nil, clears) the give-up record.
 func (s *Store) SetGaveUpOwned(ctx context.Context, card string, tok board.ClaimToken, g *board.GaveUp) error {
 	if g != nil {
-		if g.Reason == "" {
-			return board.Invalid("card %q: a give-up stamp needs a reason", card)
-		}
-		if len(g.Reason) > 4096 {
-			return board.Invalid("card %q: give-up reason is %d bytes, over the 4096-byte limit", card, len(g.Reason))
-		}
-		if g.Attempts < 0 {
-			return board.Invalid("card %q: negative give-up attempts %d", card, g.Attempts)
+		if err := board.ValidateGaveUp(card, *g); err != nil {
+			return err
 		}
 		if g.State != "" {
 			if _, err := s.brd().Require(g.State); err != nil {
@@ -429,7 +371,7 @@ func (s *Store) release(w *wtx, rec *cardRecord, actor string) error {
 
 // ReleaseOwned is the holder's release. A free card is nil.
 func (s *Store) ReleaseOwned(ctx context.Context, card string, tok board.ClaimToken) error {
-	if err := validateToken(card, tok); err != nil {
+	if err := board.ValidateToken(card, tok); err != nil {
 		return err
 	}
 	return s.write(ctx, func(w *wtx) error {
@@ -450,13 +392,13 @@ func (s *Store) ReleaseOwned(ctx context.Context, card string, tok board.ClaimTo
 // Release clears a claim held by exactly marker, whatever its epoch: the
 // operator's force-release and the legacy / recovery sweeps.
 func (s *Store) Release(ctx context.Context, card, marker, actor string) error {
-	if err := validateCardID(card); err != nil {
+	if err := board.ValidateCardID(card); err != nil {
 		return err
 	}
 	if err := board.ValidateMarker(marker); err != nil {
 		return fmt.Errorf("card %q: %w", card, err)
 	}
-	if err := validateText("actor", actor); err != nil {
+	if err := board.ValidateText("actor", actor); err != nil {
 		return fmt.Errorf("card %q: %w", card, err)
 	}
 	return s.write(ctx, func(w *wtx) error {
@@ -481,8 +423,8 @@ func (s *Store) ListExpiredClaimCandidates(ctx context.Context, cutoff time.Time
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if limit < 0 {
-		return nil, board.Invalid("negative limit %d", limit)
+	if err := board.ValidateLimit(limit); err != nil {
+		return nil, err
 	}
 	end := timeKey(cutoff)
 	var out []board.Card
@@ -509,8 +451,8 @@ func (s *Store) ListExpiredClaimCandidates(ctx context.Context, cutoff time.Time
 // own agent, which always stamps a lease, and the boot sweep already probes
 // the pid behind every same-host legacy claim (ADR-096 §7).
 func (s *Store) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
-	if limit < 0 {
-		return nil, board.Invalid("negative limit %d", limit)
+	if err := board.ValidateLimit(limit); err != nil {
+		return nil, err
 	}
 	return nil, ctx.Err()
 }
@@ -520,16 +462,10 @@ func (s *Store) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time,
 // set and ended at or before Cutoff. A renewal, an operator or another
 // reaper in between makes it a clean conflict (ADR-096 §3).
 func (s *Store) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.ClaimToken, board.Card, error) {
-	if err := validateToken(r.Card, r.Prev); err != nil {
+	if err := board.ValidateToken(r.Card, r.Prev); err != nil {
 		return board.ClaimToken{}, board.Card{}, err
 	}
-	if err := board.ValidateMarker(r.RecoveryMarker); err != nil {
-		return board.ClaimToken{}, board.Card{}, fmt.Errorf("card %q: %w", r.Card, err)
-	}
-	if !board.IsRecoveryMarker(r.RecoveryMarker) {
-		return board.ClaimToken{}, board.Card{}, board.Invalid("card %q: %q is not a recovery marker (want %s<host>-<pid>)", r.Card, r.RecoveryMarker, board.RecoveryPrefix)
-	}
-	if err := validateLease(r.Card, r.Lease); err != nil {
+	if err := r.ValidateRecovery(); err != nil {
 		return board.ClaimToken{}, board.Card{}, err
 	}
 	if r.Cutoff.IsZero() {

@@ -218,28 +218,15 @@ func (s *Store) SetBoard(ctx context.Context, expect, next board.Board) (board.B
 // conditional update on the labels exactly as expected, never retried
 // here — a miss is the caller's to re-transform (ADR-096 §9).
 func (s *Store) SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error) {
-	if err := validateCardID(l.Card); err != nil {
-		return board.Card{}, false, err
-	}
-	if err := validateText("actor", l.Actor); err != nil {
-		return board.Card{}, false, fmt.Errorf("card %q: %w", l.Card, err)
-	}
-	if err := validateText("reason", string(l.Reason)); err != nil {
-		return board.Card{}, false, fmt.Errorf("card %q: %w", l.Card, err)
-	}
-	next, err := board.NormalizeLabels(l.Labels)
+	next, err := l.Normalize()
 	if err != nil {
-		return board.Card{}, false, fmt.Errorf("card %q: %w", l.Card, err)
-	}
-	expect := l.Expect
-	if expect == nil {
-		expect = []string{}
+		return board.Card{}, false, err
 	}
 	// mutate re-plans after a lost race, and the re-plan sees labels that
 	// are no longer expect: that is the miss, returned with the card as it
 	// is now.
 	c, wrote, err := s.mutate(ctx, l.Card, func(c *cardState, clk serverClock) (*change, error) {
-		if !sameLabels(c.Labels, expect) || sameLabels(c.Labels, next) {
+		if !l.Writes(c.Labels, next) {
 			return nil, nil
 		}
 		return labelsChange(c, clk, next, l.Reason, l.Actor), nil
@@ -248,18 +235,6 @@ func (s *Store) SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Ca
 		return board.Card{}, false, err
 	}
 	return c.Card, wrote, nil
-}
-
-func sameLabels(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 var _ board.BoardAdmin = (*Store)(nil)

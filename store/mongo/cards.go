@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -15,34 +12,6 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/board"
 )
-
-// maxTitleBytes caps a card title.
-const maxTitleBytes = 1024
-
-func validateCardID(id string) error { return board.ValidateName("card id", id) }
-
-func validateTitle(t string) error {
-	switch {
-	case len(t) > maxTitleBytes:
-		return board.Invalid("title is %d bytes, over the %d-byte limit", len(t), maxTitleBytes)
-	case !utf8.ValidString(t):
-		return board.Invalid("title %q is not valid UTF-8", t)
-	case strings.IndexFunc(t, unicode.IsControl) >= 0:
-		return board.Invalid("title %q contains a control character", t)
-	}
-	return nil
-}
-
-// validateText checks a short free-form value (actor, reason, host...).
-func validateText(kind, v string) error {
-	if len(v) > board.MaxIDBytes {
-		return board.Invalid("%s is %d bytes, over the %d-byte limit", kind, len(v), board.MaxIDBytes)
-	}
-	if !utf8.ValidString(v) || strings.IndexFunc(v, unicode.IsControl) >= 0 {
-		return board.Invalid("%s %q is not printable UTF-8", kind, v)
-	}
-	return nil
-}
 
 // nextCardSeq allocates the creation sequence that orders cards. Creation
 // order cannot come from created_at: server clocks step, and two cards can
@@ -64,33 +33,11 @@ func (s *Store) nextCardSeq(ctx context.Context) (int64, error) {
 
 // CreateCard creates a card after validating everything it names.
 func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, error) {
-	if err := validateCardID(nc.ID); err != nil {
+	nc, err := nc.Normalize()
+	if err != nil {
 		return board.Card{}, err
 	}
-	if err := validateTitle(nc.Title); err != nil {
-		return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, err)
-	}
-	if err := validateText("actor", nc.Actor); err != nil {
-		return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, err)
-	}
-	labels, err := board.NormalizeLabels(nc.Labels)
-	if err != nil {
-		return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, err)
-	}
-	deps := make([]string, 0, len(nc.DependsOn))
-	for _, d := range nc.DependsOn {
-		if err := board.ValidateName("blocker id", d); err != nil {
-			return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, err)
-		}
-		// A card that does not exist yet cannot be anyone's blocker, so a
-		// self-dependency is the only cycle CreateCard can be asked for.
-		if d == nc.ID {
-			return board.Card{}, board.Invalid("card %q depends on itself: dependency cycle", nc.ID)
-		}
-		if !slices.Contains(deps, d) {
-			deps = append(deps, d)
-		}
-	}
+	deps, labels := nc.DependsOn, nc.Labels
 	if nc.State != "" {
 		if _, err := s.requireState(ctx, nc.State, true); err != nil {
 			return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, err)
@@ -107,11 +54,7 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 	}
 	state := nc.State
 	if state == "" {
-		b := s.freshBoard(ctx)
-		state = b.FirstPool()
-		if !complete && b.Has(board.StateWaitingDeps) {
-			state = board.StateWaitingDeps
-		}
+		state = s.freshBoard(ctx).InitialState("", complete)
 	}
 	seq, err := s.nextCardSeq(ctx)
 	if err != nil {
@@ -175,8 +118,7 @@ func (s *Store) blockersComplete(ctx context.Context, id string, deps []string) 
 	}
 	defer cur.Close(ctx)
 	found := map[string]bool{}
-	complete := true
-	b := s.freshBoard(ctx)
+	var states []string
 	for cur.Next(ctx) {
 		r := newReader(collCards, cur.Current)
 		state := r.str("state")
@@ -184,9 +126,7 @@ func (s *Store) blockersComplete(ctx context.Context, id string, deps []string) 
 			return false, r.err
 		}
 		found[r.id] = true
-		if !b.IsCompletion(state) {
-			complete = false
-		}
+		states = append(states, state)
 	}
 	if err := cur.Err(); err != nil {
 		return false, fmt.Errorf("mongostore: read blockers of %q: %w", id, err)
@@ -196,12 +136,12 @@ func (s *Store) blockersComplete(ctx context.Context, id string, deps []string) 
 			return false, board.Invalid("card %q: unknown blocker %q", id, d)
 		}
 	}
-	return complete, nil
+	return s.freshBoard(ctx).Complete(states), nil
 }
 
 // GetCard reads one card.
 func (s *Store) GetCard(ctx context.Context, id string) (board.Card, error) {
-	if err := validateCardID(id); err != nil {
+	if err := board.ValidateCardID(id); err != nil {
 		return board.Card{}, err
 	}
 	c, err := s.readCard(ctx, id)
@@ -216,8 +156,8 @@ var creationOrder = bson.D{{Key: "created_seq", Value: 1}, {Key: "_id", Value: 1
 
 // ListCards lists cards in creation order.
 func (s *Store) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
-	if f.Limit < 0 {
-		return nil, board.Invalid("negative limit %d", f.Limit)
+	if err := board.ValidateLimit(f.Limit); err != nil {
+		return nil, err
 	}
 	filter := bson.D{}
 	if f.State != "" {
@@ -261,7 +201,7 @@ func (s *Store) findCards(ctx context.Context, filter bson.D, opts *options.Find
 
 // Dependents lists the cards that name id as a blocker, in creation order.
 func (s *Store) Dependents(ctx context.Context, id string) ([]board.Card, error) {
-	if err := validateCardID(id); err != nil {
+	if err := board.ValidateCardID(id); err != nil {
 		return nil, err
 	}
 	if _, err := s.readCard(ctx, id); err != nil {
@@ -285,13 +225,10 @@ func moveChange(c *cardState, clk serverClock, to string, reason board.Reason, a
 	}
 }
 
-// afterMove promotes dependents when a move reached a completion state.
-// A move under machine provenance promotes nobody (ADR-096 Consequences:
-// a machine-caused event fires no effect, the promotion included): a state
-// sweep that renames the completion column moves every card in it, and
-// none of those moves completes anything.
+// afterMove promotes dependents when a move completed the card
+// (board.Board.Promotes).
 func (s *Store) afterMove(ctx context.Context, c *cardState, moved bool, actor string) error {
-	if !moved || board.IsMachineReason(c.StateReason) || !s.cachedBoard().IsCompletion(c.State) {
+	if !moved || !s.cachedBoard().Promotes(c.State, c.StateReason) {
 		return nil
 	}
 	return s.promoteDependents(ctx, c.ID, actor)
@@ -348,46 +285,20 @@ func (s *Store) promote(ctx context.Context, id, blocker, actor string) (bool, e
 	return wrote, err
 }
 
-// sinkExit is the error for leaving a terminal state through the SetState
-// family (ADR-096 §5).
-func sinkExit(card, from, to string) error {
-	return fmt.Errorf("card %q: %s → %s: %w", card, from, to, board.ErrTerminalStateExit)
-}
-
-func (s *Store) leavesSink(from, to string) bool {
-	b := s.cachedBoard()
-	return b.IsTerminal(from) && !b.IsTerminal(to)
-}
-
-func validateMove(m board.Move) error {
-	if err := validateCardID(m.Card); err != nil {
-		return err
-	}
-	if err := validateText("reason", string(m.Reason)); err != nil {
-		return fmt.Errorf("card %q: %w", m.Card, err)
-	}
-	if err := validateText("actor", m.Actor); err != nil {
-		return fmt.Errorf("card %q: %w", m.Card, err)
-	}
-	return nil
-}
-
 // SetState is the operator's move. Terminal → working is refused; terminal
 // → terminal is an ordinary refiling. Moving to the current state writes
 // nothing.
 func (s *Store) SetState(ctx context.Context, m board.Move) error {
-	if err := validateMove(m); err != nil {
+	if err := m.Validate(); err != nil {
 		return err
 	}
 	if _, err := s.requireState(ctx, m.To, true); err != nil {
 		return fmt.Errorf("card %q: %w", m.Card, err)
 	}
 	c, moved, err := s.mutate(ctx, m.Card, func(c *cardState, clk serverClock) (*change, error) {
-		if s.leavesSink(c.State, m.To) {
-			return nil, sinkExit(m.Card, c.State, m.To)
-		}
-		if c.State == m.To {
-			return nil, nil
+		// An operator move declares no source: m.From is SetStateFrom's.
+		if move, err := s.cachedBoard().DecideMove(m.Card, c.State, "", m.To); err != nil || !move {
+			return nil, err
 		}
 		return moveChange(c, clk, m.To, m.Reason, m.Actor), nil
 	})
@@ -399,7 +310,7 @@ func (s *Store) SetState(ctx context.Context, m board.Move) error {
 
 // SetStateFrom is the automation move: a CAS on the declared source.
 func (s *Store) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
-	if err := validateMove(m); err != nil {
+	if err := m.Validate(); err != nil {
 		return false, err
 	}
 	if _, err := s.requireState(ctx, m.To, true); err != nil {
@@ -412,14 +323,8 @@ func (s *Store) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
 		return false, fmt.Errorf("card %q: from: %w", m.Card, err)
 	}
 	c, moved, err := s.mutate(ctx, m.Card, func(c *cardState, clk serverClock) (*change, error) {
-		// A terminal source is refused even when the card has drifted: the
-		// caller asked to leave a sink, which is wrong whatever the card
-		// holds now.
-		if s.leavesSink(m.From, m.To) {
-			return nil, sinkExit(m.Card, m.From, m.To)
-		}
-		if c.State != m.From || c.State == m.To {
-			return nil, nil
+		if move, err := s.cachedBoard().DecideMove(m.Card, c.State, m.From, m.To); err != nil || !move {
+			return nil, err
 		}
 		return moveChange(c, clk, m.To, m.Reason, m.Actor), nil
 	})
@@ -436,15 +341,15 @@ func (s *Store) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
 // promoted in between is the same race as an operator reopening a moment
 // earlier.
 func (s *Store) Reopen(ctx context.Context, m board.Move) error {
-	if err := validateMove(m); err != nil {
+	if err := m.Validate(); err != nil {
 		return err
 	}
 	target, err := s.requireState(ctx, m.To, true)
 	if err != nil {
 		return fmt.Errorf("card %q: %w", m.Card, err)
 	}
-	if target.Terminal {
-		return fmt.Errorf("card %q: reopen into terminal state %q: %w", m.Card, m.To, board.ErrTransitionRejected)
+	if err := board.ReopenInto(m.Card, target); err != nil {
+		return err
 	}
 	if m.From != "" {
 		if _, err := s.requireState(ctx, m.From, false); err != nil {
@@ -459,14 +364,8 @@ func (s *Store) Reopen(ctx context.Context, m board.Move) error {
 		}
 	}
 	_, _, err = s.mutate(ctx, m.Card, func(c *cardState, clk serverClock) (*change, error) {
-		// A declared source makes the reopen a compare-and-set on it (the
-		// bulk reopen of a state sweep walks an ageing snapshot): a card
-		// that drifted is refused, and nothing is written.
-		if m.From != "" && c.State != m.From {
-			return nil, fmt.Errorf("card %q: reopen from %q, but the card is in %q: %w", m.Card, m.From, c.State, board.ErrTransitionRejected)
-		}
-		if !b.IsTerminal(c.State) {
-			return nil, fmt.Errorf("card %q: reopen from non-terminal state %q: %w", m.Card, c.State, board.ErrTransitionRejected)
+		if err := b.CheckReopen(m.Card, c.State, m.From); err != nil {
+			return nil, err
 		}
 		raw, err := s.cards.FindOne(ctx, bson.D{
 			{Key: "depends_on", Value: m.Card},
@@ -475,12 +374,15 @@ func (s *Store) Reopen(ctx context.Context, m board.Move) error {
 		}).Raw()
 		switch {
 		case err == nil:
+			// The query selected exactly the dependents that block the
+			// reopen (board.Board.ReopenBlockedBy); this one names it.
 			d, derr := decodeCard(raw)
 			if derr != nil {
 				return nil, derr
 			}
-			return nil, fmt.Errorf("card %q: dependent %q was promoted on its completion and is still %s: %w",
-				m.Card, d.ID, d.State, board.ErrTransitionRejected)
+			if err := b.ReopenBlockedBy(m.Card, d.Card); err != nil {
+				return nil, err
+			}
 		case !errors.Is(err, mongo.ErrNoDocuments):
 			return nil, fmt.Errorf("mongostore: read dependents of %q: %w", m.Card, err)
 		}
@@ -494,17 +396,8 @@ func (s *Store) Reopen(ctx context.Context, m board.Move) error {
 // concurrent caller's change is lost (ADR-096 §9; FerretDB has no pipeline
 // updates to do it inside the server). A no-op writes nothing.
 func (s *Store) AdjustLabels(ctx context.Context, lc board.LabelChange) (board.Card, error) {
-	if err := validateCardID(lc.Card); err != nil {
+	if err := lc.Validate(); err != nil {
 		return board.Card{}, err
-	}
-	if err := validateText("actor", lc.Actor); err != nil {
-		return board.Card{}, fmt.Errorf("card %q: %w", lc.Card, err)
-	}
-	if _, err := board.NormalizeLabels(lc.Add); err != nil {
-		return board.Card{}, fmt.Errorf("card %q: add: %w", lc.Card, err)
-	}
-	if _, err := board.NormalizeLabels(lc.Remove); err != nil {
-		return board.Card{}, fmt.Errorf("card %q: remove: %w", lc.Card, err)
 	}
 	c, _, err := s.mutate(ctx, lc.Card, func(c *cardState, clk serverClock) (*change, error) {
 		next, changed, err := board.ApplyLabelChange(c.Labels, lc.Add, lc.Remove)
@@ -525,15 +418,9 @@ func (s *Store) AdjustLabels(ctx context.Context, lc board.LabelChange) (board.C
 // SetLabels replaces the label set. It is absolute by contract: a caller
 // that states a consumed one-shot label re-arms it (ADR-096 §9).
 func (s *Store) SetLabels(ctx context.Context, card string, labels []string, actor string) (board.Card, error) {
-	if err := validateCardID(card); err != nil {
-		return board.Card{}, err
-	}
-	if err := validateText("actor", actor); err != nil {
-		return board.Card{}, fmt.Errorf("card %q: %w", card, err)
-	}
-	next, err := board.NormalizeLabels(labels)
+	next, err := board.NormalizeSetLabels(card, labels, actor)
 	if err != nil {
-		return board.Card{}, fmt.Errorf("card %q: %w", card, err)
+		return board.Card{}, err
 	}
 	c, _, err := s.mutate(ctx, card, func(c *cardState, clk serverClock) (*change, error) {
 		if slices.Equal(c.Labels, next) {
@@ -548,17 +435,7 @@ func (s *Store) SetLabels(ctx context.Context, card string, labels []string, act
 }
 
 func labelsChange(c *cardState, clk serverClock, next []string, reason board.Reason, actor string) *change {
-	var added, removed []string
-	for _, l := range next {
-		if !slices.Contains(c.Labels, l) {
-			added = append(added, l)
-		}
-	}
-	for _, l := range c.Labels {
-		if !slices.Contains(next, l) {
-			removed = append(removed, l)
-		}
-	}
+	added, removed := board.LabelDiff(c.Labels, next)
 	return &change{
 		cond: bson.D{same(c.raw, "labels")},
 		set:  bson.D{{Key: "labels", Value: next}, {Key: "updated_at", Value: clk.now}},

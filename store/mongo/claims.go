@@ -14,23 +14,6 @@ import (
 	"github.com/leasekeeper/leasekeeper/board"
 )
 
-func validateLease(card string, lease time.Duration) error {
-	if lease <= 0 {
-		return board.Invalid("card %q: lease must be positive, got %s", card, lease)
-	}
-	return nil
-}
-
-func validateToken(card string, tok board.ClaimToken) error {
-	if err := validateCardID(card); err != nil {
-		return err
-	}
-	if err := tok.Validate(); err != nil {
-		return fmt.Errorf("card %q: %w", card, err)
-	}
-	return nil
-}
-
 // acquireChange grants a free card to marker: a CAS on the claim and the
 // epoch exactly as read, a new epoch floored at the server clock, and the
 // lease and claimed_at from the server clock (ADR-096 §1, §6).
@@ -52,13 +35,7 @@ func acquireChange(c *cardState, clk serverClock, marker string, lease time.Dura
 
 // Claim acquires a free card or refreshes the same marker's lease.
 func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.ClaimToken, error) {
-	if err := validateCardID(r.Card); err != nil {
-		return board.ClaimToken{}, err
-	}
-	if err := board.ValidateMarker(r.Marker); err != nil {
-		return board.ClaimToken{}, fmt.Errorf("card %q: %w", r.Card, err)
-	}
-	if err := validateLease(r.Card, r.Lease); err != nil {
+	if err := r.Validate(); err != nil {
 		return board.ClaimToken{}, err
 	}
 	var tok board.ClaimToken
@@ -89,11 +66,8 @@ func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.ClaimTok
 // are read in creation order and claimed one by one with the same CAS as
 // Claim; a candidate taken by someone else in between is skipped.
 func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.Card, board.ClaimToken, error) {
-	if err := board.ValidateMarker(r.Marker); err != nil {
+	if err := r.Validate(); err != nil {
 		return board.Card{}, board.ClaimToken{}, err
-	}
-	if r.Lease <= 0 {
-		return board.Card{}, board.ClaimToken{}, board.Invalid("lease must be positive, got %s", r.Lease)
 	}
 	filter := bson.D{
 		{Key: "state", Value: bson.D{{Key: "$in", Value: s.cachedBoard().PoolStates()}}},
@@ -138,8 +112,8 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 // held it when the update ran. A hold lost in between is reported as a
 // conflict, which is the truth by the time the caller sees it.
 func (s *Store) RenewClaims(ctx context.Context, hs []board.Hold, lease time.Duration) ([]board.RenewResult, error) {
-	if lease <= 0 {
-		return nil, board.Invalid("lease must be positive, got %s", lease)
+	if err := board.ValidateLease("", lease); err != nil {
+		return nil, err
 	}
 	out := make([]board.RenewResult, len(hs))
 	if len(hs) == 0 {
@@ -156,7 +130,7 @@ func (s *Store) RenewClaims(ctx context.Context, hs []board.Hold, lease time.Dur
 	)
 	for i, h := range hs {
 		out[i].Card = h.Card
-		if err := validateToken(h.Card, h.Token); err != nil {
+		if err := board.ValidateToken(h.Card, h.Token); err != nil {
 			out[i].Err = err
 			continue
 		}
@@ -219,7 +193,7 @@ func (s *Store) RenewClaims(ctx context.Context, hs []board.Hold, lease time.Dur
 // so a claim lost between the read and the write refuses it. A stale token
 // is refused even when the write would change nothing (ADR-096 §2).
 func (s *Store) owned(ctx context.Context, card string, tok board.ClaimToken, p plan) (*cardState, bool, error) {
-	if err := validateToken(card, tok); err != nil {
+	if err := board.ValidateToken(card, tok); err != nil {
 		return nil, false, err
 	}
 	return s.mutate(ctx, card, func(c *cardState, clk serverClock) (*change, error) {
@@ -234,23 +208,9 @@ func (s *Store) owned(ctx context.Context, card string, tok board.ClaimToken, p 
 	})
 }
 
-// ownedReason stamps a move by a recovery marker as watchdog provenance, so
-// no effect fires on a machine decision — except the descriptive verdicts
-// run_finished / run_failed, which the watchdog merely writes down for a
-// dead owner (ADR-096 Consequences).
-func ownedReason(marker string, r board.Reason) board.Reason {
-	if !board.IsRecoveryMarker(marker) {
-		return r
-	}
-	if r == board.ReasonRunFinished || r == board.ReasonRunFailed {
-		return r
-	}
-	return board.ReasonWatchdog
-}
-
 // SetStateOwned is the holder's fenced move.
 func (s *Store) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, error) {
-	if err := validateToken(m.Card, m.Token); err != nil {
+	if err := m.Validate(); err != nil {
 		return false, err
 	}
 	if _, err := s.requireState(ctx, m.To, true); err != nil {
@@ -261,22 +221,10 @@ func (s *Store) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, err
 			return false, fmt.Errorf("card %q: from: %w", m.Card, err)
 		}
 	}
-	if err := validateText("reason", string(m.Reason)); err != nil {
-		return false, fmt.Errorf("card %q: %w", m.Card, err)
-	}
-	reason := ownedReason(m.Token.Marker, m.Reason)
+	reason := m.StampedReason()
 	c, moved, err := s.owned(ctx, m.Card, m.Token, func(c *cardState, clk serverClock) (*change, error) {
-		if m.From != "" && s.leavesSink(m.From, m.To) {
-			return nil, sinkExit(m.Card, m.From, m.To)
-		}
-		if m.From != "" && c.State != m.From {
-			return nil, nil
-		}
-		if s.leavesSink(c.State, m.To) {
-			return nil, sinkExit(m.Card, c.State, m.To)
-		}
-		if c.State == m.To {
-			return nil, nil
+		if move, err := s.cachedBoard().DecideMove(m.Card, c.State, m.From, m.To); err != nil || !move {
+			return nil, err
 		}
 		return moveChange(c, clk, m.To, reason, m.Token.Marker), nil
 	})
@@ -324,14 +272,8 @@ func (s *Store) SetAwaitingInputOwned(ctx context.Context, card string, tok boar
 // SetGaveUpOwned stamps (or, with nil, clears) the give-up record.
 func (s *Store) SetGaveUpOwned(ctx context.Context, card string, tok board.ClaimToken, g *board.GaveUp) error {
 	if g != nil {
-		if g.Reason == "" {
-			return board.Invalid("card %q: a give-up stamp needs a reason", card)
-		}
-		if len(g.Reason) > 4096 {
-			return board.Invalid("card %q: give-up reason is %d bytes, over the 4096-byte limit", card, len(g.Reason))
-		}
-		if g.Attempts < 0 {
-			return board.Invalid("card %q: negative give-up attempts %d", card, g.Attempts)
+		if err := board.ValidateGaveUp(card, *g); err != nil {
+			return err
 		}
 		if g.State != "" {
 			if _, err := s.requireState(ctx, g.State, false); err != nil {
@@ -394,7 +336,7 @@ func releaseChange(c *cardState, clk serverClock, actor string) *change {
 
 // ReleaseOwned is the holder's release. A free card is nil.
 func (s *Store) ReleaseOwned(ctx context.Context, card string, tok board.ClaimToken) error {
-	if err := validateToken(card, tok); err != nil {
+	if err := board.ValidateToken(card, tok); err != nil {
 		return err
 	}
 	_, _, err := s.mutate(ctx, card, func(c *cardState, clk serverClock) (*change, error) {
@@ -416,13 +358,13 @@ func (s *Store) ReleaseOwned(ctx context.Context, card string, tok board.ClaimTo
 // the sweeps' tool for claims nobody can use (ADR-096 §8), not a fenced
 // owner write.
 func (s *Store) Release(ctx context.Context, card, marker, actor string) error {
-	if err := validateCardID(card); err != nil {
+	if err := board.ValidateCardID(card); err != nil {
 		return err
 	}
 	if err := board.ValidateMarker(marker); err != nil {
 		return fmt.Errorf("card %q: %w", card, err)
 	}
-	if err := validateText("actor", actor); err != nil {
+	if err := board.ValidateText("actor", actor); err != nil {
 		return fmt.Errorf("card %q: %w", card, err)
 	}
 	_, _, err := s.mutate(ctx, card, func(c *cardState, clk serverClock) (*change, error) {
@@ -454,8 +396,8 @@ func (s *Store) Release(ctx context.Context, card, marker, actor string) error {
 // lease), but take at most half the batch while leased candidates wait, so
 // neither arm can starve the other with cards the watchdog keeps.
 func (s *Store) ListExpiredClaimCandidates(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
-	if limit < 0 {
-		return nil, board.Invalid("negative limit %d", limit)
+	if err := board.ValidateLimit(limit); err != nil {
+		return nil, err
 	}
 	leasedOpts := options.Find().SetSort(bson.D{{Key: "claim_lease_until", Value: 1}, {Key: "_id", Value: 1}})
 	unleasedOpts := options.Find().SetSort(bson.D{{Key: "updated_at", Value: 1}, {Key: "_id", Value: 1}})
@@ -493,8 +435,8 @@ func (s *Store) ListExpiredClaimCandidates(ctx context.Context, cutoff time.Time
 // (never written, hence always oldest) would fill every batch and starve
 // the rest for ever (ADR-096 §9).
 func (s *Store) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
-	if limit < 0 {
-		return nil, board.Invalid("negative limit %d", limit)
+	if err := board.ValidateLimit(limit); err != nil {
+		return nil, err
 	}
 	opts := options.Find().SetSort(bson.D{{Key: "updated_at", Value: 1}, {Key: "_id", Value: 1}})
 	if limit > 0 {
@@ -521,19 +463,15 @@ func (s *Store) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time,
 // card that refuses every fenced write. The new epoch is floored at the
 // server clock, so the fence stays monotone across the loss.
 func (s *Store) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.ClaimToken, board.Card, error) {
-	if err := validateCardID(r.Card); err != nil {
+	if err := board.ValidateCardID(r.Card); err != nil {
 		return board.ClaimToken{}, board.Card{}, err
 	}
 	if err := board.ValidateMarker(r.Prev.Marker); err != nil || r.Prev.Epoch < 0 {
 		return board.ClaimToken{}, board.Card{}, board.Invalid("card %q: bad previous claim token %+v", r.Card, r.Prev)
 	}
-	if err := board.ValidateMarker(r.RecoveryMarker); err != nil {
-		return board.ClaimToken{}, board.Card{}, fmt.Errorf("card %q: %w", r.Card, err)
-	}
-	if !board.IsRecoveryMarker(r.RecoveryMarker) {
-		return board.ClaimToken{}, board.Card{}, board.Invalid("card %q: %q is not a recovery marker (want %s<host>-<pid>)", r.Card, r.RecoveryMarker, board.RecoveryPrefix)
-	}
-	if err := validateLease(r.Card, r.Lease); err != nil {
+	// The previous token may carry no epoch on this twin (see above), so
+	// only the recovery side is checked the common way.
+	if err := r.ValidateRecovery(); err != nil {
 		return board.ClaimToken{}, board.Card{}, err
 	}
 	// A zero cutoff is not refused as invalid: nothing expired at or

@@ -12,14 +12,6 @@ import (
 	"github.com/leasekeeper/leasekeeper/board"
 )
 
-func validContinuation(c board.Continuation) bool {
-	switch c {
-	case board.ContinuationNone, board.ContinuationRedeliveryPending, board.ContinuationRetryArmed:
-		return true
-	}
-	return false
-}
-
 // CreateRun records a run of an existing card and appends it to the card's
 // run pointers. An empty owner is the card's current claim holder.
 //
@@ -28,36 +20,9 @@ func validContinuation(c board.Continuation) bool {
 // leaves a run the card does not point at yet; the run and its event are
 // intact, and the pointer is also set by SetLastRunOwned.
 func (s *Store) CreateRun(ctx context.Context, r board.Run) (board.Run, error) {
-	if err := board.ValidateName("run id", r.ID); err != nil {
+	r, err := r.Normalize()
+	if err != nil {
 		return board.Run{}, err
-	}
-	if err := validateCardID(r.Card); err != nil {
-		return board.Run{}, fmt.Errorf("run %q: %w", r.ID, err)
-	}
-	if r.Status == "" {
-		r.Status = board.RunRunning
-	}
-	if !r.Status.Known() {
-		return board.Run{}, board.Invalid("run %q of card %q: unknown status %q", r.ID, r.Card, r.Status)
-	}
-	if r.Continuation == "" {
-		r.Continuation = board.ContinuationNone
-	}
-	if !validContinuation(r.Continuation) {
-		return board.Run{}, board.Invalid("run %q of card %q: unknown continuation %q", r.ID, r.Card, r.Continuation)
-	}
-	if r.Owner != "" {
-		if err := board.ValidateMarker(r.Owner); err != nil {
-			return board.Run{}, fmt.Errorf("run %q of card %q: owner: %w", r.ID, r.Card, err)
-		}
-	}
-	for _, f := range []struct{ kind, v string }{{"failure code", r.FailureCode}, {"host", r.Host}} {
-		if err := validateText(f.kind, f.v); err != nil {
-			return board.Run{}, fmt.Errorf("run %q of card %q: %w", r.ID, r.Card, err)
-		}
-	}
-	if r.PID < 0 || r.Epoch < 0 {
-		return board.Run{}, board.Invalid("run %q of card %q: negative pid or epoch", r.ID, r.Card)
 	}
 	card, err := s.readCard(ctx, r.Card)
 	if err != nil {
@@ -128,25 +93,8 @@ func (s *Store) readRun(ctx context.Context, id string) (*runState, error) {
 // PROCESS_ORPHANED promotion cannot overwrite each other; a miss is
 // ErrTransitionRejected and writes nothing.
 func (s *Store) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run, error) {
-	if err := board.ValidateName("run id", u.ID); err != nil {
+	if err := u.Validate(); err != nil {
 		return board.Run{}, err
-	}
-	if u.IfStatus != nil && !u.IfStatus.Known() {
-		return board.Run{}, board.Invalid("run %q: unknown if-status %q", u.ID, *u.IfStatus)
-	}
-	if u.Status != nil && !u.Status.Known() {
-		return board.Run{}, board.Invalid("run %q: unknown status %q", u.ID, *u.Status)
-	}
-	if u.Continuation != nil && !validContinuation(*u.Continuation) {
-		return board.Run{}, board.Invalid("run %q: unknown continuation %q", u.ID, *u.Continuation)
-	}
-	if u.FailureCode != nil {
-		if err := validateText("failure code", *u.FailureCode); err != nil {
-			return board.Run{}, fmt.Errorf("run %q: %w", u.ID, err)
-		}
-	}
-	if err := validateText("actor", u.Actor); err != nil {
-		return board.Run{}, fmt.Errorf("run %q: %w", u.ID, err)
 	}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		clk, err := s.serverNow(ctx)
@@ -157,24 +105,11 @@ func (s *Store) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run, er
 		if err != nil {
 			return board.Run{}, err
 		}
-		if u.IfStatus != nil && cur.Status != *u.IfStatus {
-			return board.Run{}, fmt.Errorf("run %q of card %q: status is %s, not %s: %w",
-				u.ID, cur.Card, cur.Status, *u.IfStatus, board.ErrTransitionRejected)
+		next, changed, err := u.ApplyTo(cur.Run)
+		if err != nil {
+			return board.Run{}, err
 		}
-		next := cur.Run
-		if u.Status != nil {
-			next.Status = *u.Status
-		}
-		if u.Continuation != nil {
-			next.Continuation = *u.Continuation
-		}
-		if u.FailureCode != nil {
-			next.FailureCode = *u.FailureCode
-		}
-		if u.Checkpoint != nil {
-			next.Checkpoint = *u.Checkpoint
-		}
-		if next == cur.Run {
+		if !changed {
 			return cur.Run, nil
 		}
 		next.UpdatedAt = clk.now
