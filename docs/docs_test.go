@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/agent"
-	"github.com/leasekeeper/leasekeeper/examples/agentproc"
+	"github.com/leasekeeper/leasekeeper/internal/agentproc"
 )
 
 var leasekeeperBin string

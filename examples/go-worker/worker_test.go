@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
-	"github.com/leasekeeper/leasekeeper/examples/agentproc"
+	"github.com/leasekeeper/leasekeeper/internal/agentproc"
 )
 
 // The example runs as a real process against a real agent process, as a

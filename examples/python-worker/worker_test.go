@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
-	"github.com/leasekeeper/leasekeeper/examples/agentproc"
+	"github.com/leasekeeper/leasekeeper/internal/agentproc"
 )
 
 var leasekeeperBin string
@@ -183,7 +183,7 @@ func TestStopsAtTheTrustedDeadline(t *testing.T) {
 	t.Parallel()
 	python3(t)
 	a := agentproc.New(t, leasekeeperBin, "lease: 3s\n")
-	agentPID := a.Start()
+	agentPID := a.Start().Pid()
 	a.MustRun("card", "create", "py-orphan")
 
 	w := startWorker(t, a, "--work", "600", "--max", "1")

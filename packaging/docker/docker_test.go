@@ -27,7 +27,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/leasekeeper/leasekeeper/agent"
-	"github.com/leasekeeper/leasekeeper/examples/agentproc"
+	"github.com/leasekeeper/leasekeeper/internal/agentproc"
 )
 
 // staticBin is ./cmd/leasekeeper built the way the Dockerfile builds it.

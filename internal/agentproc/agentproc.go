@@ -1,7 +1,8 @@
-// Package agentproc runs a real `leasekeeper agent` process for the tests of
-// the example workers and of the packaging files. Those tests are about what
-// an operator or a worker author sees from the outside, so they drive the
-// built binary over its real Unix socket rather than an in-process agent.
+// Package agentproc runs a real `leasekeeper agent` process for the tests
+// that are about what an operator or a worker author sees from the outside:
+// the end-to-end tests of the command, of the example workers, of the
+// packaging files and of the documentation. They drive the built binary
+// over its real Unix socket rather than an in-process agent.
 package agentproc
 
 import (
@@ -55,7 +56,7 @@ func Build(pkg, out string, env ...string) error {
 	return nil
 }
 
-// Agent is a running agent process and the sandbox it runs in.
+// Agent is the sandbox an agent process runs in, and its current run.
 type Agent struct {
 	t      *testing.T
 	Binary string
@@ -63,10 +64,42 @@ type Agent struct {
 	Dir    string
 	Socket string
 	Config string
+	// AgentEnv is added to the agent process's environment only (such as
+	// LEASEKEEPER_REAPER=1); Environ strips those keys from everything else.
+	AgentEnv []string
 
-	log  *Buffer
+	cur *Proc // the last run Start began
+}
+
+// Proc is one run of the agent process. A sandbox can run several in turn:
+// a test that kills its agent starts the next on the same store.
+type Proc struct {
 	cmd  *exec.Cmd
+	log  *Buffer
 	done chan struct{}
+}
+
+// Pid is the process id of the run.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Signal sends sig to the run.
+func (p *Proc) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
+
+// Done is closed once the run has exited.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Log is what the run has written to stdout and stderr so far.
+func (p *Proc) Log() string { return p.log.String() }
+
+// stop sends the run SIGTERM and waits for it to exit (SIGKILL after 10s).
+func (p *Proc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
 }
 
 // New prepares a sandbox for binary: a short temporary directory (Unix
@@ -83,14 +116,27 @@ func New(t *testing.T, binary, extraYAML string) *Agent {
 		t: t, Binary: binary, Dir: dir,
 		Socket: filepath.Join(dir, "lk.sock"),
 		Config: filepath.Join(dir, "agent.yaml"),
-		log:    &Buffer{},
 	}
-	cfg := fmt.Sprintf("socket: %s\nstore:\n  backend: bolt\n  path: %s\n%s",
-		a.Socket, filepath.Join(dir, "board.db"), extraYAML)
-	if err := os.WriteFile(a.Config, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	a.WriteConfig(extraYAML)
 	return a
+}
+
+// WriteConfig replaces the config with one naming the sandbox's socket and
+// store, followed by extraYAML. It writes a sibling and renames it over the
+// config, as editors do, so a running agent's watcher never reads a
+// half-written file. The store takes one line, so extraYAML starts at
+// line 3: a test that checks the line number an error names relies on it.
+func (a *Agent) WriteConfig(extraYAML string) {
+	a.t.Helper()
+	cfg := fmt.Sprintf("socket: %s\nstore: {backend: bolt, path: %s}\n%s",
+		a.Socket, filepath.Join(a.Dir, "board.db"), extraYAML)
+	tmp := a.Config + ".tmp"
+	if err := os.WriteFile(tmp, []byte(cfg), 0o600); err != nil {
+		a.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, a.Config); err != nil {
+		a.t.Fatal(err)
+	}
 }
 
 // Environ is the environment every process of the sandbox runs with: the
@@ -111,62 +157,72 @@ func (a *Agent) Environ(extra ...string) []string {
 	return append(out, extra...)
 }
 
-// Start runs `leasekeeper agent --config` and returns its pid once
-// `leasekeeper health` answers 0. The agent gets SIGTERM when the test ends;
-// its log is printed if the test failed.
-func (a *Agent) Start() int {
+// Start runs `leasekeeper agent --config` with AgentEnv and returns the run
+// once `leasekeeper health` answers 0. The run gets SIGTERM when the test
+// ends; its log is printed if the test failed. Start may be called again
+// once the previous run has exited.
+func (a *Agent) Start() *Proc {
 	a.t.Helper()
-	a.cmd = exec.Command(a.Binary, "agent", "--config", a.Config)
-	a.cmd.Env = a.Environ()
-	a.cmd.Dir = a.Dir
-	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
-	a.done = make(chan struct{})
-	if err := a.cmd.Start(); err != nil {
+	cmd := exec.Command(a.Binary, "agent", "--config", a.Config)
+	cmd.Env = append(a.Environ(), a.AgentEnv...)
+	cmd.Dir = a.Dir
+	p := &Proc{cmd: cmd, log: &Buffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.log, p.log
+	if err := cmd.Start(); err != nil {
 		a.t.Fatal(err)
 	}
-	go func() { _ = a.cmd.Wait(); close(a.done) }()
-	a.t.Cleanup(a.Stop)
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	a.cur = p
+	a.t.Cleanup(func() {
+		p.stop()
+		if a.t.Failed() {
+			a.t.Logf("agent log (pid %d):\n%s", p.Pid(), p.Log())
+		}
+	})
 	a.WaitFor(30*time.Second, "the agent to answer `leasekeeper health`", func() bool {
 		select {
-		case <-a.done:
-			a.t.Fatalf("the agent exited while starting:\n%s", a.log.String())
+		case <-p.done:
+			a.t.Fatalf("the agent exited while starting:\n%s", p.Log())
 		default:
 		}
 		_, _, code := a.Run("health")
 		return code == 0
 	})
-	return a.cmd.Process.Pid
+	return p
 }
 
-// Stop sends the agent SIGTERM and waits for it to exit (SIGKILL after 10s).
-// It is safe to call more than once; the test's cleanup calls it too.
+// Stop sends the current run SIGTERM and waits for it to exit (SIGKILL
+// after 10s). It is safe to call more than once; the test's cleanup stops
+// every run too.
 func (a *Agent) Stop() {
-	if a.cmd == nil {
-		return
-	}
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-a.done:
-	case <-time.After(10 * time.Second):
-		_ = a.cmd.Process.Kill()
-		<-a.done
-	}
-	if a.t.Failed() {
-		a.t.Logf("agent log:\n%s", a.log.String())
+	if a.cur != nil {
+		a.cur.stop()
 	}
 }
 
-// Log is what the agent has written so far.
-func (a *Agent) Log() string { return a.log.String() }
+// Log is what the current run has written so far.
+func (a *Agent) Log() string {
+	if a.cur == nil {
+		return ""
+	}
+	return a.cur.Log()
+}
 
-// WaitFor polls cond until it holds or bound passes. It is only for waiting
-// on other processes, which offer nothing to block on.
+// WaitFor polls cond until it holds or bound passes (see WaitFor).
 func (a *Agent) WaitFor(bound time.Duration, what string, cond func() bool) {
 	a.t.Helper()
+	WaitFor(a.t, bound, what, cond)
+}
+
+// WaitFor polls cond until it holds or bound passes, and fails the test
+// then. It is only for waiting on other processes (an agent starting, a
+// worker dying), which offer nothing to block on.
+func WaitFor(t testing.TB, bound time.Duration, what string, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(bound)
 	for !cond() {
 		if time.Now().After(deadline) {
-			a.t.Fatalf("timed out after %s waiting for %s", bound, what)
+			t.Fatalf("timed out after %s waiting for %s", bound, what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
