@@ -21,37 +21,37 @@ func TestE2EBoardAdministrationFleet(t *testing.T) {
 	agents := make([]*env, 2)
 	for i := range agents {
 		e := newEnv(t, "")
-		cfg := fmt.Sprintf("socket: %s\nstore: {backend: mongo, uri: %q, database: %s}\n", e.socket, uri, db)
-		if err := os.WriteFile(e.config, []byte(cfg), 0o600); err != nil {
+		cfg := fmt.Sprintf("socket: %s\nstore: {backend: mongo, uri: %q, database: %s}\n", e.Socket, uri, db)
+		if err := os.WriteFile(e.Config, []byte(cfg), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		e.startAgent()
+		e.Start()
 		agents[i] = e
 	}
 	one, two := agents[0], agents[1]
 
-	one.mustLK("card", "create", "a", "--state", "ready", "--label", "old")
-	one.mustLK("board", "state", "rename", "ready", "queued")
+	one.MustRun("card", "create", "a", "--state", "ready", "--label", "old")
+	one.MustRun("board", "state", "rename", "ready", "queued")
 
 	var shown apitype.BoardResponse
-	if err := json.Unmarshal([]byte(two.mustLK("board", "show", "--json")), &shown); err != nil {
+	if err := json.Unmarshal([]byte(two.MustRun("board", "show", "--json")), &shown); err != nil {
 		t.Fatal(err)
 	}
 	b := board.Board{States: shown.States}
 	if !b.Has("queued") || b.Has("ready") || shown.FirstPool != "queued" {
 		t.Errorf("board served by the other agent = %s (first pool %q), want the renamed one", b, shown.FirstPool)
 	}
-	two.mustLK("card", "create", "b", "--state", "queued", "--label", "old")
+	two.MustRun("card", "create", "b", "--state", "queued", "--label", "old")
 
 	var rep board.SweepReport
-	if err := json.Unmarshal([]byte(two.mustLK("board", "label", "rename", "old", "new", "--json")), &rep); err != nil {
+	if err := json.Unmarshal([]byte(two.MustRun("board", "label", "rename", "old", "new", "--json")), &rep); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(rep.Changed, []string{"a", "b"}) {
 		t.Errorf("label rename through the other agent changed %q, want [a b]", rep.Changed)
 	}
 	for _, id := range []string{"a", "b"} {
-		if c := one.card(id); c.State != "queued" || !slices.Equal(c.Labels, []string{"new"}) {
+		if c := one.Card(id); c.State != "queued" || !slices.Equal(c.Labels, []string{"new"}) {
 			t.Errorf("card %s seen by the first agent: state %q labels %q, want queued [new]", id, c.State, c.Labels)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/internal/agentproc"
 )
 
 // TestE2EBoardAdministration drives the board commands against a real
@@ -19,24 +20,24 @@ import (
 func TestE2EBoardAdministration(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "")
-	agent := e.startAgent()
+	agent := e.Start()
 
-	e.mustLK("card", "create", "a", "--state", "ready", "--label", "old", "--label", "keep")
-	e.mustLK("card", "create", "b", "--state", "ready", "--label", "old")
-	e.mustLK("card", "create", "c", "--state", "backlog", "--label", "other")
+	e.MustRun("card", "create", "a", "--state", "ready", "--label", "old", "--label", "keep")
+	e.MustRun("card", "create", "b", "--state", "ready", "--label", "old")
+	e.MustRun("card", "create", "c", "--state", "backlog", "--label", "other")
 
-	out := e.mustLK("board", "label", "rename", "old", "new")
+	out := e.MustRun("board", "label", "rename", "old", "new")
 	for _, want := range []string{`label rename "old" → "new": 3 card(s) examined`, "changed:   2 (a, b)", "unchanged: 1", "contended: 0"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("label rename output does not contain %q:\n%s", want, out)
 		}
 	}
-	if got := e.card("a").Labels; !slices.Equal(got, []string{"new", "keep"}) {
+	if got := e.Card("a").Labels; !slices.Equal(got, []string{"new", "keep"}) {
 		t.Errorf("labels of a = %q, want [new keep]", got)
 	}
 
 	var rep board.SweepReport
-	if err := json.Unmarshal([]byte(e.mustLK("board", "label", "merge", "new", "other", "--into", "merged", "--json")), &rep); err != nil {
+	if err := json.Unmarshal([]byte(e.MustRun("board", "label", "merge", "new", "other", "--into", "merged", "--json")), &rep); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(rep.Changed, []string{"a", "b", "c"}) {
@@ -44,9 +45,9 @@ func TestE2EBoardAdministration(t *testing.T) {
 	}
 
 	seq := lastSeq(t, e)
-	e.mustLK("board", "state", "rename", "ready", "queued")
+	e.MustRun("board", "state", "rename", "ready", "queued")
 	var shown apitype.BoardResponse
-	if err := json.Unmarshal([]byte(e.mustLK("board", "show", "--json")), &shown); err != nil {
+	if err := json.Unmarshal([]byte(e.MustRun("board", "show", "--json")), &shown); err != nil {
 		t.Fatal(err)
 	}
 	b := board.Board{States: shown.States}
@@ -54,7 +55,7 @@ func TestE2EBoardAdministration(t *testing.T) {
 		t.Errorf("board after the rename = %s (first pool %q), want queued with ready's flags, ready gone", b, shown.FirstPool)
 	}
 	for _, id := range []string{"a", "b"} {
-		if c := e.card(id); c.State != "queued" || c.StateReason != board.ReasonStateRename {
+		if c := e.Card(id); c.State != "queued" || c.StateReason != board.ReasonStateRename {
 			t.Errorf("card %s after the rename: state %q reason %q, want queued, state_rename", id, c.State, c.StateReason)
 		}
 	}
@@ -72,26 +73,26 @@ func TestE2EBoardAdministration(t *testing.T) {
 	}
 
 	// A bulk reopen with a promoted dependent is refused and changes nothing.
-	e.mustLK("card", "create", "p", "--state", "queued")
-	e.mustLK("card", "create", "q", "--depends-on", "p")
-	e.mustLK("card", "move", "p", "done")
-	e.mustLK("card", "move", "p", "cancelled")
-	_, errs, code := e.lk("board", "state", "delete", "cancelled", "--into", "backlog")
+	e.MustRun("card", "create", "p", "--state", "queued")
+	e.MustRun("card", "create", "q", "--depends-on", "p")
+	e.MustRun("card", "move", "p", "done")
+	e.MustRun("card", "move", "p", "cancelled")
+	_, errs, code := e.Run("board", "state", "delete", "cancelled", "--into", "backlog")
 	if code != exitError || !strings.Contains(errs, "promoted") {
 		t.Errorf("bulk reopen with a promoted dependent: exit %d, stderr %q; want 1 naming the promoted dependent", code, errs)
 	}
-	if c := e.card("p"); c.State != "cancelled" {
+	if c := e.Card("p"); c.State != "cancelled" {
 		t.Errorf("card p after a refused delete is %q, want cancelled", c.State)
 	}
 
 	// Restarted on the changed store with the old config, the agent warns.
-	_ = agent.cmd.Process.Signal(syscall.SIGTERM)
-	<-agent.done
-	again := e.startAgent()
-	waitFor(t, 10*time.Second, "the board drift warning", func() bool {
-		return strings.Contains(again.stderr.String(), "the configured states differ from the board stored")
+	_ = agent.Signal(syscall.SIGTERM)
+	<-agent.Done()
+	again := e.Start()
+	agentproc.WaitFor(t, 10*time.Second, "the board drift warning", func() bool {
+		return strings.Contains(again.Log(), "the configured states differ from the board stored")
 	})
-	if log := again.stderr.String(); !strings.Contains(log, `state \"ready\" is only in the configured board`) && !strings.Contains(log, `state "ready" is only in the configured board`) {
+	if log := again.Log(); !strings.Contains(log, `state \"ready\" is only in the configured board`) && !strings.Contains(log, `state "ready" is only in the configured board`) {
 		t.Errorf("drift warning does not name the renamed state:\n%s", log)
 	}
 }
@@ -108,7 +109,7 @@ func lastSeq(t *testing.T, e *env) int64 {
 func eventsAfter(t *testing.T, e *env, seq int64) []board.Event {
 	t.Helper()
 	var out []board.Event
-	sc := bufio.NewScanner(strings.NewReader(e.mustLK("events", "--json")))
+	sc := bufio.NewScanner(strings.NewReader(e.MustRun("events", "--json")))
 	for sc.Scan() {
 		var ev board.Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {

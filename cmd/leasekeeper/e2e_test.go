@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,13 +12,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/internal/agentproc"
 	"github.com/leasekeeper/leasekeeper/pidprobe"
 )
 
@@ -39,9 +37,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "leasekeeper")
-	build := exec.Command("go", "build", "-o", binary, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if err := agentproc.Build("./cmd/leasekeeper", binary); err != nil {
 		fmt.Fprintln(os.Stderr, "building leasekeeper:", err)
 		os.Exit(1)
 	}
@@ -50,178 +46,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// waitFor polls cond until it holds or the bound passes. It is only used to
-// wait on other processes (an agent starting, a worker dying), which offer
-// nothing to block on.
-func waitFor(t *testing.T, bound time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", bound, what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
-
-// syncBuffer is a bytes.Buffer safe to write from a process's output
-// copier while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// env is one test's sandbox: a directory holding the config, the socket
-// and the store.
+// env is one test's sandbox (an agentproc.Agent: the config, the socket
+// and the store in a short temporary directory) and the test it serves.
 type env struct {
-	t      *testing.T
-	dir    string
-	socket string
-	config string
-	// agentEnv is added to the agent's environment (LEASEKEEPER_REAPER...);
-	// environ() strips those from everything else.
-	agentEnv []string
+	*agentproc.Agent
+	t *testing.T
 }
 
 func newEnv(t *testing.T, configYAML string) *env {
 	t.Helper()
-	// Unix socket paths are limited to ~108 bytes: keep the directory short.
-	dir, err := os.MkdirTemp("", "lk")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	e := &env{t: t, dir: dir, socket: filepath.Join(dir, "lk.sock"), config: filepath.Join(dir, "agent.yaml")}
-	e.writeConfig(configYAML)
-	return e
-}
-
-func (e *env) writeConfig(body string) {
-	e.t.Helper()
-	full := fmt.Sprintf("socket: %s\nstore: {path: %s}\n%s", e.socket, filepath.Join(e.dir, "board.db"), body)
-	// Write a sibling and rename it over, as editors do, so the agent's
-	// watcher never reads a half-written file.
-	tmp := e.config + ".tmp"
-	if err := os.WriteFile(tmp, []byte(full), 0o600); err != nil {
-		e.t.Fatal(err)
-	}
-	if err := os.Rename(tmp, e.config); err != nil {
-		e.t.Fatal(err)
-	}
-}
-
-func (e *env) environ() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, apitype.SocketEnv+"=") || strings.HasPrefix(kv, "LEASEKEEPER_REAPER=") || strings.HasPrefix(kv, "NOTIFY_SOCKET=") {
-			continue
-		}
-		out = append(out, kv)
-	}
-	return append(out, apitype.SocketEnv+"="+e.socket)
-}
-
-// agentProc is a running agent.
-type agentProc struct {
-	cmd    *exec.Cmd
-	stderr *syncBuffer
-	done   chan struct{}
-}
-
-// startAgent starts `leasekeeper agent` and waits until it answers.
-func (e *env) startAgent() *agentProc {
-	e.t.Helper()
-	cmd := exec.Command(binary, "agent", "--config", e.config)
-	cmd.Env = append(e.environ(), e.agentEnv...)
-	cmd.Dir = e.dir
-	a := &agentProc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = a.stderr, a.stderr
-	if err := cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	go func() { _ = cmd.Wait(); close(a.done) }()
-	e.t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-a.done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-a.done
-		}
-		if e.t.Failed() {
-			e.t.Logf("agent log:\n%s", a.stderr.String())
-		}
-	})
-	waitFor(e.t, 20*time.Second, "the agent to answer", func() bool {
-		select {
-		case <-a.done:
-			e.t.Fatalf("agent exited during start:\n%s", a.stderr.String())
-		default:
-		}
-		_, _, code := e.lk("health")
-		return code == 0
-	})
-	return a
-}
-
-// lk runs one CLI command to completion.
-func (e *env) lk(args ...string) (stdout, stderr string, code int) {
-	e.t.Helper()
-	cmd := exec.Command(binary, args...)
-	cmd.Env = e.environ()
-	cmd.Dir = e.dir
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	default:
-		e.t.Fatalf("running leasekeeper %v: %v", args, err)
-	}
-	return out.String(), errb.String(), code
-}
-
-// mustLK runs a command that must succeed.
-func (e *env) mustLK(args ...string) string {
-	e.t.Helper()
-	out, errs, code := e.lk(args...)
-	if code != 0 {
-		e.t.Fatalf("leasekeeper %v: exit %d\nstdout: %s\nstderr: %s", args, code, out, errs)
-	}
-	return out
-}
-
-func (e *env) card(id string) board.Card {
-	e.t.Helper()
-	var c board.Card
-	if err := json.Unmarshal([]byte(e.mustLK("card", "show", id, "--json")), &c); err != nil {
-		e.t.Fatal(err)
-	}
-	return c
-}
-
-func (e *env) status() apitype.Status {
-	e.t.Helper()
-	var st apitype.Status
-	if err := json.Unmarshal([]byte(e.mustLK("status", "--json")), &st); err != nil {
-		e.t.Fatal(err)
-	}
-	return st
+	return &env{Agent: agentproc.New(t, binary, configYAML), t: t}
 }
 
 func holds(st apitype.Status, card string) bool {
@@ -236,7 +70,7 @@ func holds(st apitype.Status, card string) bool {
 // claimProc is a background `leasekeeper claim`.
 type claimProc struct {
 	cmd    *exec.Cmd
-	output *syncBuffer
+	output *agentproc.Buffer
 	done   chan struct{}
 	code   int
 }
@@ -244,9 +78,9 @@ type claimProc struct {
 func (e *env) startClaim(args ...string) *claimProc {
 	e.t.Helper()
 	cmd := exec.Command(binary, append([]string{"claim"}, args...)...)
-	cmd.Env = e.environ()
-	cmd.Dir = e.dir
-	p := &claimProc{cmd: cmd, output: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Env = e.Environ()
+	cmd.Dir = e.Dir
+	p := &claimProc{cmd: cmd, output: &agentproc.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.output, p.output
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
@@ -287,8 +121,8 @@ const workerScript = `echo $$ > "$1"; trap 'exit 143' TERM; while [ ! -f finish 
 func (e *env) workerPID(file string) int {
 	e.t.Helper()
 	var pid int
-	waitFor(e.t, 20*time.Second, "the worker command to start", func() bool {
-		b, err := os.ReadFile(filepath.Join(e.dir, file))
+	agentproc.WaitFor(e.t, 20*time.Second, "the worker command to start", func() bool {
+		b, err := os.ReadFile(filepath.Join(e.Dir, file))
 		if err != nil {
 			return false
 		}
@@ -305,17 +139,17 @@ func dead(pid int) bool {
 func TestE2EForceReleaseStopsTheCommand(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "lease: 3s\n")
-	e.startAgent()
-	e.mustLK("card", "create", "c1", "--title", "force release")
+	e.Start()
+	e.MustRun("card", "create", "c1", "--title", "force release")
 
 	claim := e.startClaim("c1", "--", "sh", "-c", workerScript, "sh", "worker.pid")
 	workerPID := e.workerPID("worker.pid")
-	if got, want := e.card("c1").State, board.StateInProgress; got != want {
+	if got, want := e.Card("c1").State, board.StateInProgress; got != want {
 		t.Fatalf("card state while CMD runs = %q, want %q", got, want)
 	}
 
 	released := time.Now()
-	out := e.mustLK("card", "release", "c1", "--force")
+	out := e.MustRun("card", "release", "c1", "--force")
 	if !strings.Contains(out, "released c1") {
 		t.Errorf("release output = %q", out)
 	}
@@ -334,7 +168,7 @@ func TestE2EForceReleaseStopsTheCommand(t *testing.T) {
 	}
 	// The refused late write changed nothing: the card is free, its run
 	// still says running (the closing write was fenced off).
-	c := e.card("c1")
+	c := e.Card("c1")
 	if c.Claimed() {
 		t.Errorf("card claimed by %q after the force-release", c.Claim)
 	}
@@ -369,12 +203,12 @@ func TestE2EKilledClaimerLeaseExpiresAtOnce(t *testing.T) {
 	t.Parallel()
 	metricsAddr := freeAddr(t)
 	e := newEnv(t, "lease: 3s\nmetrics: "+metricsAddr+"\n")
-	e.startAgent()
-	e.mustLK("card", "create", "c1")
+	e.Start()
+	e.MustRun("card", "create", "c1")
 
 	claim := e.startClaim("c1", "--", "sh", "-c", workerScript, "sh", "worker.pid")
 	workerPID := e.workerPID("worker.pid")
-	if !holds(e.status(), "c1") {
+	if !holds(e.Status(), "c1") {
 		t.Fatal("agent does not list the claim it granted")
 	}
 	if err := claim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -383,12 +217,12 @@ func TestE2EKilledClaimerLeaseExpiresAtOnce(t *testing.T) {
 	claim.wait(t, 5*time.Second)
 
 	// The command dies with its claimer (parent-death signal)...
-	waitFor(t, 5*time.Second, "the worker command to die with its claimer", func() bool { return dead(workerPID) })
+	agentproc.WaitFor(t, 5*time.Second, "the worker command to die with its claimer", func() bool { return dead(workerPID) })
 	// ...and the agent's next tick sees the claimer's pid gone: it stops
 	// renewing and expires the lease at once rather than waiting it out.
-	waitFor(t, 10*time.Second, "the dead claimer's lease to be expired", func() bool {
-		c := e.card("c1")
-		return !holds(e.status(), "c1") && c.Claimed() && !c.ClaimLeaseUntil.After(time.Now())
+	agentproc.WaitFor(t, 10*time.Second, "the dead claimer's lease to be expired", func() bool {
+		c := e.Card("c1")
+		return !holds(e.Status(), "c1") && c.Claimed() && !c.ClaimLeaseUntil.After(time.Now())
 	})
 	if got, want := scrape(t, metricsAddr), `leasekeeper_claims_lost_total{reason="owner_dead"} 1`; !strings.Contains(got, want) {
 		t.Errorf("metrics do not contain %q:\n%s", want, got)
@@ -400,35 +234,35 @@ func TestE2EAgentRestartAdoptsLiveWorker(t *testing.T) {
 	// A longer lease than the other tests: the worker's client must keep
 	// trusting its claim across the agent's kill and restart.
 	e := newEnv(t, "lease: 9s\n")
-	a := e.startAgent()
-	e.mustLK("card", "create", "c1")
+	a := e.Start()
+	e.MustRun("card", "create", "c1")
 
 	claim := e.startClaim("c1", "--", "sh", "-c", workerScript, "sh", "worker.pid")
 	e.workerPID("worker.pid")
-	before := e.card("c1")
+	before := e.Card("c1")
 
-	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := a.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-a.done
-	e.startAgent()
+	<-a.Done()
+	e.Start()
 
-	st := e.status()
+	st := e.Status()
 	if !holds(st, "c1") {
 		t.Fatalf("restarted agent did not adopt the live worker's claim; status: %+v", st)
 	}
-	if c := e.card("c1"); c.ClaimEpoch != before.ClaimEpoch || c.Claim != before.Claim {
+	if c := e.Card("c1"); c.ClaimEpoch != before.ClaimEpoch || c.Claim != before.Claim {
 		t.Fatalf("claim after restart = %s@%d, want the same %s@%d", c.Claim, c.ClaimEpoch, before.Claim, before.ClaimEpoch)
 	}
 	// The worker finishes normally: its owned writes through the new agent
 	// are accepted, so it never noticed the restart.
-	if err := os.WriteFile(filepath.Join(e.dir, "finish"), nil, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(e.Dir, "finish"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if got := claim.wait(t, 20*time.Second); got != 0 {
 		t.Fatalf("claim exit = %d, want 0; output:\n%s", got, claim.output.String())
 	}
-	c := e.card("c1")
+	c := e.Card("c1")
 	if got, want := c.State, board.StateDone; got != want {
 		t.Errorf("card state = %q, want %q", got, want)
 	}
@@ -440,22 +274,22 @@ func TestE2EAgentRestartAdoptsLiveWorker(t *testing.T) {
 func TestE2EInvalidConfigReloadKeepsLastGood(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "lease: 3s\n")
-	a := e.startAgent()
+	a := e.Start()
 
-	e.writeConfig("lease: 6s\nleese: 9s\n")
-	waitFor(t, 10*time.Second, "the agent to refuse the invalid config", func() bool {
-		return strings.Contains(a.stderr.String(), "config reload refused")
+	e.WriteConfig("lease: 6s\nleese: 9s\n")
+	agentproc.WaitFor(t, 10*time.Second, "the agent to refuse the invalid config", func() bool {
+		return strings.Contains(a.Log(), "config reload refused")
 	})
-	if !strings.Contains(a.stderr.String(), `unknown key \"leese\"`) && !strings.Contains(a.stderr.String(), `unknown key "leese"`) {
-		t.Errorf("agent log does not name the unknown key:\n%s", a.stderr.String())
+	if !strings.Contains(a.Log(), `unknown key \"leese\"`) && !strings.Contains(a.Log(), `unknown key "leese"`) {
+		t.Errorf("agent log does not name the unknown key:\n%s", a.Log())
 	}
-	if got, want := e.status().LeaseMS, int64(3000); got != want {
+	if got, want := e.Status().LeaseMS, int64(3000); got != want {
 		t.Errorf("lease after an invalid reload = %dms, want the last good %dms", got, want)
 	}
 
-	e.writeConfig("lease: 6s\nreaper: {enabled: true}\n")
-	waitFor(t, 10*time.Second, "the valid config to apply", func() bool {
-		st := e.status()
+	e.WriteConfig("lease: 6s\nreaper: {enabled: true}\n")
+	agentproc.WaitFor(t, 10*time.Second, "the valid config to apply", func() bool {
+		st := e.Status()
 		return st.LeaseMS == 6000 && st.Reaper.Enabled
 	})
 }
@@ -463,7 +297,7 @@ func TestE2EInvalidConfigReloadKeepsLastGood(t *testing.T) {
 func TestE2EStrictConfigRejectsUnknownKeys(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "lease: 3s\nreaper:\n  enabled: true\n  intervall: 5s\n")
-	_, stderr, code := e.lk("agent", "--config", e.config)
+	_, stderr, code := e.Run("agent", "--config", e.Config)
 	if code == 0 {
 		t.Fatal("agent started with an unknown config key")
 	}
@@ -477,16 +311,16 @@ func TestE2EStrictConfigRejectsUnknownKeys(t *testing.T) {
 func TestE2EMoveOutOfDoneSuggestsReopen(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "lease: 3s\n")
-	e.startAgent()
-	e.mustLK("card", "create", "c1")
-	if _, errs, code := e.lk("claim", "c1", "--", "true"); code != 0 {
+	e.Start()
+	e.MustRun("card", "create", "c1")
+	if _, errs, code := e.Run("claim", "c1", "--", "true"); code != 0 {
 		t.Fatalf("claim exit %d: %s", code, errs)
 	}
-	if got, want := e.card("c1").State, board.StateDone; got != want {
+	if got, want := e.Card("c1").State, board.StateDone; got != want {
 		t.Fatalf("state after a successful run = %q, want %q", got, want)
 	}
 
-	_, stderr, code := e.lk("card", "move", "c1", "ready")
+	_, stderr, code := e.Run("card", "move", "c1", "ready")
 	if code != exitError {
 		t.Errorf("move out of done: exit %d, want %d", code, exitError)
 	}
@@ -495,12 +329,12 @@ func TestE2EMoveOutOfDoneSuggestsReopen(t *testing.T) {
 			t.Errorf("move refusal does not contain %q:\n%s", want, stderr)
 		}
 	}
-	if got, want := e.card("c1").State, board.StateDone; got != want {
+	if got, want := e.Card("c1").State, board.StateDone; got != want {
 		t.Errorf("state after the refused move = %q, want %q", got, want)
 	}
 	// The suggested command works.
-	e.mustLK("card", "reopen", "c1", "ready")
-	if got, want := e.card("c1").State, board.StateReady; got != want {
+	e.MustRun("card", "reopen", "c1", "ready")
+	if got, want := e.Card("c1").State, board.StateReady; got != want {
 		t.Errorf("state after reopen = %q, want %q", got, want)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/client"
+	"github.com/leasekeeper/leasekeeper/internal/agentproc"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
 )
 
@@ -39,22 +40,12 @@ const customStates = `states:
   - {name: failed, terminal: true}
 `
 
-func (e *env) run(id string) board.Run {
-	e.t.Helper()
-	c := &client.Client{Socket: e.socket}
-	r, err := c.GetRun(context.Background(), id)
-	if err != nil {
-		e.t.Fatalf("get run %s: %v", id, err)
-	}
-	return r
-}
-
 func TestE2EBoardShow(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "lease: 3s\n"+customStates)
-	e.startAgent()
+	e.Start()
 	var got apitype.BoardResponse
-	if err := json.Unmarshal([]byte(e.mustLK("board", "show", "--json")), &got); err != nil {
+	if err := json.Unmarshal([]byte(e.MustRun("board", "show", "--json")), &got); err != nil {
 		t.Fatal(err)
 	}
 	if got.Running != "doing" || got.FirstPool != "todo" || got.Completion != "shipped" || got.Failed != board.StateFailed {
@@ -68,7 +59,7 @@ func TestE2EBoardShow(t *testing.T) {
 	if want := []string{"todo", "doing", "shipped", "failed"}; !slices.Equal(names, want) {
 		t.Errorf("states = %v, want %v", names, want)
 	}
-	text := e.mustLK("board", "show")
+	text := e.MustRun("board", "show")
 	for _, want := range []string{"todo", "pool launch", "doing", "running", "shipped", "terminal completion", "first pool: todo"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("board show output lacks %q:\n%s", want, text)
@@ -99,21 +90,21 @@ func TestE2EClaimRoutesByTheAgentsBoard(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, "lease: 3s\n"+tc.states)
-			e.startAgent()
-			e.mustLK("card", "create", "c1")
+			e.Start()
+			e.MustRun("card", "create", "c1")
 			args := append(append([]string{"claim", "c1"}, tc.args...), "--", "sh", "-c", tc.script)
-			_, stderr, code := e.lk(args...)
+			_, stderr, code := e.Run(args...)
 			if code != tc.wantCode {
 				t.Fatalf("claim exit = %d, want %d\n%s", code, tc.wantCode, stderr)
 			}
-			c := e.card("c1")
+			c := e.Card("c1")
 			if c.State != tc.wantState {
 				t.Errorf("card state = %q, want %q\n%s", c.State, tc.wantState, stderr)
 			}
 			if c.Claimed() {
 				t.Errorf("card still claimed by %q", c.Claim)
 			}
-			if got := e.run(c.LastRunID).Status; got != tc.wantRun {
+			if got := e.GetRun(c.LastRunID).Status; got != tc.wantRun {
 				t.Errorf("run status = %q, want %q", got, tc.wantRun)
 			}
 		})
@@ -125,7 +116,7 @@ func TestE2EClaimRoutesByTheAgentsBoard(t *testing.T) {
 // it dies between its transfer and its act.
 func (e *env) seedRecoveryClaim(card string) {
 	e.t.Helper()
-	st, err := boltstore.Open(filepath.Join(e.dir, "board.db"), boltstore.Options{LockTimeout: 5 * time.Second})
+	st, err := boltstore.Open(filepath.Join(e.Dir, "board.db"), boltstore.Options{LockTimeout: 5 * time.Second})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -146,7 +137,7 @@ func (e *env) killClaimer(id string) board.Card {
 	e.t.Helper()
 	claim := e.startClaim(id, "--resumable", "--", "sh", "-c", workerScript, "sh", "worker.pid")
 	workerPID := e.workerPID("worker.pid")
-	held := e.card(id)
+	held := e.Card(id)
 	if held.LastRunID == "" || held.State != board.StateInProgress {
 		e.t.Fatalf("card while the worker runs: state %q, run %q", held.State, held.LastRunID)
 	}
@@ -157,7 +148,7 @@ func (e *env) killClaimer(id string) board.Card {
 	}
 	_ = syscall.Kill(workerPID, syscall.SIGKILL)
 	claim.wait(e.t, 5*time.Second)
-	waitFor(e.t, 5*time.Second, "the worker command to be gone", func() bool { return dead(workerPID) })
+	agentproc.WaitFor(e.t, 5*time.Second, "the worker command to be gone", func() bool { return dead(workerPID) })
 	return held
 }
 
@@ -165,9 +156,9 @@ func TestE2EReaperReturnsKilledResumableWorkerToThePool(t *testing.T) {
 	t.Parallel()
 	const lease, interval = 3 * time.Second, time.Second
 	e := newEnv(t, "lease: 3s\nreaper: {enabled: true, interval: 1s}\n")
-	e.agentEnv = []string{"LEASEKEEPER_REAPER=1"}
-	e.startAgent()
-	e.mustLK("card", "create", "c1")
+	e.AgentEnv = []string{"LEASEKEEPER_REAPER=1"}
+	e.Start()
+	e.MustRun("card", "create", "c1")
 
 	held := e.killClaimer("c1")
 	killed := time.Now()
@@ -178,26 +169,26 @@ func TestE2EReaperReturnsKilledResumableWorkerToThePool(t *testing.T) {
 	// is lease + one interval, plus slack for process scheduling on a
 	// shared machine.
 	var c board.Card
-	waitFor(t, lease+interval+3*time.Second, "the watchdog to return the card to the pool", func() bool {
-		c = e.card("c1")
+	agentproc.WaitFor(t, lease+interval+3*time.Second, "the watchdog to return the card to the pool", func() bool {
+		c = e.Card("c1")
 		return !c.Claimed() && c.ClaimEpoch > held.ClaimEpoch
 	})
 	t.Logf("card returned %s after the kill", time.Since(killed).Round(time.Millisecond))
 	if !slices.Contains(board.DefaultBoard(true).PoolStates(), c.State) {
 		t.Errorf("card state = %q, want a pool state", c.State)
 	}
-	run := e.run(held.LastRunID)
+	run := e.GetRun(held.LastRunID)
 	if run.Status != board.RunFailedResumable || run.FailureCode != board.FailureProcessOrphaned {
 		t.Errorf("run = %s / %q, want %s / %s", run.Status, run.FailureCode, board.RunFailedResumable, board.FailureProcessOrphaned)
 	}
 
 	// A new claim is granted with a higher epoch than every earlier one
 	// (the worker's and the watchdog's recovery claim).
-	_, stderr, code := e.lk("claim", "c1", "--", "true")
+	_, stderr, code := e.Run("claim", "c1", "--", "true")
 	if code != 0 {
 		t.Fatalf("re-claim exit %d: %s", code, stderr)
 	}
-	after := e.card("c1")
+	after := e.Card("c1")
 	if after.ClaimEpoch <= c.ClaimEpoch {
 		t.Errorf("epoch of the new claim = %d, want > %d (the recovery claim's)", after.ClaimEpoch, c.ClaimEpoch)
 	}
@@ -210,33 +201,33 @@ func TestE2EGateOffDecidesNothingButReleasesRecoveryClaims(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "lease: 3s\nreaper: {enabled: true, interval: 1s}\n")
 	// The environment variable wins over the file: the operator's lever.
-	e.agentEnv = []string{"LEASEKEEPER_REAPER=0"}
+	e.AgentEnv = []string{"LEASEKEEPER_REAPER=0"}
 	e.seedRecoveryClaim("abandoned")
-	e.startAgent()
-	e.mustLK("card", "create", "c1")
+	e.Start()
+	e.MustRun("card", "create", "c1")
 
 	held := e.killClaimer("c1")
-	waitFor(t, 10*time.Second, "the dead claimer's lease to be expired", func() bool {
-		c := e.card("c1")
+	agentproc.WaitFor(t, 10*time.Second, "the dead claimer's lease to be expired", func() bool {
+		c := e.Card("c1")
 		return c.Claimed() && !c.ClaimLeaseUntil.After(time.Now())
 	})
 	// One full pass that certainly started after the expiry.
-	out := e.mustLK("reaper", "pass")
+	out := e.MustRun("reaper", "pass")
 	if !strings.Contains(out, "gate off") {
 		t.Errorf("reaper pass output does not say the gate is off:\n%s", out)
 	}
 
-	c := e.card("c1")
+	c := e.Card("c1")
 	if c.Claim != held.Claim || c.ClaimEpoch != held.ClaimEpoch || c.State != board.StateInProgress {
 		t.Errorf("gate off: card = %s@%d in %q, want untouched %s@%d in in_progress", c.Claim, c.ClaimEpoch, c.State, held.Claim, held.ClaimEpoch)
 	}
 	if !c.LeaseExpired(time.Now()) {
 		t.Errorf("gate off: lease until %v, want expired", c.ClaimLeaseUntil)
 	}
-	if run := e.run(held.LastRunID); run.Status != board.RunRunning || run.FailureCode != "" {
+	if run := e.GetRun(held.LastRunID); run.Status != board.RunRunning || run.FailureCode != "" {
 		t.Errorf("gate off: run = %s / %q, want still running with no failure code", run.Status, run.FailureCode)
 	}
-	if a := e.card("abandoned"); a.Claimed() || a.State != board.StateInProgress {
+	if a := e.Card("abandoned"); a.Claimed() || a.State != board.StateInProgress {
 		t.Errorf("abandoned recovery claim: card = claim %q in %q, want released, state unchanged", a.Claim, a.State)
 	}
 }
@@ -246,44 +237,44 @@ func TestE2EReaperDryRunPrintsDecisionsAndChangesNothing(t *testing.T) {
 	// A long interval: only the passes this test asks for run after the
 	// agent's first one at start.
 	e := newEnv(t, "lease: 3s\nreaper: {enabled: true, interval: 1h}\n")
-	e.agentEnv = []string{"LEASEKEEPER_REAPER=1"}
-	e.startAgent()
-	e.mustLK("card", "create", "c1")
+	e.AgentEnv = []string{"LEASEKEEPER_REAPER=1"}
+	e.Start()
+	e.MustRun("card", "create", "c1")
 
 	held := e.killClaimer("c1")
-	waitFor(t, 10*time.Second, "the dead claimer's lease to be expired", func() bool {
-		c := e.card("c1")
+	agentproc.WaitFor(t, 10*time.Second, "the dead claimer's lease to be expired", func() bool {
+		c := e.Card("c1")
 		return c.Claimed() && !c.ClaimLeaseUntil.After(time.Now())
 	})
-	before := e.card("c1")
+	before := e.Card("c1")
 
-	out := e.mustLK("reaper", "pass", "--dry-run")
+	out := e.MustRun("reaper", "pass", "--dry-run")
 	for _, want := range []string{"dry run", "c1", held.Claim, "decided", "repark (row 11)", "false"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dry-run output lacks %q:\n%s", want, out)
 		}
 	}
 	var pass apitype.ReaperPass
-	if err := json.Unmarshal([]byte(e.mustLK("reaper", "pass", "--dry-run", "--json")), &pass); err != nil {
+	if err := json.Unmarshal([]byte(e.MustRun("reaper", "pass", "--dry-run", "--json")), &pass); err != nil {
 		t.Fatal(err)
 	}
 	if len(pass.Decisions) != 1 || pass.Decisions[0].Card != "c1" || pass.Decisions[0].Applied || !pass.DryRun {
 		t.Errorf("dry-run report = %+v, want one unapplied decision on c1", pass)
 	}
-	after := e.card("c1")
+	after := e.Card("c1")
 	if after.Claim != before.Claim || after.ClaimEpoch != before.ClaimEpoch || after.State != before.State || !after.UpdatedAt.Equal(before.UpdatedAt) {
 		t.Errorf("dry run changed the card: before %+v, after %+v", before, after)
 	}
-	if run := e.run(held.LastRunID); run.Status != board.RunRunning {
+	if run := e.GetRun(held.LastRunID); run.Status != board.RunRunning {
 		t.Errorf("dry run changed the run: status %s, want running", run.Status)
 	}
 
 	// The real pass then does what the dry run said.
-	e.mustLK("reaper", "pass")
-	if c := e.card("c1"); c.Claimed() || c.ClaimEpoch <= held.ClaimEpoch {
+	e.MustRun("reaper", "pass")
+	if c := e.Card("c1"); c.Claimed() || c.ClaimEpoch <= held.ClaimEpoch {
 		t.Errorf("after the real pass: claim %q epoch %d, want released with an epoch above %d", c.Claim, c.ClaimEpoch, held.ClaimEpoch)
 	}
-	if run := e.run(held.LastRunID); run.Status != board.RunFailedResumable || run.FailureCode != board.FailureProcessOrphaned {
+	if run := e.GetRun(held.LastRunID); run.Status != board.RunFailedResumable || run.FailureCode != board.FailureProcessOrphaned {
 		t.Errorf("after the real pass: run = %s / %q, want failed_resumable / PROCESS_ORPHANED", run.Status, run.FailureCode)
 	}
 }
@@ -294,16 +285,16 @@ func TestE2EReaperDryRunPrintsDecisionsAndChangesNothing(t *testing.T) {
 func TestE2ELaunchHintsFromTheRealAgent(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "lease: 3s\n")
-	e.startAgent()
-	e.mustLK("card", "create", "c1", "--state", "backlog")
-	e.mustLK("card", "create", "c2", "--state", "backlog")
+	e.Start()
+	e.MustRun("card", "create", "c1", "--state", "backlog")
+	e.MustRun("card", "create", "c2", "--state", "backlog")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	frames := make(chan apitype.Frame, 16)
 	hello := make(chan struct{}, 1)
 	go func() {
-		c := &client.Client{Socket: e.socket}
+		c := &client.Client{Socket: e.Socket}
 		_ = c.Watch(ctx, -1, func(f apitype.Frame) error {
 			switch f.Type {
 			case apitype.FrameHello:
@@ -329,15 +320,15 @@ func TestE2ELaunchHintsFromTheRealAgent(t *testing.T) {
 		}
 	}
 
-	e.mustLK("card", "move", "c1", "ready")
+	e.MustRun("card", "move", "c1", "ready")
 	if f := next(); f.Card != "c1" || f.State != board.StateReady || f.Reason != "" {
 		t.Errorf("hint = %+v, want c1 entering ready", f)
 	}
-	e.mustLK("card", "label", "c2", "--add", "once:go")
+	e.MustRun("card", "label", "c2", "--add", "once:go")
 	if f := next(); f.Card != "c2" || f.State != board.StateBacklog || f.Reason != "once:go" {
 		t.Errorf("hint = %+v, want the one-shot once:go on c2 in backlog", f)
 	}
-	waitFor(t, 5*time.Second, "the one-shot to be consumed", func() bool {
-		return !slices.Contains(e.card("c2").Labels, "once:go")
+	agentproc.WaitFor(t, 5*time.Second, "the one-shot to be consumed", func() bool {
+		return !slices.Contains(e.Card("c2").Labels, "once:go")
 	})
 }

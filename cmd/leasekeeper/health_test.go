@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/internal/agentproc"
 )
 
 func TestUnhealthy(t *testing.T) {
@@ -55,7 +56,7 @@ func TestUnhealthy(t *testing.T) {
 // on stderr, as container runtimes log it.
 func (e *env) health() (code int, reason string) {
 	e.t.Helper()
-	out, errs, code := e.lk("health")
+	out, errs, code := e.Run("health")
 	if code == 0 && strings.TrimSpace(out) != "ok" {
 		e.t.Errorf("health exit 0 printed %q, want ok", out)
 	}
@@ -73,19 +74,19 @@ func TestE2EHealthAndStatus(t *testing.T) {
 	t.Parallel()
 	metricsAddr := freeAddr(t)
 	e := newEnv(t, "lease: 3s\nreaper: {enabled: true}\nmetrics: "+metricsAddr+"\n")
-	a := e.startAgent()
+	a := e.Start()
 	if code, why := e.health(); code != 0 {
 		t.Fatalf("health of a serving agent: exit %d (%s), want 0", code, why)
 	}
 
 	// A claim held while the status is read, then its claimer killed so
 	// the reaper has something to decide.
-	e.mustLK("card", "create", "c1")
+	e.MustRun("card", "create", "c1")
 	claim := e.startClaim("c1", "--", "sh", "-c", workerScript, "sh", "worker.pid")
 	workerPID := e.workerPID("worker.pid")
 	var st apitype.Status
-	waitFor(t, 10*time.Second, "a heartbeat tick renewing the claim", func() bool {
-		st = e.status()
+	agentproc.WaitFor(t, 10*time.Second, "a heartbeat tick renewing the claim", func() bool {
+		st = e.Status()
 		return st.ClaimsHeld == 1 && st.Heartbeat.LastTick != nil && st.Heartbeat.LastTick.Renewed == 1
 	})
 	if !st.Store.Reachable || st.Store.Error != "" {
@@ -112,20 +113,20 @@ func TestE2EHealthAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	claim.wait(t, 5*time.Second)
-	waitFor(t, 10*time.Second, "the dead claimer's lease to be expired", func() bool {
-		c := e.card("c1")
+	agentproc.WaitFor(t, 10*time.Second, "the dead claimer's lease to be expired", func() bool {
+		c := e.Card("c1")
 		return c.Claimed() && !c.ClaimLeaseUntil.After(time.Now())
 	})
-	e.mustLK("reaper", "pass")
-	st = e.status()
+	e.MustRun("reaper", "pass")
+	st = e.Status()
 	pass := st.Reaper.LastPass
 	if pass == nil || pass.Gated || pass.Actions["fail"] != 1 {
 		t.Fatalf("last pass = %+v, want the operator's pass deciding fail for c1", pass)
 	}
-	if got, want := e.card("c1").State, board.StateFailed; got != want {
+	if got, want := e.Card("c1").State, board.StateFailed; got != want {
 		t.Errorf("c1 state = %q, want %q", got, want)
 	}
-	text := e.mustLK("status")
+	text := e.MustRun("status")
 	for _, want := range []string{"store reachable:", "yes", "store plugin:", "up, pid", "0 restarts",
 		"reaper:", "gate on", "last reaper pass:", "decided fail 1", "last tick:", "claims held:"} {
 		if !strings.Contains(text, want) {
@@ -146,19 +147,19 @@ func TestE2EHealthAndStatus(t *testing.T) {
 	if code != 1 || !strings.Contains(why, "store unreachable") {
 		t.Errorf("health with a frozen store: exit %d %q, want 1 naming the store", code, why)
 	}
-	waitFor(t, 20*time.Second, "health to recover once the store runs again", func() bool {
+	agentproc.WaitFor(t, 20*time.Second, "health to recover once the store runs again", func() bool {
 		code, _ := e.health()
 		return code == 0
 	})
 
 	// A killed store plugin is restarted; status shows the restart and
 	// the crash it recovered from.
-	pluginPID = e.status().Store.Plugin.PID
+	pluginPID = e.Status().Store.Plugin.PID
 	if err := syscall.Kill(pluginPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the store plugin to be restarted", func() bool {
-		st = e.status()
+	agentproc.WaitFor(t, 20*time.Second, "the store plugin to be restarted", func() bool {
+		st = e.Status()
 		p := st.Store.Plugin
 		return p != nil && p.State == "up" && p.PID != pluginPID && st.Store.Reachable
 	})
@@ -173,10 +174,10 @@ func TestE2EHealthAndStatus(t *testing.T) {
 	}
 
 	// A stopped agent.
-	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := a.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	<-a.done
+	<-a.Done()
 	if code, why := e.health(); code != 1 || !strings.Contains(why, "cannot reach the agent") {
 		t.Errorf("health of a stopped agent: exit %d %q, want 1 naming the socket", code, why)
 	}
