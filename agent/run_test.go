@@ -1,14 +1,12 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,26 +16,9 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/client"
+	"github.com/leasekeeper/leasekeeper/internal/agentproc"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
 )
-
-// syncBuffer collects the agent's log for a failing test's report.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // running is an agent started with Run in this process: the real wiring,
 // a real bbolt file, a real Unix socket.
@@ -47,7 +28,7 @@ type running struct {
 	metrics string // the metrics address, when asked for
 	cancel  context.CancelFunc
 	done    chan error
-	logs    *syncBuffer
+	logs    *agentproc.Buffer // the agent's log, for a failing test's report
 }
 
 type runOpts struct {
@@ -84,7 +65,7 @@ func startRun(t *testing.T, o runOpts) *running {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	r := &running{dir: dir, socket: filepath.Join(dir, "lk.sock"), done: make(chan error, 1), logs: &syncBuffer{}}
+	r := &running{dir: dir, socket: filepath.Join(dir, "lk.sock"), done: make(chan error, 1), logs: &agentproc.Buffer{}}
 	dbPath := filepath.Join(dir, "board.db")
 	if o.seed != nil {
 		s, err := boltstore.Open(dbPath, boltstore.Options{})

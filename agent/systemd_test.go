@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/internal/agentproc"
 	"github.com/leasekeeper/leasekeeper/pidprobe"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
 )
@@ -228,7 +229,7 @@ func TestNotifierWarnsOfAShortWatchdog(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			var logs syncBuffer
+			var logs agentproc.Buffer
 			n := &notifier{log: slog.New(slog.NewTextHandler(&logs, nil)), watchdog: tc.watchdog}
 			n.checkInterval(tc.lease)
 			if got := strings.Contains(logs.String(), "WatchdogSec is shorter"); got != tc.wantWarn {
