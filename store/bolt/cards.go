@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -232,23 +233,37 @@ func (w *wtx) dependents(id string) ([]*cardRecord, error) {
 // target is a completion state, promotes the dependents this completes —
 // all in the caller's write.
 func (s *Store) move(w *wtx, rec *cardRecord, to string, reason board.Reason, actor string) error {
+	ev := board.Event{Type: board.EventState, Reason: reason, Actor: actor, Data: board.EventData{From: rec.State, To: to}}
+	err := w.updateCard(rec, s.now(), ev, func() {
+		rec.State = to
+		rec.StateReason = reason
+		rec.GaveUp = nil
+	})
+	if err != nil {
+		return err
+	}
+	if s.brd().Promotes(to, reason) {
+		return s.promoteDependents(w, rec.ID, actor)
+	}
+	return nil
+}
+
+// updateCard is the one shape of a card write on this twin: edit changes
+// rec, updated_at is stamped with now, the card document, its claim record
+// and its index entries are rewritten against what they were, and ev is
+// appended with the card and the time filled in — all in w, so the write
+// and its event commit together. ev is built by the caller before edit
+// runs, so it may describe the card as it was (a release names the claim
+// it clears).
+func (w *wtx) updateCard(rec *cardRecord, now time.Time, ev board.Event, edit func()) error {
 	prev := *rec
-	from := rec.State
-	now := s.now()
-	rec.State = to
-	rec.StateReason = reason
-	rec.GaveUp = nil
+	edit()
 	rec.UpdatedAt = now
 	if err := w.putCard(&prev, rec); err != nil {
 		return err
 	}
-	w.emit(board.Event{
-		Type: board.EventState, Card: rec.ID, Reason: reason, Actor: actor, At: now,
-		Data: board.EventData{From: from, To: to},
-	})
-	if s.brd().Promotes(to, reason) {
-		return s.promoteDependents(w, rec.ID, actor)
-	}
+	ev.Card, ev.At = rec.ID, now
+	w.emit(ev)
 	return nil
 }
 
@@ -283,20 +298,19 @@ func (s *Store) promoteDependents(w *wtx, id, actor string) error {
 		if !ready {
 			continue
 		}
-		prev := *d
-		now := s.now()
-		d.State = pool
-		d.StateReason = board.ReasonUnblocked
-		d.GaveUp = nil
-		d.PromotedBy = id
-		d.UpdatedAt = now
-		if err := w.putCard(&prev, d); err != nil {
+		ev := board.Event{
+			Type: board.EventState, Reason: board.ReasonUnblocked, Actor: actor,
+			Data: board.EventData{From: board.StateWaitingDeps, To: pool},
+		}
+		err := w.updateCard(d, s.now(), ev, func() {
+			d.State = pool
+			d.StateReason = board.ReasonUnblocked
+			d.GaveUp = nil
+			d.PromotedBy = id
+		})
+		if err != nil {
 			return err
 		}
-		w.emit(board.Event{
-			Type: board.EventState, Card: d.ID, Reason: board.ReasonUnblocked, Actor: actor, At: now,
-			Data: board.EventData{From: board.StateWaitingDeps, To: pool},
-		})
 	}
 	return nil
 }
@@ -445,18 +459,14 @@ func (s *Store) SetLabels(ctx context.Context, card string, labels []string, act
 }
 
 func (s *Store) writeLabels(w *wtx, rec *cardRecord, next []string, reason board.Reason, actor string, out *board.Card) error {
-	prev := *rec
-	now := s.now()
-	added, removed := board.LabelDiff(prev.Labels, next)
-	rec.Labels = next
-	rec.UpdatedAt = now
-	if err := w.putCard(&prev, rec); err != nil {
+	added, removed := board.LabelDiff(rec.Labels, next)
+	ev := board.Event{
+		Type: board.EventLabels, Reason: reason, Actor: actor,
+		Data: board.EventData{Labels: next, Added: added, Removed: removed},
+	}
+	if err := w.updateCard(rec, s.now(), ev, func() { rec.Labels = next }); err != nil {
 		return err
 	}
-	w.emit(board.Event{
-		Type: board.EventLabels, Card: rec.ID, Reason: reason, Actor: actor, At: now,
-		Data: board.EventData{Labels: next, Added: added, Removed: removed},
-	})
 	*out = rec.Card
 	return nil
 }

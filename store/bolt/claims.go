@@ -23,20 +23,18 @@ func conflict(r *cardRecord) error { return board.Conflict(r.ID, r.Claim, r.Clai
 // writes the file and so nothing can drop the field (ADR-096 §7; the
 // MongoDB twin floors it at the server clock instead).
 func (s *Store) acquire(w *wtx, rec *cardRecord, marker string, lease time.Duration, actor string) (board.ClaimToken, error) {
-	prev := *rec
 	now := s.now()
-	rec.Claim = marker
-	rec.ClaimEpoch = prev.ClaimEpoch + 1
-	rec.ClaimedAt = now
-	rec.ClaimLeaseUntil = now.Add(lease)
-	rec.UpdatedAt = now
-	if err := w.putCard(&prev, rec); err != nil {
+	epoch := rec.ClaimEpoch + 1
+	ev := board.Event{Type: board.EventClaimed, Actor: actor, Data: board.EventData{Marker: marker, Epoch: epoch}}
+	err := w.updateCard(rec, now, ev, func() {
+		rec.Claim = marker
+		rec.ClaimEpoch = epoch
+		rec.ClaimedAt = now
+		rec.ClaimLeaseUntil = now.Add(lease)
+	})
+	if err != nil {
 		return board.ClaimToken{}, err
 	}
-	w.emit(board.Event{
-		Type: board.EventClaimed, Card: rec.ID, Actor: actor, At: now,
-		Data: board.EventData{Marker: marker, Epoch: rec.ClaimEpoch},
-	})
 	return rec.Token(), nil
 }
 
@@ -260,21 +258,13 @@ func (s *Store) SetLastRunOwned(ctx context.Context, card string, tok board.Clai
 		if rec.LastRunID == runID && known {
 			return nil
 		}
-		prev := *rec
-		now := s.now()
-		rec.LastRunID = runID
-		if !known {
-			rec.Runs = append(append([]string{}, rec.Runs...), runID)
-		}
-		rec.UpdatedAt = now
-		if err := w.putCard(&prev, rec); err != nil {
-			return err
-		}
-		w.emit(board.Event{
-			Type: board.EventLastRun, Card: card, Actor: tok.Marker, At: now,
-			Data: board.EventData{RunID: runID},
+		ev := board.Event{Type: board.EventLastRun, Actor: tok.Marker, Data: board.EventData{RunID: runID}}
+		return w.updateCard(rec, s.now(), ev, func() {
+			rec.LastRunID = runID
+			if !known {
+				rec.Runs = append(append([]string{}, rec.Runs...), runID)
+			}
 		})
-		return nil
 	})
 }
 
@@ -284,18 +274,8 @@ func (s *Store) SetAwaitingInputOwned(ctx context.Context, card string, tok boar
 		if rec.AwaitingInput == awaiting {
 			return nil
 		}
-		prev := *rec
-		now := s.now()
-		rec.AwaitingInput = awaiting
-		rec.UpdatedAt = now
-		if err := w.putCard(&prev, rec); err != nil {
-			return err
-		}
-		w.emit(board.Event{
-			Type: board.EventAwaitingInput, Card: card, Actor: tok.Marker, At: now,
-			Data: board.EventData{Value: awaiting},
-		})
-		return nil
+		ev := board.Event{Type: board.EventAwaitingInput, Actor: tok.Marker, Data: board.EventData{Value: awaiting}}
+		return w.updateCard(rec, s.now(), ev, func() { rec.AwaitingInput = awaiting })
 	})
 }
 
@@ -315,24 +295,18 @@ func (s *Store) SetGaveUpOwned(ctx context.Context, card string, tok board.Claim
 		if g == nil && rec.GaveUp == nil {
 			return nil
 		}
-		prev := *rec
 		now := s.now()
-		rec.GaveUp = nil
-		data := board.EventData{}
+		var stamp *board.GaveUp
+		ev := board.Event{Type: board.EventGaveUp, Actor: tok.Marker}
 		if g != nil {
-			stamp := *g
-			if stamp.At.IsZero() {
-				stamp.At = now
+			st := *g
+			if st.At.IsZero() {
+				st.At = now
 			}
-			rec.GaveUp = &stamp
-			data = board.EventData{RunID: stamp.RunID, To: stamp.State, Value: true}
+			stamp = &st
+			ev.Data = board.EventData{RunID: st.RunID, To: st.State, Value: true}
 		}
-		rec.UpdatedAt = now
-		if err := w.putCard(&prev, rec); err != nil {
-			return err
-		}
-		w.emit(board.Event{Type: board.EventGaveUp, Card: card, Actor: tok.Marker, At: now, Data: data})
-		return nil
+		return w.updateCard(rec, now, ev, func() { rec.GaveUp = stamp })
 	})
 }
 
@@ -353,20 +327,12 @@ func (s *Store) ExpireClaimOwned(ctx context.Context, card string, tok board.Cla
 // release clears the claim and keeps the epoch: the fence only goes up, so
 // the next acquisition continues from it (ADR-096 §1).
 func (s *Store) release(w *wtx, rec *cardRecord, actor string) error {
-	prev := *rec
-	now := s.now()
-	rec.Claim = ""
-	rec.ClaimedAt = time.Time{}
-	rec.ClaimLeaseUntil = time.Time{}
-	rec.UpdatedAt = now
-	if err := w.putCard(&prev, rec); err != nil {
-		return err
-	}
-	w.emit(board.Event{
-		Type: board.EventReleased, Card: rec.ID, Actor: actor, At: now,
-		Data: board.EventData{Marker: prev.Claim, Epoch: prev.ClaimEpoch},
+	ev := board.Event{Type: board.EventReleased, Actor: actor, Data: board.EventData{Marker: rec.Claim, Epoch: rec.ClaimEpoch}}
+	return w.updateCard(rec, s.now(), ev, func() {
+		rec.Claim = ""
+		rec.ClaimedAt = time.Time{}
+		rec.ClaimLeaseUntil = time.Time{}
 	})
-	return nil
 }
 
 // ReleaseOwned is the holder's release. A free card is nil.

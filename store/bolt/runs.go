@@ -39,16 +39,11 @@ func (s *Store) CreateRun(ctx context.Context, r board.Run) (board.Run, error) {
 			return fmt.Errorf("encode run %q: %w", run.ID, err)
 		}
 		w.put(bucketRuns, []byte(run.ID), v)
-		prev := *rec
-		rec.Runs = append(append([]string{}, rec.Runs...), run.ID)
-		rec.UpdatedAt = now
-		if err := w.putCard(&prev, rec); err != nil {
+		ev := board.Event{Type: board.EventRunCreated, Actor: run.Owner, Data: board.EventData{RunID: run.ID, Status: string(run.Status)}}
+		err = w.updateCard(rec, now, ev, func() { rec.Runs = append(append([]string{}, rec.Runs...), run.ID) })
+		if err != nil {
 			return err
 		}
-		w.emit(board.Event{
-			Type: board.EventRunCreated, Card: run.Card, Actor: run.Owner, At: now,
-			Data: board.EventData{RunID: run.ID, Status: string(run.Status)},
-		})
 		out = run
 		return nil
 	})
