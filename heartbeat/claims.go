@@ -171,6 +171,20 @@ func (l *Loop) Held() []Claim {
 	return out
 }
 
+// Lookup returns the tracked claim on card, if any: one map read under the
+// lock, where Held copies and sorts every tracked claim. The socket API
+// checks the caller's claim on every owner request, so that check must not
+// grow with the number of claims the agent holds.
+func (l *Loop) Lookup(card string) (Claim, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.claims[card]
+	if !ok {
+		return Claim{}, false
+	}
+	return e.Claim, true
+}
+
 // keepalive tracks one ping key: how many claims use it and when it was
 // last heard.
 type keepalive struct {

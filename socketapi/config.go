@@ -19,8 +19,12 @@ import (
 // clock reading taken just before the store call that granted them, so the
 // trusted deadline is counted from the attempt, not the answer), forgets
 // released ones, receives keepalive pings and reports what it holds. The
-// loop drops a claim it declared lost from Held, and the server refuses
-// owner writes on a claim the loop no longer holds for the caller.
+// loop drops a claim it declared lost from Held and Lookup, and the server
+// refuses owner writes on a claim the loop no longer holds for the caller.
+//
+// Lookup is the per-request check: every claim and owner write asks about
+// one card, and must not pay for copying every claim the agent holds (Held
+// is for the listings: status, the watch stream's pings, keepalive).
 //
 // The owner handed to Add names the calling process: PID and StartMillis
 // from the kernel and the pid prober (both zero for a self-declared
@@ -30,6 +34,7 @@ type ClaimTracker interface {
 	Add(hold board.Hold, owner heartbeat.Owner, attemptStart time.Time, lease time.Duration) error
 	Remove(card string) bool
 	Ping(key string) bool
+	Lookup(card string) (heartbeat.Claim, bool)
 	Held() []heartbeat.Claim
 }
 

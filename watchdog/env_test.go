@@ -251,6 +251,31 @@ type faultStore struct {
 	// staleRun, when set, is served once by GetRun in place of the stored
 	// run: the read the oracle took just before the owner wrote its verdict.
 	staleRun *board.Run
+	// listClaimed counts ListCards(ClaimedOnly) calls once counting is on.
+	counting    bool
+	listClaimed int
+}
+
+// countListCards starts counting ListCards(ClaimedOnly) calls from zero.
+func (f *faultStore) countListCards() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.counting, f.listClaimed = true, 0
+}
+
+func (f *faultStore) claimedListings() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.listClaimed
+}
+
+func (f *faultStore) ListCards(ctx context.Context, cf board.CardFilter) ([]board.Card, error) {
+	f.mu.Lock()
+	if f.counting && cf.ClaimedOnly {
+		f.listClaimed++
+	}
+	f.mu.Unlock()
+	return f.Store.ListCards(ctx, cf)
 }
 
 var errInjected = errors.New("injected store fault")

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +20,7 @@ const (
 	DefaultLease           = 30 * time.Second
 	DefaultRunCeiling      = 20
 	DefaultUnleasedHorizon = 24 * time.Hour
+	DefaultWorkers         = 16
 )
 
 // Config configures a Reaper. Zero fields take the defaults above.
@@ -32,6 +35,14 @@ type Config struct {
 	Host     string
 	Interval time.Duration
 	Batch    int
+	// Workers bounds how many cards of one pass are worked on at once.
+	// Each card's steps stay in order (resolve, pre-check, transfer,
+	// decide, act, release) and every one of them is a durable write on
+	// its own card, so cards of one pass are independent; run side by side
+	// their writes reach the store together and its group commit folds
+	// them into shared fsyncs, where one card after another would wait for
+	// an fsync per write. 1 decides one card at a time.
+	Workers int
 	// Lease is the configured claim lease (hot-reloaded).
 	Lease func() time.Duration
 	// OrphanGrace is how long past the owner's lease the oracle waits
@@ -81,6 +92,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.Batch <= 0 {
 		out.Batch = DefaultBatch
+	}
+	if out.Workers <= 0 {
+		out.Workers = DefaultWorkers
 	}
 	if out.Lease == nil {
 		out.Lease = func() time.Duration { return DefaultLease }
@@ -177,9 +191,15 @@ type PassResult struct {
 	At     time.Time `json:"at"`
 	DryRun bool      `json:"dry_run"`
 	// Enabled is the gate as this pass read it; off, no card was decided.
-	Enabled bool          `json:"enabled"`
-	Cards   []CardResult  `json:"cards"`
-	Sweeps  []SweepResult `json:"sweeps"`
+	Enabled bool `json:"enabled"`
+	// Cards and Sweeps are sorted by card (the cards of a pass are
+	// worked on concurrently; the order says nothing about timing).
+	Cards  []CardResult  `json:"cards"`
+	Sweeps []SweepResult `json:"sweeps"`
+	// RecoverySweepDeferred: this pass drained a full batch and the
+	// recovery sweep had run less than half an Interval before, so it
+	// skipped it (see sweepDue).
+	RecoverySweepDeferred bool `json:"recovery_sweep_deferred,omitempty"`
 }
 
 // Card returns the record of card id in the pass, if it was listed.
@@ -200,13 +220,17 @@ type Reaper struct {
 	oracle   *Oracle
 
 	passMu sync.Mutex // serialises passes: the loop and an operator's RunOnce
+	// lastSweep is the clock reading at the start of the last recovery
+	// sweep that listed its population (guarded by passMu).
+	lastSweep time.Time
 
 	lifeMu sync.Mutex
 	cancel context.CancelFunc
 	done   chan struct{}
 
 	// beforeTransfer, when set (tests only), runs between the listing and
-	// the transfer of each card the pre-check did not keep.
+	// the transfer of each card the pre-check did not keep. Cards run
+	// concurrently, so it may be called from several goroutines at once.
 	beforeTransfer func(board.Card)
 }
 
@@ -287,34 +311,74 @@ func (r *Reaper) RunOnce(ctx context.Context, dryRun bool) (PassResult, error) {
 	res := PassResult{At: r.cfg.Clock.Now(), DryRun: dryRun, Enabled: r.cfg.Enabled()}
 	takenUp := map[string]bool{}
 	var errs []error
+	draining := false
 	if res.Enabled {
 		listed, err := r.cfg.Store.ListExpiredClaimCandidates(ctx, res.At, r.cfg.Batch)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("list expired claims: %w", err))
 		}
-		for _, c := range listed {
-			if err := ctx.Err(); err != nil {
-				return res, err
+		draining = !dryRun && err == nil && len(listed) >= r.cfg.Batch
+		results := make([]CardResult, len(listed))
+		done := r.each(ctx, len(listed), func(i int) {
+			results[i] = r.reapOne(ctx, listed[i], dryRun)
+		})
+		for i, cr := range results {
+			if !done[i] {
+				continue // the pass was cancelled before this card began
 			}
-			cr := r.reapOne(ctx, c, dryRun)
 			if cr.Token != (board.ClaimToken{}) || (dryRun && cr.PreCheck.Action != ActionKeep) {
-				takenUp[c.ID] = true
+				takenUp[cr.Card] = true
 			}
 			res.Cards = append(res.Cards, cr)
 		}
+		slices.SortFunc(res.Cards, func(a, b CardResult) int { return strings.Compare(a.Card, b.Card) })
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
 	}
-	sw, err := r.sweepRecovery(ctx, takenUp, dryRun)
-	res.Sweeps = append(res.Sweeps, sw...)
-	errs = append(errs, err)
+	if r.sweepDue(r.cfg.Clock.Now(), draining) {
+		sw, err := r.sweepRecovery(ctx, takenUp, dryRun)
+		res.Sweeps = append(res.Sweeps, sw...)
+		errs = append(errs, err)
+	} else {
+		res.RecoverySweepDeferred = true
+	}
 	if r.cfg.Fleet {
 		sw, err := r.sweepUnleased(ctx, dryRun)
 		res.Sweeps = append(res.Sweeps, sw...)
 		errs = append(errs, err)
 	}
+	slices.SortStableFunc(res.Sweeps, func(a, b SweepResult) int { return strings.Compare(a.Card, b.Card) })
 	if r.cfg.OnPass != nil {
 		r.cfg.OnPass(res)
 	}
 	return res, errors.Join(errs...)
+}
+
+// each runs fn(0) … fn(n-1) on at most Workers goroutines and waits for
+// them. It starts no new index once ctx is done; done reports which ones
+// ran. fn must touch only what belongs to its own index.
+func (r *Reaper) each(ctx context.Context, n int, fn func(i int)) (done []bool) {
+	done = make([]bool, n)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(r.cfg.Workers, n) {
+		wg.Go(func() {
+			for i := range next {
+				fn(i)
+				done[i] = true
+			}
+		})
+	}
+	for i := range n {
+		if ctx.Err() != nil {
+			break
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return done
 }
 
 // reapOne is one card of the gated pass.
@@ -533,28 +597,79 @@ func (r *Reaper) release(ctx context.Context, cr *CardResult, c board.Card, tok 
 // what is left is released bare, which is a pure return to the card's
 // pre-watchdog state: release-only, never a filing.
 //
-// The population comes from the claimed-cards index rather than the
-// expired-claims listing, whose batch would be starved by conserved worker
-// claims while the gate is off.
+// The population must reach every abandoned recovery claim however many
+// other claims sit in front of it: the decision pass's listing is capped at
+// the batch, and with the gate off its head is conserved worker claims that
+// nothing takes away, so a capped listing would starve the sweep for ever.
+// Hence an uncapped listing, of one of two populations:
+//
+//   - On the local twin, the expired claims (lease index, no limit). Every
+//     recovery claim there carries a lease — the transfer stamps one and no
+//     other program writes the file (ADR-096 §7) — so the abandoned ones
+//     are exactly the expired ones, and the sweep reads O(expired claims)
+//     instead of every claim the agent's workers hold and renew.
+//   - On the fleet, every claimed card: a foreign write may have stripped a
+//     recovery claim's lease, and the expired listing returns a lease-less
+//     claim only past the un-leased horizon.
+//
+// Neither can skip what it has seen before, so the cost of a sweep grows
+// with the backlog; sweepDue says how often a draining reaper pays it.
 func (r *Reaper) sweepRecovery(ctx context.Context, takenUp map[string]bool, dryRun bool) ([]SweepResult, error) {
-	claimed, err := r.cfg.Store.ListCards(ctx, board.CardFilter{ClaimedOnly: true})
-	if err != nil {
-		return nil, fmt.Errorf("recovery sweep: list claimed cards: %w", err)
-	}
 	now := r.cfg.Clock.Now()
+	var cands []board.Card
+	var err error
+	if r.cfg.Fleet {
+		cands, err = r.cfg.Store.ListCards(ctx, board.CardFilter{ClaimedOnly: true})
+	} else {
+		cands, err = r.cfg.Store.ListExpiredClaimCandidates(ctx, now, 0)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("recovery sweep: list claims: %w", err)
+	}
+	if !dryRun {
+		// A dry run released nothing, so it does not count as a sweep.
+		r.lastSweep = now
+	}
 	var out []SweepResult
-	for _, c := range claimed {
+	for _, c := range cands {
 		if !board.IsRecoveryMarker(c.Claim) || takenUp[c.ID] {
 			continue
 		}
 		if !c.LeaseExpired(now) && !c.ClaimLeaseUntil.IsZero() {
 			continue
 		}
-		sr := SweepResult{Sweep: SweepRecovery, Card: c.ID, Marker: c.Claim}
-		r.releaseBare(ctx, &sr, dryRun)
-		out = append(out, sr)
+		out = append(out, SweepResult{Sweep: SweepRecovery, Card: c.ID, Marker: c.Claim})
 	}
+	// Releases of distinct cards are independent: run them side by side so
+	// they share the store's commits.
+	r.each(context.WithoutCancel(ctx), len(out), func(i int) { r.releaseBare(ctx, &out[i], dryRun) })
 	return out, nil
+}
+
+// sweepDue says whether this pass runs the recovery sweep. It always does,
+// except while the gated pass is draining a backlog — its listing came back
+// full — and the last sweep started less than half an Interval ago. Then the
+// sweep waits: listing every expired claim on each of the back-to-back
+// passes that clear a backlog batch by batch would make the drain quadratic
+// in the backlog, for a population that the previous sweep, a moment ago,
+// already found clean.
+//
+// It cannot starve the repair (ADR-096 §8, §9: the recovery sweep is
+// ungated and runs every watchdog pass):
+//   - the deferral needs the gate on and a real pass: with the gate off, or
+//     in a dry run, every pass sweeps;
+//   - the agent's loop runs a pass every Interval, and a deferral needs a
+//     sweep less than Interval/2 before, so every scheduled pass still
+//     sweeps; only the extra passes an operator or a benchmark squeezes in
+//     between can defer, and the clock bounds the wait to Interval/2 however
+//     many of them there are;
+//   - a clock that went backwards makes the sweep due, never later.
+func (r *Reaper) sweepDue(now time.Time, draining bool) bool {
+	if !draining || r.lastSweep.IsZero() {
+		return true
+	}
+	since := now.Sub(r.lastSweep)
+	return since < 0 || since >= r.cfg.Interval/2
 }
 
 // sweepUnleased (fleet only, gate on or off) releases ordinary claims a
