@@ -118,6 +118,9 @@ func (l *Loop) Add(h board.Hold, o Owner, attemptStart time.Time, lease time.Dur
 		l.claims[h.Card] = &entry{Claim{Hold: h, Owner: o, ConfirmedAt: attemptStart, TrustedUntil: trusted}}
 		l.addKey(o.KeepaliveID, now)
 	}
+	if l.wakeAt.IsZero() || trusted.Before(l.wakeAt) {
+		l.wakeAt = trusted
+	}
 	l.mu.Unlock()
 
 	// The new deadline may come before the loop's next scheduled tick.

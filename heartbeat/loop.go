@@ -27,6 +27,10 @@ type Loop struct {
 	done   chan struct{}
 
 	wake chan struct{} // Add nudges the running loop to re-plan its wait
+	// wakeAt is the earliest trusted deadline among the claims added since
+	// the running loop last re-planned its wait; zero for none. Guarded by
+	// mu.
+	wakeAt time.Time
 }
 
 // New validates cfg and returns a stopped Loop.
@@ -102,7 +106,7 @@ func (l *Loop) run(ctx context.Context, done chan struct{}) {
 		case <-l.wake:
 			// A claim was added. Its trusted deadline may come before the
 			// scheduled tick, and the loss must be declared on time.
-			d, ok := l.untilEarliestDeadline()
+			d, ok := l.untilAddedDeadline()
 			if ok && d < time.Until(due) {
 				if !timer.Stop() {
 					select {
@@ -117,13 +121,23 @@ func (l *Loop) run(ctx context.Context, done chan struct{}) {
 	}
 }
 
-// untilEarliestDeadline returns how long until the earliest trusted
-// deadline of any tracked claim.
-func (l *Loop) untilEarliestDeadline() (time.Duration, bool) {
+// untilAddedDeadline returns how long until the earliest trusted deadline
+// among the claims added since the last call, and forgets them. Only those
+// can move the wait earlier: the wait already planned covers every claim
+// known when it was planned (a tick plans for all of them, a wake for the
+// ones added before it), and nothing but an Add brings a tracked deadline
+// closer. It is O(1) where a scan of every tracked claim would make each
+// claim the socket API grants cost O(claims held).
+func (l *Loop) untilAddedDeadline() (time.Duration, bool) {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.earliestLocked(now)
+	at := l.wakeAt
+	l.wakeAt = time.Time{}
+	l.mu.Unlock()
+	if at.IsZero() {
+		return 0, false
+	}
+	return at.Sub(now), true
 }
 
 func (l *Loop) earliestLocked(now time.Time) (time.Duration, bool) {
