@@ -340,3 +340,25 @@ func TestRecoverySweepDeferralIsBounded(t *testing.T) {
 	}
 	e.wantFree("abandoned-2")
 }
+
+func TestWorkersDefault(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		opts []envOpt
+		want int
+	}{
+		{"local twin: a pool that shares group commits", nil, DefaultWorkers},
+		{"fleet: one card at a time", []envOpt{fleet}, DefaultFleetWorkers},
+		{"explicit on the fleet", []envOpt{fleet, withWorkers(4)}, 4},
+		{"explicit locally", []envOpt{withWorkers(1)}, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := newEnv(t, tc.opts...).r.cfg.Workers; got != tc.want {
+				t.Errorf("Workers = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

@@ -21,6 +21,7 @@ const (
 	DefaultRunCeiling      = 20
 	DefaultUnleasedHorizon = 24 * time.Hour
 	DefaultWorkers         = 16
+	DefaultFleetWorkers    = 1
 )
 
 // Config configures a Reaper. Zero fields take the defaults above.
@@ -42,6 +43,14 @@ type Config struct {
 	// their writes reach the store together and its group commit folds
 	// them into shared fsyncs, where one card after another would wait for
 	// an fsync per write. 1 decides one card at a time.
+	//
+	// Zero means DefaultWorkers locally and DefaultFleetWorkers (one card
+	// at a time) on the fleet: the MongoDB twin has no group commit to
+	// share, and it numbers every event by an optimistic insert (read the
+	// last number, insert the next, retry on a duplicate), so concurrent
+	// writers on one database collide on each event they append. Against
+	// the project's MongoDB-wire test server, 16 workers made three racing
+	// reapers take three times as long as one card at a time did.
 	Workers int
 	// Lease is the configured claim lease (hot-reloaded).
 	Lease func() time.Duration
@@ -95,6 +104,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.Workers <= 0 {
 		out.Workers = DefaultWorkers
+		if out.Fleet {
+			out.Workers = DefaultFleetWorkers
+		}
 	}
 	if out.Lease == nil {
 		out.Lease = func() time.Duration { return DefaultLease }
