@@ -18,8 +18,12 @@ import (
 
 // StressOptions bounds StressFencing in size, time and count.
 type StressOptions struct {
-	Cards    int           // cards fought over; default 3
-	Workers  int           // concurrent workers; default 6
+	Cards   int // cards fought over; default 3
+	Workers int // concurrent workers; default 6
+	// Duration and Ops bound the run. A run whose history has not yet
+	// exercised the fence when they are spent (a slow backend on a loaded
+	// machine) carries on until it has, up to four times either bound, so
+	// the check neither passes vacuously nor fails for want of time.
 	Duration time.Duration // wall-time bound; default 2s
 	Ops      int           // total operation bound; default 1500
 	// Seed makes the workers' choices reproducible (the interleaving is
@@ -149,7 +153,16 @@ func StressFencing(t *testing.T, h Harness, o StressOptions) {
 	// refused workers would spend it all while the holders wait on their
 	// durable writes, and the history would hold almost no fenced write.
 	share := max(1, o.Ops/o.Workers)
-	deadline := time.Now().Add(o.Duration)
+	start := time.Now()
+	deadline, hardDeadline := start.Add(o.Duration), start.Add(4*o.Duration)
+	var fence fenceProgress
+	more := func(n int) bool {
+		now := time.Now()
+		if n < share && now.Before(deadline) {
+			return true
+		}
+		return !fence.exercised() && n < 4*share && now.Before(hardDeadline)
+	}
 	var wg sync.WaitGroup
 	for w := range o.Workers {
 		wg.Go(func() {
@@ -157,7 +170,7 @@ func StressFencing(t *testing.T, h Harness, o StressOptions) {
 			worker := fmt.Sprintf("stress-w%d-%d", w, 1000+w)
 			reaper := board.RecoveryMarker(fmt.Sprintf("stress-r%d-%d", w, 2000+w))
 			ws := &stressWorker{rng: rng, worker: worker, reaper: reaper, held: map[string]board.ClaimToken{}, old: map[string][]board.ClaimToken{}}
-			for n := 0; n < share && time.Now().Before(deadline); n++ {
+			for n := 0; more(n); n++ {
 				card := cards[rng.IntN(len(cards))]
 				in, act := ws.pick(e, card)
 				call := clock.Add(1)
@@ -172,6 +185,7 @@ func StressFencing(t *testing.T, h Harness, o StressOptions) {
 				mu.Lock()
 				history = append(history, stressOp{Client: w, In: in, Out: out, Call: call, Return: ret})
 				mu.Unlock()
+				fence.record(in.Kind, out.OK)
 				ws.observe(card, in, out)
 			}
 		})
@@ -193,6 +207,29 @@ func StressFencing(t *testing.T, h Harness, o StressOptions) {
 	for _, v := range checkStressHistory(history, !h.Fleet, time.Minute) {
 		t.Error(v)
 	}
+}
+
+// fenceProgress tracks, while the run goes on, whether the history already
+// holds what summarize demands of an exercised fence.
+type fenceProgress struct {
+	claimed, reclaimed, written, refused atomic.Bool
+}
+
+func (f *fenceProgress) record(k opKind, ok bool) {
+	switch {
+	case k == opClaim && ok:
+		f.claimed.Store(true)
+	case k == opReclaim && ok:
+		f.reclaimed.Store(true)
+	case k == opWrite && ok:
+		f.written.Store(true)
+	case k == opWrite:
+		f.refused.Store(true)
+	}
+}
+
+func (f *fenceProgress) exercised() bool {
+	return f.claimed.Load() && f.reclaimed.Load() && f.written.Load() && f.refused.Load()
 }
 
 // summarize counts outcomes per kind, and reports whether the history
