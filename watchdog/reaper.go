@@ -317,6 +317,8 @@ func (r *Reaper) loop(ctx context.Context, done chan struct{}) {
 // on or off it then runs the repair sweeps. A dry run decides — pre-check
 // and decision on the listed card — and reports what the sweeps would
 // release, but transfers and writes nothing (not even an orphan promotion).
+// The listed cards are worked on side by side, at most Workers at a time,
+// each through its own steps in order; the result lists them by card.
 func (r *Reaper) RunOnce(ctx context.Context, dryRun bool) (PassResult, error) {
 	r.passMu.Lock()
 	defer r.passMu.Unlock()
