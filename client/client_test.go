@@ -162,6 +162,21 @@ func TestClaimLostOnForceRelease(t *testing.T) {
 	if _, err := cl.SetState(ctx, board.StateDone); !errors.Is(err, board.ErrClaimConflict) {
 		t.Errorf("write after force-release: err %v, want ErrClaimConflict", err)
 	}
+	// Releasing a card that is already free is a no-op, as ReleaseOwned is.
+	if err := cl.Release(ctx); err != nil {
+		t.Errorf("release after force-release: %v, want nil (the card is free)", err)
+	}
+	// Another process takes the card: the superseded holder's late write is
+	// a fence conflict naming the new holder, not a permission error.
+	res := child(t, a.Path, "claim", "stolen", 0)
+	if res.Marker == "" {
+		t.Fatalf("claim by another process after the steal: %d %q (%s)", res.Status, res.Code, res.Error)
+	}
+	_, err = cl.SetState(ctx, board.StateDone)
+	ce, ok := board.AsClaimConflict(err)
+	if !ok || ce.Holder != res.Marker || ce.Epoch <= cl.Token().Epoch {
+		t.Errorf("superseded write: err %v, want ErrClaimConflict naming the new holder at a higher epoch", err)
+	}
 }
 
 func TestOtherProcessCannotTouchClaim(t *testing.T) {

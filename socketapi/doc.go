@@ -55,7 +55,7 @@
 //	bad_request          400/405 malformed request, unknown route method
 //	too_large            413     body over the cap
 //	unauthorized         401     the agent cannot tell who is calling
-//	forbidden            403     not the owner, reused pid, not an operator, Origin/Referer
+//	forbidden            403     names another's live claim, reused pid, not an operator, Origin/Referer
 //	outcome_unknown      502     the store cannot say whether the write landed
 //	unavailable          503     shutting down (no new claims), no reaper
 //	internal             500     anything else
@@ -69,7 +69,7 @@
 //	    claim one card, or the oldest unclaimed card in a pool state
 //	    (not_found when none). Re-claiming a card the caller holds refreshes
 //	    the lease (same epoch). 503 once the agent is shutting down.
-//	DELETE /v1/claims/{card}?epoch=N         → 204; release (ReleaseOwned)
+//	DELETE /v1/claims/{card}?epoch=N         → 204; release (ReleaseOwned; a free card is 204 too)
 //	PUT    /v1/claims/{card}/state           {"epoch", "to", "from"?, "reason"?}
 //	    → 200 {"changed"}; fenced move; reason empty, run_finished or run_failed
 //	PUT    /v1/claims/{card}/last-run        {"epoch", "run_id"} → 204

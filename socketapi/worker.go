@@ -72,13 +72,17 @@ func (s *Server) ownedToken(ctx context.Context, w worker, card string, epoch in
 	if err != nil {
 		return board.ClaimToken{}, err
 	}
-	if c.Claim != "" && c.Claim != w.marker {
+	if c.Claim != "" && c.Claim != w.marker && epoch == c.ClaimEpoch {
+		// The caller names the live claim of another process: not a stale
+		// holder (whose epoch is older) but a write on someone else's claim.
 		return board.ClaimToken{}, fmt.Errorf("%w: card %q is held by %s, not by this process", apitype.ErrForbidden, card, c.Claim)
 	}
-	// The store may still name this marker (an expired lease nobody has
-	// reclaimed yet), but the agent no longer renews it for this process:
-	// it declared the claim lost, or never granted it here. The holder must
-	// stop, so the write is refused as a conflict.
+	// Everything else is a stale token: a holder that was superseded
+	// (another process holds a newer epoch), released by an operator (the
+	// card is free), or whose claim the agent declared lost (the store may
+	// still name this marker on an expired lease nobody has reclaimed yet).
+	// The fence answers it as the store would, with the current holder, so
+	// the late writer learns it must stop (ADR-096 §2).
 	return board.ClaimToken{}, fmt.Errorf("the agent holds no claim on card %q for this process: %w",
 		card, board.Conflict(card, c.Claim, c.ClaimEpoch))
 }
@@ -142,6 +146,13 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request, c caller)
 		return err
 	}
 	tok, err := s.ownedToken(r.Context(), c.worker, card, epoch)
+	if ce, ok := board.AsClaimConflict(err); ok && ce.Holder == "" {
+		// Releasing a free card is a no-op by contract (ReleaseOwned on a
+		// free card is nil): an operator's force-release got there first.
+		s.cfg.Claims.Remove(card)
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
