@@ -150,7 +150,7 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 	log.Info("agent starting", "marker", a.marker, "socket", cfg.Socket, "backend", cfg.Store.Backend,
 		"lease", cfg.Lease, "liveness", cfg.Liveness, "reaper_enabled", cfg.Reaper.Enabled)
 
-	if err := a.openStore(ctx, cfg); err != nil {
+	if err := a.openStoreRetrying(ctx, cfg); err != nil {
 		return nil, err
 	}
 	warnBoardDrift(log, cfg.Board, a.store.Board()) // boarddef.go

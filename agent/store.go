@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -62,6 +63,33 @@ func OpenBuiltinStore(ctx context.Context, spec StoreSpec, clock board.Clock) (b
 		return openMongo(ctx, spec, clock)
 	}
 	return nil, fmt.Errorf("%w: store.backend %q is not a built-in store", ErrConfig, spec.Backend)
+}
+
+// storeRetryMax caps the wait between attempts to reach a network store.
+const storeRetryMax = 30 * time.Second
+
+// openStoreRetrying opens the store. A MongoDB store that cannot be reached
+// is retried with backoff until ctx ends, each failure logged, and the agent
+// serves nothing meanwhile: it never grants a claim it cannot fence. Other
+// stores fail at once — a locked or newer bbolt file, a bad plugin binary or
+// a config error does not heal by waiting, and a supervisor (systemd's
+// Restart=) is the right place to retry those.
+func (a *Agent) openStoreRetrying(ctx context.Context, cfg Config) error {
+	wait := time.Second
+	for attempt := 1; ; attempt++ {
+		err := a.openStore(ctx, cfg)
+		if err == nil || cfg.Store.Backend != BackendMongo || errors.Is(err, ErrConfig) || ctx.Err() != nil {
+			return err
+		}
+		a.log.Error("store unreachable: not serving until it answers", "backend", cfg.Store.Backend,
+			"database", cfg.Store.Database, "attempt", attempt, "retry_in", wait, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the store never became reachable: %w", err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, storeRetryMax)
+	}
 }
 
 // openStore opens the configured store. A plugin binary named by
