@@ -95,4 +95,10 @@ type CardFilter struct {
 	// ClaimedOnly lists only cards that carry a claim (the boot sweep's
 	// population); backends serve it from an index, not a scan.
 	ClaimedOnly bool `json:"claimed_only,omitempty"`
+	// RecoveryOnly lists only cards held by a recovery claim (a marker
+	// starting with RecoveryPrefix), with or without a lease: the recovery
+	// sweep's population (ADR-096 §8, §9). It implies ClaimedOnly. Backends
+	// serve it from an index, not a scan, so the sweep reads only recovery
+	// claims however many worker claims the store holds.
+	RecoveryOnly bool `json:"recovery_only,omitempty"`
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -327,6 +328,48 @@ func TestValuesCrossTheBoundary(t *testing.T) {
 			}
 			if (got == nil) != (want == nil) || !reflect.DeepEqual(got, want) {
 				t.Errorf("got %#v, want %#v", got, want)
+			}
+		})
+	}
+}
+
+// TestCardFilterCrossesTheBoundary pins every field of the listing filter:
+// a field the mapping drops would turn a narrow listing (the recovery
+// sweep's RecoveryOnly) into a wider one on the plugin side.
+func TestCardFilterCrossesTheBoundary(t *testing.T) {
+	t.Parallel()
+	var (
+		mu   sync.Mutex
+		seen board.CardFilter
+	)
+	rs := inProcess(t, &scripted{
+		listCards: func(_ context.Context, f board.CardFilter) ([]board.Card, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = f
+			return nil, nil
+		},
+	})
+	tests := []struct {
+		name string
+		f    board.CardFilter
+	}{
+		{"zero", board.CardFilter{}},
+		{"state and limit", board.CardFilter{State: board.StateReady, Limit: 7}},
+		{"claimed only", board.CardFilter{ClaimedOnly: true}},
+		{"recovery only", board.CardFilter{RecoveryOnly: true}},
+		{"every field", board.CardFilter{State: board.StateInProgress, Limit: 3, ClaimedOnly: true, RecoveryOnly: true}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := rs.ListCards(t.Context(), tc.f); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			got := seen
+			mu.Unlock()
+			if got != tc.f {
+				t.Errorf("the plugin saw %+v, want %+v", got, tc.f)
 			}
 		})
 	}

@@ -69,7 +69,7 @@ func (s *remoteStore) GetCard(ctx context.Context, id string) (board.Card, error
 }
 
 func (s *remoteStore) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
-	r, err := s.rpc.ListCards(ctx, &storepb.ListCardsRequest{State: f.State, Limit: int64(f.Limit), ClaimedOnly: f.ClaimedOnly})
+	r, err := s.rpc.ListCards(ctx, &storepb.ListCardsRequest{State: f.State, Limit: int64(f.Limit), ClaimedOnly: f.ClaimedOnly, RecoveryOnly: f.RecoveryOnly})
 	if err != nil {
 		return nil, callError(ctx, "ListCards", err)
 	}

@@ -41,7 +41,7 @@ func (s *server) GetCard(ctx context.Context, r *storepb.GetCardRequest) (*store
 }
 
 func (s *server) ListCards(ctx context.Context, r *storepb.ListCardsRequest) (*storepb.CardsReply, error) {
-	cs, err := s.store.ListCards(ctx, board.CardFilter{State: r.GetState(), Limit: int(r.GetLimit()), ClaimedOnly: r.GetClaimedOnly()})
+	cs, err := s.store.ListCards(ctx, board.CardFilter{State: r.GetState(), Limit: int(r.GetLimit()), ClaimedOnly: r.GetClaimedOnly(), RecoveryOnly: r.GetRecoveryOnly()})
 	if err != nil {
 		return nil, toStatus(err)
 	}

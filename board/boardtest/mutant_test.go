@@ -79,12 +79,24 @@ func (m sinkLeaks) SetState(ctx context.Context, mv board.Move) error {
 	return err
 }
 
+// recoveryListsClaimed ignores RecoveryOnly: it lists every claimed card,
+// as a store without a recovery index might.
+type recoveryListsClaimed struct{ board.Store }
+
+func (m recoveryListsClaimed) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
+	if f.RecoveryOnly {
+		f.RecoveryOnly, f.ClaimedOnly = false, true
+	}
+	return m.Store.ListCards(ctx, f)
+}
+
 var mutants = map[string]func(board.Store) board.Store{
-	"fenceBypass":         func(s board.Store) board.Store { return fenceBypass{s} },
-	"claimSteals":         func(s board.Store) board.Store { return claimSteals{s} },
-	"reclaimIgnoresLease": func(s board.Store) board.Store { return reclaimIgnoresLease{s} },
-	"anonymousConflict":   func(s board.Store) board.Store { return anonymousConflict{s} },
-	"sinkLeaks":           func(s board.Store) board.Store { return sinkLeaks{s} },
+	"fenceBypass":          func(s board.Store) board.Store { return fenceBypass{s} },
+	"claimSteals":          func(s board.Store) board.Store { return claimSteals{s} },
+	"reclaimIgnoresLease":  func(s board.Store) board.Store { return reclaimIgnoresLease{s} },
+	"anonymousConflict":    func(s board.Store) board.Store { return anonymousConflict{s} },
+	"sinkLeaks":            func(s board.Store) board.Store { return sinkLeaks{s} },
+	"recoveryListsClaimed": func(s board.Store) board.Store { return recoveryListsClaimed{s} },
 }
 
 func mutantHarness(t *testing.T) boardtest.Harness {
@@ -127,6 +139,8 @@ func TestSuiteCatchesMutants(t *testing.T) {
 			[]string{"TestMutantExercise/Claims/OtherMarkerIsConflictNamingHolder"}},
 		{"sinkLeaks", "TestMutantExercise/States/TerminalIsASink/SetState/",
 			[]string{"TestMutantExercise/States/TerminalIsASink/SetState/doneToready"}},
+		{"recoveryListsClaimed", "TestMutantExercise/Watchdog/RecoveryOnlyListing",
+			[]string{"TestMutantExercise/Watchdog/RecoveryOnlyListing"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.mutant, func(t *testing.T) {

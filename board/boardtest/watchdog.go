@@ -302,6 +302,8 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("RecoveryOnlyListing", func(t *testing.T) { exerciseRecoveryListing(t, h) })
+
 	t.Run("ListUnleasedRunningClaimsHoldsNoLeasedClaim", func(t *testing.T) {
 		// The un-leased arm only ever lists claims with no lease; a
 		// leased claim, expired or not, is the lease arm's business.

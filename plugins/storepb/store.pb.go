@@ -1448,10 +1448,13 @@ func (x *CardReply) GetCard() *Card {
 }
 
 type ListCardsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	State         string                 `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
-	Limit         int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
-	ClaimedOnly   bool                   `protobuf:"varint,3,opt,name=claimed_only,json=claimedOnly,proto3" json:"claimed_only,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	State       string                 `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	Limit       int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	ClaimedOnly bool                   `protobuf:"varint,3,opt,name=claimed_only,json=claimedOnly,proto3" json:"claimed_only,omitempty"`
+	// Only cards held by a recovery (reaper:) claim: the recovery sweep's
+	// population. Implies claimed_only.
+	RecoveryOnly  bool `protobuf:"varint,4,opt,name=recovery_only,json=recoveryOnly,proto3" json:"recovery_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1503,6 +1506,13 @@ func (x *ListCardsRequest) GetLimit() int64 {
 func (x *ListCardsRequest) GetClaimedOnly() bool {
 	if x != nil {
 		return x.ClaimedOnly
+	}
+	return false
+}
+
+func (x *ListCardsRequest) GetRecoveryOnly() bool {
+	if x != nil {
+		return x.RecoveryOnly
 	}
 	return false
 }
@@ -3328,11 +3338,12 @@ const file_store_proto_rawDesc = "" +
 	"\x0eGetCardRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\";\n" +
 	"\tCardReply\x12.\n" +
-	"\x04card\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.CardR\x04card\"a\n" +
+	"\x04card\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.CardR\x04card\"\x86\x01\n" +
 	"\x10ListCardsRequest\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12!\n" +
-	"\fclaimed_only\x18\x03 \x01(\bR\vclaimedOnly\"#\n" +
+	"\fclaimed_only\x18\x03 \x01(\bR\vclaimedOnly\x12#\n" +
+	"\rrecovery_only\x18\x04 \x01(\bR\frecoveryOnly\"#\n" +
 	"\x11DependentsRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"P\n" +
 	"\n" +

@@ -126,8 +126,9 @@ func readCard(tx *bolt.Tx, id string) (*cardRecord, error) {
 }
 
 // ListCards lists cards in creation order from the narrowest index: the
-// claim index for ClaimedOnly, the state index for a state, else the
-// creation index. No listing scans the cards bucket.
+// recovery index for RecoveryOnly, the claim index for ClaimedOnly, the
+// state index for a state, else the creation index. No listing scans the
+// cards bucket.
 func (s *Store) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -154,6 +155,10 @@ func (s *Store) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card
 			return f.Limit == 0 || len(out) < f.Limit, nil
 		}
 		switch {
+		case f.RecoveryOnly:
+			return scanPrefix(tx.Bucket(bucketIdxRecovery), nil, func(k, _ []byte) (bool, error) {
+				return add(idFromOrderKey(k))
+			})
 		case f.ClaimedOnly:
 			return scanPrefix(tx.Bucket(bucketIdxClaim), nil, func(k, _ []byte) (bool, error) {
 				return add(idFromOrderKey(k))

@@ -16,6 +16,8 @@
 //	idx_claim    created seq id → empty, claimed cards only
 //	idx_lease    lease-until id → empty, claimed cards with a lease only
 //	idx_deps     blocker 0x00 dependent → empty
+//	idx_recovery created seq id → empty, cards held by a recovery
+//	             (reaper:) claim only (since schema version 3)
 //
 // "created" is the card's created_at in sortable nanoseconds and "seq" its
 // creation sequence, which breaks ties between cards created in the same
@@ -26,6 +28,14 @@
 // exception is a lease change (renewal, same-marker re-claim, early
 // expiry), which rewrites only the claim record and the lease index entry
 // (setLease), because a lease is all it changes.
+//
+// idx_recovery is the recovery sweep's population (ADR-096 §8, §9): the
+// watchdog releases abandoned recovery claims on every pass, and reading
+// them through their own index costs O(recovery claims) where the expired
+// listing would read every expired worker claim as well. It is derived from
+// the marker like the other indexes, so every claim change (claim, reclaim,
+// release) keeps it in step in the same transaction; a lease change never
+// touches it.
 //
 // The claim family has its own bucket since schema version 2 for two
 // reasons. A heartbeat renews every claim the agent holds in one write, and

@@ -21,15 +21,19 @@ var (
 	bucketIdxClaim   = []byte("idx_claim")
 	bucketIdxLease   = []byte("idx_lease")
 	bucketIdxDeps    = []byte("idx_deps")
+	// bucketIdxRecovery holds the cards whose claim is a recovery marker
+	// (since schema 3): the recovery sweep's population, read every pass.
+	bucketIdxRecovery = []byte("idx_recovery")
 
 	// allBuckets is what a current-schema file holds; Open creates the
 	// missing ones only on a file it has just stamped.
 	allBuckets = [][]byte{
 		bucketMeta, bucketCards, bucketClaims, bucketRuns, bucketEvents,
 		bucketIdxState, bucketIdxCreated, bucketIdxClaim, bucketIdxLease, bucketIdxDeps,
+		bucketIdxRecovery,
 	}
 	// indexBuckets are derived entirely from the cards and claims buckets.
-	indexBuckets = [][]byte{bucketIdxState, bucketIdxCreated, bucketIdxClaim, bucketIdxLease, bucketIdxDeps}
+	indexBuckets = [][]byte{bucketIdxState, bucketIdxCreated, bucketIdxClaim, bucketIdxLease, bucketIdxDeps, bucketIdxRecovery}
 )
 
 // sep separates variable-length parts of an index key. Ids and state names
@@ -328,6 +332,9 @@ func indexEntries(r *cardRecord) []indexEntry {
 	}
 	if r.Claimed() {
 		out = append(out, indexEntry{bucketIdxClaim, order, emptyValue})
+	}
+	if board.IsRecoveryMarker(r.Claim) {
+		out = append(out, indexEntry{bucketIdxRecovery, order, emptyValue})
 	}
 	if key, ok := leaseEntry(r.ID, familyOf(&r.Card)); ok {
 		out = append(out, indexEntry{bucketIdxLease, key, emptyValue})

@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -31,6 +32,7 @@ func migrate(tx *bolt.Tx, from int) error {
 // the next version.
 var migrations = map[int]func(*bolt.Tx) error{
 	1: migrate1to2,
+	2: migrate2to3,
 }
 
 // v1CardRecord is a card as schema version 1 stored it: one JSON document
@@ -96,4 +98,54 @@ func migrate1to2(tx *bolt.Tx) error {
 		}
 	}
 	return nil
+}
+
+// migrate2to3 builds idx_recovery, the index of cards held by a recovery
+// claim, from the claim records: the recovery sweep lists it on every pass
+// instead of reading every expired claim (ADR-096 §8, §9). It only adds the
+// new bucket. The claim records, the epochs above all, and every other
+// bucket are left exactly as they were; the card documents are only read,
+// for the creation order the index is keyed by.
+func migrate2to3(tx *bolt.Tx) error {
+	cards, claims := tx.Bucket(bucketCards), tx.Bucket(bucketClaims)
+	if cards == nil || claims == nil {
+		return fmt.Errorf("a version 2 file is missing bucket %s or %s", bucketCards, bucketClaims)
+	}
+	if tx.Bucket(bucketIdxRecovery) != nil {
+		return fmt.Errorf("a version 2 file already has a %s bucket", bucketIdxRecovery)
+	}
+	idx, err := tx.CreateBucket(bucketIdxRecovery)
+	if err != nil {
+		return err
+	}
+	// The walk reads claims and cards and writes only the new bucket, so
+	// it may write as it goes.
+	return claims.ForEach(func(k, v []byte) error {
+		if err := checkClaim(v); err != nil {
+			return fmt.Errorf("card %q: %w", k, err)
+		}
+		if !board.IsRecoveryMarker(string(claimMarker(v))) {
+			return nil
+		}
+		doc := cards.Get(k)
+		if doc == nil {
+			return fmt.Errorf("claim record %q has no card", k)
+		}
+		r, err := decodeCard(doc, v)
+		if err != nil {
+			return fmt.Errorf("card %q: %w", k, err)
+		}
+		if r.ID != string(k) {
+			return fmt.Errorf("card key %q holds card %q", k, r.ID)
+		}
+		// indexEntries stays the one definition of every index.
+		for _, e := range indexEntries(r) {
+			if bytes.Equal(e.bucket, bucketIdxRecovery) {
+				if err := idx.Put(e.key, e.value); err != nil {
+					return fmt.Errorf("card %q: %w", k, err)
+				}
+			}
+		}
+		return nil
+	})
 }

@@ -127,6 +127,15 @@ func TestMigrateSchema1Fixture(t *testing.T) {
 	}
 	checkIndexes(t, s)
 	checkNoClaimFamilyInDocs(t, s)
+	// The fixture's one recovery claim is in the recovery index built on
+	// the way from version 2 to 3.
+	rec, err := s.ListCards(t.Context(), board.CardFilter{RecoveryOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ids(rec), []string{"reclaimed"}; !slices.Equal(got, want) {
+		t.Errorf("ListCards(recovery) after migration = %v, want %v", got, want)
+	}
 
 	// The fences carry on from the migrated epochs.
 	ctx := t.Context()
@@ -190,7 +199,7 @@ func TestMigrateFailureLeavesTheFileAsItWas(t *testing.T) {
 	if !errors.Is(err, ErrSchema) {
 		t.Fatalf("Open with a broken version 1 record: %v, want ErrSchema", err)
 	}
-	for _, want := range []string{"migrating schema version 1 to 2", `"released"`} {
+	for _, want := range []string{"migrating schema version 1 to 3", "from version 1", `"released"`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
@@ -249,6 +258,10 @@ func downgrade(t *testing.T, path string, edit func(*v1CardRecord)) {
 			}
 		}
 		if err := tx.DeleteBucket(bucketClaims); err != nil {
+			return err
+		}
+		// Version 1 had no recovery index either (it came with version 3).
+		if err := tx.DeleteBucket(bucketIdxRecovery); err != nil {
 			return err
 		}
 		return tx.Bucket(bucketMeta).Put(keySchema, []byte("1"))
@@ -360,4 +373,139 @@ func TestMigrateKeepsALegacyClaim(t *testing.T) {
 		t.Errorf("renewed lease = %s, want %s", got, want)
 	}
 	checkIndexes(t, s)
+}
+
+// toSchema2 rewrites a current file into the version 2 layout: the same
+// buckets without the recovery index, stamped 2. edit, when set, runs in the
+// same transaction (to break the file on purpose).
+func toSchema2(t *testing.T, path string, edit func(tx *bolt.Tx) error) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.Update(func(tx *bolt.Tx) error {
+		if err := tx.DeleteBucket(bucketIdxRecovery); err != nil {
+			return err
+		}
+		if edit != nil {
+			if err := edit(tx); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketMeta).Put(keySchema, []byte("2"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// recoveryFixture leaves every kind of claim a recovery index must tell
+// apart: a worker's live claim, a worker's expired claim, recovery claims
+// live and expired, a recovery claim released (free, epoch kept), a card a
+// worker re-claimed after a recovery claim was released, and a card never
+// claimed. It returns the cards the index must hold, in creation order.
+func recoveryFixture(t *testing.T, s *Store, clock *fakeClock) []string {
+	t.Helper()
+	ctx := t.Context()
+	for _, id := range []string{"free", "worker-live", "worker-expired", "recovery-live", "recovery-expired", "recovery-released", "worker-after-recovery"} {
+		mustCreate(t, s, board.NewCard{ID: id})
+		clock.Advance(time.Millisecond)
+	}
+	reclaim := func(id string, l time.Duration) board.ClaimToken {
+		t.Helper()
+		c, err := s.GetCard(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, _, err := s.ReclaimExpired(ctx, board.Reclaim{Card: id, Prev: c.Token(), RecoveryMarker: "reaper:agent-9", Cutoff: clock.Now(), Lease: l})
+		if err != nil {
+			t.Fatalf("ReclaimExpired %s: %v", id, err)
+		}
+		return tok
+	}
+	for _, id := range []string{"worker-expired", "recovery-live", "recovery-expired", "recovery-released", "worker-after-recovery"} {
+		mustClaim(t, s, id, "host-100")
+	}
+	clock.Advance(lease + time.Second)
+	reclaim("recovery-live", time.Hour)
+	reclaim("recovery-expired", time.Second)
+	if err := s.ReleaseOwned(ctx, "recovery-released", reclaim("recovery-released", time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, "worker-after-recovery", reclaim("worker-after-recovery", time.Hour).Marker, "uid:0"); err != nil {
+		t.Fatal(err)
+	}
+	mustClaim(t, s, "worker-after-recovery", "host-200")
+	mustClaim(t, s, "worker-live", "host-300")
+	clock.Advance(2 * time.Second)
+	return []string{"recovery-live", "recovery-expired"}
+}
+
+// Opening a version 2 file builds the recovery index in the same
+// transaction as the new stamp, and changes nothing else: the file ends up
+// byte for byte what the current code writes, epochs included.
+func TestMigrateSchema2BuildsTheRecoveryIndex(t *testing.T) {
+	s, clock, path := openTest(t)
+	want := recoveryFixture(t, s, clock)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	current := rawDump(t, path)
+	toSchema2(t, path, nil)
+	if stamp, _ := schemaOf(t, path); stamp != "2" {
+		t.Fatalf("fixture is schema %q, want 2", stamp)
+	}
+
+	s, err := Open(path, Options{Clock: clock})
+	if err != nil {
+		t.Fatalf("Open of a schema 2 file: %v", err)
+	}
+	defer s.Close()
+	checkIndexes(t, s)
+	checkListings(t, s, clock.Now())
+	got, err := s.ListCards(t.Context(), board.CardFilter{RecoveryOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ids(got), want) {
+		t.Errorf("ListCards(recovery) after migration = %v, want %v", ids(got), want)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after := rawDump(t, path); after != current {
+		t.Errorf("the migrated file differs from the one the current code wrote:\nmigrated:\n%s\ncurrent:\n%s", after, current)
+	}
+}
+
+func TestMigrateSchema2FailureLeavesTheFileAsItWas(t *testing.T) {
+	s, clock, path := openTest(t)
+	recoveryFixture(t, s, clock)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The card document behind a recovery claim is unreadable, so the
+	// migration fails part-way through the index it builds.
+	toSchema2(t, path, func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketCards).Put([]byte("recovery-expired"), []byte(`{"id":`))
+	})
+	before := rawDump(t, path)
+
+	_, err := Open(path, Options{Clock: clock})
+	if !errors.Is(err, ErrSchema) {
+		t.Fatalf("Open with a broken card behind a recovery claim: %v, want ErrSchema", err)
+	}
+	for _, want := range []string{"migrating schema version 2 to 3", `"recovery-expired"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	if after := rawDump(t, path); after != before {
+		t.Errorf("a failed migration changed the file:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if stamp, _ := schemaOf(t, path); stamp != "2" {
+		t.Errorf("after a failed migration: schema %q, want 2 untouched", stamp)
+	}
 }

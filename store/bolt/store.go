@@ -21,7 +21,8 @@ import (
 //
 // Version 1 kept the claim family inside each card's JSON document.
 // Version 2 keeps it in the claims bucket as a fixed-layout record.
-const SchemaVersion = 2
+// Version 3 adds idx_recovery, the index of cards held by a recovery claim.
+const SchemaVersion = 3
 
 var keySchema = []byte("schema_version")
 

@@ -143,6 +143,16 @@ func checkListings(t *testing.T, s *Store, now time.Time) {
 	if got, w := list(board.CardFilter{ClaimedOnly: true}), want(func(r *cardRecord) bool { return r.Claimed() }); !slices.Equal(got, w) {
 		t.Errorf("ListCards(claimed) = %v, want %v", got, w)
 	}
+	recovery := want(func(r *cardRecord) bool { return board.IsRecoveryMarker(r.Claim) })
+	if got := list(board.CardFilter{RecoveryOnly: true}); !slices.Equal(got, recovery) {
+		t.Errorf("ListCards(recovery) = %v, want %v", got, recovery)
+	}
+	if got := list(board.CardFilter{RecoveryOnly: true, ClaimedOnly: true}); !slices.Equal(got, recovery) {
+		t.Errorf("ListCards(recovery, claimed) = %v, want %v", got, recovery)
+	}
+	if got, w := list(board.CardFilter{RecoveryOnly: true, Limit: 1}), recovery[:min(1, len(recovery))]; !slices.Equal(got, w) {
+		t.Errorf("ListCards(recovery, limit 1) = %v, want %v", got, w)
+	}
 	for _, st := range s.brd().States {
 		if got, w := list(board.CardFilter{State: st.Name}), want(func(r *cardRecord) bool { return r.State == st.Name }); !slices.Equal(got, w) {
 			t.Errorf("ListCards(%s) = %v, want %v", st.Name, got, w)
@@ -150,6 +160,10 @@ func checkListings(t *testing.T, s *Store, now time.Time) {
 		got := list(board.CardFilter{State: st.Name, ClaimedOnly: true})
 		if w := want(func(r *cardRecord) bool { return r.State == st.Name && r.Claimed() }); !slices.Equal(got, w) {
 			t.Errorf("ListCards(%s, claimed) = %v, want %v", st.Name, got, w)
+		}
+		got = list(board.CardFilter{State: st.Name, RecoveryOnly: true})
+		if w := want(func(r *cardRecord) bool { return r.State == st.Name && board.IsRecoveryMarker(r.Claim) }); !slices.Equal(got, w) {
+			t.Errorf("ListCards(%s, recovery) = %v, want %v", st.Name, got, w)
 		}
 	}
 	var expired []*cardRecord
@@ -214,6 +228,10 @@ func TestIndexesStayConsistentUnderARandomWorkload(t *testing.T) {
 		},
 		tokens: map[string]board.ClaimToken{},
 	}
+	// recoveryHeld counts, over the checkpoints, the recovery claims the
+	// workload had left, so the recovery index is known to have been
+	// checked with entries in it, not only empty.
+	recoveryHeld := 0
 	for i := range 600 {
 		if err := w.step(t); err != nil {
 			t.Fatal(err)
@@ -221,10 +239,18 @@ func TestIndexesStayConsistentUnderARandomWorkload(t *testing.T) {
 		if i%100 == 99 {
 			checkIndexes(t, s)
 			checkListings(t, s, clock.Now())
+			for _, r := range allCards(t, s) {
+				if board.IsRecoveryMarker(r.Claim) {
+					recoveryHeld++
+				}
+			}
 		}
 	}
 	checkIndexes(t, s)
 	checkListings(t, s, clock.Now())
+	if recoveryHeld == 0 {
+		t.Errorf("no checkpoint saw a recovery claim; the workload did not exercise the recovery index")
+	}
 }
 
 func TestConcurrentWritersKeepEpochsEventsAndIndexesConsistent(t *testing.T) {

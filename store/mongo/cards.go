@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -166,7 +167,12 @@ func (s *Store) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card
 		}
 		filter = append(filter, bson.E{Key: "state", Value: f.State})
 	}
-	if f.ClaimedOnly {
+	switch {
+	case f.RecoveryOnly:
+		// Implies ClaimedOnly, and both conditions are on the claim field,
+		// which a filter document may name only once.
+		filter = append(filter, recoveryCond)
+	case f.ClaimedOnly:
 		filter = append(filter, claimedCond)
 	}
 	opts := options.Find().SetSort(creationOrder)
@@ -178,6 +184,14 @@ func (s *Store) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card
 
 // claimedCond selects claimed cards: a non-empty marker string.
 var claimedCond = bson.E{Key: "claim", Value: bson.D{{Key: "$gt", Value: ""}}}
+
+// recoveryCond selects cards held by a recovery claim, lease or no lease:
+// the recovery sweep's population (ADR-096 §8, §9). It matches on the
+// claim alone, so a recovery claim a foreign write stripped of its lease is
+// found too. The pattern is anchored and case-sensitive, which MongoDB
+// serves from the claim index as the range of markers that start with the
+// prefix instead of a scan; FerretDB v1 evaluates the same $regex.
+var recoveryCond = bson.E{Key: "claim", Value: bson.D{{Key: "$regex", Value: bson.Regex{Pattern: "^" + regexp.QuoteMeta(board.RecoveryPrefix)}}}}
 
 func (s *Store) findCards(ctx context.Context, filter bson.D, opts *options.FindOptionsBuilder) ([]board.Card, error) {
 	cur, err := s.cards.Find(ctx, filter, opts)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -716,4 +717,120 @@ func ids(cs []board.Card) []string {
 		out[i] = c.ID
 	}
 	return out
+}
+
+// TestRecoveryOnlyFindsStrippedRecoveryClaims: a foreign write may strip a
+// recovery claim of its lease and fence (ADR-096 §8, §9). The recovery
+// listing selects by marker alone, so the sweep still finds it, while a
+// worker's stripped claim next to it stays out.
+func TestRecoveryOnlyFindsStrippedRecoveryClaims(t *testing.T) {
+	t.Parallel()
+	f := openFleet(t, mongostore.Options{})
+	for _, id := range []string{"worker", "recovery", "stripped-worker", "stripped-recovery"} {
+		f.create(id, board.StateInProgress)
+	}
+	for _, id := range []string{"worker", "stripped-worker"} {
+		f.claim(id, workerA)
+	}
+	for _, id := range []string{"recovery", "stripped-recovery"} {
+		tok := f.claim(id, workerA)
+		if err := f.s.ExpireClaimOwned(f.ctx, id, tok); err != nil {
+			t.Fatal(err)
+		}
+		c := f.get(id)
+		if _, _, err := f.s.ReclaimExpired(f.ctx, board.Reclaim{Card: id, Prev: tok, RecoveryMarker: reaperR, Cutoff: c.ClaimLeaseUntil, Lease: testTerm}); err != nil {
+			t.Fatalf("ReclaimExpired %s: %v", id, err)
+		}
+	}
+	now := f.serverNow()
+	f.strip("stripped-worker", now)
+	f.strip("stripped-recovery", now)
+	if c := f.get("stripped-recovery"); !c.Legacy() || !board.IsRecoveryMarker(c.Claim) {
+		t.Fatalf("stripped-recovery = %+v, want a recovery claim with no lease", c)
+	}
+
+	got, err := f.s.ListCards(f.ctx, board.CardFilter{RecoveryOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"recovery", "stripped-recovery"}; !slices.Equal(ids(got), want) {
+		t.Errorf("ListCards(RecoveryOnly) = %v, want %v", ids(got), want)
+	}
+}
+
+// TestRecoveryOnlyIsAnIndexRange: on a real MongoDB the filter the
+// recovery listing sends is served from the claim index (an anchored prefix
+// is a key range), never a collection scan. FerretDB v1 evaluates the same
+// filter but has no plan to show, so this runs only where
+// LEASEKEEPER_TEST_MONGO_URI names a server.
+func TestRecoveryOnlyIsAnIndexRange(t *testing.T) {
+	t.Parallel()
+	if os.Getenv(mongotest.EnvURI) == "" {
+		t.Skip("the query plan is a real MongoDB's; set " + mongotest.EnvURI)
+	}
+	var (
+		mu     sync.Mutex
+		filter bson.Raw
+	)
+	f := openFleet(t, mongostore.Options{Monitor: &event.CommandMonitor{
+		Started: func(_ context.Context, ev *event.CommandStartedEvent) {
+			if ev.CommandName != "find" {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			filter, _ = ev.Command.Lookup("filter").DocumentOK()
+			filter = slices.Clone(filter)
+		},
+	}})
+	f.create("c1", board.StateInProgress)
+	if _, err := f.s.ListCards(f.ctx, board.CardFilter{RecoveryOnly: true}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	sent := filter
+	mu.Unlock()
+	if sent == nil {
+		t.Fatal("the recovery listing sent no find")
+	}
+	var plan bson.M
+	err := f.raw.RunCommand(f.ctx, bson.D{
+		{Key: "explain", Value: bson.D{{Key: "find", Value: "cards"}, {Key: "filter", Value: sent}}},
+		{Key: "verbosity", Value: "queryPlanner"},
+	}).Decode(&plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stages := map[string]bool{}
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case bson.M:
+			if s, ok := v["stage"].(string); ok {
+				stages[s] = true
+				if s == "IXSCAN" && v["indexName"] != "claim" {
+					t.Errorf("index scan of %v, want the claim index", v["indexName"])
+				}
+			}
+			for _, x := range v {
+				walk(x)
+			}
+		case bson.D:
+			// Nested documents may decode as bson.D or bson.M, depending
+			// on the driver's defaults: take both.
+			m := bson.M{}
+			for _, e := range v {
+				m[e.Key] = e.Value
+			}
+			walk(m)
+		case bson.A:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	walk(plan["queryPlanner"])
+	if !stages["IXSCAN"] || stages["COLLSCAN"] {
+		t.Errorf("plan of %s: stages %v, want an IXSCAN of the claim index and no COLLSCAN", sent, stages)
+	}
 }

@@ -209,7 +209,9 @@ func (s *Store) createIndexes(ctx context.Context) error {
 			{name: "created", keys: []string{"created_seq"}},
 			// The un-leased arms: oldest update first.
 			{name: "updated_at", keys: []string{"updated_at"}},
-			// ListCards ClaimedOnly (the boot sweep's population).
+			// ListCards ClaimedOnly (the boot sweep's population) and
+			// RecoveryOnly (the recovery sweep's: an anchored prefix of
+			// the marker, a range of this index).
 			{name: "claim", keys: []string{"claim"}},
 			{name: "depends_on", keys: []string{"depends_on"}},
 			// The relay sweep finds documents with a pending outbox.

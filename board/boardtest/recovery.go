@@ -1,0 +1,98 @@
+package boardtest
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+// exerciseRecoveryListing pins ListCards with RecoveryOnly: exactly the
+// cards held by a recovery (reaper:) claim, in creation order, whatever
+// the lease says, kept in step by every claim change — a worker's claim, a
+// reclaim, the holder's release, a release by marker and a worker's claim
+// after it. It is the recovery sweep's population, read on every watchdog
+// pass (ADR-096 §8, §9), so a store that lists one card too many reads
+// worker claims for nothing and one too few leaves an abandoned recovery
+// claim on its card for ever.
+func exerciseRecoveryListing(t *testing.T, h Harness) {
+	t.Parallel()
+	e := open(t, h)
+	for _, id := range []string{"c1", "c2", "c3", "c4"} {
+		e.card(id, board.StateInProgress)
+	}
+	// reclaim ends the holder's lease and transfers the claim to rec.
+	reclaim := func(id, rec string, tok board.ClaimToken) board.ClaimToken {
+		t.Helper()
+		c := e.expire(id, tok)
+		got, _, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: id, Prev: tok, RecoveryMarker: rec, Cutoff: c.ClaimLeaseUntil, Lease: lease})
+		if err != nil {
+			t.Fatalf("ReclaimExpired(%s → %s): %v", id, rec, err)
+		}
+		return got
+	}
+	list := func(f board.CardFilter) []string {
+		t.Helper()
+		cs, err := e.s.ListCards(e.ctx, f)
+		if err != nil {
+			t.Fatalf("ListCards(%+v): %v", f, err)
+		}
+		for _, c := range cs {
+			if f.RecoveryOnly && !board.IsRecoveryMarker(c.Claim) {
+				t.Errorf("ListCards(%+v) returned %s, not held by a recovery claim", f, fmtCard(c))
+			}
+		}
+		return ids(cs)
+	}
+	check := func(step string, want []string) {
+		t.Helper()
+		if got := list(board.CardFilter{RecoveryOnly: true}); !slices.Equal(got, want) {
+			t.Errorf("after %s: ListCards(RecoveryOnly) = %q, want %q", step, got, want)
+		}
+		// RecoveryOnly implies ClaimedOnly: naming both changes nothing.
+		if got := list(board.CardFilter{RecoveryOnly: true, ClaimedOnly: true}); !slices.Equal(got, want) {
+			t.Errorf("after %s: ListCards(RecoveryOnly, ClaimedOnly) = %q, want %q", step, got, want)
+		}
+	}
+
+	check("no claim", nil)
+	t1 := e.claim("c1", markerA)
+	t2 := e.claim("c2", markerA)
+	e.claim("c4", markerB)
+	check("workers' claims", nil)
+
+	r1 := reclaim("c1", recovery, t1)
+	check("a reclaim", []string{"c1"})
+	r2 := reclaim("c2", recovery2, t2)
+	check("a second reclaim by another reaper", []string{"c1", "c2"})
+	// The recovery lease ending changes nothing: the listing is by marker.
+	e.expire("c2", r2)
+	check("the end of a recovery lease", []string{"c1", "c2"})
+	t3 := e.claim("c3", markerB)
+	check("a worker's claim next to them", []string{"c1", "c2"})
+
+	e.release("c1", r1)
+	check("the recovery holder's release", []string{"c2"})
+	t1 = e.claim("c1", markerB)
+	check("a worker's claim of the released card", []string{"c2"})
+	if err := e.s.Release(e.ctx, "c2", recovery2, "uid:0"); err != nil {
+		t.Fatalf("Release(c2, %s): %v", recovery2, err)
+	}
+	check("a release by marker", nil)
+
+	reclaim("c3", recovery, t3)
+	reclaim("c1", recovery2, t1)
+	check("reclaims of re-claimed cards", []string{"c1", "c3"})
+
+	// The other filters still apply, and the limit is taken in the query.
+	if got, want := list(board.CardFilter{RecoveryOnly: true, Limit: 1}), []string{"c1"}; !slices.Equal(got, want) {
+		t.Errorf("ListCards(RecoveryOnly, Limit 1) = %q, want %q", got, want)
+	}
+	e.setState("c3", board.StateReady)
+	if got, want := list(board.CardFilter{RecoveryOnly: true, State: board.StateReady}), []string{"c3"}; !slices.Equal(got, want) {
+		t.Errorf("ListCards(RecoveryOnly, State ready) = %q, want %q", got, want)
+	}
+	if got, want := list(board.CardFilter{ClaimedOnly: true}), []string{"c1", "c3", "c4"}; !slices.Equal(got, want) {
+		t.Errorf("ListCards(ClaimedOnly) = %q, want %q", got, want)
+	}
+}
