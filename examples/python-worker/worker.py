@@ -281,8 +281,18 @@ class Worker:
                 return 0
         return 0
 
+    def trusted_left(self):
+        # A holder's request may not outlive the lease the agent last
+        # vouched for: an agent that hangs mid-request must not keep this
+        # holder past its deadline, which the watchdog's orphan proof counts on.
+        left = self.watch.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("lease no longer trusted: no word from the agent")
+        return min(left, 30)
+
     def owned(self, method, suffix, body=None, query=None):
-        return self.agent.request(method, "/v1/claims/" + urllib.parse.quote(self.card, safe="") + suffix, body, query)
+        return self.agent.request(method, "/v1/claims/" + urllib.parse.quote(self.card, safe="") + suffix,
+                                  body, query, timeout=self.trusted_left())
 
     def handle(self, grant, sent):
         card, token = grant["card"], grant["token"]
@@ -297,6 +307,11 @@ class Worker:
                 self.say("claim on %s lost: %s" % (self.card, e))
                 return "lost"
             raise
+        except TimeoutError:
+            # The agent did not answer before the trusted deadline: stop
+            # and write nothing more.
+            self.say("claim on %s lost: lease no longer trusted: no word from the agent; stopped" % self.card)
+            return "lost"
         finally:
             self.watch.drop()
 
@@ -342,7 +357,7 @@ class Worker:
         # Compare-and-set on running, so a verdict the watchdog already
         # wrote is never overwritten.
         self.agent.request("PATCH", "/v1/runs/" + urllib.parse.quote(run_id, safe=""),
-                           {"if_status": "running", "status": status})
+                           {"if_status": "running", "status": status}, timeout=self.trusted_left())
 
 
 def default_socket():
