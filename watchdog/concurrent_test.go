@@ -209,59 +209,117 @@ func TestReaperCancelledPassStopsStartingCards(t *testing.T) {
 	}
 }
 
-// The recovery sweep lists its population from the lease index on the
-// local twin (every recovery claim there carries a lease) and from every
-// claimed card on the fleet (a foreign write may strip a lease).
-func TestRecoverySweepPopulation(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		name          string
-		opts          []envOpt
-		wantListCards int
-	}{
-		{"local twin: the expired listing", nil, 0},
-		{"fleet: every claimed card", []envOpt{fleet}, 1},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			e := newEnv(t, tc.opts...)
-			e.gate.Store(false)
-			e.card("live", board.StateReady)
-			e.launch("live", board.RunRunning, board.Run{})
-			e.card("abandoned", board.StateReady)
-			e.launch("abandoned", board.RunFinished, board.Run{})
-			e.expire()
-			c := e.get("abandoned")
-			if _, _, err := e.store.ReclaimExpired(e.ctx, board.Reclaim{Card: "abandoned", Prev: c.Token(), RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: lease}); err != nil {
-				t.Fatalf("ReclaimExpired: %v", err)
-			}
-			e.expire()
-			e.faults.countListCards()
-			res, err := e.r.RunOnce(e.ctx, false)
-			if err != nil {
-				t.Fatalf("RunOnce: %v", err)
-			}
-			if len(res.Sweeps) != 1 || res.Sweeps[0].Card != "abandoned" || res.Sweeps[0].Outcome != OutcomeReleased {
-				t.Errorf("sweeps = %+v, want the abandoned recovery claim released", res.Sweeps)
-			}
-			e.wantFree("abandoned")
-			if got := e.faults.claimedListings(); got != tc.wantListCards {
-				t.Errorf("ListCards(ClaimedOnly) called %d times, want %d", got, tc.wantListCards)
+// expiredWorkerClaims creates n cards held by a worker and ends their
+// leases: the crowd a recovery sweep must not read. The writes go side by
+// side so the store's group commit folds them into shared fsyncs.
+func (e *env) expiredWorkerClaims(n int) {
+	e.t.Helper()
+	const writers = 16
+	errs := make(chan error, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := w; i < n; i += writers {
+				id := fmt.Sprintf("worker-%05d", i)
+				if _, err := e.store.CreateCard(e.ctx, board.NewCard{ID: id}); err != nil {
+					errs <- err
+					return
+				}
+				if _, err := e.store.Claim(e.ctx, board.ClaimRequest{Card: id, Marker: workerMarker, Lease: lease}); err != nil {
+					errs <- err
+					return
+				}
 			}
 		})
 	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		e.t.Fatalf("worker claims: %v", err)
+	}
+	e.expire()
 }
 
-// While a gated pass drains a full batch, the recovery sweep runs at most
-// once per half Interval; every other pass — gate off, a dry run, a short
-// listing, or half an Interval later — sweeps, so an abandoned recovery
-// claim waits a bounded time (ADR-096 §8, §9).
-func TestRecoverySweepDeferralIsBounded(t *testing.T) {
+// abandon has another agent's reaper reclaim card id and die: its recovery
+// claim's lease ends after recoveryLease.
+func (e *env) abandon(id string, recoveryLease time.Duration) board.ClaimToken {
+	e.t.Helper()
+	c := e.get(id)
+	tok, _, err := e.store.ReclaimExpired(e.ctx, board.Reclaim{Card: id, Prev: c.Token(), RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: recoveryLease})
+	if err != nil {
+		e.t.Fatalf("ReclaimExpired %s: %v", id, err)
+	}
+	return tok
+}
+
+// The recovery sweep reads the recovery claims and nothing else (ADR-096
+// §8, §9): with thousands of expired worker claims in the store, a pass
+// lists the recovery claims through the store's index and hands the sweep
+// exactly those, with the local and the fleet dispositions alike. The
+// sweep this replaced listed every expired claim here (locally) or every
+// claimed card (fleet).
+func TestRecoverySweepReadsOnlyRecoveryClaims(t *testing.T) {
 	t.Parallel()
-	// Half an Interval is longer than the lease here, so leases can end
-	// within one bound.
-	const interval = 10 * time.Minute
-	e := newEnv(t, func(o *envOpts) { o.cfg.Batch, o.cfg.Interval = 2, interval })
+	workers := 10_000
+	if testing.Short() {
+		workers = 1_000
+	}
+	e := newEnv(t)
+	e.gate.Store(false)
+	cfg := e.r.cfg
+	cfg.Fleet = true
+	fleetReaper, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"abandoned-local", "abandoned-fleet", "held"} {
+		e.card(id, board.StateReady)
+		e.launch(id, board.RunFinished, board.Run{})
+	}
+	e.expiredWorkerClaims(workers)
+	held := e.abandon("held", time.Hour)
+
+	for _, tc := range []struct {
+		name string
+		r    *Reaper
+		card string
+	}{
+		{"local", e.r, "abandoned-local"},
+		{"fleet", fleetReaper, "abandoned-fleet"},
+	} {
+		e.abandon(tc.card, time.Second)
+		e.clock.Advance(2 * time.Second)
+		e.faults.record()
+		res, err := tc.r.RunOnce(e.ctx, false)
+		if err != nil {
+			t.Fatalf("%s: RunOnce: %v", tc.name, err)
+		}
+		if len(res.Sweeps) != 1 || res.Sweeps[0].Card != tc.card || res.Sweeps[0].Outcome != OutcomeReleased {
+			t.Errorf("%s: sweeps = %+v, want %s released", tc.name, res.Sweeps, tc.card)
+		}
+		e.wantFree(tc.card)
+		e.wantClaim("held", held)
+		// What the pass read: one recovery listing of the two recovery
+		// claims, and no other listing (the gate is off, so there is no
+		// decision pass; the fleet's un-leased listing is served by the
+		// fault store, which holds none here).
+		want := []listing{{Verb: "ListCards", Filter: board.CardFilter{ClaimedOnly: true, RecoveryOnly: true}, Cards: 2}}
+		if got := e.faults.listings(); !slices.Equal(got, want) {
+			t.Errorf("%s: the pass listed %+v, want %+v (and never the %d expired worker claims)", tc.name, got, want, workers)
+		}
+	}
+	if got, err := e.store.ListExpiredClaimCandidates(e.ctx, e.clock.Now(), 0); err != nil || len(got) != workers {
+		t.Errorf("expired claims in the store = %d, %v; want the %d worker claims still there", len(got), err, workers)
+	}
+}
+
+// Every pass runs the recovery sweep: a gated pass draining a full batch
+// of expired claims, the pass right after it, a dry run and a pass with
+// the gate off all release (or, dry, report) an abandoned recovery claim
+// that sits behind the batch in lease order (ADR-096 §8, §9).
+func TestRecoverySweepRunsEveryPass(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(o *envOpts) { o.cfg.Batch = 2 })
 	// Conserved worker claims that nothing takes away keep every listing
 	// full: their runs are paused, so the pre-check keeps them.
 	for i := range 3 {
@@ -269,10 +327,12 @@ func TestRecoverySweepDeferralIsBounded(t *testing.T) {
 		e.card(id, board.StateReady)
 		e.launch(id, board.RunPausedOperator, board.Run{})
 	}
-	// Launched a second later, so its lease sorts behind theirs.
+	// Launched a second later, so their leases sort behind the paused ones.
 	e.clock.Advance(time.Second)
-	e.card("abandoned", board.StateReady)
-	e.launch("abandoned", board.RunFinished, board.Run{})
+	for _, id := range []string{"abandoned-1", "abandoned-2", "abandoned-3"} {
+		e.card(id, board.StateReady)
+		e.launch(id, board.RunFinished, board.Run{})
+	}
 	e.expire()
 
 	pass := func(name string, dry bool) PassResult {
@@ -281,64 +341,44 @@ func TestRecoverySweepDeferralIsBounded(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: RunOnce: %v", name, err)
 		}
+		if len(res.Cards) != 2 && res.Enabled {
+			t.Errorf("%s: %d cards decided, want a full batch of 2 (draining)", name, len(res.Cards))
+		}
 		return res
 	}
-	// The first pass sweeps whatever it lists: nothing is abandoned yet.
-	if res := pass("first", false); res.RecoverySweepDeferred || len(res.Cards) != 2 {
-		t.Fatalf("first pass: deferred=%v, %d cards; want a sweep and a full batch of 2", res.RecoverySweepDeferred, len(res.Cards))
+	wantSwept := func(name string, res PassResult, card string, want Outcome) {
+		t.Helper()
+		if len(res.Sweeps) != 1 || res.Sweeps[0].Card != card || res.Sweeps[0].Outcome != want {
+			t.Errorf("%s: sweeps %+v, want %s %s", name, res.Sweeps, card, want)
+		}
 	}
-	// Another agent's reaper reclaims "abandoned" and dies; its short
-	// recovery lease ends at once, behind the conserved claims in the
-	// lease order, beyond the batch.
-	c := e.get("abandoned")
-	if _, _, err := e.store.ReclaimExpired(e.ctx, board.Reclaim{Card: "abandoned", Prev: c.Token(), RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: time.Second}); err != nil {
-		t.Fatalf("ReclaimExpired: %v", err)
+	// The first pass drains a full batch and sweeps: nothing is abandoned.
+	if res := pass("first", false); len(res.Sweeps) != 0 {
+		t.Errorf("first pass: sweeps %+v, want none", res.Sweeps)
 	}
+
+	// Another agent's reaper reclaims abandoned-1 and dies; its short
+	// recovery lease ends behind the conserved claims, beyond the batch.
+	tok := e.abandon("abandoned-1", time.Second)
 	e.clock.Advance(2 * time.Second)
+	wantSwept("dry run", pass("dry run", true), "abandoned-1", OutcomeDecided)
+	e.wantClaim("abandoned-1", tok)
+	// Right after a sweep, while draining: it sweeps again.
+	wantSwept("draining", pass("draining", false), "abandoned-1", OutcomeReleased)
+	e.wantFree("abandoned-1")
 
-	res := pass("draining", false)
-	if !res.RecoverySweepDeferred || len(res.Sweeps) != 0 {
-		t.Errorf("draining pass right after a sweep: deferred=%v sweeps %+v, want deferred", res.RecoverySweepDeferred, res.Sweeps)
-	}
-	e.wantClaim("abandoned", board.ClaimToken{Marker: otherReaper, Epoch: c.ClaimEpoch + 1})
-
-	// A dry run never defers: it reports what the sweep would release.
-	res = pass("dry run", true)
-	if res.RecoverySweepDeferred || len(res.Sweeps) != 1 || res.Sweeps[0].Outcome != OutcomeDecided {
-		t.Errorf("dry run: deferred=%v sweeps %+v, want the abandoned claim decided", res.RecoverySweepDeferred, res.Sweeps)
-	}
-	// ...and, having released nothing, does not count as a sweep.
-	if res := pass("after the dry run", false); !res.RecoverySweepDeferred {
-		t.Errorf("pass after a dry run: not deferred, want deferred (the dry run released nothing)")
-	}
-
-	// With the gate off there is no decision pass to drain: it sweeps.
-	e.gate.Store(false)
-	res = pass("gate off", false)
-	e.gate.Store(true)
-	if res.RecoverySweepDeferred || len(res.Sweeps) != 1 || res.Sweeps[0].Outcome != OutcomeReleased {
-		t.Fatalf("gate off: deferred=%v sweeps %+v, want the abandoned claim released", res.RecoverySweepDeferred, res.Sweeps)
-	}
-	e.wantFree("abandoned")
-
-	// Half an Interval after the last sweep, a draining pass sweeps again.
-	e.card("abandoned-2", board.StateReady)
-	e.launch("abandoned-2", board.RunFinished, board.Run{})
-	e.expire()
-	c = e.get("abandoned-2")
-	if _, _, err := e.store.ReclaimExpired(e.ctx, board.Reclaim{Card: "abandoned-2", Prev: c.Token(), RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: time.Second}); err != nil {
-		t.Fatalf("ReclaimExpired: %v", err)
-	}
+	// And again on the next pass, as soon as the recovery lease has ended.
+	e.abandon("abandoned-2", time.Second)
 	e.clock.Advance(2 * time.Second)
-	if res := pass("draining, within the bound", false); !res.RecoverySweepDeferred {
-		t.Errorf("draining pass shortly after the sweep: not deferred")
-	}
-	e.clock.Advance(interval / 2)
-	res = pass("draining, at the bound", false)
-	if res.RecoverySweepDeferred || len(res.Sweeps) != 1 || res.Sweeps[0].Card != "abandoned-2" || res.Sweeps[0].Outcome != OutcomeReleased {
-		t.Errorf("draining pass half an Interval later: deferred=%v sweeps %+v, want abandoned-2 released", res.RecoverySweepDeferred, res.Sweeps)
-	}
+	wantSwept("the next pass", pass("the next pass", false), "abandoned-2", OutcomeReleased)
 	e.wantFree("abandoned-2")
+
+	// With the gate off there is no decision pass; the sweep runs alike.
+	e.abandon("abandoned-3", time.Second)
+	e.clock.Advance(2 * time.Second)
+	e.gate.Store(false)
+	wantSwept("gate off", pass("gate off", false), "abandoned-3", OutcomeReleased)
+	e.wantFree("abandoned-3")
 }
 
 func TestWorkersDefault(t *testing.T) {

@@ -11,10 +11,9 @@
 // un-leased claims whose run already settled — run on every pass whatever
 // the gate says, because releasing a claim nobody can use restores the card
 // to what it was, whereas filing it would be a decision (ADR-096 §8). The
-// one exception is bounded by the clock: a gated pass that drains a full
-// batch within half an Interval of the last recovery sweep leaves that
-// sweep to a later pass (see Reaper.sweepDue), so the agent's scheduled
-// passes, an Interval apart, all sweep.
+// recovery sweep lists only the recovery claims (board.CardFilter
+// RecoveryOnly, an index in every store), so its cost does not grow with
+// the worker claims held or expired, and no pass ever skips it.
 //
 // The cards of one pass are worked on concurrently (Config.Workers), so the
 // durable writes of different cards share the local store's group commit.

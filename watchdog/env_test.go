@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -251,31 +252,52 @@ type faultStore struct {
 	// staleRun, when set, is served once by GetRun in place of the stored
 	// run: the read the oracle took just before the owner wrote its verdict.
 	staleRun *board.Run
-	// listClaimed counts ListCards(ClaimedOnly) calls once counting is on.
-	counting    bool
-	listClaimed int
+	// recording turns on the record of listings (see record).
+	recording bool
+	listed    []listing
 }
 
-// countListCards starts counting ListCards(ClaimedOnly) calls from zero.
-func (f *faultStore) countListCards() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.counting, f.listClaimed = true, 0
+// listing is one listing call the reaper made and how many cards the store
+// handed it: what the pass read.
+type listing struct {
+	Verb   string
+	Filter board.CardFilter // ListCards
+	Limit  int              // ListExpiredClaimCandidates
+	Cards  int
 }
 
-func (f *faultStore) claimedListings() int {
+// record starts a fresh record of every listing call.
+func (f *faultStore) record() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.listClaimed
+	f.recording, f.listed = true, nil
+}
+
+// listings returns the listings recorded since record.
+func (f *faultStore) listings() []listing {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.listed)
+}
+
+func (f *faultStore) note(l listing) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.recording {
+		f.listed = append(f.listed, l)
+	}
 }
 
 func (f *faultStore) ListCards(ctx context.Context, cf board.CardFilter) ([]board.Card, error) {
-	f.mu.Lock()
-	if f.counting && cf.ClaimedOnly {
-		f.listClaimed++
-	}
-	f.mu.Unlock()
-	return f.Store.ListCards(ctx, cf)
+	cs, err := f.Store.ListCards(ctx, cf)
+	f.note(listing{Verb: "ListCards", Filter: cf, Cards: len(cs)})
+	return cs, err
+}
+
+func (f *faultStore) ListExpiredClaimCandidates(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
+	cs, err := f.Store.ListExpiredClaimCandidates(ctx, cutoff, limit)
+	f.note(listing{Verb: "ListExpiredClaimCandidates", Limit: limit, Cards: len(cs)})
+	return cs, err
 }
 
 var errInjected = errors.New("injected store fault")

@@ -673,8 +673,9 @@ func TestFleetGatedReapTakesStrippedClaims(t *testing.T) {
 
 // TestFleetGateOff: ADR-096 §8. With the gate off nothing is decided — an
 // expired claim over a finished run stays as it is — but an abandoned
-// recovery claim is still released, and a live one is left to its holder.
-// Turning the gate on (hot) lets the next pass decide.
+// recovery claim is still released, one an old binary's write stripped of
+// its lease too, and a live one is left to its holder. Turning the gate on
+// (hot) lets the next pass decide.
 func TestFleetGateOff(t *testing.T) {
 	t.Parallel()
 	f := newMongoFleet(t)
@@ -684,7 +685,8 @@ func TestFleetGateOff(t *testing.T) {
 	decided := f.launch(f.s, "decided", board.StateInProgress, 4001, board.RunFinished)
 	f.launch(f.s, "abandoned", board.StateInProgress, 4002, board.RunFinished)
 	f.launch(f.s, "held", board.StateInProgress, 4003, board.RunPausedOperator)
-	f.expireAndAge([]string{"decided", "abandoned", "held"})
+	f.launch(f.s, "stripped", board.StateInProgress, 4004, board.RunFinished)
+	f.expireAndAge([]string{"decided", "abandoned", "held", "stripped"})
 	// The other agent's reaper transferred two cards, then died; one
 	// recovery lease has ended, the other has not.
 	reclaim := func(id string) board.ClaimToken {
@@ -703,6 +705,11 @@ func TestFleetGateOff(t *testing.T) {
 		t.Fatalf("ExpireClaimOwned: %v", err)
 	}
 	held := reclaim("held")
+	// A live recovery claim whose lease a foreign write removed: nobody can
+	// renew or release it by token any more, and the recovery listing
+	// selects by marker, so the sweep still finds it.
+	reclaim("stripped")
+	f.strip([]string{"stripped"}, f.serverNow())
 	f.clock.Set(f.serverNow().Add(time.Second))
 	seq := f.lastSeq()
 
@@ -716,8 +723,18 @@ func TestFleetGateOff(t *testing.T) {
 	if res.Enabled || len(res.Cards) != 0 {
 		t.Errorf("gate off: enabled=%v, decided %+v; want nothing decided", res.Enabled, res.Cards)
 	}
-	if len(res.Sweeps) != 1 || res.Sweeps[0].Card != "abandoned" || res.Sweeps[0].Sweep != watchdog.SweepRecovery || res.Sweeps[0].Outcome != watchdog.OutcomeReleased {
-		t.Errorf("sweeps = %+v, want only the abandoned recovery claim released", res.Sweeps)
+	if len(res.Sweeps) != 2 {
+		t.Errorf("sweeps = %+v, want the abandoned and the stripped recovery claims released", res.Sweeps)
+	}
+	for i, card := range []string{"abandoned", "stripped"} {
+		if i < len(res.Sweeps) {
+			if sw := res.Sweeps[i]; sw.Card != card || sw.Sweep != watchdog.SweepRecovery || sw.Outcome != watchdog.OutcomeReleased {
+				t.Errorf("sweep %d = %+v, want %s's recovery claim released", i, sw, card)
+			}
+		}
+	}
+	if c := f.get("stripped"); c.Claimed() {
+		t.Errorf("stripped = claimed by %q, want free", c.Claim)
 	}
 	if c := f.get("decided"); c.Token() != decided || c.State != board.StateInProgress {
 		t.Errorf("decided = %s held by %+v, want in_progress held by %+v: the gate stops decisions", c.State, c.Token(), decided)
@@ -729,7 +746,7 @@ func TestFleetGateOff(t *testing.T) {
 		t.Errorf("held = %+v, want the live recovery claim %+v left alone", c.Token(), held)
 	}
 	for _, ev := range f.events(seq) {
-		if ev.Type != board.EventReleased || ev.Card != "abandoned" {
+		if ev.Type != board.EventReleased || (ev.Card != "abandoned" && ev.Card != "stripped") {
 			t.Errorf("gate off wrote %s on %s: %+v", ev.Type, ev.Card, ev)
 		}
 	}

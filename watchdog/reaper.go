@@ -208,10 +208,6 @@ type PassResult struct {
 	// worked on concurrently; the order says nothing about timing).
 	Cards  []CardResult  `json:"cards"`
 	Sweeps []SweepResult `json:"sweeps"`
-	// RecoverySweepDeferred: this pass drained a full batch and the
-	// recovery sweep had run less than half an Interval before, so it
-	// skipped it (see sweepDue).
-	RecoverySweepDeferred bool `json:"recovery_sweep_deferred,omitempty"`
 }
 
 // Card returns the record of card id in the pass, if it was listed.
@@ -232,9 +228,6 @@ type Reaper struct {
 	oracle   *Oracle
 
 	passMu sync.Mutex // serialises passes: the loop and an operator's RunOnce
-	// lastSweep is the clock reading at the start of the last recovery
-	// sweep that listed its population (guarded by passMu).
-	lastSweep time.Time
 
 	lifeMu sync.Mutex
 	cancel context.CancelFunc
@@ -314,7 +307,7 @@ func (r *Reaper) loop(ctx context.Context, done chan struct{}) {
 
 // RunOnce runs one pass. With the gate on it decides every listed expired
 // claim (transfer first, then act on the card the transfer observed); gate
-// on or off it then runs the repair sweeps. A dry run decides — pre-check
+// on or off it then runs the repair sweeps, every pass. A dry run decides — pre-check
 // and decision on the listed card — and reports what the sweeps would
 // release, but transfers and writes nothing (not even an orphan promotion).
 // The listed cards are worked on side by side, at most Workers at a time,
@@ -325,13 +318,11 @@ func (r *Reaper) RunOnce(ctx context.Context, dryRun bool) (PassResult, error) {
 	res := PassResult{At: r.cfg.Clock.Now(), DryRun: dryRun, Enabled: r.cfg.Enabled()}
 	takenUp := map[string]bool{}
 	var errs []error
-	draining := false
 	if res.Enabled {
 		listed, err := r.cfg.Store.ListExpiredClaimCandidates(ctx, res.At, r.cfg.Batch)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("list expired claims: %w", err))
 		}
-		draining = !dryRun && err == nil && len(listed) >= r.cfg.Batch
 		results := make([]CardResult, len(listed))
 		done := r.each(ctx, len(listed), func(i int) {
 			results[i] = r.reapOne(ctx, listed[i], dryRun)
@@ -350,13 +341,9 @@ func (r *Reaper) RunOnce(ctx context.Context, dryRun bool) (PassResult, error) {
 			return res, err
 		}
 	}
-	if r.sweepDue(r.cfg.Clock.Now(), draining) {
-		sw, err := r.sweepRecovery(ctx, takenUp, dryRun)
-		res.Sweeps = append(res.Sweeps, sw...)
-		errs = append(errs, err)
-	} else {
-		res.RecoverySweepDeferred = true
-	}
+	sw, err := r.sweepRecovery(ctx, takenUp, dryRun)
+	res.Sweeps = append(res.Sweeps, sw...)
+	errs = append(errs, err)
 	if r.cfg.Fleet {
 		sw, err := r.sweepUnleased(ctx, dryRun)
 		res.Sweeps = append(res.Sweeps, sw...)
@@ -615,37 +602,28 @@ func (r *Reaper) release(ctx context.Context, cr *CardResult, c board.Card, tok 
 // other claims sit in front of it: the decision pass's listing is capped at
 // the batch, and with the gate off its head is conserved worker claims that
 // nothing takes away, so a capped listing would starve the sweep for ever.
-// Hence an uncapped listing, of one of two populations:
-//
-//   - On the local twin, the expired claims (lease index, no limit). Every
-//     recovery claim there carries a lease — the transfer stamps one and no
-//     other program writes the file (ADR-096 §7) — so the abandoned ones
-//     are exactly the expired ones, and the sweep reads O(expired claims)
-//     instead of every claim the agent's workers hold and renew.
-//   - On the fleet, every claimed card: a foreign write may have stripped a
-//     recovery claim's lease, and the expired listing returns a lease-less
-//     claim only past the un-leased horizon.
-//
-// Neither can skip what it has seen before, so the cost of a sweep grows
-// with the backlog; sweepDue says how often a draining reaper pays it.
+// Hence an uncapped listing of the recovery claims alone (RecoveryOnly),
+// which every store serves from an index by marker: the sweep reads
+// O(recovery claims), never the worker claims the agent's workers hold nor
+// the expired ones a draining decision pass has yet to reach, so it costs
+// the same on every pass and runs on every pass. Selecting by marker, not
+// by lease, also finds a recovery claim a foreign write stripped of its
+// lease on the fleet (ADR-096 §8), which the expired listing would offer
+// only past the un-leased horizon.
 func (r *Reaper) sweepRecovery(ctx context.Context, takenUp map[string]bool, dryRun bool) ([]SweepResult, error) {
 	now := r.cfg.Clock.Now()
-	var cands []board.Card
-	var err error
-	if r.cfg.Fleet {
-		cands, err = r.cfg.Store.ListCards(ctx, board.CardFilter{ClaimedOnly: true})
-	} else {
-		cands, err = r.cfg.Store.ListExpiredClaimCandidates(ctx, now, 0)
-	}
+	// ClaimedOnly is implied by RecoveryOnly; it is named as well so that
+	// a plugin built before RecoveryOnly existed, which drops the field,
+	// still lists claimed cards only instead of the whole board.
+	cands, err := r.cfg.Store.ListCards(ctx, board.CardFilter{ClaimedOnly: true, RecoveryOnly: true})
 	if err != nil {
-		return nil, fmt.Errorf("recovery sweep: list claims: %w", err)
-	}
-	if !dryRun {
-		// A dry run released nothing, so it does not count as a sweep.
-		r.lastSweep = now
+		return nil, fmt.Errorf("recovery sweep: list recovery claims: %w", err)
 	}
 	var out []SweepResult
 	for _, c := range cands {
+		// The marker check stays although the store selected by it: a
+		// store that lists more than it was asked (that older plugin)
+		// must not make the sweep release a worker's claim.
 		if !board.IsRecoveryMarker(c.Claim) || takenUp[c.ID] {
 			continue
 		}
@@ -658,32 +636,6 @@ func (r *Reaper) sweepRecovery(ctx context.Context, takenUp map[string]bool, dry
 	// they share the store's commits.
 	r.each(context.WithoutCancel(ctx), len(out), func(i int) { r.releaseBare(ctx, &out[i], dryRun) })
 	return out, nil
-}
-
-// sweepDue says whether this pass runs the recovery sweep. It always does,
-// except while the gated pass is draining a backlog — its listing came back
-// full — and the last sweep started less than half an Interval ago. Then the
-// sweep waits: listing every expired claim on each of the back-to-back
-// passes that clear a backlog batch by batch would make the drain quadratic
-// in the backlog, for a population that the previous sweep, a moment ago,
-// already found clean.
-//
-// It cannot starve the repair (ADR-096 §8, §9: the recovery sweep is
-// ungated and runs every watchdog pass):
-//   - the deferral needs the gate on and a real pass: with the gate off, or
-//     in a dry run, every pass sweeps;
-//   - the agent's loop runs a pass every Interval, and a deferral needs a
-//     sweep less than Interval/2 before, so every scheduled pass still
-//     sweeps; only the extra passes an operator or a benchmark squeezes in
-//     between can defer, and the clock bounds the wait to Interval/2 however
-//     many of them there are;
-//   - a clock that went backwards makes the sweep due, never later.
-func (r *Reaper) sweepDue(now time.Time, draining bool) bool {
-	if !draining || r.lastSweep.IsZero() {
-		return true
-	}
-	since := now.Sub(r.lastSweep)
-	return since < 0 || since >= r.cfg.Interval/2
 }
 
 // sweepUnleased (fleet only, gate on or off) releases ordinary claims a
