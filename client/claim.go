@@ -219,9 +219,27 @@ func (c *Client) open() []*Claim {
 	return out
 }
 
+// bound ties a write to the claim: a write issued while the claim is live
+// is cancelled when the claim ends (a claim_lost, or the trusted deadline
+// passing while the agent does not answer), so an agent that hangs
+// mid-request cannot keep this holder working past its lease — the
+// watchdog's orphan proof counts on every holder stopping by then. A write
+// issued after the claim already ended is left alone: it reaches the agent
+// and the fence refuses it, which is how a late writer learns the truth.
+func (cl *Claim) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if cl.ctx.Err() != nil {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(cl.ctx, func() { cancel(context.Cause(cl.ctx)) })
+	return ctx, func() { stop(); cancel(nil) }
+}
+
 // owned runs a fenced write; a claim conflict means the fence refused this
 // holder, so the claim is over and its context is cancelled.
 func (cl *Claim) owned(ctx context.Context, method, path string, q url.Values, body, out any) error {
+	ctx, done := cl.bound(ctx)
+	defer done()
 	err := cl.c.do(ctx, method, "/v1/claims/"+url.PathEscape(cl.card.ID)+path, q, body, out)
 	if errors.Is(err, board.ErrClaimConflict) {
 		cl.end(fmt.Errorf("%w: %w", ErrClaimLost, err))
@@ -288,6 +306,8 @@ func (cl *Claim) StartRun(ctx context.Context, spec RunSpec) (board.Run, error) 
 // UpdateRun changes a run this claim started.
 func (cl *Claim) UpdateRun(ctx context.Context, runID string, u apitype.UpdateRunRequest) (board.Run, error) {
 	var run board.Run
+	ctx, done := cl.bound(ctx)
+	defer done()
 	err := cl.c.do(ctx, http.MethodPatch, "/v1/runs/"+url.PathEscape(runID), nil, u, &run)
 	if errors.Is(err, board.ErrClaimConflict) {
 		cl.end(fmt.Errorf("%w: %w", ErrClaimLost, err))
