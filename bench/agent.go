@@ -5,22 +5,26 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync/atomic"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/apitype"
+	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/heartbeat"
 	"github.com/leasekeeper/leasekeeper/pidprobe"
+	"github.com/leasekeeper/leasekeeper/plugins"
 	"github.com/leasekeeper/leasekeeper/socketapi"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
 )
 
-// agent is the socket API wired the way the daemon wires it: a bbolt store,
-// a running heartbeat loop whose losses become claim_lost frames, and the
-// server on a real Unix socket.
+// agent is the socket API wired the way the daemon wires it: a bbolt store
+// (in this process, or served by a store plugin child as the shipped agent
+// runs it), a running heartbeat loop whose losses become claim_lost
+// frames, and the server on a real Unix socket.
 type agent struct {
-	store  *boltstore.Store
+	store  board.Store
 	loop   *heartbeat.Loop
 	server *socketapi.Server
 	path   string
@@ -34,6 +38,38 @@ func startAgent(ctx context.Context, dir string, lease time.Duration) (*agent, e
 	if err != nil {
 		return nil, err
 	}
+	return wireAgent(ctx, dir, lease, st)
+}
+
+// startPluginAgent is startAgent with the store behind the go-plugin
+// boundary: this binary re-executed as the store's child process, as the
+// agent re-executes itself for its built-in stores by default.
+func startPluginAgent(ctx context.Context, dir string, lease time.Duration) (*agent, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	file := filepath.Join(dir, "board.db")
+	proxy, err := plugins.Launch(ctx, plugins.LaunchConfig{
+		Cmd: func() *exec.Cmd { return exec.Command(exe, pluginFlag, file) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("launch store plugin: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = proxy.WaitUp(wctx)
+	cancel()
+	if err != nil {
+		proxy.Close()
+		return nil, fmt.Errorf("store plugin not up: %w", err)
+	}
+	return wireAgent(ctx, dir, lease, proxy)
+}
+
+func wireAgent(ctx context.Context, dir string, lease time.Duration, st board.Store) (*agent, error) {
 	leaseFn := func() time.Duration { return lease }
 	var srv atomic.Pointer[socketapi.Server]
 	loop, err := heartbeat.New(heartbeat.Config{

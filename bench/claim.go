@@ -41,6 +41,7 @@ func cardID(w int) string { return "card-" + strconv.Itoa(w) }
 func claimDrivers() []driver {
 	return []driver{
 		{name: "leasekeeper over the socket", note: "client → Unix socket → socketapi → bbolt store", setup: setupSocket},
+		{name: "leasekeeper agent as shipped", note: "the same, with the store in its go-plugin child process (the agent's default)", setup: setupSocketPlugin},
 		{name: "leasekeeper store in-process", note: "boltstore.Store, group commit", setup: setupInProcess},
 		{name: "raw bbolt, db.Update per op", note: "the disk's limit for one durable RMW commit per op", setup: setupRawUpdate},
 		{name: "raw bbolt, db.Batch", note: "bbolt's default 10 ms batch delay, for reference", setup: setupRawBatch},
@@ -90,9 +91,11 @@ func runClaim(ctx context.Context, cfg config, rep *report) error {
 	sec := rep.section("1. Claim + release throughput (durable)",
 		`One cycle = claim a free card + release it, two durable (fsynced) commits, each worker on its own card.
 Figures are cycles per second across all workers. All variants run on the same disk, interleaved within
-each repeat. The socket variant is the whole product path: the standard-library client (one Client per
-worker, as a worker process has), HTTP over a real Unix socket with kernel peer credentials, the
-socketapi server, the heartbeat loop tracking the claim, and the bbolt store's group commit.`)
+each repeat. The socket variant is the product path with the store in the agent's process: the
+standard-library client (one Client per worker, as a worker process has), HTTP over a real Unix socket
+with kernel peer credentials, the socketapi server, the heartbeat loop tracking the claim, and the bbolt
+store's group commit. "As shipped" adds what the agent binary does by default: the store served by its
+go-plugin child process, every store call a gRPC round trip.`)
 	dir := filepath.Join(cfg.tmp, "claim")
 	disk, err := fsyncRate(ctx, dir, cfg.duration)
 	if err != nil {
@@ -150,7 +153,7 @@ socketapi server, the heartbeat loop tracking the claim, and the bbolt store's g
 		for i := 1; i < len(rows); i++ {
 			rows[i].anchor = rows[0]
 		}
-		sock, inproc, rawUpd, etcdMutex := rows[0], rows[1], rows[2], rows[4]
+		sock, shipped, inproc, rawUpd, etcdMutex := rows[0], rows[1], rows[2], rows[3], rows[5]
 		sockOver := func(other *row) (float64, float64, float64) {
 			tmp := &row{vals: sock.vals, anchor: other}
 			return tmp.ratio()
@@ -163,6 +166,13 @@ socketapi server, the heartbeat loop tracking the claim, and the bbolt store's g
 			fmt.Sprintf("%s vs %s cycles/s = %s× (%s–%s)", num(sock.vals.median()), num(rawUpd.vals.median()), num(m), num(lo), num(hi)), m >= 0.5)
 		m, lo, hi = sockOver(inproc)
 		sec.notef("%d workers: the socket path delivers %s× (%s–%s) of the in-process store's throughput.", workers, num(m), num(lo), num(hi))
+		shipOver := func(other *row) (float64, float64, float64) {
+			tmp := &row{vals: shipped.vals, anchor: other}
+			return tmp.ratio()
+		}
+		m, lo, hi = shipOver(etcdMutex)
+		m2, lo2, hi2 := shipOver(rawUpd)
+		sec.notef("%d workers: the agent as shipped (store plugin) delivers %s× (%s–%s) of etcd's Mutex Lock+Unlock and %s× (%s–%s) of raw bbolt db.Update.", workers, num(m), num(lo), num(hi), num(m2), num(lo2), num(hi2))
 	}
 	return nil
 }
@@ -196,7 +206,15 @@ func fsyncRate(ctx context.Context, dir string, d time.Duration) (float64, error
 // --- leasekeeper over the socket ---
 
 func setupSocket(ctx context.Context, dir string, workers int) (cycleFunc, func(), error) {
-	a, err := startAgent(ctx, dir, benchLease)
+	return socketCycle(ctx, dir, workers, startAgent)
+}
+
+func setupSocketPlugin(ctx context.Context, dir string, workers int) (cycleFunc, func(), error) {
+	return socketCycle(ctx, dir, workers, startPluginAgent)
+}
+
+func socketCycle(ctx context.Context, dir string, workers int, start func(context.Context, string, time.Duration) (*agent, error)) (cycleFunc, func(), error) {
+	a, err := start(ctx, dir, benchLease)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -100,3 +100,15 @@ func rssBytes() (rss, peak int64) {
 	}
 	return parse("VmRSS"), parse("VmHWM")
 }
+
+// rssSplit is VmRSS's two halves that matter here: anonymous memory (the
+// Go heap and stacks) and file-backed pages (bbolt's read-only mmap of the
+// board file, reclaimable by the kernel under pressure).
+func rssSplit() (anon, file int64) {
+	parse := func(key string) int64 {
+		var kb int64
+		fmt.Sscanf(procField("/proc/self/status", key), "%d kB", &kb)
+		return kb << 10
+	}
+	return parse("RssAnon"), parse("RssFile")
+}
