@@ -93,22 +93,19 @@ func loadavg() string {
 
 // rssBytes reads this process's resident set (VmRSS) and its peak (VmHWM).
 func rssBytes() (rss, peak int64) {
-	parse := func(key string) int64 {
-		var kb int64
-		fmt.Sscanf(procField("/proc/self/status", key), "%d kB", &kb)
-		return kb << 10
-	}
-	return parse("VmRSS"), parse("VmHWM")
+	return statusBytes("VmRSS"), statusBytes("VmHWM")
 }
 
 // rssSplit is VmRSS's two halves that matter here: anonymous memory (the
-// Go heap and stacks) and file-backed pages (bbolt's read-only mmap of the
-// board file, reclaimable by the kernel under pressure).
+// Go heap and stacks) and file-backed pages (the executable's code and
+// bbolt's read-only mmap of the board file, reclaimable by the kernel).
 func rssSplit() (anon, file int64) {
-	parse := func(key string) int64 {
-		var kb int64
-		fmt.Sscanf(procField("/proc/self/status", key), "%d kB", &kb)
-		return kb << 10
-	}
-	return parse("RssAnon"), parse("RssFile")
+	return statusBytes("RssAnon"), statusBytes("RssFile")
+}
+
+// statusBytes reads one "<n> kB" field of /proc/self/status.
+func statusBytes(key string) int64 {
+	var kb int64
+	fmt.Sscanf(procField("/proc/self/status", key), "%d kB", &kb)
+	return kb << 10
 }
