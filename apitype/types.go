@@ -46,6 +46,9 @@ type Fenced struct {
 	Epoch int64 `json:"epoch"`
 }
 
+// FenceEpoch is the epoch the caller believes it holds.
+func (f Fenced) FenceEpoch() int64 { return f.Epoch }
+
 // SetStateRequest is an owner's fenced state move.
 type SetStateRequest struct {
 	Fenced

@@ -196,50 +196,40 @@ func (s *Server) handleOwnedState(w http.ResponseWriter, r *http.Request, c call
 }
 
 func (s *Server) handleOwnedLastRun(w http.ResponseWriter, r *http.Request, c caller) error {
-	var req apitype.SetLastRunRequest
-	if err := s.decode(w, r, &req); err != nil {
-		return err
-	}
-	card := r.PathValue("card")
-	tok, err := s.ownedToken(r.Context(), c.worker, card, req.Epoch)
-	if err != nil {
-		return err
-	}
-	if err := s.cfg.Store.SetLastRunOwned(r.Context(), card, tok, req.RunID); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return ownedWrite(s, w, r, c, func(ctx context.Context, card string, tok board.ClaimToken, req *apitype.SetLastRunRequest) error {
+		return s.cfg.Store.SetLastRunOwned(ctx, card, tok, req.RunID)
+	})
 }
 
 func (s *Server) handleOwnedAwaitingInput(w http.ResponseWriter, r *http.Request, c caller) error {
-	var req apitype.SetAwaitingInputRequest
-	if err := s.decode(w, r, &req); err != nil {
-		return err
-	}
-	card := r.PathValue("card")
-	tok, err := s.ownedToken(r.Context(), c.worker, card, req.Epoch)
-	if err != nil {
-		return err
-	}
-	if err := s.cfg.Store.SetAwaitingInputOwned(r.Context(), card, tok, req.AwaitingInput); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return ownedWrite(s, w, r, c, func(ctx context.Context, card string, tok board.ClaimToken, req *apitype.SetAwaitingInputRequest) error {
+		return s.cfg.Store.SetAwaitingInputOwned(ctx, card, tok, req.AwaitingInput)
+	})
 }
 
 func (s *Server) handleOwnedGaveUp(w http.ResponseWriter, r *http.Request, c caller) error {
-	var req apitype.SetGaveUpRequest
-	if err := s.decode(w, r, &req); err != nil {
+	return ownedWrite(s, w, r, c, func(ctx context.Context, card string, tok board.ClaimToken, req *apitype.SetGaveUpRequest) error {
+		return s.cfg.Store.SetGaveUpOwned(ctx, card, tok, req.GaveUp)
+	})
+}
+
+// ownedWrite is the shape every answer-less owner write shares: decode the
+// request, resolve the caller's token for the card at the epoch it names
+// (the fence), write, answer 204.
+func ownedWrite[T any, PT interface {
+	*T
+	FenceEpoch() int64
+}](s *Server, w http.ResponseWriter, r *http.Request, c caller, write func(context.Context, string, board.ClaimToken, PT) error) error {
+	req := PT(new(T))
+	if err := s.decode(w, r, req); err != nil {
 		return err
 	}
 	card := r.PathValue("card")
-	tok, err := s.ownedToken(r.Context(), c.worker, card, req.Epoch)
+	tok, err := s.ownedToken(r.Context(), c.worker, card, req.FenceEpoch())
 	if err != nil {
 		return err
 	}
-	if err := s.cfg.Store.SetGaveUpOwned(r.Context(), card, tok, req.GaveUp); err != nil {
+	if err := write(r.Context(), card, tok, req); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
