@@ -67,6 +67,18 @@ func TestWorkerFlow(t *testing.T) {
 	if err := cl.SetAwaitingInput(ctx, true); err != nil {
 		t.Fatalf("SetAwaitingInput: %v", err)
 	}
+	if err := cl.SetLastRun(ctx, run.ID); err != nil {
+		t.Fatalf("SetLastRun: %v", err)
+	}
+	if err := cl.SetGaveUp(ctx, &board.GaveUp{RunID: run.ID, Attempts: 3, Reason: "three strikes"}); err != nil {
+		t.Fatalf("SetGaveUp: %v", err)
+	}
+	if mid, err := c.GetCard(ctx, "job"); err != nil || mid.GaveUp == nil || mid.GaveUp.Reason != "three strikes" || mid.GaveUp.Attempts != 3 {
+		t.Fatalf("after SetGaveUp: card gave_up %+v, err %v; want the stamp written", mid.GaveUp, err)
+	}
+	if err := cl.SetGaveUp(ctx, nil); err != nil {
+		t.Fatalf("SetGaveUp(nil): %v", err)
+	}
 	orphaned := board.FailureProcessOrphaned
 	if _, err := cl.UpdateRun(ctx, run.ID, apitype.UpdateRunRequest{FailureCode: &orphaned}); !errors.Is(err, board.ErrInvalidArgument) {
 		t.Errorf("UpdateRun PROCESS_ORPHANED: err %v, want ErrInvalidArgument (reserved for the watchdog)", err)
@@ -89,8 +101,11 @@ func TestWorkerFlow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if card.State != board.StateDone || card.Claimed() || card.LastRunID != run.ID || !card.AwaitingInput {
+	if card.State != board.StateDone || card.Claimed() || card.LastRunID != run.ID || !card.AwaitingInput || card.GaveUp != nil {
 		t.Errorf("card = state %q claim %q last_run %q awaiting %v; want done, free, %q, true", card.State, card.Claim, card.LastRunID, card.AwaitingInput, run.ID)
+		if card.GaveUp != nil {
+			t.Errorf("gave_up = %+v after SetGaveUp(nil), want cleared", card.GaveUp)
+		}
 	}
 	got, err := c.GetRun(ctx, run.ID)
 	if err != nil {
