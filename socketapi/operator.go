@@ -2,6 +2,7 @@ package socketapi
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -77,21 +78,16 @@ func operatorReason(r board.Reason) error {
 }
 
 func (s *Server) handleMoveCard(w http.ResponseWriter, r *http.Request, c caller) error {
-	var req apitype.MoveRequest
-	if err := s.decode(w, r, &req); err != nil {
-		return err
-	}
-	if err := operatorReason(req.Reason); err != nil {
-		return err
-	}
-	id := r.PathValue("id")
-	if err := s.cfg.Store.SetState(r.Context(), board.Move{Card: id, To: req.To, Reason: req.Reason, Actor: c.actor}); err != nil {
-		return err
-	}
-	return s.writeCard(w, r, id)
+	return s.operatorMove(w, r, c, s.cfg.Store.SetState)
 }
 
 func (s *Server) handleReopenCard(w http.ResponseWriter, r *http.Request, c caller) error {
+	return s.operatorMove(w, r, c, s.cfg.Store.Reopen)
+}
+
+// operatorMove is a person's move of one card (a plain move or a reopen):
+// no machine reason, the caller as actor, the card as it is now in reply.
+func (s *Server) operatorMove(w http.ResponseWriter, r *http.Request, c caller, move func(context.Context, board.Move) error) error {
 	var req apitype.MoveRequest
 	if err := s.decode(w, r, &req); err != nil {
 		return err
@@ -100,7 +96,7 @@ func (s *Server) handleReopenCard(w http.ResponseWriter, r *http.Request, c call
 		return err
 	}
 	id := r.PathValue("id")
-	if err := s.cfg.Store.Reopen(r.Context(), board.Move{Card: id, To: req.To, Reason: req.Reason, Actor: c.actor}); err != nil {
+	if err := move(r.Context(), board.Move{Card: id, To: req.To, Reason: req.Reason, Actor: c.actor}); err != nil {
 		return err
 	}
 	return s.writeCard(w, r, id)
