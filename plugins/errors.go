@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -133,6 +134,11 @@ func toStatus(err error) error {
 	return st.Err()
 }
 
+// deadlineSkew bounds how far apart the plugin's copy of a deadline and
+// the caller's own can fire: gRPC sends the remaining time, so they differ
+// by the transit and the scheduling of two processes.
+const deadlineSkew = time.Second
+
 // callError turns the error of one RPC into what the agent sees. An error
 // the store returned comes back with its identity (see errorFromPB). Any
 // other failure happened to the call itself, between the agent and the
@@ -148,6 +154,16 @@ func callError(ctx context.Context, verb string, err error) error {
 		if st.Code() == codes.Unimplemented {
 			// The server refused the method before running anything.
 			return fmt.Errorf("store plugin: %s: not implemented by this plugin (built for another protocol revision?): %s", verb, st.Message())
+		}
+	}
+	if ok && (st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled) {
+		// The plugin runs the call under its own copy of the caller's
+		// deadline, which can fire a moment before the caller's: its
+		// cancellation then arrives while ctx is still live. That is the
+		// caller's deadline, not a broken plugin; wait the moment out so
+		// the error says so and the plugin is not replaced for it.
+		if dl, has := ctx.Deadline(); has && time.Until(dl) < deadlineSkew {
+			<-ctx.Done()
 		}
 	}
 	if cerr := ctx.Err(); cerr != nil {
