@@ -154,10 +154,12 @@ go-plugin child process, every store call a gRPC round trip.`)
 			rows[i].anchor = rows[0]
 		}
 		sock, shipped, inproc, rawUpd, etcdMutex := rows[0], rows[1], rows[2], rows[3], rows[5]
-		sockOver := func(other *row) (float64, float64, float64) {
-			tmp := &row{vals: sock.vals, anchor: other}
+		// over is a's figures as a ratio to b's, repeat by repeat.
+		over := func(a, b *row) (float64, float64, float64) {
+			tmp := &row{vals: a.vals, anchor: b}
 			return tmp.ratio()
 		}
+		sockOver := func(other *row) (float64, float64, float64) { return over(sock, other) }
 		m, lo, hi := sockOver(etcdMutex)
 		rep.goal("1. claim", fmt.Sprintf("socket ≥ 3× etcd Mutex Lock+Unlock, %d workers", workers),
 			fmt.Sprintf("%s vs %s cycles/s = %s× (%s–%s)", num(sock.vals.median()), num(etcdMutex.vals.median()), num(m), num(lo), num(hi)), m >= 3)
@@ -166,12 +168,8 @@ go-plugin child process, every store call a gRPC round trip.`)
 			fmt.Sprintf("%s vs %s cycles/s = %s× (%s–%s)", num(sock.vals.median()), num(rawUpd.vals.median()), num(m), num(lo), num(hi)), m >= 0.5)
 		m, lo, hi = sockOver(inproc)
 		sec.notef("%d workers: the socket path delivers %s× (%s–%s) of the in-process store's throughput.", workers, num(m), num(lo), num(hi))
-		shipOver := func(other *row) (float64, float64, float64) {
-			tmp := &row{vals: shipped.vals, anchor: other}
-			return tmp.ratio()
-		}
-		m, lo, hi = shipOver(etcdMutex)
-		m2, lo2, hi2 := shipOver(rawUpd)
+		m, lo, hi = over(shipped, etcdMutex)
+		m2, lo2, hi2 := over(shipped, rawUpd)
 		sec.notef("%d workers: the agent as shipped (store plugin) delivers %s× (%s–%s) of etcd's Mutex Lock+Unlock and %s× (%s–%s) of raw bbolt db.Update.", workers, num(m), num(lo), num(hi), num(m2), num(lo2), num(hi2))
 	}
 	return nil
