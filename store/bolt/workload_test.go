@@ -228,29 +228,55 @@ func TestIndexesStayConsistentUnderARandomWorkload(t *testing.T) {
 		},
 		tokens: map[string]board.ClaimToken{},
 	}
-	// recoveryHeld counts, over the checkpoints, the recovery claims the
-	// workload had left, so the recovery index is known to have been
-	// checked with entries in it, not only empty.
+	// recoveryHeld counts the checkpoints that ran with a recovery claim on
+	// the board, so the recovery index is known to have been checked with
+	// entries in it, not only empty. Besides every 100th step, a checkpoint
+	// runs at the first step that leaves a recovery claim, and once more
+	// after a reclaim made on purpose at the end, whatever the seed did.
 	recoveryHeld := 0
+	checkpoint := func() {
+		t.Helper()
+		checkIndexes(t, s)
+		checkListings(t, s, clock.Now())
+		if holdsRecovery(t, s) {
+			recoveryHeld++
+		}
+	}
 	for i := range 600 {
 		if err := w.step(t); err != nil {
 			t.Fatal(err)
 		}
-		if i%100 == 99 {
-			checkIndexes(t, s)
-			checkListings(t, s, clock.Now())
-			for _, r := range allCards(t, s) {
-				if board.IsRecoveryMarker(r.Claim) {
-					recoveryHeld++
-				}
-			}
+		if i%100 == 99 || (recoveryHeld == 0 && holdsRecovery(t, s)) {
+			checkpoint()
 		}
 	}
-	checkIndexes(t, s)
-	checkListings(t, s, clock.Now())
-	if recoveryHeld == 0 {
-		t.Errorf("no checkpoint saw a recovery claim; the workload did not exercise the recovery index")
+	ctx := t.Context()
+	last := w.newCard()
+	mustCreate(t, s, board.NewCard{ID: last})
+	tok, err := s.Claim(ctx, board.ClaimRequest{Card: last, Marker: "h-100", Lease: time.Second})
+	if err != nil {
+		t.Fatal(err)
 	}
+	clock.Advance(2 * time.Second)
+	if _, _, err := s.ReclaimExpired(ctx, board.Reclaim{Card: last, Prev: tok, RecoveryMarker: board.RecoveryMarker("h-900"), Cutoff: clock.Now(), Lease: lease}); err != nil {
+		t.Fatalf("reclaiming an expired claim at the end: %v", err)
+	}
+	before := recoveryHeld
+	checkpoint()
+	if recoveryHeld == before {
+		t.Errorf("after a reclaim no card holds a recovery claim; the recovery index was never checked with an entry")
+	}
+}
+
+// holdsRecovery says whether any card is held by a recovery claim.
+func holdsRecovery(t *testing.T, s *Store) bool {
+	t.Helper()
+	for _, r := range allCards(t, s) {
+		if board.IsRecoveryMarker(r.Claim) {
+			return true
+		}
+	}
+	return false
 }
 
 func TestConcurrentWritersKeepEpochsEventsAndIndexesConsistent(t *testing.T) {
