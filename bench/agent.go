@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/heartbeat"
 	"github.com/leasekeeper/leasekeeper/pidprobe"
-	"github.com/leasekeeper/leasekeeper/plugins"
 	"github.com/leasekeeper/leasekeeper/socketapi"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
 )
@@ -48,23 +46,9 @@ func startPluginAgent(ctx context.Context, dir string, lease time.Duration) (*ag
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	exe, err := os.Executable()
+	proxy, err := launchStorePlugin(ctx, filepath.Join(dir, "board.db"))
 	if err != nil {
 		return nil, err
-	}
-	file := filepath.Join(dir, "board.db")
-	proxy, err := plugins.Launch(ctx, plugins.LaunchConfig{
-		Cmd: func() *exec.Cmd { return exec.Command(exe, pluginFlag, file) },
-	})
-	if err != nil {
-		return nil, fmt.Errorf("launch store plugin: %w", err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = proxy.WaitUp(wctx)
-	cancel()
-	if err != nil {
-		proxy.Close()
-		return nil, fmt.Errorf("store plugin not up: %w", err)
 	}
 	return wireAgent(ctx, dir, lease, proxy)
 }

@@ -31,16 +31,36 @@ func pluginMain(args []string) int {
 	return 0
 }
 
+// launchStorePlugin serves the bbolt file from a child process behind the
+// go-plugin boundary (this binary re-executed, as the agent re-executes
+// itself for its built-in stores) and waits until the store answers.
+func launchStorePlugin(ctx context.Context, file string) (*plugins.Proxy, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	proxy, err := plugins.Launch(ctx, plugins.LaunchConfig{
+		Cmd: func() *exec.Cmd { return exec.Command(exe, pluginFlag, file) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("launch store plugin: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = proxy.WaitUp(wctx)
+	cancel()
+	if err != nil {
+		proxy.Close()
+		return nil, fmt.Errorf("store plugin not up: %w", err)
+	}
+	return proxy, nil
+}
+
 func runPlugin(ctx context.Context, cfg config, rep *report) error {
 	sec := rep.section("5. The plugin boundary",
 		`Claim + release cycles (as in scenario 1) against the same bbolt store twice: in this process, and
 through the go-plugin gRPC boundary (plugins.Launch; the store served by a child process, this binary
 re-executed, as the agent does for its built-in stores). Interleaved within each repeat. The goal is
 that the boundary costs at most 30% of the in-process throughput.`)
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
 	for _, workers := range cfg.workers {
 		dir := filepath.Join(cfg.tmp, fmt.Sprintf("plugin-%d", workers))
 		inCycle, inStop, err := setupInProcess(ctx, filepath.Join(dir, "inproc"), workers)
@@ -51,20 +71,11 @@ that the boundary costs at most 30% of the in-process throughput.`)
 		if err := os.MkdirAll(filepath.Join(dir, "plugin"), 0o755); err != nil {
 			return err
 		}
-		file := filepath.Join(dir, "plugin", "board.db")
-		proxy, err := plugins.Launch(ctx, plugins.LaunchConfig{
-			Cmd: func() *exec.Cmd { return exec.Command(exe, pluginFlag, file) },
-		})
+		proxy, err := launchStorePlugin(ctx, filepath.Join(dir, "plugin", "board.db"))
 		if err != nil {
-			return fmt.Errorf("launch store plugin: %w", err)
+			return err
 		}
 		defer proxy.Close()
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err = proxy.WaitUp(wctx)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("store plugin not up: %w", err)
-		}
 		for w := range workers {
 			if _, err := proxy.CreateCard(ctx, board.NewCard{ID: cardID(w)}); err != nil {
 				return err
