@@ -235,12 +235,18 @@ func (cl *Claim) bound(ctx context.Context) (context.Context, context.CancelFunc
 	return ctx, func() { stop(); cancel(nil) }
 }
 
-// owned runs a fenced write; a claim conflict means the fence refused this
-// holder, so the claim is over and its context is cancelled.
+// owned runs a fenced write on the claim's own card routes.
 func (cl *Claim) owned(ctx context.Context, method, path string, q url.Values, body, out any) error {
+	return cl.fenced(ctx, method, "/v1/claims/"+url.PathEscape(cl.card.ID)+path, q, body, out)
+}
+
+// fenced runs a write the agent fences with this claim; a claim conflict
+// means the fence refused this holder, so the claim is over and its
+// context is cancelled.
+func (cl *Claim) fenced(ctx context.Context, method, path string, q url.Values, body, out any) error {
 	ctx, done := cl.bound(ctx)
 	defer done()
-	err := cl.c.do(ctx, method, "/v1/claims/"+url.PathEscape(cl.card.ID)+path, q, body, out)
+	err := cl.c.do(ctx, method, path, q, body, out)
 	if errors.Is(err, board.ErrClaimConflict) {
 		cl.end(fmt.Errorf("%w: %w", ErrClaimLost, err))
 	}
@@ -306,12 +312,7 @@ func (cl *Claim) StartRun(ctx context.Context, spec RunSpec) (board.Run, error) 
 // UpdateRun changes a run this claim started.
 func (cl *Claim) UpdateRun(ctx context.Context, runID string, u apitype.UpdateRunRequest) (board.Run, error) {
 	var run board.Run
-	ctx, done := cl.bound(ctx)
-	defer done()
-	err := cl.c.do(ctx, http.MethodPatch, "/v1/runs/"+url.PathEscape(runID), nil, u, &run)
-	if errors.Is(err, board.ErrClaimConflict) {
-		cl.end(fmt.Errorf("%w: %w", ErrClaimLost, err))
-	}
+	err := cl.fenced(ctx, http.MethodPatch, "/v1/runs/"+url.PathEscape(runID), nil, u, &run)
 	return run, err
 }
 
