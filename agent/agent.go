@@ -225,7 +225,6 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 
 	a.reaper, err = watchdog.New(watchdog.Config{
 		Store:           a.store,
-		Clock:           a.clock,
 		Marker:          a.marker,
 		Host:            host,
 		Interval:        cfg.Reaper.Interval,

@@ -156,6 +156,12 @@ func (s meteredStore) ReleaseOwned(ctx context.Context, card string, tok board.C
 	return err
 }
 
+func (s meteredStore) ReleaseExpired(ctx context.Context, r board.ExpiredRelease) error {
+	err := s.Store.ReleaseExpired(ctx, r)
+	s.done("release_expired", err)
+	return err
+}
+
 func (s meteredStore) Release(ctx context.Context, card, marker, actor string) error {
 	err := s.Store.Release(ctx, card, marker, actor)
 	s.done("release", err)
@@ -210,8 +216,14 @@ func (s meteredStore) GetRun(ctx context.Context, id string) (board.Run, error) 
 	return out, err
 }
 
-func (s meteredStore) ListExpiredClaimCandidates(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
-	out, err := s.Store.ListExpiredClaimCandidates(ctx, cutoff, limit)
+func (s meteredStore) Now(ctx context.Context) (time.Time, error) {
+	out, err := s.Store.Now(ctx)
+	s.done("now", err)
+	return out, err
+}
+
+func (s meteredStore) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQuery) (board.ExpiredPage, error) {
+	out, err := s.Store.ListExpiredClaimCandidates(ctx, q)
 	s.done("list_expired_claim_candidates", err)
 	return out, err
 }

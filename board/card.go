@@ -39,12 +39,17 @@ type GaveUp struct {
 
 // Card is one work item on the board.
 type Card struct {
-	ID            string    `json:"id"`
-	Title         string    `json:"title,omitempty"`
-	State         string    `json:"state"`
-	Labels        []string  `json:"labels"`
-	DependsOn     []string  `json:"depends_on"`
-	LastRunID     string    `json:"last_run_id,omitempty"`
+	ID        string   `json:"id"`
+	Title     string   `json:"title,omitempty"`
+	State     string   `json:"state"`
+	Labels    []string `json:"labels"`
+	DependsOn []string `json:"depends_on"`
+	LastRunID string   `json:"last_run_id,omitempty"`
+	// LastRunEpoch is the claim epoch the run pointer was stamped under
+	// (SetLastRunOwned). The watchdog judges a claim only by a pointer
+	// its own claim stamped; zero for a pointer stamped before the field
+	// existed, where the run's own epoch tells instead.
+	LastRunEpoch  int64     `json:"last_run_epoch,omitempty"`
 	Runs          []string  `json:"runs"`
 	AwaitingInput bool      `json:"awaiting_input"`
 	GaveUp        *GaveUp   `json:"gave_up,omitempty"`
@@ -61,6 +66,25 @@ type Card struct {
 	ClaimEpoch      int64     `json:"claim_epoch"`
 	ClaimedAt       time.Time `json:"claimed_at"`
 	ClaimLeaseUntil time.Time `json:"claim_lease_until"`
+	// RecoveredEpoch is set while a recovery (reaper:) claim holds the
+	// card: the epoch of the worker claim the watchdog took over, kept
+	// across a recovery claim's own transfers. It is how the watchdog tells
+	// the run that claim started from a run an earlier claim recorded
+	// (JudgedEpoch). Zero otherwise; a release clears it.
+	RecoveredEpoch int64 `json:"recovered_epoch,omitempty"`
+}
+
+// JudgedEpoch is the epoch of the claim the watchdog judges this card by:
+// the worker claim a recovery claim took over, or the card's own claim.
+// Only a run pointer stamped under that epoch is the claim's run; one an
+// earlier claim left (a reopened card, a re-claim after a release) says
+// nothing about what this claim did. Zero means unknown: a recovery claim
+// taken by an agent that did not record RecoveredEpoch.
+func (c Card) JudgedEpoch() int64 {
+	if IsRecoveryMarker(c.Claim) {
+		return c.RecoveredEpoch
+	}
+	return c.ClaimEpoch
 }
 
 // Token is the card's current claim token (zero Marker when free).

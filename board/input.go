@@ -265,6 +265,39 @@ func (r Reclaim) ValidateRecovery() error {
 	return ValidateLease(r.Card, r.Lease)
 }
 
+// Validate refuses a malformed expired-claims query.
+func (q ExpiredQuery) Validate() error {
+	if err := ValidateLimit(q.Limit); err != nil {
+		return err
+	}
+	if q.Cutoff.IsZero() {
+		return Invalid("zero cutoff")
+	}
+	if len(q.After) > MaxCursorBytes {
+		return Invalid("listing position of %d bytes (at most %d)", len(q.After), MaxCursorBytes)
+	}
+	return nil
+}
+
+// MaxCursorBytes bounds an ExpiredQuery.After position.
+const MaxCursorBytes = 4096
+
+// Validate refuses a malformed fenced release. Prev.Epoch 0 is allowed: on
+// the fleet twin it names a claim whose epoch field a foreign write
+// dropped.
+func (r ExpiredRelease) Validate() error {
+	if err := ValidateCardID(r.Card); err != nil {
+		return err
+	}
+	if err := ValidateMarker(r.Prev.Marker); err != nil || r.Prev.Epoch < 0 {
+		return Invalid("card %q: bad previous claim token %+v", r.Card, r.Prev)
+	}
+	if r.Cutoff.IsZero() {
+		return Invalid("card %q: zero cutoff", r.Card)
+	}
+	return inCard(r.Card, ValidateText("actor", r.Actor))
+}
+
 // ValidateGaveUp checks a give-up stamp for card: a reason of at most
 // MaxGaveUpReasonBytes and no negative attempt count. Its State, when set,
 // is the store's to check against its board.

@@ -67,6 +67,41 @@ type Reclaim struct {
 	Lease          time.Duration
 }
 
+// ExpiredQuery asks for one page of expired claims: claims whose lease
+// ended at or before Cutoff, lease ascending, at most Limit (applied in the
+// query; 0 = no limit), resuming strictly after the position After names.
+type ExpiredQuery struct {
+	Cutoff time.Time `json:"cutoff"`
+	Limit  int       `json:"limit"`
+	// After is the Next of an earlier page of the same listing; empty
+	// starts from the oldest lease. It is opaque: only the store that
+	// issued it reads it.
+	After string `json:"after,omitempty"`
+}
+
+// ExpiredPage is one page of ListExpiredClaimCandidates.
+type ExpiredPage struct {
+	Cards []Card `json:"cards"`
+	// Next resumes the listing after the last card of this page; empty
+	// when the listing has nothing beyond this page. A reaper that keeps
+	// cards must page on with it instead of starting from the oldest lease
+	// again, or the cards it keeps would fill every batch for ever.
+	Next string `json:"next,omitempty"`
+}
+
+// ExpiredRelease is the fenced release of an abandoned claim: ONE CAS whose
+// precondition is "the claim is still exactly Prev AND still expired at
+// Cutoff (its lease ended then, or it carries no lease at all)". The
+// repair sweep that releases an abandoned recovery claim uses it, so an
+// owner that re-took the card (a new epoch, a fresh lease) in between is a
+// clean ErrClaimConflict rather than a claim pulled from under it.
+type ExpiredRelease struct {
+	Card   string     `json:"card"`
+	Prev   ClaimToken `json:"prev"`
+	Cutoff time.Time  `json:"cutoff"`
+	Actor  string     `json:"actor"`
+}
+
 // Store is the contract every backend honours (bbolt, MongoDB, the plugin
 // proxy). Package boardtest holds the conformance suite that pins it.
 //
@@ -81,6 +116,14 @@ type Store interface {
 	// BoardAdmin).
 	Board() Board
 	BoardAdmin
+
+	// Now is the store's clock: the time its own lease, claimed_at and
+	// updated_at stamps are taken from, as a lower bound (the MongoDB twin
+	// reads the server's clock and subtracts the round trip). Every
+	// comparison against a store-stamped time — an expiry cutoff, a grace,
+	// a horizon — must use it, never the caller's clock: two clocks that
+	// disagree would otherwise judge a live lease expired.
+	Now(ctx context.Context) (time.Time, error)
 
 	// CreateCard creates a card. Empty State means the first pool state, or
 	// waiting_deps when a blocker is not yet complete. Unknown blockers, a
@@ -117,6 +160,10 @@ type Store interface {
 	// ReleaseOwned clears claim, claimed_at and lease and keeps the epoch.
 	// Releasing a free card is nil.
 	ReleaseOwned(ctx context.Context, card string, tok ClaimToken) error
+	// ReleaseExpired clears an abandoned claim in one CAS on its whole
+	// precondition (see ExpiredRelease). A free card is ErrClaimConflict:
+	// the claim the caller judged is not there any more.
+	ReleaseExpired(ctx context.Context, r ExpiredRelease) error
 	// Release clears the claim when it is held by exactly marker (any epoch):
 	// the operator's force-release (after reading the holder) and the sweeps
 	// of legacy and recovery claims. A free card is nil; another holder is
@@ -148,9 +195,10 @@ type Store interface {
 	UpdateRun(ctx context.Context, u RunUpdate) (Run, error)
 	GetRun(ctx context.Context, id string) (Run, error)
 
-	// ListExpiredClaimCandidates lists claimed cards whose lease ended at or
-	// before cutoff, lease ascending, at most limit (applied in the query).
-	ListExpiredClaimCandidates(ctx context.Context, cutoff time.Time, limit int) ([]Card, error)
+	// ListExpiredClaimCandidates lists one page of claimed cards whose lease
+	// ended at or before q.Cutoff, lease ascending, at most q.Limit (applied
+	// in the query), resuming after q.After.
+	ListExpiredClaimCandidates(ctx context.Context, q ExpiredQuery) (ExpiredPage, error)
 	// ListUnleasedRunningClaims lists claims with no lease whose card sits
 	// in the running column with a recorded run and was last updated at or
 	// before cutoff, oldest update first, at most limit — the selection

@@ -159,6 +159,13 @@ func (s *remoteStore) Release(ctx context.Context, card, marker, actor string) e
 	return rpcErr(ctx, "Release", err)
 }
 
+func (s *remoteStore) ReleaseExpired(ctx context.Context, r board.ExpiredRelease) error {
+	_, err := s.rpc.ReleaseExpired(ctx, &storepb.ReleaseExpiredRequest{
+		Card: r.Card, Prev: tokenToPB(r.Prev), Cutoff: timeToPB(r.Cutoff), Actor: r.Actor,
+	})
+	return rpcErr(ctx, "ReleaseExpired", err)
+}
+
 func moveToPB(m board.Move) *storepb.MoveRequest {
 	return &storepb.MoveRequest{Card: m.Card, To: m.To, From: m.From, Reason: string(m.Reason), Actor: m.Actor}
 }
@@ -223,12 +230,24 @@ func (s *remoteStore) GetRun(ctx context.Context, id string) (board.Run, error) 
 	return runFromPB(r), nil
 }
 
-func (s *remoteStore) ListExpiredClaimCandidates(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
-	r, err := s.rpc.ListExpiredClaimCandidates(ctx, &storepb.ListCutoffRequest{Cutoff: timeToPB(cutoff), Limit: int64(limit)})
+func (s *remoteStore) Now(ctx context.Context) (time.Time, error) {
+	r, err := s.rpc.Now(ctx, &storepb.Empty{})
 	if err != nil {
-		return nil, callError(ctx, "ListExpiredClaimCandidates", err)
+		return time.Time{}, callError(ctx, "Now", err)
 	}
-	return cardsFromPB(r), nil
+	return timeFromPB(r), nil
+}
+
+func (s *remoteStore) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQuery) (board.ExpiredPage, error) {
+	r, err := s.rpc.ListExpiredClaimCandidates(ctx, &storepb.ListExpiredRequest{Cutoff: timeToPB(q.Cutoff), Limit: int64(q.Limit), After: q.After})
+	if err != nil {
+		return board.ExpiredPage{}, callError(ctx, "ListExpiredClaimCandidates", err)
+	}
+	page := board.ExpiredPage{Next: r.GetNext()}
+	for _, c := range r.GetCards() {
+		page.Cards = append(page.Cards, cardFromPB(c))
+	}
+	return page, nil
 }
 
 func (s *remoteStore) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {

@@ -107,6 +107,8 @@ func cardToPB(c board.Card) *storepb.Card {
 		ClaimEpoch:      c.ClaimEpoch,
 		ClaimedAt:       timeToPB(c.ClaimedAt),
 		ClaimLeaseUntil: timeToPB(c.ClaimLeaseUntil),
+		RecoveredEpoch:  c.RecoveredEpoch,
+		LastRunEpoch:    c.LastRunEpoch,
 	}
 }
 
@@ -132,6 +134,8 @@ func cardFromPB(c *storepb.Card) board.Card {
 		ClaimEpoch:      c.GetClaimEpoch(),
 		ClaimedAt:       timeFromPB(c.GetClaimedAt()),
 		ClaimLeaseUntil: timeFromPB(c.GetClaimLeaseUntil()),
+		RecoveredEpoch:  c.GetRecoveredEpoch(),
+		LastRunEpoch:    c.GetLastRunEpoch(),
 	}
 }
 

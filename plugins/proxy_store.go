@@ -84,6 +84,11 @@ func (p *Proxy) ReleaseOwned(ctx context.Context, card string, tok board.ClaimTo
 	return err
 }
 
+func (p *Proxy) ReleaseExpired(ctx context.Context, r board.ExpiredRelease) error {
+	_, err := call(p, "ReleaseExpired", func(s *remoteStore) (struct{}, error) { return struct{}{}, s.ReleaseExpired(ctx, r) })
+	return err
+}
+
 func (p *Proxy) Release(ctx context.Context, card, marker, actor string) error {
 	_, err := call(p, "Release", func(s *remoteStore) (struct{}, error) { return struct{}{}, s.Release(ctx, card, marker, actor) })
 	return err
@@ -123,8 +128,12 @@ func (p *Proxy) GetRun(ctx context.Context, id string) (board.Run, error) {
 	return call(p, "GetRun", func(s *remoteStore) (board.Run, error) { return s.GetRun(ctx, id) })
 }
 
-func (p *Proxy) ListExpiredClaimCandidates(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
-	return call(p, "ListExpiredClaimCandidates", func(s *remoteStore) ([]board.Card, error) { return s.ListExpiredClaimCandidates(ctx, cutoff, limit) })
+func (p *Proxy) Now(ctx context.Context) (time.Time, error) {
+	return call(p, "Now", func(s *remoteStore) (time.Time, error) { return s.Now(ctx) })
+}
+
+func (p *Proxy) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQuery) (board.ExpiredPage, error) {
+	return call(p, "ListExpiredClaimCandidates", func(s *remoteStore) (board.ExpiredPage, error) { return s.ListExpiredClaimCandidates(ctx, q) })
 }
 
 func (p *Proxy) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -205,7 +206,7 @@ func TestLaunchFailuresAreClear(t *testing.T) {
 		{
 			name: "another protocol version",
 			cmd:  func(t *testing.T) func() *exec.Cmd { return testPluginCmd(t, "wrong-version") },
-			want: []string{"another store protocol version", "Plugin version: 99"},
+			want: []string{"another store protocol version", "Plugin version: " + strconv.Itoa(ProtocolVersion+98)},
 		},
 		{
 			name: "store fails to open",

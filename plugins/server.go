@@ -125,6 +125,12 @@ func (s *server) Release(ctx context.Context, r *storepb.ReleaseRequest) (*store
 	return empty(s.store.Release(ctx, r.GetCard(), r.GetMarker(), r.GetActor()))
 }
 
+func (s *server) ReleaseExpired(ctx context.Context, r *storepb.ReleaseExpiredRequest) (*storepb.Empty, error) {
+	return empty(s.store.ReleaseExpired(ctx, board.ExpiredRelease{
+		Card: r.GetCard(), Prev: tokenFromPB(r.GetPrev()), Cutoff: timeFromPB(r.GetCutoff()), Actor: r.GetActor(),
+	}))
+}
+
 func moveFromPB(r *storepb.MoveRequest) board.Move {
 	return board.Move{Card: r.GetCard(), To: r.GetTo(), From: r.GetFrom(), Reason: board.Reason(r.GetReason()), Actor: r.GetActor()}
 }
@@ -187,12 +193,26 @@ func (s *server) GetRun(ctx context.Context, r *storepb.GetRunRequest) (*storepb
 	return runToPB(run), nil
 }
 
-func (s *server) ListExpiredClaimCandidates(ctx context.Context, r *storepb.ListCutoffRequest) (*storepb.CardsReply, error) {
-	cs, err := s.store.ListExpiredClaimCandidates(ctx, timeFromPB(r.GetCutoff()), int(r.GetLimit()))
+func (s *server) Now(ctx context.Context, _ *storepb.Empty) (*storepb.Time, error) {
+	t, err := s.store.Now(ctx)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return cardsToPB(cs), nil
+	return timeToPB(t), nil
+}
+
+func (s *server) ListExpiredClaimCandidates(ctx context.Context, r *storepb.ListExpiredRequest) (*storepb.ExpiredPageReply, error) {
+	page, err := s.store.ListExpiredClaimCandidates(ctx, board.ExpiredQuery{
+		Cutoff: timeFromPB(r.GetCutoff()), Limit: int(r.GetLimit()), After: r.GetAfter(),
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &storepb.ExpiredPageReply{Next: page.Next, Cards: make([]*storepb.Card, 0, len(page.Cards))}
+	for _, c := range page.Cards {
+		out.Cards = append(out.Cards, cardToPB(c))
+	}
+	return out, nil
 }
 
 func (s *server) ListUnleasedRunningClaims(ctx context.Context, r *storepb.ListCutoffRequest) (*storepb.CardsReply, error) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/board/boardtest"
 )
 
 // concurrentMix is the population of the concurrency tests: each card's
@@ -308,77 +309,9 @@ func TestRecoverySweepReadsOnlyRecoveryClaims(t *testing.T) {
 			t.Errorf("%s: the pass listed %+v, want %+v (and never the %d expired worker claims)", tc.name, got, want, workers)
 		}
 	}
-	if got, err := e.store.ListExpiredClaimCandidates(e.ctx, e.clock.Now(), 0); err != nil || len(got) != workers {
+	if got, err := boardtest.PageCards(e.store.ListExpiredClaimCandidates(e.ctx, board.ExpiredQuery{Cutoff: e.clock.Now(), Limit: 0})); err != nil || len(got) != workers {
 		t.Errorf("expired claims in the store = %d, %v; want the %d worker claims still there", len(got), err, workers)
 	}
-}
-
-// Every pass runs the recovery sweep: a gated pass draining a full batch
-// of expired claims, the pass right after it, a dry run and a pass with
-// the gate off all release (or, dry, report) an abandoned recovery claim
-// that sits behind the batch in lease order (ADR-096 §8, §9).
-func TestRecoverySweepRunsEveryPass(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, func(o *envOpts) { o.cfg.Batch = 2 })
-	// Conserved worker claims that nothing takes away keep every listing
-	// full: their runs are paused, so the pre-check keeps them.
-	for i := range 3 {
-		id := fmt.Sprintf("paused-%d", i)
-		e.card(id, board.StateReady)
-		e.launch(id, board.RunPausedOperator, board.Run{})
-	}
-	// Launched a second later, so their leases sort behind the paused ones.
-	e.clock.Advance(time.Second)
-	for _, id := range []string{"abandoned-1", "abandoned-2", "abandoned-3"} {
-		e.card(id, board.StateReady)
-		e.launch(id, board.RunFinished, board.Run{})
-	}
-	e.expire()
-
-	pass := func(name string, dry bool) PassResult {
-		t.Helper()
-		res, err := e.r.RunOnce(e.ctx, dry)
-		if err != nil {
-			t.Fatalf("%s: RunOnce: %v", name, err)
-		}
-		if len(res.Cards) != 2 && res.Enabled {
-			t.Errorf("%s: %d cards decided, want a full batch of 2 (draining)", name, len(res.Cards))
-		}
-		return res
-	}
-	wantSwept := func(name string, res PassResult, card string, want Outcome) {
-		t.Helper()
-		if len(res.Sweeps) != 1 || res.Sweeps[0].Card != card || res.Sweeps[0].Outcome != want {
-			t.Errorf("%s: sweeps %+v, want %s %s", name, res.Sweeps, card, want)
-		}
-	}
-	// The first pass drains a full batch and sweeps: nothing is abandoned.
-	if res := pass("first", false); len(res.Sweeps) != 0 {
-		t.Errorf("first pass: sweeps %+v, want none", res.Sweeps)
-	}
-
-	// Another agent's reaper reclaims abandoned-1 and dies; its short
-	// recovery lease ends behind the conserved claims, beyond the batch.
-	tok := e.abandon("abandoned-1", time.Second)
-	e.clock.Advance(2 * time.Second)
-	wantSwept("dry run", pass("dry run", true), "abandoned-1", OutcomeDecided)
-	e.wantClaim("abandoned-1", tok)
-	// Right after a sweep, while draining: it sweeps again.
-	wantSwept("draining", pass("draining", false), "abandoned-1", OutcomeReleased)
-	e.wantFree("abandoned-1")
-
-	// And again on the next pass, as soon as the recovery lease has ended.
-	e.abandon("abandoned-2", time.Second)
-	e.clock.Advance(2 * time.Second)
-	wantSwept("the next pass", pass("the next pass", false), "abandoned-2", OutcomeReleased)
-	e.wantFree("abandoned-2")
-
-	// With the gate off there is no decision pass; the sweep runs alike.
-	e.abandon("abandoned-3", time.Second)
-	e.clock.Advance(2 * time.Second)
-	e.gate.Store(false)
-	wantSwept("gate off", pass("gate off", false), "abandoned-3", OutcomeReleased)
-	e.wantFree("abandoned-3")
 }
 
 func TestWorkersDefault(t *testing.T) {

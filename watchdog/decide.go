@@ -53,13 +53,17 @@ const (
 	// they are what AfterTransfer makes of a keep decided after a transfer.
 	RuleRecoveryHold      Rule = "recovery_hold"
 	RuleRecoveryHoldSpent Rule = "recovery_hold_spent"
+	// RuleRecoveryConserve is a keep after a spent hold that still
+	// conserves: a run that cannot be read, a live run, or a card that a
+	// release would leave free in a column nothing picks up.
+	RuleRecoveryConserve Rule = "recovery_conserve"
 )
 
 // Decision is the verdict on one stuck card.
 type Decision struct {
 	Action Action `json:"action"`
-	// Row is the row of the table that matched (1..12); 0 for the
-	// recovery-hold rule applied after a transfer.
+	// Row is the row of the table that matched (1..12). The recovery-hold
+	// rules applied after a transfer keep the row of the keep they judged.
 	Row  int  `json:"row,omitempty"`
 	Rule Rule `json:"rule"`
 	// Reason explains the verdict to a person reading a log line.
@@ -75,19 +79,23 @@ type Decision struct {
 	StateReason board.Reason `json:"state_reason,omitempty"`
 }
 
-// StuckCard is the input of the decision table: the card's resolved run (or
+// StuckCard is the input of the decision table: the judged claim's run (or
 // the error reading it) and the card itself.
 type StuckCard struct {
-	// Run is the card's last run, nil when there is none to load.
+	// Run is the run the judged claim started, nil when there is none to
+	// load. A run an earlier claim recorded is never this claim's run.
 	Run *board.Run
 	// RunErr is the error reading the run. ErrNotFound is not a read error:
 	// it is the answer "no such run" and counts as a nil Run.
 	RunErr error
-	// Card is the card as judged. Its State is the column, its LastRunID the
-	// run pointer it records (StuckCard.RecordedRunID in ADR-096).
-	Card  board.Card
-	Board board.Board
-	Now   time.Time
+	// Card is the card as judged. Its State is the column.
+	Card board.Card
+	// RecordedRunID is the run pointer the judged claim stamped (see
+	// ClaimRun); empty when the claim stamped none, even if the card still
+	// points at a run an earlier claim recorded.
+	RecordedRunID string
+	Board         board.Board
+	Now           time.Time
 	// Lease is the configured claim lease; the stamp window closes two
 	// leases after the claim began.
 	Lease time.Duration
@@ -133,7 +141,7 @@ func DecideStuckCard(in StuckCard) Decision {
 // is re-applied on the real column only when no run pointer is recorded —
 // with a pointer, the pointer is the stamp and the window is irrelevant.
 func PreCheck(in StuckCard) Decision {
-	if runMissing(in) && in.Card.LastRunID == "" && in.Board.IsRunning(in.Card.State) && in.stampWindowOpen() {
+	if runMissing(in) && in.RecordedRunID == "" && in.Board.IsRunning(in.Card.State) && in.stampWindowOpen() {
 		return rowStampWindow(in)
 	}
 	return decide(in, "")
@@ -163,10 +171,10 @@ func decide(in StuckCard, column string) Decision {
 	// can tell whether its work was delivered; releasing it bare would let
 	// the launch path read the absence as a fresh start (ADR-096
 	// Consequences). The pointer is the stamp, so the window is irrelevant.
-	case in.Run == nil && c.LastRunID != "":
+	case in.Run == nil && in.RecordedRunID != "":
 		return Decision{Action: ActionGiveUp, Row: 2, Rule: RuleRunPointerGone,
 			Target: board.StateFailed, StateReason: board.ReasonWatchdog,
-			Reason: fmt.Sprintf("the card records run %q but the run is gone (pruned or deleted): a person decides", c.LastRunID)}
+			Reason: fmt.Sprintf("the claim recorded run %q but the run is gone (pruned or deleted): a person decides", in.RecordedRunID)}
 
 	// Row 3: no stamp yet, but the stamp is best-effort and lands after the
 	// launch; freeing the card could double-launch a live worker. Bounded
@@ -177,7 +185,7 @@ func decide(in StuckCard, column string) Decision {
 	// Row 4: the claimant died before launching anything.
 	case in.Run == nil:
 		return Decision{Action: ActionRelease, Row: 4, Rule: RuleNoRun,
-			Reason: "no run recorded: the claimant stopped before launching, the card is simply eligible again"}
+			Reason: "no run recorded under this claim: the claimant stopped before launching, the card is simply eligible again"}
 	}
 
 	r := in.Run
@@ -247,16 +255,36 @@ func parkedOutsidePool(b board.Board, column string) bool {
 // that grant. When prevMarker — the marker the transfer replaced — is
 // already a recovery marker, the keep was granted before and the claim is
 // released now, so a parked card is never held for ever.
-func AfterTransfer(d Decision, prevMarker string) Decision {
+//
+// Two keeps outlive a spent hold, because releasing would not be a return
+// to a safe state: a run that cannot be read or is live (rows 1 and 5:
+// conserve on doubt, never steal from a live run), and any keep on a card
+// that a release would leave free in a column nothing picks up (strands:
+// the running column where it is not a pool state). Those stay held under
+// the recovery claim and are judged again once its lease ends.
+func AfterTransfer(d Decision, prevMarker string, strands bool) Decision {
 	if d.Action != ActionKeep {
 		return d
 	}
-	if board.IsRecoveryMarker(prevMarker) {
-		return Decision{Action: ActionRelease, Rule: RuleRecoveryHoldSpent,
-			Reason: fmt.Sprintf("%s; the recovery hold was already granted once (previous claim %s), releasing", d.Reason, prevMarker)}
+	if !board.IsRecoveryMarker(prevMarker) {
+		return Decision{Action: ActionKeep, Row: d.Row, Rule: RuleRecoveryHold,
+			Reason: fmt.Sprintf("%s; holding under the recovery claim until the next lease, once", d.Reason)}
 	}
-	return Decision{Action: ActionKeep, Rule: RuleRecoveryHold,
-		Reason: fmt.Sprintf("%s; holding under the recovery claim until the next lease, once", d.Reason)}
+	if d.Row == 1 || d.Row == 5 || strands {
+		return Decision{Action: ActionKeep, Row: d.Row, Rule: RuleRecoveryConserve,
+			Reason: fmt.Sprintf("%s; the recovery hold was granted before (previous claim %s), but a release would not be safe: conserving", d.Reason, prevMarker)}
+	}
+	return Decision{Action: ActionRelease, Row: d.Row, Rule: RuleRecoveryHoldSpent,
+		Reason: fmt.Sprintf("%s; the recovery hold was already granted once (previous claim %s), releasing", d.Reason, prevMarker)}
+}
+
+// Strands reports whether a free card in state would sit where nothing
+// picks it up: the running column, where it is not also a pool state (the
+// fleet's board). Pool states are claimed by ClaimNext, terminal states
+// are settled, and every other column is one a person parks cards in on
+// purpose. No watchdog path may leave a card free in a stranding column.
+func Strands(b board.Board, state string) bool {
+	return b.IsRunning(state) && !b.IsPool(state)
 }
 
 // NeedsFiling reports whether filing card into target writes anything. The
@@ -271,13 +299,13 @@ func NeedsFiling(b board.Board, card board.Card, target string) bool {
 
 // GiveUpStamp is the gave_up stamp of row 2: it names the gone run and why,
 // for the Needs-attention lane a person reads.
-func GiveUpStamp(card board.Card, now time.Time) *board.GaveUp {
+func GiveUpStamp(card board.Card, runID string, now time.Time) *board.GaveUp {
 	return &board.GaveUp{
-		RunID:    card.LastRunID,
+		RunID:    runID,
 		State:    card.State,
 		Attempts: len(card.Runs),
 		Reason: fmt.Sprintf("run %s is gone (pruned or deleted) and nobody can tell whether its work was delivered: reopen or re-queue to run it again, close to acknowledge",
-			card.LastRunID),
+			runID),
 		At: now,
 	}
 }

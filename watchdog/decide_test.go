@@ -37,19 +37,21 @@ func withContinuation(r *board.Run, c board.Continuation) *board.Run {
 	return r
 }
 
-// stuck builds a StuckCard for card c1 in state, claimed age ago, recording
-// runPointer, on the fleet board (in_progress is not a pool state there).
+// stuck builds a StuckCard for card c1 in state, claimed age ago, whose
+// claim recorded runPointer, on the fleet board (in_progress is not a pool
+// state there).
 func stuck(state, runPointer string, age time.Duration) StuckCard {
 	return StuckCard{
 		Card: board.Card{
-			ID: "c1", State: state, LastRunID: runPointer,
+			ID: "c1", State: state, LastRunID: runPointer, LastRunEpoch: 7,
 			Claim: "host-a-4242", ClaimEpoch: 7,
 			ClaimedAt:       t0.Add(-age),
 			ClaimLeaseUntil: t0.Add(-time.Second),
 		},
-		Board: board.DefaultBoard(false),
-		Now:   t0,
-		Lease: lease,
+		RecordedRunID: runPointer,
+		Board:         board.DefaultBoard(false),
+		Now:           t0,
+		Lease:         lease,
 	}
 }
 
@@ -235,31 +237,69 @@ func TestPreCheck(t *testing.T) {
 func TestAfterTransfer(t *testing.T) {
 	t.Parallel()
 	parked := DecideStuckCard(stuck(board.StateBacklog, "r1", time.Hour).with(run(board.RunFailedResumable), nil))
+	paused := DecideStuckCard(stuck(board.StateInProgress, "r1", time.Hour).with(run(board.RunPausedOperator), nil))
+	live := DecideStuckCard(stuck(board.StateInProgress, "r1", time.Hour).with(run(board.RunRunning), nil))
+	unread := DecideStuckCard(stuck(board.StateInProgress, "r1", time.Hour).with(nil, errors.New("store down")))
 	complete := DecideStuckCard(stuck(board.StateInProgress, "r1", time.Hour).with(run(board.RunFinished), nil))
+	spent := board.RecoveryMarker("host-b-99")
 	tests := []struct {
 		name       string
 		d          Decision
 		prevMarker string
+		strands    bool
 		want       verdict
 	}{
 		{"keep after transferring a worker's claim → hold under the recovery claim, once",
-			parked, "host-a-4242", verdict{Action: ActionKeep, Rule: RuleRecoveryHold}},
+			parked, "host-a-4242", false, verdict{Action: ActionKeep, Row: 11, Rule: RuleRecoveryHold}},
 		{"keep after transferring a recovery claim → the hold was granted before, release",
-			parked, board.RecoveryMarker("host-b-99"), verdict{Action: ActionRelease, Rule: RuleRecoveryHoldSpent}},
+			parked, spent, false, verdict{Action: ActionRelease, Row: 11, Rule: RuleRecoveryHoldSpent}},
+		{"a spent hold on a live run still conserves",
+			live, spent, false, verdict{Action: ActionKeep, Row: 5, Rule: RuleRecoveryConserve}},
+		{"a spent hold on a run that cannot be read still conserves",
+			unread, spent, false, verdict{Action: ActionKeep, Row: 1, Rule: RuleRecoveryConserve}},
+		{"a spent hold that a release would strand in the running column conserves",
+			paused, spent, true, verdict{Action: ActionKeep, Row: 6, Rule: RuleRecoveryConserve}},
+		{"a spent hold on a paused run where the column is a pool state: release",
+			paused, spent, false, verdict{Action: ActionRelease, Row: 6, Rule: RuleRecoveryHoldSpent}},
 		{"a filing after transferring a recovery claim stays a filing (a retried filing)",
-			complete, board.RecoveryMarker("host-b-99"), verdictOf(complete)},
+			complete, spent, true, verdictOf(complete)},
 		{"a filing after transferring a worker's claim stays a filing",
-			complete, "host-a-4242", verdictOf(complete)},
+			complete, "host-a-4242", false, verdictOf(complete)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			d := AfterTransfer(tc.d, tc.prevMarker)
+			d := AfterTransfer(tc.d, tc.prevMarker, tc.strands)
 			if got := verdictOf(d); got != tc.want {
 				t.Errorf("AfterTransfer = %+v, want %+v", got, tc.want)
 			}
 			if d.Reason == "" {
 				t.Error("decision carries no reason")
+			}
+		})
+	}
+}
+
+func TestStrands(t *testing.T) {
+	t.Parallel()
+	local, fleetBoard := board.DefaultBoard(true), board.DefaultBoard(false)
+	tests := []struct {
+		name  string
+		b     board.Board
+		state string
+		want  bool
+	}{
+		{"fleet running column: nothing picks a free card up", fleetBoard, board.StateInProgress, true},
+		{"local running column is a pool state", local, board.StateInProgress, false},
+		{"a pool state", fleetBoard, board.StateReady, false},
+		{"a parking column a person watches", fleetBoard, board.StateBacklog, false},
+		{"a sink", fleetBoard, board.StateDone, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := Strands(tc.b, tc.state); got != tc.want {
+				t.Errorf("Strands(%s) = %v, want %v", tc.state, got, tc.want)
 			}
 		})
 	}
@@ -323,7 +363,7 @@ func TestProvenanceSplit(t *testing.T) {
 func TestGiveUpStamp(t *testing.T) {
 	t.Parallel()
 	card := board.Card{ID: "c1", State: board.StateInProgress, LastRunID: "r9", Runs: []string{"r7", "r8", "r9"}}
-	g := GiveUpStamp(card, t0)
+	g := GiveUpStamp(card, card.LastRunID, t0)
 	if g.RunID != "r9" || g.State != board.StateInProgress || g.Attempts != 3 || !g.At.Equal(t0) {
 		t.Errorf("GiveUpStamp = %+v, want run r9, state in_progress, 3 attempts, at %v", g, t0)
 	}

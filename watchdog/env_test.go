@@ -74,7 +74,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	e.store = s
 	e.faults = &faultStore{Store: s}
 	e.gate.Store(true)
-	cfg.Store, cfg.Clock, cfg.Marker, cfg.Prober = e.faults, e.clock, agentMarker, e.probe
+	cfg.Store, cfg.Marker, cfg.Prober = e.faults, agentMarker, e.probe
 	cfg.Lease = func() time.Duration { return lease }
 	cfg.OrphanGrace = func() time.Duration { return lease / 3 }
 	cfg.Enabled = e.gate.Load
@@ -252,6 +252,11 @@ type faultStore struct {
 	// staleRun, when set, is served once by GetRun in place of the stored
 	// run: the read the oracle took just before the owner wrote its verdict.
 	staleRun *board.Run
+	// gone lists runs GetRun answers ErrNotFound for: pruned runs.
+	gone map[string]bool
+	// afterListCards, when set, runs once after the next ListCards: what
+	// another agent did between the sweep's listing and its write.
+	afterListCards func()
 	// recording turns on the record of listings (see record).
 	recording bool
 	listed    []listing
@@ -291,13 +296,30 @@ func (f *faultStore) note(l listing) {
 func (f *faultStore) ListCards(ctx context.Context, cf board.CardFilter) ([]board.Card, error) {
 	cs, err := f.Store.ListCards(ctx, cf)
 	f.note(listing{Verb: "ListCards", Filter: cf, Cards: len(cs)})
+	f.mu.Lock()
+	after := f.afterListCards
+	f.afterListCards = nil
+	f.mu.Unlock()
+	if after != nil {
+		after()
+	}
 	return cs, err
 }
 
-func (f *faultStore) ListExpiredClaimCandidates(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
-	cs, err := f.Store.ListExpiredClaimCandidates(ctx, cutoff, limit)
-	f.note(listing{Verb: "ListExpiredClaimCandidates", Limit: limit, Cards: len(cs)})
-	return cs, err
+// prune makes GetRun answer ErrNotFound for run id from now on.
+func (f *faultStore) prune(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.gone == nil {
+		f.gone = map[string]bool{}
+	}
+	f.gone[id] = true
+}
+
+func (f *faultStore) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQuery) (board.ExpiredPage, error) {
+	page, err := f.Store.ListExpiredClaimCandidates(ctx, q)
+	f.note(listing{Verb: "ListExpiredClaimCandidates", Limit: q.Limit, Cards: len(page.Cards)})
+	return page, err
 }
 
 var errInjected = errors.New("injected store fault")
@@ -336,6 +358,10 @@ func (f *faultStore) ListUnleasedRunningClaims(ctx context.Context, cutoff time.
 
 func (f *faultStore) GetRun(ctx context.Context, id string) (board.Run, error) {
 	f.mu.Lock()
+	if f.gone[id] {
+		f.mu.Unlock()
+		return board.Run{}, board.NotFound("run", id)
+	}
 	stale := f.staleRun
 	if stale != nil && stale.ID == id {
 		f.staleRun = nil

@@ -16,6 +16,7 @@ package watchdog_test
 // driver client, as a foreign program would.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -90,7 +91,7 @@ func (f *mongoFleet) open() *mongostore.Store {
 func (f *mongoFleet) reaper(s board.Store, marker string, gate func() bool) *watchdog.Reaper {
 	f.t.Helper()
 	r, err := watchdog.New(watchdog.Config{
-		Store: s, Clock: f.clock, Marker: marker, Fleet: true,
+		Store: s, Marker: marker, Fleet: true,
 		// A small pool keeps cards of one pass side by side without
 		// flooding the test server: it serializes every request, and
 		// every concurrent event append there contends on the one log
@@ -270,9 +271,12 @@ func TestFleetReapersTransferEachCardExactlyOnce(t *testing.T) {
 			outcome: watchdog.OutcomeFiled, finalState: b.FirstPool(),
 			filing: &board.Event{Reason: board.ReasonWatchdog, Data: board.EventData{From: board.StateInProgress, To: b.FirstPool()}}},
 		// Half the no-run claims sit in the running column (past the stamp
-		// window), half in the launch column they were claimed from.
+		// window), half in the launch column they were claimed from. On
+		// the fleet the running column is not a pool state, so a card
+		// there goes back to the pool rather than being left free in it.
 		{name: "norun-running", state: board.StateInProgress,
-			outcome: watchdog.OutcomeReleased, finalState: board.StateInProgress},
+			outcome: watchdog.OutcomeFiled, finalState: b.FirstPool(),
+			filing: &board.Event{Reason: board.ReasonWatchdog, Data: board.EventData{From: board.StateInProgress, To: b.FirstPool()}}},
 		{name: "norun-ready", state: board.StateReady,
 			outcome: watchdog.OutcomeReleased, finalState: board.StateReady},
 	}
@@ -484,13 +488,16 @@ func TestFleetUnleasedSweep(t *testing.T) {
 		status board.RunStatus // "" no run
 		pruned bool            // a run pointer whose run is gone
 		// selected: the query lists it (running column, recorded run);
-		// released: the sweep releases it.
-		selected, released bool
+		// filedTo: the sweep files it there and releases it (a settled
+		// disposition: released bare, the card would be stranded in the
+		// running column, which is not a pool state on the fleet).
+		selected bool
+		filedTo  string
 	}
 	cards := []card{
-		{id: "rel-finished", state: board.StateInProgress, status: board.RunFinished, selected: true, released: true},
-		{id: "rel-failed", state: board.StateInProgress, status: board.RunFailed, selected: true, released: true},
-		{id: "rel-resumable", state: board.StateInProgress, status: board.RunFailedResumable, selected: true, released: true},
+		{id: "rel-finished", state: board.StateInProgress, status: board.RunFinished, selected: true, filedTo: board.StateDone},
+		{id: "rel-failed", state: board.StateInProgress, status: board.RunFailed, selected: true, filedTo: board.StateFailed},
+		{id: "rel-resumable", state: board.StateInProgress, status: board.RunFailedResumable, selected: true, filedTo: board.StateReady},
 		{id: "keep-paused", state: board.StateInProgress, status: board.RunPausedWaitingHuman, selected: true},
 		{id: "keep-paused-operator", state: board.StateInProgress, status: board.RunPausedOperator, selected: true},
 		{id: "keep-cancelled", state: board.StateInProgress, status: board.RunCancelled, selected: true},
@@ -573,16 +580,16 @@ func TestFleetUnleasedSweep(t *testing.T) {
 		switch {
 		case ok != c.selected:
 			t.Errorf("%s: in the sweep = %v, want %v (the selection lives in the query)", c.id, ok, c.selected)
-		case c.released && sw.Outcome != watchdog.OutcomeReleased:
-			t.Errorf("%s: sweep outcome = %s (%+v), want released", c.id, sw.Outcome, sw.Decision)
-		case c.selected && !c.released && sw.Outcome != watchdog.OutcomeKept:
+		case c.filedTo != "" && (sw.Outcome != watchdog.OutcomeFiled || sw.FiledTo != c.filedTo):
+			t.Errorf("%s: sweep outcome = %s to %q (%+v), want filed to %s", c.id, sw.Outcome, sw.FiledTo, sw.Decision, c.filedTo)
+		case c.selected && c.filedTo == "" && sw.Outcome != watchdog.OutcomeKept:
 			t.Errorf("%s: sweep outcome = %s (%+v), want kept", c.id, sw.Outcome, sw.Decision)
 		}
 		got := f.get(c.id)
-		if got.State != c.state {
-			t.Errorf("%s moved to %s: the sweep is release-only", c.id, got.State)
+		if want := cmp.Or(c.filedTo, c.state); got.State != want {
+			t.Errorf("%s is in %s, want %s", c.id, got.State, want)
 		}
-		if c.released {
+		if c.filedTo != "" {
 			if got.Claimed() {
 				t.Errorf("%s still claimed by %s, want released", c.id, got.Claim)
 			}
@@ -608,17 +615,23 @@ func TestFleetUnleasedSweep(t *testing.T) {
 	if run, err := f.s.GetRun(f.ctx, "keep-running-run"); err != nil || run.Status != board.RunRunning {
 		t.Errorf("keep-running's run = %s, %v; want still running", run.Status, err)
 	}
-	var released []string
+	// Transfer first, then the filing, then the release: nothing else,
+	// and only on the settled cards.
+	written := map[string][]board.EventType{}
 	for _, ev := range f.events(seq) {
-		if ev.Type != board.EventReleased {
-			t.Errorf("the un-leased sweep wrote a %s event: %+v", ev.Type, ev)
-			continue
-		}
-		released = append(released, ev.Card)
+		written[ev.Card] = append(written[ev.Card], ev.Type)
 	}
-	slices.Sort(released)
-	if want := []string{"rel-failed", "rel-finished", "rel-resumable"}; !slices.Equal(released, want) {
-		t.Errorf("released events for %v, want %v", released, want)
+	want := []board.EventType{board.EventClaimed, board.EventState, board.EventReleased}
+	for _, c := range cards {
+		if got := written[c.id]; c.filedTo != "" && !slices.Equal(got, want) {
+			t.Errorf("%s: events %v, want %v", c.id, got, want)
+		} else if c.filedTo == "" && len(got) != 0 {
+			t.Errorf("%s: the sweep wrote %v on a conserved card", c.id, got)
+		}
+		delete(written, c.id)
+	}
+	if len(written) != 0 {
+		t.Errorf("the sweep wrote on cards it must not touch: %v", written)
 	}
 }
 
@@ -686,9 +699,10 @@ func TestFleetGateOff(t *testing.T) {
 	f.launch(f.s, "abandoned", board.StateInProgress, 4002, board.RunFinished)
 	f.launch(f.s, "held", board.StateInProgress, 4003, board.RunPausedOperator)
 	f.launch(f.s, "stripped", board.StateInProgress, 4004, board.RunFinished)
-	f.expireAndAge([]string{"decided", "abandoned", "held", "stripped"})
-	// The other agent's reaper transferred two cards, then died; one
-	// recovery lease has ended, the other has not.
+	f.launch(f.s, "pooled", board.StateReady, 4005, board.RunFinished)
+	f.expireAndAge([]string{"decided", "abandoned", "held", "stripped", "pooled"})
+	// The other agent's reaper transferred four cards, then died; three
+	// recovery leases have ended, the other has not.
 	reclaim := func(id string) board.ClaimToken {
 		c, err := other.GetCard(f.ctx, id)
 		if err != nil {
@@ -704,11 +718,15 @@ func TestFleetGateOff(t *testing.T) {
 	if err := other.ExpireClaimOwned(f.ctx, "abandoned", abandoned); err != nil {
 		t.Fatalf("ExpireClaimOwned: %v", err)
 	}
+	pooled := reclaim("pooled")
+	if err := other.ExpireClaimOwned(f.ctx, "pooled", pooled); err != nil {
+		t.Fatalf("ExpireClaimOwned: %v", err)
+	}
 	held := reclaim("held")
-	// A live recovery claim whose lease a foreign write removed: nobody can
-	// renew or release it by token any more, and the recovery listing
-	// selects by marker, so the sweep still finds it.
-	reclaim("stripped")
+	// A recovery claim whose lease and fence a foreign write removed:
+	// nobody can renew or release it by token any more, and the recovery
+	// listing selects by marker, so the sweep still finds it.
+	stripped := reclaim("stripped")
 	f.strip([]string{"stripped"}, f.serverNow())
 	f.clock.Set(f.serverNow().Add(time.Second))
 	seq := f.lastSeq()
@@ -723,30 +741,48 @@ func TestFleetGateOff(t *testing.T) {
 	if res.Enabled || len(res.Cards) != 0 {
 		t.Errorf("gate off: enabled=%v, decided %+v; want nothing decided", res.Enabled, res.Cards)
 	}
-	if len(res.Sweeps) != 2 {
-		t.Errorf("sweeps = %+v, want the abandoned and the stripped recovery claims released", res.Sweeps)
-	}
-	for i, card := range []string{"abandoned", "stripped"} {
-		if i < len(res.Sweeps) {
-			if sw := res.Sweeps[i]; sw.Card != card || sw.Sweep != watchdog.SweepRecovery || sw.Outcome != watchdog.OutcomeReleased {
-				t.Errorf("sweep %d = %+v, want %s's recovery claim released", i, sw, card)
-			}
+	swept := map[string]watchdog.SweepResult{}
+	for _, sw := range res.Sweeps {
+		if sw.Sweep != watchdog.SweepRecovery {
+			t.Errorf("unexpected %s sweep of %s", sw.Sweep, sw.Card)
 		}
+		swept[sw.Card] = sw
 	}
-	if c := f.get("stripped"); c.Claimed() {
-		t.Errorf("stripped = claimed by %q, want free", c.Claim)
+	if len(swept) != 3 {
+		t.Errorf("sweeps = %+v, want abandoned, pooled and stripped", res.Sweeps)
+	}
+	// In a pool column the release is a pure return to the pre-watchdog
+	// state.
+	if sw := swept["pooled"]; sw.Outcome != watchdog.OutcomeReleased {
+		t.Errorf("pooled: %s, want released", sw.Outcome)
+	}
+	if c := f.get("pooled"); c.Claimed() || c.State != board.StateReady || c.ClaimEpoch != pooled.Epoch {
+		t.Errorf("pooled = %s claimed by %q at epoch %d, want ready, free, at %d: release-only", c.State, c.Claim, c.ClaimEpoch, pooled.Epoch)
+	}
+	// In the fleet's running column a free card would be stranded: the
+	// sweep files the finished run's card where its verdict says.
+	if sw := swept["abandoned"]; sw.Outcome != watchdog.OutcomeFiled || sw.FiledTo != board.StateDone {
+		t.Errorf("abandoned: %s to %q, want filed to done", sw.Outcome, sw.FiledTo)
+	}
+	if c := f.get("abandoned"); c.Claimed() || c.State != board.StateDone {
+		t.Errorf("abandoned = %s claimed by %q, want done and free", c.State, c.Claim)
+	}
+	// A stripped recovery claim there cannot be transferred before the
+	// un-leased horizon: it is conserved, never released into the column.
+	if sw := swept["stripped"]; sw.Outcome == watchdog.OutcomeReleased || sw.Outcome == watchdog.OutcomeFiled {
+		t.Errorf("stripped: %s, want conserved until the un-leased horizon", sw.Outcome)
+	}
+	if c := f.get("stripped"); c.Claim != stripped.Marker || c.State != board.StateInProgress {
+		t.Errorf("stripped = %s claimed by %q, want in_progress under %q", c.State, c.Claim, stripped.Marker)
 	}
 	if c := f.get("decided"); c.Token() != decided || c.State != board.StateInProgress {
 		t.Errorf("decided = %s held by %+v, want in_progress held by %+v: the gate stops decisions", c.State, c.Token(), decided)
-	}
-	if c := f.get("abandoned"); c.Claimed() || c.State != board.StateInProgress || c.ClaimEpoch != abandoned.Epoch {
-		t.Errorf("abandoned = %s claimed by %q at epoch %d, want in_progress, free, at %d: release-only", c.State, c.Claim, c.ClaimEpoch, abandoned.Epoch)
 	}
 	if c := f.get("held"); c.Token() != held {
 		t.Errorf("held = %+v, want the live recovery claim %+v left alone", c.Token(), held)
 	}
 	for _, ev := range f.events(seq) {
-		if ev.Type != board.EventReleased || (ev.Card != "abandoned" && ev.Card != "stripped") {
+		if ev.Card != "abandoned" && ev.Card != "pooled" {
 			t.Errorf("gate off wrote %s on %s: %+v", ev.Type, ev.Card, ev)
 		}
 	}

@@ -18,13 +18,14 @@ type Prober interface {
 	Probe(ctx context.Context, pid int, startMillis int64) pidprobe.Liveness
 }
 
-// Oracle resolves a card's run for the decision table and promotes a run
-// that still says running/queued to PROCESS_ORPHANED — only on proof that no
-// live owner holds it (ADR-096 §3). Anything less than proof conserves: the
-// run stays as it is and the table keeps the card (row 5).
+// Oracle resolves the judged claim's run for the decision table and
+// promotes a run that still says running to PROCESS_ORPHANED — only on
+// proof that no live owner holds it (ADR-096 §3). Anything less than proof
+// conserves: the run stays as it is and the table keeps the card (row 5).
+// A queued run is never promoted: it has not started, and row 5 never
+// steals from it.
 type Oracle struct {
 	Store board.Store
-	Clock board.Clock
 	// Host is this agent's host name; the pid proof applies only to runs
 	// started on this host, because a pid means nothing elsewhere.
 	Host   string
@@ -48,50 +49,114 @@ const (
 	ProofLeaseGrace Proof = "owner_lease_past_grace"
 )
 
-// Resolve loads card's last run. A running/queued run is promoted, with a
-// CAS on the status it was read with, to failed_resumable when it has a
-// checkpoint and to failed otherwise, with failure_code PROCESS_ORPHANED,
-// when the oracle can prove no live owner. It returns (nil, nil) when the
-// card records no run or the run is gone (ErrNotFound is the answer "no
-// run", not a read error), and (nil, err) for a read error.
-func (o *Oracle) Resolve(ctx context.Context, card board.Card) (*board.Run, error) {
-	r, _, err := o.resolve(ctx, card, true)
-	return r, err
+// Resolution is the judged claim's run as the oracle resolved it: the
+// input of the decision table.
+type Resolution struct {
+	// Run is the run the judged claim started (after a promotion, if one
+	// was made or previewed); nil when there is none.
+	Run *board.Run
+	// Err is the error reading it: the table conserves (row 1).
+	Err error
+	// Recorded is the run pointer the judged claim stamped; empty when it
+	// stamped none (see ClaimRun).
+	Recorded string
+	Proof    Proof
 }
 
-// Preview is Resolve without the write: it returns the run as Resolve would
-// leave it, for a dry run that must decide without writing anything.
-func (o *Oracle) Preview(ctx context.Context, card board.Card) (*board.Run, error) {
-	r, _, err := o.resolve(ctx, card, false)
-	return r, err
+// Stuck is the decision table's input for card with this resolution.
+func (res Resolution) Stuck(card board.Card, b board.Board, now time.Time, lease time.Duration) StuckCard {
+	return StuckCard{Run: res.Run, RunErr: res.Err, Card: card, RecordedRunID: res.Recorded, Board: b, Now: now, Lease: lease}
 }
 
-func (o *Oracle) resolve(ctx context.Context, card board.Card, write bool) (*board.Run, Proof, error) {
+// resolveMode says what Resolve may do with a running run it can prove
+// orphaned.
+type resolveMode int
+
+const (
+	// resolvePromote writes the promotion (the gated pass, before its
+	// transfer).
+	resolvePromote resolveMode = iota
+	// resolvePreview returns the run as a promotion would leave it and
+	// writes nothing (a dry run).
+	resolvePreview
+	// resolvePlain reads the run as it is: promoting is a decision, which
+	// the repair sweeps and the re-decision after a transfer never make.
+	resolvePlain
+)
+
+// ClaimRun reports which run pointer, if any, the judged claim of card
+// stamped, and whether the run must be read to tell. The pointer belongs to
+// the claim when it was stamped under the claim's epoch
+// (Card.LastRunEpoch == Card.JudgedEpoch); a pointer from an earlier claim —
+// a reopened card, a re-claim after a release — is "no run recorded for
+// this claim", never this claim's verdict. A pointer stamped before its
+// epoch was recorded, or a claim whose epoch is unknown, is judged by the
+// run's own epoch once it is read (check).
+func ClaimRun(card board.Card) (recorded string, check bool) {
 	if card.LastRunID == "" {
-		return nil, ProofNone, nil
+		return "", false
 	}
-	r, err := o.Store.GetRun(ctx, card.LastRunID)
+	judged := card.JudgedEpoch()
+	switch {
+	case judged == 0 || card.LastRunEpoch == 0:
+		return card.LastRunID, judged != 0
+	case card.LastRunEpoch != judged:
+		return "", false
+	default:
+		return card.LastRunID, false
+	}
+}
+
+// Resolve resolves card's judged claim's run at the store's time now. A
+// running run is promoted, with a CAS on the status it was read with, to
+// failed_resumable when it has a checkpoint and to failed otherwise, with
+// failure_code PROCESS_ORPHANED, when the oracle can prove no live owner.
+func (o *Oracle) Resolve(ctx context.Context, card board.Card, now time.Time) Resolution {
+	return o.resolve(ctx, card, now, resolvePromote)
+}
+
+// Preview is Resolve without the write: the run as Resolve would leave it.
+func (o *Oracle) Preview(ctx context.Context, card board.Card, now time.Time) Resolution {
+	return o.resolve(ctx, card, now, resolvePreview)
+}
+
+// Read resolves the judged claim's run without promoting anything.
+func (o *Oracle) Read(ctx context.Context, card board.Card) Resolution {
+	return o.resolve(ctx, card, time.Time{}, resolvePlain)
+}
+
+func (o *Oracle) resolve(ctx context.Context, card board.Card, now time.Time, mode resolveMode) Resolution {
+	recorded, check := ClaimRun(card)
+	if recorded == "" {
+		return Resolution{}
+	}
+	r, err := o.Store.GetRun(ctx, recorded)
 	if errors.Is(err, board.ErrNotFound) {
-		return nil, ProofNone, nil
+		// The pointer is the stamp: a run happened and is gone (row 2).
+		return Resolution{Recorded: recorded}
 	}
 	if err != nil {
-		return nil, ProofNone, fmt.Errorf("read run %q of card %q: %w", card.LastRunID, card.ID, err)
+		return Resolution{Recorded: recorded, Err: fmt.Errorf("read run %q of card %q: %w", recorded, card.ID, err)}
 	}
-	if r.Status != board.RunRunning && r.Status != board.RunQueued {
-		return &r, ProofNone, nil
+	if check && r.Epoch != 0 && r.Epoch != card.JudgedEpoch() {
+		return Resolution{} // an earlier claim's run
 	}
-	proof := o.orphanProof(ctx, card, r)
+	res := Resolution{Run: &r, Recorded: recorded}
+	if r.Status != board.RunRunning || mode == resolvePlain {
+		return res
+	}
+	proof := o.orphanProof(ctx, card, r, now)
 	if proof == ProofNone {
-		return &r, ProofNone, nil
+		return res
 	}
 	to := board.RunFailed
 	if r.Checkpoint != "" {
 		to = board.RunFailedResumable
 	}
-	if !write {
+	if mode == resolvePreview {
 		promoted := r
 		promoted.Status, promoted.FailureCode = to, board.FailureProcessOrphaned
-		return &promoted, proof, nil
+		return Resolution{Run: &promoted, Recorded: recorded, Proof: proof}
 	}
 	from, code := r.Status, board.FailureProcessOrphaned
 	updated, err := o.Store.UpdateRun(ctx, board.RunUpdate{
@@ -101,7 +166,7 @@ func (o *Oracle) resolve(ctx context.Context, card board.Card, write bool) (*boa
 		o.logger().Warn("watchdog: run promoted to PROCESS_ORPHANED",
 			"card", card.ID, "run", r.ID, "from", from, "to", to, "proof", proof,
 			"owner", r.Owner, "host", r.Host, "pid", r.PID)
-		return &updated, proof, nil
+		return Resolution{Run: &updated, Recorded: recorded, Proof: proof}
 	}
 	// The CAS on the status lost (a late owner wrote its own verdict, which
 	// must never be overwritten) or the write failed. Either way the run as
@@ -110,12 +175,12 @@ func (o *Oracle) resolve(ctx context.Context, card board.Card, write bool) (*boa
 		"card", card.ID, "run", r.ID, "err", err)
 	again, rerr := o.Store.GetRun(ctx, r.ID)
 	if errors.Is(rerr, board.ErrNotFound) {
-		return nil, ProofNone, nil
+		return Resolution{Recorded: recorded}
 	}
 	if rerr != nil {
-		return nil, ProofNone, fmt.Errorf("re-read run %q after a failed promotion: %w", r.ID, rerr)
+		return Resolution{Recorded: recorded, Err: fmt.Errorf("re-read run %q after a failed promotion: %w", r.ID, rerr)}
 	}
-	return &again, ProofNone, nil
+	return Resolution{Run: &again, Recorded: recorded}
 }
 
 // orphanProof returns the proof that no live owner holds run r, or
@@ -127,7 +192,10 @@ func (o *Oracle) resolve(ctx context.Context, card board.Card, write bool) (*boa
 //     sound only because every holder stops by its lease deadline on its
 //     own: the agent declares a claim lost at its trusted deadline and the
 //     client cancels by itself when it cannot hear the agent.
-func (o *Oracle) orphanProof(ctx context.Context, card board.Card, r board.Run) Proof {
+//
+// now is the store's clock: the lease it measures against was stamped by
+// the store, so the agent's own clock has no say in it.
+func (o *Oracle) orphanProof(ctx context.Context, card board.Card, r board.Run, now time.Time) Proof {
 	if o.Prober != nil && r.Host != "" && r.Host == o.Host && r.PID > 1 {
 		if o.Prober.Probe(ctx, r.PID, r.PIDStart) == pidprobe.Dead {
 			return ProofPIDDead
@@ -137,7 +205,7 @@ func (o *Oracle) orphanProof(ctx context.Context, card board.Card, r board.Run) 
 	if !ok {
 		return ProofNone
 	}
-	if o.Clock.Now().Sub(end) > o.grace() {
+	if now.Sub(end) > o.grace() {
 		return ProofLeaseGrace
 	}
 	return ProofNone

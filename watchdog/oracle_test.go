@@ -46,7 +46,7 @@ func (w *worker) kill(t *testing.T) {
 
 func (e *env) oracle(p Prober) *Oracle {
 	return &Oracle{
-		Store: e.faults, Clock: e.clock, Host: agentHost, Prober: p,
+		Store: e.faults, Host: agentHost, Prober: p,
 		Lease:       func() time.Duration { return lease },
 		OrphanGrace: func() time.Duration { return lease / 3 },
 		Actor:       board.RecoveryMarker(agentMarker),
@@ -77,12 +77,13 @@ func TestOracleProofs(t *testing.T) {
 			w.kill(t)
 			return r
 		}, board.RunFailedResumable, true, true},
-		{"same host, queued run whose owner was killed: promoted", func(t *testing.T, e *env) board.Run {
+		{"same host, queued run whose owner was killed: never promoted (a queued run is never stolen from)", func(t *testing.T, e *env) board.Run {
 			w := startWorker(t)
 			_, r := e.launch("c1", board.RunQueued, board.Run{Host: agentHost, PID: w.pid, PIDStart: w.start})
 			w.kill(t)
+			e.clock.Advance(2 * lease)
 			return r
-		}, board.RunFailed, true, true},
+		}, board.RunQueued, false, false},
 		{"same host, owner alive: conserved", func(t *testing.T, e *env) board.Run {
 			w := startWorker(t)
 			_, r := e.launch("c1", board.RunRunning, board.Run{Host: agentHost, PID: w.pid, PIDStart: w.start})
@@ -146,14 +147,14 @@ func TestOracleProofs(t *testing.T) {
 			r := tc.setup(t, e)
 			o := e.oracle(pidprobe.New())
 
-			preview, err := o.Preview(e.ctx, e.get("c1"))
+			preview, err := resolved(o.Preview(e.ctx, e.get("c1"), e.clock.Now()))
 			if err != nil {
 				t.Fatalf("Preview: %v", err)
 			}
 			if stored := e.getRun(r.ID); stored.Status != r.Status {
 				t.Fatalf("Preview wrote the run: %s, want %s", stored.Status, r.Status)
 			}
-			got, err := o.Resolve(e.ctx, e.get("c1"))
+			got, err := resolved(o.Resolve(e.ctx, e.get("c1"), e.clock.Now()))
 			if err != nil {
 				t.Fatalf("Resolve: %v", err)
 			}
@@ -179,7 +180,7 @@ func TestOracleUnknownLivenessConserves(t *testing.T) {
 	_, r := e.launch("c1", board.RunRunning, board.Run{Host: agentHost, PID: 777, PIDStart: 1_000})
 	e.expire()
 
-	got, err := e.oracle(e.probe).Resolve(e.ctx, e.get("c1"))
+	got, err := resolved(e.oracle(e.probe).Resolve(e.ctx, e.get("c1"), e.clock.Now()))
 	if err != nil {
 		t.Fatalf("Resolve: %v", err)
 	}
@@ -209,7 +210,7 @@ func TestOracleNeverOverwritesALateVerdict(t *testing.T) {
 	e.faults.staleRun = &stale
 	e.faults.mu.Unlock()
 
-	got, err := e.oracle(e.probe).Resolve(e.ctx, e.get("c1"))
+	got, err := resolved(e.oracle(e.probe).Resolve(e.ctx, e.get("c1"), e.clock.Now()))
 	if err != nil {
 		t.Fatalf("Resolve: %v", err)
 	}
@@ -228,14 +229,14 @@ func TestOracleNoRun(t *testing.T) {
 	tok := e.claim("c1", workerMarker)
 	o := e.oracle(e.probe)
 
-	got, err := o.Resolve(e.ctx, e.get("c1"))
+	got, err := resolved(o.Resolve(e.ctx, e.get("c1"), e.clock.Now()))
 	if got != nil || err != nil {
 		t.Errorf("no pointer: Resolve = %+v, %v; want nil, nil", got, err)
 	}
 	if err := e.store.SetLastRunOwned(e.ctx, "c1", tok, "run-pruned"); err != nil {
 		t.Fatalf("SetLastRunOwned: %v", err)
 	}
-	got, err = o.Resolve(e.ctx, e.get("c1"))
+	got, err = resolved(o.Resolve(e.ctx, e.get("c1"), e.clock.Now()))
 	if got != nil || err != nil {
 		t.Errorf("pruned pointer: Resolve = %+v, %v; want nil, nil (not found is an answer, not a read error)", got, err)
 	}
@@ -250,7 +251,7 @@ func TestOracleReadErrorIsAnError(t *testing.T) {
 	if err := e.store.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	got, err := e.oracle(e.probe).Resolve(e.ctx, c)
+	got, err := resolved(e.oracle(e.probe).Resolve(e.ctx, c, e.clock.Now()))
 	if got != nil || err == nil || errors.Is(err, board.ErrNotFound) {
 		t.Errorf("Resolve on a closed store = %+v, %v; want a read error", got, err)
 	}
@@ -258,3 +259,7 @@ func TestOracleReadErrorIsAnError(t *testing.T) {
 		t.Errorf("decision on the read error = row %d (%s), want row 1", d.Row, d.Rule)
 	}
 }
+
+// resolved splits a Resolution into the run and the error, as callers of
+// the table read them.
+func resolved(r Resolution) (*board.Run, error) { return r.Run, r.Err }

@@ -27,7 +27,6 @@ const (
 // Config configures a Reaper. Zero fields take the defaults above.
 type Config struct {
 	Store board.Store
-	Clock board.Clock
 	// Marker is this agent's own marker (<host>-<pid>); the reaper holds
 	// what it reclaims under board.RecoveryMarker(Marker).
 	Marker string
@@ -92,9 +91,6 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.Host == "" {
 		out.Host = m.Host
-	}
-	if out.Clock == nil {
-		out.Clock = board.SystemClock{}
 	}
 	if out.Interval <= 0 {
 		out.Interval = DefaultInterval
@@ -191,11 +187,14 @@ type SweepResult struct {
 	Sweep  Sweep  `json:"sweep"`
 	Card   string `json:"card"`
 	Marker string `json:"marker"`
-	// Decision is the disposition the un-leased sweep judged the card by.
+	// Decision is the disposition a reconciling sweep judged the card by
+	// (nil for a release-only repair).
 	Decision *Decision `json:"decision,omitempty"`
 	Outcome  Outcome   `json:"outcome"`
-	Err      error     `json:"-"`
-	Error    string    `json:"error,omitempty"`
+	// FiledTo is the state a reconciling sweep filed the card into.
+	FiledTo string `json:"filed_to,omitempty"`
+	Err     error  `json:"-"`
+	Error   string `json:"error,omitempty"`
 }
 
 // PassResult is what one pass did.
@@ -228,6 +227,12 @@ type Reaper struct {
 	oracle   *Oracle
 
 	passMu sync.Mutex // serialises passes: the loop and an operator's RunOnce
+	// cursor is where the next gated pass resumes the expired listing
+	// (guarded by passMu). Kept cards stay expired and write nothing, so a
+	// listing that always started from the oldest lease would offer the
+	// same kept cards first on every pass; paging on reaches every expired
+	// claim within ceil(expired/Batch)+1 passes however many are kept.
+	cursor string
 
 	lifeMu sync.Mutex
 	cancel context.CancelFunc
@@ -250,7 +255,7 @@ func New(cfg Config) (*Reaper, error) {
 		cfg:      c,
 		recovery: rec,
 		oracle: &Oracle{
-			Store: c.Store, Clock: c.Clock, Host: c.Host, Prober: c.Prober,
+			Store: c.Store, Host: c.Host, Prober: c.Prober,
 			Lease: c.Lease, OrphanGrace: c.OrphanGrace, Actor: rec, Logger: c.Logger,
 		},
 	}, nil
@@ -290,7 +295,7 @@ func (r *Reaper) Stop() {
 func (r *Reaper) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	// The ticker only schedules passes; every lease comparison reads the
-	// injected clock.
+	// store's clock, once per pass.
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -305,55 +310,222 @@ func (r *Reaper) loop(ctx context.Context, done chan struct{}) {
 	}
 }
 
-// RunOnce runs one pass. With the gate on it decides every listed expired
-// claim (transfer first, then act on the card the transfer observed); gate
-// on or off it then runs the repair sweeps, every pass. A dry run decides — pre-check
-// and decision on the listed card — and reports what the sweeps would
-// release, but transfers and writes nothing (not even an orphan promotion).
+// RunOnce runs one pass at the store's time, read once (Store.Now): every
+// comparison of the pass against a store-stamped time — the expiry cutoff,
+// the oracle's grace, the stamp window, a recovery hold's end, the
+// un-leased horizon — uses that one reading, never the agent's clock.
+//
+// With the gate on it decides one page of expired claims — recovery claims
+// among them, like any other — transfer first, then acts on the card the
+// transfer observed; the next pass resumes the listing after this page.
+// With the gate off it decides nothing and runs the repair sweeps instead.
+// A dry run decides every expired claim as the gated pass would, gate on
+// or off, and writes nothing (not even an orphan promotion); with the gate
+// off it also reports what the repair sweeps would do.
+//
 // The listed cards are worked on side by side, at most Workers at a time,
 // each through its own steps in order; the result lists them by card.
 func (r *Reaper) RunOnce(ctx context.Context, dryRun bool) (PassResult, error) {
 	r.passMu.Lock()
 	defer r.passMu.Unlock()
-	res := PassResult{At: r.cfg.Clock.Now(), DryRun: dryRun, Enabled: r.cfg.Enabled()}
-	takenUp := map[string]bool{}
+	res := PassResult{DryRun: dryRun, Enabled: r.cfg.Enabled()}
+	now, err := r.cfg.Store.Now(ctx)
+	if err != nil {
+		// No clock, no pass: every decision is a comparison with it.
+		return res, fmt.Errorf("read the store's clock: %w", err)
+	}
+	res.At = now
+	p := &pass{r: r, now: now, lease: r.cfg.Lease(), board: r.cfg.Store.Board(), dryRun: dryRun}
 	var errs []error
-	if res.Enabled {
-		listed, err := r.cfg.Store.ListExpiredClaimCandidates(ctx, res.At, r.cfg.Batch)
+	if res.Enabled || dryRun {
+		listed, err := p.listExpired(ctx)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("list expired claims: %w", err))
 		}
+		mode := modeDecide
+		if dryRun {
+			mode = modePreview
+		}
 		results := make([]CardResult, len(listed))
 		done := r.each(ctx, len(listed), func(i int) {
-			results[i] = r.reapOne(ctx, listed[i], dryRun)
+			results[i] = p.reapOne(ctx, listed[i], mode)
 		})
 		for i, cr := range results {
-			if !done[i] {
-				continue // the pass was cancelled before this card began
+			if done[i] { // else the pass was cancelled before this card began
+				res.Cards = append(res.Cards, cr)
 			}
-			if cr.Token != (board.ClaimToken{}) || (dryRun && cr.PreCheck.Action != ActionKeep) {
-				takenUp[cr.Card] = true
-			}
-			res.Cards = append(res.Cards, cr)
 		}
 		slices.SortFunc(res.Cards, func(a, b CardResult) int { return strings.Compare(a.Card, b.Card) })
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
 	}
-	sw, err := r.sweepRecovery(ctx, takenUp, dryRun)
-	res.Sweeps = append(res.Sweeps, sw...)
-	errs = append(errs, err)
-	if r.cfg.Fleet {
-		sw, err := r.sweepUnleased(ctx, dryRun)
+	if !res.Enabled {
+		sw, err := p.sweepRecovery(ctx)
 		res.Sweeps = append(res.Sweeps, sw...)
 		errs = append(errs, err)
+		if r.cfg.Fleet {
+			sw, err := p.sweepUnleased(ctx)
+			res.Sweeps = append(res.Sweeps, sw...)
+			errs = append(errs, err)
+		}
+		slices.SortStableFunc(res.Sweeps, func(a, b SweepResult) int { return strings.Compare(a.Card, b.Card) })
 	}
-	slices.SortStableFunc(res.Sweeps, func(a, b SweepResult) int { return strings.Compare(a.Card, b.Card) })
 	if r.cfg.OnPass != nil {
 		r.cfg.OnPass(res)
 	}
 	return res, errors.Join(errs...)
+}
+
+// pass is one pass's view of the world: the store's time, read once, and
+// the configuration as the pass read it.
+type pass struct {
+	r      *Reaper
+	now    time.Time
+	lease  time.Duration
+	board  board.Board
+	dryRun bool
+}
+
+// listExpired lists what this pass decides. A gated pass takes one page,
+// resuming where the previous pass stopped and starting over once the
+// listing ran out; a dry run walks the whole listing from the start and
+// leaves the cursor alone.
+func (p *pass) listExpired(ctx context.Context) ([]board.Card, error) {
+	st := p.r.cfg.Store
+	if !p.dryRun {
+		page, err := st.ListExpiredClaimCandidates(ctx, board.ExpiredQuery{Cutoff: p.now, Limit: p.r.cfg.Batch, After: p.r.cursor})
+		if err != nil {
+			p.r.cursor = "" // a position the store no longer reads must not wedge the reaper
+			return nil, err
+		}
+		p.r.cursor = page.Next
+		return page.Cards, nil
+	}
+	var out []board.Card
+	after := ""
+	for {
+		page, err := st.ListExpiredClaimCandidates(ctx, board.ExpiredQuery{Cutoff: p.now, Limit: p.r.cfg.Batch, After: after})
+		out = append(out, page.Cards...)
+		if err != nil || page.Next == "" || len(page.Cards) == 0 {
+			return out, err
+		}
+		after = page.Next
+	}
+}
+
+// mode is how reapOne treats a card.
+type mode int
+
+const (
+	// modeDecide is the gated pass: the whole table, transfer first.
+	modeDecide mode = iota
+	// modePreview decides as modeDecide would and writes nothing.
+	modePreview
+	// modeRepair is a gate-off sweep reconciling a card it must not leave
+	// free where it is: only a settled disposition (complete, fail,
+	// repark) is carried out, after a transfer; everything else is kept.
+	modeRepair
+)
+
+// settles reports the dispositions a repair sweep carries out: they leave
+// the card where the run's own verdict says, which is what releasing the
+// claim would have let the card's owner do.
+func settles(a Action) bool {
+	return a == ActionComplete || a == ActionFail || a == ActionRepark
+}
+
+// reapOne is one card: resolve its claim's run, pre-check, transfer, decide
+// on the card the transfer observed, act.
+func (p *pass) reapOne(ctx context.Context, listed board.Card, m mode) (cr CardResult) {
+	defer func() {
+		if cr.Err != nil {
+			cr.Error = cr.Err.Error()
+		}
+	}()
+	r := p.r
+	cr = CardResult{Card: listed.ID, Prev: listed.Token()}
+
+	var res Resolution
+	switch m {
+	case modeDecide:
+		res = r.oracle.Resolve(ctx, listed, p.now)
+	case modePreview:
+		res = r.oracle.Preview(ctx, listed, p.now)
+	default:
+		res = r.oracle.Read(ctx, listed)
+	}
+	cr.Run = res.Recorded
+	in := res.Stuck(listed, p.board, p.now, p.lease)
+	if m == modeRepair {
+		cr.PreCheck = DecideStuckCard(in)
+		if !settles(cr.PreCheck.Action) {
+			cr.PreCheck = Decision{Action: ActionKeep, Row: cr.PreCheck.Row, Rule: cr.PreCheck.Rule,
+				Reason: cr.PreCheck.Reason + "; not a settled disposition: the repair sweep keeps it"}
+		}
+	} else {
+		cr.PreCheck = PreCheck(in)
+	}
+	if cr.PreCheck.Action == ActionKeep {
+		cr.Decision, cr.Outcome = cr.PreCheck, OutcomeKept
+		if m == modePreview {
+			cr.Outcome = OutcomeDecided
+		}
+		return cr
+	}
+	if m == modePreview {
+		// What the real pass would decide if the transfer observed the
+		// listing's copy unchanged.
+		cr.Decision, cr.Outcome = AfterTransfer(DecideStuckCard(in), listed.Claim, Strands(p.board, listed.State)), OutcomeDecided
+		return cr
+	}
+
+	if r.beforeTransfer != nil {
+		r.beforeTransfer(listed)
+	}
+	// ADR-096 §3: transfer first. Freeing an eligible card before its
+	// disposition is decided would let the very tick we clean up after
+	// re-dispatch it. The CAS carries the whole precondition — the claim is
+	// still exactly the listed token and still expired at the store's time
+	// — so a renewal, an operator or another agent's reaper in between is a
+	// clean skip.
+	tok, observed, err := r.cfg.Store.ReclaimExpired(ctx, board.Reclaim{
+		Card: listed.ID, Prev: listed.Token(), RecoveryMarker: r.recovery, Cutoff: p.now, Lease: p.lease,
+	})
+	switch {
+	case errors.Is(err, board.ErrClaimConflict):
+		cr.Decision, cr.Outcome = cr.PreCheck, OutcomeSkippedConflict
+		return cr
+	case err != nil:
+		cr.Decision, cr.Outcome, cr.Err = cr.PreCheck, OutcomeError, fmt.Errorf("transfer: %w", err)
+		return cr
+	}
+	cr.Token = tok
+	r.cfg.Logger.Warn("watchdog: reclaimed an expired claim",
+		"card", listed.ID, "prev_marker", listed.Claim, "prev_epoch", listed.ClaimEpoch,
+		"epoch", tok.Epoch, "lease_until", listed.ClaimLeaseUntil, "pre_check", cr.PreCheck.Rule)
+
+	// ADR-096 §4: the decision that counts is taken on the card the
+	// transfer observed, never on the listing's copy — an operator may have
+	// moved it in between. The run is read again for the pointer the
+	// observed card records (the owner may have stamped a new one before
+	// the transfer fenced it out); no promotion here: that was the
+	// oracle's, before the transfer. The transfer carried the judged epoch
+	// over (RecoveredEpoch), so the same claim is judged.
+	res2 := r.oracle.Read(ctx, observed)
+	cr.Run = res2.Recorded
+	in2 := res2.Stuck(observed, p.board, p.now, p.lease)
+	// The transfer re-stamped claimed_at; the window is the listed
+	// claim's, or the transfer would re-open it.
+	in2.ClaimStart = listed.ClaimedAt
+	d := DecideStuckCard(in2)
+	if m == modeRepair && !settles(d.Action) {
+		d = Decision{Action: ActionKeep, Row: d.Row, Rule: d.Rule,
+			Reason: d.Reason + "; not a settled disposition: the repair sweep keeps it"}
+	}
+	cr.Decision = AfterTransfer(d, listed.Claim, Strands(p.board, observed.State))
+	p.act(ctx, &cr, observed, tok, res2.Recorded)
+	return cr
 }
 
 // each runs fn(0) … fn(n-1) on at most Workers goroutines and waits for
@@ -382,120 +554,34 @@ func (r *Reaper) each(ctx context.Context, n int, fn func(i int)) (done []bool) 
 	return done
 }
 
-// reapOne is one card of the gated pass.
-func (r *Reaper) reapOne(ctx context.Context, listed board.Card, dryRun bool) (cr CardResult) {
-	defer func() {
-		if cr.Err != nil {
-			cr.Error = cr.Err.Error()
-		}
-	}()
-	b := r.cfg.Store.Board()
-	now, lease := r.cfg.Clock.Now(), r.cfg.Lease()
-	cr = CardResult{Card: listed.ID, Prev: listed.Token(), Run: listed.LastRunID}
-
-	var run *board.Run
-	var runErr error
-	if dryRun {
-		run, runErr = r.oracle.Preview(ctx, listed)
-	} else {
-		run, runErr = r.oracle.Resolve(ctx, listed)
-	}
-	in := StuckCard{Run: run, RunErr: runErr, Card: listed, Board: b, Now: now, Lease: lease}
-	cr.PreCheck = PreCheck(in)
-	if cr.PreCheck.Action == ActionKeep {
-		cr.Decision, cr.Outcome = cr.PreCheck, OutcomeKept
-		if dryRun {
-			cr.Outcome = OutcomeDecided
-		}
-		return cr
-	}
-	if dryRun {
-		// What the real pass would decide if the transfer observed the
-		// listing's copy unchanged.
-		cr.Decision, cr.Outcome = AfterTransfer(DecideStuckCard(in), listed.Claim), OutcomeDecided
-		return cr
-	}
-
-	if r.beforeTransfer != nil {
-		r.beforeTransfer(listed)
-	}
-	// ADR-096 §3: transfer first. Freeing an eligible card before its
-	// disposition is decided would let the very tick we clean up after
-	// re-dispatch it. The CAS carries the whole precondition — the claim is
-	// still exactly the listed token and still expired — so a renewal, an
-	// operator or another agent's reaper in between is a clean skip.
-	tok, observed, err := r.cfg.Store.ReclaimExpired(ctx, board.Reclaim{
-		Card: listed.ID, Prev: listed.Token(), RecoveryMarker: r.recovery, Cutoff: now, Lease: lease,
-	})
-	switch {
-	case errors.Is(err, board.ErrClaimConflict):
-		cr.Decision, cr.Outcome = cr.PreCheck, OutcomeSkippedConflict
-		return cr
-	case err != nil:
-		cr.Decision, cr.Outcome, cr.Err = cr.PreCheck, OutcomeError, fmt.Errorf("transfer: %w", err)
-		return cr
-	}
-	cr.Token = tok
-	r.cfg.Logger.Warn("watchdog: reclaimed an expired claim",
-		"card", listed.ID, "prev_marker", listed.Claim, "prev_epoch", listed.ClaimEpoch,
-		"epoch", tok.Epoch, "lease_until", listed.ClaimLeaseUntil, "pre_check", cr.PreCheck.Rule)
-
-	// ADR-096 §4: the decision that counts is taken on the card the
-	// transfer observed, never on the listing's copy — an operator may have
-	// moved it in between. The run is read again for the pointer the
-	// observed card records (the owner may have stamped a new one before
-	// the transfer fenced it out); no promotion here: that was the
-	// oracle's, before the transfer.
-	cr.Run = observed.LastRunID
-	run2, runErr2 := r.readRun(ctx, observed)
-	d := DecideStuckCard(StuckCard{
-		Run: run2, RunErr: runErr2, Card: observed, Board: b, Now: r.cfg.Clock.Now(), Lease: lease,
-		// The transfer re-stamped claimed_at; the window is the listed
-		// claim's, or the transfer would re-open it.
-		ClaimStart: listed.ClaimedAt,
-	})
-	cr.Decision = AfterTransfer(d, listed.Claim)
-	r.act(ctx, &cr, observed, tok)
-	return cr
-}
-
-// readRun reads the run the card records, plainly: (nil, nil) for no
-// pointer or a gone run.
-func (r *Reaper) readRun(ctx context.Context, c board.Card) (*board.Run, error) {
-	if c.LastRunID == "" {
-		return nil, nil
-	}
-	run, err := r.cfg.Store.GetRun(ctx, c.LastRunID)
-	if errors.Is(err, board.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read run %q of card %q: %w", c.LastRunID, c.ID, err)
-	}
-	return &run, nil
-}
-
 // act carries out cr.Decision with the recovery token. A failed filing
-// keeps the recovery claim, so the next pass — which lists it once its
-// lease ends — retries; a successful one releases it.
-func (r *Reaper) act(ctx context.Context, cr *CardResult, c board.Card, tok board.ClaimToken) {
+// keeps the recovery claim, so a later pass — which lists it once its
+// lease ends — retries; a successful one releases it. No path here leaves
+// the card free in a column nothing picks up (Strands): what would be a
+// bare release there files the card back to the first pool state.
+func (p *pass) act(ctx context.Context, cr *CardResult, c board.Card, tok board.ClaimToken, runID string) {
+	r := p.r
 	d := cr.Decision
 	switch d.Action {
 	case ActionKeep:
-		// The one-time hold: leave the lease as the transfer set it, so the
-		// next pass after it ends lists the card again and, the previous
-		// marker being a recovery marker then, releases it.
+		// The hold: leave the lease as the transfer set it, so a pass after
+		// it ends lists the card again and judges it under the spent-hold
+		// rule (AfterTransfer).
 		cr.Outcome = OutcomeTransferred
 		return
 	case ActionRelease:
-		r.release(ctx, cr, c, tok)
-		return
+		// The claimant stopped before launching (row 4) or a spent hold:
+		// the card is simply eligible again — in the pool, where the
+		// column it sits in is not one.
+		if Strands(p.board, c.State) && !p.file(ctx, cr, c, tok, p.board.FirstPool(), board.ReasonWatchdog) {
+			return
+		}
 	case ActionComplete, ActionFail:
-		if !r.file(ctx, cr, c, tok, d.Target, d.StateReason) {
+		if !p.file(ctx, cr, c, tok, d.Target, d.StateReason) {
 			return
 		}
 	case ActionGiveUp:
-		if !r.file(ctx, cr, c, tok, d.Target, d.StateReason) {
+		if !p.file(ctx, cr, c, tok, d.Target, d.StateReason) {
 			return
 		}
 		// The stamp goes on after the move (a state move clears gave_up),
@@ -503,7 +589,7 @@ func (r *Reaper) act(ctx context.Context, cr *CardResult, c board.Card, tok boar
 		// operator moved elsewhere, or one already in another sink, keeps
 		// its own story.
 		if cr.FiledTo == d.Target || c.State == d.Target {
-			if err := r.cfg.Store.SetGaveUpOwned(ctx, c.ID, tok, GiveUpStamp(c, r.cfg.Clock.Now())); err != nil {
+			if err := r.cfg.Store.SetGaveUpOwned(ctx, c.ID, tok, GiveUpStamp(c, runID, p.now)); err != nil {
 				cr.Outcome, cr.Err = OutcomeError, fmt.Errorf("stamp gave_up: %w", err)
 				return
 			}
@@ -515,13 +601,15 @@ func (r *Reaper) act(ctx context.Context, cr *CardResult, c board.Card, tok boar
 		// nothing new and needs no ceiling. On the fleet the launcher cannot
 		// resume a recorded run, so the card goes back to the first pool
 		// state (a fresh run), and after RunCeiling lifetime runs it is
-		// filed to blocked instead of spending yet another.
-		if r.cfg.Fleet {
-			target := r.cfg.Store.Board().FirstPool()
-			if len(c.Runs) >= r.cfg.RunCeiling {
+		// filed to blocked instead of spending yet another. A local board
+		// whose running column is not a pool state is reparked like the
+		// fleet, or the release would strand the card there.
+		if r.cfg.Fleet || Strands(p.board, c.State) {
+			target := p.board.FirstPool()
+			if r.cfg.Fleet && len(c.Runs) >= r.cfg.RunCeiling {
 				target = r.ceilingState()
 			}
-			if !r.file(ctx, cr, c, tok, target, board.ReasonWatchdog) {
+			if !p.file(ctx, cr, c, tok, target, board.ReasonWatchdog) {
 				return
 			}
 		}
@@ -529,7 +617,7 @@ func (r *Reaper) act(ctx context.Context, cr *CardResult, c board.Card, tok boar
 		cr.Outcome, cr.Err = OutcomeError, fmt.Errorf("unknown action %q", d.Action)
 		return
 	}
-	r.release(ctx, cr, c, tok)
+	p.release(ctx, cr, c, tok)
 }
 
 // ceilingState is where the run ceiling files a card: blocked, or failed on
@@ -544,8 +632,8 @@ func (r *Reaper) ceilingState() string {
 // file moves c to target under the recovery token, unless NeedsFiling says
 // there is nothing to write. It reports whether the pass should go on to
 // release; on an error it records it and the recovery claim is kept.
-func (r *Reaper) file(ctx context.Context, cr *CardResult, c board.Card, tok board.ClaimToken, target string, reason board.Reason) bool {
-	b := r.cfg.Store.Board()
+func (p *pass) file(ctx context.Context, cr *CardResult, c board.Card, tok board.ClaimToken, target string, reason board.Reason) bool {
+	r, b := p.r, p.board
 	if !NeedsFiling(b, c, target) {
 		return true
 	}
@@ -576,8 +664,8 @@ func (r *Reaper) file(ctx context.Context, cr *CardResult, c board.Card, tok boa
 
 // release drops the recovery claim. The outcome is filed when a filing
 // preceded it, released otherwise.
-func (r *Reaper) release(ctx context.Context, cr *CardResult, c board.Card, tok board.ClaimToken) {
-	if err := r.cfg.Store.ReleaseOwned(ctx, c.ID, tok); err != nil {
+func (p *pass) release(ctx context.Context, cr *CardResult, c board.Card, tok board.ClaimToken) {
+	if err := p.r.cfg.Store.ReleaseOwned(ctx, c.ID, tok); err != nil {
 		cr.Outcome, cr.Err = OutcomeError, fmt.Errorf("release: %w", err)
 		return
 	}
@@ -588,68 +676,68 @@ func (r *Reaper) release(ctx context.Context, cr *CardResult, c board.Card, tok 
 	}
 }
 
-// sweepRecovery releases abandoned recovery claims, gate on or off
+// sweepRecovery is the gate-off repair of abandoned recovery claims
 // (ADR-096 §8, §9). A recovery claim is abandoned when its lease has ended
-// (or was stripped by a foreign write) and this pass's decisions did not
-// take it up: nobody renews a recovery claim, so once its lease ends its
-// holder — a reaper that died, was switched off, or granted its one-time
-// hold — is done with it. With the gate on, the decision pass ran first
-// and took up the ones it could rule on (a retried filing, a spent hold);
-// what is left is released bare, which is a pure return to the card's
-// pre-watchdog state: release-only, never a filing.
+// (or was stripped by a foreign write): nobody renews a recovery claim, so
+// its holder — a reaper that died or was switched off — is done with it.
+// Releasing it is a pure return to the card's pre-watchdog state:
+// release-only, in one CAS on the whole precondition (this marker, this
+// epoch, still expired), so an owner that re-took the card to retry a
+// filing keeps it. Where that release would leave the card free in a
+// column nothing picks up (Strands), the sweep is the only reconciler
+// there is: it carries out a settled disposition of the claim's run or
+// keeps the card (modeRepair). With the gate on this sweep does not run:
+// recovery claims are decided like any expired claim.
 //
-// The population must reach every abandoned recovery claim however many
-// other claims sit in front of it: the decision pass's listing is capped at
-// the batch, and with the gate off its head is conserved worker claims that
-// nothing takes away, so a capped listing would starve the sweep for ever.
-// Hence an uncapped listing of the recovery claims alone (RecoveryOnly),
-// which every store serves from an index by marker: the sweep reads
-// O(recovery claims), never the worker claims the agent's workers hold nor
-// the expired ones a draining decision pass has yet to reach, so it costs
-// the same on every pass and runs on every pass. Selecting by marker, not
-// by lease, also finds a recovery claim a foreign write stripped of its
-// lease on the fleet (ADR-096 §8), which the expired listing would offer
-// only past the un-leased horizon.
-func (r *Reaper) sweepRecovery(ctx context.Context, takenUp map[string]bool, dryRun bool) ([]SweepResult, error) {
-	now := r.cfg.Clock.Now()
+// The population is every recovery claim, from an index by marker
+// (RecoveryOnly), so the sweep reads O(recovery claims) whatever else the
+// store holds and also finds the ones a foreign write stripped of their
+// lease on the fleet.
+func (p *pass) sweepRecovery(ctx context.Context) ([]SweepResult, error) {
 	// ClaimedOnly is implied by RecoveryOnly; it is named as well so that
 	// a plugin built before RecoveryOnly existed, which drops the field,
 	// still lists claimed cards only instead of the whole board.
-	cands, err := r.cfg.Store.ListCards(ctx, board.CardFilter{ClaimedOnly: true, RecoveryOnly: true})
+	cands, err := p.r.cfg.Store.ListCards(ctx, board.CardFilter{ClaimedOnly: true, RecoveryOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("recovery sweep: list recovery claims: %w", err)
 	}
-	var out []SweepResult
+	var abandoned []board.Card
 	for _, c := range cands {
 		// The marker check stays although the store selected by it: a
 		// store that lists more than it was asked (that older plugin)
 		// must not make the sweep release a worker's claim.
-		if !board.IsRecoveryMarker(c.Claim) || takenUp[c.ID] {
+		if !board.IsRecoveryMarker(c.Claim) || (!c.LeaseExpired(p.now) && !c.ClaimLeaseUntil.IsZero()) {
 			continue
 		}
-		if !c.LeaseExpired(now) && !c.ClaimLeaseUntil.IsZero() {
-			continue
-		}
-		out = append(out, SweepResult{Sweep: SweepRecovery, Card: c.ID, Marker: c.Claim})
+		abandoned = append(abandoned, c)
 	}
-	// Releases of distinct cards are independent: run them side by side so
-	// they share the store's commits.
-	r.each(context.WithoutCancel(ctx), len(out), func(i int) { r.releaseBare(ctx, &out[i], dryRun) })
+	out := make([]SweepResult, len(abandoned))
+	// Cards are independent: side by side, their writes share commits.
+	p.r.each(context.WithoutCancel(ctx), len(abandoned), func(i int) {
+		c := abandoned[i]
+		out[i] = SweepResult{Sweep: SweepRecovery, Card: c.ID, Marker: c.Claim}
+		if Strands(p.board, c.State) {
+			p.reconcile(ctx, &out[i], c)
+			return
+		}
+		p.releaseExpired(ctx, &out[i], c)
+	})
 	return out, nil
 }
 
-// sweepUnleased (fleet only, gate on or off) releases ordinary claims a
+// sweepUnleased (fleet only, gate off) repairs ordinary claims a
 // mixed-fleet write stripped of lease and fence — their holder can neither
 // renew, write nor release them (ADR-096 §8, §9). The query selects only
-// running-column cards with a recorded run, and the release fires only for
-// a disposition that settles the card (complete, fail, repark). Everything
-// else stays conserved for the gated reap: a kept claim (pause brake,
-// operator cancel, armed continuation) is load-bearing, and a pruned
-// pointer released bare would sit unclaimed and unfiled in the running
-// column. The run is read plainly — promoting it would be a decision.
-func (r *Reaper) sweepUnleased(ctx context.Context, dryRun bool) ([]SweepResult, error) {
-	now := r.cfg.Clock.Now()
-	cards, err := r.cfg.Store.ListUnleasedRunningClaims(ctx, now.Add(-r.cfg.UnleasedHorizon), r.cfg.Batch)
+// running-column cards with a recorded run, and the sweep acts only on a
+// settled disposition (complete, fail, repark), which it carries out
+// itself after a transfer: released bare, the card would sit free in the
+// running column, which is not a pool state on the fleet, and nothing else
+// here would ever file it. Everything else stays conserved: a kept claim
+// (pause brake, operator cancel, armed continuation) is load-bearing, and
+// a pruned pointer is a decision the gate stops. The run is read plainly —
+// promoting it would be a decision.
+func (p *pass) sweepUnleased(ctx context.Context) ([]SweepResult, error) {
+	cards, err := p.r.cfg.Store.ListUnleasedRunningClaims(ctx, p.now.Add(-p.r.cfg.UnleasedHorizon), p.r.cfg.Batch)
 	if err != nil {
 		return nil, fmt.Errorf("unleased sweep: %w", err)
 	}
@@ -658,31 +746,35 @@ func (r *Reaper) sweepUnleased(ctx context.Context, dryRun bool) ([]SweepResult,
 		if board.IsRecoveryMarker(c.Claim) {
 			continue // the recovery sweep's population
 		}
-		run, runErr := r.readRun(ctx, c)
-		d := DecideStuckCard(StuckCard{Run: run, RunErr: runErr, Card: c, Board: r.cfg.Store.Board(), Now: now, Lease: r.cfg.Lease()})
-		sr := SweepResult{Sweep: SweepUnleased, Card: c.ID, Marker: c.Claim, Decision: &d}
-		switch d.Action {
-		case ActionComplete, ActionFail, ActionRepark:
-			r.releaseBare(ctx, &sr, dryRun)
-		default:
-			sr.Outcome = OutcomeKept
-			if dryRun {
-				sr.Outcome = OutcomeDecided
-			}
-		}
+		sr := SweepResult{Sweep: SweepUnleased, Card: c.ID, Marker: c.Claim}
+		p.reconcile(ctx, &sr, c)
 		out = append(out, sr)
 	}
 	return out, nil
 }
 
-// releaseBare releases the claim held by sr.Marker (any epoch): the sweeps'
-// release-only verb.
-func (r *Reaper) releaseBare(ctx context.Context, sr *SweepResult, dryRun bool) {
-	if dryRun {
+// reconcile is a repair sweep's decision-free filing: reapOne in
+// modeRepair, reported as a sweep result.
+func (p *pass) reconcile(ctx context.Context, sr *SweepResult, c board.Card) {
+	m := modeRepair
+	if p.dryRun {
+		m = modePreview
+	}
+	cr := p.reapOne(ctx, c, m)
+	if p.dryRun && !settles(cr.Decision.Action) {
+		cr.Decision = Decision{Action: ActionKeep, Row: cr.Decision.Row, Rule: cr.Decision.Rule, Reason: cr.Decision.Reason}
+	}
+	sr.Decision, sr.Outcome, sr.FiledTo, sr.Err, sr.Error = &cr.Decision, cr.Outcome, cr.FiledTo, cr.Err, cr.Error
+}
+
+// releaseExpired is the recovery sweep's release-only verb: one CAS on the
+// claim as listed and still expired at the pass's time.
+func (p *pass) releaseExpired(ctx context.Context, sr *SweepResult, c board.Card) {
+	if p.dryRun {
 		sr.Outcome = OutcomeDecided
 		return
 	}
-	err := r.cfg.Store.Release(ctx, sr.Card, sr.Marker, r.recovery)
+	err := p.r.cfg.Store.ReleaseExpired(ctx, board.ExpiredRelease{Card: c.ID, Prev: c.Token(), Cutoff: p.now, Actor: p.r.recovery})
 	switch {
 	case errors.Is(err, board.ErrClaimConflict):
 		sr.Outcome = OutcomeSkippedConflict
@@ -690,6 +782,6 @@ func (r *Reaper) releaseBare(ctx context.Context, sr *SweepResult, dryRun bool) 
 		sr.Outcome, sr.Err, sr.Error = OutcomeError, err, err.Error()
 	default:
 		sr.Outcome = OutcomeReleased
-		r.cfg.Logger.Warn("watchdog: released an abandoned claim", "sweep", sr.Sweep, "card", sr.Card, "marker", sr.Marker)
+		p.r.cfg.Logger.Warn("watchdog: released an abandoned recovery claim", "card", sr.Card, "marker", sr.Marker, "epoch", c.ClaimEpoch)
 	}
 }

@@ -90,13 +90,35 @@ func (m recoveryListsClaimed) ListCards(ctx context.Context, f board.CardFilter)
 	return m.Store.ListCards(ctx, f)
 }
 
+// releaseExpiredByMarker releases an abandoned claim on its marker alone,
+// as the recovery sweep once did: an owner that re-took the card loses it.
+type releaseExpiredByMarker struct{ board.Store }
+
+func (m releaseExpiredByMarker) ReleaseExpired(ctx context.Context, r board.ExpiredRelease) error {
+	if c, err := m.Store.GetCard(ctx, r.Card); err == nil && !c.Claimed() {
+		return board.Conflict(r.Card, "", c.ClaimEpoch)
+	}
+	return m.Store.Release(ctx, r.Card, r.Prev.Marker, r.Actor)
+}
+
+// listingRestarts ignores the position and lists from the oldest lease on
+// every page, so kept cards at the head would starve the rest.
+type listingRestarts struct{ board.Store }
+
+func (m listingRestarts) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQuery) (board.ExpiredPage, error) {
+	q.After = ""
+	return m.Store.ListExpiredClaimCandidates(ctx, q)
+}
+
 var mutants = map[string]func(board.Store) board.Store{
-	"fenceBypass":          func(s board.Store) board.Store { return fenceBypass{s} },
-	"claimSteals":          func(s board.Store) board.Store { return claimSteals{s} },
-	"reclaimIgnoresLease":  func(s board.Store) board.Store { return reclaimIgnoresLease{s} },
-	"anonymousConflict":    func(s board.Store) board.Store { return anonymousConflict{s} },
-	"sinkLeaks":            func(s board.Store) board.Store { return sinkLeaks{s} },
-	"recoveryListsClaimed": func(s board.Store) board.Store { return recoveryListsClaimed{s} },
+	"releaseExpiredByMarker": func(s board.Store) board.Store { return releaseExpiredByMarker{s} },
+	"listingRestarts":        func(s board.Store) board.Store { return listingRestarts{s} },
+	"fenceBypass":            func(s board.Store) board.Store { return fenceBypass{s} },
+	"claimSteals":            func(s board.Store) board.Store { return claimSteals{s} },
+	"reclaimIgnoresLease":    func(s board.Store) board.Store { return reclaimIgnoresLease{s} },
+	"anonymousConflict":      func(s board.Store) board.Store { return anonymousConflict{s} },
+	"sinkLeaks":              func(s board.Store) board.Store { return sinkLeaks{s} },
+	"recoveryListsClaimed":   func(s board.Store) board.Store { return recoveryListsClaimed{s} },
 }
 
 func mutantHarness(t *testing.T) boardtest.Harness {
@@ -139,6 +161,10 @@ func TestSuiteCatchesMutants(t *testing.T) {
 			[]string{"TestMutantExercise/Claims/OtherMarkerIsConflictNamingHolder"}},
 		{"sinkLeaks", "TestMutantExercise/States/TerminalIsASink/SetState/",
 			[]string{"TestMutantExercise/States/TerminalIsASink/SetState/doneToready"}},
+		{"releaseExpiredByMarker", "TestMutantExercise/Expired/ReleaseExpired",
+			[]string{"TestMutantExercise/Expired/ReleaseExpiredCarriesTheWholePrecondition"}},
+		{"listingRestarts", "TestMutantExercise/Expired/ExpiredListingPages",
+			[]string{"TestMutantExercise/Expired/ExpiredListingPages"}},
 		{"recoveryListsClaimed", "TestMutantExercise/Watchdog/RecoveryOnlyListing",
 			[]string{"TestMutantExercise/Watchdog/RecoveryOnlyListing"}},
 	}

@@ -56,6 +56,7 @@ func Exercise(t *testing.T, h Harness) {
 	t.Run("Labels", func(t *testing.T) { exerciseLabels(t, h) })
 	t.Run("Runs", func(t *testing.T) { exerciseRuns(t, h) })
 	t.Run("Watchdog", func(t *testing.T) { exerciseWatchdog(t, h) })
+	t.Run("Expired", func(t *testing.T) { exerciseExpired(t, h) })
 	t.Run("Events", func(t *testing.T) { exerciseEvents(t, h) })
 	t.Run("BadInput", func(t *testing.T) { exerciseBadInput(t, h) })
 	t.Run("Admin", func(t *testing.T) { ExerciseAdmin(t, h) })
@@ -365,3 +366,10 @@ func ids(cs []board.Card) []string {
 }
 
 func errIs(err, target error) bool { return errors.Is(err, target) }
+
+// PageCards returns the cards of one page of ListExpiredClaimCandidates,
+// for a test that reads a single page: s.ListExpiredClaimCandidates(...)
+// can be passed to it whole.
+func PageCards(p board.ExpiredPage, err error) ([]board.Card, error) {
+	return p.Cards, err
+}

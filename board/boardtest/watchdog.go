@@ -52,6 +52,7 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 		// The transfer changes the claim family only.
 		want := expired
 		want.Claim, want.ClaimEpoch, want.ClaimedAt, want.ClaimLeaseUntil = stored.Claim, stored.ClaimEpoch, stored.ClaimedAt, stored.ClaimLeaseUntil
+		want.RecoveredEpoch = tok.Epoch
 		want.UpdatedAt = stored.UpdatedAt
 		if d := diffCards(stored, want); d != "" {
 			t.Errorf("the transfer changed more than the claim: %s", d)
@@ -256,7 +257,7 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 		e.claim("live", markerB)
 		e.release("free", e.claim("free", markerB))
 
-		got, err := e.s.ListExpiredClaimCandidates(e.ctx, last, 10)
+		got, err := PageCards(e.s.ListExpiredClaimCandidates(e.ctx, board.ExpiredQuery{Cutoff: last, Limit: 10}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -274,7 +275,7 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 				t.Errorf("candidates = %q, want e1 e2 e3 in lease order (live and free cards excluded)", gotIDs)
 			}
 		}
-		limited, err := e.s.ListExpiredClaimCandidates(e.ctx, last, 2)
+		limited, err := PageCards(e.s.ListExpiredClaimCandidates(e.ctx, board.ExpiredQuery{Cutoff: last, Limit: 2}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -283,14 +284,14 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 		}
 		if e.local() {
 			// The cutoff is inclusive and applies exactly.
-			early, err := e.s.ListExpiredClaimCandidates(e.ctx, got[0].ClaimLeaseUntil, 10)
+			early, err := PageCards(e.s.ListExpiredClaimCandidates(e.ctx, board.ExpiredQuery{Cutoff: got[0].ClaimLeaseUntil, Limit: 10}))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if want := []string{"e2"}; !slices.Equal(ids(early), want) {
 				t.Errorf("candidates at the earliest lease = %q, want %q", ids(early), want)
 			}
-			none, err := e.s.ListExpiredClaimCandidates(e.ctx, got[0].ClaimLeaseUntil.Add(-time.Millisecond), 10)
+			none, err := PageCards(e.s.ListExpiredClaimCandidates(e.ctx, board.ExpiredQuery{Cutoff: got[0].ClaimLeaseUntil.Add(-time.Millisecond), Limit: 10}))
 			if err != nil || len(none) != 0 {
 				t.Errorf("candidates before every lease = %q, %v; want none", ids(none), err)
 			}

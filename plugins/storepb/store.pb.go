@@ -694,6 +694,8 @@ type Card struct {
 	ClaimEpoch      int64                  `protobuf:"varint,15,opt,name=claim_epoch,json=claimEpoch,proto3" json:"claim_epoch,omitempty"`
 	ClaimedAt       *Time                  `protobuf:"bytes,16,opt,name=claimed_at,json=claimedAt,proto3" json:"claimed_at,omitempty"`
 	ClaimLeaseUntil *Time                  `protobuf:"bytes,17,opt,name=claim_lease_until,json=claimLeaseUntil,proto3" json:"claim_lease_until,omitempty"`
+	RecoveredEpoch  int64                  `protobuf:"varint,18,opt,name=recovered_epoch,json=recoveredEpoch,proto3" json:"recovered_epoch,omitempty"`
+	LastRunEpoch    int64                  `protobuf:"varint,19,opt,name=last_run_epoch,json=lastRunEpoch,proto3" json:"last_run_epoch,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -845,6 +847,20 @@ func (x *Card) GetClaimLeaseUntil() *Time {
 		return x.ClaimLeaseUntil
 	}
 	return nil
+}
+
+func (x *Card) GetRecoveredEpoch() int64 {
+	if x != nil {
+		return x.RecoveredEpoch
+	}
+	return 0
+}
+
+func (x *Card) GetLastRunEpoch() int64 {
+	if x != nil {
+		return x.LastRunEpoch
+	}
+	return 0
 }
 
 type RunMessage struct {
@@ -2981,6 +2997,186 @@ func (x *GetRunRequest) GetId() string {
 	return ""
 }
 
+type ReleaseExpiredRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Card          string                 `protobuf:"bytes,1,opt,name=card,proto3" json:"card,omitempty"`
+	Prev          *ClaimToken            `protobuf:"bytes,2,opt,name=prev,proto3" json:"prev,omitempty"`
+	Cutoff        *Time                  `protobuf:"bytes,3,opt,name=cutoff,proto3" json:"cutoff,omitempty"`
+	Actor         string                 `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseExpiredRequest) Reset() {
+	*x = ReleaseExpiredRequest{}
+	mi := &file_store_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseExpiredRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseExpiredRequest) ProtoMessage() {}
+
+func (x *ReleaseExpiredRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseExpiredRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseExpiredRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ReleaseExpiredRequest) GetCard() string {
+	if x != nil {
+		return x.Card
+	}
+	return ""
+}
+
+func (x *ReleaseExpiredRequest) GetPrev() *ClaimToken {
+	if x != nil {
+		return x.Prev
+	}
+	return nil
+}
+
+func (x *ReleaseExpiredRequest) GetCutoff() *Time {
+	if x != nil {
+		return x.Cutoff
+	}
+	return nil
+}
+
+func (x *ReleaseExpiredRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+type ListExpiredRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cutoff        *Time                  `protobuf:"bytes,1,opt,name=cutoff,proto3" json:"cutoff,omitempty"`
+	Limit         int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	After         string                 `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListExpiredRequest) Reset() {
+	*x = ListExpiredRequest{}
+	mi := &file_store_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListExpiredRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListExpiredRequest) ProtoMessage() {}
+
+func (x *ListExpiredRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListExpiredRequest.ProtoReflect.Descriptor instead.
+func (*ListExpiredRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ListExpiredRequest) GetCutoff() *Time {
+	if x != nil {
+		return x.Cutoff
+	}
+	return nil
+}
+
+func (x *ListExpiredRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListExpiredRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+type ExpiredPageReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cards         []*Card                `protobuf:"bytes,1,rep,name=cards,proto3" json:"cards,omitempty"`
+	Next          string                 `protobuf:"bytes,2,opt,name=next,proto3" json:"next,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExpiredPageReply) Reset() {
+	*x = ExpiredPageReply{}
+	mi := &file_store_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExpiredPageReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExpiredPageReply) ProtoMessage() {}
+
+func (x *ExpiredPageReply) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExpiredPageReply.ProtoReflect.Descriptor instead.
+func (*ExpiredPageReply) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ExpiredPageReply) GetCards() []*Card {
+	if x != nil {
+		return x.Cards
+	}
+	return nil
+}
+
+func (x *ExpiredPageReply) GetNext() string {
+	if x != nil {
+		return x.Next
+	}
+	return ""
+}
+
 type ListCutoffRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Cutoff        *Time                  `protobuf:"bytes,1,opt,name=cutoff,proto3" json:"cutoff,omitempty"`
@@ -2991,7 +3187,7 @@ type ListCutoffRequest struct {
 
 func (x *ListCutoffRequest) Reset() {
 	*x = ListCutoffRequest{}
-	mi := &file_store_proto_msgTypes[45]
+	mi := &file_store_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3003,7 +3199,7 @@ func (x *ListCutoffRequest) String() string {
 func (*ListCutoffRequest) ProtoMessage() {}
 
 func (x *ListCutoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[45]
+	mi := &file_store_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3016,7 +3212,7 @@ func (x *ListCutoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCutoffRequest.ProtoReflect.Descriptor instead.
 func (*ListCutoffRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{45}
+	return file_store_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListCutoffRequest) GetCutoff() *Time {
@@ -3046,7 +3242,7 @@ type ReclaimExpiredRequest struct {
 
 func (x *ReclaimExpiredRequest) Reset() {
 	*x = ReclaimExpiredRequest{}
-	mi := &file_store_proto_msgTypes[46]
+	mi := &file_store_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3058,7 +3254,7 @@ func (x *ReclaimExpiredRequest) String() string {
 func (*ReclaimExpiredRequest) ProtoMessage() {}
 
 func (x *ReclaimExpiredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[46]
+	mi := &file_store_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3071,7 +3267,7 @@ func (x *ReclaimExpiredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReclaimExpiredRequest.ProtoReflect.Descriptor instead.
 func (*ReclaimExpiredRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{46}
+	return file_store_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReclaimExpiredRequest) GetCard() string {
@@ -3119,7 +3315,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_store_proto_msgTypes[47]
+	mi := &file_store_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3131,7 +3327,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[47]
+	mi := &file_store_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3144,7 +3340,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{47}
+	return file_store_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *EventsRequest) GetAfter() int64 {
@@ -3171,7 +3367,7 @@ type EventsReply struct {
 
 func (x *EventsReply) Reset() {
 	*x = EventsReply{}
-	mi := &file_store_proto_msgTypes[48]
+	mi := &file_store_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3183,7 +3379,7 @@ func (x *EventsReply) String() string {
 func (*EventsReply) ProtoMessage() {}
 
 func (x *EventsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[48]
+	mi := &file_store_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3196,7 +3392,7 @@ func (x *EventsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsReply.ProtoReflect.Descriptor instead.
 func (*EventsReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{48}
+	return file_store_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *EventsReply) GetEvents() []*Event {
@@ -3257,7 +3453,7 @@ const file_store_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1a\n" +
 	"\battempts\x18\x03 \x01(\x03R\battempts\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12*\n" +
-	"\x02at\x18\x05 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\x02at\"\xdc\x05\n" +
+	"\x02at\x18\x05 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\x02at\"\xab\x06\n" +
 	"\x04Card\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12\x14\n" +
@@ -3282,7 +3478,9 @@ const file_store_proto_rawDesc = "" +
 	"claimEpoch\x129\n" +
 	"\n" +
 	"claimed_at\x18\x10 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\tclaimedAt\x12F\n" +
-	"\x11claim_lease_until\x18\x11 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\x0fclaimLeaseUntil\"\x94\x03\n" +
+	"\x11claim_lease_until\x18\x11 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\x0fclaimLeaseUntil\x12'\n" +
+	"\x0frecovered_epoch\x18\x12 \x01(\x03R\x0erecoveredEpoch\x12$\n" +
+	"\x0elast_run_epoch\x18\x13 \x01(\x03R\flastRunEpoch\"\x94\x03\n" +
 	"\n" +
 	"RunMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -3452,7 +3650,19 @@ const file_store_proto_rawDesc = "" +
 	"\r_failure_codeB\r\n" +
 	"\v_checkpoint\"\x1f\n" +
 	"\rGetRunRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"]\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xab\x01\n" +
+	"\x15ReleaseExpiredRequest\x12\x12\n" +
+	"\x04card\x18\x01 \x01(\tR\x04card\x124\n" +
+	"\x04prev\x18\x02 \x01(\v2 .leasekeeper.store.v1.ClaimTokenR\x04prev\x122\n" +
+	"\x06cutoff\x18\x03 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\x06cutoff\x12\x14\n" +
+	"\x05actor\x18\x04 \x01(\tR\x05actor\"t\n" +
+	"\x12ListExpiredRequest\x122\n" +
+	"\x06cutoff\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\x06cutoff\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x14\n" +
+	"\x05after\x18\x03 \x01(\tR\x05after\"X\n" +
+	"\x10ExpiredPageReply\x120\n" +
+	"\x05cards\x18\x01 \x03(\v2\x1a.leasekeeper.store.v1.CardR\x05cards\x12\x12\n" +
+	"\x04next\x18\x02 \x01(\tR\x04next\"]\n" +
 	"\x11ListCutoffRequest\x122\n" +
 	"\x06cutoff\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\x06cutoff\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\"\xdf\x01\n" +
@@ -3479,9 +3689,10 @@ const file_store_proto_rawDesc = "" +
 	"\x19ERROR_KIND_ALREADY_EXISTS\x10\x06\x12\x1e\n" +
 	"\x1aERROR_KIND_OUTCOME_UNKNOWN\x10\a\x12\x17\n" +
 	"\x13ERROR_KIND_CANCELED\x10\b\x12 \n" +
-	"\x1cERROR_KIND_DEADLINE_EXCEEDED\x10\t2\xec\x14\n" +
+	"\x1cERROR_KIND_DEADLINE_EXCEEDED\x10\t2\x8f\x16\n" +
 	"\x05Store\x12M\n" +
-	"\x05Board\x12\".leasekeeper.store.v1.BoardRequest\x1a .leasekeeper.store.v1.BoardReply\x12V\n" +
+	"\x05Board\x12\".leasekeeper.store.v1.BoardRequest\x1a .leasekeeper.store.v1.BoardReply\x12>\n" +
+	"\x03Now\x12\x1b.leasekeeper.store.v1.Empty\x1a\x1a.leasekeeper.store.v1.Time\x12V\n" +
 	"\n" +
 	"CreateCard\x12'.leasekeeper.store.v1.CreateCardRequest\x1a\x1f.leasekeeper.store.v1.CardReply\x12P\n" +
 	"\aGetCard\x12$.leasekeeper.store.v1.GetCardRequest\x1a\x1f.leasekeeper.store.v1.CardReply\x12U\n" +
@@ -3497,7 +3708,8 @@ const file_store_proto_rawDesc = "" +
 	"\x0eSetGaveUpOwned\x12+.leasekeeper.store.v1.SetGaveUpOwnedRequest\x1a\x1b.leasekeeper.store.v1.Empty\x12W\n" +
 	"\x10ExpireClaimOwned\x12&.leasekeeper.store.v1.OwnedCardRequest\x1a\x1b.leasekeeper.store.v1.Empty\x12S\n" +
 	"\fReleaseOwned\x12&.leasekeeper.store.v1.OwnedCardRequest\x1a\x1b.leasekeeper.store.v1.Empty\x12L\n" +
-	"\aRelease\x12$.leasekeeper.store.v1.ReleaseRequest\x1a\x1b.leasekeeper.store.v1.Empty\x12J\n" +
+	"\aRelease\x12$.leasekeeper.store.v1.ReleaseRequest\x1a\x1b.leasekeeper.store.v1.Empty\x12Z\n" +
+	"\x0eReleaseExpired\x12+.leasekeeper.store.v1.ReleaseExpiredRequest\x1a\x1b.leasekeeper.store.v1.Empty\x12J\n" +
 	"\bSetState\x12!.leasekeeper.store.v1.MoveRequest\x1a\x1b.leasekeeper.store.v1.Empty\x12U\n" +
 	"\fSetStateFrom\x12!.leasekeeper.store.v1.MoveRequest\x1a\".leasekeeper.store.v1.ChangedReply\x12H\n" +
 	"\x06Reopen\x12!.leasekeeper.store.v1.MoveRequest\x1a\x1b.leasekeeper.store.v1.Empty\x12Z\n" +
@@ -3508,8 +3720,8 @@ const file_store_proto_rawDesc = "" +
 	"\rSetLabelsFrom\x12*.leasekeeper.store.v1.SetLabelsFromRequest\x1a&.leasekeeper.store.v1.CardChangedReply\x12O\n" +
 	"\tCreateRun\x12 .leasekeeper.store.v1.RunMessage\x1a .leasekeeper.store.v1.RunMessage\x12U\n" +
 	"\tUpdateRun\x12&.leasekeeper.store.v1.RunUpdateRequest\x1a .leasekeeper.store.v1.RunMessage\x12O\n" +
-	"\x06GetRun\x12#.leasekeeper.store.v1.GetRunRequest\x1a .leasekeeper.store.v1.RunMessage\x12g\n" +
-	"\x1aListExpiredClaimCandidates\x12'.leasekeeper.store.v1.ListCutoffRequest\x1a .leasekeeper.store.v1.CardsReply\x12f\n" +
+	"\x06GetRun\x12#.leasekeeper.store.v1.GetRunRequest\x1a .leasekeeper.store.v1.RunMessage\x12n\n" +
+	"\x1aListExpiredClaimCandidates\x12(.leasekeeper.store.v1.ListExpiredRequest\x1a&.leasekeeper.store.v1.ExpiredPageReply\x12f\n" +
 	"\x19ListUnleasedRunningClaims\x12'.leasekeeper.store.v1.ListCutoffRequest\x1a .leasekeeper.store.v1.CardsReply\x12c\n" +
 	"\x0eReclaimExpired\x12+.leasekeeper.store.v1.ReclaimExpiredRequest\x1a$.leasekeeper.store.v1.CardTokenReply\x12P\n" +
 	"\x06Events\x12#.leasekeeper.store.v1.EventsRequest\x1a!.leasekeeper.store.v1.EventsReplyB4Z2github.com/leasekeeper/leasekeeper/plugins/storepbb\x06proto3"
@@ -3527,7 +3739,7 @@ func file_store_proto_rawDescGZIP() []byte {
 }
 
 var file_store_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_store_proto_goTypes = []any{
 	(ErrorKind)(0),                       // 0: leasekeeper.store.v1.ErrorKind
 	(*Time)(nil),                         // 1: leasekeeper.store.v1.Time
@@ -3575,10 +3787,13 @@ var file_store_proto_goTypes = []any{
 	(*CardChangedReply)(nil),             // 43: leasekeeper.store.v1.CardChangedReply
 	(*RunUpdateRequest)(nil),             // 44: leasekeeper.store.v1.RunUpdateRequest
 	(*GetRunRequest)(nil),                // 45: leasekeeper.store.v1.GetRunRequest
-	(*ListCutoffRequest)(nil),            // 46: leasekeeper.store.v1.ListCutoffRequest
-	(*ReclaimExpiredRequest)(nil),        // 47: leasekeeper.store.v1.ReclaimExpiredRequest
-	(*EventsRequest)(nil),                // 48: leasekeeper.store.v1.EventsRequest
-	(*EventsReply)(nil),                  // 49: leasekeeper.store.v1.EventsReply
+	(*ReleaseExpiredRequest)(nil),        // 46: leasekeeper.store.v1.ReleaseExpiredRequest
+	(*ListExpiredRequest)(nil),           // 47: leasekeeper.store.v1.ListExpiredRequest
+	(*ExpiredPageReply)(nil),             // 48: leasekeeper.store.v1.ExpiredPageReply
+	(*ListCutoffRequest)(nil),            // 49: leasekeeper.store.v1.ListCutoffRequest
+	(*ReclaimExpiredRequest)(nil),        // 50: leasekeeper.store.v1.ReclaimExpiredRequest
+	(*EventsRequest)(nil),                // 51: leasekeeper.store.v1.EventsRequest
+	(*EventsReply)(nil),                  // 52: leasekeeper.store.v1.EventsReply
 }
 var file_store_proto_depIdxs = []int32{
 	0,  // 0: leasekeeper.store.v1.StoreError.kinds:type_name -> leasekeeper.store.v1.ErrorKind
@@ -3628,75 +3843,83 @@ var file_store_proto_depIdxs = []int32{
 	2,  // 44: leasekeeper.store.v1.SetLabelsFromRequest.expect:type_name -> leasekeeper.store.v1.Strings
 	2,  // 45: leasekeeper.store.v1.SetLabelsFromRequest.labels:type_name -> leasekeeper.store.v1.Strings
 	11, // 46: leasekeeper.store.v1.CardChangedReply.card:type_name -> leasekeeper.store.v1.Card
-	1,  // 47: leasekeeper.store.v1.ListCutoffRequest.cutoff:type_name -> leasekeeper.store.v1.Time
-	8,  // 48: leasekeeper.store.v1.ReclaimExpiredRequest.prev:type_name -> leasekeeper.store.v1.ClaimToken
-	1,  // 49: leasekeeper.store.v1.ReclaimExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
-	14, // 50: leasekeeper.store.v1.EventsReply.events:type_name -> leasekeeper.store.v1.Event
-	15, // 51: leasekeeper.store.v1.Store.Board:input_type -> leasekeeper.store.v1.BoardRequest
-	17, // 52: leasekeeper.store.v1.Store.CreateCard:input_type -> leasekeeper.store.v1.CreateCardRequest
-	18, // 53: leasekeeper.store.v1.Store.GetCard:input_type -> leasekeeper.store.v1.GetCardRequest
-	20, // 54: leasekeeper.store.v1.Store.ListCards:input_type -> leasekeeper.store.v1.ListCardsRequest
-	21, // 55: leasekeeper.store.v1.Store.Dependents:input_type -> leasekeeper.store.v1.DependentsRequest
-	23, // 56: leasekeeper.store.v1.Store.Claim:input_type -> leasekeeper.store.v1.ClaimRequest
-	25, // 57: leasekeeper.store.v1.Store.ClaimNext:input_type -> leasekeeper.store.v1.ClaimNextRequest
-	27, // 58: leasekeeper.store.v1.Store.RenewClaims:input_type -> leasekeeper.store.v1.RenewClaimsRequest
-	30, // 59: leasekeeper.store.v1.Store.SetStateOwned:input_type -> leasekeeper.store.v1.SetStateOwnedRequest
-	32, // 60: leasekeeper.store.v1.Store.SetLastRunOwned:input_type -> leasekeeper.store.v1.SetLastRunOwnedRequest
-	33, // 61: leasekeeper.store.v1.Store.SetAwaitingInputOwned:input_type -> leasekeeper.store.v1.SetAwaitingInputOwnedRequest
-	34, // 62: leasekeeper.store.v1.Store.SetGaveUpOwned:input_type -> leasekeeper.store.v1.SetGaveUpOwnedRequest
-	35, // 63: leasekeeper.store.v1.Store.ExpireClaimOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
-	35, // 64: leasekeeper.store.v1.Store.ReleaseOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
-	36, // 65: leasekeeper.store.v1.Store.Release:input_type -> leasekeeper.store.v1.ReleaseRequest
-	37, // 66: leasekeeper.store.v1.Store.SetState:input_type -> leasekeeper.store.v1.MoveRequest
-	37, // 67: leasekeeper.store.v1.Store.SetStateFrom:input_type -> leasekeeper.store.v1.MoveRequest
-	37, // 68: leasekeeper.store.v1.Store.Reopen:input_type -> leasekeeper.store.v1.MoveRequest
-	38, // 69: leasekeeper.store.v1.Store.AdjustLabels:input_type -> leasekeeper.store.v1.AdjustLabelsRequest
-	39, // 70: leasekeeper.store.v1.Store.SetLabels:input_type -> leasekeeper.store.v1.SetLabelsRequest
-	15, // 71: leasekeeper.store.v1.Store.LoadBoard:input_type -> leasekeeper.store.v1.BoardRequest
-	40, // 72: leasekeeper.store.v1.Store.SetBoard:input_type -> leasekeeper.store.v1.SetBoardRequest
-	42, // 73: leasekeeper.store.v1.Store.SetLabelsFrom:input_type -> leasekeeper.store.v1.SetLabelsFromRequest
-	12, // 74: leasekeeper.store.v1.Store.CreateRun:input_type -> leasekeeper.store.v1.RunMessage
-	44, // 75: leasekeeper.store.v1.Store.UpdateRun:input_type -> leasekeeper.store.v1.RunUpdateRequest
-	45, // 76: leasekeeper.store.v1.Store.GetRun:input_type -> leasekeeper.store.v1.GetRunRequest
-	46, // 77: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:input_type -> leasekeeper.store.v1.ListCutoffRequest
-	46, // 78: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:input_type -> leasekeeper.store.v1.ListCutoffRequest
-	47, // 79: leasekeeper.store.v1.Store.ReclaimExpired:input_type -> leasekeeper.store.v1.ReclaimExpiredRequest
-	48, // 80: leasekeeper.store.v1.Store.Events:input_type -> leasekeeper.store.v1.EventsRequest
-	16, // 81: leasekeeper.store.v1.Store.Board:output_type -> leasekeeper.store.v1.BoardReply
-	19, // 82: leasekeeper.store.v1.Store.CreateCard:output_type -> leasekeeper.store.v1.CardReply
-	19, // 83: leasekeeper.store.v1.Store.GetCard:output_type -> leasekeeper.store.v1.CardReply
-	22, // 84: leasekeeper.store.v1.Store.ListCards:output_type -> leasekeeper.store.v1.CardsReply
-	22, // 85: leasekeeper.store.v1.Store.Dependents:output_type -> leasekeeper.store.v1.CardsReply
-	24, // 86: leasekeeper.store.v1.Store.Claim:output_type -> leasekeeper.store.v1.TokenReply
-	26, // 87: leasekeeper.store.v1.Store.ClaimNext:output_type -> leasekeeper.store.v1.CardTokenReply
-	29, // 88: leasekeeper.store.v1.Store.RenewClaims:output_type -> leasekeeper.store.v1.RenewClaimsReply
-	31, // 89: leasekeeper.store.v1.Store.SetStateOwned:output_type -> leasekeeper.store.v1.ChangedReply
-	5,  // 90: leasekeeper.store.v1.Store.SetLastRunOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 91: leasekeeper.store.v1.Store.SetAwaitingInputOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 92: leasekeeper.store.v1.Store.SetGaveUpOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 93: leasekeeper.store.v1.Store.ExpireClaimOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 94: leasekeeper.store.v1.Store.ReleaseOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 95: leasekeeper.store.v1.Store.Release:output_type -> leasekeeper.store.v1.Empty
-	5,  // 96: leasekeeper.store.v1.Store.SetState:output_type -> leasekeeper.store.v1.Empty
-	31, // 97: leasekeeper.store.v1.Store.SetStateFrom:output_type -> leasekeeper.store.v1.ChangedReply
-	5,  // 98: leasekeeper.store.v1.Store.Reopen:output_type -> leasekeeper.store.v1.Empty
-	19, // 99: leasekeeper.store.v1.Store.AdjustLabels:output_type -> leasekeeper.store.v1.CardReply
-	19, // 100: leasekeeper.store.v1.Store.SetLabels:output_type -> leasekeeper.store.v1.CardReply
-	16, // 101: leasekeeper.store.v1.Store.LoadBoard:output_type -> leasekeeper.store.v1.BoardReply
-	41, // 102: leasekeeper.store.v1.Store.SetBoard:output_type -> leasekeeper.store.v1.SetBoardReply
-	43, // 103: leasekeeper.store.v1.Store.SetLabelsFrom:output_type -> leasekeeper.store.v1.CardChangedReply
-	12, // 104: leasekeeper.store.v1.Store.CreateRun:output_type -> leasekeeper.store.v1.RunMessage
-	12, // 105: leasekeeper.store.v1.Store.UpdateRun:output_type -> leasekeeper.store.v1.RunMessage
-	12, // 106: leasekeeper.store.v1.Store.GetRun:output_type -> leasekeeper.store.v1.RunMessage
-	22, // 107: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:output_type -> leasekeeper.store.v1.CardsReply
-	22, // 108: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:output_type -> leasekeeper.store.v1.CardsReply
-	26, // 109: leasekeeper.store.v1.Store.ReclaimExpired:output_type -> leasekeeper.store.v1.CardTokenReply
-	49, // 110: leasekeeper.store.v1.Store.Events:output_type -> leasekeeper.store.v1.EventsReply
-	81, // [81:111] is the sub-list for method output_type
-	51, // [51:81] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	8,  // 47: leasekeeper.store.v1.ReleaseExpiredRequest.prev:type_name -> leasekeeper.store.v1.ClaimToken
+	1,  // 48: leasekeeper.store.v1.ReleaseExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
+	1,  // 49: leasekeeper.store.v1.ListExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
+	11, // 50: leasekeeper.store.v1.ExpiredPageReply.cards:type_name -> leasekeeper.store.v1.Card
+	1,  // 51: leasekeeper.store.v1.ListCutoffRequest.cutoff:type_name -> leasekeeper.store.v1.Time
+	8,  // 52: leasekeeper.store.v1.ReclaimExpiredRequest.prev:type_name -> leasekeeper.store.v1.ClaimToken
+	1,  // 53: leasekeeper.store.v1.ReclaimExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
+	14, // 54: leasekeeper.store.v1.EventsReply.events:type_name -> leasekeeper.store.v1.Event
+	15, // 55: leasekeeper.store.v1.Store.Board:input_type -> leasekeeper.store.v1.BoardRequest
+	5,  // 56: leasekeeper.store.v1.Store.Now:input_type -> leasekeeper.store.v1.Empty
+	17, // 57: leasekeeper.store.v1.Store.CreateCard:input_type -> leasekeeper.store.v1.CreateCardRequest
+	18, // 58: leasekeeper.store.v1.Store.GetCard:input_type -> leasekeeper.store.v1.GetCardRequest
+	20, // 59: leasekeeper.store.v1.Store.ListCards:input_type -> leasekeeper.store.v1.ListCardsRequest
+	21, // 60: leasekeeper.store.v1.Store.Dependents:input_type -> leasekeeper.store.v1.DependentsRequest
+	23, // 61: leasekeeper.store.v1.Store.Claim:input_type -> leasekeeper.store.v1.ClaimRequest
+	25, // 62: leasekeeper.store.v1.Store.ClaimNext:input_type -> leasekeeper.store.v1.ClaimNextRequest
+	27, // 63: leasekeeper.store.v1.Store.RenewClaims:input_type -> leasekeeper.store.v1.RenewClaimsRequest
+	30, // 64: leasekeeper.store.v1.Store.SetStateOwned:input_type -> leasekeeper.store.v1.SetStateOwnedRequest
+	32, // 65: leasekeeper.store.v1.Store.SetLastRunOwned:input_type -> leasekeeper.store.v1.SetLastRunOwnedRequest
+	33, // 66: leasekeeper.store.v1.Store.SetAwaitingInputOwned:input_type -> leasekeeper.store.v1.SetAwaitingInputOwnedRequest
+	34, // 67: leasekeeper.store.v1.Store.SetGaveUpOwned:input_type -> leasekeeper.store.v1.SetGaveUpOwnedRequest
+	35, // 68: leasekeeper.store.v1.Store.ExpireClaimOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
+	35, // 69: leasekeeper.store.v1.Store.ReleaseOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
+	36, // 70: leasekeeper.store.v1.Store.Release:input_type -> leasekeeper.store.v1.ReleaseRequest
+	46, // 71: leasekeeper.store.v1.Store.ReleaseExpired:input_type -> leasekeeper.store.v1.ReleaseExpiredRequest
+	37, // 72: leasekeeper.store.v1.Store.SetState:input_type -> leasekeeper.store.v1.MoveRequest
+	37, // 73: leasekeeper.store.v1.Store.SetStateFrom:input_type -> leasekeeper.store.v1.MoveRequest
+	37, // 74: leasekeeper.store.v1.Store.Reopen:input_type -> leasekeeper.store.v1.MoveRequest
+	38, // 75: leasekeeper.store.v1.Store.AdjustLabels:input_type -> leasekeeper.store.v1.AdjustLabelsRequest
+	39, // 76: leasekeeper.store.v1.Store.SetLabels:input_type -> leasekeeper.store.v1.SetLabelsRequest
+	15, // 77: leasekeeper.store.v1.Store.LoadBoard:input_type -> leasekeeper.store.v1.BoardRequest
+	40, // 78: leasekeeper.store.v1.Store.SetBoard:input_type -> leasekeeper.store.v1.SetBoardRequest
+	42, // 79: leasekeeper.store.v1.Store.SetLabelsFrom:input_type -> leasekeeper.store.v1.SetLabelsFromRequest
+	12, // 80: leasekeeper.store.v1.Store.CreateRun:input_type -> leasekeeper.store.v1.RunMessage
+	44, // 81: leasekeeper.store.v1.Store.UpdateRun:input_type -> leasekeeper.store.v1.RunUpdateRequest
+	45, // 82: leasekeeper.store.v1.Store.GetRun:input_type -> leasekeeper.store.v1.GetRunRequest
+	47, // 83: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:input_type -> leasekeeper.store.v1.ListExpiredRequest
+	49, // 84: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:input_type -> leasekeeper.store.v1.ListCutoffRequest
+	50, // 85: leasekeeper.store.v1.Store.ReclaimExpired:input_type -> leasekeeper.store.v1.ReclaimExpiredRequest
+	51, // 86: leasekeeper.store.v1.Store.Events:input_type -> leasekeeper.store.v1.EventsRequest
+	16, // 87: leasekeeper.store.v1.Store.Board:output_type -> leasekeeper.store.v1.BoardReply
+	1,  // 88: leasekeeper.store.v1.Store.Now:output_type -> leasekeeper.store.v1.Time
+	19, // 89: leasekeeper.store.v1.Store.CreateCard:output_type -> leasekeeper.store.v1.CardReply
+	19, // 90: leasekeeper.store.v1.Store.GetCard:output_type -> leasekeeper.store.v1.CardReply
+	22, // 91: leasekeeper.store.v1.Store.ListCards:output_type -> leasekeeper.store.v1.CardsReply
+	22, // 92: leasekeeper.store.v1.Store.Dependents:output_type -> leasekeeper.store.v1.CardsReply
+	24, // 93: leasekeeper.store.v1.Store.Claim:output_type -> leasekeeper.store.v1.TokenReply
+	26, // 94: leasekeeper.store.v1.Store.ClaimNext:output_type -> leasekeeper.store.v1.CardTokenReply
+	29, // 95: leasekeeper.store.v1.Store.RenewClaims:output_type -> leasekeeper.store.v1.RenewClaimsReply
+	31, // 96: leasekeeper.store.v1.Store.SetStateOwned:output_type -> leasekeeper.store.v1.ChangedReply
+	5,  // 97: leasekeeper.store.v1.Store.SetLastRunOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 98: leasekeeper.store.v1.Store.SetAwaitingInputOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 99: leasekeeper.store.v1.Store.SetGaveUpOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 100: leasekeeper.store.v1.Store.ExpireClaimOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 101: leasekeeper.store.v1.Store.ReleaseOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 102: leasekeeper.store.v1.Store.Release:output_type -> leasekeeper.store.v1.Empty
+	5,  // 103: leasekeeper.store.v1.Store.ReleaseExpired:output_type -> leasekeeper.store.v1.Empty
+	5,  // 104: leasekeeper.store.v1.Store.SetState:output_type -> leasekeeper.store.v1.Empty
+	31, // 105: leasekeeper.store.v1.Store.SetStateFrom:output_type -> leasekeeper.store.v1.ChangedReply
+	5,  // 106: leasekeeper.store.v1.Store.Reopen:output_type -> leasekeeper.store.v1.Empty
+	19, // 107: leasekeeper.store.v1.Store.AdjustLabels:output_type -> leasekeeper.store.v1.CardReply
+	19, // 108: leasekeeper.store.v1.Store.SetLabels:output_type -> leasekeeper.store.v1.CardReply
+	16, // 109: leasekeeper.store.v1.Store.LoadBoard:output_type -> leasekeeper.store.v1.BoardReply
+	41, // 110: leasekeeper.store.v1.Store.SetBoard:output_type -> leasekeeper.store.v1.SetBoardReply
+	43, // 111: leasekeeper.store.v1.Store.SetLabelsFrom:output_type -> leasekeeper.store.v1.CardChangedReply
+	12, // 112: leasekeeper.store.v1.Store.CreateRun:output_type -> leasekeeper.store.v1.RunMessage
+	12, // 113: leasekeeper.store.v1.Store.UpdateRun:output_type -> leasekeeper.store.v1.RunMessage
+	12, // 114: leasekeeper.store.v1.Store.GetRun:output_type -> leasekeeper.store.v1.RunMessage
+	48, // 115: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:output_type -> leasekeeper.store.v1.ExpiredPageReply
+	22, // 116: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:output_type -> leasekeeper.store.v1.CardsReply
+	26, // 117: leasekeeper.store.v1.Store.ReclaimExpired:output_type -> leasekeeper.store.v1.CardTokenReply
+	52, // 118: leasekeeper.store.v1.Store.Events:output_type -> leasekeeper.store.v1.EventsReply
+	87, // [87:119] is the sub-list for method output_type
+	55, // [55:87] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_store_proto_init() }
@@ -3711,7 +3934,7 @@ func file_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   49,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

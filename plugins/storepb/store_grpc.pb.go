@@ -25,6 +25,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Store_Board_FullMethodName                      = "/leasekeeper.store.v1.Store/Board"
+	Store_Now_FullMethodName                        = "/leasekeeper.store.v1.Store/Now"
 	Store_CreateCard_FullMethodName                 = "/leasekeeper.store.v1.Store/CreateCard"
 	Store_GetCard_FullMethodName                    = "/leasekeeper.store.v1.Store/GetCard"
 	Store_ListCards_FullMethodName                  = "/leasekeeper.store.v1.Store/ListCards"
@@ -39,6 +40,7 @@ const (
 	Store_ExpireClaimOwned_FullMethodName           = "/leasekeeper.store.v1.Store/ExpireClaimOwned"
 	Store_ReleaseOwned_FullMethodName               = "/leasekeeper.store.v1.Store/ReleaseOwned"
 	Store_Release_FullMethodName                    = "/leasekeeper.store.v1.Store/Release"
+	Store_ReleaseExpired_FullMethodName             = "/leasekeeper.store.v1.Store/ReleaseExpired"
 	Store_SetState_FullMethodName                   = "/leasekeeper.store.v1.Store/SetState"
 	Store_SetStateFrom_FullMethodName               = "/leasekeeper.store.v1.Store/SetStateFrom"
 	Store_Reopen_FullMethodName                     = "/leasekeeper.store.v1.Store/Reopen"
@@ -61,6 +63,8 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type StoreClient interface {
 	Board(ctx context.Context, in *BoardRequest, opts ...grpc.CallOption) (*BoardReply, error)
+	// Now is the store's clock (board.Store.Now).
+	Now(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*Time, error)
 	CreateCard(ctx context.Context, in *CreateCardRequest, opts ...grpc.CallOption) (*CardReply, error)
 	GetCard(ctx context.Context, in *GetCardRequest, opts ...grpc.CallOption) (*CardReply, error)
 	ListCards(ctx context.Context, in *ListCardsRequest, opts ...grpc.CallOption) (*CardsReply, error)
@@ -75,6 +79,7 @@ type StoreClient interface {
 	ExpireClaimOwned(ctx context.Context, in *OwnedCardRequest, opts ...grpc.CallOption) (*Empty, error)
 	ReleaseOwned(ctx context.Context, in *OwnedCardRequest, opts ...grpc.CallOption) (*Empty, error)
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*Empty, error)
+	ReleaseExpired(ctx context.Context, in *ReleaseExpiredRequest, opts ...grpc.CallOption) (*Empty, error)
 	SetState(ctx context.Context, in *MoveRequest, opts ...grpc.CallOption) (*Empty, error)
 	SetStateFrom(ctx context.Context, in *MoveRequest, opts ...grpc.CallOption) (*ChangedReply, error)
 	Reopen(ctx context.Context, in *MoveRequest, opts ...grpc.CallOption) (*Empty, error)
@@ -87,7 +92,7 @@ type StoreClient interface {
 	CreateRun(ctx context.Context, in *RunMessage, opts ...grpc.CallOption) (*RunMessage, error)
 	UpdateRun(ctx context.Context, in *RunUpdateRequest, opts ...grpc.CallOption) (*RunMessage, error)
 	GetRun(ctx context.Context, in *GetRunRequest, opts ...grpc.CallOption) (*RunMessage, error)
-	ListExpiredClaimCandidates(ctx context.Context, in *ListCutoffRequest, opts ...grpc.CallOption) (*CardsReply, error)
+	ListExpiredClaimCandidates(ctx context.Context, in *ListExpiredRequest, opts ...grpc.CallOption) (*ExpiredPageReply, error)
 	ListUnleasedRunningClaims(ctx context.Context, in *ListCutoffRequest, opts ...grpc.CallOption) (*CardsReply, error)
 	ReclaimExpired(ctx context.Context, in *ReclaimExpiredRequest, opts ...grpc.CallOption) (*CardTokenReply, error)
 	Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (*EventsReply, error)
@@ -105,6 +110,16 @@ func (c *storeClient) Board(ctx context.Context, in *BoardRequest, opts ...grpc.
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(BoardReply)
 	err := c.cc.Invoke(ctx, Store_Board_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storeClient) Now(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*Time, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Time)
+	err := c.cc.Invoke(ctx, Store_Now_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -251,6 +266,16 @@ func (c *storeClient) Release(ctx context.Context, in *ReleaseRequest, opts ...g
 	return out, nil
 }
 
+func (c *storeClient) ReleaseExpired(ctx context.Context, in *ReleaseExpiredRequest, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Store_ReleaseExpired_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *storeClient) SetState(ctx context.Context, in *MoveRequest, opts ...grpc.CallOption) (*Empty, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Empty)
@@ -361,9 +386,9 @@ func (c *storeClient) GetRun(ctx context.Context, in *GetRunRequest, opts ...grp
 	return out, nil
 }
 
-func (c *storeClient) ListExpiredClaimCandidates(ctx context.Context, in *ListCutoffRequest, opts ...grpc.CallOption) (*CardsReply, error) {
+func (c *storeClient) ListExpiredClaimCandidates(ctx context.Context, in *ListExpiredRequest, opts ...grpc.CallOption) (*ExpiredPageReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(CardsReply)
+	out := new(ExpiredPageReply)
 	err := c.cc.Invoke(ctx, Store_ListExpiredClaimCandidates_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -406,6 +431,8 @@ func (c *storeClient) Events(ctx context.Context, in *EventsRequest, opts ...grp
 // for forward compatibility.
 type StoreServer interface {
 	Board(context.Context, *BoardRequest) (*BoardReply, error)
+	// Now is the store's clock (board.Store.Now).
+	Now(context.Context, *Empty) (*Time, error)
 	CreateCard(context.Context, *CreateCardRequest) (*CardReply, error)
 	GetCard(context.Context, *GetCardRequest) (*CardReply, error)
 	ListCards(context.Context, *ListCardsRequest) (*CardsReply, error)
@@ -420,6 +447,7 @@ type StoreServer interface {
 	ExpireClaimOwned(context.Context, *OwnedCardRequest) (*Empty, error)
 	ReleaseOwned(context.Context, *OwnedCardRequest) (*Empty, error)
 	Release(context.Context, *ReleaseRequest) (*Empty, error)
+	ReleaseExpired(context.Context, *ReleaseExpiredRequest) (*Empty, error)
 	SetState(context.Context, *MoveRequest) (*Empty, error)
 	SetStateFrom(context.Context, *MoveRequest) (*ChangedReply, error)
 	Reopen(context.Context, *MoveRequest) (*Empty, error)
@@ -432,7 +460,7 @@ type StoreServer interface {
 	CreateRun(context.Context, *RunMessage) (*RunMessage, error)
 	UpdateRun(context.Context, *RunUpdateRequest) (*RunMessage, error)
 	GetRun(context.Context, *GetRunRequest) (*RunMessage, error)
-	ListExpiredClaimCandidates(context.Context, *ListCutoffRequest) (*CardsReply, error)
+	ListExpiredClaimCandidates(context.Context, *ListExpiredRequest) (*ExpiredPageReply, error)
 	ListUnleasedRunningClaims(context.Context, *ListCutoffRequest) (*CardsReply, error)
 	ReclaimExpired(context.Context, *ReclaimExpiredRequest) (*CardTokenReply, error)
 	Events(context.Context, *EventsRequest) (*EventsReply, error)
@@ -448,6 +476,9 @@ type UnimplementedStoreServer struct{}
 
 func (UnimplementedStoreServer) Board(context.Context, *BoardRequest) (*BoardReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Board not implemented")
+}
+func (UnimplementedStoreServer) Now(context.Context, *Empty) (*Time, error) {
+	return nil, status.Error(codes.Unimplemented, "method Now not implemented")
 }
 func (UnimplementedStoreServer) CreateCard(context.Context, *CreateCardRequest) (*CardReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateCard not implemented")
@@ -491,6 +522,9 @@ func (UnimplementedStoreServer) ReleaseOwned(context.Context, *OwnedCardRequest)
 func (UnimplementedStoreServer) Release(context.Context, *ReleaseRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
 }
+func (UnimplementedStoreServer) ReleaseExpired(context.Context, *ReleaseExpiredRequest) (*Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseExpired not implemented")
+}
 func (UnimplementedStoreServer) SetState(context.Context, *MoveRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetState not implemented")
 }
@@ -524,7 +558,7 @@ func (UnimplementedStoreServer) UpdateRun(context.Context, *RunUpdateRequest) (*
 func (UnimplementedStoreServer) GetRun(context.Context, *GetRunRequest) (*RunMessage, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetRun not implemented")
 }
-func (UnimplementedStoreServer) ListExpiredClaimCandidates(context.Context, *ListCutoffRequest) (*CardsReply, error) {
+func (UnimplementedStoreServer) ListExpiredClaimCandidates(context.Context, *ListExpiredRequest) (*ExpiredPageReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListExpiredClaimCandidates not implemented")
 }
 func (UnimplementedStoreServer) ListUnleasedRunningClaims(context.Context, *ListCutoffRequest) (*CardsReply, error) {
@@ -571,6 +605,24 @@ func _Store_Board_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(StoreServer).Board(ctx, req.(*BoardRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Store_Now_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(Empty)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).Now(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_Now_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).Now(ctx, req.(*Empty))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -827,6 +879,24 @@ func _Store_Release_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Store_ReleaseExpired_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseExpiredRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).ReleaseExpired(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_ReleaseExpired_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).ReleaseExpired(ctx, req.(*ReleaseExpiredRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Store_SetState_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(MoveRequest)
 	if err := dec(in); err != nil {
@@ -1026,7 +1096,7 @@ func _Store_GetRun_Handler(srv interface{}, ctx context.Context, dec func(interf
 }
 
 func _Store_ListExpiredClaimCandidates_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ListCutoffRequest)
+	in := new(ListExpiredRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -1038,7 +1108,7 @@ func _Store_ListExpiredClaimCandidates_Handler(srv interface{}, ctx context.Cont
 		FullMethod: Store_ListExpiredClaimCandidates_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(StoreServer).ListExpiredClaimCandidates(ctx, req.(*ListCutoffRequest))
+		return srv.(StoreServer).ListExpiredClaimCandidates(ctx, req.(*ListExpiredRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1109,6 +1179,10 @@ var Store_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Store_Board_Handler,
 		},
 		{
+			MethodName: "Now",
+			Handler:    _Store_Now_Handler,
+		},
+		{
 			MethodName: "CreateCard",
 			Handler:    _Store_CreateCard_Handler,
 		},
@@ -1163,6 +1237,10 @@ var Store_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Release",
 			Handler:    _Store_Release_Handler,
+		},
+		{
+			MethodName: "ReleaseExpired",
+			Handler:    _Store_ReleaseExpired_Handler,
 		},
 		{
 			MethodName: "SetState",

@@ -3,6 +3,7 @@ package boltstore
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -255,12 +256,16 @@ func (s *Store) SetLastRunOwned(ctx context.Context, card string, tok board.Clai
 		for _, id := range rec.Runs {
 			known = known || id == runID
 		}
-		if rec.LastRunID == runID && known {
+		// The same pointer stamped again under a new claim (a re-claim that
+		// resumes the recorded run) is a change: the pointer now belongs
+		// to this claim.
+		if rec.LastRunID == runID && known && rec.LastRunEpoch == tok.Epoch {
 			return nil
 		}
 		ev := board.Event{Type: board.EventLastRun, Actor: tok.Marker, Data: board.EventData{RunID: runID}}
 		return w.updateCard(rec, s.now(), ev, func() {
 			rec.LastRunID = runID
+			rec.LastRunEpoch = tok.Epoch
 			if !known {
 				rec.Runs = append(append([]string{}, rec.Runs...), runID)
 			}
@@ -332,6 +337,7 @@ func (s *Store) release(w *wtx, rec *cardRecord, actor string) error {
 		rec.Claim = ""
 		rec.ClaimedAt = time.Time{}
 		rec.ClaimLeaseUntil = time.Time{}
+		rec.RecoveredEpoch = 0
 	})
 }
 
@@ -353,6 +359,31 @@ func (s *Store) ReleaseOwned(ctx context.Context, card string, tok board.ClaimTo
 		}
 		return s.release(w, rec, tok.Marker)
 	})
+}
+
+// ReleaseExpired releases a claim that is still exactly r.Prev and still
+// expired at r.Cutoff, in one write. Every claim on this twin carries a
+// lease, so "expired" is the lease arm alone.
+func (s *Store) ReleaseExpired(ctx context.Context, r board.ExpiredRelease) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	return s.write(ctx, func(w *wtx) error {
+		rec, err := w.getCard(r.Card)
+		if err != nil {
+			return err
+		}
+		if !holds(rec, r.Prev) || rec.ClaimLeaseUntil.After(r.Cutoff) {
+			return conflict(rec)
+		}
+		return s.release(w, rec, r.Actor)
+	})
+}
+
+// Now is the store's clock: the injected clock every stamp of this file is
+// taken from.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	return s.now(), ctx.Err()
 }
 
 // Release clears a claim held by exactly marker, whatever its epoch: the
@@ -382,32 +413,55 @@ func (s *Store) Release(ctx context.Context, card, marker, actor string) error {
 	})
 }
 
-// ListExpiredClaimCandidates walks the lease index from the oldest lease
-// and stops at the first lease after cutoff or at limit, so the batch cap
-// is applied in the query (ADR-096 §9). Legacy claims are not in the index.
-func (s *Store) ListExpiredClaimCandidates(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
+// ListExpiredClaimCandidates walks the lease index from the oldest lease,
+// or from just after the position q.After names, and stops at the first
+// lease after the cutoff or at the limit, so the batch cap is applied in
+// the query (ADR-096 §9). Legacy claims are not in the index. The position
+// is the lease index key of the page's last card, hex-encoded; Next is
+// empty when the walk reached the cutoff or the end of the index.
+func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQuery) (board.ExpiredPage, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return board.ExpiredPage{}, err
 	}
-	if err := board.ValidateLimit(limit); err != nil {
-		return nil, err
+	if err := q.Validate(); err != nil {
+		return board.ExpiredPage{}, err
 	}
-	end := timeKey(cutoff)
-	var out []board.Card
-	err := s.view(func(tx *bolt.Tx) error {
-		return scanPrefix(tx.Bucket(bucketIdxLease), nil, func(k, _ []byte) (bool, error) {
+	after, err := hex.DecodeString(q.After)
+	if err != nil || (len(after) > 0 && len(after) <= 8) {
+		return board.ExpiredPage{}, board.Invalid("listing position %q was not issued by this store", q.After)
+	}
+	end := timeKey(q.Cutoff)
+	var (
+		page board.ExpiredPage
+		last []byte
+	)
+	err = s.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketIdxLease).Cursor()
+		k, _ := c.Seek(after)
+		if len(after) > 0 && bytes.Equal(k, after) {
+			k, _ = c.Next()
+		}
+		for ; k != nil; k, _ = c.Next() {
 			if bytes.Compare(k[:8], end) > 0 {
-				return false, nil
+				return nil
+			}
+			if q.Limit > 0 && len(page.Cards) == q.Limit {
+				page.Next = hex.EncodeToString(last)
+				return nil
 			}
 			r, err := readCard(tx, string(k[8:]))
 			if err != nil {
-				return false, fmt.Errorf("lease index: %w", err)
+				return fmt.Errorf("lease index: %w", err)
 			}
-			out = append(out, r.Card)
-			return limit == 0 || len(out) < limit, nil
-		})
+			page.Cards = append(page.Cards, r.Card)
+			last = bytes.Clone(k)
+		}
+		return nil
 	})
-	return out, err
+	if err != nil {
+		return board.ExpiredPage{}, err
+	}
+	return page, nil
 }
 
 // ListUnleasedRunningClaims returns nothing on this twin, and that is
@@ -448,6 +502,11 @@ func (s *Store) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Clai
 		}
 		if !holds(rec, r.Prev) || rec.ClaimLeaseUntil.IsZero() || rec.ClaimLeaseUntil.After(r.Cutoff) {
 			return conflict(rec)
+		}
+		// The judged claim survives the transfer: a recovery claim taken
+		// over from another one keeps the worker epoch it already names.
+		if !board.IsRecoveryMarker(rec.Claim) {
+			rec.RecoveredEpoch = rec.ClaimEpoch
 		}
 		tok, err = s.acquire(w, rec, r.RecoveryMarker, r.Lease, r.RecoveryMarker)
 		card = rec.Card

@@ -17,6 +17,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/board/boardtest"
 )
 
 // copyFixture copies the schema version 1 file into a fresh temp dir.
@@ -358,7 +359,7 @@ func TestMigrateKeepsALegacyClaim(t *testing.T) {
 		t.Fatalf("migrated card: claim %q@%d lease %s, want a legacy claim by %+v", c.Claim, c.ClaimEpoch, c.ClaimLeaseUntil, tok)
 	}
 	clock.Advance(time.Hour)
-	expired, err := s.ListExpiredClaimCandidates(ctx, clock.Now(), 0)
+	expired, err := boardtest.PageCards(s.ListExpiredClaimCandidates(ctx, board.ExpiredQuery{Cutoff: clock.Now(), Limit: 0}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/board/boardtest"
 )
 
 // randomWorker drives random verbs against a store, keeping the tokens it
@@ -180,7 +181,7 @@ func checkListings(t *testing.T, s *Store, now time.Time) {
 		wantExpired = append(wantExpired, r.ID)
 	}
 	for _, limit := range []int{0, 1, 3} {
-		cs, err := s.ListExpiredClaimCandidates(ctx, now, limit)
+		cs, err := boardtest.PageCards(s.ListExpiredClaimCandidates(ctx, board.ExpiredQuery{Cutoff: now, Limit: limit}))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package mongostore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -241,11 +242,15 @@ func (s *Store) SetLastRunOwned(ctx context.Context, card string, tok board.Clai
 		return fmt.Errorf("card %q: %w", card, err)
 	}
 	_, _, err := s.owned(ctx, card, tok, func(c *cardState, clk serverClock) (*change, error) {
-		if c.LastRunID == runID && slices.Contains(c.Runs, runID) {
+		// The same pointer stamped again under a new claim (a re-claim that
+		// resumes the recorded run) is a change: the pointer now belongs
+		// to this claim.
+		if c.LastRunID == runID && slices.Contains(c.Runs, runID) && c.LastRunEpoch == tok.Epoch {
 			return nil, nil
 		}
 		return &change{
-			set:      bson.D{{Key: "last_run_id", Value: runID}, {Key: "updated_at", Value: clk.now}},
+			set: bson.D{{Key: "last_run_id", Value: runID}, {Key: "last_run_epoch", Value: tok.Epoch},
+				{Key: "updated_at", Value: clk.now}},
 			addToSet: bson.D{{Key: "runs", Value: runID}},
 			events: []outboxEntry{newEvent(board.EventLastRun, card, board.ReasonNone, tok.Marker, clk.now,
 				board.EventData{RunID: runID})},
@@ -328,7 +333,7 @@ func (s *Store) ExpireClaimOwned(ctx context.Context, card string, tok board.Cla
 func releaseChange(c *cardState, clk serverClock, actor string) *change {
 	return &change{
 		set:   bson.D{{Key: "claim", Value: ""}, {Key: "updated_at", Value: clk.now}},
-		unset: []string{"claimed_at", "claim_lease_until"},
+		unset: []string{"claimed_at", "claim_lease_until", "recovered_epoch"},
 		events: []outboxEntry{newEvent(board.EventReleased, c.ID, board.ReasonNone, actor, clk.now,
 			board.EventData{Marker: c.Claim, Epoch: c.ClaimEpoch})},
 	}
@@ -381,6 +386,44 @@ func (s *Store) Release(ctx context.Context, card, marker, actor string) error {
 	return err
 }
 
+// ReleaseExpired releases an abandoned claim in ONE CAS on its whole
+// precondition: the claim is still exactly Prev (Prev.Epoch 0 names a card
+// whose epoch field is gone) and still expired at Cutoff — its lease ended
+// by then, or it carries none.
+func (s *Store) ReleaseExpired(ctx context.Context, r board.ExpiredRelease) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	_, _, err := s.mutate(ctx, r.Card, func(c *cardState, clk serverClock) (*change, error) {
+		var cond bson.D
+		switch {
+		case r.Prev.Epoch == 0 && !c.epochSet && c.Claim == r.Prev.Marker:
+			cond = bson.D{{Key: "claim", Value: r.Prev.Marker}, noEpoch}
+		case r.Prev.Epoch != 0 && c.holds(r.Prev):
+			cond = tokenCond(r.Prev)
+		default:
+			return nil, c.conflict()
+		}
+		switch {
+		case !c.leaseSet:
+			cond = append(cond, bson.E{Key: "claim_lease_until", Value: nil})
+		case !c.ClaimLeaseUntil.After(r.Cutoff):
+			cond = append(cond, bson.E{Key: "claim_lease_until", Value: bson.D{{Key: "$lte", Value: r.Cutoff}}})
+		default:
+			return nil, c.conflict()
+		}
+		ch := releaseChange(c, clk, r.Actor)
+		ch.cond = cond
+		return ch, nil
+	})
+	return err
+}
+
+// noEpoch matches a card whose epoch field is gone: missing, or null (a
+// foreign writer's $set to null reads as missing too, so both must be
+// transferable by the token that names "no epoch").
+var noEpoch = bson.E{Key: "claim_epoch", Value: nil}
+
 // ListExpiredClaimCandidates lists claims the watchdog may rule on, with
 // the batch cap applied in the queries. Two arms:
 //
@@ -395,37 +438,98 @@ func (s *Store) Release(ctx context.Context, card, marker, actor string) error {
 // Un-leased candidates come first (a missing lease sorts before every
 // lease), but take at most half the batch while leased candidates wait, so
 // neither arm can starve the other with cards the watchdog keeps.
-func (s *Store) ListExpiredClaimCandidates(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
-	if err := board.ValidateLimit(limit); err != nil {
-		return nil, err
+func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQuery) (board.ExpiredPage, error) {
+	if err := q.Validate(); err != nil {
+		return board.ExpiredPage{}, err
+	}
+	pos, err := decodePosition(q.After)
+	if err != nil {
+		return board.ExpiredPage{}, err
 	}
 	leasedOpts := options.Find().SetSort(bson.D{{Key: "claim_lease_until", Value: 1}, {Key: "_id", Value: 1}})
 	unleasedOpts := options.Find().SetSort(bson.D{{Key: "updated_at", Value: 1}, {Key: "_id", Value: 1}})
-	if limit > 0 {
-		leasedOpts.SetLimit(int64(limit))
-		unleasedOpts.SetLimit(int64(limit))
+	if q.Limit > 0 {
+		leasedOpts.SetLimit(int64(q.Limit))
+		unleasedOpts.SetLimit(int64(q.Limit))
 	}
-	leased, err := s.findCards(ctx, bson.D{
+	leased, err := s.findCards(ctx, append(bson.D{
 		claimedCond,
-		{Key: "claim_lease_until", Value: bson.D{{Key: "$lte", Value: cutoff}}},
-	}, leasedOpts)
+		{Key: "claim_lease_until", Value: bson.D{{Key: "$lte", Value: q.Cutoff}}},
+	}, pos.Leased.after("claim_lease_until")...), leasedOpts)
 	if err != nil {
-		return nil, err
+		return board.ExpiredPage{}, err
 	}
-	unleased, err := s.findCards(ctx, bson.D{
+	unleased, err := s.findCards(ctx, append(bson.D{
 		claimedCond,
 		{Key: "claim_lease_until", Value: nil},
-		{Key: "updated_at", Value: bson.D{{Key: "$lte", Value: cutoff.Add(-s.horizon)}}},
-	}, unleasedOpts)
+		{Key: "updated_at", Value: bson.D{{Key: "$lte", Value: q.Cutoff.Add(-s.horizon)}}},
+	}, pos.Unleased.after("updated_at")...), unleasedOpts)
 	if err != nil {
-		return nil, err
+		return board.ExpiredPage{}, err
 	}
-	if limit > 0 {
-		nU := min(len(unleased), max(limit-len(leased), (limit+1)/2))
-		nL := min(len(leased), limit-nU)
+	more := false
+	if q.Limit > 0 {
+		nU := min(len(unleased), max(q.Limit-len(leased), (q.Limit+1)/2))
+		nL := min(len(leased), q.Limit-nU)
+		// An arm has more beyond this page when it filled its query or
+		// the split cut it short.
+		more = len(leased) == q.Limit || len(unleased) == q.Limit || nL < len(leased) || nU < len(unleased)
 		unleased, leased = unleased[:nU], leased[:nL]
 	}
-	return append(unleased, leased...), nil
+	page := board.ExpiredPage{Cards: append(unleased, leased...)}
+	if more {
+		if n := len(leased); n > 0 {
+			pos.Leased = &armPosition{At: leased[n-1].ClaimLeaseUntil, Card: leased[n-1].ID}
+		}
+		if n := len(unleased); n > 0 {
+			pos.Unleased = &armPosition{At: unleased[n-1].UpdatedAt, Card: unleased[n-1].ID}
+		}
+		page.Next = pos.encode()
+	}
+	return page, nil
+}
+
+// position is where a paged expired listing resumes: the last card each
+// arm returned, by the arm's own sort key.
+type position struct {
+	Leased   *armPosition `json:"l,omitempty"`
+	Unleased *armPosition `json:"u,omitempty"`
+}
+
+type armPosition struct {
+	At   time.Time `json:"t"`
+	Card string    `json:"c"`
+}
+
+func decodePosition(v string) (position, error) {
+	var p position
+	if v == "" {
+		return p, nil
+	}
+	if err := json.Unmarshal([]byte(v), &p); err != nil {
+		return p, board.Invalid("listing position %q was not issued by this store", v)
+	}
+	return p, nil
+}
+
+func (p position) encode() string {
+	b, err := json.Marshal(p)
+	if err != nil {
+		panic(fmt.Sprintf("mongostore: encode a listing position: %v", err)) // plain struct of a time and a string
+	}
+	return string(b)
+}
+
+// after is the query condition "strictly after this position" on an arm
+// sorted by (field, _id); none for an arm that has not returned anything.
+func (a *armPosition) after(field string) bson.D {
+	if a == nil {
+		return nil
+	}
+	return bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: field, Value: bson.D{{Key: "$gt", Value: a.At}}}},
+		bson.D{{Key: field, Value: a.At}, {Key: "_id", Value: bson.D{{Key: "$gt", Value: a.Card}}}},
+	}}}
 }
 
 // ListUnleasedRunningClaims lists claims with no lease whose card sits in
@@ -484,7 +588,7 @@ func (s *Store) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Clai
 			if c.epochSet || c.Claim != r.Prev.Marker {
 				return nil, c.conflict()
 			}
-			cond = append(cond, bson.E{Key: "claim_epoch", Value: bson.D{{Key: "$exists", Value: false}}})
+			cond = append(cond, noEpoch)
 		} else {
 			if !c.holds(r.Prev) {
 				return nil, c.conflict()
@@ -501,6 +605,11 @@ func (s *Store) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Clai
 		}
 		ch, t := acquireChange(c, clk, r.RecoveryMarker, r.Lease)
 		ch.cond = cond
+		// The judged claim survives the transfer: a recovery claim taken
+		// over from another one keeps the worker epoch it already names.
+		if !board.IsRecoveryMarker(c.Claim) {
+			ch.set = append(ch.set, bson.E{Key: "recovered_epoch", Value: c.ClaimEpoch})
+		}
 		tok = t
 		return ch, nil
 	})

@@ -199,6 +199,7 @@ func decodeCard(raw bson.Raw) (*cardState, error) {
 	c.Labels = r.strs("labels")
 	c.DependsOn = r.strs("depends_on")
 	c.LastRunID = r.str("last_run_id")
+	c.LastRunEpoch = r.int("last_run_epoch")
 	c.Runs = r.strs("runs")
 	c.AwaitingInput = r.boolean("awaiting_input")
 	if g, ok := r.doc("gave_up"); ok {
@@ -223,6 +224,7 @@ func decodeCard(raw bson.Raw) (*cardState, error) {
 	c.ClaimedAt = r.time("claimed_at")
 	c.leaseSet = r.has("claim_lease_until")
 	c.ClaimLeaseUntil = r.time("claim_lease_until")
+	c.RecoveredEpoch = r.int("recovered_epoch")
 	c.outbox = r.outbox()
 	if r.err != nil {
 		return nil, r.err

@@ -228,12 +228,12 @@ func TestStrippedCardRefusesItsLiveHolder(t *testing.T) {
 
 	// The un-leased arm lists it only once it is older than the horizon.
 	horizon := mongostore.DefaultUnleasedHorizon
-	early, err := f.s.ListExpiredClaimCandidates(f.ctx, updated.Add(horizon-time.Second), 10)
+	early, err := boardtest.PageCards(f.s.ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: updated.Add(horizon - time.Second), Limit: 10}))
 	if err != nil || len(early) != 0 {
 		t.Errorf("candidates before the horizon = %v, %v; want none", ids(early), err)
 	}
 	cutoff := updated.Add(horizon)
-	late, err := f.s.ListExpiredClaimCandidates(f.ctx, cutoff, 10)
+	late, err := boardtest.PageCards(f.s.ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: cutoff, Limit: 10}))
 	if err != nil || !slices.Equal(ids(late), []string{"c1"}) {
 		t.Fatalf("candidates at the horizon = %v, %v; want [c1]", ids(late), err)
 	}
@@ -640,7 +640,7 @@ func TestUnleasedArmsSelectInTheQuery(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cands, err := f.s.ListExpiredClaimCandidates(f.ctx, f.serverNow(), 4)
+	cands, err := boardtest.PageCards(f.s.ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: f.serverNow(), Limit: 4}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -118,8 +118,14 @@ func (r *roundRobin) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Ru
 func (r *roundRobin) GetRun(ctx context.Context, id string) (board.Run, error) {
 	return r.pick().GetRun(ctx, id)
 }
-func (r *roundRobin) ListExpiredClaimCandidates(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
-	return r.pick().ListExpiredClaimCandidates(ctx, cutoff, limit)
+func (r *roundRobin) Now(ctx context.Context) (time.Time, error) {
+	return r.pick().Now(ctx)
+}
+func (r *roundRobin) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQuery) (board.ExpiredPage, error) {
+	return r.pick().ListExpiredClaimCandidates(ctx, q)
+}
+func (r *roundRobin) ReleaseExpired(ctx context.Context, rel board.ExpiredRelease) error {
+	return r.pick().ReleaseExpired(ctx, rel)
 }
 func (r *roundRobin) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
 	return r.pick().ListUnleasedRunningClaims(ctx, cutoff, limit)

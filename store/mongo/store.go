@@ -304,6 +304,19 @@ func (s *Store) serverNow(ctx context.Context) (serverClock, error) {
 	return serverClock{now: time.UnixMilli(ms).UTC(), rtt: rtt}, nil
 }
 
+// Now is the server's clock as a lower bound: the time the hello reply
+// reported, less the round trip. The server read its clock somewhere inside
+// that round trip, so the reading minus the whole round trip is no later
+// than the server's time when the caller got it — and every comparison the
+// caller makes with it (is a lease expired yet?) errs towards "not yet".
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	clk, err := s.serverNow(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return clk.now.Add(-clk.rtt), nil
+}
+
 // leaseUntil is the end of a lease granted now. The round trip of the
 // clock reading is counted AGAINST the lease, never in its favour: the
 // server's time when the hello was sent may be up to one round trip before
