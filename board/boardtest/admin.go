@@ -361,7 +361,7 @@ func ExerciseAdmin(t *testing.T, h Harness) {
 		seq := e.lastSeq()
 
 		_, err = a.DeleteState(e.ctx, board.StateCancelled, board.StateReady)
-		wantErr(t, err, board.ErrTransitionRejected, "a bulk reopen while a promoted dependent is outstanding")
+		wantErr(t, err, board.ErrTransitionRejected, "a bulk reopen while a promoted dependent is outside waiting_deps")
 		e.unchanged(beforeA, "a refused bulk reopen")
 		e.unchanged(beforeC, "a refused bulk reopen")
 		e.noEventsSince(seq, "a refused bulk reopen")
