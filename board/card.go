@@ -58,7 +58,9 @@ type Card struct {
 	UpdatedAt     time.Time `json:"updated_at"`
 	// PromotedBy is set on a dependent that left waiting_deps because its
 	// last blocker completed (reason unblocked): the id of that blocker. It
-	// is what Reopen checks before letting the blocker out of its sink.
+	// is a record for people and tools reading the card; no rule reads
+	// it — Reopen refuses while any dependent of the blocker is outside
+	// waiting_deps, whichever blocker promoted it (Board.ReopenBlockedBy).
 	PromotedBy string `json:"promoted_by,omitempty"`
 
 	// The claim family. Ordinary writes never touch it.

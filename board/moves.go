@@ -1,6 +1,9 @@
 package board
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // The decisions a store makes about a state move once it has read the card.
 // They depend only on the board and on what was read, so every store makes
@@ -79,17 +82,26 @@ func (b Board) CheckReopen(card, cur, from string) error {
 	return nil
 }
 
-// ReopenBlockedBy reports whether the dependent d keeps card in its sink:
-// d was promoted on card's completion (PromotedBy) and has not reached a
-// terminal state since. Reopening card then would leave d working on
-// a blocker that is no longer complete. The error wraps
-// ErrTransitionRejected; nil means d does not block the reopen.
+// ReopenBlockedBy reports whether the dependent d keeps card in its sink
+// (ADR-096 §5): d names card among its blockers and is anywhere but
+// waiting_deps. A dependent outside waiting_deps has been let go on the
+// strength of its blockers being complete — promoted when the last of them
+// completed (whichever one that was), moved on by hand, or finished since —
+// and reopening card would leave it past a blocker that is no longer
+// complete. A dependent still in waiting_deps does not hold card: it is
+// looked at again when card completes. The error wraps
+// ErrTransitionRejected and says how to clear the refusal; nil means d
+// does not block the reopen.
 func (b Board) ReopenBlockedBy(card string, d Card) error {
-	if d.PromotedBy != card || b.IsTerminal(d.State) {
+	if !slices.Contains(d.DependsOn, card) || d.State == StateWaitingDeps {
 		return nil
 	}
-	return fmt.Errorf("card %q: dependent %q was promoted on its completion and is still %s: %w",
-		card, d.ID, d.State, ErrTransitionRejected)
+	how := "move it back to " + StateWaitingDeps + " first (card move, or card reopen when it is in a terminal state)"
+	if !b.Has(StateWaitingDeps) {
+		how = "this board has no " + StateWaitingDeps + " state, so a card with dependents cannot be reopened"
+	}
+	return fmt.Errorf("card %q: dependent %q names it as a blocker and is in %q, not %s: %s: %w",
+		card, d.ID, d.State, StateWaitingDeps, how, ErrTransitionRejected)
 }
 
 // Promotes reports whether a move into to under reason completes the card,

@@ -2,6 +2,8 @@ package board
 
 import (
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -104,10 +106,14 @@ func TestReopenRules(t *testing.T) {
 		d     Card
 		block bool
 	}{
-		{"promoted by it and working", Card{ID: "d", State: StateReady, PromotedBy: "c"}, true},
-		{"promoted by it and finished", Card{ID: "d", State: StateDone, PromotedBy: "c"}, false},
-		{"promoted by another blocker", Card{ID: "d", State: StateReady, PromotedBy: "x"}, false},
-		{"never promoted", Card{ID: "d", State: StateWaitingDeps}, false},
+		{"promoted by it and working", Card{ID: "d", State: StateReady, DependsOn: []string{"c"}, PromotedBy: "c"}, true},
+		{"promoted by it and finished", Card{ID: "d", State: StateDone, DependsOn: []string{"c"}, PromotedBy: "c"}, true},
+		{"promoted by another blocker", Card{ID: "d", State: StateReady, DependsOn: []string{"c", "x"}, PromotedBy: "x"}, true},
+		{"moved on by hand", Card{ID: "d", State: StateBacklog, DependsOn: []string{"c"}}, true},
+		{"failed", Card{ID: "d", State: StateFailed, DependsOn: []string{"c"}}, true},
+		{"promoted and parked back in waiting_deps", Card{ID: "d", State: StateWaitingDeps, DependsOn: []string{"c"}, PromotedBy: "c"}, false},
+		{"never promoted", Card{ID: "d", State: StateWaitingDeps, DependsOn: []string{"c"}}, false},
+		{"not a dependent of it", Card{ID: "d", State: StateReady, DependsOn: []string{"x"}, PromotedBy: "x"}, false},
 	}
 	for _, tc := range blocked {
 		t.Run(tc.name, func(t *testing.T) {
@@ -115,10 +121,27 @@ func TestReopenRules(t *testing.T) {
 			if got, want := err != nil, tc.block; got != want {
 				t.Fatalf("ReopenBlockedBy = %v, want blocked=%v", err, want)
 			}
-			if err != nil && !errors.Is(err, ErrTransitionRejected) {
+			if err == nil {
+				return
+			}
+			if !errors.Is(err, ErrTransitionRejected) {
 				t.Errorf("error %v does not wrap ErrTransitionRejected", err)
 			}
+			// The refusal names the dependent and the way out.
+			for _, want := range []string{`dependent "d"`, tc.d.State, "move it back to waiting_deps first"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
 		})
+	}
+
+	// A board without waiting_deps has nowhere to park a dependent, and the
+	// refusal says so rather than sending the operator looking for it.
+	noWait := Board{States: slices.DeleteFunc(slices.Clone(b.States), func(s State) bool { return s.Name == StateWaitingDeps })}
+	err := noWait.ReopenBlockedBy("c", Card{ID: "d", State: StateReady, DependsOn: []string{"c"}})
+	if !errors.Is(err, ErrTransitionRejected) || !strings.Contains(err.Error(), "no waiting_deps state") {
+		t.Errorf("ReopenBlockedBy on a board without waiting_deps = %v, want ErrTransitionRejected saying the board has no waiting_deps state", err)
 	}
 }
 

@@ -178,8 +178,9 @@ type Store interface {
 	// even when drifted.
 	SetStateFrom(ctx context.Context, m Move) (changed bool, err error)
 	// Reopen is the only exit from a terminal state: the card must be
-	// terminal, the target a working (non-terminal) state, and no dependent
-	// promoted on this card's completion may be outstanding. A declared
+	// terminal, the target a working (non-terminal) state, and no card that
+	// names this one among its blockers may be outside waiting_deps
+	// (Board.ReopenBlockedBy words the refusal). A declared
 	// m.From makes it a compare-and-set on the source as well: a card no
 	// longer in From is refused with ErrTransitionRejected and nothing is
 	// written (the bulk reopen of a state sweep walks an ageing snapshot).

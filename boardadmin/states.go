@@ -61,8 +61,7 @@ func (a *Admin) RenameState(ctx context.Context, old, new string) (board.SweepRe
 // DeleteState deletes state s, moving its cards into into with reason
 // state_delete. Moving cards out of a terminal state into a working one is
 // a bulk reopen: it is refused, changing nothing, while any of those cards
-// has a dependent that was promoted on its completion and is still
-// outstanding (ADR-096 §5).
+// has a dependent outside waiting_deps (ADR-096 §5).
 func (a *Admin) DeleteState(ctx context.Context, s, into string) (board.SweepReport, error) {
 	op := fmt.Sprintf("state delete %q into %q", s, into)
 	if err := errors.Join(board.ValidateName("state", s), board.ValidateName("target state", into)); err != nil {
@@ -102,7 +101,8 @@ func (a *Admin) DeleteState(ctx context.Context, s, into string) (board.SweepRep
 // sweepState is the one mechanism behind RenameState and DeleteState:
 //
 //  1. check that the board without from is valid, and refuse a bulk reopen
-//     that a promoted dependent forbids, before anything is written;
+//     that a dependent outside waiting_deps forbids, before anything is
+//     written;
 //  2. mark from retiring into to (a compare-and-set on the definition);
 //  3. move every card of from to to, each a compare-and-set on from;
 //  4. re-list from for cards that entered it during the walk, a few times;
@@ -206,10 +206,10 @@ func drop(b board.Board, name string) board.Board {
 }
 
 // checkBulkReopen refuses, before anything is written, a move out of the
-// terminal state from while a card there has a dependent promoted on its
-// completion that has not settled in a sink — the same rule Reopen applies
-// to one card (ADR-096 §5), applied to the whole batch so a refusal changes
-// nothing at all.
+// terminal state from while a card there has a dependent outside
+// waiting_deps — the rule Reopen applies to one card (ADR-096 §5,
+// board.Board.ReopenBlockedBy), applied to the whole batch so a refusal
+// changes nothing at all.
 func (a *Admin) checkBulkReopen(ctx context.Context, op, from string, b board.Board) error {
 	cards, err := a.cfg.Store.ListCards(ctx, board.CardFilter{State: from})
 	if err != nil {
@@ -224,9 +224,8 @@ func (a *Admin) checkBulkReopen(ctx context.Context, op, from string, b board.Bo
 			return progress(op, c.ID, i, len(cards), err)
 		}
 		for _, d := range deps {
-			if d.PromotedBy == c.ID && !b.IsTerminal(d.State) {
-				return fmt.Errorf("%s: a bulk reopen: card %q has dependent %q, promoted on its completion and still %s: %w",
-					op, c.ID, d.ID, d.State, board.ErrTransitionRejected)
+			if err := b.ReopenBlockedBy(c.ID, d); err != nil {
+				return fmt.Errorf("%s: a bulk reopen: %w", op, err)
 			}
 		}
 	}
@@ -273,7 +272,7 @@ func (a *Admin) moveCard(ctx context.Context, id, from, to string, reason board.
 			return outUnchanged, nil
 		}
 		if reopen {
-			// Still in from and refused: a dependent was promoted on it
+			// Still in from and refused: a dependent left waiting_deps
 			// after the batch check. The refusal stands for this card.
 			return outContended, nil
 		}

@@ -19,8 +19,8 @@ func (c *Client) RenameState(ctx context.Context, from, to string) (board.SweepR
 
 // DeleteState deletes a state, moving its cards into another with reason
 // state_delete. Out of a terminal state into a working one it is a bulk
-// reopen, refused with board.ErrTransitionRejected while a dependent
-// promoted on one of those cards' completion is outstanding.
+// reopen, refused with board.ErrTransitionRejected while one of those cards
+// has a dependent outside waiting_deps.
 func (c *Client) DeleteState(ctx context.Context, state, into string) (board.SweepReport, error) {
 	return c.sweep(ctx, "/v1/board/states/delete", apitype.DeleteStateRequest{State: state, Into: into})
 }

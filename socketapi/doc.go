@@ -126,8 +126,9 @@
 // after every attempt are in the report, not an error (ADR-096 §9).
 //
 //	POST   /v1/board/states/rename   {"from", "to"}
-//	POST   /v1/board/states/delete   {"state", "into"} (a bulk reopen with a
-//	    promoted dependent is 409 transition_rejected and changes nothing)
+//	POST   /v1/board/states/delete   {"state", "into"} (a bulk reopen while a
+//	    dependent is outside waiting_deps is 409 transition_rejected and
+//	    changes nothing)
 //	POST   /v1/board/labels/rename   {"from", "to"}
 //	POST   /v1/board/labels/merge    {"from": [...], "into"}
 //	POST   /v1/board/labels/delete   {"label"}

@@ -361,7 +361,7 @@ func ExerciseAdmin(t *testing.T, h Harness) {
 		seq := e.lastSeq()
 
 		_, err = a.DeleteState(e.ctx, board.StateCancelled, board.StateReady)
-		wantErr(t, err, board.ErrTransitionRejected, "a bulk reopen while a promoted dependent is outstanding")
+		wantErr(t, err, board.ErrTransitionRejected, "a bulk reopen while a promoted dependent is outside waiting_deps")
 		e.unchanged(beforeA, "a refused bulk reopen")
 		e.unchanged(beforeC, "a refused bulk reopen")
 		e.noEventsSince(seq, "a refused bulk reopen")
@@ -369,12 +369,26 @@ func ExerciseAdmin(t *testing.T, h Harness) {
 			t.Errorf("board after a refused bulk reopen = %v, %v; want it unchanged", now, err)
 		}
 
-		// Once the dependent settles in a sink the reopen goes through.
+		// A dependent that has finished is still outside waiting_deps, and
+		// still holds its blocker.
 		e.setState("b", board.StateDone)
+		beforeB := e.get("b")
+		seq = e.lastSeq()
+		_, err = a.DeleteState(e.ctx, board.StateCancelled, board.StateReady)
+		wantErr(t, err, board.ErrTransitionRejected, "a bulk reopen while a finished dependent is outside waiting_deps")
+		e.unchanged(beforeA, "a refused bulk reopen")
+		e.unchanged(beforeB, "a refused bulk reopen")
+		e.unchanged(beforeC, "a refused bulk reopen")
+		e.noEventsSince(seq, "a refused bulk reopen")
+
+		// Once the dependent is back in waiting_deps the reopen goes through.
+		if err := e.s.Reopen(e.ctx, board.Move{Card: "b", To: board.StateWaitingDeps, Actor: "uid:0"}); err != nil {
+			t.Fatalf("Reopen the dependent into waiting_deps: %v", err)
+		}
 		seq = e.lastSeq()
 		rep, err := a.DeleteState(e.ctx, board.StateCancelled, board.StateReady)
 		if err != nil {
-			t.Fatalf("DeleteState after the dependent settled: %v", err)
+			t.Fatalf("DeleteState after the dependent went back to waiting_deps: %v", err)
 		}
 		wantReport(t, rep, []string{"a", "c"}, 0, nil)
 		by := e.sweepEvents(seq, board.EventState, board.ReasonStateDelete)
@@ -385,6 +399,41 @@ func ExerciseAdmin(t *testing.T, h Harness) {
 		}
 		if now, _ := s.LoadBoard(e.ctx); now.Has(board.StateCancelled) {
 			t.Errorf("board after deleting cancelled still has it: %v", now)
+		}
+	})
+
+	// The bulk reopen follows the single-card rule to the letter: the
+	// dependent was promoted when its other blocker completed, not this one.
+	t.Run("BulkReopenOfAnEarlierBlockerIsRefused", func(t *testing.T) {
+		t.Parallel()
+		e := open(t, h)
+		s, a := e.admin(nil)
+		e.card("a", board.StateReady)
+		e.card("x", board.StateReady)
+		e.create(board.NewCard{ID: "d", DependsOn: []string{"a", "x"}})
+		e.setState("a", board.StateDone)
+		e.setState("x", board.StateDone) // promotes d, promoted_by x
+		if d := e.get("d"); d.State != e.b.FirstPool() || d.PromotedBy != "x" {
+			t.Fatalf("dependent after both blockers completed: %s, want %q promoted by x", fmtCard(d), e.b.FirstPool())
+		}
+		e.setState("a", board.StateCancelled)
+		e.card("c", board.StateReady)
+		e.setState("c", board.StateCancelled)
+		boardBefore, err := s.LoadBoard(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		beforeA, beforeC, beforeD := e.get("a"), e.get("c"), e.get("d")
+		seq := e.lastSeq()
+
+		_, err = a.DeleteState(e.ctx, board.StateCancelled, board.StateReady)
+		wantErr(t, err, board.ErrTransitionRejected, "a bulk reopen of the earlier blocker of a promoted dependent")
+		e.unchanged(beforeA, "a refused bulk reopen")
+		e.unchanged(beforeC, "a refused bulk reopen")
+		e.unchanged(beforeD, "a refused bulk reopen")
+		e.noEventsSince(seq, "a refused bulk reopen")
+		if now, err := s.LoadBoard(e.ctx); err != nil || !now.Equal(boardBefore) {
+			t.Errorf("board after a refused bulk reopen = %v, %v; want it unchanged", now, err)
 		}
 	})
 

@@ -79,6 +79,55 @@ func (m sinkLeaks) SetState(ctx context.Context, mv board.Move) error {
 	return err
 }
 
+// reopenLastBlockerOnly applies the old Reopen guard: a dependent held the
+// blocker only while it was working on the promotion this blocker's
+// completion made (PromotedBy), so an earlier blocker, a dependent moved on
+// by hand and a finished dependent all let the reopen through. The real
+// store refuses those, so the mutant gets its way by parking the
+// dependents in waiting_deps for the length of the reopen and putting
+// them back afterwards.
+type reopenLastBlockerOnly struct{ board.Store }
+
+func (m reopenLastBlockerOnly) Reopen(ctx context.Context, mv board.Move) error {
+	err := m.Store.Reopen(ctx, mv)
+	if !errors.Is(err, board.ErrTransitionRejected) {
+		return err
+	}
+	deps, derr := m.Store.Dependents(ctx, mv.Card)
+	if derr != nil {
+		return err
+	}
+	b := board.DefaultBoard(true) // the board the suite opens the local twin with
+	var parked []board.Card
+	for _, d := range deps {
+		if d.PromotedBy == mv.Card && !b.IsTerminal(d.State) {
+			return err // the old guard refuses too
+		}
+		if d.State != board.StateWaitingDeps {
+			parked = append(parked, d)
+		}
+	}
+	if len(parked) == 0 {
+		return err // refused for another reason
+	}
+	for _, d := range parked {
+		park := m.Store.SetState
+		if b.IsTerminal(d.State) {
+			park = m.Store.Reopen
+		}
+		if perr := park(ctx, board.Move{Card: d.ID, To: board.StateWaitingDeps, Actor: "mutant"}); perr != nil {
+			return perr
+		}
+	}
+	err = m.Store.Reopen(ctx, mv)
+	for _, d := range parked {
+		if rerr := m.Store.SetState(ctx, board.Move{Card: d.ID, To: d.State, Actor: "mutant"}); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	return err
+}
+
 // recoveryListsClaimed ignores RecoveryOnly: it lists every claimed card,
 // as a store without a recovery index might.
 type recoveryListsClaimed struct{ board.Store }
@@ -119,6 +168,7 @@ var mutants = map[string]func(board.Store) board.Store{
 	"anonymousConflict":      func(s board.Store) board.Store { return anonymousConflict{s} },
 	"sinkLeaks":              func(s board.Store) board.Store { return sinkLeaks{s} },
 	"recoveryListsClaimed":   func(s board.Store) board.Store { return recoveryListsClaimed{s} },
+	"reopenLastBlockerOnly":  func(s board.Store) board.Store { return reopenLastBlockerOnly{s} },
 }
 
 func mutantHarness(t *testing.T) boardtest.Harness {
@@ -167,6 +217,8 @@ func TestSuiteCatchesMutants(t *testing.T) {
 			[]string{"TestMutantExercise/Expired/ExpiredListingPages"}},
 		{"recoveryListsClaimed", "TestMutantExercise/Watchdog/RecoveryOnlyListing",
 			[]string{"TestMutantExercise/Watchdog/RecoveryOnlyListing"}},
+		{"reopenLastBlockerOnly", "TestMutantExercise/States/ReopenGuard/",
+			[]string{"TestMutantExercise/States/ReopenGuard/EarlierBlocker", "TestMutantExercise/States/ReopenGuard/DependentMovedByHand", "TestMutantExercise/States/ReopenGuard/FinishedDependent"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.mutant, func(t *testing.T) {

@@ -157,28 +157,101 @@ func exerciseStates(t *testing.T, h Harness) {
 		}
 	})
 
-	t.Run("ReopenRefusedWhilePromotedDependentOutstanding", func(t *testing.T) {
-		t.Parallel()
-		e := open(t, h)
-		e.card("a", board.StateReady)
-		e.create(board.NewCard{ID: "b", DependsOn: []string{"a"}})
-		e.setState("a", board.StateDone)
-		if b := e.get("b"); b.PromotedBy != "a" {
-			t.Fatalf("dependent after its blocker completed: %s, want promoted by a", fmtCard(b))
-		}
-		before := e.get("a")
-		seq := e.lastSeq()
-		err := e.s.Reopen(e.ctx, board.Move{Card: "a", To: board.StateReady, Actor: "uid:0"})
-		wantErr(t, err, board.ErrTransitionRejected, "Reopen while a promoted dependent is outstanding")
-		e.unchanged(before, "a refused Reopen")
-		e.noEventsSince(seq, "a refused Reopen")
+	// Reopen is refused while any card that names this one as a blocker is
+	// outside waiting_deps (ADR-096 §5): such a dependent was let go on the
+	// strength of the blocker being complete, whichever blocker completed
+	// last, whoever moved it, and whether or not it has finished since.
+	t.Run("ReopenGuard", func(t *testing.T) {
+		t.Run("PromotedDependent", func(t *testing.T) {
+			t.Parallel()
+			e := open(t, h)
+			e.card("a", board.StateReady)
+			e.create(board.NewCard{ID: "d", DependsOn: []string{"a"}})
+			e.setState("a", board.StateDone)
+			if d := e.get("d"); d.State != e.b.FirstPool() || d.PromotedBy != "a" {
+				t.Fatalf("dependent after its blocker completed: %s, want %q promoted by a", fmtCard(d), e.b.FirstPool())
+			}
+			e.reopenRefused("a", "Reopen while the dependent it promoted is working")
 
-		// Once the dependent has settled in a sink it is no longer
-		// outstanding, and the blocker may be reopened.
-		e.setState("b", board.StateDone)
-		if err := e.s.Reopen(e.ctx, board.Move{Card: "a", To: board.StateReady, Actor: "uid:0"}); err != nil {
-			t.Errorf("Reopen after the dependent finished: %v, want nil", err)
-		}
+			// Parked back in waiting_deps, the dependent no longer holds the
+			// blocker, and is promoted again when the blocker completes again.
+			e.setState("d", board.StateWaitingDeps)
+			e.reopen("a", board.StateReady)
+			if d := e.get("d"); d.State != board.StateWaitingDeps {
+				t.Errorf("dependent after its blocker was reopened: %s, want still waiting_deps", fmtCard(d))
+			}
+			e.setState("a", board.StateDone)
+			if d := e.get("d"); d.State != e.b.FirstPool() || d.PromotedBy != "a" {
+				t.Errorf("dependent after its reopened blocker completed again: %s, want %q promoted by a", fmtCard(d), e.b.FirstPool())
+			}
+		})
+
+		t.Run("EarlierBlocker", func(t *testing.T) {
+			t.Parallel()
+			e := open(t, h)
+			e.card("a", board.StateReady)
+			e.card("b", board.StateReady)
+			e.create(board.NewCard{ID: "d", DependsOn: []string{"a", "b"}})
+			e.setState("a", board.StateDone)
+			e.setState("b", board.StateDone)
+			if d := e.get("d"); d.State != e.b.FirstPool() || d.PromotedBy != "b" {
+				t.Fatalf("dependent after both blockers completed: %s, want %q promoted by b", fmtCard(d), e.b.FirstPool())
+			}
+			e.reopenRefused("a", "Reopen of the earlier blocker of a promoted dependent")
+			e.reopenRefused("b", "Reopen of the last blocker of a promoted dependent")
+
+			e.setState("d", board.StateWaitingDeps)
+			e.reopen("a", board.StateReady)
+			e.reopen("b", board.StateReady)
+			e.setState("a", board.StateDone)
+			if d := e.get("d"); d.State != board.StateWaitingDeps {
+				t.Errorf("dependent with one blocker complete again: %s, want still waiting_deps", fmtCard(d))
+			}
+			e.setState("b", board.StateDone)
+			if d := e.get("d"); d.State != e.b.FirstPool() || d.PromotedBy != "b" {
+				t.Errorf("dependent after both blockers completed again: %s, want %q promoted by b", fmtCard(d), e.b.FirstPool())
+			}
+		})
+
+		t.Run("DependentMovedByHand", func(t *testing.T) {
+			t.Parallel()
+			e := open(t, h)
+			e.card("a", board.StateReady)
+			e.create(board.NewCard{ID: "d", DependsOn: []string{"a"}})
+			e.setState("d", board.StateBacklog) // an operator lets it go early
+			e.setState("a", board.StateDone)
+			if d := e.get("d"); d.State != board.StateBacklog || d.PromotedBy != "" {
+				t.Fatalf("dependent moved out of waiting_deps by hand: %s, want backlog, never promoted", fmtCard(d))
+			}
+			e.reopenRefused("a", "Reopen while a dependent moved on by hand is outside waiting_deps")
+		})
+
+		t.Run("FinishedDependent", func(t *testing.T) {
+			t.Parallel()
+			e := open(t, h)
+			e.card("a", board.StateReady)
+			e.create(board.NewCard{ID: "d", DependsOn: []string{"a"}})
+			e.setState("a", board.StateDone)
+			e.setState("d", board.StateDone)
+			e.reopenRefused("a", "Reopen while a dependent has finished")
+
+			// The way out for a finished dependent is to reopen it into
+			// waiting_deps first.
+			e.reopen("d", board.StateWaitingDeps)
+			e.reopen("a", board.StateReady)
+		})
+
+		t.Run("WaitingDependent", func(t *testing.T) {
+			t.Parallel()
+			e := open(t, h)
+			e.card("a", board.StateReady)
+			e.card("b", board.StateReady)
+			e.create(board.NewCard{ID: "d", DependsOn: []string{"a", "b"}})
+			e.setState("a", board.StateDone)
+			before := e.get("d")
+			e.reopen("a", board.StateReady)
+			e.unchanged(before, "reopening a blocker of a dependent still waiting on another")
+		})
 	})
 
 	t.Run("CompletionPromotesDependents", func(t *testing.T) {

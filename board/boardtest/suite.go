@@ -155,6 +155,30 @@ func (e *env) setState(id, to string) {
 	}
 }
 
+// reopen reopens id into to as an operator, failing the test on an error.
+func (e *env) reopen(id, to string) {
+	e.t.Helper()
+	if err := e.s.Reopen(e.ctx, board.Move{Card: id, To: to, Actor: "uid:0"}); err != nil {
+		e.t.Fatalf("Reopen(%q → %q): %v", id, to, err)
+	}
+	if c := e.get(id); c.State != to {
+		e.t.Fatalf("after Reopen(%q → %q) the card is %s", id, to, fmtCard(c))
+	}
+}
+
+// reopenRefused checks that reopening the terminal card id into the first
+// pool state is refused with ErrTransitionRejected and writes nothing.
+func (e *env) reopenRefused(id, what string) {
+	e.t.Helper()
+	e.clock.Advance(time.Second)
+	before := e.get(id)
+	seq := e.lastSeq()
+	err := e.s.Reopen(e.ctx, board.Move{Card: id, To: e.b.FirstPool(), Actor: "uid:0"})
+	wantErr(e.t, err, board.ErrTransitionRejected, what)
+	e.unchanged(before, what)
+	e.noEventsSince(seq, what)
+}
+
 // expire ends the holder's lease now and returns the card afterwards.
 func (e *env) expire(id string, tok board.ClaimToken) board.Card {
 	e.t.Helper()

@@ -58,10 +58,10 @@ rename is finished by running it again.
 		Long: `Delete the state S from the board, moving its cards into T with reason
 state_delete. Moving cards out of a terminal state into a working one is a
 bulk reopen: it is refused, changing nothing, while any of those cards has a
-dependent that was promoted on its completion and has not settled in a
-terminal state. Moving cards into a completion state from a state that is
-not one is refused too: a sweep promotes nobody, so it must not complete
-anything.
+dependent (a card that names it in depends-on) outside waiting_deps, even a
+finished one; move or reopen such dependents into waiting_deps first.
+Moving cards into a completion state from a state that is not one is
+refused too: a sweep promotes nobody, so it must not complete anything.
 
 ` + sweepHelp,
 		Args: exactArgs(1, "S"),

@@ -72,14 +72,15 @@ func TestE2EBoardAdministration(t *testing.T) {
 		t.Errorf("state events of the rename = %d, want one per card (2)", renames)
 	}
 
-	// A bulk reopen with a promoted dependent is refused and changes nothing.
+	// A bulk reopen with a promoted dependent is refused and changes nothing,
+	// and the refusal names the dependent and the way out.
 	e.MustRun("card", "create", "p", "--state", "queued")
 	e.MustRun("card", "create", "q", "--depends-on", "p")
 	e.MustRun("card", "move", "p", "done")
 	e.MustRun("card", "move", "p", "cancelled")
 	_, errs, code := e.Run("board", "state", "delete", "cancelled", "--into", "backlog")
-	if code != exitError || !strings.Contains(errs, "promoted") {
-		t.Errorf("bulk reopen with a promoted dependent: exit %d, stderr %q; want 1 naming the promoted dependent", code, errs)
+	if code != exitError || !strings.Contains(errs, `dependent "q"`) || !strings.Contains(errs, "move it back to waiting_deps") {
+		t.Errorf("bulk reopen with a promoted dependent: exit %d, stderr %q; want 1 naming the dependent and waiting_deps", code, errs)
 	}
 	if c := e.Card("p"); c.State != "cancelled" {
 		t.Errorf("card p after a refused delete is %q, want cancelled", c.State)

@@ -181,8 +181,10 @@ states is an ordinary refiling.`,
 		Use:   "reopen ID STATE",
 		Short: "Reopen a card from a terminal state into a working state",
 		Long: `Reopen is the only exit from a terminal state. STATE must be a working
-(non-terminal) state. It is refused while a card unblocked by this card's
-completion is still outstanding.`,
+(non-terminal) state. It is refused while any card that names this one in
+its depends-on is outside waiting_deps (whichever blocker promoted it, and
+even once it has finished): move or reopen that dependent into waiting_deps
+first.`,
 		Args: exactArgs(2, "ID", "STATE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runCardReopen(cmd.Context(), env, args[0], args[1])

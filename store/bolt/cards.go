@@ -276,7 +276,7 @@ func (w *wtx) updateCard(rec *cardRecord, now time.Time, ev board.Event, edit fu
 // first pool state once every blocker is complete, reason unblocked (not a
 // machine reason: the cascade of closing a blocker keeps its triggers,
 // ADR-096 Consequences). PromotedBy records the blocker whose completion
-// did it, which is what Reopen checks.
+// did it, for the record: Reopen does not read it.
 func (s *Store) promoteDependents(w *wtx, id, actor string) error {
 	deps, err := w.dependents(id)
 	if err != nil {
@@ -378,7 +378,10 @@ func (s *Store) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
 	return changed, err
 }
 
-// Reopen is the only exit from a terminal state (ADR-096 §5).
+// Reopen is the only exit from a terminal state (ADR-096 §5). It is
+// refused while any card that names this one as a blocker is outside
+// waiting_deps (board.Board.ReopenBlockedBy); the check and the move are
+// one transaction.
 func (s *Store) Reopen(ctx context.Context, m board.Move) error {
 	if err := m.Validate(); err != nil {
 		return err

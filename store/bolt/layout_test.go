@@ -205,8 +205,8 @@ func TestOrdinaryWritesNeverWriteTheClaimsBucket(t *testing.T) {
 			return err
 		}},
 		{"SetState", func() error { return s.SetState(ctx, board.Move{Card: "a", To: board.StateDone}) }},
-		{"SetState of the promoted dependent", func() error {
-			return s.SetState(ctx, board.Move{Card: "b", To: board.StateCancelled})
+		{"SetState of the promoted dependent back to waiting_deps", func() error {
+			return s.SetState(ctx, board.Move{Card: "b", To: board.StateWaitingDeps})
 		}},
 		{"Reopen", func() error { return s.Reopen(ctx, board.Move{Card: "a", To: board.StateReady}) }},
 	}

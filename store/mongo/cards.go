@@ -348,12 +348,14 @@ func (s *Store) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
 	return moved, s.afterMove(ctx, c, moved, m.Actor)
 }
 
-// Reopen is the only exit from a terminal state (ADR-096 §5).
+// Reopen is the only exit from a terminal state (ADR-096 §5). It is
+// refused while any card that names this one as a blocker is outside
+// waiting_deps (board.Board.ReopenBlockedBy).
 //
-// Twin divergence: the check for an outstanding promoted dependent and the
-// move are two steps here (no multi-document atomicity); a dependent
-// promoted in between is the same race as an operator reopening a moment
-// earlier.
+// Twin divergence: the check for such a dependent and the move are two
+// steps here (no multi-document atomicity); a dependent that leaves
+// waiting_deps in between is the same race as an operator reopening a
+// moment earlier.
 func (s *Store) Reopen(ctx context.Context, m board.Move) error {
 	if err := m.Validate(); err != nil {
 		return err
@@ -371,25 +373,20 @@ func (s *Store) Reopen(ctx context.Context, m board.Move) error {
 		}
 	}
 	b := s.cachedBoard()
-	var terminal []string
-	for _, st := range b.States {
-		if st.Terminal {
-			terminal = append(terminal, st.Name)
-		}
-	}
 	_, _, err = s.mutate(ctx, m.Card, func(c *cardState, clk serverClock) (*change, error) {
 		if err := b.CheckReopen(m.Card, c.State, m.From); err != nil {
 			return nil, err
 		}
+		// The oldest blocking dependent, so the refusal names the same
+		// card as the bbolt twin's, which walks them oldest first.
 		raw, err := s.cards.FindOne(ctx, bson.D{
 			{Key: "depends_on", Value: m.Card},
-			{Key: "promoted_by", Value: m.Card},
-			{Key: "state", Value: bson.D{{Key: "$nin", Value: terminal}}},
-		}).Raw()
+			{Key: "state", Value: bson.D{{Key: "$ne", Value: board.StateWaitingDeps}}},
+		}, options.FindOne().SetSort(creationOrder)).Raw()
 		switch {
 		case err == nil:
 			// The query selected exactly the dependents that block the
-			// reopen (board.Board.ReopenBlockedBy); this one names it.
+			// reopen; ReopenBlockedBy words the refusal.
 			d, derr := decodeCard(raw)
 			if derr != nil {
 				return nil, derr
