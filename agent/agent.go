@@ -475,7 +475,7 @@ func (a *Agent) reaperPass(ctx context.Context, dryRun bool) (apitype.ReaperPass
 	if err != nil {
 		return apitype.ReaperPass{}, err
 	}
-	return passToAPI(res, a.clock.Now().Sub(res.At)), nil
+	return passToAPI(res, res.Took), nil
 }
 
 // recordPass runs after every reaper pass. A dry run is an operator's
@@ -485,9 +485,8 @@ func (a *Agent) recordPass(res watchdog.PassResult) {
 	if res.DryRun {
 		return
 	}
-	took := a.clock.Now().Sub(res.At)
-	a.metrics.pass(res, took)
-	p := passToAPI(res, took)
+	a.metrics.pass(res, res.Took)
+	p := passToAPI(res, res.Took)
 	a.passMu.Lock()
 	a.lastPass = &p
 	a.passMu.Unlock()
@@ -531,6 +530,7 @@ func passToAPI(res watchdog.PassResult, took time.Duration) apitype.ReaperPass {
 			PrevHolder: s.Marker,
 			Action:     string(s.Sweep) + " sweep: " + string(s.Outcome),
 			Applied:    appliedOutcome(s.Outcome),
+			Reason:     describeSweep(s),
 			Error:      s.Error,
 		}
 		if d.Error == "" && s.Err != nil {
@@ -547,6 +547,19 @@ func appliedOutcome(o watchdog.Outcome) bool {
 		return true
 	}
 	return false
+}
+
+// describeSweep explains a repair sweep's record: the disposition a
+// reconciling sweep judged the card by, and where it filed it.
+func describeSweep(s watchdog.SweepResult) string {
+	if s.Decision == nil {
+		return ""
+	}
+	out := fmt.Sprintf("%v (row %d): %s", s.Decision.Action, s.Decision.Row, s.Decision.Reason)
+	if s.FiledTo != "" {
+		out += " → " + s.FiledTo
+	}
+	return out
 }
 
 func describeDecision(c watchdog.CardResult) string {

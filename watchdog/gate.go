@@ -9,19 +9,20 @@ import (
 // (ADR-096 §8, §9: default off, as in the ADR's release N).
 const GateEnv = "LEASEKEEPER_REAPER"
 
-// ParseGate reads the value of LEASEKEEPER_REAPER. "1", "true", "on" and
-// "yes" (any case, surrounding space ignored) turn the gate on; "0",
-// "false", "off", "no" and the empty value leave it off. Anything else
+// ParseGate reads the value of LEASEKEEPER_REAPER. "1", "t", "true", "on",
+// "y" and "yes" (any case, surrounding space ignored) turn the gate on;
+// "0", "f", "false", "off", "n", "no" and the empty value leave it off —
+// the spellings strconv.ParseBool and YAML users reach for. Anything else
 // leaves it off too — the gate is the lever an operator pulls when they
 // judge the watchdog wrong, so a typo must never switch decisions on — and
 // returns one warning naming the value.
 func ParseGate(v string) (enabled bool, warning string) {
 	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "1", "true", "on", "yes":
+	case "1", "t", "true", "on", "y", "yes":
 		return true, ""
-	case "", "0", "false", "off", "no":
+	case "", "0", "f", "false", "off", "n", "no":
 		return false, ""
 	default:
-		return false, fmt.Sprintf("%s=%q is not a boolean (want 1/true/on/yes or 0/false/off/no): the reaper stays off", GateEnv, v)
+		return false, fmt.Sprintf("%s=%q is not a boolean (want 1/t/true/on/y/yes or 0/f/false/off/n/no): the reaper stays off", GateEnv, v)
 	}
 }

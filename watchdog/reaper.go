@@ -199,8 +199,11 @@ type SweepResult struct {
 
 // PassResult is what one pass did.
 type PassResult struct {
-	At     time.Time `json:"at"`
-	DryRun bool      `json:"dry_run"`
+	// At is the store's time the pass judged by (Store.Now).
+	At time.Time `json:"at"`
+	// Took is how long the pass ran, on this agent's monotonic clock.
+	Took   time.Duration `json:"took"`
+	DryRun bool          `json:"dry_run"`
 	// Enabled is the gate as this pass read it; off, no card was decided.
 	Enabled bool `json:"enabled"`
 	// Cards and Sweeps are sorted by card (the cards of a pass are
@@ -328,6 +331,7 @@ func (r *Reaper) loop(ctx context.Context, done chan struct{}) {
 func (r *Reaper) RunOnce(ctx context.Context, dryRun bool) (PassResult, error) {
 	r.passMu.Lock()
 	defer r.passMu.Unlock()
+	start := time.Now()
 	res := PassResult{DryRun: dryRun, Enabled: r.cfg.Enabled()}
 	now, err := r.cfg.Store.Now(ctx)
 	if err != nil {
@@ -371,6 +375,7 @@ func (r *Reaper) RunOnce(ctx context.Context, dryRun bool) (PassResult, error) {
 		}
 		slices.SortStableFunc(res.Sweeps, func(a, b SweepResult) int { return strings.Compare(a.Card, b.Card) })
 	}
+	res.Took = time.Since(start)
 	if r.cfg.OnPass != nil {
 		r.cfg.OnPass(res)
 	}

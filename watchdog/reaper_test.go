@@ -720,8 +720,8 @@ func TestParseGate(t *testing.T) {
 		want     bool
 		wantWarn bool
 	}{
-		{"1", true, false}, {"true", true, false}, {"ON", true, false}, {" yes ", true, false},
-		{"0", false, false}, {"false", false, false}, {"off", false, false}, {"No", false, false}, {"", false, false},
+		{"1", true, false}, {"true", true, false}, {"ON", true, false}, {" yes ", true, false}, {"t", true, false}, {"Y", true, false},
+		{"0", false, false}, {"false", false, false}, {"off", false, false}, {"No", false, false}, {"", false, false}, {"F", false, false}, {"n", false, false},
 		{"enable", false, true}, {"2", false, true}, {"tru", false, true},
 	}
 	for _, tc := range tests {

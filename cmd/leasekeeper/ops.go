@@ -284,7 +284,10 @@ func runReaperPass(ctx context.Context, env *cli, o reaperOpts) error {
 		mode = "dry run"
 	}
 	gate := ""
-	if pass.Gated {
+	switch {
+	case pass.Gated && pass.DryRun:
+		gate = " (gate off: what the gate would decide, and the repair sweeps)"
+	case pass.Gated:
 		gate = " (gate off: repair sweeps only, no decisions)"
 	}
 	fmt.Fprintf(env.stdout, "reaper %s at %s: %d examined%s\n", mode, pass.StartedAt.Format(time.RFC3339), pass.Examined, gate)
