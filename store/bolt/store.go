@@ -3,7 +3,9 @@ package boltstore
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,7 +37,16 @@ var (
 	ErrLocked = errors.New("boltstore: store file is locked")
 	// ErrSchema: the file's schema is not one this binary can use.
 	ErrSchema = errors.New("boltstore: unsupported schema")
+	// ErrDamaged: the file exists but is not a whole bbolt database (empty,
+	// truncated, pages that fail bbolt's consistency check). It is never
+	// opened as a new board: a fresh board restarts every epoch at 1, and
+	// only a missing file may do that.
+	ErrDamaged = errors.New("boltstore: store file is damaged")
 )
+
+// damagedHelp is what to do about a damaged file, said with every
+// ErrDamaged.
+const damagedHelp = "stop the agent's workers, then restore the file from a backup (a copy older than the damage rewinds epochs, see the operator's guide) or move it aside to start an empty board"
 
 // Options configures Open.
 type Options struct {
@@ -92,18 +103,15 @@ func Open(path string, opts Options) (*Store, error) {
 	case timeout == 0:
 		timeout = DefaultLockTimeout
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
-		Timeout: timeout,
-		// NoSync stays false: every commit is fsynced (a claim that is not
-		// durable is not a fence).
-		NoSync:       false,
-		FreelistType: bolt.FreelistMapType,
-	})
+	// Only a missing file is a new board. An existing empty one is a
+	// truncation or a half-written restore, which bbolt would silently
+	// initialise as a fresh database with every epoch back at 1.
+	if fi, err := os.Stat(path); err == nil && fi.Size() == 0 {
+		return nil, fmt.Errorf("%w: %q is empty (0 bytes); only a missing file starts a new board: %s", ErrDamaged, path, damagedHelp)
+	}
+	db, err := openChecked(path, timeout)
 	if err != nil {
-		if errors.Is(err, bolterrors.ErrTimeout) {
-			return nil, lockedError(path, timeout, err)
-		}
-		return nil, fmt.Errorf("boltstore: open %q: %w", path, err)
+		return nil, err
 	}
 	if err := db.Update(checkSchema); err != nil {
 		_ = db.Close()
@@ -118,6 +126,54 @@ func Open(path string, opts Options) (*Store, error) {
 	s.def.Store(&stored)
 	s.startCommitter()
 	return s, nil
+}
+
+// openChecked opens the file and runs bbolt's consistency check over it
+// before anything reads it: damaged pages surface as one error naming the
+// file, never as a panic in the middle of serving (bbolt panics on some
+// corrupt pages, so Open's own panics are caught as well). The check reads
+// every page once; on a file of 10,000 cards it takes milliseconds
+// (BenchmarkOpenCheck).
+func openChecked(path string, timeout time.Duration) (db *bolt.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if db != nil {
+				_ = db.Close()
+			}
+			db, err = nil, fmt.Errorf("%w: %q: bbolt could not read it (%v): %s", ErrDamaged, path, r, damagedHelp)
+		}
+	}()
+	db, err = bolt.Open(path, 0o600, &bolt.Options{
+		Timeout: timeout,
+		// NoSync stays false: every commit is fsynced (a claim that is not
+		// durable is not a fence).
+		NoSync:       false,
+		FreelistType: bolt.FreelistMapType,
+	})
+	switch {
+	case errors.Is(err, bolterrors.ErrTimeout):
+		return nil, lockedError(path, timeout, err)
+	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrChecksum), errors.Is(err, bolterrors.ErrVersionMismatch):
+		return nil, fmt.Errorf("%w: %q is not a readable bbolt database (%w): %s", ErrDamaged, path, err, damagedHelp)
+	case err != nil:
+		return nil, fmt.Errorf("boltstore: open %q: %w", path, err)
+	}
+	var problems []string
+	if err := db.View(func(tx *bolt.Tx) error {
+		for e := range tx.Check() {
+			if len(problems) < 3 {
+				problems = append(problems, strings.ReplaceAll(e.Error(), "\n", " "))
+			}
+		}
+		return nil
+	}); err != nil {
+		problems = append(problems, err.Error())
+	}
+	if len(problems) > 0 {
+		_ = db.Close()
+		return nil, fmt.Errorf("%w: %q fails bbolt's consistency check (%s): %s", ErrDamaged, path, strings.Join(problems, "; "), damagedHelp)
+	}
+	return db, nil
 }
 
 // lockedError names the file and, when the kernel tells us, the pid holding
