@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	mongostore "github.com/leasekeeper/leasekeeper/store/mongo"
 	"github.com/leasekeeper/leasekeeper/watchdog"
 )
 
@@ -321,7 +322,7 @@ func (fc fileConfig) resolve(env Environment) (Config, error) {
 			cfg.Store.URI = DefaultMongoURI
 		}
 		if !strings.HasPrefix(cfg.Store.URI, "mongodb://") && !strings.HasPrefix(cfg.Store.URI, "mongodb+srv://") {
-			return Config{}, keyErr("store.uri", "%q is not a mongodb:// or mongodb+srv:// URI", cfg.Store.URI)
+			return Config{}, keyErr("store.uri", "%q is not a mongodb:// or mongodb+srv:// URI", mongostore.RedactURI(cfg.Store.URI))
 		}
 		if cfg.Store.Database == "" {
 			cfg.Store.Database = cfg.BoardName

@@ -26,7 +26,7 @@ func openMongo(ctx context.Context, spec StoreSpec, clock board.Clock) (board.St
 		UnleasedHorizon: spec.UnleasedHorizon,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("open mongo store %s/%s: %w", spec.URI, spec.Database, err)
+		return nil, fmt.Errorf("open mongo store %s/%s: %w", mongostore.RedactURI(spec.URI), spec.Database, err)
 	}
 	return s, nil
 }

@@ -93,8 +93,14 @@ type Store struct {
 
 var _ board.Store = (*Store)(nil)
 
-// Open connects, checks the server answers, and creates the indexes.
+// Open connects, checks the server answers, and creates the indexes. No
+// error it returns carries the connection string's secrets (RedactURI).
 func Open(ctx context.Context, opts Options) (*Store, error) {
+	s, err := open(ctx, opts)
+	return s, scrub(err, opts.URI)
+}
+
+func open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.URI == "" {
 		return nil, board.Invalid("mongostore: empty URI")
 	}
