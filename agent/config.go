@@ -227,6 +227,14 @@ func LoadConfig(path string, env Environment) (Config, error) {
 	return cfg, err
 }
 
+// hasDocument reports whether data holds a YAML document at all (not
+// only whitespace and comments).
+func hasDocument(data []byte) bool {
+	var n yaml.Node
+	err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&n)
+	return !errors.Is(err, io.EOF)
+}
+
 // ParseConfig parses a YAML document strictly (unknown keys are errors that
 // name the key and its line), applies defaults and validates.
 func ParseConfig(data []byte, env Environment) (Config, error) {

@@ -25,9 +25,22 @@ type ReloadResult struct {
 	Restart []string
 }
 
+// ErrConfigRemoved is the reload result of a config file that is gone: the
+// last good config stays in force until the file comes back.
+var ErrConfigRemoved = errors.New("config file removed")
+
+// ErrConfigEmpty refuses, on reload, a config file that holds no YAML
+// document (empty, or comments only). Applied, it would switch every key
+// to its default under a running agent — the lease, the gate, and at the
+// next restart the store — which is never what emptying a file by mistake
+// (a truncation, a failed template) meant. A file meant to say "all
+// defaults" says `{}`.
+var ErrConfigEmpty = errors.New("config file holds no YAML document (empty or comments only); write {} to mean every default")
+
 // WatchConfig watches the config file at path and applies every valid
-// change to live until ctx ends. An invalid file keeps the last good config
-// and is logged with the reason.
+// change to live until ctx ends. An invalid or empty file keeps the last
+// good config and is logged with the reason; a removed one is logged at
+// warn and keeps it too.
 //
 // It watches the file's DIRECTORY and filters by name, because editors and
 // Kubernetes ConfigMaps replace the file by rename (a ConfigMap swaps a
@@ -36,6 +49,10 @@ type ReloadResult struct {
 //
 // onReload, when set, is called after every attempt (tests and status use
 // it); it runs on the watcher's goroutine.
+//
+// When path is a symlink to a file in another directory, that directory is
+// watched as well (and the link re-resolved after every event), so an edit
+// of the target is seen.
 func WatchConfig(ctx context.Context, path string, env Environment, live *Live, log *slog.Logger, onReload func(ReloadResult)) error {
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -71,6 +88,28 @@ func watchLoop(ctx context.Context, w *fsnotify.Watcher, path, base string, env 
 	last := live.Config().raw
 	timer := time.NewTimer(settle)
 	defer timer.Stop()
+	// The symlink's target, when it lives in another directory: watched
+	// too, and followed when the link is re-pointed.
+	var targetDir, targetBase string
+	follow := func() {
+		real, err := filepath.EvalSymlinks(path)
+		if err != nil || filepath.Dir(real) == filepath.Dir(path) {
+			return
+		}
+		dir := filepath.Dir(real)
+		if dir != targetDir {
+			if err := w.Add(dir); err != nil {
+				log.Warn("config watcher: cannot watch the symlink's target directory; edits of the target may go unseen", "dir", dir, "err", err)
+				return
+			}
+			if targetDir != "" {
+				_ = w.Remove(targetDir)
+			}
+		}
+		targetDir, targetBase = dir, filepath.Base(real)
+	}
+	follow()
+	removed := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -84,19 +123,32 @@ func watchLoop(ctx context.Context, w *fsnotify.Watcher, path, base string, env 
 			if !ok {
 				return
 			}
-			name := filepath.Base(ev.Name)
+			name, dir := filepath.Base(ev.Name), filepath.Dir(ev.Name)
+			inTarget := targetDir != "" && dir == targetDir && name == targetBase
 			// "..data" and friends are the ConfigMap's atomic swap.
-			if name != base && !strings.HasPrefix(name, "..") {
+			if !inTarget && dir == filepath.Dir(path) && name != base && !strings.HasPrefix(name, "..") {
+				continue
+			}
+			if !inTarget && dir != filepath.Dir(path) {
 				continue
 			}
 			timer.Reset(settle)
 		case <-timer.C:
+			follow()
 			data, err := os.ReadFile(path)
 			if errors.Is(err, os.ErrNotExist) {
-				// Mid-replacement: the new file's create event follows.
-				log.Debug("config file absent, waiting for it to reappear", "path", path)
+				// Settled and still absent: not a rename in progress (its
+				// create event would have come within the settle delay).
+				if !removed {
+					removed = true
+					log.Warn("config file removed: keeping the last good config until it comes back", "path", path)
+					if onReload != nil {
+						onReload(ReloadResult{Config: live.Config(), Err: fmt.Errorf("%s: %w", path, ErrConfigRemoved)})
+					}
+				}
 				continue
 			}
+			removed = false
 			if err == nil && bytes.Equal(data, last) {
 				continue
 			}
@@ -113,6 +165,9 @@ func watchLoop(ctx context.Context, w *fsnotify.Watcher, path, base string, env 
 
 func reload(path string, data []byte, readErr error, env Environment, live *Live, log *slog.Logger) ReloadResult {
 	next, err := ParseConfig(data, env)
+	if err == nil && readErr == nil && !hasDocument(data) {
+		err = ErrConfigEmpty
+	}
 	if readErr != nil {
 		err = readErr
 	}

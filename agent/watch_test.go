@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -185,5 +186,69 @@ func TestWatchConfigRestartKeysAreReportedNotApplied(t *testing.T) {
 	}
 	if got, want := live.Lease(), 33*time.Second; got != want {
 		t.Errorf("lease = %s, want %s", got, want)
+	}
+}
+
+// An emptied config file (truncated, comments only) is refused on reload
+// like an invalid one: applied, it would switch the lease and the gate to
+// their defaults under the running agent.
+func TestWatchConfigRefusesAnEmptiedFile(t *testing.T) {
+	t.Parallel()
+	for _, emptied := range []string{"", "# nothing here yet\n\n"} {
+		path := filepath.Join(t.TempDir(), "agent.yaml")
+		writeFile(t, path, "lease: 4s\nreaper: {enabled: true}\n")
+		live, results := startWatch(t, path)
+		writeFile(t, path, emptied)
+		r := nextReload(t, results)
+		if !errors.Is(r.Err, ErrConfigEmpty) {
+			t.Errorf("reload of %q: err %v, want ErrConfigEmpty", emptied, r.Err)
+		}
+		if live.Lease() != 4*time.Second || !live.ReaperEnabled() {
+			t.Errorf("after %q: lease %s gate %v, want the last good 4s and on", emptied, live.Lease(), live.ReaperEnabled())
+		}
+		// "{}" says "every default" on purpose, and is applied.
+		writeFile(t, path, "{}\n")
+		if r := nextReload(t, results); r.Err != nil || live.Lease() != 30*time.Second {
+			t.Errorf("reload of {}: err %v lease %s, want the defaults applied", r.Err, live.Lease())
+		}
+	}
+}
+
+// A removed config file is reported (and logged at warn), and the last good
+// config stays.
+func TestWatchConfigReportsARemovedFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "agent.yaml")
+	writeFile(t, path, "lease: 4s\n")
+	live, results := startWatch(t, path)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if r := nextReload(t, results); !errors.Is(r.Err, ErrConfigRemoved) {
+		t.Errorf("after removal: err %v, want ErrConfigRemoved", r.Err)
+	}
+	if live.Lease() != 4*time.Second {
+		t.Errorf("lease %s, want the last good 4s", live.Lease())
+	}
+	writeFile(t, path, "lease: 6s\n")
+	if r := nextReload(t, results); r.Err != nil || live.Lease() != 6*time.Second {
+		t.Errorf("after it came back: err %v lease %s, want 6s", r.Err, live.Lease())
+	}
+}
+
+// A config that is a symlink to a file in another directory is watched
+// through its target: editing the target reloads.
+func TestWatchConfigFollowsASymlinkToAnotherDirectory(t *testing.T) {
+	t.Parallel()
+	real := filepath.Join(t.TempDir(), "real.yaml")
+	writeFile(t, real, "lease: 4s\n")
+	path := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.Symlink(real, path); err != nil {
+		t.Fatal(err)
+	}
+	live, results := startWatch(t, path)
+	writeFile(t, real, "lease: 7s\n")
+	if r := nextReload(t, results); r.Err != nil || live.Lease() != 7*time.Second {
+		t.Errorf("after editing the target: err %v lease %s, want 7s", r.Err, live.Lease())
 	}
 }
