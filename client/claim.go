@@ -82,7 +82,9 @@ func (cl *Claim) start(trusted time.Duration, at time.Time) {
 
 // trust records that the agent, at (or before) `at`, still trusted the
 // lease for `remaining`. `at` must be no later than the moment the agent
-// measured it: the send time of a request, or the receipt of a frame.
+// measured it: the send time of a request, or for a watch frame the instant
+// measuredAt derives from the stream's own send time — never the frame's
+// receipt, which may come any time later.
 func (cl *Claim) trust(remaining time.Duration, at time.Time) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()

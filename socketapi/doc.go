@@ -92,7 +92,10 @@
 //	    from the store's event log, never for machine-reason events), and a
 //	    "ping" every lease/3 listing the caller's claims with trusted_ms,
 //	    the time the agent still trusts each lease, relative, so the two
-//	    processes' clocks need not agree.
+//	    processes' clocks need not agree, and stream_ms, how long after
+//	    receiving the watch request the agent measured them: the worker
+//	    counts trusted_ms from its send time of the request + stream_ms,
+//	    never from the frame's (possibly late) receipt.
 //	    Without ?after the stream starts from now.
 //
 // # Reads (any peer)

@@ -24,9 +24,10 @@ func (s *Server) held(card string) (heartbeat.Claim, bool) {
 	return s.cfg.Claims.Lookup(card)
 }
 
-// remaining is how long the agent still trusts a held claim, from now.
-func (s *Server) remaining(h heartbeat.Claim) time.Duration {
-	return max(h.TrustedUntil.Sub(s.cfg.Clock.Now()), 0)
+// remaining is how long the agent still trusts a held claim, from now (a
+// reading of the server's clock).
+func (s *Server) remaining(h heartbeat.Claim, now time.Time) time.Duration {
+	return max(h.TrustedUntil.Sub(now), 0)
 }
 
 // sameProcess reports whether the recorded owner is the calling process:
@@ -127,7 +128,7 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request, c caller) e
 	}
 	var trusted time.Duration
 	if h, ok := s.held(card.ID); ok && h.Hold.Token == tok {
-		trusted = s.remaining(h)
+		trusted = s.remaining(h, s.cfg.Clock.Now())
 	}
 	return writeJSON(w, http.StatusOK, apitype.ClaimResponse{
 		Card:      card,
@@ -343,13 +344,15 @@ func (s *Server) handleUpdateRun(w http.ResponseWriter, r *http.Request, c calle
 	return writeJSON(w, http.StatusOK, updated)
 }
 
-// trustedFor lists the claims the agent holds for this worker process.
-func (s *Server) trustedFor(wk worker) []apitype.TrustedClaim {
+// trustedAt lists the claims the agent holds for this worker process, with
+// how long each is still trusted from now: one reading for all of them, so
+// the instant a listing is measured at is one the caller can name.
+func (s *Server) trustedAt(wk worker, now time.Time) []apitype.TrustedClaim {
 	out := []apitype.TrustedClaim{}
 	for _, h := range s.cfg.Claims.Held() {
 		if s.sameProcess(h, wk) {
 			out = append(out, apitype.TrustedClaim{
-				Card: h.Hold.Card, Epoch: h.Hold.Token.Epoch, TrustedMS: s.remaining(h).Milliseconds(),
+				Card: h.Hold.Card, Epoch: h.Hold.Token.Epoch, TrustedMS: s.remaining(h, now).Milliseconds(),
 			})
 		}
 	}
@@ -361,5 +364,5 @@ func (s *Server) handleKeepalive(w http.ResponseWriter, r *http.Request, c calle
 		return err
 	}
 	s.cfg.Claims.Ping(c.worker.marker)
-	return writeJSON(w, http.StatusOK, apitype.KeepaliveResponse{Claims: s.trustedFor(c.worker)})
+	return writeJSON(w, http.StatusOK, apitype.KeepaliveResponse{Claims: s.trustedAt(c.worker, s.cfg.Clock.Now())})
 }

@@ -107,9 +107,11 @@ class Watch(threading.Thread):
 
     The stream sends a hello, then claim_lost / launch frames, and a ping
     every lease/3 listing this process's claims with trusted_ms: how long
-    the agent still trusts each lease, counted from when it sent the frame.
-    The deadline is kept on this process's monotonic clock, so the two
-    processes' wall clocks never need to agree.
+    the agent still trusts each lease, counted from when it measured the
+    frame — stream_ms after it received the watch request, so from this
+    process's send time of that request plus stream_ms, never from the
+    frame's (possibly late) receipt. The deadline is kept on this process's
+    monotonic clock, so the two processes' wall clocks never need to agree.
     """
 
     def __init__(self, agent):
@@ -180,6 +182,9 @@ class Watch(threading.Thread):
         query = "" if self.after < 0 else "?after=%d" % self.after
         conn = UnixHTTPConnection(self.agent.path, timeout=None)
         try:
+            # Taken before the request goes out, so before the agent gets
+            # it: pings count their trusted times from here (see trust).
+            sent = time.monotonic()
             conn.request("GET", "/v1/watch" + query, headers={"Leasekeeper-Worker": self.agent.identity})
             resp = conn.getresponse()
             if resp.status != 200:
@@ -190,12 +195,12 @@ class Watch(threading.Thread):
                     return
                 received = time.monotonic()
                 frame = json.loads(line)
-                self.on_frame(frame, received)
+                self.on_frame(frame, received, sent)
                 self.after = frame.get("seq", self.after)
         finally:
             conn.close()
 
-    def on_frame(self, f, received):
+    def on_frame(self, f, received, sent):
         kind = f.get("type")
         if kind == "hello":
             if f.get("missed") and self.after >= 0:
@@ -215,7 +220,17 @@ class Watch(threading.Thread):
             if mine:
                 self.lose("claim lost: %s" % f.get("reason"))
         elif kind == "ping":
-            self.trust(f.get("claims"), received)
+            # Count from an instant no later than the agent's measurement:
+            # the stream's send time plus the stream's age at the
+            # measurement (stream_ms). The receipt may come any time later
+            # (this process was stopped, the socket buffer held the frame),
+            # and counting from it would stretch the deadline past the
+            # agent's. Worker and agent share the host's monotonic clock;
+            # an agent that predates stream_ms leaves the receipt.
+            at = received
+            if f.get("stream_ms") is not None:
+                at = min(received, sent + f["stream_ms"] / 1000.0)
+            self.trust(f.get("claims"), at)
 
     def trust(self, claims, at):
         with self.changed:
