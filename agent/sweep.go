@@ -45,6 +45,13 @@ type SweepItem struct {
 	Action SweepAction
 	Why    string
 	Err    error
+	// Lost, for a worker's claim the sweep expired, is the loss that amounts
+	// to in the heartbeat's terms (its owner dead, or no renewal confirmed
+	// before its trusted deadline): the agent does not vouch for the claim
+	// although the store still names it. The caller hands it to the
+	// heartbeat's Disown, so a re-claim by the same marker is a fresh
+	// acquisition and not that token back. Empty otherwise.
+	Lost heartbeat.LostReason
 }
 
 // Adoption is a live worker's claim the sweep renewed; the caller hands it
@@ -149,6 +156,9 @@ func BootSweep(ctx context.Context, cfg SweepConfig) ([]SweepItem, []Adoption, e
 		case pidprobe.Dead:
 			item.Action, item.Why, item.Err = cfg.bury(ctx, c)
 			item.Why = why + "; " + item.Why
+			if item.Action == SweepExpired && !m.Recovery {
+				item.Lost = heartbeat.LostOwnerDead
+			}
 		case pidprobe.Alive:
 			if m.Recovery {
 				// A live agent's recovery claim (another agent of this host
@@ -176,6 +186,9 @@ func BootSweep(ctx context.Context, cfg SweepConfig) ([]SweepItem, []Adoption, e
 		}
 		item := SweepItem{Card: l.card.ID, Marker: l.card.Claim, Epoch: l.card.ClaimEpoch}
 		item.Action, item.Why, item.Err = cfg.expire(ctx, l.card)
+		if item.Action == SweepExpired {
+			item.Lost = heartbeat.LostUnconfirmed
+		}
 		item.Why = fmt.Sprintf("%s, but the claim is over: its lease ends at %s, not %v after now (%s), so its holder has passed its trusted deadline and given it up; not adopted; %s",
 			l.why, l.card.ClaimLeaseUntil.Format(time.RFC3339Nano), 2*cfg.Margin, attempt.Format(time.RFC3339Nano), item.Why)
 		items = append(items, item)

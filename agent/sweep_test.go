@@ -307,6 +307,11 @@ func TestBootSweepDoesNotReviveAClaimWhoseDeadlineHasPassed(t *testing.T) {
 	got := map[string]SweepAction{}
 	for _, it := range items {
 		got[it.Card] = it.Action
+		// An expired claim is one the agent does not vouch for: the
+		// caller disowns it, so its worker's re-claim is a fresh one.
+		if wantLost := map[SweepAction]heartbeat.LostReason{SweepExpired: heartbeat.LostUnconfirmed}[it.Action]; it.Lost != wantLost {
+			t.Errorf("card %s (%s): Lost = %q, want %q", it.Card, it.Action, it.Lost, wantLost)
+		}
 	}
 	for card, w := range want {
 		if got[card] != w {
@@ -386,5 +391,47 @@ func TestAgentBootDoesNotRenewAnEndedClaim(t *testing.T) {
 	}
 	if !strings.Contains(r.logs.String(), "action=expired") {
 		t.Errorf("agent log does not report the claim expired by the boot sweep:\n%s", r.logs.String())
+	}
+}
+
+// TestAgentReclaimAfterBootSweepIsFresh: a claim the boot sweep expired
+// instead of adopting is not handed back by the next claim of the same
+// marker: the worker gets the card at a higher epoch. The marker here names
+// the test process, which is also the agent's (the agent runs in it), so
+// the sweep buries it as an earlier incarnation's; the claim through the
+// socket then comes from that very marker.
+func TestAgentReclaimAfterBootSweepIsFresh(t *testing.T) {
+	t.Parallel()
+	host, err := pidprobe.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old board.ClaimToken
+	r := startRun(t, runOpts{
+		seedClock: boardtest.NewManualClock(time.Now().Add(-time.Hour)),
+		seed: func(t *testing.T, s *boltstore.Store) {
+			ctx := context.Background()
+			if _, err := s.CreateCard(ctx, board.NewCard{ID: "again"}); err != nil {
+				t.Fatal(err)
+			}
+			if old, err = s.Claim(ctx, board.ClaimRequest{Card: "again", Marker: board.WorkerMarker(host, os.Getpid()), Lease: 30 * time.Second}); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl, err := r.client().Claim(ctx, "again")
+	if err != nil {
+		t.Fatalf("claim after the boot sweep: %v", err)
+	}
+	if cl.Token().Marker != old.Marker || cl.Token().Epoch <= old.Epoch {
+		t.Errorf("claim after the boot sweep got %+v, want %s at an epoch above the expired %d", cl.Token(), old.Marker, old.Epoch)
+	}
+	if err := cl.Context().Err(); err != nil {
+		t.Errorf("claim ended at once: %v", context.Cause(cl.Context()))
+	}
+	if err := cl.Release(ctx); err != nil {
+		t.Error(err)
 	}
 }

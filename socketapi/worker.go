@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -106,12 +107,10 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request, c caller) e
 	var tok board.ClaimToken
 	var err error
 	if req.Next {
+		// ClaimNext only takes a free card: always a fresh acquisition.
 		card, tok, err = s.cfg.Store.ClaimNext(ctx, board.ClaimNextRequest{Marker: wk.marker, Lease: lease})
 	} else {
-		if h, ok := s.held(req.Card); ok && h.Hold.Token.Marker == wk.marker && !s.sameProcess(h, wk) {
-			return errPIDReused
-		}
-		tok, err = s.cfg.Store.Claim(ctx, board.ClaimRequest{Card: req.Card, Marker: wk.marker, Lease: lease})
+		tok, err = s.claimCard(ctx, wk, req.Card, lease)
 		if err == nil {
 			card, err = s.cfg.Store.GetCard(ctx, req.Card)
 		}
@@ -138,6 +137,37 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request, c caller) e
 		Liveness:  s.cfg.Liveness(),
 		PingMS:    s.pingInterval().Milliseconds(),
 	})
+}
+
+// claimCard claims one card for the caller. The store's Claim is idempotent
+// for one marker — the same epoch back, lease refreshed — which is right
+// for a claim the agent still vouches for (a worker re-claiming a card it
+// holds), and wrong for one the agent itself gave up on: a claim it reported
+// lost to this worker, or that the boot sweep judged over. Its holder has
+// stopped, by contract, and handing it the same token again would make its
+// next hold indistinguishable, to the fence, from the one it abandoned — and
+// the worker's client, told that epoch was lost, would drop the grant at
+// once while the heartbeat renewed it for ever. So such a token is released
+// first (fenced on that exact token: a claim that moved on meanwhile is a
+// conflict, and left alone), and the Claim that follows is a fresh
+// acquisition with a higher epoch. A card another worker grabs in between
+// is the ordinary conflict of two claimants.
+//
+// The disowned token may have been an earlier process's with the same pid
+// (the loop declared its owner dead). It is re-acquired afresh all the
+// same: its holder has stopped either way, and the new epoch is what keeps
+// the earlier process's writes from passing the fence as the caller's.
+func (s *Server) claimCard(ctx context.Context, wk worker, card string, lease time.Duration) (board.ClaimToken, error) {
+	if h, ok := s.held(card); ok && h.Hold.Token.Marker == wk.marker && !s.sameProcess(h, wk) {
+		return board.ClaimToken{}, errPIDReused
+	}
+	if d, ok := s.cfg.Claims.Disowned(card); ok && d.Marker == wk.marker {
+		old := board.ClaimToken{Marker: d.Marker, Epoch: d.Epoch}
+		if err := s.cfg.Store.ReleaseOwned(ctx, card, old); err != nil && !errors.Is(err, board.ErrClaimConflict) {
+			return board.ClaimToken{}, fmt.Errorf("releasing the claim this agent gave up on card %q (epoch %d) before claiming it afresh: %w", card, d.Epoch, err)
+		}
+	}
+	return s.cfg.Store.Claim(ctx, board.ClaimRequest{Card: card, Marker: wk.marker, Lease: lease})
 }
 
 func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request, c caller) error {
