@@ -57,6 +57,12 @@ class AgentError(Exception):
         super().__init__("agent: %s (%s, HTTP %d)" % (body.get("error", ""), self.code, status))
 
 
+# Why a claim ended, when this worker ends it by itself. Such a claim is
+# handed back (Worker.give_back): the agent may not know the worker stopped.
+UNTRUSTED = "lease no longer trusted: no word from the agent"
+LOST_AT_GRANT = "reported lost as it was granted"
+
+
 class UnixHTTPConnection(http.client.HTTPConnection):
     """http.client over AF_UNIX: the host name is a placeholder."""
 
@@ -134,7 +140,7 @@ class Watch(threading.Thread):
             self.deadline = sent_at + trusted_ms / 1000.0
             self.lost_reason = None
             if self.lost.get(card) == epoch:
-                self.lost_reason = "reported lost as it was granted"
+                self.lost_reason = LOST_AT_GRANT
             self.changed.notify_all()
 
     def drop(self):
@@ -156,7 +162,7 @@ class Watch(threading.Thread):
                     return self.lost_reason
                 now = time.monotonic()
                 if self.card is not None and now >= self.deadline:
-                    self.lost_reason = "lease no longer trusted: no word from the agent"
+                    self.lost_reason = UNTRUSTED
                     return self.lost_reason
                 if now >= end:
                     return None
@@ -325,7 +331,8 @@ class Worker:
         except TimeoutError:
             # The agent did not answer before the trusted deadline: stop
             # and write nothing more.
-            self.say("claim on %s lost: lease no longer trusted: no word from the agent; stopped" % self.card)
+            self.say("claim on %s lost: %s; stopped" % (self.card, UNTRUSTED))
+            self.give_back()
             return "lost"
         finally:
             self.watch.drop()
@@ -350,6 +357,8 @@ class Worker:
             # Stop now and write nothing more: any write would be refused by
             # the fence, and the watchdog counts on the holder stopping.
             self.say("claim on %s lost while working: %s; stopped" % (self.card, lost))
+            if lost in (UNTRUSTED, LOST_AT_GRANT):
+                self.give_back()
             return "lost"
         if self.stop.is_set():
             self.close_run(run["id"], "failed_resumable")
@@ -367,6 +376,19 @@ class Worker:
         self.owned("DELETE", "", query={"epoch": self.epoch})
         self.say("%s: run %s %s, card filed to %s" % (self.card, run["id"], status, target))
         return "filed"
+
+    def give_back(self):
+        # A claim this worker gives up by itself (its trusted deadline passed,
+        # or the agent reported its epoch lost as it granted it) is handed
+        # back, best effort and bounded: the agent may not know the worker
+        # stopped (in pid mode it renews a claim for as long as the pid
+        # lives) and would keep the card held for nobody. A fresh timeout,
+        # not the expired deadline; the fence makes a stale release harmless.
+        try:
+            self.agent.request("DELETE", "/v1/claims/" + urllib.parse.quote(self.card, safe=""),
+                               query={"epoch": self.epoch}, timeout=5)
+        except (OSError, http.client.HTTPException, ValueError, AgentError):
+            pass  # the agent is gone or hung: its own rules end the claim
 
     def close_run(self, run_id, status):
         # Compare-and-set on running, so a verdict the watchdog already
