@@ -356,6 +356,11 @@ func (a *Agent) bootSweep(ctx context.Context, cfg Config) error {
 		a.log.Log(ctx, lvl, "boot sweep", "card", it.Card, "marker", it.Marker, "epoch", it.Epoch,
 			"action", string(it.Action), "why", it.Why, "err", it.Err)
 	}
+	for _, it := range items {
+		if it.Lost != "" {
+			a.hb.Disown(heartbeat.Lost{Card: it.Card, Epoch: it.Epoch, Marker: it.Marker, Reason: it.Lost})
+		}
+	}
 	for _, ad := range adopted {
 		if err := a.hb.Add(ad.Hold, ad.Owner, ad.AttemptStart, ad.Lease); err != nil {
 			a.log.Warn("boot sweep: adoption refused by the heartbeat", "card", ad.Hold.Card, "err", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/leasekeeper/leasekeeper/apitype"
+	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/client"
 	"github.com/leasekeeper/leasekeeper/internal/agentproc"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
@@ -38,6 +39,9 @@ type runOpts struct {
 	metrics bool
 	// seed prepares the bbolt file before the agent opens it.
 	seed func(t *testing.T, s *boltstore.Store)
+	// seedClock, when set, is the clock of the store seed writes with: a
+	// clock in the past seeds leases that ended before the agent starts.
+	seedClock board.Clock
 	// noWait returns as soon as Run is started, before the agent is
 	// ready, for tests that watch the start themselves.
 	noWait bool
@@ -68,7 +72,7 @@ func startRun(t *testing.T, o runOpts) *running {
 	r := &running{dir: dir, socket: filepath.Join(dir, "lk.sock"), done: make(chan error, 1), logs: &agentproc.Buffer{}}
 	dbPath := filepath.Join(dir, "board.db")
 	if o.seed != nil {
-		s, err := boltstore.Open(dbPath, boltstore.Options{})
+		s, err := boltstore.Open(dbPath, boltstore.Options{Clock: o.seedClock})
 		if err != nil {
 			t.Fatal(err)
 		}

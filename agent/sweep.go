@@ -20,11 +20,14 @@ const (
 	// SweepReleased: the owner is provably dead and the claim had no lease
 	// (a legacy claim): it was released.
 	SweepReleased SweepAction = "released"
-	// SweepExpired: the owner is provably dead: its lease was expired at
-	// once so the reaper may rule on the card without waiting out the TTL.
+	// SweepExpired: the owner is provably dead, or alive but its claim is
+	// already over (its trusted deadline passed while no agent renewed it):
+	// its lease was expired at once so the reaper may rule on the card
+	// without waiting out the TTL.
 	SweepExpired SweepAction = "expired"
-	// SweepAdopted: the owner is alive: the claim was renewed and handed to
-	// the heartbeat, so the worker never notices the agent restarted.
+	// SweepAdopted: the owner is alive and its claim still has time left:
+	// the claim was renewed and handed to the heartbeat, so the worker never
+	// notices the agent restarted.
 	SweepAdopted SweepAction = "adopted"
 	// SweepKept: the owner's liveness could not be proved either way (or
 	// the claim changed under the sweep): the claim was left alone and its
@@ -42,6 +45,13 @@ type SweepItem struct {
 	Action SweepAction
 	Why    string
 	Err    error
+	// Lost, for a worker's claim the sweep expired, is the loss that amounts
+	// to in the heartbeat's terms (its owner dead, or no renewal confirmed
+	// before its trusted deadline): the agent does not vouch for the claim
+	// although the store still names it. The caller hands it to the
+	// heartbeat's Disown, so a re-claim by the same marker is a fresh
+	// acquisition and not that token back. Empty otherwise.
+	Lost heartbeat.LostReason
 }
 
 // Adoption is a live worker's claim the sweep renewed; the caller hands it
@@ -68,6 +78,11 @@ type SweepConfig struct {
 	SelfPID int
 	// Lease is the lease adopted claims are renewed with.
 	Lease time.Duration
+	// Margin is the heartbeat's trust margin (see heartbeat.Config.Margin);
+	// zero means heartbeat.DefaultMargin(Lease). A live worker's claim whose
+	// stored lease ends within two margins of now is over, not adopted
+	// (see over).
+	Margin time.Duration
 	// Keepalive: the agent runs in keepalive mode, so claims self-declared
 	// by workers in another pid namespace ("<host>~pidns-<pid>") are
 	// adopted too; their client's pings decide whether they stay.
@@ -87,7 +102,11 @@ type SweepConfig struct {
 //     ungated);
 //   - adopts the claim of a live worker: renews it and returns it for the
 //     heartbeat, so restarting the agent under running workers loses
-//     nothing.
+//     nothing;
+//   - but expires, and does not adopt, a live worker's claim that is
+//     already over: its lease ended (or ends within two margins) while no
+//     agent renewed it, so its holder has passed its trusted deadline and
+//     given the claim up (see over).
 //
 // Anything it cannot prove is left alone. The returned adoptions were
 // renewed successfully; the caller must hand them to the heartbeat.
@@ -98,6 +117,9 @@ func BootSweep(ctx context.Context, cfg SweepConfig) ([]SweepItem, []Adoption, e
 	if cfg.Clock == nil {
 		cfg.Clock = board.SystemClock{}
 	}
+	if cfg.Margin <= 0 {
+		cfg.Margin = heartbeat.DefaultMargin(cfg.Lease)
+	}
 	cards, err := cfg.Store.ListCards(ctx, board.CardFilter{ClaimedOnly: true})
 	if err != nil {
 		return nil, nil, fmt.Errorf("boot sweep: list claimed cards: %w", err)
@@ -106,6 +128,7 @@ func BootSweep(ctx context.Context, cfg SweepConfig) ([]SweepItem, []Adoption, e
 	type candidate struct {
 		card  board.Card
 		owner heartbeat.Owner
+		why   string
 	}
 	var live []candidate
 	for _, c := range cards {
@@ -122,7 +145,7 @@ func BootSweep(ctx context.Context, cfg SweepConfig) ([]SweepItem, []Adoption, e
 		case cfg.Keepalive && !m.Recovery && m.Host == cfg.Host+socketapi.ForeignHostSuffix:
 			// A worker in another pid namespace: its pid means nothing
 			// here, only its pings will tell.
-			live = append(live, candidate{c, heartbeat.Owner{KeepaliveID: c.Claim}})
+			live = append(live, candidate{c, heartbeat.Owner{KeepaliveID: c.Claim}, "self-declared worker (keepalive mode)"})
 			continue
 		default:
 			continue
@@ -133,6 +156,9 @@ func BootSweep(ctx context.Context, cfg SweepConfig) ([]SweepItem, []Adoption, e
 		case pidprobe.Dead:
 			item.Action, item.Why, item.Err = cfg.bury(ctx, c)
 			item.Why = why + "; " + item.Why
+			if item.Action == SweepExpired && !m.Recovery {
+				item.Lost = heartbeat.LostOwnerDead
+			}
 		case pidprobe.Alive:
 			if m.Recovery {
 				// A live agent's recovery claim (another agent of this host
@@ -141,7 +167,7 @@ func BootSweep(ctx context.Context, cfg SweepConfig) ([]SweepItem, []Adoption, e
 				break
 			}
 			owner := heartbeat.Owner{PID: m.PID, StartMillis: start, KeepaliveID: c.Claim}
-			live = append(live, candidate{c, owner})
+			live = append(live, candidate{c, owner, why})
 			continue
 		default:
 			item.Action, item.Why = SweepKept, why
@@ -149,6 +175,25 @@ func BootSweep(ctx context.Context, cfg SweepConfig) ([]SweepItem, []Adoption, e
 		items = append(items, item)
 	}
 
+	// The clock is read once, as late as it can be before the renewal: a
+	// later reading only judges more claims over, the safe side (see over).
+	attempt := cfg.Clock.Now()
+	renew := live[:0:0]
+	for _, l := range live {
+		if !cfg.over(l.card, attempt) {
+			renew = append(renew, l)
+			continue
+		}
+		item := SweepItem{Card: l.card.ID, Marker: l.card.Claim, Epoch: l.card.ClaimEpoch}
+		item.Action, item.Why, item.Err = cfg.expire(ctx, l.card)
+		if item.Action == SweepExpired {
+			item.Lost = heartbeat.LostUnconfirmed
+		}
+		item.Why = fmt.Sprintf("%s, but the claim is over: its lease ends at %s, not %v after now (%s), so its holder has passed its trusted deadline and given it up; not adopted; %s",
+			l.why, l.card.ClaimLeaseUntil.Format(time.RFC3339Nano), 2*cfg.Margin, attempt.Format(time.RFC3339Nano), item.Why)
+		items = append(items, item)
+	}
+	live = renew
 	if len(live) == 0 {
 		return items, nil, nil
 	}
@@ -157,7 +202,6 @@ func BootSweep(ctx context.Context, cfg SweepConfig) ([]SweepItem, []Adoption, e
 	for i, l := range live {
 		holds[i] = board.Hold{Card: l.card.ID, Token: l.card.Token()}
 	}
-	attempt := cfg.Clock.Now()
 	results, err := cfg.Store.RenewClaims(ctx, holds, cfg.Lease)
 	if err == nil && len(results) != len(holds) {
 		err = fmt.Errorf("store answered %d results for %d holds", len(results), len(holds))
@@ -222,6 +266,50 @@ func (cfg SweepConfig) judge(ctx context.Context, c board.Card, m board.Marker) 
 	}
 }
 
+// over reports whether a live worker's claim is already over at now: its
+// stored lease, less two heartbeat margins, has ended.
+//
+// Every holder stops by its trusted deadline on its own — the agent
+// declares a claim lost there, and the client library cancels by itself
+// when it cannot hear the agent; the watchdog's orphan proof counts on both.
+// That deadline is never later than the stored lease less one margin: the
+// heartbeat trusts a renewal until the START of its attempt + lease −
+// margin, the store stamped the lease after that start, and the client
+// never trusts a claim longer than the agent does. So once the lease less
+// that margin has passed, the holder has given the claim up, even though its
+// pid lives on. Adopting the claim would not bring the holder back: the
+// agent would renew, for as long as the pid lives, a card nobody works on
+// (and re-grant its epoch to the next claim of that process). The claim is
+// expired instead, so the watchdog may rule on it at once.
+//
+// Whose clock. now is this agent's clock; the lease was stamped by the
+// store's. On bbolt they are one clock. On MongoDB the lease is the server's:
+// the right reading to compare it with is the store's own now, which the
+// store contract does not offer yet; until it does, the offset between the
+// two clocks is an error in this comparison, and the rule is made to err on
+// the safe side:
+//
+//   - Judging a claim over too early expires a live holder's claim. The
+//     agent does not adopt it, so the holder hears no more pings and stops
+//     at its own trusted deadline, having lost the claim: a loss every
+//     holder must tolerate anyway (an operator can break any claim). The
+//     orphan proof is unharmed while the clock offset stays below the
+//     orphan grace, since the store stamps the expiry with its own clock.
+//   - Judging an over claim live adopts it, which is the defect this rule
+//     exists to stop. The second margin is slack on this side: it absorbs
+//     the store round trip between a renewal's attempt and the store's
+//     stamp, and an agent clock running behind the store's by up to that
+//     much.
+//
+// Adopting nothing is the safe failure; renewing a given-up claim is not.
+// A legacy claim (no lease) has no deadline and is never over by time.
+func (cfg SweepConfig) over(c board.Card, now time.Time) bool {
+	if c.ClaimLeaseUntil.IsZero() {
+		return false
+	}
+	return !c.ClaimLeaseUntil.Add(-2 * cfg.Margin).After(now)
+}
+
 // bury releases a dead owner's legacy claim or expires its lease.
 func (cfg SweepConfig) bury(ctx context.Context, c board.Card) (SweepAction, string, error) {
 	if c.Legacy() {
@@ -230,6 +318,11 @@ func (cfg SweepConfig) bury(ctx context.Context, c board.Card) (SweepAction, str
 		}
 		return SweepReleased, "legacy claim (no lease) released", nil
 	}
+	return cfg.expire(ctx, c)
+}
+
+// expire sets a claim's lease to the store's now, fenced on its token.
+func (cfg SweepConfig) expire(ctx context.Context, c board.Card) (SweepAction, string, error) {
 	if err := cfg.Store.ExpireClaimOwned(ctx, c.ID, c.Token()); err != nil {
 		if errors.Is(err, board.ErrClaimConflict) {
 			return SweepKept, "claim changed before the expiry", err

@@ -5,10 +5,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/board/boardtest"
+	"github.com/leasekeeper/leasekeeper/heartbeat"
 	"github.com/leasekeeper/leasekeeper/pidprobe"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
 )
@@ -239,5 +242,196 @@ func TestBootSweepKeepaliveAdoptsSelfDeclaredWorkers(t *testing.T) {
 	// Its pid names nothing in this namespace: only its pings count.
 	if got := adopted[0].Owner; got.PID != 0 || got.KeepaliveID != marker {
 		t.Errorf("owner = %+v, want no pid and keepalive key %q", got, marker)
+	}
+}
+
+// TestBootSweepDoesNotReviveAClaimWhoseDeadlineHasPassed: after an agent
+// outage longer than the lease, a live worker's claim is over — its client
+// cancelled it by itself at its trusted deadline — so the sweep expires it
+// instead of adopting it, in either liveness mode. A claim whose lease ends
+// within the heartbeat margin is over too: no holder trusts a claim past its
+// lease less that margin. A claim with time left is still adopted.
+func TestBootSweepDoesNotReviveAClaimWhoseDeadlineHasPassed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	host, err := pidprobe.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	clock := boardtest.NewManualClock(t0)
+	store, err := boltstore.Open(filepath.Join(t.TempDir(), "board.db"), boltstore.Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	const lease = 30 * time.Second
+	margin := heartbeat.DefaultMargin(lease)
+	live := livePID(t)
+
+	claim := func(card, marker string) board.Card {
+		t.Helper()
+		if _, err := store.CreateCard(ctx, board.NewCard{ID: card}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Claim(ctx, board.ClaimRequest{Card: card, Marker: marker, Lease: lease}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := store.GetCard(ctx, card)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	// Claimed an hour before the sweep: the lease ended long ago.
+	before := map[string]board.Card{
+		"over":           claim("over", board.WorkerMarker(host, live)),
+		"over-keepalive": claim("over-keepalive", board.WorkerMarker(host+"~pidns", 4242)),
+	}
+	clock.Advance(time.Hour - lease + margin/2)
+	// Ends within the margin: every holder's trusted deadline has passed.
+	before["ending"] = claim("ending", board.WorkerMarker(host, live))
+	clock.Advance(lease - margin/2 - time.Second)
+	// Claimed a second ago: its holder still trusts it.
+	before["fresh"] = claim("fresh", board.WorkerMarker(host, live))
+	clock.Advance(time.Second)
+
+	items, adopted, err := BootSweep(ctx, SweepConfig{
+		Store: store, Prober: pidprobe.New(), Clock: clock, Host: host,
+		SelfPID: os.Getpid(), Lease: lease, Keepalive: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]SweepAction{"over": SweepExpired, "over-keepalive": SweepExpired, "ending": SweepExpired, "fresh": SweepAdopted}
+	got := map[string]SweepAction{}
+	for _, it := range items {
+		got[it.Card] = it.Action
+		// An expired claim is one the agent does not vouch for: the
+		// caller disowns it, so its worker's re-claim is a fresh one.
+		if wantLost := map[SweepAction]heartbeat.LostReason{SweepExpired: heartbeat.LostUnconfirmed}[it.Action]; it.Lost != wantLost {
+			t.Errorf("card %s (%s): Lost = %q, want %q", it.Card, it.Action, it.Lost, wantLost)
+		}
+	}
+	for card, w := range want {
+		if got[card] != w {
+			t.Errorf("card %s: action %q, want %q (items %+v)", card, got[card], w, items)
+		}
+	}
+	if len(adopted) != 1 || adopted[0].Hold.Card != "fresh" {
+		t.Errorf("adopted %+v, want only the claim with time left", adopted)
+	}
+	now := clock.Now()
+	for card, w := range want {
+		c, err := store.GetCard(ctx, card)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Token() != before[card].Token() {
+			t.Errorf("card %s: token %+v, want %+v untouched", card, c.Token(), before[card].Token())
+		}
+		switch w {
+		case SweepExpired:
+			// Expired, not renewed: the watchdog may rule on it at once.
+			if !c.LeaseExpired(now) {
+				t.Errorf("card %s: lease %v, want expired at or before %v", card, c.ClaimLeaseUntil, now)
+			}
+		case SweepAdopted:
+			if !c.ClaimLeaseUntil.After(before[card].ClaimLeaseUntil) {
+				t.Errorf("card %s: lease %v, want renewed past %v", card, c.ClaimLeaseUntil, before[card].ClaimLeaseUntil)
+			}
+		}
+	}
+}
+
+// TestAgentBootDoesNotRenewAnEndedClaim: the real agent, started on a store
+// where a live worker's lease ended an hour ago (an outage longer than the
+// lease), expires that claim and never hands it to the heartbeat: the
+// worker's client gave it up at its trusted deadline, so renewing it would
+// keep the card held, for as long as the pid lives, by a process that no
+// longer thinks it holds it.
+func TestAgentBootDoesNotRenewAnEndedClaim(t *testing.T) {
+	t.Parallel()
+	host, err := pidprobe.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := livePID(t)
+	marker := board.WorkerMarker(host, live)
+	var claimed board.Card
+	r := startRun(t, runOpts{
+		seedClock: boardtest.NewManualClock(time.Now().Add(-time.Hour)),
+		seed: func(t *testing.T, s *boltstore.Store) {
+			ctx := context.Background()
+			if _, err := s.CreateCard(ctx, board.NewCard{ID: "gave-up"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Claim(ctx, board.ClaimRequest{Card: "gave-up", Marker: marker, Lease: 30 * time.Second}); err != nil {
+				t.Fatal(err)
+			}
+			if claimed, err = s.GetCard(ctx, "gave-up"); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+	// The sweep ran before the agent declared itself ready, so what the
+	// heartbeat holds now is everything it will ever renew.
+	if st := r.status(t); len(st.Claims) != 0 {
+		t.Errorf("heartbeat holds %+v after boot, want nothing: the only claim's lease ended an hour ago", st.Claims)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := r.client().GetCard(ctx, "gave-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Token() != claimed.Token() || c.ClaimLeaseUntil.After(claimed.ClaimLeaseUntil) {
+		t.Errorf("card after boot: %s@%d lease %v; want %s@%d with its lease left at %v (expired, not renewed)",
+			c.Claim, c.ClaimEpoch, c.ClaimLeaseUntil, claimed.Claim, claimed.ClaimEpoch, claimed.ClaimLeaseUntil)
+	}
+	if !strings.Contains(r.logs.String(), "action=expired") {
+		t.Errorf("agent log does not report the claim expired by the boot sweep:\n%s", r.logs.String())
+	}
+}
+
+// TestAgentReclaimAfterBootSweepIsFresh: a claim the boot sweep expired
+// instead of adopting is not handed back by the next claim of the same
+// marker: the worker gets the card at a higher epoch. The marker here names
+// the test process, which is also the agent's (the agent runs in it), so
+// the sweep buries it as an earlier incarnation's; the claim through the
+// socket then comes from that very marker.
+func TestAgentReclaimAfterBootSweepIsFresh(t *testing.T) {
+	t.Parallel()
+	host, err := pidprobe.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old board.ClaimToken
+	r := startRun(t, runOpts{
+		seedClock: boardtest.NewManualClock(time.Now().Add(-time.Hour)),
+		seed: func(t *testing.T, s *boltstore.Store) {
+			ctx := context.Background()
+			if _, err := s.CreateCard(ctx, board.NewCard{ID: "again"}); err != nil {
+				t.Fatal(err)
+			}
+			if old, err = s.Claim(ctx, board.ClaimRequest{Card: "again", Marker: board.WorkerMarker(host, os.Getpid()), Lease: 30 * time.Second}); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl, err := r.client().Claim(ctx, "again")
+	if err != nil {
+		t.Fatalf("claim after the boot sweep: %v", err)
+	}
+	if cl.Token().Marker != old.Marker || cl.Token().Epoch <= old.Epoch {
+		t.Errorf("claim after the boot sweep got %+v, want %s at an epoch above the expired %d", cl.Token(), old.Marker, old.Epoch)
+	}
+	if err := cl.Context().Err(); err != nil {
+		t.Errorf("claim ended at once: %v", context.Cause(cl.Context()))
+	}
+	if err := cl.Release(ctx); err != nil {
+		t.Error(err)
 	}
 }

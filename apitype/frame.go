@@ -19,7 +19,8 @@ const (
 	// never produce one (ADR-096 Consequences).
 	FrameLaunch FrameType = "launch"
 	// FramePing is sent every lease/3 and carries, for each claim the agent
-	// holds for the watching process, how long the agent still trusts it.
+	// holds for the watching process, how long the agent still trusts it,
+	// and when it measured that (Frame.StreamMS).
 	FramePing FrameType = "ping"
 )
 
@@ -37,6 +38,15 @@ type Frame struct {
 	State  string    `json:"state,omitempty"`
 	// Claims (ping): the watcher's claims and their trusted time.
 	Claims []TrustedClaim `json:"claims,omitempty"`
+	// StreamMS (ping): when the agent measured the Claims' trusted times,
+	// in whole milliseconds (rounded down) since it received this watch
+	// request. Added to the moment the watcher SENT that request, on its own
+	// monotonic clock, it gives an instant no later than the measurement, to
+	// count each trusted time from: a frame read late (a stopped or starved
+	// reader) then moves no deadline past the agent's. Worker and agent share
+	// one host and so one monotonic clock; only durations cross the wire.
+	// Absent from agents that predate it: count from the frame's receipt.
+	StreamMS *int64 `json:"stream_ms,omitempty"`
 	// Hello fields.
 	Missed   bool   `json:"missed,omitempty"`
 	Oldest   int64  `json:"oldest,omitempty"`

@@ -57,6 +57,13 @@ type Claim struct {
 // clock (the two processes' wall clocks never need to agree), and cancels
 // there unless a fresher ping moved it. A deadline that has passed is never
 // revived by a late frame.
+//
+// A claim that ends at its trusted deadline, or that the agent reported lost
+// as it granted it, is given up: the client also hands the card back, in the
+// background (see Client.handBack). The agent may not know the holder has
+// stopped — in pid mode it renews a claim for as long as the pid lives — and
+// would otherwise keep the card held for a process that no longer thinks it
+// holds it.
 func (cl *Claim) Context() context.Context { return cl.ctx }
 
 // Card is the card as it was when the claim was granted.
@@ -82,7 +89,9 @@ func (cl *Claim) start(trusted time.Duration, at time.Time) {
 
 // trust records that the agent, at (or before) `at`, still trusted the
 // lease for `remaining`. `at` must be no later than the moment the agent
-// measured it: the send time of a request, or the receipt of a frame.
+// measured it: the send time of a request, or for a watch frame the instant
+// measuredAt derives from the stream's own send time — never the frame's
+// receipt, which may come any time later.
 func (cl *Claim) trust(remaining time.Duration, at time.Time) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
@@ -90,7 +99,7 @@ func (cl *Claim) trust(remaining time.Duration, at time.Time) {
 		return
 	}
 	if !time.Now().Before(cl.deadline) {
-		cl.endLocked(fmt.Errorf("%w (card %s, epoch %d)", ErrLeaseUntrusted, cl.card.ID, cl.token.Epoch))
+		cl.giveUpLocked(fmt.Errorf("%w (card %s, epoch %d)", ErrLeaseUntrusted, cl.card.ID, cl.token.Epoch))
 		return
 	}
 	cl.deadline = at.Add(remaining)
@@ -107,13 +116,32 @@ func (cl *Claim) expire() {
 		cl.timer.Reset(left)
 		return
 	}
-	cl.endLocked(fmt.Errorf("%w (card %s, epoch %d)", ErrLeaseUntrusted, cl.card.ID, cl.token.Epoch))
+	cl.giveUpLocked(fmt.Errorf("%w (card %s, epoch %d)", ErrLeaseUntrusted, cl.card.ID, cl.token.Epoch))
 }
 
 // end cancels the claim's context with cause and forgets it.
 func (cl *Claim) end(cause error) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
+	cl.endLocked(cause)
+}
+
+// giveUp ends a claim this process gives up on by itself, and hands the
+// card back (endLocked only ends it: for a claim that ended through the
+// agent, by a release or a refusal, there is nothing to hand back).
+func (cl *Claim) giveUp(cause error) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	cl.giveUpLocked(cause)
+}
+
+func (cl *Claim) giveUpLocked(cause error) {
+	if cl.done {
+		return
+	}
+	// Before the cancel: a worker that sees its context end and claims the
+	// card again must find the hand-back under way.
+	cl.c.handBack(cl.card.ID, cl.token)
 	cl.endLocked(cause)
 }
 
@@ -141,6 +169,14 @@ func (c *Client) ClaimNext(ctx context.Context) (*Claim, error) {
 }
 
 func (c *Client) claim(ctx context.Context, req apitype.ClaimRequest) (*Claim, error) {
+	c.init()
+	if req.Card != "" {
+		// A claim on this card given up a moment ago is being handed back:
+		// let that finish, so this claim is a fresh one, not the old token.
+		if err := c.awaitHandBack(ctx, req.Card); err != nil {
+			return nil, err
+		}
+	}
 	// The watch stream is connected before the claim is asked for, so a
 	// claim_lost pushed right after the grant cannot fall between the two.
 	s, err := c.acquireLink(ctx)
@@ -168,7 +204,11 @@ func (c *Client) claim(ctx context.Context, req apitype.ClaimRequest) (*Claim, e
 	lostEpoch, wasLost := c.lost[resp.Card.ID]
 	c.mu.Unlock()
 	if wasLost && lostEpoch == resp.Token.Epoch {
-		cl.end(fmt.Errorf("%w: card %s epoch %d: reported lost as it was granted", ErrClaimLost, resp.Card.ID, lostEpoch))
+		// An epoch this client was told is lost, or gave up itself: never
+		// resume it. It may be that the agent granted it again (an agent
+		// that re-grants a lost token, or that never heard this client give
+		// it up), and then only a release stops the agent renewing it.
+		cl.giveUp(fmt.Errorf("%w: card %s epoch %d: reported lost as it was granted", ErrClaimLost, resp.Card.ID, lostEpoch))
 	}
 	return cl, nil
 }
@@ -193,10 +233,73 @@ func (c *Client) forget(cl *Claim) {
 func (c *Client) noteLost(card string, epoch int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.noteLostLocked(card, epoch)
+}
+
+func (c *Client) noteLostLocked(card string, epoch int64) {
 	if len(c.lost) >= 1024 {
 		clear(c.lost)
 	}
 	c.lost[card] = epoch
+}
+
+// handBackTimeout bounds the release a client sends when it gives a claim
+// up by itself.
+const handBackTimeout = 5 * time.Second
+
+// handBack releases, in the background, a claim this process gave up on by
+// itself, and remembers its epoch as lost so a later grant of the same
+// token is refused. It is best effort: the agent may be the reason the
+// claim was given up (gone, hung), and then the release fails, bounded by
+// handBackTimeout, and the claim is left to the agent's own rules (its
+// lease, its loss declarations, its boot sweep). It runs on a context of
+// its own, never the claim's (cancelled by then) nor the caller's, and the
+// fence makes it harmless when the claim has moved on: a release of a stale
+// token is refused, a free card's is a no-op.
+func (c *Client) handBack(card string, tok board.ClaimToken) {
+	done := make(chan struct{})
+	c.mu.Lock()
+	c.noteLostLocked(card, tok.Epoch)
+	prev := c.handingBack[card]
+	c.handingBack[card] = done
+	c.mu.Unlock()
+	go func() {
+		defer func() {
+			c.mu.Lock()
+			if c.handingBack[card] == done {
+				delete(c.handingBack, card)
+			}
+			c.mu.Unlock()
+			close(done)
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), handBackTimeout)
+		defer cancel()
+		if prev != nil {
+			select {
+			case <-prev:
+			case <-ctx.Done():
+				return
+			}
+		}
+		q := url.Values{"epoch": {strconv.FormatInt(tok.Epoch, 10)}}
+		_ = c.do(ctx, http.MethodDelete, "/v1/claims/"+url.PathEscape(card), q, nil, nil)
+	}()
+}
+
+// awaitHandBack waits for a hand-back of card in flight, if any, to end.
+func (c *Client) awaitHandBack(ctx context.Context, card string) error {
+	c.mu.Lock()
+	done := c.handingBack[card]
+	c.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (c *Client) lookup(card string, epoch int64) *Claim {

@@ -14,7 +14,8 @@
 //
 // A Claim's Context is cancelled when the agent reports the claim lost and,
 // on the client's own clock, when the agent has been silent for as long as
-// it trusted the lease: see Claim.Context.
+// it trusted the lease; a claim given up that way is also handed back to
+// the agent: see Claim.Context.
 package client
 
 import (
@@ -65,7 +66,10 @@ type Client struct {
 	// frame that arrives between the agent's grant and the Claim's
 	// registration here.
 	lost map[string]int64
-	link *link // watch stream + keepalive, while claims are open
+	// handingBack holds, by card, the release in flight of a claim this
+	// process gave up on by itself; closed when it is done.
+	handingBack map[string]chan struct{}
+	link        *link // watch stream + keepalive, while claims are open
 }
 
 func (c *Client) init() {
@@ -83,6 +87,7 @@ func (c *Client) init() {
 		c.self = host + "-" + strconv.Itoa(os.Getpid())
 		c.claims = map[string]*Claim{}
 		c.lost = map[string]int64{}
+		c.handingBack = map[string]chan struct{}{}
 	})
 }
 

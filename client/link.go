@@ -85,6 +85,9 @@ func (s *link) run() {
 		}
 	}()
 	for s.ctx.Err() == nil {
+		// Read before the watch request goes out, so before the agent
+		// receives it: the pings count their trusted times from here.
+		sent := time.Now()
 		err := s.c.Watch(s.ctx, after, func(f apitype.Frame) error {
 			received := time.Now()
 			switch f.Type {
@@ -105,13 +108,10 @@ func (s *link) run() {
 					cl.end(fmt.Errorf("%w: card %s epoch %d: %s", ErrClaimLost, f.Card, f.Epoch, f.Reason))
 				}
 			case apitype.FramePing:
-				// The frame's remaining time is counted from its receipt.
-				// A reader stalled while frames queued (a stopped process)
-				// reads old frames late; the deadline it already passed is
-				// never revived, and the newest frame in the queue wins.
+				at := measuredAt(sent, f, received)
 				for _, tc := range f.Claims {
 					if cl := s.c.lookup(tc.Card, tc.Epoch); cl != nil {
-						cl.trust(time.Duration(tc.TrustedMS)*time.Millisecond, received)
+						cl.trust(time.Duration(tc.TrustedMS)*time.Millisecond, at)
 					}
 				}
 			}
@@ -136,6 +136,40 @@ func (s *link) run() {
 		}
 		backoff = min(backoff*2, maxBackoff)
 	}
+}
+
+// measuredAt is the instant a ping's trusted times count from: one no later
+// than the moment the agent measured them, on this process's monotonic
+// clock.
+//
+// The frame's receipt is not such an instant. A reader that stalls while
+// frames queue up (a stopped or starved process, a full socket buffer)
+// reads a frame late, and counting its trusted time from the reading would
+// push the deadline past the agent's by the delay — past the lease the
+// store stamped, where the watchdog's orphan proof counts on every holder
+// having stopped. So the agent says when, since it received this watch
+// request, it measured the frame (stream_ms), and the request was sent at
+// streamSent, before the agent received it: streamSent + stream_ms precedes
+// the measurement. That sum mixes two processes' readings, which is sound
+// because they read one clock: worker and agent share a host, and Go's
+// monotonic readings on it are CLOCK_MONOTONIC in every process (a time
+// namespace may offset that clock, but only durations cross the wire, each
+// measured on one side, so an offset cancels out). No clock is read on the
+// agent's behalf here, so the package stays standard-library only.
+//
+// The price is the request's transit (dial, accept, the agent's peer
+// check): every deadline counted from this stream comes that much early,
+// which is the safe side. A late frame no longer stretches anything; the
+// newest frame still wins, and a deadline already passed is never revived
+// (Claim.trust). An agent that predates stream_ms leaves the receipt.
+func measuredAt(streamSent time.Time, f apitype.Frame, received time.Time) time.Time {
+	if f.StreamMS == nil {
+		return received
+	}
+	if at := streamSent.Add(time.Duration(*f.StreamMS) * time.Millisecond); at.Before(received) {
+		return at
+	}
+	return received
 }
 
 // ping keeps the agent renewing this process's claims in keepalive mode. A

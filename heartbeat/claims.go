@@ -101,6 +101,7 @@ func (l *Loop) Add(h board.Hold, o Owner, attemptStart time.Time, lease time.Dur
 	now := l.cfg.Clock.Now()
 
 	l.mu.Lock()
+	delete(l.disowned, h.Card) // the agent vouches for this card's claim again
 	old, ok := l.claims[h.Card]
 	if ok && old.Hold.Token == h.Token {
 		if attemptStart.After(old.ConfirmedAt) {
@@ -136,6 +137,7 @@ func (l *Loop) Add(h board.Hold, o Owner, attemptStart time.Time, lease time.Dur
 func (l *Loop) Remove(card string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	delete(l.disowned, card)
 	e, ok := l.claims[card]
 	if !ok {
 		return false
@@ -143,6 +145,48 @@ func (l *Loop) Remove(card string) bool {
 	delete(l.claims, card)
 	l.dropKey(e.Owner.KeepaliveID)
 	return true
+}
+
+// Disowned returns the claim on card the loop stopped vouching for while the
+// store may still name its token, if any: the last claim on the card it
+// declared lost because no renewal was confirmed in time, its owner died or
+// stopped pinging (not because someone else took it or an operator freed
+// it), or one handed to Disown. It is forgotten once the card is tracked
+// again (Add) or released (Remove).
+//
+// The store's Claim is idempotent for one marker: asked by the same worker
+// again, it hands that very token back, lease refreshed. The agent must not
+// grant it — the holder was told it lost the claim, or gave it up at its
+// trusted deadline, and two holds under one token defeat the fence (the
+// socket API re-acquires the card instead; see socketapi's claim path).
+// One entry per card at most, so the record is bounded by the board.
+func (l *Loop) Disowned(card string) (Lost, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lo, ok := l.disowned[card]
+	return lo, ok
+}
+
+// Disown records a claim the agent does not vouch for although the store
+// may still name it — the boot sweep's claims that it judged over and did
+// not adopt — so that Disowned reports it. A card the loop tracks is left
+// alone: the tracked claim is the one the agent vouches for.
+func (l *Loop) Disown(lo Lost) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, tracked := l.claims[lo.Card]; tracked {
+		return
+	}
+	l.disowned[lo.Card] = lo
+}
+
+// disownLocked records a loss that may leave the store naming the lost
+// token. Callers hold l.mu and have just removed the card from claims.
+func (l *Loop) disownLocked(lo Lost) {
+	switch lo.Reason {
+	case LostUnconfirmed, LostOwnerDead, LostKeepaliveMissed:
+		l.disowned[lo.Card] = lo
+	}
 }
 
 // Ping records a keepalive from the client that owns key. It reports

@@ -37,4 +37,14 @@
 // on doubt. In keepalive mode the owner's client must ping; a claim whose
 // owner has not pinged within the keepalive window is expired and reported
 // lost the same way (LostKeepaliveMissed).
+//
+// # Disowned claims
+//
+// A claim declared lost for a reason that may leave the store still naming
+// its token (unconfirmed, owner dead, keepalive missed) is remembered, one
+// per card, until the card is tracked again or released: Disowned reports
+// it, and the boot sweep adds the claims it would not adopt through Disown.
+// The store's Claim is idempotent for one marker, so without this the
+// holder's next claim of the card would get the lost token back; the socket
+// API re-acquires such a card afresh instead, at a higher epoch.
 package heartbeat

@@ -18,6 +18,7 @@ type Loop struct {
 
 	mu        sync.Mutex // guards everything below until runMu
 	claims    map[string]*entry
+	disowned  map[string]Lost // see Disowned; never a card in claims
 	keys      map[string]*keepalive
 	lastMode  Mode
 	lastLease time.Duration // the last valid Lease(), used if a reload returns nonsense
@@ -42,6 +43,7 @@ func New(cfg Config) (*Loop, error) {
 	return &Loop{
 		cfg:       cfg,
 		claims:    map[string]*entry{},
+		disowned:  map[string]Lost{},
 		keys:      map[string]*keepalive{},
 		lastMode:  cfg.Mode(),
 		lastLease: cfg.Lease(),

@@ -92,7 +92,9 @@ func (l *Loop) RunOnce(ctx context.Context) TickResult {
 		if !now.Before(e.TrustedUntil) {
 			delete(l.claims, card)
 			l.dropKey(e.Owner.KeepaliveID)
-			res.Lost = append(res.Lost, lostOf(e, LostUnconfirmed))
+			lo := lostOf(e, LostUnconfirmed)
+			l.disownLocked(lo)
+			res.Lost = append(res.Lost, lo)
 			continue
 		}
 		live = append(live, e)
@@ -146,7 +148,9 @@ func (l *Loop) RunOnce(ctx context.Context) TickResult {
 		if v == keepaliveMissed {
 			reason = LostKeepaliveMissed
 		}
-		dead = append(dead, lostOf(e, reason))
+		lo := lostOf(e, reason)
+		l.disownLocked(lo)
+		dead = append(dead, lo)
 	}
 	l.mu.Unlock()
 	for _, lo := range dead {
@@ -257,7 +261,9 @@ func (l *Loop) renew(ctx context.Context, batch []*entry, lease, margin time.Dur
 		if l.claims[e.Hold.Card] == e && !returned.Before(e.TrustedUntil) {
 			delete(l.claims, e.Hold.Card)
 			l.dropKey(e.Owner.KeepaliveID)
-			late = append(late, lostOf(e, LostUnconfirmed))
+			lo := lostOf(e, LostUnconfirmed)
+			l.disownLocked(lo)
+			late = append(late, lo)
 		}
 	}
 	l.mu.Unlock()

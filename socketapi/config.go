@@ -20,7 +20,9 @@ import (
 // trusted deadline is counted from the attempt, not the answer), forgets
 // released ones, receives keepalive pings and reports what it holds. The
 // loop drops a claim it declared lost from Held and Lookup, and the server
-// refuses owner writes on a claim the loop no longer holds for the caller.
+// refuses owner writes on a claim the loop no longer holds for the caller;
+// the loop remembers such a claim (Disowned) until the card is tracked again,
+// so a re-claim by the same worker is a fresh acquisition.
 //
 // Lookup is the per-request check: every claim and owner write asks about
 // one card, and must not pay for copying every claim the agent holds (Held
@@ -36,6 +38,10 @@ type ClaimTracker interface {
 	Ping(key string) bool
 	Lookup(card string) (heartbeat.Claim, bool)
 	Held() []heartbeat.Claim
+	// Disowned names the claim on card the loop stopped vouching for while
+	// the store may still name it (declared lost, or judged over at boot):
+	// the claim path never hands that token back.
+	Disowned(card string) (heartbeat.Lost, bool)
 }
 
 // Prober reads a pid's start time (ms since the Unix epoch). It is the part

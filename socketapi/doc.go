@@ -68,7 +68,9 @@
 //	    → 200 ClaimResponse {card, token, lease_ms, trusted_ms, liveness, ping_ms}
 //	    claim one card, or the oldest unclaimed card in a pool state
 //	    (not_found when none). Re-claiming a card the caller holds refreshes
-//	    the lease (same epoch). 503 once the agent is shutting down.
+//	    the lease (same epoch); re-claiming one the agent reported lost to it
+//	    (or did not adopt at boot) is a fresh acquisition at a higher epoch.
+//	    503 once the agent is shutting down.
 //	DELETE /v1/claims/{card}?epoch=N         → 204; release (ReleaseOwned; a free card is 204 too)
 //	PUT    /v1/claims/{card}/state           {"epoch", "to", "from"?, "reason"?}
 //	    → 200 {"changed"}; fenced move; reason empty, run_finished or run_failed
@@ -92,7 +94,10 @@
 //	    from the store's event log, never for machine-reason events), and a
 //	    "ping" every lease/3 listing the caller's claims with trusted_ms,
 //	    the time the agent still trusts each lease, relative, so the two
-//	    processes' clocks need not agree.
+//	    processes' clocks need not agree, and stream_ms, how long after
+//	    receiving the watch request the agent measured them: the worker
+//	    counts trusted_ms from its send time of the request + stream_ms,
+//	    never from the frame's (possibly late) receipt.
 //	    Without ?after the stream starts from now.
 //
 // # Reads (any peer)

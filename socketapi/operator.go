@@ -180,10 +180,11 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request, _ caller) 
 		}
 	} else {
 		st = apitype.Status{Host: s.cfg.Host, Liveness: s.cfg.Liveness(), LeaseMS: s.cfg.Lease().Milliseconds(), Socket: s.cfg.Path}
+		now := s.cfg.Clock.Now()
 		for _, h := range s.cfg.Claims.Held() {
 			st.Claims = append(st.Claims, apitype.HeldClaim{
 				Card: h.Hold.Card, Marker: h.Hold.Token.Marker, Epoch: h.Hold.Token.Epoch,
-				PID: h.Owner.PID, TrustedMS: s.remaining(h).Milliseconds(),
+				PID: h.Owner.PID, TrustedMS: s.remaining(h, now).Milliseconds(),
 			})
 		}
 	}

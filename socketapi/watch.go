@@ -59,9 +59,16 @@ func (r *ring) since(after int64) (frames []apitype.Frame, head int64, missed bo
 // handleWatch streams NDJSON frames to a worker: a hello, every claim_lost
 // addressed to this worker's marker and every launch hint, and a ping every
 // lease/3 listing the worker's claims with the time the agent still trusts
-// each. The ping is what lets the client cancel by itself when the agent
+// each, and when it measured that. The ping is what lets the client cancel by itself when the agent
 // goes silent (ADR-096 §2 and the orphan-grace proof of the watchdog).
 func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, c caller) error {
+	// The stream's age is counted from here, and every ping says how old
+	// the stream was when its trusted times were measured. The worker sent
+	// this request before this reading, so its send time plus that age is
+	// an instant no later than the measurement, on the one monotonic clock
+	// the host has: a ping it reads late cannot stretch its deadline past
+	// this agent's (apitype.Frame.StreamMS).
+	opened := s.cfg.Clock.Now()
 	after, err := queryInt(r, "after", -1)
 	if err != nil {
 		return err
@@ -75,7 +82,9 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, c caller) e
 	send := func(f apitype.Frame) bool { return enc.Encode(f) == nil }
 	flush := func() bool { return bw.Flush() == nil && rc.Flush() == nil }
 	ping := func(cursor int64) bool {
-		return send(apitype.Frame{Seq: cursor, Type: apitype.FramePing, Claims: s.trustedFor(wk)})
+		now := s.cfg.Clock.Now()
+		age := max(now.Sub(opened), 0).Milliseconds()
+		return send(apitype.Frame{Seq: cursor, Type: apitype.FramePing, StreamMS: &age, Claims: s.trustedAt(wk, now)})
 	}
 
 	woke := s.frames.sig.wait()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -24,9 +25,10 @@ func (s *Server) held(card string) (heartbeat.Claim, bool) {
 	return s.cfg.Claims.Lookup(card)
 }
 
-// remaining is how long the agent still trusts a held claim, from now.
-func (s *Server) remaining(h heartbeat.Claim) time.Duration {
-	return max(h.TrustedUntil.Sub(s.cfg.Clock.Now()), 0)
+// remaining is how long the agent still trusts a held claim, from now (a
+// reading of the server's clock).
+func (s *Server) remaining(h heartbeat.Claim, now time.Time) time.Duration {
+	return max(h.TrustedUntil.Sub(now), 0)
 }
 
 // sameProcess reports whether the recorded owner is the calling process:
@@ -105,12 +107,10 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request, c caller) e
 	var tok board.ClaimToken
 	var err error
 	if req.Next {
+		// ClaimNext only takes a free card: always a fresh acquisition.
 		card, tok, err = s.cfg.Store.ClaimNext(ctx, board.ClaimNextRequest{Marker: wk.marker, Lease: lease})
 	} else {
-		if h, ok := s.held(req.Card); ok && h.Hold.Token.Marker == wk.marker && !s.sameProcess(h, wk) {
-			return errPIDReused
-		}
-		tok, err = s.cfg.Store.Claim(ctx, board.ClaimRequest{Card: req.Card, Marker: wk.marker, Lease: lease})
+		tok, err = s.claimCard(ctx, wk, req.Card, lease)
 		if err == nil {
 			card, err = s.cfg.Store.GetCard(ctx, req.Card)
 		}
@@ -127,7 +127,7 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request, c caller) e
 	}
 	var trusted time.Duration
 	if h, ok := s.held(card.ID); ok && h.Hold.Token == tok {
-		trusted = s.remaining(h)
+		trusted = s.remaining(h, s.cfg.Clock.Now())
 	}
 	return writeJSON(w, http.StatusOK, apitype.ClaimResponse{
 		Card:      card,
@@ -137,6 +137,37 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request, c caller) e
 		Liveness:  s.cfg.Liveness(),
 		PingMS:    s.pingInterval().Milliseconds(),
 	})
+}
+
+// claimCard claims one card for the caller. The store's Claim is idempotent
+// for one marker — the same epoch back, lease refreshed — which is right
+// for a claim the agent still vouches for (a worker re-claiming a card it
+// holds), and wrong for one the agent itself gave up on: a claim it reported
+// lost to this worker, or that the boot sweep judged over. Its holder has
+// stopped, by contract, and handing it the same token again would make its
+// next hold indistinguishable, to the fence, from the one it abandoned — and
+// the worker's client, told that epoch was lost, would drop the grant at
+// once while the heartbeat renewed it for ever. So such a token is released
+// first (fenced on that exact token: a claim that moved on meanwhile is a
+// conflict, and left alone), and the Claim that follows is a fresh
+// acquisition with a higher epoch. A card another worker grabs in between
+// is the ordinary conflict of two claimants.
+//
+// The disowned token may have been an earlier process's with the same pid
+// (the loop declared its owner dead). It is re-acquired afresh all the
+// same: its holder has stopped either way, and the new epoch is what keeps
+// the earlier process's writes from passing the fence as the caller's.
+func (s *Server) claimCard(ctx context.Context, wk worker, card string, lease time.Duration) (board.ClaimToken, error) {
+	if h, ok := s.held(card); ok && h.Hold.Token.Marker == wk.marker && !s.sameProcess(h, wk) {
+		return board.ClaimToken{}, errPIDReused
+	}
+	if d, ok := s.cfg.Claims.Disowned(card); ok && d.Marker == wk.marker {
+		old := board.ClaimToken{Marker: d.Marker, Epoch: d.Epoch}
+		if err := s.cfg.Store.ReleaseOwned(ctx, card, old); err != nil && !errors.Is(err, board.ErrClaimConflict) {
+			return board.ClaimToken{}, fmt.Errorf("releasing the claim this agent gave up on card %q (epoch %d) before claiming it afresh: %w", card, d.Epoch, err)
+		}
+	}
+	return s.cfg.Store.Claim(ctx, board.ClaimRequest{Card: card, Marker: wk.marker, Lease: lease})
 }
 
 func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request, c caller) error {
@@ -343,13 +374,15 @@ func (s *Server) handleUpdateRun(w http.ResponseWriter, r *http.Request, c calle
 	return writeJSON(w, http.StatusOK, updated)
 }
 
-// trustedFor lists the claims the agent holds for this worker process.
-func (s *Server) trustedFor(wk worker) []apitype.TrustedClaim {
+// trustedAt lists the claims the agent holds for this worker process, with
+// how long each is still trusted from now: one reading for all of them, so
+// the instant a listing is measured at is one the caller can name.
+func (s *Server) trustedAt(wk worker, now time.Time) []apitype.TrustedClaim {
 	out := []apitype.TrustedClaim{}
 	for _, h := range s.cfg.Claims.Held() {
 		if s.sameProcess(h, wk) {
 			out = append(out, apitype.TrustedClaim{
-				Card: h.Hold.Card, Epoch: h.Hold.Token.Epoch, TrustedMS: s.remaining(h).Milliseconds(),
+				Card: h.Hold.Card, Epoch: h.Hold.Token.Epoch, TrustedMS: s.remaining(h, now).Milliseconds(),
 			})
 		}
 	}
@@ -361,5 +394,5 @@ func (s *Server) handleKeepalive(w http.ResponseWriter, r *http.Request, c calle
 		return err
 	}
 	s.cfg.Claims.Ping(c.worker.marker)
-	return writeJSON(w, http.StatusOK, apitype.KeepaliveResponse{Claims: s.trustedFor(c.worker)})
+	return writeJSON(w, http.StatusOK, apitype.KeepaliveResponse{Claims: s.trustedAt(c.worker, s.cfg.Clock.Now())})
 }

@@ -199,7 +199,10 @@ func claimLost(ctx context.Context, env *cli, cl *client.Claim, child *supervise
 	}
 	// The run is the old holder's: recording its end is a late write, and
 	// the fence refuses it. It is attempted anyway so that a claim lost
-	// only on this side (the agent went silent) still closes its run.
+	// only on this side (the agent went silent) may still close its run;
+	// but a client that gives a claim up at its trusted deadline also hands
+	// the card back as it does, and once that release has landed this write
+	// is refused too.
 	if err := closeRun(ctx, env, cl, runID, board.RunFailed); err != nil {
 		fmt.Fprintf(env.stderr, "leasekeeper: late write refused, as it must be: %v\n", err)
 	}

@@ -57,6 +57,12 @@ class AgentError(Exception):
         super().__init__("agent: %s (%s, HTTP %d)" % (body.get("error", ""), self.code, status))
 
 
+# Why a claim ended, when this worker ends it by itself. Such a claim is
+# handed back (Worker.give_back): the agent may not know the worker stopped.
+UNTRUSTED = "lease no longer trusted: no word from the agent"
+LOST_AT_GRANT = "reported lost as it was granted"
+
+
 class UnixHTTPConnection(http.client.HTTPConnection):
     """http.client over AF_UNIX: the host name is a placeholder."""
 
@@ -107,9 +113,11 @@ class Watch(threading.Thread):
 
     The stream sends a hello, then claim_lost / launch frames, and a ping
     every lease/3 listing this process's claims with trusted_ms: how long
-    the agent still trusts each lease, counted from when it sent the frame.
-    The deadline is kept on this process's monotonic clock, so the two
-    processes' wall clocks never need to agree.
+    the agent still trusts each lease, counted from when it measured the
+    frame — stream_ms after it received the watch request, so from this
+    process's send time of that request plus stream_ms, never from the
+    frame's (possibly late) receipt. The deadline is kept on this process's
+    monotonic clock, so the two processes' wall clocks never need to agree.
     """
 
     def __init__(self, agent):
@@ -132,7 +140,7 @@ class Watch(threading.Thread):
             self.deadline = sent_at + trusted_ms / 1000.0
             self.lost_reason = None
             if self.lost.get(card) == epoch:
-                self.lost_reason = "reported lost as it was granted"
+                self.lost_reason = LOST_AT_GRANT
             self.changed.notify_all()
 
     def drop(self):
@@ -154,7 +162,7 @@ class Watch(threading.Thread):
                     return self.lost_reason
                 now = time.monotonic()
                 if self.card is not None and now >= self.deadline:
-                    self.lost_reason = "lease no longer trusted: no word from the agent"
+                    self.lost_reason = UNTRUSTED
                     return self.lost_reason
                 if now >= end:
                     return None
@@ -180,6 +188,9 @@ class Watch(threading.Thread):
         query = "" if self.after < 0 else "?after=%d" % self.after
         conn = UnixHTTPConnection(self.agent.path, timeout=None)
         try:
+            # Taken before the request goes out, so before the agent gets
+            # it: pings count their trusted times from here (see trust).
+            sent = time.monotonic()
             conn.request("GET", "/v1/watch" + query, headers={"Leasekeeper-Worker": self.agent.identity})
             resp = conn.getresponse()
             if resp.status != 200:
@@ -190,12 +201,12 @@ class Watch(threading.Thread):
                     return
                 received = time.monotonic()
                 frame = json.loads(line)
-                self.on_frame(frame, received)
+                self.on_frame(frame, received, sent)
                 self.after = frame.get("seq", self.after)
         finally:
             conn.close()
 
-    def on_frame(self, f, received):
+    def on_frame(self, f, received, sent):
         kind = f.get("type")
         if kind == "hello":
             if f.get("missed") and self.after >= 0:
@@ -215,7 +226,17 @@ class Watch(threading.Thread):
             if mine:
                 self.lose("claim lost: %s" % f.get("reason"))
         elif kind == "ping":
-            self.trust(f.get("claims"), received)
+            # Count from an instant no later than the agent's measurement:
+            # the stream's send time plus the stream's age at the
+            # measurement (stream_ms). The receipt may come any time later
+            # (this process was stopped, the socket buffer held the frame),
+            # and counting from it would stretch the deadline past the
+            # agent's. Worker and agent share the host's monotonic clock;
+            # an agent that predates stream_ms leaves the receipt.
+            at = received
+            if f.get("stream_ms") is not None:
+                at = min(received, sent + f["stream_ms"] / 1000.0)
+            self.trust(f.get("claims"), at)
 
     def trust(self, claims, at):
         with self.changed:
@@ -310,7 +331,8 @@ class Worker:
         except TimeoutError:
             # The agent did not answer before the trusted deadline: stop
             # and write nothing more.
-            self.say("claim on %s lost: lease no longer trusted: no word from the agent; stopped" % self.card)
+            self.say("claim on %s lost: %s; stopped" % (self.card, UNTRUSTED))
+            self.give_back()
             return "lost"
         finally:
             self.watch.drop()
@@ -335,6 +357,8 @@ class Worker:
             # Stop now and write nothing more: any write would be refused by
             # the fence, and the watchdog counts on the holder stopping.
             self.say("claim on %s lost while working: %s; stopped" % (self.card, lost))
+            if lost in (UNTRUSTED, LOST_AT_GRANT):
+                self.give_back()
             return "lost"
         if self.stop.is_set():
             self.close_run(run["id"], "failed_resumable")
@@ -352,6 +376,19 @@ class Worker:
         self.owned("DELETE", "", query={"epoch": self.epoch})
         self.say("%s: run %s %s, card filed to %s" % (self.card, run["id"], status, target))
         return "filed"
+
+    def give_back(self):
+        # A claim this worker gives up by itself (its trusted deadline passed,
+        # or the agent reported its epoch lost as it granted it) is handed
+        # back, best effort and bounded: the agent may not know the worker
+        # stopped (in pid mode it renews a claim for as long as the pid
+        # lives) and would keep the card held for nobody. A fresh timeout,
+        # not the expired deadline; the fence makes a stale release harmless.
+        try:
+            self.agent.request("DELETE", "/v1/claims/" + urllib.parse.quote(self.card, safe=""),
+                               query={"epoch": self.epoch}, timeout=5)
+        except (OSError, http.client.HTTPException, ValueError, AgentError):
+            pass  # the agent is gone or hung: its own rules end the claim
 
     def close_run(self, run_id, status):
         # Compare-and-set on running, so a verdict the watchdog already
