@@ -175,12 +175,24 @@ func BootSweep(ctx context.Context, cfg SweepConfig) ([]SweepItem, []Adoption, e
 		items = append(items, item)
 	}
 
-	// The clock is read once, as late as it can be before the renewal: a
-	// later reading only judges more claims over, the safe side (see over).
+	// The store's clock is read once, as late as it can be before the
+	// renewal: a later reading only judges more claims over, the safe side
+	// (see over). attempt, this agent's clock, starts the adoptees' trusted
+	// deadlines, which are this agent's own.
+	storeNow, nowErr := cfg.Store.Now(ctx)
 	attempt := cfg.Clock.Now()
+	if nowErr != nil {
+		// Without the store's clock nothing can be judged live: adopt
+		// nothing (the safe failure) and let the leases run their course.
+		for _, l := range live {
+			items = append(items, SweepItem{Card: l.card.ID, Marker: l.card.Claim, Epoch: l.card.ClaimEpoch,
+				Action: SweepFailed, Why: "cannot read the store's clock to judge the claim", Err: nowErr})
+		}
+		return items, nil, nil
+	}
 	renew := live[:0:0]
 	for _, l := range live {
-		if !cfg.over(l.card, attempt) {
+		if !cfg.over(l.card, storeNow) {
 			renew = append(renew, l)
 			continue
 		}
@@ -190,7 +202,7 @@ func BootSweep(ctx context.Context, cfg SweepConfig) ([]SweepItem, []Adoption, e
 			item.Lost = heartbeat.LostUnconfirmed
 		}
 		item.Why = fmt.Sprintf("%s, but the claim is over: its lease ends at %s, not %v after now (%s), so its holder has passed its trusted deadline and given it up; not adopted; %s",
-			l.why, l.card.ClaimLeaseUntil.Format(time.RFC3339Nano), 2*cfg.Margin, attempt.Format(time.RFC3339Nano), item.Why)
+			l.why, l.card.ClaimLeaseUntil.Format(time.RFC3339Nano), 2*cfg.Margin, storeNow.Format(time.RFC3339Nano), item.Why)
 		items = append(items, item)
 	}
 	live = renew
@@ -282,24 +294,19 @@ func (cfg SweepConfig) judge(ctx context.Context, c board.Card, m board.Marker) 
 // (and re-grant its epoch to the next claim of that process). The claim is
 // expired instead, so the watchdog may rule on it at once.
 //
-// Whose clock. now is this agent's clock; the lease was stamped by the
-// store's. On bbolt they are one clock. On MongoDB the lease is the server's:
-// the right reading to compare it with is the store's own now, which the
-// store contract does not offer yet; until it does, the offset between the
-// two clocks is an error in this comparison, and the rule is made to err on
-// the safe side:
+// Whose clock. The lease was stamped by the store, so now is the store's
+// own clock (Store.Now), never this agent's: on MongoDB the server's,
+// read as a lower bound (less the round trip). A lower bound errs towards
+// "not over yet" by at most that round trip, which the second margin
+// absorbs, together with the store round trip between a renewal's attempt
+// and the store's stamp. The error directions:
 //
 //   - Judging a claim over too early expires a live holder's claim. The
 //     agent does not adopt it, so the holder hears no more pings and stops
 //     at its own trusted deadline, having lost the claim: a loss every
-//     holder must tolerate anyway (an operator can break any claim). The
-//     orphan proof is unharmed while the clock offset stays below the
-//     orphan grace, since the store stamps the expiry with its own clock.
+//     holder must tolerate anyway (an operator can break any claim).
 //   - Judging an over claim live adopts it, which is the defect this rule
-//     exists to stop. The second margin is slack on this side: it absorbs
-//     the store round trip between a renewal's attempt and the store's
-//     stamp, and an agent clock running behind the store's by up to that
-//     much.
+//     exists to stop.
 //
 // Adopting nothing is the safe failure; renewing a given-up claim is not.
 // A legacy claim (no lease) has no deadline and is never over by time.
