@@ -107,7 +107,6 @@ func reaperOnce(ctx context.Context, cfg config, n int, dir string, profile bool
 	}
 	r, err := watchdog.New(watchdog.Config{
 		Store:   st,
-		Clock:   clock,
 		Marker:  board.WorkerMarker(host, os.Getpid()),
 		Lease:   func() time.Duration { return benchLease },
 		Enabled: func() bool { return true },
