@@ -71,3 +71,10 @@ func Invalid(format string, args ...any) error {
 func NotFound(kind, id string) error {
 	return fmt.Errorf("%s %q: %w", kind, id, ErrNotFound)
 }
+
+// MovedSince is the refusal of a write whose precondition named the state
+// the card was judged in, when the card has left it since. It wraps
+// ErrTransitionRejected.
+func MovedSince(card, judged, now string) error {
+	return fmt.Errorf("card %q: moved from %q to %q since it was judged: %w", card, judged, now, ErrTransitionRejected)
+}

@@ -99,7 +99,12 @@ type ExpiredRelease struct {
 	Card   string     `json:"card"`
 	Prev   ClaimToken `json:"prev"`
 	Cutoff time.Time  `json:"cutoff"`
-	Actor  string     `json:"actor"`
+	// State, when set, is part of the precondition: the card is still in
+	// the state it was judged in. A caller that released only because the
+	// card's column is safe to leave it free in must not release it after
+	// someone moved it elsewhere. A card that moved is ErrTransitionRejected.
+	State string `json:"state,omitempty"`
+	Actor string `json:"actor"`
 }
 
 // Store is the contract every backend honours (bbolt, MongoDB, the plugin

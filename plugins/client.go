@@ -161,7 +161,7 @@ func (s *remoteStore) Release(ctx context.Context, card, marker, actor string) e
 
 func (s *remoteStore) ReleaseExpired(ctx context.Context, r board.ExpiredRelease) error {
 	_, err := s.rpc.ReleaseExpired(ctx, &storepb.ReleaseExpiredRequest{
-		Card: r.Card, Prev: tokenToPB(r.Prev), Cutoff: timeToPB(r.Cutoff), Actor: r.Actor,
+		Card: r.Card, Prev: tokenToPB(r.Prev), Cutoff: timeToPB(r.Cutoff), Actor: r.Actor, State: r.State,
 	})
 	return rpcErr(ctx, "ReleaseExpired", err)
 }

@@ -127,7 +127,7 @@ func (s *server) Release(ctx context.Context, r *storepb.ReleaseRequest) (*store
 
 func (s *server) ReleaseExpired(ctx context.Context, r *storepb.ReleaseExpiredRequest) (*storepb.Empty, error) {
 	return empty(s.store.ReleaseExpired(ctx, board.ExpiredRelease{
-		Card: r.GetCard(), Prev: tokenFromPB(r.GetPrev()), Cutoff: timeFromPB(r.GetCutoff()), Actor: r.GetActor(),
+		Card: r.GetCard(), Prev: tokenFromPB(r.GetPrev()), Cutoff: timeFromPB(r.GetCutoff()), Actor: r.GetActor(), State: r.GetState(),
 	}))
 }
 

@@ -145,6 +145,36 @@ func (o *Oracle) resolve(ctx context.Context, card board.Card, now time.Time, mo
 	if r.Status != board.RunRunning || mode == resolvePlain {
 		return res
 	}
+	return o.promote(ctx, card, res, now, mode == resolvePromote)
+}
+
+// ResolveAfterTransfer resolves the run of observed — the card as the
+// transfer from listed left it — and promotes it, judging the claim the
+// transfer took over (listed). The promotion is made only here, after the
+// transfer: before it, the listing's copy may be stale (another reaper
+// returned the card and a new holder resumed the run since), and a
+// promotion written then would mark a live holder's run orphaned. Once the
+// transfer has landed, its compare-and-set proved listed was still the
+// claim, still expired at now, and nobody else can start or resume the
+// card's run. A run pointer that changed in between is not the run the
+// proof is about, and is read plainly.
+func (o *Oracle) ResolveAfterTransfer(ctx context.Context, listed, observed board.Card, now time.Time) Resolution {
+	res := o.Read(ctx, observed)
+	if res.Run == nil || res.Run.Status != board.RunRunning {
+		return res
+	}
+	if was, _ := ClaimRun(listed); was != res.Recorded {
+		return res
+	}
+	return o.promote(ctx, listed, res, now, true)
+}
+
+// promote promotes res.Run (running) to PROCESS_ORPHANED when orphanProof
+// holds for the judged claim of card; with write false it only returns the
+// run as the promotion would leave it.
+func (o *Oracle) promote(ctx context.Context, card board.Card, res Resolution, now time.Time, write bool) Resolution {
+	r := *res.Run
+	recorded := res.Recorded
 	proof := o.orphanProof(ctx, card, r, now)
 	if proof == ProofNone {
 		return res
@@ -153,7 +183,7 @@ func (o *Oracle) resolve(ctx context.Context, card board.Card, now time.Time, mo
 	if r.Checkpoint != "" {
 		to = board.RunFailedResumable
 	}
-	if mode == resolvePreview {
+	if !write {
 		promoted := r
 		promoted.Status, promoted.FailureCode = to, board.FailureProcessOrphaned
 		return Resolution{Run: &promoted, Recorded: recorded, Proof: proof}
@@ -183,25 +213,29 @@ func (o *Oracle) resolve(ctx context.Context, card board.Card, now time.Time, mo
 	return Resolution{Run: &again, Recorded: recorded}
 }
 
-// orphanProof returns the proof that no live owner holds run r, or
-// ProofNone. Two proofs exist and nothing else counts:
+// orphanProof returns the proof that no live owner holds run r, the run
+// of card's judged claim, or ProofNone. Two proofs exist and nothing else
+// counts:
 //
-//   - the run was started on this host and its owner pid, matched with its
-//     start time, is provably dead (Unknown and Alive both conserve);
-//   - the owner's lease ended longer ago than the orphan grace. This is
-//     sound only because every holder stops by its lease deadline on its
-//     own: the agent declares a claim lost at its trusted deadline and the
-//     client cancels by itself when it cannot hear the agent.
+//   - the run was started on this host under the judged claim, and its
+//     pid, matched with its start time, is provably dead (Unknown and Alive
+//     both conserve). A run the judged claim resumed records the pid of
+//     the process that first started it, not of the one driving it now,
+//     so its pid proves nothing;
+//   - the judged claim's lease ended longer ago than the orphan grace.
+//     This is sound only because every holder stops by its lease deadline
+//     on its own: the agent declares a claim lost at its trusted deadline
+//     and the client cancels by itself when it cannot hear the agent.
 //
 // now is the store's clock: the lease it measures against was stamped by
 // the store, so the agent's own clock has no say in it.
 func (o *Oracle) orphanProof(ctx context.Context, card board.Card, r board.Run, now time.Time) Proof {
-	if o.Prober != nil && r.Host != "" && r.Host == o.Host && r.PID > 1 {
+	if o.Prober != nil && r.Host != "" && r.Host == o.Host && r.PID > 1 && r.Epoch != 0 && r.Epoch == card.JudgedEpoch() {
 		if o.Prober.Probe(ctx, r.PID, r.PIDStart) == pidprobe.Dead {
 			return ProofPIDDead
 		}
 	}
-	end, ok := o.ownerLeaseEnd(card, r)
+	end, ok := judgedLeaseEnd(card)
 	if !ok {
 		return ProofNone
 	}
@@ -211,33 +245,27 @@ func (o *Oracle) orphanProof(ctx context.Context, card board.Card, r board.Run, 
 	return ProofNone
 }
 
-// ownerLeaseEnd bounds when the run owner's lease ended, from the card.
+// judgedLeaseEnd bounds, from the card alone, when the judged claim's
+// lease ended:
 //
-// When the card's claim is still the owner's marker, the owner process holds
-// the card and its lease is the card's lease; a legacy claim (no lease) has
-// no end to measure, and is never reaped by time (ADR-096 Consequences).
+//   - a worker's claim: its own lease (claim_lease_until). A legacy claim
+//     (no lease) has no end to measure and is never reaped by time
+//     (ADR-096 Consequences);
+//   - a recovery claim judges the worker claim it took over, whose lease
+//     had ended by the time of that transfer — the transfer's
+//     compare-and-set required it — so it ended no later than the recovery
+//     claim's claimed_at, which the store stamped at the transfer.
 //
-// When a later acquisition holds the card (a higher epoch, another marker),
-// the owner's claim was gone by the time that acquisition happened — at
-// claimed_at — and the owner could have renewed at most one lease beyond its
-// loss (an operator's force-release can come before the lease ends), so its
-// lease ended no later than claimed_at + lease.
-//
-// Anything else (a free card, an unrecorded epoch under another marker) has
-// no bound, and the oracle conserves.
-func (o *Oracle) ownerLeaseEnd(card board.Card, r board.Run) (time.Time, bool) {
+// Both are the store's stamps, never a bound computed from this agent's
+// lease setting, which other agents need not share.
+func judgedLeaseEnd(card board.Card) (time.Time, bool) {
 	switch {
 	case card.Claim == "":
 		return time.Time{}, false
-	case card.Claim == r.Owner:
-		if card.ClaimLeaseUntil.IsZero() {
-			return time.Time{}, false
-		}
-		return card.ClaimLeaseUntil, true
-	case r.Epoch > 0 && card.ClaimEpoch > r.Epoch && !card.ClaimedAt.IsZero():
-		return card.ClaimedAt.Add(o.lease()), true
+	case board.IsRecoveryMarker(card.Claim):
+		return card.ClaimedAt, !card.ClaimedAt.IsZero()
 	default:
-		return time.Time{}, false
+		return card.ClaimLeaseUntil, !card.ClaimLeaseUntil.IsZero()
 	}
 }
 

@@ -115,22 +115,24 @@ func TestOracleProofs(t *testing.T) {
 			e.clock.Advance(lease / 2)
 			return r
 		}, board.RunRunning, false, false},
-		{"owner superseded by a transfer, one lease and the grace since: promoted", func(t *testing.T, e *env) board.Run {
+		// The transfer required the owner's lease to have ended, so the
+		// recovery claim's claimed_at bounds that end.
+		{"owner superseded by a transfer, the grace since: promoted", func(t *testing.T, e *env) board.Run {
 			prev, r := e.launch("c1", board.RunRunning, board.Run{})
 			e.expire()
 			if _, _, err := e.store.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: prev, RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: time.Hour}); err != nil {
 				t.Fatalf("ReclaimExpired: %v", err)
 			}
-			e.clock.Advance(lease + grace + time.Millisecond)
+			e.clock.Advance(grace + time.Millisecond)
 			return r
 		}, board.RunFailed, true, true},
-		{"owner superseded by a transfer, less than a lease since: conserved", func(t *testing.T, e *env) board.Run {
+		{"owner superseded by a transfer, less than the grace since: conserved", func(t *testing.T, e *env) board.Run {
 			prev, r := e.launch("c1", board.RunRunning, board.Run{})
 			e.expire()
 			if _, _, err := e.store.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: prev, RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: time.Hour}); err != nil {
 				t.Fatalf("ReclaimExpired: %v", err)
 			}
-			e.clock.Advance(lease / 2)
+			e.clock.Advance(grace / 2)
 			return r
 		}, board.RunRunning, false, false},
 		{"a settled run is returned as it is", func(t *testing.T, e *env) board.Run {

@@ -440,6 +440,23 @@ func settles(a Action) bool {
 	return a == ActionComplete || a == ActionFail || a == ActionRepark
 }
 
+// repairable is d as a repair sweep may carry it out: a settled
+// disposition, and not the fleet's run ceiling, which files a merely
+// resumable run's card to a sink on the watchdog's own judgement — a
+// decision, which the gate stops. Anything else is kept.
+func (p *pass) repairable(d Decision, c board.Card) Decision {
+	why := ""
+	switch {
+	case !settles(d.Action):
+		why = "not a settled disposition"
+	case d.Action == ActionRepark && p.r.cfg.Fleet && len(c.Runs) >= p.r.cfg.RunCeiling:
+		why = fmt.Sprintf("a repark past the run ceiling (%d runs) is filed to a sink, a decision the gate stops", len(c.Runs))
+	default:
+		return d
+	}
+	return Decision{Action: ActionKeep, Row: d.Row, Rule: d.Rule, Reason: d.Reason + "; " + why + ": the repair sweep keeps it"}
+}
+
 // reapOne is one card: resolve its claim's run, pre-check, transfer, decide
 // on the card the transfer observed, act.
 func (p *pass) reapOne(ctx context.Context, listed board.Card, m mode) (cr CardResult) {
@@ -451,23 +468,20 @@ func (p *pass) reapOne(ctx context.Context, listed board.Card, m mode) (cr CardR
 	r := p.r
 	cr = CardResult{Card: listed.ID, Prev: listed.Token()}
 
+	// The pre-check sees the run as a promotion would leave it, but nothing
+	// is written before the transfer: the listing's copy may be stale, and
+	// a promotion is made only once the transfer has proved it is not
+	// (Oracle.ResolveAfterTransfer). A repair sweep never promotes.
 	var res Resolution
-	switch m {
-	case modeDecide:
-		res = r.oracle.Resolve(ctx, listed, p.now)
-	case modePreview:
-		res = r.oracle.Preview(ctx, listed, p.now)
-	default:
+	if m == modeRepair {
 		res = r.oracle.Read(ctx, listed)
+	} else {
+		res = r.oracle.Preview(ctx, listed, p.now)
 	}
 	cr.Run = res.Recorded
 	in := res.Stuck(listed, p.board, p.now, p.lease)
 	if m == modeRepair {
-		cr.PreCheck = DecideStuckCard(in)
-		if !settles(cr.PreCheck.Action) {
-			cr.PreCheck = Decision{Action: ActionKeep, Row: cr.PreCheck.Row, Rule: cr.PreCheck.Rule,
-				Reason: cr.PreCheck.Reason + "; not a settled disposition: the repair sweep keeps it"}
-		}
+		cr.PreCheck = p.repairable(DecideStuckCard(in), listed)
 	} else {
 		cr.PreCheck = PreCheck(in)
 	}
@@ -514,19 +528,23 @@ func (p *pass) reapOne(ctx context.Context, listed board.Card, m mode) (cr CardR
 	// transfer observed, never on the listing's copy — an operator may have
 	// moved it in between. The run is read again for the pointer the
 	// observed card records (the owner may have stamped a new one before
-	// the transfer fenced it out); no promotion here: that was the
-	// oracle's, before the transfer. The transfer carried the judged epoch
-	// over (RecoveredEpoch), so the same claim is judged.
-	res2 := r.oracle.Read(ctx, observed)
+	// the transfer fenced it out), and promoted now if the proof holds for
+	// the claim the transfer took over. The transfer carried the judged
+	// epoch over (RecoveredEpoch), so the same claim is judged.
+	var res2 Resolution
+	if m == modeRepair {
+		res2 = r.oracle.Read(ctx, observed)
+	} else {
+		res2 = r.oracle.ResolveAfterTransfer(ctx, listed, observed, p.now)
+	}
 	cr.Run = res2.Recorded
 	in2 := res2.Stuck(observed, p.board, p.now, p.lease)
 	// The transfer re-stamped claimed_at; the window is the listed
 	// claim's, or the transfer would re-open it.
 	in2.ClaimStart = listed.ClaimedAt
 	d := DecideStuckCard(in2)
-	if m == modeRepair && !settles(d.Action) {
-		d = Decision{Action: ActionKeep, Row: d.Row, Rule: d.Rule,
-			Reason: d.Reason + "; not a settled disposition: the repair sweep keeps it"}
+	if m == modeRepair {
+		d = p.repairable(d, observed)
 	}
 	cr.Decision = AfterTransfer(d, listed.Claim, Strands(p.board, observed.State))
 	p.act(ctx, &cr, observed, tok, res2.Recorded)
@@ -656,9 +674,19 @@ func (p *pass) file(ctx context.Context, cr *CardResult, c board.Card, tok board
 	}
 	if !changed {
 		// The card left the state the transfer observed: an operator moved
-		// it after the transfer. Their move wins; the claim is released.
+		// it after the transfer. Their move wins and the claim is released
+		// — unless the card now sits where a free card is stranded: then
+		// the recovery claim stays, and the card is judged again, in its
+		// new column, once that claim's lease ends.
+		cur, err := r.cfg.Store.GetCard(ctx, c.ID)
+		if err != nil || Strands(b, cur.State) {
+			cr.Outcome = OutcomeTransferred
+			cr.Decision.Reason += fmt.Sprintf("; the card was moved during the filing (to %q): held under the recovery claim rather than left free there", cur.State)
+			cr.Err = err
+			return false
+		}
 		r.cfg.Logger.Info("watchdog: card moved during filing, honouring the move",
-			"card", c.ID, "observed", c.State, "target", target)
+			"card", c.ID, "observed", c.State, "now", cur.State, "target", target)
 		return true
 	}
 	cr.FiledTo = target
@@ -766,8 +794,8 @@ func (p *pass) reconcile(ctx context.Context, sr *SweepResult, c board.Card) {
 		m = modePreview
 	}
 	cr := p.reapOne(ctx, c, m)
-	if p.dryRun && !settles(cr.Decision.Action) {
-		cr.Decision = Decision{Action: ActionKeep, Row: cr.Decision.Row, Rule: cr.Decision.Rule, Reason: cr.Decision.Reason}
+	if p.dryRun && cr.Decision.Action != ActionKeep {
+		cr.Decision = p.repairable(cr.Decision, c)
 	}
 	sr.Decision, sr.Outcome, sr.FiledTo, sr.Err, sr.Error = &cr.Decision, cr.Outcome, cr.FiledTo, cr.Err, cr.Error
 }
@@ -779,9 +807,12 @@ func (p *pass) releaseExpired(ctx context.Context, sr *SweepResult, c board.Card
 		sr.Outcome = OutcomeDecided
 		return
 	}
-	err := p.r.cfg.Store.ReleaseExpired(ctx, board.ExpiredRelease{Card: c.ID, Prev: c.Token(), Cutoff: p.now, Actor: p.r.recovery})
+	// The state is in the precondition: the release is safe only because
+	// the card's column is one a free card may sit in (not Strands), and an
+	// operator may move it between the listing and the release.
+	err := p.r.cfg.Store.ReleaseExpired(ctx, board.ExpiredRelease{Card: c.ID, Prev: c.Token(), Cutoff: p.now, State: c.State, Actor: p.r.recovery})
 	switch {
-	case errors.Is(err, board.ErrClaimConflict):
+	case errors.Is(err, board.ErrClaimConflict), errors.Is(err, board.ErrTransitionRejected):
 		sr.Outcome = OutcomeSkippedConflict
 	case err != nil:
 		sr.Outcome, sr.Err, sr.Error = OutcomeError, err, err.Error()

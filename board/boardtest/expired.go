@@ -113,6 +113,25 @@ func exerciseExpired(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("ReleaseExpiredHoldsTheJudgedState", func(t *testing.T) {
+		t.Parallel()
+		e := open(t, h)
+		tok, expired := expiredHold(e)
+		e.setState("c1", board.StateBacklog)
+		before := e.get("c1")
+		seq := e.lastSeq()
+		judged := board.ExpiredRelease{Card: "c1", Prev: tok, Cutoff: expired.ClaimLeaseUntil, State: board.StateInProgress, Actor: recovery}
+		if err := e.s.ReleaseExpired(e.ctx, judged); !errors.Is(err, board.ErrTransitionRejected) {
+			t.Errorf("release judged in in_progress of a card now in backlog = %v, want ErrTransitionRejected", err)
+		}
+		e.unchanged(before, "a release refused for a moved card")
+		e.noEventsSince(seq, "a release refused for a moved card")
+		judged.State = board.StateBacklog
+		if err := e.s.ReleaseExpired(e.ctx, judged); err != nil {
+			t.Errorf("release in the judged state: %v", err)
+		}
+	})
+
 	t.Run("TransferRecordsTheJudgedEpoch", func(t *testing.T) {
 		t.Parallel()
 		e := open(t, h)

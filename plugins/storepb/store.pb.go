@@ -3003,6 +3003,7 @@ type ReleaseExpiredRequest struct {
 	Prev          *ClaimToken            `protobuf:"bytes,2,opt,name=prev,proto3" json:"prev,omitempty"`
 	Cutoff        *Time                  `protobuf:"bytes,3,opt,name=cutoff,proto3" json:"cutoff,omitempty"`
 	Actor         string                 `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"`
+	State         string                 `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3061,6 +3062,13 @@ func (x *ReleaseExpiredRequest) GetCutoff() *Time {
 func (x *ReleaseExpiredRequest) GetActor() string {
 	if x != nil {
 		return x.Actor
+	}
+	return ""
+}
+
+func (x *ReleaseExpiredRequest) GetState() string {
+	if x != nil {
+		return x.State
 	}
 	return ""
 }
@@ -3650,12 +3658,13 @@ const file_store_proto_rawDesc = "" +
 	"\r_failure_codeB\r\n" +
 	"\v_checkpoint\"\x1f\n" +
 	"\rGetRunRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xab\x01\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xc1\x01\n" +
 	"\x15ReleaseExpiredRequest\x12\x12\n" +
 	"\x04card\x18\x01 \x01(\tR\x04card\x124\n" +
 	"\x04prev\x18\x02 \x01(\v2 .leasekeeper.store.v1.ClaimTokenR\x04prev\x122\n" +
 	"\x06cutoff\x18\x03 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\x06cutoff\x12\x14\n" +
-	"\x05actor\x18\x04 \x01(\tR\x05actor\"t\n" +
+	"\x05actor\x18\x04 \x01(\tR\x05actor\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\"t\n" +
 	"\x12ListExpiredRequest\x122\n" +
 	"\x06cutoff\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\x06cutoff\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x14\n" +

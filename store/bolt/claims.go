@@ -376,6 +376,9 @@ func (s *Store) ReleaseExpired(ctx context.Context, r board.ExpiredRelease) erro
 		if !holds(rec, r.Prev) || rec.ClaimLeaseUntil.After(r.Cutoff) {
 			return conflict(rec)
 		}
+		if r.State != "" && rec.State != r.State {
+			return board.MovedSince(r.Card, r.State, rec.State)
+		}
 		return s.release(w, rec, r.Actor)
 	})
 }

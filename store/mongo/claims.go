@@ -412,6 +412,12 @@ func (s *Store) ReleaseExpired(ctx context.Context, r board.ExpiredRelease) erro
 		default:
 			return nil, c.conflict()
 		}
+		if r.State != "" {
+			if c.State != r.State {
+				return nil, board.MovedSince(r.Card, r.State, c.State)
+			}
+			cond = append(cond, bson.E{Key: "state", Value: r.State})
+		}
 		ch := releaseChange(c, clk, r.Actor)
 		ch.cond = cond
 		return ch, nil
