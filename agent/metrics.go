@@ -6,7 +6,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -221,6 +224,39 @@ func (m *metrics) bootSweep(items []SweepItem) {
 	}
 }
 
+// hostGuard refuses requests whose Host header names a host this listener
+// was not reached as, with 421. A web page a browser on this host loads
+// could otherwise read the metrics by DNS rebinding: its own name resolved
+// to 127.0.0.1 makes the request same-origin for the page, but its Host
+// header still carries that name. Accepted: IP literals (a rebinding needs
+// a name), "localhost", this machine's host name as os.Hostname gives it,
+// and the host part of the configured listen address.
+func hostGuard(next http.Handler, listen string) http.Handler {
+	allowed := map[string]bool{"localhost": true}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		allowed[strings.ToLower(h)] = true
+	}
+	if h, _, err := net.SplitHostPort(listen); err == nil && h != "" {
+		allowed[strings.ToLower(h)] = true
+	}
+	ok := func(host string) bool {
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
+		// Exact names only: "<hostname>.attacker.example" is the
+		// attacker's name, whatever its first label says.
+		return net.ParseIP(host) != nil || allowed[host]
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !ok(r.Host) {
+			http.Error(w, "metrics: Host "+strconv.Quote(r.Host)+" is not an address of this agent (requests by another name are refused against DNS rebinding); scrape by IP or host name", http.StatusMisdirectedRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // serve listens on addr until ctx ends. A port that cannot be bound is a
 // start error: an operator who asked for metrics should not find them
 // silently missing.
@@ -231,7 +267,7 @@ func (m *metrics) serve(ctx context.Context, addr string, log *slog.Logger) erro
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: hostGuard(mux, addr), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server stopped", "err", err)

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -310,5 +314,51 @@ func TestIsStoreError(t *testing.T) {
 				t.Errorf("isStoreError(%v) = %v, want %v", tc.err, got, tc.want)
 			}
 		})
+	}
+}
+
+// The metrics listener answers only requests addressed to it by an IP, by
+// localhost or by this machine's host name: a page a browser loads under
+// another name that resolves here (DNS rebinding) is refused.
+func TestMetricsRefuseForeignHostNames(t *testing.T) {
+	t.Parallel()
+	m := newMetrics("v", func() int { return 0 }, func() bool { return false })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	if err := m.serve(t.Context(), addr, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	host, _ := os.Hostname()
+	for _, tc := range []struct {
+		host string
+		want int
+	}{
+		{addr, http.StatusOK},
+		{"localhost:" + port, http.StatusOK},
+		{"[::1]:" + port, http.StatusOK},
+		{host + ":" + port, http.StatusOK},
+		{"rebind.attacker.example:" + port, http.StatusMisdirectedRequest},
+		{host + ".attacker.example:" + port, http.StatusMisdirectedRequest},
+	} {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = tc.host
+		// serve returned with the socket listening: the kernel queues the
+		// connection until the server goroutine accepts it.
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("Host %q: %d, want %d", tc.host, resp.StatusCode, tc.want)
+		}
 	}
 }
