@@ -1,6 +1,7 @@
 package socketapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -183,9 +184,15 @@ func (s *Server) writeErrorStatus(w http.ResponseWriter, r *http.Request, status
 // decode reads a JSON body strictly: capped in size, unknown fields and
 // trailing data refused. An empty body decodes to the zero value, so routes
 // whose fields are all optional accept it; validation catches the rest.
+//
+// The whole body is read (up to the cap) before it is parsed, so a body
+// over the cap is 413 whatever its first bytes are, chunked or not.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
-	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
-	return decodeStrict(r.Body, v)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		return classifyDecode(err)
+	}
+	return decodeStrict(bytes.NewReader(body), v)
 }
 
 func decodeStrict(body io.Reader, v any) error {

@@ -80,7 +80,12 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, c caller) e
 	bw := bufio.NewWriter(w)
 	enc := json.NewEncoder(bw)
 	send := func(f apitype.Frame) bool { return enc.Encode(f) == nil }
-	flush := func() bool { return bw.Flush() == nil && rc.Flush() == nil }
+	// A reader that stops reading blocks the flush once the socket buffer
+	// fills; each flush gets a lease to land, then the stream is cut.
+	flush := func() bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(max(s.cfg.Lease(), time.Second)))
+		return bw.Flush() == nil && rc.Flush() == nil
+	}
 	ping := func(cursor int64) bool {
 		now := s.cfg.Clock.Now()
 		age := max(now.Sub(opened), 0).Milliseconds()
@@ -136,11 +141,15 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, c caller) e
 		var lost bool
 		frames, _, lost, oldest = s.frames.since(cursor)
 		if lost {
-			// This reader fell further behind than the buffer holds.
-			if !send(apitype.Frame{Seq: oldest - 1, Type: apitype.FrameHello, Missed: true, Oldest: oldest,
-				Liveness: s.cfg.Liveness(), LeaseMS: s.cfg.Lease().Milliseconds(), PingMS: interval.Milliseconds()}) {
-				return nil
-			}
+			// This reader fell further behind than the buffer holds: it is
+			// told what it missed and cut off, so a reader that cannot keep
+			// up holds no stream (and no buffer) on this agent; it resumes
+			// with ?after= the last seq it read and learns from the hello
+			// where the buffer starts.
+			_ = send(apitype.Frame{Seq: oldest - 1, Type: apitype.FrameHello, Missed: true, Oldest: oldest,
+				Liveness: s.cfg.Liveness(), LeaseMS: s.cfg.Lease().Milliseconds(), PingMS: interval.Milliseconds()})
+			_ = flush()
+			return nil
 		}
 	}
 }
