@@ -420,6 +420,9 @@ func (a *Agent) probeStore(ctx context.Context) apitype.StoreHealth {
 	} else {
 		h.Error = err.Error()
 	}
+	if w := a.metrics.lastWrite.Load(); w != nil {
+		h.LastWrite = &apitype.WriteInfo{At: w.At, Op: w.Op, OK: w.OK, Error: w.Err}
+	}
 	if a.plugin != nil {
 		ps := a.plugin.Status()
 		h.Plugin = &apitype.PluginInfo{State: ps.State, PID: ps.PID, Restarts: ps.Restarts, LastError: ps.LastError, Since: ps.Since}

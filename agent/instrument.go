@@ -41,11 +41,40 @@ func isStoreError(err error) bool {
 	return true
 }
 
-// done counts err against op.
+// done counts err against op and, for a write, records its outcome for
+// the health check.
 func (s meteredStore) done(op string, err error) {
 	if isStoreError(err) {
 		s.m.storeErrors.WithLabelValues(op).Inc()
 	}
+	if !readOps[op] && !errors.Is(err, context.Canceled) {
+		w := WriteOutcome{At: time.Now(), Op: op, OK: !isStoreError(err)}
+		if !w.OK {
+			w.Err = err.Error()
+		}
+		s.m.lastWrite.Store(&w)
+	}
+}
+
+// readOps are the verbs that write nothing; renew_claims is counted with
+// them because the heartbeat's own health is the loop's tick, and a store
+// that still confirms renewals while refusing every other write (a full
+// disk) must still be reported unhealthy.
+var readOps = map[string]bool{
+	"get_card": true, "list_cards": true, "dependents": true, "get_run": true,
+	"events": true, "now": true, "list_expired_claim_candidates": true,
+	"list_unleased_running_claims": true, "renew_claims": true,
+}
+
+// WriteOutcome is how the store answered the last write through the agent
+// (renewals aside).
+type WriteOutcome struct {
+	At time.Time
+	Op string
+	OK bool
+	// Err is the store's failure when OK is false (a domain answer such as
+	// a claim conflict is the store working: OK).
+	Err string
 }
 
 // owned counts an owner write: a claim conflict is the fence refusing a

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,6 +56,8 @@ var ownerVerbs = []string{
 // else the process registers globally.
 type metrics struct {
 	reg *prometheus.Registry
+	// lastWrite is the outcome of the last store write (meteredStore).
+	lastWrite atomic.Pointer[WriteOutcome]
 
 	acquisitions *prometheus.CounterVec
 	ticks        *prometheus.CounterVec

@@ -201,6 +201,20 @@ type StoreHealth struct {
 	// Plugin describes the store plugin process; nil when the store runs
 	// inside the agent.
 	Plugin *PluginInfo `json:"plugin,omitempty"`
+	// LastWrite is how the store answered the last write the agent made
+	// through it (renewals aside); absent before the first one. A failed
+	// one makes the agent unhealthy until a write succeeds again: a store
+	// that answers reads but refuses writes (a full disk) cannot record a
+	// claim, a run or a filing.
+	LastWrite *WriteInfo `json:"last_write,omitempty"`
+}
+
+// WriteInfo is the outcome of one store write.
+type WriteInfo struct {
+	At    time.Time `json:"at"`
+	Op    string    `json:"op"`
+	OK    bool      `json:"ok"`
+	Error string    `json:"error,omitempty"`
 }
 
 // PluginInfo describes the store plugin process.

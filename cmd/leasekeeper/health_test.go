@@ -38,6 +38,12 @@ func TestUnhealthy(t *testing.T) {
 			st.Store = apitype.StoreHealth{Error: "store plugin: get_card: unavailable"}
 		}, "store unreachable: store plugin: get_card: unavailable"},
 		{"shutting down", func(st *apitype.Status) { st.Draining = true }, "shutting down"},
+		{"the last write failed", func(st *apitype.Status) {
+			st.Store.LastWrite = &apitype.WriteInfo{Op: "create_card", Error: "no space left on device"}
+		}, "store refuses writes: its last one (create_card) failed: no space left on device"},
+		{"the last write succeeded", func(st *apitype.Status) {
+			st.Store.LastWrite = &apitype.WriteInfo{Op: "create_card", OK: true}
+		}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -82,6 +82,13 @@ func runStatus(ctx context.Context, env *cli, asJSON bool) error {
 	} else {
 		fmt.Fprintf(tw, "store reachable:\tNO: %s\n", st.Store.Error)
 	}
+	if w := st.Store.LastWrite; w != nil {
+		if w.OK {
+			fmt.Fprintf(tw, "last store write:\tok (%s at %s)\n", w.Op, w.At.Format(time.RFC3339))
+		} else {
+			fmt.Fprintf(tw, "last store write:\tFAILED (%s at %s): %s\n", w.Op, w.At.Format(time.RFC3339), w.Error)
+		}
+	}
 	if p := st.Store.Plugin; p != nil {
 		line := fmt.Sprintf("%s, pid %d, %d restarts, since %s", p.State, p.PID, p.Restarts, p.Since.Format(time.RFC3339))
 		if p.LastError != "" {
@@ -190,6 +197,8 @@ func unhealthy(st apitype.Status) string {
 		return "agent is shutting down"
 	case !st.Store.Reachable:
 		return "store unreachable: " + st.Store.Error
+	case st.Store.LastWrite != nil && !st.Store.LastWrite.OK:
+		return fmt.Sprintf("store refuses writes: its last one (%s) failed: %s", st.Store.LastWrite.Op, st.Store.LastWrite.Error)
 	}
 	if t := st.Heartbeat.LastTick; t != nil && st.LeaseMS > 0 {
 		if stall := st.LeaseMS + st.Heartbeat.IntervalMS; t.AgoMS > stall {
