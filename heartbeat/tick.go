@@ -30,8 +30,13 @@ type TickResult struct {
 	// Err is the batch error of RenewClaims (or ErrBadBatch); nil when the
 	// store answered.
 	Err error
-	// Next is how long the loop waits before the next tick: Lease/3, or
-	// less when a trusted deadline comes sooner.
+	// Unconfirmed counts the claims whose renewal this tick could not
+	// confirm (the store unreachable, an unknown outcome) and that are
+	// still tracked: their trusted deadline decides.
+	Unconfirmed int
+	// Next is how long the loop waits before the next tick: Lease/3, less
+	// when a trusted deadline comes sooner, and RetryDelay when a renewal
+	// went unconfirmed.
 	Next time.Duration
 }
 
@@ -174,6 +179,14 @@ func (l *Loop) RunOnce(ctx context.Context) TickResult {
 	if d, ok := l.earliestLocked(end); ok && d < res.Next {
 		res.Next = max(d, 0)
 	}
+	// An unconfirmed renewal is retried soon rather than at the next
+	// interval: a store plugin that is restarted, or a database that fails
+	// over, in less than a lease must not cost the claims whose trusted
+	// deadline falls before the next tick. Against a store that is still
+	// down each retry is one fast-failing call.
+	if res.Unconfirmed > 0 {
+		res.Next = min(res.Next, RetryDelay(lease))
+	}
 	l.mu.Unlock()
 
 	if l.cfg.OnLost != nil {
@@ -185,6 +198,12 @@ func (l *Loop) RunOnce(ctx context.Context) TickResult {
 		l.cfg.OnTick(res)
 	}
 	return res
+}
+
+// RetryDelay is how soon a tick whose renewals went unconfirmed is
+// followed by another: lease/40, between 50 ms and 1 s.
+func RetryDelay(lease time.Duration) time.Duration {
+	return min(max(lease/40, 50*time.Millisecond), time.Second)
 }
 
 // renew sends the batch and applies the answer.
@@ -225,6 +244,7 @@ func (l *Loop) renew(ctx context.Context, batch []*entry, lease, margin time.Dur
 		}
 		if err != nil || results[i].Card != e.Hold.Card {
 			e.Failures++
+			res.Unconfirmed++
 			continue
 		}
 		r := results[i]
@@ -252,6 +272,7 @@ func (l *Loop) renew(ctx context.Context, batch []*entry, lease, margin time.Dur
 			// Any other per-hold error (outcome unknown, not found) is
 			// simply not a confirmation; the deadline decides.
 			e.Failures++
+			res.Unconfirmed++
 			l.cfg.Logger.Warn("heartbeat: renewal not confirmed", "card", e.Hold.Card, "err", r.Err)
 		}
 	}
@@ -264,6 +285,7 @@ func (l *Loop) renew(ctx context.Context, batch []*entry, lease, margin time.Dur
 			lo := lostOf(e, LostUnconfirmed)
 			l.disownLocked(lo)
 			late = append(late, lo)
+			res.Unconfirmed = max(res.Unconfirmed-1, 0)
 		}
 	}
 	l.mu.Unlock()

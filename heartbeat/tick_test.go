@@ -676,3 +676,31 @@ func TestOnTickSeesEveryResult(t *testing.T) {
 		t.Errorf("OnTick saw %+v, want %+v and %+v", got, r1, r2)
 	}
 }
+
+// A renewal the store could not confirm is retried soon, not a whole
+// interval later: a store that is back within the claim's remaining trust
+// (a plugin restarted, a database failed over) keeps the claim.
+func TestUnconfirmedRenewalIsRetriedSoon(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	confirmed := h.clock.Now()
+	h.claim("card", marker(600), self(t))
+	h.spy.setFault(func(context.Context, []board.Hold, time.Duration) ([]board.RenewResult, error) {
+		return nil, errUnreachable
+	})
+	h.clock.Set(confirmed.Add(testLease / 3))
+	res := h.loop.RunOnce(h.ctx)
+	if res.Unconfirmed != 1 || res.Next != RetryDelay(testLease) {
+		t.Fatalf("failed tick: unconfirmed %d, next %s; want 1 and the retry delay %s", res.Unconfirmed, res.Next, RetryDelay(testLease))
+	}
+	// The store is back before the next interval: the retry renews.
+	h.spy.setFault(nil)
+	h.clock.Advance(res.Next)
+	res = h.loop.RunOnce(h.ctx)
+	if res.Renewed != 1 || res.Unconfirmed != 0 || res.Next != testLease/3 {
+		t.Errorf("retry: renewed %d, unconfirmed %d, next %s; want 1, 0, back to lease/3", res.Renewed, res.Unconfirmed, res.Next)
+	}
+	if got := RetryDelay(4 * time.Second); got != 100*time.Millisecond {
+		t.Errorf("RetryDelay(4s) = %s, want 100ms", got)
+	}
+}
