@@ -191,9 +191,16 @@ func TestBrowserHeadersRefused(t *testing.T) {
 		{"origin null", http.Header{"Origin": {"null"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := r.do("GET", "/v1/status", tc.hdr, nil)
-			if got.status != http.StatusForbidden || got.err.Code != apitype.CodeForbidden {
-				t.Errorf("status, code = %d, %q; want 403, forbidden", got.status, got.err.Code)
+			// Reads and writes alike.
+			for _, req := range []struct{ method, path, body string }{
+				{"GET", "/v1/status", ""}, {"GET", "/v1/cards", ""}, {"POST", "/v1/claims", `{"next":true}`},
+			} {
+				hdr := tc.hdr.Clone()
+				hdr.Set("Content-Type", "application/json")
+				got := r.do(req.method, req.path, hdr, strings.NewReader(req.body))
+				if got.status != http.StatusForbidden || got.err.Code != apitype.CodeForbidden {
+					t.Errorf("%s %s: status, code = %d, %q; want 403, forbidden", req.method, req.path, got.status, got.err.Code)
+				}
 			}
 		})
 	}

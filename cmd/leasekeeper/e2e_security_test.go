@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// asUser runs the CLI as uid:gid (no supplementary groups).
+func (e *env) asUser(uid, gid uint32, bin string, args ...string) (string, int) {
+	e.t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(e.Environ(), "HOME=/")
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return out.String(), 0
+	case errors.As(err, &ee):
+		return out.String(), ee.ExitCode()
+	}
+	e.t.Fatalf("running %v as %d: %v", args, uid, err)
+	return "", -1
+}
+
+// TestE2EAnotherUserCannotUseOperatorVerbs: a user who is not in the
+// socket's group cannot connect at all (mode 0660); one who can connect but
+// is not among the operators reads the board and is refused every operator
+// verb — the uid comes from the kernel, not from the request.
+func TestE2EAnotherUserCannotUseOperatorVerbs(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run a command as another uid")
+	}
+	const nobody, nogroup = 65534, 65534
+	e := newEnv(t, "")
+	e.Start()
+	e.MustRun("card", "create", "c1")
+	// The binary and the sandbox, reachable for the other user.
+	pub, err := os.MkdirTemp("", "lkbin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(pub) })
+	if err := os.Chmod(pub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(pub, "leasekeeper")
+	copyFile(t, binary, bin, 0o755)
+	if err := os.Chmod(e.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	if out, code := e.asUser(nobody, nogroup, bin, "card", "ls"); code == 0 || !strings.Contains(out, "permission denied") {
+		t.Errorf("a user outside the socket's group: exit %d %q, want refused at connect (permission denied)", code, out)
+	}
+	// Let it connect (as a member of the socket's group would).
+	if err := os.Chmod(e.Socket, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := e.asUser(nobody, nogroup, bin, "card", "ls"); code != 0 || !strings.Contains(out, "c1") {
+		t.Errorf("a non-operator reading the board: exit %d %q, want it listed", code, out)
+	}
+	for _, args := range [][]string{
+		{"card", "create", "c2"},
+		{"card", "move", "c1", "backlog"},
+		{"card", "release", "c1", "--force"},
+		{"card", "label", "c1", "--add", "x"},
+		{"reaper", "pass"},
+	} {
+		out, code := e.asUser(nobody, nogroup, bin, args...)
+		if code == 0 || !strings.Contains(out, fmt.Sprintf("uid %d is not an operator", nobody)) {
+			t.Errorf("%v as a non-operator: exit %d %q, want refused naming the uid", args, code, out)
+		}
+	}
+	if c := e.Card("c1"); c.State != "ready" || len(c.Labels) != 0 {
+		t.Errorf("a refused operator verb changed c1: %+v", c)
+	}
+}
+
+// TestE2ESecondAgentOnAHeldStoreFile: a second agent pointed at the bbolt
+// file another agent holds gives up within a bounded time, its last line
+// naming the pid that holds the file.
+func TestE2ESecondAgentOnAHeldStoreFile(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	e.Start()
+	holder := e.Status().Store.Plugin
+	if holder == nil || holder.PID == 0 {
+		t.Fatalf("no store plugin pid in status: %+v", e.Status().Store)
+	}
+	second := newEnv(t, "")
+	cfg := fmt.Sprintf("socket: %s\nstore: {backend: bolt, path: %s}\n", second.Socket, filepath.Join(e.Dir, "board.db"))
+	if err := os.WriteFile(second.Config, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	cmd := exec.CommandContext(t.Context(), binary, "agent", "--config", second.Config)
+	cmd.Env, cmd.Dir = second.Environ(), second.Dir
+	out, err := cmd.CombinedOutput()
+	took := time.Since(start)
+	if err == nil {
+		t.Fatalf("the second agent started on a held file:\n%s", out)
+	}
+	if took > 30*time.Second {
+		t.Errorf("the second agent took %s to give up", took)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if last := lines[len(lines)-1]; !strings.Contains(last, fmt.Sprintf("held by pid %d", holder.PID)) {
+		t.Errorf("last line %q: want it to name the holder, pid %d", last, holder.PID)
+	}
+}
+
+func copyFile(t *testing.T, from, to string, mode os.FileMode) {
+	t.Helper()
+	src, err := os.Open(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
