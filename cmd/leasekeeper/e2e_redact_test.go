@@ -3,7 +3,6 @@ package main
 import (
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -28,24 +27,7 @@ func TestE2ECredentialsNeverReachTheLog(t *testing.T) {
 	if err := os.WriteFile(e.Config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(binary, "agent", "--config", e.Config)
-	cmd.Env, cmd.Dir = e.Environ(), e.Dir
-	logs := &agentproc.Buffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
+	logs, _ := e.startUnready()
 	agentproc.WaitFor(t, 60*time.Second, "two logged attempts to reach the store", func() bool {
 		return strings.Count(logs.String(), "store unreachable") >= 2
 	})

@@ -69,6 +69,36 @@ func (g *gate) serve() {
 	}
 }
 
+// startUnready starts the sandbox's agent without waiting for it to serve
+// (Agent.Start waits for health), for tests of an agent that does not come
+// up: its output, and a channel closed when it exits. It is interrupted
+// (then killed) when the test ends, and its log printed if the test failed.
+func (e *env) startUnready() (*agentproc.Buffer, <-chan struct{}) {
+	e.t.Helper()
+	cmd := exec.Command(binary, "agent", "--config", e.Config)
+	cmd.Env, cmd.Dir = e.Environ(), e.Dir
+	logs := &agentproc.Buffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	e.t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if e.t.Failed() {
+			e.t.Logf("agent log:\n%s", logs)
+		}
+	})
+	return logs, exited
+}
+
 // TestE2EUnreachableMongoAtStart: an agent whose MongoDB is down at start
 // says so, keeps retrying and serves nothing — no socket, so no claim it
 // could not fence — and serves as soon as the database answers.
@@ -89,27 +119,7 @@ func TestE2EUnreachableMongoAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cmd := exec.Command(binary, "agent", "--config", e.Config)
-	cmd.Env, cmd.Dir = e.Environ(), e.Dir
-	logs := &agentproc.Buffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("agent log:\n%s", logs)
-		}
-	})
+	logs, exited := e.startUnready()
 
 	// Two failed attempts logged: the agent is retrying, not giving up.
 	agentproc.WaitFor(t, 60*time.Second, "two logged attempts to reach the store", func() bool {
