@@ -49,6 +49,24 @@ func (s *Server) table() []route {
 	return append(s.coreRoutes(), s.adminRoutes()...)
 }
 
+// Route names one route of the API: its method and its pattern, with path
+// wildcards in braces as net/http.ServeMux spells them ("/v1/cards/{id}").
+type Route struct {
+	Method, Pattern string
+}
+
+// Routes lists every route a Server serves, in table order. Tests that must
+// cover the whole API (hostile input, the documentation) range over it, so
+// a route added to the table cannot be left out of them.
+func Routes() []Route {
+	var s Server // only the table is read; no handler runs
+	var out []Route
+	for _, rt := range s.table() {
+		out = append(out, Route{Method: rt.method, Pattern: rt.pattern})
+	}
+	return out
+}
+
 func (s *Server) coreRoutes() []route {
 	return []route{
 		// Worker routes: the marker is the caller's own, from the kernel.
