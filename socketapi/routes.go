@@ -1,6 +1,7 @@
 package socketapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -161,6 +162,12 @@ func (s *Server) dispatch(routes []route) http.Handler {
 		if err == nil {
 			err = rt.h(w, r, c)
 		}
+		if err != nil && r.Method == http.MethodGet && errors.Is(err, board.ErrOutcomeUnknown) {
+			// outcome_unknown means a write may or may not have landed;
+			// a read wrote nothing, so it is only a store that did not
+			// answer. Say that, whatever the store called it.
+			err = fmt.Errorf("%w: the store did not answer this read: %v", apitype.ErrUnavailable, err)
+		}
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -198,16 +205,27 @@ func (s *Server) writeErrorStatus(w http.ResponseWriter, r *http.Request, status
 	_ = writeJSON(w, status, body)
 }
 
-// decode reads a JSON body strictly: capped in size, unknown fields and
-// trailing data refused. An empty body decodes to the zero value, so routes
-// whose fields are all optional accept it; validation catches the rest.
+// decode reads a JSON body strictly: capped in size, valid UTF-8, unknown
+// fields and trailing data refused, and every name in it checked
+// (checkBody). An empty body decodes to the zero value, so routes whose
+// fields are all optional accept it; validation catches the rest.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
-	return decodeStrict(r.Body, v)
+	if err := decodeStrict(r.Body, v); err != nil {
+		return err
+	}
+	return checkBody(r, v)
 }
 
 func decodeStrict(body io.Reader, v any) error {
-	dec := json.NewDecoder(body)
+	raw, err := io.ReadAll(body)
+	if err != nil {
+		return classifyDecode(err)
+	}
+	if err := checkUTF8(raw); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		if errors.Is(err, io.EOF) {
