@@ -4,39 +4,74 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/leasekeeper/leasekeeper/board"
 )
 
-// sendableConn is the agent's end of the connection to the plugin. Before
-// each call it checks the request can be encoded at all: a protobuf string
-// must be UTF-8, and gRPC would fail a request carrying other bytes in this
-// process, before sending anything, with an error that looks like a broken
-// call. A name that is not UTF-8 is the caller's mistake — any peer of the
-// socket can send one — so it is refused here the way the store refuses a
-// malformed name, board.ErrInvalidArgument, and the plugin, which never saw
-// the request, is left alone.
+// sendableConn is the agent's end of the connection to the plugin. gRPC
+// fails a request it cannot encode — a protobuf string must be UTF-8 — in
+// this process, before the request is sent, with an error that reads like
+// any failed call. A name that is not UTF-8 is the caller's mistake (any
+// peer of the socket can send one), so such a request is refused the way
+// the store refuses a malformed name, board.ErrInvalidArgument, and the
+// plugin, which never saw it, is left alone.
+//
+// Each call's encoder is watched rather than each request checked up front:
+// gRPC encodes the request anyway, so the check costs nothing until one
+// fails, and the failure is known to be this side's for certain, whatever
+// words gRPC puts in its error.
 type sendableConn struct {
 	grpc.ClientConnInterface
 }
 
 func (c sendableConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	enc := &encodeWatch{CodecV2: encoding.GetCodecV2(protoCodec)}
+	err := c.ClientConnInterface.Invoke(ctx, method, args, reply, append(opts, grpc.ForceCodecV2(enc))...)
+	if err == nil || !enc.failed.Load() {
+		return err
+	}
+	what := "a string that is not valid UTF-8"
 	if m, ok := args.(proto.Message); ok {
 		if field, bad := invalidUTF8(m.ProtoReflect()); bad {
-			return toStatus(board.Invalid("%s: %s is not valid UTF-8; the request was not sent to the store plugin",
-				path.Base(method), field))
+			what = field + " is not valid UTF-8"
 		}
 	}
-	return c.ClientConnInterface.Invoke(ctx, method, args, reply, opts...)
+	return toStatus(board.Invalid("%s: %s; the request could not be sent to the store plugin (%v)",
+		path.Base(method), what, status.Convert(err).Message()))
+}
+
+// protoCodec is the name of gRPC's protobuf codec, which is also the
+// content-subtype a call forcing it announces, so the plugin decodes the
+// request with its own protobuf codec as it would by default.
+const protoCodec = "proto"
+
+// encodeWatch is gRPC's protobuf codec, noting whether it failed to encode
+// the request. One serves one call.
+type encodeWatch struct {
+	encoding.CodecV2
+	failed atomic.Bool
+}
+
+func (w *encodeWatch) Marshal(v any) (mem.BufferSlice, error) {
+	out, err := w.CodecV2.Marshal(v)
+	if err != nil {
+		w.failed.Store(true)
+	}
+	return out, err
 }
 
 // invalidUTF8 finds a string of m, at any depth, that is not valid UTF-8,
-// and names the field that holds it ("holds[2].card").
+// and names the field that holds it ("holds[2].card"), so the refusal says
+// which value was wrong.
 func invalidUTF8(m protoreflect.Message) (field string, found bool) {
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		name := string(fd.Name())
