@@ -276,6 +276,9 @@ func (q ExpiredQuery) Validate() error {
 	if len(q.After) > MaxCursorBytes {
 		return Invalid("listing position of %d bytes (at most %d)", len(q.After), MaxCursorBytes)
 	}
+	if !utf8.ValidString(q.After) {
+		return Invalid("listing position %q is not valid UTF-8", q.After)
+	}
 	return nil
 }
 
@@ -299,16 +302,35 @@ func (r ExpiredRelease) Validate() error {
 }
 
 // ValidateGaveUp checks a give-up stamp for card: a reason of at most
-// MaxGaveUpReasonBytes and no negative attempt count. Its State, when set,
-// is the store's to check against its board.
+// MaxGaveUpReasonBytes of UTF-8, a well-formed run id when one is named and
+// no negative attempt count. Its State, when set, is the store's to check
+// against its board.
 func ValidateGaveUp(card string, g GaveUp) error {
 	switch {
 	case g.Reason == "":
 		return Invalid("card %q: a give-up stamp needs a reason", card)
 	case len(g.Reason) > MaxGaveUpReasonBytes:
 		return Invalid("card %q: give-up reason is %d bytes, over the %d-byte limit", card, len(g.Reason), MaxGaveUpReasonBytes)
+	case !utf8.ValidString(g.Reason):
+		return Invalid("card %q: give-up reason %q is not valid UTF-8", card, g.Reason)
 	case g.Attempts < 0:
 		return Invalid("card %q: negative give-up attempts %d", card, g.Attempts)
+	}
+	if g.RunID != "" {
+		if err := ValidateName("give-up run id", g.RunID); err != nil {
+			return inCard(card, err)
+		}
+	}
+	return nil
+}
+
+// ValidateCheckpoint checks a run's checkpoint: any text a worker chooses,
+// but text, valid UTF-8, since every store and the plugin protocol keep it
+// as a string (a JSON or protobuf string cannot carry other bytes: the
+// first would silently replace them, the second refuses the whole call).
+func ValidateCheckpoint(c string) error {
+	if !utf8.ValidString(c) {
+		return Invalid("checkpoint %q is not valid UTF-8", c)
 	}
 	return nil
 }
@@ -355,6 +377,9 @@ func (r Run) Normalize() (Run, error) {
 			return Run{}, fmt.Errorf("run %q of card %q: %w", r.ID, r.Card, err)
 		}
 	}
+	if err := ValidateCheckpoint(r.Checkpoint); err != nil {
+		return Run{}, fmt.Errorf("run %q of card %q: %w", r.ID, r.Card, err)
+	}
 	if r.PID < 0 || r.Epoch < 0 {
 		return Run{}, Invalid("run %q of card %q: negative pid or epoch", r.ID, r.Card)
 	}
@@ -362,7 +387,7 @@ func (r Run) Normalize() (Run, error) {
 }
 
 // Validate checks a run update: the run id, every status and continuation
-// it names, its failure code and its actor.
+// it names, its failure code, its checkpoint and its actor.
 func (u RunUpdate) Validate() error {
 	if err := ValidateName("run id", u.ID); err != nil {
 		return err
@@ -378,6 +403,11 @@ func (u RunUpdate) Validate() error {
 	}
 	if u.FailureCode != nil {
 		if err := ValidateText("failure code", *u.FailureCode); err != nil {
+			return fmt.Errorf("run %q: %w", u.ID, err)
+		}
+	}
+	if u.Checkpoint != nil {
+		if err := ValidateCheckpoint(*u.Checkpoint); err != nil {
 			return fmt.Errorf("run %q: %w", u.ID, err)
 		}
 	}

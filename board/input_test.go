@@ -34,6 +34,46 @@ func TestValidateTitle(t *testing.T) {
 	}
 }
 
+// TestValidateName: every name a store is asked about, reads included,
+// passes here first, so a name a store plugin could not even be sent (not
+// UTF-8) or a store could not key (NUL, control characters) is refused as
+// the caller's mistake.
+func TestValidateName(t *testing.T) {
+	tests := []struct {
+		name string
+		v    string
+		ok   bool
+	}{
+		{"plain", "build-42", true},
+		{"non-ascii", "café", true},
+		{"at the limit", strings.Repeat("x", MaxIDBytes), true},
+		{"empty", "", false},
+		{"over the limit", strings.Repeat("x", MaxIDBytes+1), false},
+		{"stray byte", "\xff", false},
+		{"truncated sequence", "caf\xc3", false},
+		{"overlong slash", "\xc0\xaf", false},
+		{"encoded surrogate", "\xed\xa0\x80", false},
+		{"past U+10FFFF", "\xf4\x90\x80\x80", false},
+		{"NUL", "a\x00b", false},
+		{"escape", "\x1b[2J", false},
+		{"DEL", "a\x7f", false},
+		{"C1 control", "a\u0085b", false},
+		{"leading space", " a", false},
+		{"trailing newline", "a\n", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := ValidateName("card id", tc.v)
+			if got, want := err == nil, tc.ok; got != want {
+				t.Fatalf("ValidateName(%q) = %v, want ok=%v", tc.v, err, want)
+			}
+			if err != nil && (!errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "card id")) {
+				t.Errorf("error %v does not wrap ErrInvalidArgument or name the kind", err)
+			}
+		})
+	}
+}
+
 func TestValidateText(t *testing.T) {
 	tests := []struct {
 		name string
@@ -159,6 +199,12 @@ func TestInputValidators(t *testing.T) {
 		{"gave up no reason", ValidateGaveUp("c", GaveUp{}), false},
 		{"gave up long reason", ValidateGaveUp("c", GaveUp{Reason: strings.Repeat("r", MaxGaveUpReasonBytes+1)}), false},
 		{"gave up negative attempts", ValidateGaveUp("c", GaveUp{Reason: "stuck", Attempts: -1}), false},
+		{"gave up reason not utf-8", ValidateGaveUp("c", GaveUp{Reason: "st\xffuck"}), false},
+		{"gave up multi-line reason", ValidateGaveUp("c", GaveUp{Reason: "line one\nline two"}), true},
+		{"gave up run id", ValidateGaveUp("c", GaveUp{Reason: "stuck", RunID: "r1"}), true},
+		{"gave up bad run id", ValidateGaveUp("c", GaveUp{Reason: "stuck", RunID: "r\x00"}), false},
+		{"expired query ok", ExpiredQuery{Cutoff: time.Unix(1, 0), After: "c1"}.Validate(), true},
+		{"expired query position not utf-8", ExpiredQuery{Cutoff: time.Unix(1, 0), After: "c\xff"}.Validate(), false},
 		{"limit zero", ValidateLimit(0), true},
 		{"limit negative", ValidateLimit(-1), false},
 	}
@@ -236,6 +282,8 @@ func TestRunNormalize(t *testing.T) {
 		{"unknown continuation", Run{ID: "r1", Card: "c", Continuation: "later"}},
 		{"bad owner", Run{ID: "r1", Card: "c", Owner: "nobody"}},
 		{"bad host", Run{ID: "r1", Card: "c", Host: "a\nb"}},
+		{"checkpoint not utf-8", Run{ID: "r1", Card: "c", Checkpoint: "step \xc0"}},
+		{"run id not utf-8", Run{ID: "r\xff", Card: "c"}},
 		{"negative pid", Run{ID: "r1", Card: "c", PID: -1}},
 		{"negative epoch", Run{ID: "r1", Card: "c", Epoch: -1}},
 	}
@@ -261,6 +309,7 @@ func TestRunUpdate(t *testing.T) {
 			"unknown continuation": {ID: "r1", Continuation: cont("x")},
 			"bad failure code":     {ID: "r1", FailureCode: str("a\x00")},
 			"bad actor":            {ID: "r1", Actor: "a\nb"},
+			"checkpoint not utf-8": {ID: "r1", Checkpoint: str("\xff")},
 			"empty id":             {},
 		} {
 			if err := u.Validate(); !errors.Is(err, ErrInvalidArgument) {

@@ -13,8 +13,11 @@ const MaxLabelBytes = 128
 // MaxIDBytes caps a card id's length.
 const MaxIDBytes = 200
 
-// ValidateName checks a card id or state name: non-empty, no surrounding
-// whitespace, no control characters, bounded length.
+// ValidateName checks a card id, run id or state name: non-empty, valid
+// UTF-8, no surrounding whitespace, no control characters, at most
+// MaxIDBytes. Every name a store is asked about passes it first, reads
+// included: a name that is not UTF-8 cannot even be sent to a store plugin
+// (protobuf strings are UTF-8).
 func ValidateName(kind, s string) error {
 	if s == "" {
 		return Invalid("empty %s", kind)

@@ -26,7 +26,7 @@ type remoteStore struct {
 var _ board.Store = (*remoteStore)(nil)
 
 func newRemoteStore(conn grpc.ClientConnInterface) *remoteStore {
-	return &remoteStore{rpc: storepb.NewStoreClient(conn)}
+	return &remoteStore{rpc: storepb.NewStoreClient(sendableConn{conn})}
 }
 
 // load reads the board from the plugin. It doubles as the first round trip

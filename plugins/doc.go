@@ -16,4 +16,12 @@
 // and a heartbeat must not count it as a renewal. Calls made while the
 // plugin is down fail at once with ErrUnavailable until the supervisor has
 // restarted it.
+//
+// Only a failure of the transport (the connection or the plugin's end of
+// the stream broke) gets the plugin replaced. A request that cannot be
+// encoded — a string that is not UTF-8, which protobuf cannot carry — is
+// refused before it is sent, as board.ErrInvalidArgument, exactly as the
+// store refuses a malformed name; any other RPC error the plugin answers
+// fails that call alone. Anything a caller can put in a request must never
+// cost the store its process and every live claim its renewals.
 package plugins

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -140,9 +141,17 @@ func toStatus(err error) error {
 const deadlineSkew = time.Second
 
 // callError turns the error of one RPC into what the agent sees. An error
-// the store returned comes back with its identity (see errorFromPB). Any
-// other failure happened to the call itself, between the agent and the
-// store, after the request may have been sent: its outcome is unknown.
+// the store returned comes back with its identity (see errorFromPB); so
+// does a request this side refused to send (sendableConn). Any other
+// failure happened to the call itself, after the request may have been
+// sent: its outcome is unknown.
+//
+// Only a failure of the transport says the plugin is broken (see
+// transportFailure), and only it gets the plugin replaced. Every other
+// failed call — the plugin answered with an RPC error, the request or the
+// answer could not be encoded, a message was over the size limit — is
+// about that call: a peer of the socket can provoke it at will, and a
+// restart would cost every live claim its renewals and fix nothing.
 func callError(ctx context.Context, verb string, err error) error {
 	st, ok := status.FromError(err)
 	if ok {
@@ -167,23 +176,50 @@ func callError(ctx context.Context, verb string, err error) error {
 		}
 	}
 	if cerr := ctx.Err(); cerr != nil {
-		return &callFailure{byCaller: true, err: fmt.Errorf("store plugin: %s: interrupted by the caller while in flight (%w): %w: the write may or may not have landed",
+		return &callFailure{err: fmt.Errorf("store plugin: %s: interrupted by the caller while in flight (%w): %w: the write may or may not have landed",
 			verb, cerr, board.ErrOutcomeUnknown)}
 	}
-	msg := err.Error()
-	if ok {
-		msg = st.Message()
+	if !ok || transportFailure(st) {
+		msg := err.Error()
+		if ok {
+			msg = st.Message()
+		}
+		return &callFailure{broken: true, err: fmt.Errorf("store plugin: %s: connection to the plugin failed mid-call (%s): %w: the write may or may not have landed",
+			verb, msg, board.ErrOutcomeUnknown)}
 	}
-	return &callFailure{err: fmt.Errorf("store plugin: %s: connection to the plugin failed mid-call (%s): %w: the write may or may not have landed",
-		verb, msg, board.ErrOutcomeUnknown)}
+	return &callFailure{err: fmt.Errorf("store plugin: %s: the call failed without an answer from the store (%s: %s): %w: the write may or may not have landed",
+		verb, st.Code(), st.Message(), board.ErrOutcomeUnknown)}
+}
+
+// transportFailure reports whether a failed call's status says the
+// transport to the plugin broke: the connection is gone (Unavailable: the
+// process died, its socket closed, the connection is closing), or the
+// plugin's end reset or abandoned the stream — a cancellation the caller
+// did not ask for (callError rules out the caller's own first), or an
+// HTTP/2 stream reset or a stream ended without a status. None of these can
+// come from what a request carries. gRPC's other Internal errors can:
+// "grpc: error while marshaling" is a request (or an answer) that cannot be
+// encoded, "grpc: error unmarshalling request" one the plugin could not
+// decode; those, like ResourceExhausted (a message over the size limit) and
+// Unknown, leave the plugin running.
+func transportFailure(st *status.Status) bool {
+	switch st.Code() {
+	case codes.Unavailable, codes.Canceled, codes.DeadlineExceeded:
+		return true
+	case codes.Internal:
+		msg := st.Message()
+		return strings.HasPrefix(msg, "stream terminated by RST_STREAM") ||
+			strings.HasPrefix(msg, "server closed the stream without sending trailers")
+	}
+	return false
 }
 
 // callFailure is a call that failed between the agent and the store, not
-// in the store. Unless the caller's own ctx ended it, the plugin (or the
-// connection to it) is broken, and the proxy replaces it.
+// in the store. broken: the transport to the plugin failed, so the proxy
+// replaces the plugin.
 type callFailure struct {
-	byCaller bool
-	err      error
+	broken bool
+	err    error
 }
 
 func (e *callFailure) Error() string { return e.err.Error() }
@@ -192,5 +228,5 @@ func (e *callFailure) Unwrap() error { return e.err }
 // brokenPlugin reports whether err says the plugin itself failed.
 func brokenPlugin(err error) bool {
 	var cf *callFailure
-	return errors.As(err, &cf) && !cf.byCaller
+	return errors.As(err, &cf) && cf.broken
 }

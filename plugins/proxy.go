@@ -117,7 +117,7 @@ type instance struct {
 	runner  *childRunner
 	store   *remoteStore
 	started time.Time
-	// broken is set when a call failed in transit: the plugin died or its
+	// broken is set when a call's transport failed: the plugin died or its
 	// connection did, though the process may not be reaped yet. A broken
 	// instance is down for callers and is killed, so the supervisor
 	// replaces it.
@@ -421,10 +421,11 @@ func (p *Proxy) use(verb string) (*instance, error) {
 	return p.cur, nil
 }
 
-// call runs one verb on the running plugin. A call that failed in transit
-// (not by the caller's ctx) condemns the plugin: it is killed, so the
-// supervisor restarts it, and calls fail fast meanwhile instead of each
-// finding out the hard way.
+// call runs one verb on the running plugin. A call whose transport failed
+// (not by the caller's ctx, and not an RPC the plugin answered or a request
+// that could not be encoded: see callError) condemns the plugin: it is
+// killed, so the supervisor restarts it, and calls fail fast meanwhile
+// instead of each finding out the hard way.
 func call[T any](p *Proxy, verb string, f func(s *remoteStore) (T, error)) (T, error) {
 	inst, err := p.use(verb)
 	if err != nil {

@@ -150,6 +150,64 @@ func TestCallsWhileDownFailFastAsUnavailable(t *testing.T) {
 	}
 }
 
+// TestHostileNamesLeaveThePluginRunning sends a real plugin process the
+// names any peer of the agent's socket can send — not UTF-8, NUL, too long
+// — on reads and writes. Each is the caller's mistake, refused as
+// ErrInvalidArgument, and the plugin is never replaced for it: same
+// process, no restart, and the claim it holds keeps renewing.
+func TestHostileNamesLeaveThePluginRunning(t *testing.T) {
+	t.Parallel()
+	logs := newLogWatch()
+	p := launchBolt(t, logs, 10*time.Millisecond)
+	ctx := t.Context()
+	const a = "worker-a-101"
+	if _, err := p.CreateCard(ctx, board.NewCard{ID: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := p.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: a, Lease: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := p.Status()
+
+	for _, name := range []string{"\xff", "\xc0", "c1\xc3", "\xed\xa0\x80", "\x00", "c1\nx", strings.Repeat("x", board.MaxIDBytes+1)} {
+		calls := map[string]func() error{
+			"GetCard":    func() error { _, err := p.GetCard(ctx, name); return err },
+			"GetRun":     func() error { _, err := p.GetRun(ctx, name); return err },
+			"ListCards":  func() error { _, err := p.ListCards(ctx, board.CardFilter{State: name}); return err },
+			"Dependents": func() error { _, err := p.Dependents(ctx, name); return err },
+			"CreateCard": func() error { _, err := p.CreateCard(ctx, board.NewCard{ID: name}); return err },
+			"Claim": func() error {
+				_, err := p.Claim(ctx, board.ClaimRequest{Card: name, Marker: a, Lease: time.Second})
+				return err
+			},
+			"SetLastRunOwned": func() error { return p.SetLastRunOwned(ctx, "c1", tok, name) },
+			"SetLabels":       func() error { _, err := p.SetLabels(ctx, "c1", []string{name}, ""); return err },
+		}
+		for verb, call := range calls {
+			err := call()
+			if !errors.Is(err, board.ErrInvalidArgument) || errors.Is(err, board.ErrOutcomeUnknown) {
+				t.Errorf("%s(%q) = %v, want ErrInvalidArgument and nothing else", verb, name, err)
+			}
+		}
+	}
+
+	res, err := p.RenewClaims(ctx, []board.Hold{{Card: "c1", Token: tok}}, 30*time.Second)
+	if err != nil || len(res) != 1 || res[0].Err != nil {
+		t.Fatalf("renewing the held claim after the hostile calls: %v %+v", err, res)
+	}
+	if st := p.Status(); st.State != StateUp || st.PID != before.PID || st.Restarts != before.Restarts {
+		t.Errorf("plugin after hostile names: %+v, want still up as pid %d with %d restarts", st, before.PID, before.Restarts)
+	}
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	for _, l := range logs.lines {
+		if strings.Contains(l, "replacing the plugin") {
+			t.Errorf("the proxy condemned the plugin: %s", l)
+		}
+	}
+}
+
 func TestCloseStopsThePlugin(t *testing.T) {
 	t.Parallel()
 	p := launchBolt(t, newLogWatch(), 10*time.Millisecond)

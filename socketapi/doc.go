@@ -36,8 +36,18 @@
 // Requests carrying Origin or Referer are refused (403): a browser can be
 // made to reach a local socket through a forwarding proxy, and only
 // browsers send those headers. Bodies are capped (1 MiB by default, 413),
-// decoded strictly (unknown fields and trailing data are 400), and headers
-// must arrive within 5 s.
+// must be valid UTF-8 (400 invalid_argument: encoding/json would otherwise
+// replace the bytes with U+FFFD and store a name nobody sent), are decoded
+// strictly (unknown fields and trailing data are 400), and headers must
+// arrive within 5 s.
+//
+// Every name a request carries — card and run ids in the path, the state
+// of a listing in the query, ids, states, labels, reasons and the like in
+// the body — is checked with the board's rules (input.go) before anything
+// reaches the store, for reads as for writes: not UTF-8, NUL or another
+// control character, surrounding whitespace, over the length limit are
+// 400 invalid_argument. Reads are open to any peer, and the store may run
+// behind a process boundary that such a name must never reach.
 //
 // # Errors
 //
@@ -51,13 +61,13 @@
 //	transition_rejected  409     the board does not allow the move
 //	terminal_state_exit  409     leaving a terminal state: use reopen
 //	already_exists       409     a card with that id exists
-//	invalid_argument     400     malformed input the store refused
+//	invalid_argument     400     malformed input: a bad name, a body that is not UTF-8, or what the store refused
 //	bad_request          400/405 malformed request, unknown route method
 //	too_large            413     body over the cap
 //	unauthorized         401     the agent cannot tell who is calling
 //	forbidden            403     names another's live claim, reused pid, not an operator, Origin/Referer
-//	outcome_unknown      502     the store cannot say whether the write landed
-//	unavailable          503     shutting down (no new claims), no reaper
+//	outcome_unknown      502     the store cannot say whether the write landed (never for a read)
+//	unavailable          503     shutting down (no new claims), no reaper, a read the store did not answer
 //	internal             500     anything else
 //
 // # Worker routes

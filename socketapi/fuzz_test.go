@@ -8,19 +8,23 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
 )
 
 // FuzzDecodeStrict: whatever the bytes, the decoder either fills the value
-// or refuses with a bad_request / too_large class error; it never panics.
+// or refuses it: invalid_argument for a body that is not UTF-8 (never a
+// value with U+FFFD in place of the bytes), bad_request for anything else
+// it cannot read; it never panics.
 func FuzzDecodeStrict(f *testing.F) {
 	for _, seed := range []string{
 		`{"card":"c1"}`, `{"next":true}`, `{"epoch":3,"to":"done","from":"in_progress","reason":"run_finished"}`,
 		`{"epoch":1,"gave_up":{"reason":"x","at":"2026-01-01T00:00:00Z"}}`, `{"status":"finished","if_status":"running"}`,
 		`{"card":"c1"} trailing`, `{"card":"c1","unknown":1}`, `{`, `[]`, `null`, "\x00\xff", ``, `{"labels":null}`,
 		`{"epoch":9223372036854775808}`, `{"card":"\ud800"}`,
+		"{\"card\":\"\xff\"}", "{\"card\":\"c\xc0\xaf\"}", "{\"labels\":[\"\xed\xa0\x80\"]}", "{\"card\":\"\xc3\"}",
 	} {
 		f.Add([]byte(seed))
 	}
@@ -38,7 +42,10 @@ func FuzzDecodeStrict(f *testing.F) {
 		for _, mk := range targets {
 			v := mk()
 			err := decodeStrict(bytes.NewReader(body), v)
-			if err != nil && !errors.Is(err, apitype.ErrBadRequest) {
+			switch {
+			case !utf8.Valid(body) && !errors.Is(err, board.ErrInvalidArgument):
+				t.Fatalf("decode %T of %q, not UTF-8: %v, want invalid_argument", v, body, err)
+			case utf8.Valid(body) && err != nil && !errors.Is(err, apitype.ErrBadRequest):
 				t.Fatalf("decode %T of %q: error %v is not bad_request", v, body, err)
 			}
 			if err == nil && len(bytes.TrimSpace(body)) > 0 && !json.Valid(body) {

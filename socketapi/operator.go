@@ -40,8 +40,12 @@ func (s *Server) handleListCards(w http.ResponseWriter, r *http.Request, _ calle
 	if err != nil {
 		return err
 	}
+	state, err := queryName(r, "state", "state")
+	if err != nil {
+		return err
+	}
 	cards, err := s.cfg.Store.ListCards(r.Context(), board.CardFilter{
-		State: r.URL.Query().Get("state"), Limit: int(limit), ClaimedOnly: claimed,
+		State: state, Limit: int(limit), ClaimedOnly: claimed,
 	})
 	if err != nil {
 		return err
@@ -53,7 +57,11 @@ func (s *Server) handleListCards(w http.ResponseWriter, r *http.Request, _ calle
 }
 
 func (s *Server) handleGetCard(w http.ResponseWriter, r *http.Request, _ caller) error {
-	card, err := s.cfg.Store.GetCard(r.Context(), r.PathValue("id"))
+	id, err := pathName(r, "id", "card id")
+	if err != nil {
+		return err
+	}
+	card, err := s.cfg.Store.GetCard(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -61,7 +69,11 @@ func (s *Server) handleGetCard(w http.ResponseWriter, r *http.Request, _ caller)
 }
 
 func (s *Server) handleGetRun(w http.ResponseWriter, r *http.Request, _ caller) error {
-	run, err := s.cfg.Store.GetRun(r.Context(), r.PathValue("id"))
+	id, err := pathName(r, "id", "run id")
+	if err != nil {
+		return err
+	}
+	run, err := s.cfg.Store.GetRun(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -88,6 +100,10 @@ func (s *Server) handleReopenCard(w http.ResponseWriter, r *http.Request, c call
 // operatorMove is a person's move of one card (a plain move or a reopen):
 // no machine reason, the caller as actor, the card as it is now in reply.
 func (s *Server) operatorMove(w http.ResponseWriter, r *http.Request, c caller, move func(context.Context, board.Move) error) error {
+	id, err := pathName(r, "id", "card id")
+	if err != nil {
+		return err
+	}
 	var req apitype.MoveRequest
 	if err := s.decode(w, r, &req); err != nil {
 		return err
@@ -95,7 +111,6 @@ func (s *Server) operatorMove(w http.ResponseWriter, r *http.Request, c caller, 
 	if err := operatorReason(req.Reason); err != nil {
 		return err
 	}
-	id := r.PathValue("id")
 	if err := move(r.Context(), board.Move{Card: id, To: req.To, Reason: req.Reason, Actor: c.actor}); err != nil {
 		return err
 	}
@@ -115,12 +130,16 @@ func (s *Server) writeCard(w http.ResponseWriter, r *http.Request, id string) er
 }
 
 func (s *Server) handleAdjustLabels(w http.ResponseWriter, r *http.Request, c caller) error {
+	id, err := pathName(r, "id", "card id")
+	if err != nil {
+		return err
+	}
 	var req apitype.AdjustLabelsRequest
 	if err := s.decode(w, r, &req); err != nil {
 		return err
 	}
 	card, err := s.cfg.Store.AdjustLabels(r.Context(), board.LabelChange{
-		Card: r.PathValue("id"), Add: req.Add, Remove: req.Remove, Actor: c.actor,
+		Card: id, Add: req.Add, Remove: req.Remove, Actor: c.actor,
 	})
 	if err != nil {
 		return err
@@ -129,6 +148,10 @@ func (s *Server) handleAdjustLabels(w http.ResponseWriter, r *http.Request, c ca
 }
 
 func (s *Server) handleSetLabels(w http.ResponseWriter, r *http.Request, c caller) error {
+	id, err := pathName(r, "id", "card id")
+	if err != nil {
+		return err
+	}
 	var req apitype.SetLabelsRequest
 	if err := s.decode(w, r, &req); err != nil {
 		return err
@@ -136,7 +159,7 @@ func (s *Server) handleSetLabels(w http.ResponseWriter, r *http.Request, c calle
 	if req.Labels == nil {
 		return board.Invalid("labels is required (use [] to clear)")
 	}
-	card, err := s.cfg.Store.SetLabels(r.Context(), r.PathValue("id"), req.Labels, c.actor)
+	card, err := s.cfg.Store.SetLabels(r.Context(), id, req.Labels, c.actor)
 	if err != nil {
 		return err
 	}
@@ -147,7 +170,10 @@ func (s *Server) handleSetLabels(w http.ResponseWriter, r *http.Request, c calle
 // exactly that holder (a claim that changed hands in between is a clean
 // conflict), stop renewing it, and tell its worker on the watch stream.
 func (s *Server) handleForceRelease(w http.ResponseWriter, r *http.Request, c caller) error {
-	id := r.PathValue("id")
+	id, err := pathName(r, "id", "card id")
+	if err != nil {
+		return err
+	}
 	card, err := s.cfg.Store.GetCard(r.Context(), id)
 	if err != nil {
 		return err

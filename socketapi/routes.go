@@ -50,6 +50,24 @@ func (s *Server) table() []route {
 	return append(s.coreRoutes(), s.adminRoutes()...)
 }
 
+// Route names one route of the API: its method and its pattern, with path
+// wildcards in braces as net/http.ServeMux spells them ("/v1/cards/{id}").
+type Route struct {
+	Method, Pattern string
+}
+
+// Routes lists every route a Server serves, in table order. Tests that must
+// cover the whole API (hostile input, the documentation) range over it, so
+// a route added to the table cannot be left out of them.
+func Routes() []Route {
+	var s Server // only the table is read; no handler runs
+	var out []Route
+	for _, rt := range s.table() {
+		out = append(out, Route{Method: rt.method, Pattern: rt.pattern})
+	}
+	return out
+}
+
 func (s *Server) coreRoutes() []route {
 	return []route{
 		// Worker routes: the marker is the caller's own, from the kernel.
@@ -144,6 +162,12 @@ func (s *Server) dispatch(routes []route) http.Handler {
 		if err == nil {
 			err = rt.h(w, r, c)
 		}
+		if err != nil && r.Method == http.MethodGet && errors.Is(err, board.ErrOutcomeUnknown) {
+			// outcome_unknown means a write may or may not have landed;
+			// a read wrote nothing, so it is only a store that did not
+			// answer. Say that, whatever the store called it.
+			err = fmt.Errorf("%w: the store did not answer this read: %v", apitype.ErrUnavailable, err)
+		}
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -181,22 +205,29 @@ func (s *Server) writeErrorStatus(w http.ResponseWriter, r *http.Request, status
 	_ = writeJSON(w, status, body)
 }
 
-// decode reads a JSON body strictly: capped in size, unknown fields and
-// trailing data refused. An empty body decodes to the zero value, so routes
-// whose fields are all optional accept it; validation catches the rest.
-//
-// The whole body is read (up to the cap) before it is parsed, so a body
-// over the cap is 413 whatever its first bytes are, chunked or not.
+// decode reads a JSON body strictly: capped in size, valid UTF-8, unknown
+// fields and trailing data refused, and every name in it checked
+// (checkBody). An empty body decodes to the zero value, so routes whose
+// fields are all optional accept it; validation catches the rest. The
+// whole body is read (within the cap) before it is parsed, so a body over
+// the cap is 413 whatever its first bytes are, chunked or not.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err != nil {
-		return classifyDecode(err)
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	if err := decodeStrict(r.Body, v); err != nil {
+		return err
 	}
-	return decodeStrict(bytes.NewReader(body), v)
+	return checkBody(r, v)
 }
 
 func decodeStrict(body io.Reader, v any) error {
-	dec := json.NewDecoder(body)
+	raw, err := io.ReadAll(body)
+	if err != nil {
+		return classifyDecode(err)
+	}
+	if err := checkUTF8(raw); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		if errors.Is(err, io.EOF) {

@@ -171,7 +171,10 @@ func (s *Server) claimCard(ctx context.Context, wk worker, card string, lease ti
 }
 
 func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request, c caller) error {
-	card := r.PathValue("card")
+	card, err := pathName(r, "card", "card id")
+	if err != nil {
+		return err
+	}
 	epoch, err := queryInt(r, "epoch", 0)
 	if err != nil {
 		return err
@@ -205,6 +208,10 @@ var workerReasons = map[board.Reason]bool{
 }
 
 func (s *Server) handleOwnedState(w http.ResponseWriter, r *http.Request, c caller) error {
+	card, err := pathName(r, "card", "card id")
+	if err != nil {
+		return err
+	}
 	var req apitype.SetStateRequest
 	if err := s.decode(w, r, &req); err != nil {
 		return err
@@ -212,7 +219,6 @@ func (s *Server) handleOwnedState(w http.ResponseWriter, r *http.Request, c call
 	if !workerReasons[req.Reason] {
 		return board.Invalid("reason %q is not allowed from a worker (use empty, run_finished or run_failed)", req.Reason)
 	}
-	card := r.PathValue("card")
 	tok, err := s.ownedToken(r.Context(), c.worker, card, req.Epoch)
 	if err != nil {
 		return err
@@ -251,11 +257,14 @@ func ownedWrite[T any, PT interface {
 	*T
 	FenceEpoch() int64
 }](s *Server, w http.ResponseWriter, r *http.Request, c caller, write func(context.Context, string, board.ClaimToken, PT) error) error {
+	card, err := pathName(r, "card", "card id")
+	if err != nil {
+		return err
+	}
 	req := PT(new(T))
 	if err := s.decode(w, r, req); err != nil {
 		return err
 	}
-	card := r.PathValue("card")
 	tok, err := s.ownedToken(r.Context(), c.worker, card, req.FenceEpoch())
 	if err != nil {
 		return err
@@ -278,12 +287,15 @@ func newRunID() string {
 const failureClaimLost = "CLAIM_LOST_AT_START"
 
 func (s *Server) handleStartRun(w http.ResponseWriter, r *http.Request, c caller) error {
+	card, err := pathName(r, "card", "card id")
+	if err != nil {
+		return err
+	}
 	var req apitype.StartRunRequest
 	if err := s.decode(w, r, &req); err != nil {
 		return err
 	}
 	ctx, wk := r.Context(), c.worker
-	card := r.PathValue("card")
 	tok, err := s.ownedToken(ctx, wk, card, req.Epoch)
 	if err != nil {
 		return err
@@ -291,13 +303,8 @@ func (s *Server) handleStartRun(w http.ResponseWriter, r *http.Request, c caller
 	if req.Status == "" {
 		req.Status = board.RunRunning
 	}
-	if !req.Status.Known() {
-		return board.Invalid("unknown run status %q", req.Status)
-	}
 	if req.ID == "" {
 		req.ID = newRunID()
-	} else if err := board.ValidateName("run id", req.ID); err != nil {
-		return err
 	}
 	// Check the fence before creating anything, so a stale holder does not
 	// leave a run behind; SetLastRunOwned below is the authoritative CAS.
@@ -333,6 +340,10 @@ func (s *Server) handleStartRun(w http.ResponseWriter, r *http.Request, c caller
 }
 
 func (s *Server) handleUpdateRun(w http.ResponseWriter, r *http.Request, c caller) error {
+	id, err := pathName(r, "id", "run id")
+	if err != nil {
+		return err
+	}
 	var req apitype.UpdateRunRequest
 	if err := s.decode(w, r, &req); err != nil {
 		return err
@@ -341,7 +352,7 @@ func (s *Server) handleUpdateRun(w http.ResponseWriter, r *http.Request, c calle
 	if req.FailureCode != nil && *req.FailureCode == board.FailureProcessOrphaned {
 		return board.Invalid("failure code %s is reserved for the watchdog", board.FailureProcessOrphaned)
 	}
-	run, err := s.cfg.Store.GetRun(ctx, r.PathValue("id"))
+	run, err := s.cfg.Store.GetRun(ctx, id)
 	if err != nil {
 		return err
 	}

@@ -160,6 +160,97 @@ func exerciseBadInput(t *testing.T, h Harness) {
 			_, err := e.s.SetLabels(e.ctx, "c1", []string{"esc\x1b"}, "")
 			return err
 		}, board.ErrInvalidArgument},
+
+		// Names that are not UTF-8 or not names at all (NUL, over the
+		// length limit): the caller's mistake, refused before storage for
+		// reads as for writes. A store behind a process boundary must say
+		// so too, rather than fail the call in transit: a protobuf string
+		// cannot carry such bytes at all.
+		{"GetCardNotUTF8", func(e *env, _ board.ClaimToken) error { _, err := e.s.GetCard(e.ctx, "c1\xff"); return err }, board.ErrInvalidArgument},
+		{"GetCardOverlongEncoding", func(e *env, _ board.ClaimToken) error { _, err := e.s.GetCard(e.ctx, "\xc0\xaf"); return err }, board.ErrInvalidArgument},
+		{"GetCardNUL", func(e *env, _ board.ClaimToken) error { _, err := e.s.GetCard(e.ctx, "c1\x00"); return err }, board.ErrInvalidArgument},
+		{"GetCardTooLong", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.GetCard(e.ctx, strings.Repeat("c", board.MaxIDBytes+1))
+			return err
+		}, board.ErrInvalidArgument},
+		{"DependentsNotUTF8", func(e *env, _ board.ClaimToken) error { _, err := e.s.Dependents(e.ctx, "\xff"); return err }, board.ErrInvalidArgument},
+		{"ListCardsStateNotUTF8", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.ListCards(e.ctx, board.CardFilter{State: "ready\xff"})
+			return err
+		}, board.ErrInvalidArgument},
+		{"GetRunNotUTF8", func(e *env, _ board.ClaimToken) error { _, err := e.s.GetRun(e.ctx, "\xc0"); return err }, board.ErrInvalidArgument},
+		{"UpdateRunIDNotUTF8", func(e *env, _ board.ClaimToken) error {
+			st := board.RunFailed
+			_, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r\xff", Status: &st})
+			return err
+		}, board.ErrInvalidArgument},
+		{"UpdateRunCheckpointNotUTF8", func(e *env, _ board.ClaimToken) error {
+			cp := "step \xe0\x80"
+			_, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "ghost", Checkpoint: &cp})
+			return err
+		}, board.ErrInvalidArgument},
+		{"CreateRunCheckpointNotUTF8", func(e *env, tok board.ClaimToken) error {
+			_, err := e.s.CreateRun(e.ctx, board.Run{ID: "r9", Card: "c1", Owner: tok.Marker, Epoch: tok.Epoch, Checkpoint: "\xc3"})
+			return err
+		}, board.ErrInvalidArgument},
+		{"ClaimCardNotUTF8", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "c2\xff", Marker: markerB, Lease: lease})
+			return err
+		}, board.ErrInvalidArgument},
+		{"ClaimMarkerNotUTF8", claimWith("wor\xffker-4242"), board.ErrInvalidArgument},
+		{"CreateIDNotUTF8", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.CreateCard(e.ctx, board.NewCard{ID: "new\xff"})
+			return err
+		}, board.ErrInvalidArgument},
+		{"CreateTitleNotUTF8", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.CreateCard(e.ctx, board.NewCard{ID: "new", Title: "caf\xc3"})
+			return err
+		}, board.ErrInvalidArgument},
+		{"CreateStateNotUTF8", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.CreateCard(e.ctx, board.NewCard{ID: "new", State: "ready\xff"})
+			return err
+		}, board.ErrInvalidArgument},
+		{"CreateLabelNotUTF8", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.CreateCard(e.ctx, board.NewCard{ID: "new", Labels: []string{"ok", "\xff"}})
+			return err
+		}, board.ErrInvalidArgument},
+		{"CreateBlockerNotUTF8", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.CreateCard(e.ctx, board.NewCard{ID: "new", DependsOn: []string{"c1\xff"}})
+			return err
+		}, board.ErrInvalidArgument},
+		{"SetStateTargetNotUTF8", func(e *env, _ board.ClaimToken) error {
+			return e.s.SetState(e.ctx, board.Move{Card: "c1", To: "done\xff"})
+		}, board.ErrInvalidArgument},
+		{"SetStateReasonNotUTF8", func(e *env, _ board.ClaimToken) error {
+			return e.s.SetState(e.ctx, board.Move{Card: "c1", To: board.StateBacklog, Reason: "\xff"})
+		}, board.ErrInvalidArgument},
+		{"ReopenTargetNotUTF8", func(e *env, _ board.ClaimToken) error {
+			return e.s.Reopen(e.ctx, board.Move{Card: "c2", To: "\xc0"})
+		}, board.ErrInvalidArgument},
+		{"AdjustLabelsNotUTF8", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.AdjustLabels(e.ctx, board.LabelChange{Card: "c1", Add: []string{"ok", "\xff"}})
+			return err
+		}, board.ErrInvalidArgument},
+		{"SetLabelsNotUTF8", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.SetLabels(e.ctx, "c1", []string{"\xed\xa0\x80"}, "")
+			return err
+		}, board.ErrInvalidArgument},
+		{"SetStateOwnedTargetNotUTF8", func(e *env, tok board.ClaimToken) error {
+			_, err := e.s.SetStateOwned(e.ctx, board.OwnedMove{Card: "c1", Token: tok, To: "done\xff"})
+			return err
+		}, board.ErrInvalidArgument},
+		{"SetLastRunOwnedRunIDNotUTF8", func(e *env, tok board.ClaimToken) error { return e.s.SetLastRunOwned(e.ctx, "c1", tok, "r\xff") }, board.ErrInvalidArgument},
+		{"SetGaveUpOwnedReasonNotUTF8", func(e *env, tok board.ClaimToken) error {
+			return e.s.SetGaveUpOwned(e.ctx, "c1", tok, &board.GaveUp{Reason: "stuck \xff"})
+		}, board.ErrInvalidArgument},
+		{"SetGaveUpOwnedRunIDNotUTF8", func(e *env, tok board.ClaimToken) error {
+			return e.s.SetGaveUpOwned(e.ctx, "c1", tok, &board.GaveUp{Reason: "stuck", RunID: "r\xc0"})
+		}, board.ErrInvalidArgument},
+		{"ReleaseActorNotUTF8", func(e *env, _ board.ClaimToken) error { return e.s.Release(e.ctx, "c1", markerA, "uid:\xff") }, board.ErrInvalidArgument},
+		{"ListExpiredPositionNotUTF8", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.ListExpiredClaimCandidates(e.ctx, board.ExpiredQuery{Cutoff: e.clock.Now(), Limit: 10, After: "c\xff"})
+			return err
+		}, board.ErrInvalidArgument},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

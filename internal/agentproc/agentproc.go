@@ -58,7 +58,7 @@ func Build(pkg, out string, env ...string) error {
 
 // Agent is the sandbox an agent process runs in, and its current run.
 type Agent struct {
-	t      *testing.T
+	t      testing.TB
 	Binary string
 	// Dir holds the config, the socket and the bbolt file.
 	Dir    string
@@ -105,7 +105,7 @@ func (p *Proc) stop() {
 // New prepares a sandbox for binary: a short temporary directory (Unix
 // socket paths are limited to about 108 bytes) and a config naming the
 // socket and the store inside it, followed by extra YAML.
-func New(t *testing.T, binary, extraYAML string) *Agent {
+func New(t testing.TB, binary, extraYAML string) *Agent {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "lkx")
 	if err != nil {
