@@ -14,6 +14,10 @@
 // user cache directory keyed by a hash of its sources and the Go version,
 // so only the first run pays for the build.
 //
+// ClockProxy puts a wire proxy in front of the server that rewrites the
+// server's clock (hello.localTime, the only time the MongoDB twin reads
+// from the server) to a clock the test controls.
+//
 // Typical use:
 //
 //	func TestMain(m *testing.M) { os.Exit(mongotest.Main(m)) }
