@@ -65,8 +65,10 @@ type simModel struct {
 	// The event log replayed: the claim each card holds, the last epoch
 	// granted, and for each recovery claim the worker claim it took over
 	// (through any chain of recovery claims).
-	lastSeq   int64
-	holder    map[string]board.ClaimToken
+	lastSeq int64
+	holder  map[string]board.ClaimToken
+	// released: card → who released its last claim, and which.
+	released  map[string]string
 	lastEpoch map[string]int64
 	origin    map[string]map[int64]board.ClaimToken
 }
@@ -82,6 +84,7 @@ func (m *simModel) init() {
 	m.opTouched = map[string]string{}
 	m.reopenStep = map[string]int{}
 	m.holder = map[string]board.ClaimToken{}
+	m.released = map[string]string{}
 	m.lastEpoch = map[string]int64{}
 	m.origin = map[string]map[int64]board.ClaimToken{}
 }
@@ -197,6 +200,7 @@ func (w *simWorld) replay(ev board.Event, prev map[string]board.Card) {
 	case board.EventReleased:
 		w.note(id, "event %d: released %s@%d by %q", ev.Seq, ev.Data.Marker, ev.Data.Epoch, ev.Actor)
 		m.holder[id] = board.ClaimToken{}
+		m.released[id] = fmt.Sprintf("%s@%d released by %q", ev.Data.Marker, ev.Data.Epoch, ev.Actor)
 		return
 	case board.EventState, board.EventLastRun, board.EventAwaitingInput, board.EventGaveUp:
 	default:
@@ -289,7 +293,7 @@ func (w *simWorld) checkStuck() {
 			if w.m.opTouched[id] == c.State {
 				continue // an operator force-released it there
 			}
-			w.violation(id, "stuck", "free in the running column %s, which is not a pool state here: nothing will ever pick it up (last run %q)", c.State, c.LastRunID)
+			w.violation(id, "stuck", "free in the running column %s, which is not a pool state here: nothing will ever pick it up (last run %q; %s)", c.State, c.LastRunID, w.m.released[id])
 			return
 		}
 	}

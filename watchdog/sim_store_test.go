@@ -153,6 +153,21 @@ func (s *simStore) admit(verb, card string) error {
 	return nil
 }
 
+// stamp runs before a write that stamps a lease on the fleet twin (a claim,
+// a renewal, a transfer): it lets one second of simulated time pass, so no
+// two such writes share a second of the server's clock. The twin counts
+// the real round trip of its clock reading against the lease it stamps, a
+// few milliseconds that differ from run to run; two leases stamped in the
+// same second would then sort (lease ascending, in the expired listing)
+// by those milliseconds, and a seed would not replay. A second apart, they
+// sort by simulated time alone. The local twin stamps its own clock
+// exactly, so it needs none of this.
+func (s *simStore) stamp() {
+	if s.a != nil && s.a.w != nil && s.a.w.fleet {
+		s.a.w.elapsed.Add(int64(time.Second))
+	}
+}
+
 // answer is what the caller hears back from a write that reached the store.
 func (s *simStore) answer(verb, card string, err error) error {
 	k := s.lose
@@ -184,6 +199,7 @@ func (s *simStore) Claim(ctx context.Context, r board.ClaimRequest) (board.Claim
 	if err := s.admit("Claim", r.Card); err != nil {
 		return board.ClaimToken{}, err
 	}
+	s.stamp()
 	tok, err := s.Store.Claim(ctx, r)
 	if err = s.answer("Claim", r.Card, err); err != nil {
 		return board.ClaimToken{}, err
@@ -195,6 +211,7 @@ func (s *simStore) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (boa
 	if err := s.admit("ClaimNext", ""); err != nil {
 		return board.Card{}, board.ClaimToken{}, err
 	}
+	s.stamp()
 	c, tok, err := s.Store.ClaimNext(ctx, r)
 	if err = s.answer("ClaimNext", c.ID, err); err != nil {
 		return board.Card{}, board.ClaimToken{}, err
@@ -206,6 +223,7 @@ func (s *simStore) RenewClaims(ctx context.Context, hs []board.Hold, lease time.
 	if err := s.admit("RenewClaims", fmt.Sprint(len(hs))); err != nil {
 		return nil, err
 	}
+	s.stamp()
 	out, err := s.Store.RenewClaims(ctx, hs, lease)
 	if err == nil && s.a != nil && s.a.w != nil {
 		s.a.w.checkRenewals(s.a, hs, out)
@@ -345,6 +363,7 @@ func (s *simStore) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.C
 	if err := s.admit("ReclaimExpired", r.Card); err != nil {
 		return board.ClaimToken{}, board.Card{}, err
 	}
+	s.stamp()
 	tok, c, err := s.Store.ReclaimExpired(ctx, r)
 	if err = s.answer("ReclaimExpired", r.Card, err); err != nil {
 		return board.ClaimToken{}, board.Card{}, err

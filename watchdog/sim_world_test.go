@@ -26,9 +26,9 @@ import (
 const (
 	simLease = 30 * time.Second
 	// simHorizon is the fleet's un-leased horizon in the simulation: the
-	// shortest the store accepts is one lease, and a few minutes lets a
-	// run of a few hundred steps reach it.
-	simHorizon = 3 * time.Minute
+	// shortest the store accepts is one lease; two let a run of a few
+	// hundred steps (some minutes of simulated time) reach it often.
+	simHorizon = 2 * simLease
 	simTick    = simLease / 3
 	// simMaxWorkers bounds the worker processes alive at once.
 	simMaxWorkers = 8
@@ -416,7 +416,7 @@ func (w *simWorld) act() []string {
 		{3, func() []string { w.operatorReopen(); return nil }},
 	}
 	if w.fleet {
-		acts = append(acts, action{0.7 * f, func() []string { w.foreignStrip(); return nil }})
+		acts = append(acts, action{1.5 * f, func() []string { w.foreignStrip(); return nil }})
 	}
 	var total float64
 	for _, a := range acts {
@@ -518,14 +518,9 @@ func (w *simWorld) pass(a *simAgent) []string {
 	}
 	crashed := a.st.crashed
 	w.reapDeadAgent(a)
+	// afterPass re-reads every recorded run itself.
 	w.afterPass(a, before, res, crashed)
-	var touched []string
-	for _, c := range w.m.cards {
-		if c.LastRunID != "" {
-			touched = append(touched, c.LastRunID)
-		}
-	}
-	return touched
+	return nil
 }
 
 func (w *simWorld) liveAgents() []*simAgent {
