@@ -168,6 +168,10 @@ const (
 	planLinger
 )
 
+func (p workerPlan) String() string {
+	return [...]string{"finish", "fail", "fail resumable", "park its run"}[p]
+}
+
 // simWorker is one worker process, driven through the same requests the
 // socket layer's worker flow makes (claim; start run = fence check,
 // CreateRun, SetLastRunOwned; move into the running column; run updates;
@@ -561,7 +565,7 @@ func (w *simWorld) spawnWorker() {
 		k.plan = planFinish
 	}
 	w.workers = append(w.workers, k)
-	w.tracef("worker %s starts under agent %s (plan %d)", k.marker, a.marker, k.plan)
+	w.tracef("worker %s starts under agent %s (plan: %s)", k.marker, a.marker, k.plan)
 	w.workerStep(k)
 }
 
@@ -1041,7 +1045,7 @@ func (w *simWorld) operatorReopen() {
 }
 
 // foreignStrip is another binary's whole-document write on the fleet: it
-// drops the lease of a claimed card (ADR-096 §8's un-leased claim).
+// drops the lease of a claimed card, leaving an un-leased claim behind.
 func (w *simWorld) foreignStrip() {
 	var held []string
 	for _, id := range w.cardIDs {
