@@ -1,0 +1,372 @@
+package watchdog_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+// simStore is one simulated agent's connection to the store: every write the
+// agent makes — its reaper's, its heartbeat's, and the owner writes it makes
+// on its workers' behalf — goes through it, so the simulation can kill the
+// agent between any two of its writes or lose the reply of one.
+//
+// It embeds board.Store, so the verbs it does not override (the reads, and
+// the watchdog's listing, whose signature is the reaper's business) pass
+// through untouched. TestSimStoreCoversEveryVerb keeps the list of what is
+// intercepted honest as the contract grows.
+type simStore struct {
+	board.Store
+	a *simAgent
+
+	// crashIn, when ≥ 0, is how many more writes go through before the
+	// agent dies: the next write after them, and every one after that, is
+	// refused without reaching the store.
+	crashIn int
+	crashed bool
+	// lose, when set, makes the next write land and then return this kind
+	// of failure to its caller instead of its answer.
+	lose  loseKind
+	trace func(format string, args ...any)
+}
+
+type loseKind int
+
+const (
+	loseNone loseKind = iota
+	loseUnknown
+	loseTransport
+)
+
+var (
+	errAgentKilled  = errors.New("sim: the agent was killed mid-write")
+	errTransportCut = errors.New("sim: transport error: connection reset by peer after the request was sent")
+)
+
+// simWrites are the verbs simStore intercepts: every write of the store
+// contract. simPassThrough are the ones it deliberately does not: reads, the
+// watchdog's listings, and writes no simulated component makes. A verb in
+// neither list fails TestSimStoreCoversEveryVerb, which is the prompt to
+// decide which it is (and, for a write, to intercept it below).
+var (
+	simWrites = []string{
+		"CreateCard", "Claim", "ClaimNext", "RenewClaims",
+		"SetStateOwned", "SetLastRunOwned", "SetAwaitingInputOwned", "SetGaveUpOwned",
+		"ExpireClaimOwned", "ReleaseOwned", "Release",
+		"SetState", "SetStateFrom", "Reopen", "AdjustLabels", "SetLabels",
+		"CreateRun", "UpdateRun", "ReclaimExpired",
+	}
+	simPassThrough = []string{
+		"Board", "LoadBoard", "GetCard", "ListCards", "Dependents", "GetRun", "Events", "Close",
+		"ListExpiredClaimCandidates", "ListUnleasedRunningClaims",
+		// The store's clock is a read.
+		"Now",
+		// Board administration: no simulated component edits the board.
+		"SetBoard", "SetLabelsFrom",
+	}
+)
+
+// TestSimStoreCoversEveryVerb pins that every verb of board.Store is either
+// intercepted by simStore or named as deliberately passed through, so a new
+// write verb cannot slip past the simulation's fault injection unnoticed.
+func TestSimStoreCoversEveryVerb(t *testing.T) {
+	overridden := simStoreOverrides()
+	st := reflect.TypeFor[board.Store]()
+	for i := range st.NumMethod() {
+		name := st.Method(i).Name
+		switch {
+		case slices.Contains(simWrites, name):
+		case slices.Contains(simPassThrough, name):
+		default:
+			t.Errorf("board.Store verb %s is neither intercepted by simStore (simWrites) nor passed through on purpose (simPassThrough): classify it, and intercept it if it writes", name)
+		}
+	}
+	// Every name in simWrites must really be overridden: a stale entry
+	// would claim a fault the wrapper does not inject.
+	for _, name := range simWrites {
+		if !overridden[name] {
+			t.Errorf("simWrites names %s but simStore does not override it", name)
+		}
+	}
+}
+
+// simStoreOverrides calls every intercepted verb on a simStore whose agent
+// is already dead and over no store at all, and reports which calls the
+// wrapper refused itself. A verb that was not overridden reaches the
+// embedded nil store and panics, which is recovered and reported as false.
+func simStoreOverrides() map[string]bool {
+	ctx := context.Background()
+	s := &simStore{crashed: true}
+	out := map[string]bool{}
+	try := func(name string, f func() error) {
+		defer func() {
+			if recover() != nil {
+				out[name] = false
+			}
+		}()
+		out[name] = errors.Is(f(), errAgentKilled)
+	}
+	try("CreateCard", func() error { _, err := s.CreateCard(ctx, board.NewCard{}); return err })
+	try("Claim", func() error { _, err := s.Claim(ctx, board.ClaimRequest{}); return err })
+	try("ClaimNext", func() error { _, _, err := s.ClaimNext(ctx, board.ClaimNextRequest{}); return err })
+	try("RenewClaims", func() error { _, err := s.RenewClaims(ctx, nil, time.Second); return err })
+	try("SetStateOwned", func() error { _, err := s.SetStateOwned(ctx, board.OwnedMove{}); return err })
+	try("SetLastRunOwned", func() error { return s.SetLastRunOwned(ctx, "", board.ClaimToken{}, "") })
+	try("SetAwaitingInputOwned", func() error { return s.SetAwaitingInputOwned(ctx, "", board.ClaimToken{}, false) })
+	try("SetGaveUpOwned", func() error { return s.SetGaveUpOwned(ctx, "", board.ClaimToken{}, nil) })
+	try("ExpireClaimOwned", func() error { return s.ExpireClaimOwned(ctx, "", board.ClaimToken{}) })
+	try("ReleaseOwned", func() error { return s.ReleaseOwned(ctx, "", board.ClaimToken{}) })
+	try("Release", func() error { return s.Release(ctx, "", "", "") })
+	try("SetState", func() error { return s.SetState(ctx, board.Move{}) })
+	try("SetStateFrom", func() error { _, err := s.SetStateFrom(ctx, board.Move{}); return err })
+	try("Reopen", func() error { return s.Reopen(ctx, board.Move{}) })
+	try("AdjustLabels", func() error { _, err := s.AdjustLabels(ctx, board.LabelChange{}); return err })
+	try("SetLabels", func() error { _, err := s.SetLabels(ctx, "", nil, ""); return err })
+	try("CreateRun", func() error { _, err := s.CreateRun(ctx, board.Run{}); return err })
+	try("UpdateRun", func() error { _, err := s.UpdateRun(ctx, board.RunUpdate{}); return err })
+	try("ReclaimExpired", func() error { _, _, err := s.ReclaimExpired(ctx, board.Reclaim{}); return err })
+	return out
+}
+
+// admit decides whether a write may reach the store: a killed agent writes
+// nothing more.
+func (s *simStore) admit(verb, card string) error {
+	if s.crashed {
+		return fmt.Errorf("%s %s: %w", verb, card, errAgentKilled)
+	}
+	if s.crashIn == 0 {
+		s.crashed = true
+		if s.trace != nil {
+			s.trace("agent %s killed before %s %s", s.a.marker, verb, card)
+		}
+		return fmt.Errorf("%s %s: %w", verb, card, errAgentKilled)
+	}
+	if s.crashIn > 0 {
+		s.crashIn--
+	}
+	return nil
+}
+
+// stamp runs before a write that stamps a lease on the fleet twin (a claim,
+// a renewal, a transfer): it lets one second of simulated time pass, so no
+// two such writes share a second of the server's clock. The twin counts
+// the real round trip of its clock reading against the lease it stamps, a
+// few milliseconds that differ from run to run; two leases stamped in the
+// same second would then sort (lease ascending, in the expired listing)
+// by those milliseconds, and a seed would not replay. A second apart, they
+// sort by simulated time alone. The local twin stamps its own clock
+// exactly, so it needs none of this.
+func (s *simStore) stamp() {
+	if s.a != nil && s.a.w != nil && s.a.w.fleet {
+		s.a.w.elapsed.Add(int64(time.Second))
+	}
+}
+
+// answer is what the caller hears back from a write that reached the store.
+func (s *simStore) answer(verb, card string, err error) error {
+	k := s.lose
+	if k == loseNone {
+		return err
+	}
+	s.lose = loseNone
+	if s.trace != nil {
+		s.trace("agent %s: the reply of %s %s is lost (it answered %v)", s.a.marker, verb, card, err)
+	}
+	if k == loseUnknown {
+		return fmt.Errorf("%s %s: %w", verb, card, board.ErrOutcomeUnknown)
+	}
+	return fmt.Errorf("%s %s: %w", verb, card, errTransportCut)
+}
+
+func (s *simStore) CreateCard(ctx context.Context, c board.NewCard) (board.Card, error) {
+	if err := s.admit("CreateCard", c.ID); err != nil {
+		return board.Card{}, err
+	}
+	out, err := s.Store.CreateCard(ctx, c)
+	if err = s.answer("CreateCard", c.ID, err); err != nil {
+		return board.Card{}, err
+	}
+	return out, nil
+}
+
+func (s *simStore) Claim(ctx context.Context, r board.ClaimRequest) (board.ClaimToken, error) {
+	if err := s.admit("Claim", r.Card); err != nil {
+		return board.ClaimToken{}, err
+	}
+	s.stamp()
+	tok, err := s.Store.Claim(ctx, r)
+	if err = s.answer("Claim", r.Card, err); err != nil {
+		return board.ClaimToken{}, err
+	}
+	return tok, nil
+}
+
+func (s *simStore) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.Card, board.ClaimToken, error) {
+	if err := s.admit("ClaimNext", ""); err != nil {
+		return board.Card{}, board.ClaimToken{}, err
+	}
+	s.stamp()
+	c, tok, err := s.Store.ClaimNext(ctx, r)
+	if err = s.answer("ClaimNext", c.ID, err); err != nil {
+		return board.Card{}, board.ClaimToken{}, err
+	}
+	return c, tok, nil
+}
+
+func (s *simStore) RenewClaims(ctx context.Context, hs []board.Hold, lease time.Duration) ([]board.RenewResult, error) {
+	if err := s.admit("RenewClaims", fmt.Sprint(len(hs))); err != nil {
+		return nil, err
+	}
+	s.stamp()
+	out, err := s.Store.RenewClaims(ctx, hs, lease)
+	if err == nil && s.a != nil && s.a.w != nil {
+		s.a.w.checkRenewals(s.a, hs, out)
+	}
+	if err = s.answer("RenewClaims", fmt.Sprint(len(hs)), err); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (s *simStore) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, error) {
+	if err := s.admit("SetStateOwned", m.Card); err != nil {
+		return false, err
+	}
+	changed, err := s.Store.SetStateOwned(ctx, m)
+	if err = s.answer("SetStateOwned", m.Card, err); err != nil {
+		return false, err
+	}
+	return changed, nil
+}
+
+func (s *simStore) SetLastRunOwned(ctx context.Context, card string, tok board.ClaimToken, runID string) error {
+	if err := s.admit("SetLastRunOwned", card); err != nil {
+		return err
+	}
+	return s.answer("SetLastRunOwned", card, s.Store.SetLastRunOwned(ctx, card, tok, runID))
+}
+
+func (s *simStore) SetAwaitingInputOwned(ctx context.Context, card string, tok board.ClaimToken, awaiting bool) error {
+	if err := s.admit("SetAwaitingInputOwned", card); err != nil {
+		return err
+	}
+	return s.answer("SetAwaitingInputOwned", card, s.Store.SetAwaitingInputOwned(ctx, card, tok, awaiting))
+}
+
+func (s *simStore) SetGaveUpOwned(ctx context.Context, card string, tok board.ClaimToken, g *board.GaveUp) error {
+	if err := s.admit("SetGaveUpOwned", card); err != nil {
+		return err
+	}
+	return s.answer("SetGaveUpOwned", card, s.Store.SetGaveUpOwned(ctx, card, tok, g))
+}
+
+func (s *simStore) ExpireClaimOwned(ctx context.Context, card string, tok board.ClaimToken) error {
+	if err := s.admit("ExpireClaimOwned", card); err != nil {
+		return err
+	}
+	return s.answer("ExpireClaimOwned", card, s.Store.ExpireClaimOwned(ctx, card, tok))
+}
+
+func (s *simStore) ReleaseOwned(ctx context.Context, card string, tok board.ClaimToken) error {
+	if err := s.admit("ReleaseOwned", card); err != nil {
+		return err
+	}
+	return s.answer("ReleaseOwned", card, s.Store.ReleaseOwned(ctx, card, tok))
+}
+
+func (s *simStore) Release(ctx context.Context, card, marker, actor string) error {
+	if err := s.admit("Release", card); err != nil {
+		return err
+	}
+	return s.answer("Release", card, s.Store.Release(ctx, card, marker, actor))
+}
+
+func (s *simStore) SetState(ctx context.Context, m board.Move) error {
+	if err := s.admit("SetState", m.Card); err != nil {
+		return err
+	}
+	return s.answer("SetState", m.Card, s.Store.SetState(ctx, m))
+}
+
+func (s *simStore) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
+	if err := s.admit("SetStateFrom", m.Card); err != nil {
+		return false, err
+	}
+	changed, err := s.Store.SetStateFrom(ctx, m)
+	if err = s.answer("SetStateFrom", m.Card, err); err != nil {
+		return false, err
+	}
+	return changed, nil
+}
+
+func (s *simStore) Reopen(ctx context.Context, m board.Move) error {
+	if err := s.admit("Reopen", m.Card); err != nil {
+		return err
+	}
+	return s.answer("Reopen", m.Card, s.Store.Reopen(ctx, m))
+}
+
+func (s *simStore) AdjustLabels(ctx context.Context, c board.LabelChange) (board.Card, error) {
+	if err := s.admit("AdjustLabels", c.Card); err != nil {
+		return board.Card{}, err
+	}
+	out, err := s.Store.AdjustLabels(ctx, c)
+	if err = s.answer("AdjustLabels", c.Card, err); err != nil {
+		return board.Card{}, err
+	}
+	return out, nil
+}
+
+func (s *simStore) SetLabels(ctx context.Context, card string, labels []string, actor string) (board.Card, error) {
+	if err := s.admit("SetLabels", card); err != nil {
+		return board.Card{}, err
+	}
+	out, err := s.Store.SetLabels(ctx, card, labels, actor)
+	if err = s.answer("SetLabels", card, err); err != nil {
+		return board.Card{}, err
+	}
+	return out, nil
+}
+
+func (s *simStore) CreateRun(ctx context.Context, r board.Run) (board.Run, error) {
+	if err := s.admit("CreateRun", r.Card); err != nil {
+		return board.Run{}, err
+	}
+	out, err := s.Store.CreateRun(ctx, r)
+	if err = s.answer("CreateRun", r.Card, err); err != nil {
+		return board.Run{}, err
+	}
+	return out, nil
+}
+
+func (s *simStore) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run, error) {
+	if err := s.admit("UpdateRun", u.ID); err != nil {
+		return board.Run{}, err
+	}
+	out, err := s.Store.UpdateRun(ctx, u)
+	if err = s.answer("UpdateRun", u.ID, err); err != nil {
+		return board.Run{}, err
+	}
+	return out, nil
+}
+
+// ReclaimExpired is intercepted because it is the reaper's first write on a
+// card: killing the agent right after it is what leaves an abandoned
+// recovery claim behind. The request passes through unchanged.
+func (s *simStore) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.ClaimToken, board.Card, error) {
+	if err := s.admit("ReclaimExpired", r.Card); err != nil {
+		return board.ClaimToken{}, board.Card{}, err
+	}
+	s.stamp()
+	tok, c, err := s.Store.ReclaimExpired(ctx, r)
+	if err = s.answer("ReclaimExpired", r.Card, err); err != nil {
+		return board.ClaimToken{}, board.Card{}, err
+	}
+	return tok, c, nil
+}
