@@ -58,7 +58,7 @@ var (
 	simWrites = []string{
 		"CreateCard", "Claim", "ClaimNext", "RenewClaims",
 		"SetStateOwned", "SetLastRunOwned", "SetAwaitingInputOwned", "SetGaveUpOwned",
-		"ExpireClaimOwned", "ReleaseOwned", "Release",
+		"ExpireClaimOwned", "ReleaseOwned", "Release", "ReleaseExpired",
 		"SetState", "SetStateFrom", "Reopen", "AdjustLabels", "SetLabels",
 		"CreateRun", "UpdateRun", "ReclaimExpired",
 	}
@@ -123,6 +123,7 @@ func simStoreOverrides() map[string]bool {
 	try("ExpireClaimOwned", func() error { return s.ExpireClaimOwned(ctx, "", board.ClaimToken{}) })
 	try("ReleaseOwned", func() error { return s.ReleaseOwned(ctx, "", board.ClaimToken{}) })
 	try("Release", func() error { return s.Release(ctx, "", "", "") })
+	try("ReleaseExpired", func() error { return s.ReleaseExpired(ctx, board.ExpiredRelease{}) })
 	try("SetState", func() error { return s.SetState(ctx, board.Move{}) })
 	try("SetStateFrom", func() error { _, err := s.SetStateFrom(ctx, board.Move{}); return err })
 	try("Reopen", func() error { return s.Reopen(ctx, board.Move{}) })
@@ -285,6 +286,13 @@ func (s *simStore) Release(ctx context.Context, card, marker, actor string) erro
 		return err
 	}
 	return s.answer("Release", card, s.Store.Release(ctx, card, marker, actor))
+}
+
+func (s *simStore) ReleaseExpired(ctx context.Context, r board.ExpiredRelease) error {
+	if err := s.admit("ReleaseExpired", r.Card); err != nil {
+		return err
+	}
+	return s.answer("ReleaseExpired", r.Card, s.Store.ReleaseExpired(ctx, r))
 }
 
 func (s *simStore) SetState(ctx context.Context, m board.Move) error {

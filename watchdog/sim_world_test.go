@@ -2,6 +2,7 @@ package watchdog_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -353,7 +354,7 @@ func (w *simWorld) startAgent(h *simHost) *simAgent {
 		w.t.Fatalf("heartbeat.New: %v", err)
 	}
 	r, err := watchdog.New(watchdog.Config{
-		Store: a.st, Clock: h.clock, Marker: a.marker, Host: h.name,
+		Store: a.st, Marker: a.marker, Host: h.name,
 		Interval: w.prof.interval, Batch: w.prof.batch,
 		// One card at a time: the pass's writes then come in one order,
 		// which is what lets a seed replay exactly.
@@ -750,6 +751,18 @@ func (w *simWorld) workerStep(k *simWorker) {
 				return err
 			}); err != nil {
 				w.updateRun(k, board.RunFailed, "")
+				// As the claim command does: the move may have landed,
+				// so it is undone (a no-op if not) before the release;
+				// if that cannot be confirmed the claim is left to expire.
+				if !errors.Is(err, board.ErrClaimConflict) {
+					if berr := w.ownerWrite(k, "SetStateOwned → "+k.state, false, func() error {
+						_, err := st.SetStateOwned(ctx, board.OwnedMove{Card: k.card, Token: k.tok, To: k.state})
+						return err
+					}); berr != nil {
+						w.stopWorker(k, "moving into the running column failed, and so did moving back")
+						return
+					}
+				}
 				w.releaseAndExit(k, "moving into the running column failed")
 				return
 			}

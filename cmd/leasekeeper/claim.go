@@ -149,6 +149,19 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 	if card.State != cols.running {
 		if _, err := cl.SetState(work, cols.running); err != nil {
 			closeRun(work, env, cl, run.ID, board.RunFailed)
+			// The move may have landed although its answer was lost. A
+			// release would then leave the card free in the running
+			// column, which on a board where it is not a pool state
+			// nothing ever picks up: move it back to where it was claimed
+			// from first (a no-op when the move did not land), and leave
+			// the claim to expire — the watchdog rules on it — when even
+			// that cannot be confirmed.
+			if !errors.Is(err, board.ErrClaimConflict) {
+				if _, berr := cl.SetState(work, card.State); berr != nil {
+					fmt.Fprintf(env.stderr, "leasekeeper: moving %s back to %s: %v; leaving the claim to expire\n", card.ID, card.State, berr)
+					return lost("move to "+cols.running, err)
+				}
+			}
 			release()
 			return lost("move to "+cols.running, err)
 		}
