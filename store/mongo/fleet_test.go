@@ -834,3 +834,29 @@ func TestRecoveryOnlyIsAnIndexRange(t *testing.T) {
 		t.Errorf("plan of %s: stages %v, want an IXSCAN of the claim index and no COLLSCAN", sent, stages)
 	}
 }
+
+// A claim whose epoch a foreign writer set to null reads as "no epoch",
+// and must be transferable by the token that names no epoch, as a missing
+// field is: otherwise the watchdog lists it every pass and can never take
+// it. It refuses every fenced write, like a missing epoch.
+func TestNullEpochIsTransferableLikeAMissingOne(t *testing.T) {
+	t.Parallel()
+	f := openFleet(t, mongostore.Options{UnleasedHorizon: time.Hour})
+	f.create("c1", board.StateInProgress)
+	tok := f.claim("c1", workerA)
+	f.foreign("c1", bson.D{{Key: "$set", Value: bson.D{{Key: "claim_epoch", Value: nil}}}})
+	if err := f.s.SetLastRunOwned(f.ctx, "c1", tok, "r1"); !errors.Is(err, board.ErrClaimConflict) {
+		t.Errorf("a fenced write on a null epoch = %v, want ErrClaimConflict", err)
+	}
+	lease := f.get("c1").ClaimLeaseUntil
+	newTok, _, err := f.s.ReclaimExpired(f.ctx, board.Reclaim{Card: "c1", Prev: board.ClaimToken{Marker: workerA}, RecoveryMarker: reaperR, Cutoff: lease.Add(time.Second), Lease: testTerm})
+	if err != nil {
+		t.Fatalf("transfer of an expired claim with a null epoch: %v", err)
+	}
+	if newTok.Epoch <= tok.Epoch {
+		t.Errorf("transfer epoch %d, want above the lost %d", newTok.Epoch, tok.Epoch)
+	}
+	if c := f.get("c1"); c.Token() != newTok {
+		t.Errorf("after the transfer the card holds %+v, want %+v", c.Token(), newTok)
+	}
+}
