@@ -202,7 +202,7 @@ func BootSweep(ctx context.Context, cfg SweepConfig) ([]SweepItem, []Adoption, e
 			item.Lost = heartbeat.LostUnconfirmed
 		}
 		item.Why = fmt.Sprintf("%s, but the claim is over: its lease ends at %s, not %v after now (%s), so its holder has passed its trusted deadline and given it up; not adopted; %s",
-			l.why, l.card.ClaimLeaseUntil.Format(time.RFC3339Nano), 2*cfg.Margin, storeNow.Format(time.RFC3339Nano), item.Why)
+			l.why, l.card.ClaimLeaseUntil.Format(time.RFC3339Nano), cfg.overAhead(), storeNow.Format(time.RFC3339Nano), item.Why)
 		items = append(items, item)
 	}
 	live = renew
@@ -284,15 +284,19 @@ func (cfg SweepConfig) judge(ctx context.Context, c board.Card, m board.Marker) 
 // Every holder stops by its trusted deadline on its own — the agent
 // declares a claim lost there, and the client library cancels by itself
 // when it cannot hear the agent; the watchdog's orphan proof counts on both.
-// That deadline is never later than the stored lease less one margin: the
-// heartbeat trusts a renewal until the START of its attempt + lease −
-// margin, the store stamped the lease after that start, and the client
-// never trusts a claim longer than the agent does. So once the lease less
-// that margin has passed, the holder has given the claim up, even though its
-// pid lives on. Adopting the claim would not bring the holder back: the
-// agent would renew, for as long as the pid lives, a card nobody works on
-// (and re-grant its epoch to the next claim of that process). The claim is
-// expired instead, so the watchdog may rule on it at once.
+// The rule must judge a claim over as soon as its holder MAY have given it
+// up, not only once it surely has. The holder's client learns its deadline
+// from the watch stream's pings, which run every lease/3 and are not tied
+// to the renewals, so it may still be counting from the renewal before the
+// last one: its deadline is no earlier than the stored lease, less one
+// renewal interval (lease/3), less the heartbeat margin the agent keeps on
+// every deadline. A claim with less than that left (plus a second margin,
+// below) is treated as given up. Adopting it would not bring the holder
+// back: the agent would renew, for as long as the pid lives, a card nobody
+// works on (and re-grant its epoch to the next claim of that process). The
+// claim is expired instead, so the watchdog may rule on it at once. The
+// price: an agent must be back within about lease/2 of its last renewal
+// (15 s for a 30 s lease) for its live workers' claims to be adopted.
 //
 // Whose clock. The lease was stamped by the store, so now is the store's
 // own clock (Store.Now), never this agent's: on MongoDB the server's,
@@ -314,7 +318,13 @@ func (cfg SweepConfig) over(c board.Card, now time.Time) bool {
 	if c.ClaimLeaseUntil.IsZero() {
 		return false
 	}
-	return !c.ClaimLeaseUntil.Add(-2 * cfg.Margin).After(now)
+	return !c.ClaimLeaseUntil.Add(-cfg.overAhead()).After(now)
+}
+
+// overAhead is how long before its stored lease ends a claim counts as
+// over (see over): one renewal interval and two margins.
+func (cfg SweepConfig) overAhead() time.Duration {
+	return cfg.Lease/3 + 2*cfg.Margin
 }
 
 // bury releases a dead owner's legacy claim or expires its lease.

@@ -110,6 +110,7 @@ func watchLoop(ctx context.Context, w *fsnotify.Watcher, path, base string, env 
 	}
 	follow()
 	removed := false
+	var pending []byte // the content read at the last settle, not yet applied
 	for {
 		select {
 		case <-ctx.Done():
@@ -150,8 +151,21 @@ func watchLoop(ctx context.Context, w *fsnotify.Watcher, path, base string, env 
 			}
 			removed = false
 			if err == nil && bytes.Equal(data, last) {
+				pending = nil
 				continue
 			}
+			// Apply a content only once it has read the same twice, a
+			// settle apart: a file written in place (truncated, then
+			// written) is otherwise read half-way — an empty file, or a
+			// valid prefix that silently drops the keys after it. A file
+			// replaced by rename, as editors and ConfigMaps do, is whole at
+			// once and merely waits one settle more.
+			if err == nil && !bytes.Equal(data, pending) {
+				pending = data
+				timer.Reset(settle)
+				continue
+			}
+			pending = nil
 			res := reload(path, data, err, env, live, log)
 			if res.Err == nil {
 				last = data

@@ -135,10 +135,28 @@ func (l *Loop) Add(h board.Hold, o Owner, attemptStart time.Time, lease time.Dur
 // Remove stops renewing card without reporting a loss (the worker released
 // it). It reports whether the card was tracked.
 func (l *Loop) Remove(card string) bool {
+	return l.remove(card, nil)
+}
+
+// RemoveHold is Remove only while the claim tracked on card is exactly tok.
+// Whoever releases a claim it read (its holder, or an operator) must use
+// it: between that read and the removal another holder may have claimed
+// the card afresh, and removing its entry would stop its renewals.
+func (l *Loop) RemoveHold(card string, tok board.ClaimToken) bool {
+	return l.remove(card, &tok)
+}
+
+func (l *Loop) remove(card string, tok *board.ClaimToken) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.disowned, card)
 	e, ok := l.claims[card]
+	if tok != nil && (!ok || e.Hold.Token != *tok) {
+		if d, ok := l.disowned[card]; ok && d.Marker == tok.Marker && d.Epoch == tok.Epoch {
+			delete(l.disowned, card)
+		}
+		return false
+	}
+	delete(l.disowned, card)
 	if !ok {
 		return false
 	}

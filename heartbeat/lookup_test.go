@@ -135,3 +135,28 @@ func TestLookupIsSafeDuringTicks(t *testing.T) {
 		}
 	}
 }
+
+// RemoveHold removes only the claim it names: a release that read the card
+// before another holder claimed it afresh must not stop the new holder's
+// renewals.
+func TestRemoveHoldRemovesOnlyThatToken(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	hold := h.claim("c", marker(600), self(t))
+	stale := board.ClaimToken{Marker: hold.Token.Marker, Epoch: hold.Token.Epoch - 1}
+	other := board.ClaimToken{Marker: marker(601), Epoch: hold.Token.Epoch}
+	for _, tok := range []board.ClaimToken{stale, other} {
+		if h.loop.RemoveHold("c", tok) {
+			t.Errorf("RemoveHold(%+v) removed the claim held by %+v", tok, hold.Token)
+		}
+	}
+	if _, ok := h.loop.Lookup("c"); !ok {
+		t.Fatal("the claim stopped being tracked")
+	}
+	if !h.loop.RemoveHold("c", hold.Token) {
+		t.Error("RemoveHold of the tracked token did not remove it")
+	}
+	if _, ok := h.loop.Lookup("c"); ok {
+		t.Error("still tracked after RemoveHold of its token")
+	}
+}

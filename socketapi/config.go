@@ -34,7 +34,9 @@ import (
 // the key the worker's pings arrive under.
 type ClaimTracker interface {
 	Add(hold board.Hold, owner heartbeat.Owner, attemptStart time.Time, lease time.Duration) error
-	Remove(card string) bool
+	// RemoveHold stops renewing card if, and only if, its tracked claim is
+	// exactly tok.
+	RemoveHold(card string, tok board.ClaimToken) bool
 	Ping(key string) bool
 	Lookup(card string) (heartbeat.Claim, bool)
 	Held() []heartbeat.Claim

@@ -185,9 +185,7 @@ func (s *Server) handleForceRelease(w http.ResponseWriter, r *http.Request, c ca
 	if err := s.cfg.Store.Release(r.Context(), id, card.Claim, c.actor); err != nil {
 		return err
 	}
-	if h, ok := s.held(id); ok && h.Hold.Token == card.Token() {
-		s.cfg.Claims.Remove(id)
-	}
+	s.cfg.Claims.RemoveHold(id, card.Token())
 	s.Notify(apitype.Frame{
 		Type: apitype.FrameClaimLost, Card: id, Epoch: card.ClaimEpoch, Marker: card.Claim,
 		Reason: apitype.LostForceReleased,

@@ -183,7 +183,9 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request, c caller)
 	if ce, ok := board.AsClaimConflict(err); ok && ce.Holder == "" {
 		// Releasing a free card is a no-op by contract (ReleaseOwned on a
 		// free card is nil): an operator's force-release got there first.
-		s.cfg.Claims.Remove(card)
+		// Only the caller's own claim stops being renewed: another worker
+		// may have claimed the card since it read free.
+		s.cfg.Claims.RemoveHold(card, board.ClaimToken{Marker: c.worker.marker, Epoch: epoch})
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
@@ -193,7 +195,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request, c caller)
 	if err := s.cfg.Store.ReleaseOwned(r.Context(), card, tok); err != nil {
 		return err
 	}
-	s.cfg.Claims.Remove(card)
+	s.cfg.Claims.RemoveHold(card, tok)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -47,10 +47,15 @@ func redact(uri string) (string, []string) {
 	if i := strings.Index(rest, "://"); i >= 0 {
 		scheme, rest = rest[:i+3], rest[i+3:]
 	}
-	// The user info ends at the last '@' before the path or the options.
+	// The user info ends at the last '@' before the path or the options —
+	// but a password written unescaped may itself hold a '/' or '?', so the
+	// authority is taken to end at the first '/' or '?' after the FIRST
+	// '@': the userinfo then reaches the last '@' before that. (Erring this
+	// way can only hide more of a string that has an '@' in its options.)
 	authority, tail := rest, ""
-	if i := strings.IndexAny(rest, "/?"); i >= 0 {
-		authority, tail = rest[:i], rest[i:]
+	from := strings.Index(rest, "@") + 1 // 0 when there is no '@'
+	if i := strings.IndexAny(rest[from:], "/?"); i >= 0 {
+		authority, tail = rest[:from+i], rest[from+i:]
 	}
 	if at := strings.LastIndex(authority, "@"); at >= 0 {
 		user := authority[:at]

@@ -19,6 +19,11 @@ func TestRedactURI(t *testing.T) {
 		{"mongodb://carol@db", "mongodb://carol@db"},
 		{"mongodb://db:27017", "mongodb://db:27017"},
 		{"not a uri:secret@x", "not a uri:xxxxx@x"},
+		// A password written unescaped, holding the characters that end an
+		// authority, or an '@'.
+		{"mongodb://alice:pa/ss@db/lk", "mongodb://alice:xxxxx@db/lk"},
+		{"mongodb://alice:pa?ss@db/?w=1", "mongodb://alice:xxxxx@db/?w=1"},
+		{"mongodb://alice:p@ss@db", "mongodb://alice:xxxxx@db"},
 	}
 	for _, tc := range tests {
 		if got := RedactURI(tc.in); got != tc.want {
