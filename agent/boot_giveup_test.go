@@ -51,7 +51,7 @@ func TestBootSweepDoesNotAdoptAClaimItsHolderMayHaveGivenUp(t *testing.T) {
 	h, _ := loop.Lookup("c")
 	clientDeadline := clock.Now().Add(h.TrustedUntil.Sub(clock.Now()))
 	clock.Advance(9 * time.Second)
-	loop.RunOnce(ctx) // renewal at t0+20; the agent dies before its next ping (t0+21)
+	loop.RunOnce(ctx)               // renewal at t0+20; the agent dies before its next ping (t0+21)
 	clock.Advance(20 * time.Second) // new agent boots at t0+40
 	if !clock.Now().After(clientDeadline) {
 		t.Fatalf("setup: client deadline %v not passed", clientDeadline.Sub(t0))
