@@ -12,10 +12,10 @@ import (
 )
 
 // Prober is the one question the oracle asks about a process: is the pid,
-// matched with its start time, still the process that started the run?
+// matched with its identity, still the process that started the run?
 // pidprobe.Local and pidprobetest.Fake satisfy it.
 type Prober interface {
-	Probe(ctx context.Context, pid int, startMillis int64) pidprobe.Liveness
+	Probe(ctx context.Context, pid int, rec pidprobe.Identity) pidprobe.Liveness
 }
 
 // Oracle resolves the judged claim's run for the decision table and
@@ -187,7 +187,8 @@ func (o *Oracle) resolve(ctx context.Context, card board.Card, now time.Time, mo
 // ProofNone. Two proofs exist and nothing else counts:
 //
 //   - the run was started on this host and its owner pid, matched with its
-//     start time, is provably dead (Unknown and Alive both conserve);
+//     identity, is provably dead or names another process (Unknown and
+//     Alive both conserve);
 //   - the owner's lease ended longer ago than the orphan grace. This is
 //     sound only because every holder stops by its lease deadline on its
 //     own: the agent declares a claim lost at its trusted deadline and the
@@ -197,7 +198,12 @@ func (o *Oracle) resolve(ctx context.Context, card board.Card, now time.Time, mo
 // the store, so the agent's own clock has no say in it.
 func (o *Oracle) orphanProof(ctx context.Context, card board.Card, r board.Run, now time.Time) Proof {
 	if o.Prober != nil && r.Host != "" && r.Host == o.Host && r.PID > 1 {
-		if o.Prober.Probe(ctx, r.PID, r.PIDStart) == pidprobe.Dead {
+		// The run's exact identity of its owner (a run an older agent
+		// recorded has only the inexact pid_start: pidprobe.Compare): a
+		// process that took the pid since is not the owner, and its life
+		// proves nothing about the owner's.
+		owner := pidprobe.Identity{BootID: r.BootID, StartTicks: r.PIDStartTicks, StartMillis: r.PIDStart}
+		if o.Prober.Probe(ctx, r.PID, owner) == pidprobe.Dead {
 			return ProofPIDDead
 		}
 	}

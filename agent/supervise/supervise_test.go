@@ -340,7 +340,7 @@ func (tr *tree) add(pid int) {
 func (tr *tree) alive() []int {
 	var out []int
 	for pid := range tr.pids {
-		if pidprobe.New().Probe(context.Background(), pid, 0) != pidprobe.Dead {
+		if pidprobe.New().Probe(context.Background(), pid, pidprobe.Identity{}) != pidprobe.Dead {
 			out = append(out, pid)
 		}
 	}
