@@ -193,7 +193,8 @@ const supervisorCmdName = "claim-supervisor"
 
 // startSupervised starts CMD under a supervisor, so that however the claim
 // ends — CMD exits, the claim is lost, this process is killed, even with
-// SIGKILL — nothing CMD started survives it (PRODUCT "Command line").
+// SIGKILL — nothing CMD started survives it (docs/OPERATIONS.md, "What
+// `claim` does with its command's processes").
 func startSupervised(cmd *exec.Cmd) (*supervise.Child, error) {
 	self, err := os.Executable()
 	if err != nil {
