@@ -36,7 +36,9 @@ type Identity struct {
 	StartMillis int64  `json:"start_millis,omitempty"`
 }
 
-// Exact reports whether the identity carries the kernel's start ticks.
+// Exact reports whether the identity carries the kernel's start ticks. A
+// process of the very first tick after boot (kernel threads) has 0 ticks
+// and is compared by its legacy millis, like a record without ticks.
 func (id Identity) Exact() bool { return id.StartTicks > 0 }
 
 // Known reports whether the identity says anything about the process: a
