@@ -32,7 +32,7 @@ func TestBootSweepDoesNotAdoptAClaimItsHolderMayHaveGivenUp(t *testing.T) {
 	const lease = 30 * time.Second
 	pid := livePID(t)
 	marker := board.WorkerMarker(host, pid)
-	start, _ := pidprobe.New().StartTime(ctx, pid)
+	start, _ := pidprobe.New().Identify(ctx, pid)
 	loop, err := heartbeat.New(heartbeat.Config{Store: store, Clock: clock, Lease: func() time.Duration { return lease },
 		Prober: pidprobe.New(), Mode: func() heartbeat.Mode { return heartbeat.ModePID }})
 	if err != nil {
@@ -43,7 +43,7 @@ func TestBootSweepDoesNotAdoptAClaimItsHolderMayHaveGivenUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loop.Add(board.Hold{Card: "c", Token: tok}, heartbeat.Owner{PID: pid, StartMillis: start, KeepaliveID: marker}, t0, lease)
+	loop.Add(board.Hold{Card: "c", Token: tok}, heartbeat.Owner{PID: pid, Start: start, KeepaliveID: marker}, t0, lease)
 	clock.Advance(10 * time.Second)
 	loop.RunOnce(ctx) // renewal at t0+10
 	clock.Advance(time.Second)

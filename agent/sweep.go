@@ -166,7 +166,7 @@ func BootSweep(ctx context.Context, cfg SweepConfig) ([]SweepItem, []Adoption, e
 				item.Action, item.Why = SweepKept, why+"; another live agent's recovery claim"
 				break
 			}
-			owner := heartbeat.Owner{PID: m.PID, StartMillis: start, KeepaliveID: c.Claim}
+			owner := heartbeat.Owner{PID: m.PID, Start: start, KeepaliveID: c.Claim}
 			live = append(live, candidate{c, owner, why})
 			continue
 		default:
@@ -241,40 +241,60 @@ func BootSweep(ctx context.Context, cfg SweepConfig) ([]SweepItem, []Adoption, e
 }
 
 // judge decides whether the claim's owner is alive, and for a live worker
-// returns its start time as the socket will read it.
-func (cfg SweepConfig) judge(ctx context.Context, c board.Card, m board.Marker) (pidprobe.Liveness, int64, string) {
+// returns its identity as the socket will read it.
+//
+// The run the claim stamped records who started it: the owner's exact
+// identity (start ticks and boot), or, for a run an older agent recorded,
+// only its inexact start in milliseconds (see pidprobe.Compare). A process
+// that landed on the owner's pid since carries another identity, so it is
+// never taken for the owner, however soon after the owner's start it came.
+func (cfg SweepConfig) judge(ctx context.Context, c board.Card, m board.Marker) (pidprobe.Liveness, pidprobe.Identity, string) {
+	none := pidprobe.Identity{}
 	if m.PID == cfg.SelfPID {
-		return pidprobe.Dead, 0, fmt.Sprintf("pid %d is this agent: the claim is an earlier incarnation's", m.PID)
+		return pidprobe.Dead, none, fmt.Sprintf("pid %d is this agent: the claim is an earlier incarnation's", m.PID)
 	}
-	// The start time the run recorded tells a live owner from a process
-	// that reused its pid. Recovery claims have no run of their own.
-	var recorded int64
+	// Recovery claims have no run of their own.
+	var rec pidprobe.Identity
 	if !m.Recovery && c.LastRunID != "" {
 		r, err := cfg.Store.GetRun(ctx, c.LastRunID)
 		switch {
 		case err == nil && r.Owner == c.Claim && r.PID == m.PID:
-			recorded = r.PIDStart
+			rec = pidprobe.Identity{BootID: r.BootID, StartTicks: r.PIDStartTicks, StartMillis: r.PIDStart}
 		case err != nil && !errors.Is(err, board.ErrNotFound):
-			return pidprobe.Unknown, 0, fmt.Sprintf("cannot read run %s: %v", c.LastRunID, err)
+			return pidprobe.Unknown, none, fmt.Sprintf("cannot read run %s: %v", c.LastRunID, err)
 		}
 	}
-	switch v := cfg.Prober.Probe(ctx, m.PID, recorded); v {
+	switch v := cfg.Prober.Probe(ctx, m.PID, rec); v {
 	case pidprobe.Dead:
-		if recorded != 0 {
-			return v, 0, fmt.Sprintf("pid %d is gone or reused (recorded start %d)", m.PID, recorded)
+		if rec.Known() {
+			return v, none, fmt.Sprintf("pid %d is gone or names another process (the owner %s)", m.PID, rec)
 		}
-		return v, 0, fmt.Sprintf("pid %d is gone", m.PID)
+		return v, none, fmt.Sprintf("pid %d is gone", m.PID)
 	case pidprobe.Alive:
-		start, err := cfg.Prober.StartTime(ctx, m.PID)
+		cur, err := cfg.Prober.Identify(ctx, m.PID)
 		if err != nil {
 			if errors.Is(err, pidprobe.ErrNoProcess) {
-				return pidprobe.Dead, 0, fmt.Sprintf("pid %d exited during the sweep", m.PID)
+				return pidprobe.Dead, none, fmt.Sprintf("pid %d exited during the sweep", m.PID)
 			}
-			return pidprobe.Unknown, 0, fmt.Sprintf("pid %d: cannot read its start time: %v", m.PID, err)
+			return pidprobe.Unknown, none, fmt.Sprintf("pid %d: cannot read its identity: %v", m.PID, err)
 		}
-		return v, start, fmt.Sprintf("pid %d alive", m.PID)
+		// The identity adopted is read after the probe: it must still be
+		// the owner's, or the pid changed hands in between. A legacy
+		// record that stops matching may be a wall-clock step instead
+		// (its milliseconds move with the clock): that proves nothing.
+		switch pidprobe.Compare(rec, cur) {
+		case pidprobe.MatchSame:
+		case pidprobe.MatchOther:
+			if rec.Exact() {
+				return pidprobe.Dead, none, fmt.Sprintf("pid %d changed hands during the sweep (the owner %s, now %s)", m.PID, rec, cur)
+			}
+			fallthrough
+		default:
+			return pidprobe.Unknown, none, fmt.Sprintf("pid %d: its identity cannot be matched to the owner's (%s, now %s), conserving", m.PID, rec, cur)
+		}
+		return v, cur, fmt.Sprintf("pid %d alive", m.PID)
 	default:
-		return v, 0, fmt.Sprintf("pid %d: liveness unknown, conserving", m.PID)
+		return v, none, fmt.Sprintf("pid %d: liveness unknown, conserving", m.PID)
 	}
 }
 

@@ -71,7 +71,11 @@ func TestBootSweep(t *testing.T) {
 	const lease = 30 * time.Second
 
 	live, dead, reused := livePID(t), deadPID(t), livePID(t)
-	liveStart, err := prober.StartTime(ctx, live)
+	liveID, err := prober.Identify(ctx, live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reusedID, err := prober.Identify(ctx, reused)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,12 +87,17 @@ func TestBootSweep(t *testing.T) {
 		run    *board.Run // recorded run, if any
 	}
 	setups := []setup{
-		{card: "live", marker: board.WorkerMarker(host, live), run: &board.Run{PID: live, PIDStart: liveStart}},
+		{card: "live", marker: board.WorkerMarker(host, live), run: &board.Run{PID: live,
+			PIDStart: liveID.StartMillis, PIDStartTicks: liveID.StartTicks, BootID: liveID.BootID}},
 		{card: "dead", marker: board.WorkerMarker(host, dead)},
 		{card: "legacy-dead", marker: board.WorkerMarker(host, dead)},
-		// A live pid whose recorded start time is an hour off: the pid was
-		// reused by another process, so the claim's owner is gone.
-		{card: "reused", marker: board.WorkerMarker(host, reused), run: &board.Run{PID: reused, PIDStart: liveStart - 3_600_000}},
+		// A live pid whose recorded start is one clock tick off: the pid
+		// was reused by another process, so the claim's owner is gone.
+		{card: "reused", marker: board.WorkerMarker(host, reused), run: &board.Run{PID: reused,
+			PIDStart: reusedID.StartMillis, PIDStartTicks: reusedID.StartTicks - 1, BootID: reusedID.BootID}},
+		// The same told by a run an older agent recorded: only the inexact
+		// pid_start, here an hour off.
+		{card: "legacy-reused", marker: board.WorkerMarker(host, reused), run: &board.Run{PID: reused, PIDStart: reusedID.StartMillis - 3_600_000}},
 		{card: "recovery-dead", marker: board.RecoveryMarker(board.WorkerMarker(host, dead))},
 		{card: "self-pid", marker: board.WorkerMarker(host, self)},
 		{card: "other-host", marker: board.WorkerMarker("elsewhere.example", dead)},
@@ -129,7 +138,7 @@ func TestBootSweep(t *testing.T) {
 			name: "pid mode",
 			want: map[string]SweepAction{
 				"live": SweepAdopted, "dead": SweepExpired, "legacy-dead": SweepReleased,
-				"reused": SweepExpired, "recovery-dead": SweepExpired, "self-pid": SweepExpired,
+				"reused": SweepExpired, "legacy-reused": SweepExpired, "recovery-dead": SweepExpired, "self-pid": SweepExpired,
 			},
 		},
 	}
@@ -204,8 +213,9 @@ func TestBootSweep(t *testing.T) {
 			}
 			// The owner must match what the socket will read for the same
 			// process, or the worker's next owned write would be refused.
-			if ad.Owner.PID != live || ad.Owner.StartMillis != liveStart || ad.Owner.KeepaliveID != before["live"].Claim {
-				t.Errorf("adopted owner = %+v, want pid %d start %d key %q", ad.Owner, live, liveStart, before["live"].Claim)
+			if ad.Owner.PID != live || pidprobe.Compare(liveID, ad.Owner.Start) != pidprobe.MatchSame || !ad.Owner.Start.Exact() ||
+				ad.Owner.KeepaliveID != before["live"].Claim {
+				t.Errorf("adopted owner = %+v, want pid %d identity %+v key %q", ad.Owner, live, liveID, before["live"].Claim)
 			}
 		})
 	}

@@ -130,11 +130,11 @@ func heartbeatChild(ctx context.Context, n, ticks int, dir, prof string) (heartb
 	if err != nil {
 		return res, err
 	}
-	start, err := pidprobe.New().StartTime(ctx, os.Getpid())
+	start, err := pidprobe.New().Identify(ctx, os.Getpid())
 	if err != nil {
-		return res, fmt.Errorf("own start time: %w", err)
+		return res, fmt.Errorf("own identity: %w", err)
 	}
-	owner := heartbeat.Owner{PID: os.Getpid(), StartMillis: start}
+	owner := heartbeat.Owner{PID: os.Getpid(), Start: start}
 	host, _ := pidprobe.Hostname()
 	if host == "" {
 		host = "benchhost"

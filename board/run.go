@@ -56,9 +56,20 @@ type Run struct {
 	Epoch        int64        `json:"epoch"` // the claim epoch that started it
 	Host         string       `json:"host,omitempty"`
 	PID          int          `json:"pid,omitempty"`
-	PIDStart     int64        `json:"pid_start,omitempty"` // process start, ms since the Unix epoch
-	CreatedAt    time.Time    `json:"created_at"`
-	UpdatedAt    time.Time    `json:"updated_at"`
+	// PIDStart is the owner's start in milliseconds since the Unix epoch,
+	// as read from a boot time truncated to seconds: two reads of one
+	// process may differ by a second, so it identifies the process only
+	// approximately. It is what runs recorded before PIDStartTicks carry,
+	// and it stays for people and older agents to read.
+	PIDStart int64 `json:"pid_start,omitempty"`
+	// PIDStartTicks and BootID identify the owner exactly: the kernel's
+	// start of the process in clock ticks after boot (/proc/PID/stat field
+	// 22), and the boot those ticks count from. The agent compares these
+	// whenever a run carries them (pidprobe.Identity).
+	PIDStartTicks int64     `json:"pid_start_ticks,omitempty"`
+	BootID        string    `json:"boot_id,omitempty"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
 }
 
 // RunUpdate changes a run. Nil fields are left alone. IfStatus, when set,

@@ -37,6 +37,7 @@ type childResult struct {
 	Error  string `json:"error"`
 	Holder string `json:"holder,omitempty"`
 	Marker string `json:"marker,omitempty"`
+	Epoch  int64  `json:"epoch,omitempty"`
 }
 
 func runChild(action string) int {
@@ -46,11 +47,11 @@ func runChild(action string) int {
 	defer cancel()
 	var res childResult
 	switch action {
-	case "claim":
+	case "claim", "claim-hold":
 		var c client.Client
 		cl, err := c.Claim(ctx, card)
 		if err == nil {
-			res.Marker = cl.Token().Marker
+			res.Marker, res.Epoch = cl.Token().Marker, cl.Token().Epoch
 		} else {
 			res.Error = err.Error()
 			var ae *apitype.Error
@@ -107,6 +108,10 @@ func runChild(action string) int {
 		}
 	}
 	json.NewEncoder(os.Stdout).Encode(res)
+	if action == "claim-hold" {
+		// Hold the claim until the test kills us or closes our stdin.
+		_, _ = io.Copy(io.Discard, os.Stdin)
+	}
 	return 0
 }
 

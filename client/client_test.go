@@ -228,17 +228,22 @@ func TestOtherProcessCannotTouchClaim(t *testing.T) {
 	}
 }
 
-// shiftProber reads real start times, shifted once the test says so: to the
-// server, every connection made afterwards comes from "a new process with
-// the same pid".
+// shiftProber reads real identities, their start shifted once the test says
+// so: to the server, every connection made afterwards comes from "a new
+// process with the same pid". (TestReusedPIDIsRefusedTheDeadOwnersClaim
+// does it with a real pid reuse.)
 type shiftProber struct {
 	real  pidprobe.Local
-	shift atomic.Int64
+	shift atomic.Int64 // clock ticks
 }
 
-func (p *shiftProber) StartTime(ctx context.Context, pid int) (int64, error) {
-	ms, err := p.real.StartTime(ctx, pid)
-	return ms + p.shift.Load(), err
+func (p *shiftProber) Identify(ctx context.Context, pid int) (pidprobe.Identity, error) {
+	id, err := p.real.Identify(ctx, pid)
+	if n := p.shift.Load(); n != 0 {
+		id.StartTicks += n
+		id.Inode = 0 // a new process would have its own; none is as good here
+	}
+	return id, err
 }
 
 func TestReusedPIDOwnsNothing(t *testing.T) {
@@ -252,7 +257,7 @@ func TestReusedPIDOwnsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prober.shift.Store((time.Minute).Milliseconds())
+	prober.shift.Store(1) // one clock tick later: within any tolerance
 
 	second := &client.Client{Socket: a.Path}
 	if _, err := second.Claim(ctx, "reuse"); !errors.Is(err, client.ErrForbidden) {

@@ -6,14 +6,17 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/pidprobe"
 )
 
 // Owner is the worker a claim is renewed for.
 type Owner struct {
-	// PID and StartMillis name the worker process (pid mode). PID <= 0 is
-	// an owner the agent cannot see; StartMillis 0 is an unknown start.
-	PID         int   `json:"pid,omitempty"`
-	StartMillis int64 `json:"start_millis,omitempty"`
+	// PID and Start name the worker process (pid mode): Start is its exact
+	// identity, read when the claim was granted or adopted, so a process
+	// that later lands on the pid is never taken for it. PID <= 0 is an
+	// owner the agent cannot see; a zero Start is an unknown one.
+	PID   int               `json:"pid,omitempty"`
+	Start pidprobe.Identity `json:"start"`
 	// KeepaliveID is the key the owner's client pings with (keepalive
 	// mode). Several claims may share one key.
 	KeepaliveID string `json:"keepalive_id,omitempty"`

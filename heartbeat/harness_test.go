@@ -179,8 +179,8 @@ func self(t *testing.T) Owner {
 
 func ownerOfThisProcess() (Owner, error) {
 	pid := os.Getpid()
-	start, err := pidprobe.New().StartTime(context.Background(), pid)
-	return Owner{PID: pid, StartMillis: start}, err
+	start, err := pidprobe.New().Identify(context.Background(), pid)
+	return Owner{PID: pid, Start: start}, err
 }
 
 // claim creates card, claims it for marker in the real store and hands it

@@ -51,7 +51,7 @@ const (
 
 type probeKey struct {
 	pid   int
-	start int64
+	start pidprobe.Identity
 }
 
 // RunOnce runs one tick: declare the claims whose trusted deadline passed
@@ -119,7 +119,7 @@ func (l *Loop) RunOnce(ctx context.Context) TickResult {
 	// distinct process however many claims it holds.
 	probed := map[probeKey]pidprobe.Liveness{}
 	for _, e := range toProbe {
-		k := probeKey{e.Owner.PID, e.Owner.StartMillis}
+		k := probeKey{e.Owner.PID, e.Owner.Start}
 		lv, ok := probed[k]
 		if !ok {
 			lv = l.cfg.Prober.Probe(ctx, k.pid, k.start)

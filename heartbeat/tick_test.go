@@ -370,11 +370,11 @@ func TestDeadOwnerIsExpiredAndReported(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
 	pid := sleeper.Process.Pid
-	start, err := pidprobe.New().StartTime(h.ctx, pid)
+	start, err := pidprobe.New().Identify(h.ctx, pid)
 	if err != nil {
 		t.Fatalf("worker start time: %v", err)
 	}
-	worker := Owner{PID: pid, StartMillis: start}
+	worker := Owner{PID: pid, Start: start}
 	a := h.claim("worker-a", marker(pid), worker)
 	b := h.claim("worker-b", marker(pid), worker)
 	h.claim("mine", marker(me.PID), me)
@@ -427,10 +427,10 @@ func TestOwnerVerdicts(t *testing.T) {
 		setup func(f *pidprobetest.Fake)
 		want  LostReason // "" means still renewed
 	}{
-		{"alive", Owner{PID: 100, StartMillis: 5}, func(f *pidprobetest.Fake) { f.Spawn(100, 5) }, ""},
-		{"unknown conserves", Owner{PID: 100, StartMillis: 5}, func(f *pidprobetest.Fake) { f.Spawn(100, 5); f.SetUnknown(100, true) }, ""},
-		{"pid reused", Owner{PID: 100, StartMillis: 5}, func(f *pidprobetest.Fake) { f.Spawn(100, 6) }, LostOwnerDead},
-		{"gone", Owner{PID: 100, StartMillis: 5}, func(*pidprobetest.Fake) {}, LostOwnerDead},
+		{"alive", Owner{PID: 100, Start: pidprobetest.ID(5)}, func(f *pidprobetest.Fake) { f.Spawn(100, 5) }, ""},
+		{"unknown conserves", Owner{PID: 100, Start: pidprobetest.ID(5)}, func(f *pidprobetest.Fake) { f.Spawn(100, 5); f.SetUnknown(100, true) }, ""},
+		{"pid reused", Owner{PID: 100, Start: pidprobetest.ID(5)}, func(f *pidprobetest.Fake) { f.Spawn(100, 6) }, LostOwnerDead},
+		{"gone", Owner{PID: 100, Start: pidprobetest.ID(5)}, func(*pidprobetest.Fake) {}, LostOwnerDead},
 		{"start unknown, pid exists", Owner{PID: 100}, func(f *pidprobetest.Fake) { f.Spawn(100, 6) }, ""},
 		{"invisible owner without key", Owner{}, func(*pidprobetest.Fake) {}, ""},
 	}
@@ -461,9 +461,9 @@ func TestOneProbePerOwnerPerTick(t *testing.T) {
 	fake.Spawn(200, 2)
 	h := newHarness(t, func(c *Config) { c.Prober = fake })
 	for i := range 10 {
-		o := Owner{PID: 100, StartMillis: 1}
+		o := Owner{PID: 100, Start: pidprobetest.ID(1)}
 		if i%2 == 1 {
-			o = Owner{PID: 200, StartMillis: 2}
+			o = Owner{PID: 200, Start: pidprobetest.ID(2)}
 		}
 		h.claim(fmt.Sprintf("c%d", i), marker(o.PID), o)
 	}

@@ -4,16 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/shirou/gopsutil/v4/process"
 )
 
-// Liveness is a probe's verdict on one (pid, start time) pair.
+// Liveness is a probe's verdict on one (pid, identity) pair.
 type Liveness int
 
 const (
@@ -42,128 +42,130 @@ func (l Liveness) String() string {
 // packages can inject a fake (see package pidprobetest) while the agent uses
 // Local.
 type Prober interface {
-	// Probe judges pid against the start time recorded when the claim was
-	// taken. startMillis == 0 means the start time is unknown: an existing
-	// pid is then Alive, because reuse cannot be proved.
-	Probe(ctx context.Context, pid int, startMillis int64) Liveness
-	// StartTime returns the start time of pid in milliseconds since the
-	// epoch, the value to record beside a marker and pass back to Probe.
+	// Probe judges pid against the identity recorded when the claim was
+	// taken (see Compare). A zero Identity means the start is unknown: an
+	// existing pid is then Alive, because reuse cannot be proved.
+	Probe(ctx context.Context, pid int, rec Identity) Liveness
+	// Identify returns the identity of the process pid names now, the
+	// value to record beside a marker and pass back to Probe.
 	// ErrNoProcess when no process has the pid.
-	StartTime(ctx context.Context, pid int) (int64, error)
+	Identify(ctx context.Context, pid int) (Identity, error)
 }
 
-// DefaultTolerance is how far apart two readings of one process's start
-// time may be and still name the same process. gopsutil derives the start
-// time from the boot time, and inside a container it computes the boot time
-// as now − uptime truncated to whole seconds, so two readings of the same
-// process differ by up to a second. A reused pid that started within two
-// seconds of the original is not a case worth a false "dead": declaring a
-// live worker dead expires its lease under it, while the opposite error only
-// costs waiting out the TTL.
-const DefaultTolerance = 2 * time.Second
-
 // Local probes processes of this host (of this pid namespace) through
-// gopsutil. The zero value is ready to use with DefaultTolerance.
+// /proc and, where the kernel has them (Linux 5.3 and later), pidfds. The
+// zero value is ready to use.
 type Local struct {
-	// Tolerance is the start-time slack described at DefaultTolerance;
-	// zero means DefaultTolerance.
-	Tolerance time.Duration
+	bootOnce sync.Once
+	boot     string // this boot's id; "" if unreadable
 
 	selfOnce  sync.Once
-	selfStart int64 // this process's start time as first read; 0 if unreadable
+	selfStart int64 // this process's legacy start millis as first read; 0 if unreadable
 }
 
 var _ Prober = (*Local)(nil)
 
-// New returns a Local prober with DefaultTolerance.
+// New returns a Local prober.
 func New() *Local { return &Local{} }
 
-func (l *Local) tolerance() int64 {
-	if l.Tolerance > 0 {
-		return l.Tolerance.Milliseconds()
-	}
-	return DefaultTolerance.Milliseconds()
-}
-
-// StartTime implements Prober.
-func (l *Local) StartTime(ctx context.Context, pid int) (int64, error) {
+// Identify implements Prober.
+func (l *Local) Identify(ctx context.Context, pid int) (Identity, error) {
 	if pid <= 0 || pid > math.MaxInt32 {
-		return 0, fmt.Errorf("pid %d: %w", pid, ErrInvalidPID)
+		return Identity{}, fmt.Errorf("pid %d: %w", pid, ErrInvalidPID)
 	}
-	p, err := process.NewProcessWithContext(ctx, int32(pid))
-	if errors.Is(err, process.ErrorProcessNotRunning) {
-		// /proc may hide a process that exists (hidepid): only the
-		// kernel's own answer makes it ErrNoProcess.
-		if gone, serr := signalSaysGone(pid); serr != nil || !gone {
-			return 0, fmt.Errorf("pid %d: exists but its /proc entry is hidden: %w", pid, err)
-		}
-		return 0, fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("pid %d: %w", pid, err)
-	}
-	ms, err := p.CreateTimeWithContext(ctx)
-	if err != nil {
-		if gone, _ := l.gone(ctx, pid); gone {
-			return 0, fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
-		}
-		return 0, fmt.Errorf("pid %d: start time: %w", pid, err)
-	}
-	return ms, nil
+	id, _, err := l.identify(ctx, pid, true)
+	return id, err
 }
 
-// Probe implements Prober. The order of the checks matters: existence first
-// (a missing pid is the common dead case and needs no /proc parsing), then
-// the start time (pid reuse), then the zombie state (exited, not reaped).
-func (l *Local) Probe(ctx context.Context, pid int, startMillis int64) Liveness {
+// identify reads pid's identity and its stat in one go. The reads are bound
+// to one process by a pidfd opened first: if the process it names is still
+// there after the reads, the pid was never freed in between, so everything
+// read is that process's. ErrNoProcess means the process pid named when
+// asked is gone (another may hold the pid by now). withMillis also reads the
+// legacy start millis (gopsutil's arithmetic, so a legacy record compares
+// like with like).
+func (l *Local) identify(ctx context.Context, pid int, withMillis bool) (Identity, ProcStat, error) {
+	fd, err := openPidfd(pid)
+	if err != nil {
+		return Identity{}, ProcStat{}, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	defer closePidfd(fd)
+	st, err := ReadStat(pid)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			// /proc may hide a process that exists (hidepid): only the
+			// kernel's own answer makes it ErrNoProcess.
+			if l.goneNow(pid, fd) {
+				return Identity{}, ProcStat{}, fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
+			}
+			return Identity{}, ProcStat{}, fmt.Errorf("pid %d: exists but its /proc entry is hidden: %w", pid, err)
+		}
+		return Identity{}, ProcStat{}, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	id := Identity{BootID: l.bootID(), StartTicks: st.StartTicks, Inode: pidfsInode(fd)}
+	if withMillis {
+		p := &process.Process{Pid: int32(pid)}
+		if ms, err := p.CreateTimeWithContext(ctx); err == nil {
+			id.StartMillis = ms
+		}
+	}
+	if fd >= 0 && l.goneNow(pid, fd) {
+		return Identity{}, ProcStat{}, fmt.Errorf("pid %d: exited while its identity was read: %w", pid, ErrNoProcess)
+	}
+	return id, st, nil
+}
+
+// goneNow asks the kernel whether the process is gone: through the pidfd
+// when there is one (the process it was opened on), else signal 0 on the
+// pid.
+func (l *Local) goneNow(pid, fd int) bool {
+	if fd >= 0 {
+		alive, err := pidfdAlive(fd)
+		return err == nil && !alive
+	}
+	gone, err := signalSaysGone(pid)
+	return err == nil && gone
+}
+
+// Probe implements Prober: existence first (a missing pid is the common
+// dead case), then the identity (pid reuse), then the zombie state (exited,
+// not reaped), all from one read of /proc/PID/stat.
+func (l *Local) Probe(ctx context.Context, pid int, rec Identity) Liveness {
 	if pid <= 0 || pid > math.MaxInt32 {
 		// Pid 0 is an invisible peer (foreign pid namespace): we cannot
 		// see it, which proves nothing about it.
 		return Unknown
 	}
-	l.selfOnce.Do(l.readSelf)
-
-	gone, err := l.gone(ctx, pid)
+	legacy := rec.Known() && !rec.Exact()
+	if legacy {
+		l.selfOnce.Do(l.readSelf)
+	}
+	cur, st, err := l.identify(ctx, pid, legacy)
 	switch {
+	case errors.Is(err, ErrNoProcess):
+		return Dead
 	case err != nil:
 		return Unknown
-	case gone:
-		return Dead
 	}
-
-	p := &process.Process{Pid: int32(pid)}
-	ms, err := p.CreateTimeWithContext(ctx)
-	if err != nil {
-		// The process may have exited between the two reads.
-		if gone, _ := l.gone(ctx, pid); gone {
-			return Dead
-		}
-		return Unknown
-	}
-	if startMillis != 0 && abs(ms-startMillis) > l.tolerance() {
-		if l.clockStepped(ctx) {
-			// Every start time gopsutil reports moved with the wall
-			// clock, so this mismatch may be the step, not a reuse.
+	switch Compare(rec, cur) {
+	case MatchOther:
+		if legacy && l.clockStepped(ctx) {
+			// Every legacy start time moved with the wall clock, so
+			// this mismatch may be the step, not a reuse. Exact
+			// identities do not depend on the wall clock.
 			return Unknown
 		}
 		return Dead
-	}
-
-	status, err := p.StatusWithContext(ctx)
-	if err != nil {
-		if gone, _ := l.gone(ctx, pid); gone {
-			return Dead
-		}
+	case MatchUnknown:
 		return Unknown
 	}
-	if len(status) > 0 && status[0] == process.Zombie {
+	if st.Zombie() {
 		// A zombie has exited and can write nothing more: dead for our
 		// purposes, though its pid still exists until the parent reaps it.
 		// A thread-group leader that exited while its other threads run
 		// also shows as a zombie; it still counts its live threads, so
 		// only a single-threaded zombie is proved dead.
-		n, err := p.NumThreadsWithContext(ctx)
-		if err == nil && n <= 1 {
+		if st.NumThreads <= 1 {
 			return Dead
 		}
 		return Unknown
@@ -171,19 +173,9 @@ func (l *Local) Probe(ctx context.Context, pid int, startMillis int64) Liveness 
 	return Alive
 }
 
-// gone reports whether no process has pid. gopsutil answers from /proc;
-// an absent /proc entry is confirmed with signal 0, because a /proc mounted
-// with hidepid (systemd's ProtectProc=invisible) hides processes that
-// exist, and calling those dead would expire live workers' leases.
-func (l *Local) gone(ctx context.Context, pid int) (bool, error) {
-	exists, err := process.PidExistsWithContext(ctx, int32(pid))
-	if err != nil {
-		return false, err
-	}
-	if exists {
-		return false, nil
-	}
-	return signalSaysGone(pid)
+func (l *Local) bootID() string {
+	l.bootOnce.Do(func() { l.boot, _ = BootID() })
+	return l.boot
 }
 
 func (l *Local) readSelf() {
@@ -193,13 +185,13 @@ func (l *Local) readSelf() {
 	}
 }
 
-// clockStepped reports whether this process's own start time, as gopsutil
-// reads it now, moved beyond the tolerance since it was first read. The
-// kernel's boot time is derived from the wall clock, so a wall-clock step
-// shifts every reported start time at once; a worker's start recorded
-// before the step can then no longer be compared with one read after it.
-// A step that happened before this prober first looked goes unseen; that is
-// the remaining blind spot.
+// clockStepped reports whether this process's own legacy start millis, as
+// gopsutil reads it now, moved beyond LegacyTolerance since it was first
+// read. The kernel's boot time is derived from the wall clock, so a
+// wall-clock step shifts every such start time at once; a legacy record
+// made before the step can then no longer be compared with one read after
+// it. A step that happened before this prober first looked goes unseen;
+// that is the remaining blind spot of legacy records.
 func (l *Local) clockStepped(ctx context.Context) bool {
 	if l.selfStart == 0 {
 		return true // no reference: we cannot rule a step out
@@ -209,14 +201,7 @@ func (l *Local) clockStepped(ctx context.Context) bool {
 	if err != nil {
 		return true
 	}
-	return abs(now-l.selfStart) > l.tolerance()
-}
-
-func abs(v int64) int64 {
-	if v < 0 {
-		return -v
-	}
-	return v
+	return abs(now-l.selfStart) > LegacyTolerance.Milliseconds()
 }
 
 // Hostname is the host part of the markers this agent mints and of the

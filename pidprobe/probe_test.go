@@ -61,30 +61,57 @@ func TestProbeLiveProcess(t *testing.T) {
 	pid := cmd.Process.Pid
 	p := New()
 
-	start, err := p.StartTime(ctx, pid)
+	id, err := p.Identify(ctx, pid)
 	if err != nil {
-		t.Fatalf("StartTime(%d): %v", pid, err)
+		t.Fatalf("Identify(%d): %v", pid, err)
 	}
-	// The start time is milliseconds since the epoch, close to now.
-	if d := time.Since(time.UnixMilli(start)); d < -5*time.Second || d > time.Minute {
-		t.Fatalf("StartTime = %v, %v from now; want about now", time.UnixMilli(start), d)
+	boot, _ := BootID()
+	if !id.Exact() || id.BootID != boot || id.BootID == "" {
+		t.Fatalf("Identify = %+v, want start ticks and this boot's id %q", id, boot)
+	}
+	// The legacy start is milliseconds since the epoch, close to now.
+	if d := time.Since(time.UnixMilli(id.StartMillis)); d < -5*time.Second || d > time.Minute {
+		t.Fatalf("StartMillis = %v, %v from now; want about now", time.UnixMilli(id.StartMillis), d)
+	}
+	// Exact: every read of one process says the same.
+	for range 3 {
+		again, err := p.Identify(ctx, pid)
+		if err != nil || again.BootID != id.BootID || again.StartTicks != id.StartTicks || again.Inode != id.Inode {
+			t.Fatalf("Identify again = %+v (%v), want %+v", again, err, id)
+		}
 	}
 
+	with := func(f func(*Identity)) Identity { c := id; f(&c); return c }
+	legacy := func(ms int64) Identity { return Identity{StartMillis: ms} }
 	tests := []struct {
-		name  string
-		start int64
-		want  Liveness
+		name string
+		rec  Identity
+		want Liveness
 	}{
-		{"recorded start", start, Alive},
-		{"start unknown", 0, Alive},
-		{"within tolerance", start + 500, Alive},
-		{"started later: reused pid", start + 10_000, Dead},
-		{"started earlier: reused pid", start - 10_000, Dead},
+		{"recorded identity", id, Alive},
+		{"identity unknown", Identity{}, Alive},
+		{"recorded without the pidfs inode", with(func(c *Identity) { c.Inode = 0 }), Alive},
+		{"recorded without the boot id", with(func(c *Identity) { c.BootID = "" }), Alive},
+		{"started one tick later: reused pid", with(func(c *Identity) { c.StartTicks++ }), Dead},
+		{"started one tick earlier: reused pid", with(func(c *Identity) { c.StartTicks-- }), Dead},
+		{"another boot: its process died with it", with(func(c *Identity) { c.BootID = "00000000-0000-0000-0000-000000000000" }), Dead},
+		{"the millis do not matter to an exact record", with(func(c *Identity) { c.StartMillis -= 3_600_000 }), Alive},
+		{"legacy record, same millis", legacy(id.StartMillis), Alive},
+		{"legacy record within its tolerance", legacy(id.StartMillis + 500), Alive},
+		{"legacy record, started later: reused pid", legacy(id.StartMillis + 10_000), Dead},
+		{"legacy record, started earlier: reused pid", legacy(id.StartMillis - 10_000), Dead},
+	}
+	if id.Inode != 0 {
+		tests = append(tests, struct {
+			name string
+			rec  Identity
+			want Liveness
+		}{"another pidfs inode: another process", with(func(c *Identity) { c.Inode++ }), Dead})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := p.Probe(ctx, pid, tt.start); got != tt.want {
-				t.Errorf("Probe(%d, %d) = %v, want %v", pid, tt.start, got, tt.want)
+			if got := p.Probe(ctx, pid, tt.rec); got != tt.want {
+				t.Errorf("Probe(%d, %+v) = %v, want %v", pid, tt.rec, got, tt.want)
 			}
 		})
 	}
@@ -96,11 +123,11 @@ func TestProbeKilledAndReapedIsDead(t *testing.T) {
 	cmd := startSleeper(t)
 	pid := cmd.Process.Pid
 	p := New()
-	start, err := p.StartTime(ctx, pid)
+	id, err := p.Identify(ctx, pid)
 	if err != nil {
-		t.Fatalf("StartTime: %v", err)
+		t.Fatalf("Identify: %v", err)
 	}
-	if got := p.Probe(ctx, pid, start); got != Alive {
+	if got := p.Probe(ctx, pid, id); got != Alive {
 		t.Fatalf("before kill: Probe = %v, want alive", got)
 	}
 
@@ -109,13 +136,13 @@ func TestProbeKilledAndReapedIsDead(t *testing.T) {
 	}
 	_ = cmd.Wait() // reaped: the pid no longer exists
 
-	for _, s := range []int64{start, 0} {
-		if got := p.Probe(ctx, pid, s); got != Dead {
-			t.Errorf("after kill+wait: Probe(%d, %d) = %v, want dead", pid, s, got)
+	for _, rec := range []Identity{id, {}, {StartMillis: id.StartMillis}} {
+		if got := p.Probe(ctx, pid, rec); got != Dead {
+			t.Errorf("after kill+wait: Probe(%d, %+v) = %v, want dead", pid, rec, got)
 		}
 	}
-	if _, err := p.StartTime(ctx, pid); !errors.Is(err, ErrNoProcess) {
-		t.Errorf("after kill+wait: StartTime err = %v, want ErrNoProcess", err)
+	if _, err := p.Identify(ctx, pid); !errors.Is(err, ErrNoProcess) {
+		t.Errorf("after kill+wait: Identify err = %v, want ErrNoProcess", err)
 	}
 }
 
@@ -128,19 +155,24 @@ func TestProbeZombieIsDead(t *testing.T) {
 	cmd := startSleeper(t)
 	pid := cmd.Process.Pid
 	p := New()
-	start, err := p.StartTime(ctx, pid)
+	id, err := p.Identify(ctx, pid)
 	if err != nil {
-		t.Fatalf("StartTime: %v", err)
+		t.Fatalf("Identify: %v", err)
 	}
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatalf("kill: %v", err)
 	}
 	waitState(t, pid, "Z")
 
-	for _, s := range []int64{start, 0} {
-		if got := p.Probe(ctx, pid, s); got != Dead {
-			t.Errorf("zombie: Probe(%d, %d) = %v, want dead", pid, s, got)
+	for _, rec := range []Identity{id, {}} {
+		if got := p.Probe(ctx, pid, rec); got != Dead {
+			t.Errorf("zombie: Probe(%d, %+v) = %v, want dead", pid, rec, got)
 		}
+	}
+	// A zombie still has its identity: a caller that reads it learns it
+	// names the same, dead, process.
+	if zid, err := p.Identify(ctx, pid); err != nil || Compare(id, zid) != MatchSame {
+		t.Errorf("zombie: Identify = %+v (%v), want the same identity %+v", zid, err, id)
 	}
 }
 
@@ -149,16 +181,16 @@ func TestProbeSelfAndInit(t *testing.T) {
 	ctx := context.Background()
 	p := New()
 	self := os.Getpid()
-	start, err := p.StartTime(ctx, self)
+	id, err := p.Identify(ctx, self)
 	if err != nil {
-		t.Fatalf("StartTime(self): %v", err)
+		t.Fatalf("Identify(self): %v", err)
 	}
-	if got := p.Probe(ctx, self, start); got != Alive {
+	if got := p.Probe(ctx, self, id); got != Alive {
 		t.Errorf("Probe(self) = %v, want alive", got)
 	}
 	// Pid 1 always exists in a pid namespace; with no start time it is
 	// alive whoever owns it.
-	if got := p.Probe(ctx, 1, 0); got != Alive {
+	if got := p.Probe(ctx, 1, Identity{}); got != Alive {
 		t.Errorf("Probe(1, 0) = %v, want alive", got)
 	}
 }
@@ -168,27 +200,29 @@ func TestProbeInvalidPID(t *testing.T) {
 	ctx := context.Background()
 	p := New()
 	for _, pid := range []int{0, -1, 1 << 40} {
-		if got := p.Probe(ctx, pid, 0); got != Unknown {
+		if got := p.Probe(ctx, pid, Identity{}); got != Unknown {
 			t.Errorf("Probe(%d) = %v, want unknown", pid, got)
 		}
-		if _, err := p.StartTime(ctx, pid); !errors.Is(err, ErrInvalidPID) {
-			t.Errorf("StartTime(%d) err = %v, want ErrInvalidPID", pid, err)
+		if _, err := p.Identify(ctx, pid); !errors.Is(err, ErrInvalidPID) {
+			t.Errorf("Identify(%d) err = %v, want ErrInvalidPID", pid, err)
 		}
 	}
 }
 
-// When this process's own start time has moved since the prober first read
-// it, the wall clock was stepped, every start time moved with it, and a
-// mismatch proves nothing: the prober must answer Unknown, not Dead.
+// A legacy record (milliseconds only) moves with the wall clock: when this
+// process's own legacy start has moved since the prober first read it, the
+// wall clock was stepped, every such start moved with it, and a mismatch
+// proves nothing: the prober must answer Unknown, not Dead. An exact record
+// does not depend on the wall clock at all.
 func TestProbeMismatchAfterClockStepIsUnknown(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cmd := startSleeper(t)
 	pid := cmd.Process.Pid
 	p := New()
-	start, err := p.StartTime(ctx, pid)
+	id, err := p.Identify(ctx, pid)
 	if err != nil {
-		t.Fatalf("StartTime: %v", err)
+		t.Fatalf("Identify: %v", err)
 	}
 	p.selfOnce.Do(p.readSelf)
 	if p.selfStart == 0 {
@@ -197,13 +231,22 @@ func TestProbeMismatchAfterClockStepIsUnknown(t *testing.T) {
 	// Pretend the first reading was taken before a one-minute step.
 	p.selfStart -= 60_000
 
-	if got := p.Probe(ctx, pid, start+60_000); got != Unknown {
-		t.Errorf("mismatch after step: Probe = %v, want unknown", got)
+	tests := []struct {
+		name string
+		rec  Identity
+		want Liveness
+	}{
+		{"legacy mismatch after a step", Identity{StartMillis: id.StartMillis + 60_000}, Unknown},
+		// A matching start is still alive: the step check only guards the
+		// mismatch verdict.
+		{"legacy match after a step", Identity{StartMillis: id.StartMillis}, Alive},
+		{"exact match after a step", id, Alive},
+		{"exact mismatch after a step", Identity{BootID: id.BootID, StartTicks: id.StartTicks + 1}, Dead},
 	}
-	// A matching start time is still alive: the step check only guards
-	// the mismatch verdict.
-	if got := p.Probe(ctx, pid, start); got != Alive {
-		t.Errorf("match after step: Probe = %v, want alive", got)
+	for _, tt := range tests {
+		if got := p.Probe(ctx, pid, tt.rec); got != tt.want {
+			t.Errorf("%s: Probe = %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }
 

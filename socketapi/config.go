@@ -28,10 +28,10 @@ import (
 // one card, and must not pay for copying every claim the agent holds (Held
 // is for the listings: status, the watch stream's pings, keepalive).
 //
-// The owner handed to Add names the calling process: PID and StartMillis
-// from the kernel and the pid prober (both zero for a self-declared
-// keepalive identity), and KeepaliveID = the worker's marker, which is also
-// the key the worker's pings arrive under.
+// The owner handed to Add names the calling process: PID from the kernel
+// and Start, its exact identity, from the pid prober (both zero for a
+// self-declared keepalive identity), and KeepaliveID = the worker's marker,
+// which is also the key the worker's pings arrive under.
 type ClaimTracker interface {
 	Add(hold board.Hold, owner heartbeat.Owner, attemptStart time.Time, lease time.Duration) error
 	// RemoveHold stops renewing card if, and only if, its tracked claim is
@@ -46,10 +46,10 @@ type ClaimTracker interface {
 	Disowned(card string) (heartbeat.Lost, bool)
 }
 
-// Prober reads a pid's start time (ms since the Unix epoch). It is the part
-// of pidprobe.Prober the server needs; pidprobe.Local satisfies it.
+// Prober reads the identity of a peer's pid. It is the part of
+// pidprobe.Prober the server needs; pidprobe.Local satisfies it.
 type Prober interface {
-	StartTime(ctx context.Context, pid int) (int64, error)
+	Identify(ctx context.Context, pid int) (pidprobe.Identity, error)
 }
 
 // Config configures a Server. Functions are read on every use so the agent
@@ -61,7 +61,7 @@ type Config struct {
 	Store board.Store
 	// Claims is the heartbeat loop's tracker.
 	Claims ClaimTracker
-	// Prober reads the start time of a peer's pid.
+	// Prober reads the identity of a peer's pid.
 	Prober Prober
 	// Clock must be the heartbeat loop's clock: the trusted time the server
 	// reports is TrustedUntil − Clock.Now(). Default board.SystemClock.
@@ -85,11 +85,6 @@ type Config struct {
 	AfterWrite func()
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-
-	// StartTolerance is how far two readings of one process's start time
-	// may differ and still name the same process (default
-	// pidprobe.DefaultTolerance).
-	StartTolerance time.Duration
 
 	// MaxBodyBytes caps request bodies (default 1 MiB).
 	MaxBodyBytes int64
@@ -148,9 +143,6 @@ func (c *Config) validate() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
-	}
-	if c.StartTolerance <= 0 {
-		c.StartTolerance = pidprobe.DefaultTolerance
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes

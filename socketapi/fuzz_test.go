@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/pidprobe/pidprobetest"
 )
 
 // FuzzDecodeStrict: whatever the bytes, the decoder either fills the value
@@ -87,7 +88,7 @@ func FuzzRequests(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, route uint8, body []byte) {
 		rt := fuzzRoutes[int(route)%len(fuzzRoutes)]
-		p := &peer{uid: uint32Self(), pid: 4242, start: 1000}
+		p := &peer{uid: uint32Self(), pid: 4242, ident: pidprobetest.ID(1000)}
 		rec := serveAs(s, p, httptest.NewRequest(rt.method, rt.path, bytes.NewReader(body)))
 		if rec.Code >= 500 {
 			t.Fatalf("%s %s with %q: status %d (%s)", rt.method, rt.path, body, rec.Code, rec.Body)

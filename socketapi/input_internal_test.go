@@ -148,7 +148,7 @@ func TestHostileNamesNeverReachTheStore(t *testing.T) {
 	if _, err := spy.Store.CreateCard(t.Context(), board.NewCard{ID: "c"}); err != nil {
 		t.Fatal(err)
 	}
-	operator := &peer{uid: uint32Self(), pid: 4242, start: 1000}
+	operator := &peer{uid: uint32Self(), pid: 4242}
 
 	names := []string{"%FF", "%C0", "%C0%AF", "%ED%A0%80", "a%00b", "%1B", "%C2%85", "%20lead", strings.Repeat("x", board.MaxIDBytes+1)}
 	bodies := []string{"\xff", "\xc0\xaf", "\xed\xa0\x80", `\u0000`, `\u001b`, "\u0085", strings.Repeat("x", board.MaxIDBytes+1)}
@@ -223,7 +223,7 @@ func TestBodyNotUTF8IsRefusedNotReplaced(t *testing.T) {
 	t.Parallel()
 	st := openBoltStore(t)
 	s := newWithStore(t, st)
-	operator := &peer{uid: uint32Self(), pid: 4242, start: 1000}
+	operator := &peer{uid: uint32Self(), pid: 4242}
 	for _, body := range []string{"{\"id\":\"\xff\"}", "{\"id\":\"new\",\"title\":\"caf\xc3\"}", "{\"id\":\"new\",\"labels\":[\"\xed\xa0\x80\"]}"} {
 		rec := serveAs(s, operator, httptest.NewRequest("POST", "/v1/cards", strings.NewReader(body)))
 		var eb apitype.ErrorBody
@@ -272,7 +272,7 @@ func (unknownOutcomeStore) SetState(context.Context, board.Move) error { return 
 func TestReadNeverAnswersOutcomeUnknown(t *testing.T) {
 	t.Parallel()
 	s := newWithStore(t, unknownOutcomeStore{Store: openBoltStore(t)})
-	operator := &peer{uid: uint32Self(), pid: 4242, start: 1000}
+	operator := &peer{uid: uint32Self(), pid: 4242}
 	for _, target := range []string{"/v1/cards/c", "/v1/runs/r", "/v1/cards", "/v1/cards?state=ready", "/v1/events", "/v1/board"} {
 		rec := serveAs(s, operator, httptest.NewRequest("GET", target, nil))
 		var eb apitype.ErrorBody

@@ -13,6 +13,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/heartbeat"
+	"github.com/leasekeeper/leasekeeper/pidprobe"
 )
 
 // peer is the caller as the kernel saw it when it connected (SO_PEERCRED),
@@ -20,11 +21,10 @@ import (
 type peer struct {
 	uid uint32
 	pid int // 0: the peer lives in a pid namespace the agent cannot see
-	// start is the pid's start time, read as soon as the connection was
-	// accepted; credentials are captured at connect(), so the pid could be
-	// recycled afterwards, and the start time is what tells the two apart.
-	start    int64
-	startErr error
+	// ident is the exact identity of the process that connected (see
+	// identify), read as soon as the connection was accepted.
+	ident    pidprobe.Identity
+	identErr error
 	credErr  error
 }
 
@@ -46,8 +46,17 @@ func (s *Server) connContext(ctx context.Context, c net.Conn) context.Context {
 	}
 	var cred *unix.Ucred
 	var gerr error
+	pidfd := -1
 	if err := raw.Control(func(fd uintptr) {
 		cred, gerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		if gerr == nil && cred.Pid > 0 {
+			// Linux 6.5 and later: a pidfd on the very process that
+			// connected. Older kernels answer ENOPROTOOPT; then the pid is
+			// all there is.
+			if pfd, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD); err == nil {
+				pidfd = pfd
+			}
+		}
 	}); err != nil {
 		gerr = err
 	}
@@ -57,9 +66,31 @@ func (s *Server) connContext(ctx context.Context, c net.Conn) context.Context {
 	}
 	p.uid, p.pid = cred.Uid, int(cred.Pid)
 	if p.pid > 0 {
-		p.start, p.startErr = s.cfg.Prober.StartTime(ctx, p.pid)
+		p.ident, p.identErr = s.identify(ctx, p.pid, pidfd)
+	}
+	if pidfd >= 0 {
+		_ = unix.Close(pidfd)
 	}
 	return context.WithValue(ctx, peerKey{}, p)
+}
+
+// identify reads the identity of the process that connected. Credentials
+// are captured at connect(), so by the time the agent reads /proc the
+// peer may have exited and its pid gone to another process, whose
+// identity that read would return. With the peer's pidfd the agent checks,
+// after the read, that the peer is still there: while it is, its pid is
+// its own, so what was read is the peer's. Without one (before Linux 6.5)
+// the read is taken as the peer's: a peer that connects, exits and has its
+// pid handed out again within that read is the gap left.
+func (s *Server) identify(ctx context.Context, pid, pidfd int) (pidprobe.Identity, error) {
+	id, err := s.cfg.Prober.Identify(ctx, pid)
+	if err != nil || pidfd < 0 {
+		return id, err
+	}
+	if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); errors.Is(err, unix.ESRCH) {
+		return pidprobe.Identity{}, fmt.Errorf("pid %d exited before its identity could be read", pid)
+	}
+	return id, nil
 }
 
 func peerOf(r *http.Request) (*peer, error) {
@@ -91,21 +122,21 @@ var errForeignPID = errors.New("the agent cannot see this process's pid (it live
 // accept the marker the worker declares in the Leasekeeper-Worker header.
 // That identity is self-declared: any process that can open the socket may
 // claim any marker, so keepalive mode across namespaces trusts the socket's
-// file permissions (0660) and nothing else. Its claims carry no start time.
+// file permissions (0660) and nothing else. Its claims carry no identity.
 func (s *Server) workerOf(r *http.Request) (worker, error) {
 	p, err := peerOf(r)
 	if err != nil {
 		return worker{}, err
 	}
 	if p.pid > 0 {
-		if p.startErr != nil {
-			return worker{}, fmt.Errorf("%w: cannot read the start time of pid %d: %v", apitype.ErrUnauthorized, p.pid, p.startErr)
+		if p.identErr != nil {
+			return worker{}, fmt.Errorf("%w: cannot read the identity (start time) of pid %d: %v", apitype.ErrUnauthorized, p.pid, p.identErr)
 		}
 		m := board.WorkerMarker(s.cfg.Host, p.pid)
 		if err := board.ValidateMarker(m); err != nil {
 			return worker{}, fmt.Errorf("%w: pid %d cannot hold claims: %v", apitype.ErrForbidden, p.pid, err)
 		}
-		return worker{marker: m, owner: heartbeat.Owner{PID: p.pid, StartMillis: p.start, KeepaliveID: m}}, nil
+		return worker{marker: m, owner: heartbeat.Owner{PID: p.pid, Start: p.ident, KeepaliveID: m}}, nil
 	}
 	if s.cfg.Liveness() != apitype.LivenessKeepalive {
 		return worker{}, fmt.Errorf("%w: %v", apitype.ErrForbidden, errForeignPID)

@@ -7,20 +7,27 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/heartbeat"
+	"github.com/leasekeeper/leasekeeper/pidprobe"
+	"github.com/leasekeeper/leasekeeper/pidprobe/pidprobetest"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
 )
 
 type fixedProber struct{ start int64 }
 
-func (p fixedProber) StartTime(context.Context, int) (int64, error) { return p.start, nil }
+func (p fixedProber) Identify(context.Context, int) (pidprobe.Identity, error) {
+	return pidprobetest.ID(p.start), nil
+}
 
 // newInternal builds a server without a socket and drives its handler with
 // peers the test makes up: the kernel cannot be made to report pid 0 from
@@ -99,7 +106,7 @@ func TestKernelIdentityBeatsHeader(t *testing.T) {
 	}
 	req := httptest.NewRequest("POST", "/v1/claims", strings.NewReader(`{"card":"c"}`))
 	req.Header.Set(apitype.WorkerHeader, "otherhost-99")
-	rec := serveAs(s, &peer{uid: 1000, pid: 4242, start: 1000}, req)
+	rec := serveAs(s, &peer{uid: 1000, pid: 4242, ident: pidprobetest.ID(1000)}, req)
 	if rec.Code != 200 {
 		t.Fatalf("claim: %d %s", rec.Code, rec.Body)
 	}
@@ -127,12 +134,12 @@ func TestOperatorUIDs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := httptest.NewRequest("POST", "/v1/cards", strings.NewReader(`{"id":"op-`+tc.name+`"}`))
-			rec := serveAs(s, &peer{uid: tc.uid, pid: 4242, start: 1000}, req)
+			rec := serveAs(s, &peer{uid: tc.uid, pid: 4242, ident: pidprobetest.ID(1000)}, req)
 			if rec.Code != tc.wantStatus {
 				t.Errorf("create as uid %d: status %d, want %d (%s)", tc.uid, rec.Code, tc.wantStatus, rec.Body)
 			}
 			// Reads stay open to every peer.
-			rec = serveAs(s, &peer{uid: tc.uid, pid: 4242, start: 1000}, httptest.NewRequest("GET", "/v1/cards", nil))
+			rec = serveAs(s, &peer{uid: tc.uid, pid: 4242, ident: pidprobetest.ID(1000)}, httptest.NewRequest("GET", "/v1/cards", nil))
 			if rec.Code != 200 {
 				t.Errorf("list as uid %d: status %d, want 200", tc.uid, rec.Code)
 			}
@@ -173,3 +180,37 @@ func TestRingResume(t *testing.T) {
 }
 
 func uint32Self() uint32 { return uint32(os.Getuid()) }
+
+// A peer that exits between connect() and the agent's read of its identity
+// may have its pid handed to another process before the read: what the read
+// returns is then someone else's. With the peer's pidfd (SO_PEERPIDFD) the
+// agent notices the peer is gone and takes no identity for it.
+func TestPeerGoneBeforeItsIdentityIsRead(t *testing.T) {
+	t.Parallel()
+	s, _ := newInternal(t, apitype.LivenessPID)
+	ctx := context.Background()
+
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Skipf("no pidfds here: %v", err)
+	}
+	defer unix.Close(pidfd)
+
+	if id, err := s.identify(ctx, pid, pidfd); err != nil || id != pidprobetest.ID(1000) {
+		t.Fatalf("identify of a live peer = %+v, %v; want the prober's identity", id, err)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait() // reaped: its pid may go to anyone now
+	if id, err := s.identify(ctx, pid, pidfd); err == nil {
+		t.Errorf("identify of a peer that exited = %+v, nil; want an error", id)
+	}
+	// Without a pidfd (an older kernel) the read stands as the peer's.
+	if _, err := s.identify(ctx, pid, -1); err != nil {
+		t.Errorf("identify without a pidfd = %v, want the prober's answer", err)
+	}
+}

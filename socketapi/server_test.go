@@ -17,6 +17,8 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/pidprobe"
+	"github.com/leasekeeper/leasekeeper/pidprobe/pidprobetest"
 	"github.com/leasekeeper/leasekeeper/socketapi"
 	"github.com/leasekeeper/leasekeeper/socketapi/socketapitest"
 )
@@ -167,7 +169,9 @@ func TestListenerDialsFirst(t *testing.T) {
 
 type stubProber struct{}
 
-func (stubProber) StartTime(context.Context, int) (int64, error) { return 1, nil }
+func (stubProber) Identify(context.Context, int) (pidprobe.Identity, error) {
+	return pidprobetest.ID(1), nil
+}
 
 func shortDir(t *testing.T) string {
 	dir, err := os.MkdirTemp("", "lk")

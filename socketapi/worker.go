@@ -12,6 +12,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/heartbeat"
+	"github.com/leasekeeper/leasekeeper/pidprobe"
 )
 
 var errShuttingDown = fmt.Errorf("%w: agent shutting down: not granting new claims", apitype.ErrUnavailable)
@@ -32,25 +33,24 @@ func (s *Server) remaining(h heartbeat.Claim, now time.Time) time.Duration {
 }
 
 // sameProcess reports whether the recorded owner is the calling process:
-// same marker and the same pid start time. A pid the kernel recycled for a
-// new process carries a new start time, and a reused pid owns nothing. Two
-// readings of one process's start time may differ by up to a second
-// (gopsutil derives it from a boot time truncated to seconds), hence the
-// tolerance, the same one the pid prober applies.
+// same marker and the same identity. A pid the kernel recycled for a new
+// process carries another identity, and a reused pid owns nothing. Both
+// identities were read by this agent from the kernel (exact start ticks),
+// so they are compared exactly (pidprobe.Compare), with no tolerance.
 func (s *Server) sameProcess(h heartbeat.Claim, w worker) bool {
 	if h.Hold.Token.Marker != w.marker {
 		return false
 	}
-	a, b := h.Owner.StartMillis, w.owner.StartMillis
-	if a == 0 || b == 0 {
-		// Self-declared identities carry no start time; a kernel one
-		// always does. Equal only when both lack it.
-		return a == b
+	a, b := h.Owner.Start, w.owner.Start
+	if !a.Known() || !b.Known() {
+		// Self-declared identities carry no start; a kernel one always
+		// does. Equal only when both lack it.
+		return a.Known() == b.Known()
 	}
-	return max(a-b, b-a) <= s.cfg.StartTolerance.Milliseconds()
+	return pidprobe.Compare(a, b) == pidprobe.MatchSame
 }
 
-var errPIDReused = fmt.Errorf("%w: this claim was granted to an earlier process with the same pid (start time differs); a reused pid owns nothing", apitype.ErrForbidden)
+var errPIDReused = fmt.Errorf("%w: this claim was granted to an earlier process with the same pid (its identity, the kernel's start time, differs); a reused pid owns nothing", apitype.ErrForbidden)
 
 // ownedToken admits an owner write only for a claim the agent holds for this
 // very process, and builds the token from the caller's own marker: the body
@@ -324,7 +324,8 @@ func (s *Server) handleStartRun(w http.ResponseWriter, r *http.Request, c caller
 	run, err := s.cfg.Store.CreateRun(ctx, board.Run{
 		ID: req.ID, Card: card, Status: req.Status, Checkpoint: req.Checkpoint,
 		Owner: tok.Marker, Epoch: tok.Epoch,
-		Host: m.Host, PID: wk.owner.PID, PIDStart: wk.owner.StartMillis,
+		Host: m.Host, PID: wk.owner.PID, PIDStart: wk.owner.Start.StartMillis,
+		PIDStartTicks: wk.owner.Start.StartTicks, BootID: wk.owner.Start.BootID,
 	})
 	if err != nil {
 		return err
@@ -361,7 +362,12 @@ func (s *Server) handleUpdateRun(w http.ResponseWriter, r *http.Request, c calle
 	if run.Owner != wk.marker {
 		return fmt.Errorf("%w: run %q is owned by %s", apitype.ErrForbidden, run.ID, run.Owner)
 	}
-	if run.PIDStart != 0 && run.PIDStart != wk.owner.StartMillis {
+	// The run names the process that started it; a later process on the
+	// same pid (and so the same marker) is not its owner. A run an older
+	// agent recorded carries only the inexact pid_start (see
+	// pidprobe.Compare).
+	rec := pidprobe.Identity{BootID: run.BootID, StartTicks: run.PIDStartTicks, StartMillis: run.PIDStart}
+	if pidprobe.Compare(rec, wk.owner.Start) == pidprobe.MatchOther {
 		return errPIDReused
 	}
 	// Only the holder of the claim the run was started under may update it:

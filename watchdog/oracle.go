@@ -12,10 +12,10 @@ import (
 )
 
 // Prober is the one question the oracle asks about a process: is the pid,
-// matched with its start time, still the process that started the run?
+// matched with its identity, still the process that started the run?
 // pidprobe.Local and pidprobetest.Fake satisfy it.
 type Prober interface {
-	Probe(ctx context.Context, pid int, startMillis int64) pidprobe.Liveness
+	Probe(ctx context.Context, pid int, rec pidprobe.Identity) pidprobe.Liveness
 }
 
 // Oracle resolves the judged claim's run for the decision table and
@@ -218,8 +218,8 @@ func (o *Oracle) promote(ctx context.Context, card board.Card, res Resolution, n
 // counts:
 //
 //   - the run was started on this host under the judged claim, and its
-//     pid, matched with its start time, is provably dead (Unknown and Alive
-//     both conserve). A run the judged claim resumed records the pid of
+//     pid, matched with its exact identity, is provably dead or names
+//     another process (Unknown and Alive both conserve). A run the judged claim resumed records the pid of
 //     the process that first started it, not of the one driving it now,
 //     so its pid proves nothing;
 //   - the judged claim's lease ended longer ago than the orphan grace.
@@ -231,7 +231,12 @@ func (o *Oracle) promote(ctx context.Context, card board.Card, res Resolution, n
 // the store, so the agent's own clock has no say in it.
 func (o *Oracle) orphanProof(ctx context.Context, card board.Card, r board.Run, now time.Time) Proof {
 	if o.Prober != nil && r.Host != "" && r.Host == o.Host && r.PID > 1 && r.Epoch != 0 && r.Epoch == card.JudgedEpoch() {
-		if o.Prober.Probe(ctx, r.PID, r.PIDStart) == pidprobe.Dead {
+		// The run's exact identity of its owner (a run an older agent
+		// recorded has only the inexact pid_start: pidprobe.Compare): a
+		// process that took the pid since is not the owner, and its life
+		// proves nothing about the owner's.
+		owner := pidprobe.Identity{BootID: r.BootID, StartTicks: r.PIDStartTicks, StartMillis: r.PIDStart}
+		if o.Prober.Probe(ctx, r.PID, owner) == pidprobe.Dead {
 			return ProofPIDDead
 		}
 	}

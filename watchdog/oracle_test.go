@@ -13,9 +13,20 @@ import (
 
 // worker is a real process standing in for a run's owner.
 type worker struct {
-	cmd   *exec.Cmd
-	pid   int
-	start int64
+	cmd *exec.Cmd
+	pid int
+	id  pidprobe.Identity
+}
+
+// run is the run the socket records for the worker on host: its pid and
+// its exact identity.
+func (w *worker) run(host string) board.Run {
+	return board.Run{Host: host, PID: w.pid, PIDStart: w.id.StartMillis, PIDStartTicks: w.id.StartTicks, BootID: w.id.BootID}
+}
+
+// legacyRun is the run an older agent recorded: the inexact pid_start only.
+func (w *worker) legacyRun(host string, shiftMillis int64) board.Run {
+	return board.Run{Host: host, PID: w.pid, PIDStart: w.id.StartMillis + shiftMillis}
 }
 
 func startWorker(t *testing.T) *worker {
@@ -26,11 +37,11 @@ func startWorker(t *testing.T) *worker {
 	}
 	w := &worker{cmd: cmd, pid: cmd.Process.Pid}
 	t.Cleanup(func() { w.kill(t) })
-	start, err := pidprobe.New().StartTime(context.Background(), w.pid)
+	id, err := pidprobe.New().Identify(context.Background(), w.pid)
 	if err != nil {
-		t.Fatalf("StartTime(%d): %v", w.pid, err)
+		t.Fatalf("Identify(%d): %v", w.pid, err)
 	}
-	w.start = start
+	w.id = id
 	return w
 }
 
@@ -67,36 +78,57 @@ func TestOracleProofs(t *testing.T) {
 	}{
 		{"same host, owner killed: promoted to failed", func(t *testing.T, e *env) board.Run {
 			w := startWorker(t)
-			_, r := e.launch("c1", board.RunRunning, board.Run{Host: agentHost, PID: w.pid, PIDStart: w.start})
+			_, r := e.launch("c1", board.RunRunning, w.run(agentHost))
 			w.kill(t)
 			return r
 		}, board.RunFailed, true, true},
 		{"same host, owner killed, run has a checkpoint: promoted to failed_resumable", func(t *testing.T, e *env) board.Run {
 			w := startWorker(t)
-			_, r := e.launch("c1", board.RunRunning, board.Run{Host: agentHost, PID: w.pid, PIDStart: w.start, Checkpoint: "step-2"})
+			run := w.run(agentHost)
+			run.Checkpoint = "step-2"
+			_, r := e.launch("c1", board.RunRunning, run)
 			w.kill(t)
 			return r
 		}, board.RunFailedResumable, true, true},
 		{"same host, queued run whose owner was killed: never promoted (a queued run is never stolen from)", func(t *testing.T, e *env) board.Run {
 			w := startWorker(t)
-			_, r := e.launch("c1", board.RunQueued, board.Run{Host: agentHost, PID: w.pid, PIDStart: w.start})
+			_, r := e.launch("c1", board.RunQueued, w.run(agentHost))
 			w.kill(t)
 			e.clock.Advance(2 * lease)
 			return r
 		}, board.RunQueued, false, false},
 		{"same host, owner alive: conserved", func(t *testing.T, e *env) board.Run {
 			w := startWorker(t)
-			_, r := e.launch("c1", board.RunRunning, board.Run{Host: agentHost, PID: w.pid, PIDStart: w.start})
+			_, r := e.launch("c1", board.RunRunning, w.run(agentHost))
 			return r
 		}, board.RunRunning, false, false},
-		{"same host, the pid now names another process (reused): promoted", func(t *testing.T, e *env) board.Run {
+		{"same host, the pid now names another process (started one tick later): promoted", func(t *testing.T, e *env) board.Run {
 			w := startWorker(t)
-			_, r := e.launch("c1", board.RunRunning, board.Run{Host: agentHost, PID: w.pid, PIDStart: w.start - 60_000})
+			run := w.run(agentHost)
+			run.PIDStartTicks--
+			_, r := e.launch("c1", board.RunRunning, run)
+			return r
+		}, board.RunFailed, true, true},
+		{"same host, the run is of another boot: promoted", func(t *testing.T, e *env) board.Run {
+			w := startWorker(t)
+			run := w.run(agentHost)
+			run.BootID = "00000000-0000-0000-0000-000000000000"
+			_, r := e.launch("c1", board.RunRunning, run)
+			return r
+		}, board.RunFailed, true, true},
+		{"same host, legacy run (pid_start only), owner alive: conserved", func(t *testing.T, e *env) board.Run {
+			w := startWorker(t)
+			_, r := e.launch("c1", board.RunRunning, w.legacyRun(agentHost, 0))
+			return r
+		}, board.RunRunning, false, false},
+		{"same host, legacy run whose pid_start is a minute off (reused): promoted", func(t *testing.T, e *env) board.Run {
+			w := startWorker(t)
+			_, r := e.launch("c1", board.RunRunning, w.legacyRun(agentHost, -60_000))
 			return r
 		}, board.RunFailed, true, true},
 		{"another host's pid is never probed: conserved", func(t *testing.T, e *env) board.Run {
 			w := startWorker(t)
-			_, r := e.launch("c1", board.RunRunning, board.Run{Host: "elsewhere", PID: w.pid, PIDStart: w.start})
+			_, r := e.launch("c1", board.RunRunning, w.run("elsewhere"))
 			w.kill(t)
 			return r
 		}, board.RunRunning, false, false},

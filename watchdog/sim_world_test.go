@@ -700,7 +700,7 @@ func (w *simWorld) workerStep(k *simWorker) {
 			w.stopWorker(k, fmt.Sprintf("claim refused: %v", err))
 			return
 		}
-		if err := a.loop.Add(board.Hold{Card: c.ID, Token: tok}, heartbeat.Owner{PID: k.pid, StartMillis: k.start}, attempt, simLease); err != nil {
+		if err := a.loop.Add(board.Hold{Card: c.ID, Token: tok}, heartbeat.Owner{PID: k.pid, Start: pidprobetest.ID(k.start)}, attempt, simLease); err != nil {
 			w.t.Fatalf("heartbeat Add: %v", err)
 		}
 		k.card, k.tok, k.state, k.phase = c.ID, tok, c.State, phStart
@@ -716,7 +716,7 @@ func (w *simWorld) workerStep(k *simWorker) {
 		w.runSeq++
 		run := board.Run{
 			ID: fmt.Sprintf("r%03d", w.runSeq), Card: k.card, Status: board.RunRunning,
-			Owner: k.tok.Marker, Epoch: k.tok.Epoch, Host: k.host.name, PID: k.pid, PIDStart: k.start,
+			Owner: k.tok.Marker, Epoch: k.tok.Epoch, Host: k.host.name, PID: k.pid, PIDStart: k.start, PIDStartTicks: k.start, BootID: pidprobetest.Boot,
 		}
 		if w.rng.IntN(8) == 0 {
 			run.Status = board.RunQueued

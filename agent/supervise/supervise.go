@@ -1,86 +1,214 @@
 // Package supervise runs the command a `leasekeeper claim` holds a claim
-// for: it starts the child so that it dies with its claimer, forwards
-// signals to it, and stops it (SIGTERM, then SIGKILL) when the claim is lost.
+// for, and sees to it that nothing the command started outlives the claim.
+//
+// The command runs under a supervisor: this program's own binary,
+// re-executed with a hidden subcommand (see Serve). The supervisor is the
+// child subreaper (PR_SET_CHILD_SUBREAPER) of the command's whole tree, so
+// a process that double-forks or moves to a process group or session of its
+// own is re-parented to it instead of to pid 1, and a walk of /proc from
+// its pid finds every process the command started. However the claim ends
+// — the command exits, the claim is lost and the claimer stops the command,
+// or the claimer is killed, even with SIGKILL — the supervisor kills every
+// process left in that tree and only then exits.
+//
+// What it cannot stop (said in docs/OPERATIONS.md too): a process started
+// on the command's behalf by something outside the tree (systemd-run, at,
+// a container runtime, an ssh to localhost); a process it may not signal
+// (a setuid program, another user's, while the claim runs unprivileged) or
+// cannot see (a /proc mounted with hidepid); and, should the supervisor
+// itself be killed with SIGKILL, whatever the command left when no claimer
+// with Launcher.Subreaper survives to collect it.
 package supervise
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
+
+	"github.com/leasekeeper/leasekeeper/pidprobe"
 )
 
-// Child is a started command. Its exit is observed exactly once, by the
-// goroutine that started it.
-type Child struct {
-	cmd   *exec.Cmd
-	done  chan struct{}
-	state *os.ProcessState
+// Launcher says how to start the supervisor.
+type Launcher struct {
+	// Path and Args start this program's binary in the hidden subcommand
+	// that calls Serve; Start appends the arguments Serve reads.
+	Path string
+	Args []string
+	// Subreaper makes the calling process a child subreaper too, and has a
+	// Child whose supervisor dies before it reported kill every process
+	// that was then re-parented to the caller. Set it only in a process
+	// whose children are all supervisors (`leasekeeper claim`): the sweep
+	// cannot tell a command's orphan from another child of the caller.
+	Subreaper bool
 }
 
-// Start starts cmd with a parent-death signal (SIGKILL), so the child never
-// outlives a claimer killed with SIGKILL: otherwise it would keep writing
-// for a claim nobody renews.
+// Child is a command started under a supervisor.
+type Child struct {
+	sup  *exec.Cmd
+	pid  int
+	done chan struct{}
+
+	ctlMu sync.Mutex
+	ctl   *os.File // our end of the supervisor's control pipe
+
+	// Set by watch before done is closed.
+	code          int
+	killed        bool
+	survivors     []Survivor
+	supervisorErr error
+}
+
+// Start starts cmd (its Path, Args, Env, Dir and standard streams; its
+// SysProcAttr is not used) under a supervisor started as l says, and
+// returns once cmd is running. cmd itself is never started: the supervisor
+// starts a process like it.
 //
-// The kernel delivers the parent-death signal when the THREAD that forked the
-// child exits, not the process (prctl(2), Go issue 27505), and the Go runtime
-// retires threads at will. So the child is forked from a goroutine that locks
-// its OS thread and stays on it, blocked in wait, until the child is reaped.
-func Start(cmd *exec.Cmd) (*Child, error) {
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
+// The supervisor gets a process group of its own, so a signal sent to the
+// claimer's group (a terminal's ^C or ^\, a kill of the job) does not reach
+// it; cmd joins the caller's group, as it did when the claimer started it
+// directly, so job control treats it as the caller's job.
+func Start(l Launcher, cmd *exec.Cmd) (*Child, error) {
+	if cmd.Err != nil {
+		return nil, fmt.Errorf("start %s: %w", cmd.Path, cmd.Err)
 	}
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	c := &Child{cmd: cmd, done: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// The thread is deliberately never unlocked: a goroutine that exits
-		// while locked takes its thread down with it, which is harmless once
-		// the child is reaped and avoids handing a thread that carried a
-		// parent-death relationship back to the scheduler.
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
+	if l.Subreaper {
+		if err := becomeSubreaper(); err != nil {
+			return nil, err
 		}
-		started <- nil
-		// The exit status is read from ProcessState; Wait's error only
-		// repeats it for a non-zero exit.
-		_ = cmd.Wait()
-		c.state = cmd.ProcessState
-		close(c.done)
-	}()
-	if err := <-started; err != nil {
+	}
+	ctlR, ctlW, err := os.Pipe()
+	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
-	return c, nil
+	stR, stW, err := os.Pipe()
+	if err != nil {
+		_, _ = ctlR.Close(), ctlW.Close()
+		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+	}
+	args := append(slices.Clone(l.Args), "--pgid", strconv.Itoa(syscall.Getpgrp()), "--", cmd.Path)
+	sup := exec.Command(l.Path, append(args, cmd.Args...)...)
+	sup.Env, sup.Dir = cmd.Env, cmd.Dir
+	sup.Stdin, sup.Stdout, sup.Stderr = cmd.Stdin, cmd.Stdout, cmd.Stderr
+	sup.ExtraFiles = []*os.File{ctlR, stW} // fds 3 and 4
+	// No parent-death signal: the supervisor must outlive a killed
+	// claimer; the control pipe's end of file tells it.
+	sup.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = sup.Start()
+	_, _ = ctlR.Close(), stW.Close()
+	if err != nil {
+		_, _ = ctlW.Close(), stR.Close()
+		return nil, fmt.Errorf("start the claim supervisor %s: %w", l.Path, err)
+	}
+	supervisors.add(sup.Process.Pid)
+	c := &Child{sup: sup, ctl: ctlW, done: make(chan struct{}), code: -1}
+	first := make(chan string, 1)
+	go c.watch(l, stR, first)
+	verb, arg, _ := strings.Cut(<-first, " ")
+	if verb == "started" {
+		if c.pid, err = strconv.Atoi(arg); err == nil {
+			return c, nil
+		}
+	}
+	<-c.done
+	return nil, fmt.Errorf("start %s: %s", cmd.Path, arg)
 }
 
-// Pid is the child's process id.
-func (c *Child) Pid() int { return c.cmd.Process.Pid }
+// watch reads the supervisor's reports until it exits. first receives the
+// first of "started PID" or "failed MSG".
+func (c *Child) watch(l Launcher, st *os.File, first chan<- string) {
+	sent, reported := false, false
+	sc := bufio.NewScanner(st)
+	for sc.Scan() {
+		verb, arg, _ := strings.Cut(sc.Text(), " ")
+		switch verb {
+		case "started", "failed":
+			if !sent {
+				first <- verb + " " + arg
+				sent = true
+			}
+		case "exited":
+			if n, err := strconv.Atoi(arg); err == nil {
+				c.code = n
+			}
+		case "survivor":
+			p, msg, _ := strings.Cut(arg, " ")
+			if n, err := strconv.Atoi(p); err == nil {
+				c.survivors = append(c.survivors, Survivor{PID: n, Err: errors.New(msg)})
+			}
+		case "done":
+			reported, c.killed = true, arg == "1"
+		}
+	}
+	_ = st.Close()
+	_ = c.sup.Wait()
+	supervisors.remove(c.sup.Process.Pid)
+	if !reported {
+		c.supervisorErr = fmt.Errorf("the claim supervisor (pid %d) died before the command's tree was stopped: %s",
+			c.sup.Process.Pid, c.sup.ProcessState)
+		if c.code < 0 {
+			c.code = ExitCode(c.sup.ProcessState)
+		}
+		if l.Subreaper && sent {
+			// CMD's first process died with the supervisor (its
+			// parent-death signal); what it left was re-parented to us.
+			survivors, err := killTree(os.Getpid(), supervisors.has, reapOrphans)
+			if err != nil {
+				c.supervisorErr = fmt.Errorf("%w; walking /proc: %v", c.supervisorErr, err)
+			}
+			c.survivors = append(c.survivors, survivors...)
+		}
+	}
+	if !sent {
+		first <- "failed the claim supervisor exited before it started the command: " + c.sup.ProcessState.String()
+	}
+	c.ctlMu.Lock()
+	_ = c.ctl.Close()
+	c.ctlMu.Unlock()
+	close(c.done)
+}
 
-// Done is closed once the child has exited and been reaped.
-func (c *Child) Done() <-chan struct{} { return c.done }
-
-// Signal sends sig to the child; signalling an exited child is not an error.
-func (c *Child) Signal(sig os.Signal) error {
+// tell sends one control line to the supervisor. A supervisor that is gone
+// has nothing left to act on, so a failed write is not an error.
+func (c *Child) tell(format string, a ...any) {
+	c.ctlMu.Lock()
+	defer c.ctlMu.Unlock()
 	select {
 	case <-c.done:
-		return nil
+		return
 	default:
 	}
-	if err := c.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("signal %v to pid %d: %w", sig, c.Pid(), err)
+	_, _ = fmt.Fprintf(c.ctl, format+"\n", a...)
+}
+
+// Pid is the process id of the command's first process.
+func (c *Child) Pid() int { return c.pid }
+
+// Done is closed once the command's first process has exited and every
+// process left in its tree is gone (or reported in Survivors).
+func (c *Child) Done() <-chan struct{} { return c.done }
+
+// Signal sends sig to the command's first process; signalling an exited
+// command is not an error.
+func (c *Child) Signal(sig os.Signal) error {
+	s, ok := sig.(syscall.Signal)
+	if !ok {
+		return fmt.Errorf("signal %v: not a syscall.Signal", sig)
 	}
+	c.tell("signal %d", int(s))
 	return nil
 }
 
-// Wait blocks until the child exits (or ctx ends) and returns its exit code:
-// the status for a normal exit, 128+signal for a child killed by a signal
+// Wait blocks until Done (or ctx ends) and returns the command's exit code:
+// the status for a normal exit, 128+signal for a command killed by a signal
 // (the shell's convention).
 func (c *Child) Wait(ctx context.Context) (int, error) {
 	select {
@@ -88,25 +216,34 @@ func (c *Child) Wait(ctx context.Context) (int, error) {
 	case <-ctx.Done():
 		return -1, ctx.Err()
 	}
-	return ExitCode(c.state), nil
+	return c.code, nil
 }
 
-// Terminate asks the child to stop with SIGTERM and, if it has not exited
-// within grace, kills it with SIGKILL. It returns once the child is reaped.
+// Terminate asks the command to stop: SIGTERM to its first process and, if
+// that has not exited within grace, SIGKILL; then, either way, SIGKILL to
+// every process left in its tree (systemd's KillMode=mixed). It returns once
+// the tree is gone, reporting whether the first process had to be killed.
 // It is how a lost claim is enforced: the fenced writes would refuse the
-// child anyway, stopping it just saves the work (ADR-096 §2).
+// command anyway, stopping it just saves the work (ADR-096 §2).
 func (c *Child) Terminate(grace time.Duration) (killed bool) {
-	_ = c.Signal(syscall.SIGTERM)
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-c.done:
-		return false
-	case <-t.C:
-	}
-	_ = c.Signal(syscall.SIGKILL)
+	c.tell("terminate %d", max(grace, 0).Nanoseconds())
 	<-c.done
-	return true
+	return c.killed
+}
+
+// Survivors lists the processes of the command's tree that refused to be
+// killed; empty in the normal case. Valid once Done is closed.
+func (c *Child) Survivors() []Survivor {
+	<-c.done
+	return slices.Clone(c.survivors)
+}
+
+// SupervisorErr is non-nil when the supervisor died before it reported that
+// the command's tree was gone (someone killed it). Valid once Done is
+// closed.
+func (c *Child) SupervisorErr() error {
+	<-c.done
+	return c.supervisorErr
 }
 
 // ExitCode maps a process state to a shell-style exit code.
@@ -114,8 +251,47 @@ func ExitCode(st *os.ProcessState) int {
 	if st == nil {
 		return -1
 	}
-	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok {
+		return exitCode(ws)
 	}
 	return st.ExitCode()
+}
+
+// supervisors are the live supervisor processes this process started: the
+// one kind of child a Subreaper sweep leaves alone.
+var supervisors = pidSet{m: map[int]bool{}}
+
+type pidSet struct {
+	mu sync.Mutex
+	m  map[int]bool
+}
+
+func (s *pidSet) add(pid int)    { s.mu.Lock(); s.m[pid] = true; s.mu.Unlock() }
+func (s *pidSet) remove(pid int) { s.mu.Lock(); delete(s.m, pid); s.mu.Unlock() }
+func (s *pidSet) has(pid int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[pid]
+}
+
+// reapOrphans collects the zombies of this process's children other than
+// its supervisors (whose exec.Cmd waits for them): the orphans a Subreaper
+// sweep killed. It waits for each by pid, never for any child, so it
+// cannot take another exec.Cmd's exit status.
+func reapOrphans() {
+	self := os.Getpid()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	for _, ent := range ents {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil || supervisors.has(pid) {
+			continue
+		}
+		if st, err := pidprobe.ReadStat(pid); err == nil && st.PPID == self && st.Zombie() {
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		}
+	}
 }

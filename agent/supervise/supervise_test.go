@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,12 +18,29 @@ import (
 	"github.com/leasekeeper/leasekeeper/pidprobe"
 )
 
-// helperEnv switches the test binary into a helper process: a "claimer"
-// that starts a long-running child through Start, churns OS threads, prints
-// the child's pid and waits to be killed.
-const helperEnv = "SUPERVISE_TEST_HELPER"
+// The test binary plays every part. Run with supervisorArg first it is the
+// supervisor (what `leasekeeper claim` re-executes itself as); with
+// helperEnv=claimer it is a claimer: it starts the script in helperScript
+// under a supervisor, prints "child PID" and "supervisor PID", then "done
+// CODE" once the command's tree is gone, and waits to be killed.
+const (
+	supervisorArg = "supervise-test-supervisor"
+	helperEnv     = "SUPERVISE_TEST_HELPER"
+	helperScript  = "SUPERVISE_TEST_SCRIPT"
+)
+
+var launcher Launcher
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == supervisorArg {
+		os.Exit(Serve(os.Args[2:]))
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	launcher = Launcher{Path: exe, Args: []string{supervisorArg}}
 	if os.Getenv(helperEnv) == "claimer" {
 		runClaimerHelper()
 		return
@@ -30,14 +49,16 @@ func TestMain(m *testing.M) {
 }
 
 func runClaimerHelper() {
-	c, err := Start(exec.Command("sleep", "1000"))
+	l := launcher
+	l.Subreaper = true // the helper's only children are supervisors
+	c, err := Start(l, exec.Command("sh", "-c", os.Getenv(helperScript)))
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
 	// Retire OS threads the way the runtime may: a goroutine that exits
-	// while locked to its thread terminates that thread. Had the child been
-	// forked from one of them, its parent-death signal would fire now.
+	// while locked to its thread terminates that thread. Nothing of the
+	// command may depend on the thread that started it.
 	done := make(chan struct{})
 	for range 16 {
 		go func() {
@@ -49,6 +70,9 @@ func runClaimerHelper() {
 		<-done
 	}
 	fmt.Println("child", c.Pid())
+	fmt.Println("supervisor", c.sup.Process.Pid)
+	code, _ := c.Wait(context.Background())
+	fmt.Println("done", code, len(c.Survivors()), c.SupervisorErr() != nil)
 	select {}
 }
 
@@ -66,7 +90,7 @@ func TestExitCodes(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c, err := Start(exec.Command("sh", "-c", tc.script))
+			c, err := Start(launcher, exec.Command("sh", "-c", tc.script))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -77,14 +101,55 @@ func TestExitCodes(t *testing.T) {
 			if got != tc.want {
 				t.Errorf("exit code = %d, want %d", got, tc.want)
 			}
+			if err := c.SupervisorErr(); err != nil {
+				t.Errorf("SupervisorErr = %v, want nil", err)
+			}
 		})
 	}
 }
 
 func TestStartFailureIsReported(t *testing.T) {
 	t.Parallel()
-	if _, err := Start(exec.Command("/nonexistent/leasekeeper-cmd")); err == nil {
-		t.Fatal("Start of a missing binary = nil error")
+	for _, name := range []string{"/nonexistent/leasekeeper-cmd", "leasekeeper-no-such-command"} {
+		_, err := Start(launcher, exec.Command(name))
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("Start(%s) err = %v, want an error naming it", name, err)
+		}
+	}
+}
+
+// The command runs with the environment, directory and streams given, and
+// holds no descriptor a command started directly would not: none of the
+// supervisor's pipes.
+func TestCommandEnvironment(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	script := `echo "$LK_TEST_VAR $(pwd)"; ls /proc/self/fd`
+	run := func(start func(*exec.Cmd) (int, error)) []string {
+		t.Helper()
+		cmd := exec.Command("sh", "-c", script)
+		cmd.Env = append(os.Environ(), "LK_TEST_VAR=seen")
+		cmd.Dir = dir
+		var out strings.Builder
+		cmd.Stdout = &out
+		if code, err := start(cmd); err != nil || code != 0 {
+			t.Fatalf("exit code = %d (%v), want 0", code, err)
+		}
+		return strings.Fields(out.String())
+	}
+	direct := run(func(cmd *exec.Cmd) (int, error) { err := cmd.Run(); return cmd.ProcessState.ExitCode(), err })
+	got := run(func(cmd *exec.Cmd) (int, error) {
+		c, err := Start(launcher, cmd)
+		if err != nil {
+			return -1, err
+		}
+		return c.Wait(context.Background())
+	})
+	if len(got) < 2 || got[0] != "seen" || got[1] != dir {
+		t.Fatalf("command said %q, want %q then its directory %q", got, "seen", dir)
+	}
+	if !slices.Equal(got, direct) {
+		t.Errorf("supervised command said %q (its fds last), want what it says started directly: %q", got, direct)
 	}
 }
 
@@ -97,11 +162,11 @@ func readyChild(t *testing.T, script string) *Child {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := Start(cmd)
+	c, err := Start(launcher, cmd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Signal(syscall.SIGKILL); <-c.Done() })
+	t.Cleanup(func() { c.Terminate(0) })
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil || strings.TrimSpace(line) != "ready" {
 		t.Fatalf("child said %q, %v; want ready", line, err)
@@ -163,58 +228,269 @@ func TestSignalForwarding(t *testing.T) {
 	if got != 3 {
 		t.Errorf("exit code = %d, want 3", got)
 	}
-	// Signalling a reaped child is a no-op, not an error.
+	// Signalling a finished child is a no-op, not an error.
 	if err := c.Signal(syscall.SIGTERM); err != nil {
 		t.Errorf("Signal after exit = %v, want nil", err)
 	}
 }
 
-// TestChildDiesWithKilledClaimer kills a claimer process with SIGKILL and
-// checks that its child follows, even though the claimer retired OS threads
-// after starting it (the parent-death signal follows the forking thread).
-func TestChildDiesWithKilledClaimer(t *testing.T) {
-	t.Parallel()
-	helper := exec.Command(os.Args[0], "-test.run=^$")
-	helper.Env = append(os.Environ(), helperEnv+"=claimer")
-	out, err := helper.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := helper.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = helper.Process.Kill(); _ = helper.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("reading helper: %v", err)
-	}
-	f := strings.Fields(line)
-	if len(f) != 2 || f[0] != "child" {
-		t.Fatalf("helper said %q", line)
-	}
-	childPID, err := strconv.Atoi(f[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(childPID, syscall.SIGKILL) })
+// treeShapes are commands that leave a process behind that tries to
+// outlive them: in bg.pid, under the command's directory. Each writes
+// "ready" once that process is where it wants to be, then keeps running
+// ($1 = hold) or, once the test has looked and created "go", exits 0
+// ($1 = exit). Output goes nowhere, so a survivor cannot hold a test's
+// pipe open.
+var treeShapes = []struct {
+	name, script string
+	settled      func(pid int) bool
+}{
+	{
+		name:   "background job",
+		script: `sleep 600 & echo $! > bg.pid; echo ready > ready; then_exit "$1"; sleep 600`,
+		settled: func(pid int) bool {
+			st, err := pidprobe.ReadStat(pid)
+			return err == nil && st.Comm == "sleep"
+		},
+	},
+	{
+		name:   "new session",
+		script: `setsid sleep 600 & echo $! > bg.pid; echo ready > ready; then_exit "$1"; sleep 600`,
+		settled: func(pid int) bool {
+			st, err := pidprobe.ReadStat(pid)
+			return err == nil && st.Comm == "sleep" && st.SID == pid
+		},
+	},
+	{
+		name: "double-forked daemon",
+		script: `(setsid sh -c 'sleep 600 & echo $! > bg.pid' &)
+while [ ! -s bg.pid ]; do sleep 0.01; done
+echo ready > ready; then_exit "$1"; sleep 600`,
+		settled: func(pid int) bool {
+			st, err := pidprobe.ReadStat(pid)
+			if err != nil || st.Comm != "sleep" {
+				return false
+			}
+			parent, err := pidprobe.ReadStat(st.PPID)
+			return err == nil && parent.Comm != "sh" // its parents have exited
+		},
+	},
+}
 
-	ctx := context.Background()
-	probe := pidprobe.New()
-	if got := probe.Probe(ctx, childPID, 0); got != pidprobe.Alive {
-		t.Fatalf("child after thread churn: %v, want alive (parent-death fired early)", got)
-	}
-	if err := helper.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = helper.Wait()
+// tree is one command's process tree as a test recorded it.
+type tree struct {
+	t    *testing.T
+	dir  string
+	pids map[int]bool
+}
 
-	// The kernel delivers the signal asynchronously: poll with a bound.
-	deadline := time.Now().Add(10 * time.Second)
-	for probe.Probe(ctx, childPID, 0) != pidprobe.Dead {
-		if time.Now().After(deadline) {
-			t.Fatalf("child %d still alive 10s after its claimer was killed", childPID)
+func newTree(t *testing.T) *tree { return &tree{t: t, dir: t.TempDir(), pids: map[int]bool{}} }
+
+// scriptPrelude starts every tree script: output goes nowhere, and
+// then_exit exits 0 once the test created "go" if $1 is "exit".
+const scriptPrelude = `exec </dev/null >/dev/null 2>&1
+then_exit() { [ "$1" = exit ] || return 0; while [ ! -f go ]; do sleep 0.01; done; exit 0; }
+`
+
+func (tr *tree) command(script, arg string) *exec.Cmd {
+	cmd := exec.Command("sh", "-c", scriptPrelude+script, "sh", arg)
+	cmd.Dir = tr.dir
+	return cmd
+}
+
+// settle waits for the script's escaping process to settle, then records
+// it and every live descendant of root.
+func (tr *tree) settle(settled func(int) bool, root int) {
+	tr.t.Helper()
+	var bg int
+	waitFor(tr.t, "the command to be ready", func() bool {
+		b, err := os.ReadFile(filepath.Join(tr.dir, "bg.pid"))
+		if err != nil {
+			return false
 		}
-		runtime.Gosched()
-		time.Sleep(20 * time.Millisecond)
+		bg, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		_, rerr := os.Stat(filepath.Join(tr.dir, "ready"))
+		return err == nil && rerr == nil
+	})
+	tr.add(bg)
+	waitFor(tr.t, "the escaping process to settle", func() bool { return settled(bg) })
+	ds, err := descendants(root, nil)
+	if err != nil {
+		tr.t.Fatal(err)
+	}
+	for _, p := range ds {
+		tr.add(p)
+	}
+}
+
+// release lets an "exit" script exit.
+func (tr *tree) release() {
+	tr.t.Helper()
+	if err := os.WriteFile(filepath.Join(tr.dir, "go"), nil, 0o600); err != nil {
+		tr.t.Fatal(err)
+	}
+}
+
+func (tr *tree) add(pid int) {
+	if !tr.pids[pid] {
+		tr.pids[pid] = true
+		tr.t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	}
+}
+
+func (tr *tree) alive() []int {
+	var out []int
+	for pid := range tr.pids {
+		if pidprobe.New().Probe(context.Background(), pid, pidprobe.Identity{}) != pidprobe.Dead {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func (tr *tree) checkGone() {
+	tr.t.Helper()
+	for _, pid := range tr.alive() {
+		st, _ := pidprobe.ReadStat(pid)
+		tr.t.Errorf("pid %d (%s, parent %d, session %d) survived", pid, st.Comm, st.PPID, st.SID)
+	}
+}
+
+// TestTreeIsGoneWhenChildIsDone ends the command in-process: it exits on its
+// own, or Terminate stops it. Either way, once Done is closed nothing of
+// its tree is left.
+func TestTreeIsGoneWhenChildIsDone(t *testing.T) {
+	t.Parallel()
+	for _, shape := range treeShapes {
+		t.Run(shape.name+"/command exits", func(t *testing.T) {
+			t.Parallel()
+			tr := newTree(t)
+			c, err := Start(launcher, tr.command(shape.script, "exit"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr.settle(shape.settled, c.sup.Process.Pid)
+			tr.release()
+			if code, _ := c.Wait(context.Background()); code != 0 {
+				t.Errorf("exit code = %d, want 0", code)
+			}
+			tr.checkGone()
+		})
+		t.Run(shape.name+"/terminate", func(t *testing.T) {
+			t.Parallel()
+			tr := newTree(t)
+			c, err := Start(launcher, tr.command(shape.script, "hold"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr.settle(shape.settled, c.sup.Process.Pid)
+			if killed := c.Terminate(time.Minute); killed {
+				t.Errorf("Terminate killed = true, want false (sh honours SIGTERM)")
+			}
+			tr.checkGone()
+			if s := c.Survivors(); len(s) != 0 {
+				t.Errorf("Survivors = %v, want none", s)
+			}
+		})
+	}
+}
+
+// claimer is a claimer helper process.
+type claimer struct {
+	cmd             *exec.Cmd
+	out             *bufio.Reader
+	child, superPID int
+	reaped          chan struct{}
+}
+
+func startClaimer(t *testing.T, tr *tree, script string, ownGroup bool) *claimer {
+	t.Helper()
+	cmd := exec.Command(launcher.Path, "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=claimer", helperScript+"="+scriptPrelude+script)
+	cmd.Dir = tr.dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: ownGroup}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &claimer{cmd: cmd, out: bufio.NewReader(out), reaped: make(chan struct{})}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-c.reaped })
+	c.child = c.expect(t, "child")
+	c.superPID = c.expect(t, "supervisor")
+	go func() { _ = cmd.Wait(); close(c.reaped) }()
+	return c
+}
+
+func (c *claimer) expect(t *testing.T, what string) int {
+	t.Helper()
+	line, err := c.out.ReadString('\n')
+	f := strings.Fields(line)
+	if err != nil || len(f) < 2 || f[0] != what {
+		t.Fatalf("claimer said %q (%v), want %q", line, err, what)
+	}
+	n, err := strconv.Atoi(f[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestTreeDiesWithItsClaimer kills the claimer, its whole process group or
+// its supervisor with SIGKILL, and checks that nothing of the command's tree
+// survives: the supervisor outlives a killed claimer and kills the tree,
+// and a claimer (a subreaper) whose supervisor was killed kills what the
+// supervisor left.
+func TestTreeDiesWithItsClaimer(t *testing.T) {
+	t.Parallel()
+	ends := []struct {
+		name     string
+		ownGroup bool
+		kill     func(c *claimer) error
+	}{
+		{"claimer killed", false, func(c *claimer) error { return c.cmd.Process.Signal(syscall.SIGKILL) }},
+		{"claimer's process group killed", true, func(c *claimer) error { return syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL) }},
+		{"supervisor killed", false, func(c *claimer) error { return syscall.Kill(c.superPID, syscall.SIGKILL) }},
+	}
+	for _, shape := range treeShapes {
+		for _, end := range ends {
+			t.Run(shape.name+"/"+end.name, func(t *testing.T) {
+				t.Parallel()
+				tr := newTree(t)
+				c := startClaimer(t, tr, shape.script, end.ownGroup)
+				tr.settle(shape.settled, c.cmd.Process.Pid)
+				if !tr.pids[c.child] || !tr.pids[c.superPID] {
+					t.Fatalf("recorded tree %v lacks the command %d or the supervisor %d", tr.pids, c.child, c.superPID)
+				}
+				if err := end.kill(c); err != nil {
+					t.Fatal(err)
+				}
+				if end.name == "supervisor killed" {
+					// The claimer lives on and reports once it has killed
+					// what the supervisor left.
+					line, err := c.out.ReadString('\n')
+					if f := strings.Fields(line); err != nil || len(f) != 4 || f[0] != "done" || f[2] != "0" || f[3] != "true" {
+						t.Errorf("claimer said %q (%v), want done, no survivors, the supervisor's death noted", line, err)
+					}
+					tr.checkGone()
+					return
+				}
+				waitFor(t, "the command's tree to die", func() bool { return len(tr.alive()) == 0 })
+			})
+		}
+	}
+}
+
+// waitFor polls cond until it holds, for up to 20s. It is only for waiting
+// on other processes, which offer nothing to block on.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -18,7 +18,8 @@ func exerciseRuns(t *testing.T, h Harness) {
 		seq := e.lastSeq()
 
 		in := board.Run{ID: "r1", Card: "c1", Status: board.RunRunning, Continuation: board.ContinuationNone,
-			Owner: tok.Marker, Epoch: tok.Epoch, Host: "worker-a", PID: 101, PIDStart: 1_700_000_000_000}
+			Owner: tok.Marker, Epoch: tok.Epoch, Host: "worker-a", PID: 101, PIDStart: 1_700_000_000_000,
+			PIDStartTicks: 4_200_017, BootID: "6e1f3c2a-9b7d-4e51-8c3f-2d9a0b1c4e7f"}
 		created, err := e.s.CreateRun(e.ctx, in)
 		if err != nil {
 			t.Fatalf("CreateRun: %v", err)

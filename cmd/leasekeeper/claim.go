@@ -176,7 +176,7 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 		"LEASEKEEPER_EPOCH="+strconv.FormatInt(tok.Epoch, 10),
 		apitype.SocketEnv+"="+c.SocketPath(),
 	)
-	child, err := supervise.Start(cmd)
+	child, err := startSupervised(cmd)
 	if err != nil {
 		closeRun(work, env, cl, run.ID, board.RunFailed)
 		if _, serr := cl.SetState(work, cols.failed, client.WithReason(board.ReasonRunFailed)); serr != nil {
@@ -194,8 +194,38 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 			return claimLost(work, env, cl, child, run.ID)
 		case <-child.Done():
 			code, _ := child.Wait(work)
+			reportTree(env, child)
 			return routeExit(work, env, cl, cols, run.ID, code, o.resumable, lost)
 		}
+	}
+}
+
+// supervisorCmdName is the hidden subcommand `claim` re-executes its own
+// binary with to supervise CMD (see package supervise).
+const supervisorCmdName = "claim-supervisor"
+
+// startSupervised starts CMD under a supervisor, so that however the claim
+// ends — CMD exits, the claim is lost, this process is killed, even with
+// SIGKILL — nothing CMD started survives it (docs/OPERATIONS.md, "What
+// `claim` does with its command's processes").
+func startSupervised(cmd *exec.Cmd) (*supervise.Child, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding this binary to supervise the command: %w", err)
+	}
+	// This process's only child is the supervisor, so it may be a
+	// subreaper too and collect the tree should the supervisor be killed.
+	return supervise.Start(supervise.Launcher{Path: self, Args: []string{supervisorCmdName}, Subreaper: true}, cmd)
+}
+
+// reportTree says what, of CMD's tree, could not be stopped. The run is
+// routed anyway: the claim ends either way, and the operator has the pids.
+func reportTree(env *cli, child *supervise.Child) {
+	if err := child.SupervisorErr(); err != nil {
+		fmt.Fprintf(env.stderr, "leasekeeper: %v\n", err)
+	}
+	for _, s := range child.Survivors() {
+		fmt.Fprintf(env.stderr, "leasekeeper: pid %d of the command's tree could not be stopped and runs on: %v\n", s.PID, s.Err)
 	}
 }
 
@@ -210,6 +240,7 @@ func claimLost(ctx context.Context, env *cli, cl *client.Claim, child *supervise
 	if killed := child.Terminate(grace); killed {
 		fmt.Fprintf(env.stderr, "leasekeeper: the command ignored SIGTERM for %s: killed\n", grace.Round(time.Millisecond))
 	}
+	reportTree(env, child)
 	// The run is the old holder's: recording its end is a late write, and
 	// the fence refuses it. It is attempted anyway so that a claim lost
 	// only on this side (the agent went silent) may still close its run;

@@ -133,7 +133,7 @@ func (e *env) workerPID(file string) int {
 }
 
 func dead(pid int) bool {
-	return pidprobe.New().Probe(context.Background(), pid, 0) == pidprobe.Dead
+	return pidprobe.New().Probe(context.Background(), pid, pidprobe.Identity{}) == pidprobe.Dead
 }
 
 func TestE2EForceReleaseStopsTheCommand(t *testing.T) {

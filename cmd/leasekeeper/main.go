@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/leasekeeper/leasekeeper/agent/supervise"
 )
 
 func main() {
@@ -80,6 +83,7 @@ XDG_RUNTIME_DIR is unset).
 		newReaperCmd(env),
 		newCompletionCmd(env), // completion.go
 		newPluginCmd(env),
+		newSupervisorCmd(),
 	)
 	return root
 }
@@ -272,7 +276,15 @@ the claim. When CMD exits:
 then the claim is released. If the claim is lost while CMD runs (an
 operator force-release, a lapsed lease), CMD gets SIGTERM, then SIGKILL
 before the lease deadline, and claim exits 4. SIGINT and SIGTERM are
-forwarded to CMD. CMD is killed if claim itself is killed.
+forwarded to CMD.
+
+However the claim ends (CMD exits, the claim is lost, claim itself is
+killed, even with SIGKILL), every process CMD started is killed with it:
+background jobs, processes in a session of their own, double-forked
+daemons. When claim exits on its own they are already gone. CMD runs
+under a supervisor, this binary re-executed, that is the child subreaper
+of CMD's tree. Processes started for CMD by something outside its tree
+(systemd-run, at, a container runtime) are out of its reach.
 
 CMD sees LEASEKEEPER_CARD, LEASEKEEPER_RUN, LEASEKEEPER_MARKER and
 LEASEKEEPER_EPOCH in its environment. With --resumable the run is recorded
@@ -369,6 +381,24 @@ func newReaperCmd(env *cli) *cobra.Command {
 // pluginCmdName is the hidden subcommand the agent re-executes its own
 // binary with to serve the built-in stores as a go-plugin plugin.
 const pluginCmdName = "store-plugin"
+
+// newSupervisorCmd is the hidden subcommand `claim` re-executes its own
+// binary with: the supervisor of CMD's process tree. Its arguments are
+// package supervise's, passed through unparsed.
+func newSupervisorCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:                supervisorCmdName,
+		Short:              "Supervise a claim's command (started by `leasekeeper claim`)",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(_ *cobra.Command, args []string) error {
+			if code := supervise.Serve(args); code != 0 {
+				return withCode(code, errors.New("claim supervisor: bad invocation"))
+			}
+			return nil
+		},
+	}
+}
 
 func newPluginCmd(env *cli) *cobra.Command {
 	return &cobra.Command{

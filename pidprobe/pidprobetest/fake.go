@@ -12,26 +12,37 @@ import (
 	"github.com/leasekeeper/leasekeeper/pidprobe"
 )
 
+// Boot is the boot id of every identity a Fake hands out.
+const Boot = "pidprobetest-boot"
+
+// ID is the identity of a pretend process that started at tick start: what
+// Fake.Identify answers for it. Its legacy StartMillis is start too, so a
+// run that records only a pid_start of start matches it the legacy way.
+func ID(start int64) pidprobe.Identity {
+	return pidprobe.Identity{BootID: Boot, StartTicks: start, StartMillis: start}
+}
+
 // Fake is a table of pretend processes. The zero value knows no process, so
 // every probe is Dead until Spawn. It is safe for concurrent use.
 type Fake struct {
 	mu      sync.Mutex
-	procs   map[int]int64 // pid → start millis of the live process
+	procs   map[int]int64 // pid → start tick of the live process
 	unknown map[int]bool  // pids whose probe is forced to Unknown
 	probes  int
 }
 
 var _ pidprobe.Prober = (*Fake)(nil)
 
-// Spawn makes pid a live process that started at startMillis (which
-// replaces any earlier process with that pid, like a pid reuse would).
-func (f *Fake) Spawn(pid int, startMillis int64) {
+// Spawn makes pid a live process that started at tick start, with the
+// identity ID(start) (which replaces any earlier process with that pid,
+// like a pid reuse would).
+func (f *Fake) Spawn(pid int, start int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.procs == nil {
 		f.procs = map[int]int64{}
 	}
-	f.procs[pid] = startMillis
+	f.procs[pid] = start
 }
 
 // Kill makes pid disappear.
@@ -59,8 +70,9 @@ func (f *Fake) Probes() int {
 	return f.probes
 }
 
-// Probe follows the same rules as pidprobe.Local, on the table.
-func (f *Fake) Probe(_ context.Context, pid int, startMillis int64) pidprobe.Liveness {
+// Probe follows the same rules as pidprobe.Local (pidprobe.Compare), on
+// the table.
+func (f *Fake) Probe(_ context.Context, pid int, rec pidprobe.Identity) pidprobe.Liveness {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.probes++
@@ -71,19 +83,23 @@ func (f *Fake) Probe(_ context.Context, pid int, startMillis int64) pidprobe.Liv
 	if !ok {
 		return pidprobe.Dead
 	}
-	if startMillis != 0 && startMillis != start {
+	switch pidprobe.Compare(rec, ID(start)) {
+	case pidprobe.MatchSame:
+		return pidprobe.Alive
+	case pidprobe.MatchOther:
 		return pidprobe.Dead
+	default:
+		return pidprobe.Unknown
 	}
-	return pidprobe.Alive
 }
 
-// StartTime returns the start recorded by Spawn, or pidprobe.ErrNoProcess.
-func (f *Fake) StartTime(_ context.Context, pid int) (int64, error) {
+// Identify returns ID of the start given to Spawn, or pidprobe.ErrNoProcess.
+func (f *Fake) Identify(_ context.Context, pid int) (pidprobe.Identity, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	start, ok := f.procs[pid]
 	if !ok {
-		return 0, fmt.Errorf("pid %d: %w", pid, pidprobe.ErrNoProcess)
+		return pidprobe.Identity{}, fmt.Errorf("pid %d: %w", pid, pidprobe.ErrNoProcess)
 	}
-	return start, nil
+	return ID(start), nil
 }

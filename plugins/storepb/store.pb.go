@@ -864,20 +864,24 @@ func (x *Card) GetLastRunEpoch() int64 {
 }
 
 type RunMessage struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Card          string                 `protobuf:"bytes,2,opt,name=card,proto3" json:"card,omitempty"`
-	Status        string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
-	Continuation  string                 `protobuf:"bytes,4,opt,name=continuation,proto3" json:"continuation,omitempty"`
-	FailureCode   string                 `protobuf:"bytes,5,opt,name=failure_code,json=failureCode,proto3" json:"failure_code,omitempty"`
-	Checkpoint    string                 `protobuf:"bytes,6,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
-	Owner         string                 `protobuf:"bytes,7,opt,name=owner,proto3" json:"owner,omitempty"`
-	Epoch         int64                  `protobuf:"varint,8,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Host          string                 `protobuf:"bytes,9,opt,name=host,proto3" json:"host,omitempty"`
-	Pid           int64                  `protobuf:"varint,10,opt,name=pid,proto3" json:"pid,omitempty"`
-	PidStart      int64                  `protobuf:"varint,11,opt,name=pid_start,json=pidStart,proto3" json:"pid_start,omitempty"`
-	CreatedAt     *Time                  `protobuf:"bytes,12,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	UpdatedAt     *Time                  `protobuf:"bytes,13,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Card         string                 `protobuf:"bytes,2,opt,name=card,proto3" json:"card,omitempty"`
+	Status       string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	Continuation string                 `protobuf:"bytes,4,opt,name=continuation,proto3" json:"continuation,omitempty"`
+	FailureCode  string                 `protobuf:"bytes,5,opt,name=failure_code,json=failureCode,proto3" json:"failure_code,omitempty"`
+	Checkpoint   string                 `protobuf:"bytes,6,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	Owner        string                 `protobuf:"bytes,7,opt,name=owner,proto3" json:"owner,omitempty"`
+	Epoch        int64                  `protobuf:"varint,8,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Host         string                 `protobuf:"bytes,9,opt,name=host,proto3" json:"host,omitempty"`
+	Pid          int64                  `protobuf:"varint,10,opt,name=pid,proto3" json:"pid,omitempty"`
+	PidStart     int64                  `protobuf:"varint,11,opt,name=pid_start,json=pidStart,proto3" json:"pid_start,omitempty"`
+	CreatedAt    *Time                  `protobuf:"bytes,12,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt    *Time                  `protobuf:"bytes,13,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// The owner's exact identity (board.Run.PIDStartTicks, BootID). An older
+	// peer ignores both, and its runs arrive without them: legacy runs.
+	PidStartTicks int64  `protobuf:"varint,14,opt,name=pid_start_ticks,json=pidStartTicks,proto3" json:"pid_start_ticks,omitempty"`
+	BootId        string `protobuf:"bytes,15,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1001,6 +1005,20 @@ func (x *RunMessage) GetUpdatedAt() *Time {
 		return x.UpdatedAt
 	}
 	return nil
+}
+
+func (x *RunMessage) GetPidStartTicks() int64 {
+	if x != nil {
+		return x.PidStartTicks
+	}
+	return 0
+}
+
+func (x *RunMessage) GetBootId() string {
+	if x != nil {
+		return x.BootId
+	}
+	return ""
 }
 
 type EventData struct {
@@ -3488,7 +3506,7 @@ const file_store_proto_rawDesc = "" +
 	"claimed_at\x18\x10 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\tclaimedAt\x12F\n" +
 	"\x11claim_lease_until\x18\x11 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\x0fclaimLeaseUntil\x12'\n" +
 	"\x0frecovered_epoch\x18\x12 \x01(\x03R\x0erecoveredEpoch\x12$\n" +
-	"\x0elast_run_epoch\x18\x13 \x01(\x03R\flastRunEpoch\"\x94\x03\n" +
+	"\x0elast_run_epoch\x18\x13 \x01(\x03R\flastRunEpoch\"\xd5\x03\n" +
 	"\n" +
 	"RunMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -3508,7 +3526,9 @@ const file_store_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\f \x01(\v2\x1a.leasekeeper.store.v1.TimeR\tcreatedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\r \x01(\v2\x1a.leasekeeper.store.v1.TimeR\tupdatedAt\"\xc7\x02\n" +
+	"updated_at\x18\r \x01(\v2\x1a.leasekeeper.store.v1.TimeR\tupdatedAt\x12&\n" +
+	"\x0fpid_start_ticks\x18\x0e \x01(\x03R\rpidStartTicks\x12\x17\n" +
+	"\aboot_id\x18\x0f \x01(\tR\x06bootId\"\xc7\x02\n" +
 	"\tEventData\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x16\n" +

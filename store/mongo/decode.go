@@ -256,6 +256,9 @@ func decodeRun(raw bson.Raw) (*runState, error) {
 	run.Host = r.str("host")
 	run.PID = int(r.int("pid"))
 	run.PIDStart = r.int("pid_start")
+	// Absent from runs an older agent wrote: those are legacy runs.
+	run.PIDStartTicks = r.int("pid_start_ticks")
+	run.BootID = r.str("boot_id")
 	run.CreatedAt = r.time("created_at")
 	run.UpdatedAt = r.time("updated_at")
 	run.outbox = r.outbox()

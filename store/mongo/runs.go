@@ -55,6 +55,8 @@ func (s *Store) CreateRun(ctx context.Context, r board.Run) (board.Run, error) {
 		{Key: "host", Value: r.Host},
 		{Key: "pid", Value: int64(r.PID)},
 		{Key: "pid_start", Value: r.PIDStart},
+		{Key: "pid_start_ticks", Value: r.PIDStartTicks},
+		{Key: "boot_id", Value: r.BootID},
 		{Key: "created_at", Value: clk.now},
 		{Key: "updated_at", Value: clk.now},
 		{Key: fieldOutbox, Value: []outboxEntry{ev}},

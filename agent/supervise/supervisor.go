@@ -1,0 +1,260 @@
+package supervise
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The supervisor is this program's own binary, re-executed by Start with a
+// hidden subcommand that calls Serve (Nomad's executor does the same). It
+// sits between the claimer and CMD:
+//
+//	leasekeeper claim (the claimer: holds the claim, its pid is the marker)
+//	└── leasekeeper <hidden subcommand> (the supervisor: child subreaper)
+//	    └── CMD, and everything CMD starts, however it detaches
+//
+// It exists because the claimer cannot clean up after itself when it is
+// killed with SIGKILL, and a parent-death signal reaches only CMD's first
+// process: `sh -c 'work; true'` forks, sh dies, and work runs on under
+// pid 1. The supervisor is the subreaper of CMD's whole tree, so nothing in
+// it can leave it, and it outlives its claimer for as long as it takes to
+// kill that tree.
+//
+// It talks to the claimer over two pipes, passed as fds 3 and 4 (the
+// protocol is private to this package: both ends are the same build):
+//
+//	claimer → supervisor (fd 3):  "signal N" | "terminate GRACE_NS"
+//	supervisor → claimer (fd 4):  "started PID" | "failed MSG" |
+//	                              "exited CODE" | "survivor PID MSG" |
+//	                              "done KILLED"
+//
+// End of file on fd 3 means the claimer is gone, whatever killed it: the
+// kernel closes a dead process's descriptors, so no signal, thread or
+// timing is involved.
+const (
+	ctlFD    = 3
+	statusFD = 4
+)
+
+// Serve is the supervisor's main. args are what Start put after the
+// launcher's own arguments: "--pgid", the claimer's process group, "--",
+// then CMD's path and argv. It returns the supervisor's exit code: 0 once
+// it has reported and the tree is gone, 2 for a bad invocation (it is not
+// meant to be run by hand).
+func Serve(args []string) int {
+	pgid, path, argv, err := parseServeArgs(args)
+	ctl, status := os.NewFile(ctlFD, "control"), os.NewFile(statusFD, "status")
+	if err != nil || ctl == nil || status == nil {
+		fmt.Fprintf(os.Stderr, "leasekeeper: the claim supervisor is started by `leasekeeper claim`, not by hand: %v\n", err)
+		return 2
+	}
+	// CMD must not inherit our ends of the pipes: a copy of the status
+	// pipe in CMD would keep the claimer reading after we are gone.
+	for _, fd := range []int{ctlFD, statusFD} {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+			fmt.Fprintf(os.Stderr, "leasekeeper: the claim supervisor is started by `leasekeeper claim`, not by hand: fd %d: %v\n", fd, err)
+			return 2
+		}
+		unix.CloseOnExec(fd)
+	}
+	s := &supervisor{status: status, self: os.Getpid()}
+	killed := s.run(ctl, pgid, path, argv)
+	s.report("done %d", boolInt(killed))
+	return 0
+}
+
+func parseServeArgs(args []string) (pgid int, path string, argv []string, err error) {
+	if len(args) < 5 || args[0] != "--pgid" || args[2] != "--" {
+		return 0, "", nil, fmt.Errorf("want --pgid N -- PATH ARGV0 [ARGS...], got %q", args)
+	}
+	pgid, err = strconv.Atoi(args[1])
+	if err != nil || pgid < 0 {
+		return 0, "", nil, fmt.Errorf("--pgid %q", args[1])
+	}
+	return pgid, args[3], args[4:], nil
+}
+
+type supervisor struct {
+	status *os.File
+	self   int
+	main   int // CMD's first process, our child
+	// mainStatus is set once main is reaped.
+	mainDone   bool
+	mainStatus syscall.WaitStatus
+}
+
+func (s *supervisor) report(format string, a ...any) {
+	// A write that fails means the claimer is gone; the control pipe's EOF
+	// tells the loop that too.
+	_, _ = fmt.Fprintf(s.status, format+"\n", a...)
+}
+
+// run starts CMD and supervises it until its tree is gone. It reports
+// whether CMD's first process had to be killed after a terminate's grace.
+func (s *supervisor) run(ctl *os.File, pgid int, path string, argv []string) (killed bool) {
+	// Signals aimed at the terminal's foreground group or at a whole
+	// service (SIGINT, SIGTERM, SIGHUP, SIGQUIT) are for CMD and the
+	// claimer; the supervisor stops only when its claimer tells it or dies.
+	// They are caught, not ignored: an ignored disposition would be
+	// inherited by CMD across exec.
+	stray := make(chan os.Signal, 8)
+	signal.Notify(stray, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
+	go func() {
+		for range stray {
+		}
+	}()
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+
+	if err := becomeSubreaper(); err != nil {
+		s.report("failed %s", oneLine(err.Error()))
+		return false
+	}
+	pid, err := s.startMain(pgid, path, argv)
+	if err != nil {
+		s.report("failed %s", oneLine(err.Error()))
+		return false
+	}
+	s.main = pid
+	s.report("started %d", pid)
+
+	cmds := make(chan string)
+	go func() {
+		defer close(cmds)
+		sc := bufio.NewScanner(ctl)
+		for sc.Scan() {
+			cmds <- sc.Text()
+		}
+	}()
+
+	killed = s.loop(cmds, chld)
+	// CMD's first process has exited (or was killed with its claimer):
+	// whatever it left running dies now, before the claimer routes the card
+	// or the next holder may start.
+	survivors, err := killTree(s.self, nil, s.reap)
+	if err != nil {
+		s.report("survivor 0 %s", oneLine("walking /proc: "+err.Error()))
+	}
+	for _, sv := range survivors {
+		s.report("survivor %d %s", sv.PID, oneLine(sv.Err.Error()))
+	}
+	s.reap()
+	if s.mainDone {
+		s.report("exited %d", exitCode(s.mainStatus))
+	}
+	return killed
+}
+
+// startMain starts CMD from a goroutine locked to its OS thread, and leaves
+// that thread parked: CMD's parent-death signal (SIGKILL, in case the
+// supervisor itself is killed) follows the thread that forked it, not the
+// process, and the Go runtime retires threads at will. CMD joins the
+// claimer's process group, so the terminal's job control treats it as the
+// claimer's job; the supervisor keeps a group of its own (see Start).
+func (s *supervisor) startMain(pgid int, path string, argv []string) (int, error) {
+	type result struct {
+		pid int
+		err error
+	}
+	started := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
+			Env:   os.Environ(),
+			Files: []uintptr{0, 1, 2},
+			Sys: &syscall.SysProcAttr{
+				Pdeathsig: syscall.SIGKILL,
+				Setpgid:   true,
+				Pgid:      pgid,
+			},
+		})
+		started <- result{pid, err}
+		if err != nil {
+			return
+		}
+		select {} // keep the forking thread alive, and locked, for good
+	}()
+	r := <-started
+	return r.pid, r.err
+}
+
+// loop runs until CMD's first process has exited, or the claimer asked for
+// it to stop and it did (or was killed), or the claimer is gone. It
+// reports whether SIGKILL was needed after a terminate's grace.
+func (s *supervisor) loop(cmds <-chan string, chld <-chan os.Signal) (killed bool) {
+	var graceC <-chan time.Time
+	for {
+		s.reap()
+		if s.mainDone {
+			return killed
+		}
+		select {
+		case <-chld:
+		case <-graceC:
+			// CMD ignored SIGTERM for the whole grace: kill it. The tree
+			// walk that follows kills the rest.
+			_ = unix.Kill(s.main, unix.SIGKILL)
+			killed, graceC = true, nil
+		case line, ok := <-cmds:
+			if !ok {
+				// The claimer is gone: nothing holds the claim any more,
+				// so nothing of CMD may run on.
+				_ = unix.Kill(s.main, unix.SIGKILL)
+				return killed
+			}
+			verb, arg, _ := strings.Cut(line, " ")
+			n, err := strconv.ParseInt(arg, 10, 64)
+			if err != nil {
+				continue
+			}
+			switch verb {
+			case "signal":
+				// main is our child: until we reap it its pid cannot be
+				// reused, so this signal reaches CMD or nobody.
+				_ = unix.Kill(s.main, unix.Signal(n))
+			case "terminate":
+				_ = unix.Kill(s.main, unix.SIGTERM)
+				if graceC == nil {
+					graceC = time.After(time.Duration(max(n, 0)))
+				}
+			}
+		}
+	}
+}
+
+// reap collects the exit status of every child that has exited: CMD's
+// first process, and the orphans of its tree that were re-parented to us.
+func (s *supervisor) reap() {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return
+		}
+		if pid == s.main {
+			s.mainDone, s.mainStatus = true, ws
+		}
+	}
+}
+
+func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

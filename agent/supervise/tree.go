@@ -1,0 +1,232 @@
+package supervise
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/leasekeeper/leasekeeper/pidprobe"
+)
+
+// becomeSubreaper makes this process the child subreaper of everything it
+// starts (PR_SET_CHILD_SUBREAPER): a descendant whose parent exits is
+// re-parented to the nearest living subreaper among its ancestors instead of
+// to pid 1. A process that double-forks, or that moved to a process group
+// or a session of its own, therefore stays under us, where a walk of /proc
+// from our pid finds it.
+func becomeSubreaper() error {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_CHILD_SUBREAPER): %w", err)
+	}
+	return nil
+}
+
+// descendants lists the live processes descended from root in one scan of
+// /proc, parents before their children. Zombies are left out: they have
+// exited and can do nothing more. skip prunes a child of root and its whole
+// subtree from the walk.
+func descendants(root int, skip func(pid int) bool) ([]int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	children := map[int][]int{}
+	for _, ent := range ents {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		st, err := pidprobe.ReadStat(pid)
+		if err != nil || st.Zombie() {
+			continue // gone since the listing, or exited
+		}
+		children[st.PPID] = append(children[st.PPID], pid)
+	}
+	var out []int
+	queue := []int{root}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			if p == root && skip != nil && skip(c) {
+				continue
+			}
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out, nil
+}
+
+// rescanEvery bounds how long a kill round waits for the processes it
+// signalled before it walks /proc again: a process forked after the walk
+// sends us no notice, so only another walk finds it.
+const rescanEvery = 100 * time.Millisecond
+
+// Survivor is a process of the tree that could not be stopped.
+type Survivor struct {
+	PID int
+	Err error
+}
+
+// killTree sends SIGKILL to every process descended from root and returns
+// once none is left, or once every one that is left refused the signal
+// (returned as survivors: a setuid program we may not signal, say).
+//
+// It walks /proc, kills what it found, waits for those to exit and walks
+// again, until two walks in a row find nothing. Each kill goes through a
+// pidfd opened before the signal and checked against the walk, so a pid
+// that was freed and reused between the walk and the kill is never
+// signalled. A killed process that is the parent of others has
+// re-parented them to us before its pidfd reports it exited, so the next
+// walk sees them; the second empty walk covers a process whose parent
+// exited on its own while the previous walk was reading /proc. The loop
+// ends because a process with SIGKILL pending never returns to user space
+// to fork again. reap, when set, is called between rounds to collect the
+// exit statuses of our own children.
+func killTree(root int, skip func(int) bool, reap func()) ([]Survivor, error) {
+	refused := map[int]error{}
+	empty := 0
+	for empty < 2 {
+		if reap != nil {
+			reap()
+		}
+		pids, err := descendants(root, skip)
+		if err != nil {
+			return nil, err
+		}
+		pids = slices.DeleteFunc(pids, func(p int) bool { _, ok := refused[p]; return ok })
+		if len(pids) == 0 {
+			empty++
+			continue
+		}
+		empty = 0
+		var fds []int
+		for _, pid := range pids {
+			fd, err := signalChecked(pid, root, unix.SIGKILL)
+			switch {
+			case errors.Is(err, unix.EPERM):
+				refused[pid] = err
+			case err != nil:
+				// Gone already (ESRCH), or no longer ours.
+			case fd >= 0:
+				fds = append(fds, fd)
+			}
+		}
+		waitExit(fds, rescanEvery)
+	}
+	var out []Survivor
+	for pid, err := range refused {
+		if st, serr := pidprobe.ReadStat(pid); serr == nil && !st.Zombie() {
+			out = append(out, Survivor{PID: pid, Err: err})
+		}
+	}
+	slices.SortFunc(out, func(a, b Survivor) int { return a.PID - b.PID })
+	return out, nil
+}
+
+// signalChecked sends sig to pid if it is still the process the walk found
+// under root. It opens a pidfd first, which pins the process it names, then
+// reads the process's parent: if the pidfd's process has exited by then the
+// signal fails harmlessly (ESRCH); otherwise the stat it read is that
+// process's, and its parent tells whether it is still in root's tree (its
+// parent is root or one of root's descendants; a reused pid's new process
+// would have to be forked by one of them to pass, and then it is ours to
+// kill as well). It returns the pidfd for waitExit, or -1 where the kernel
+// has no pidfds (before Linux 5.3) and a plain kill was sent.
+func signalChecked(pid, root int, sig unix.Signal) (int, error) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ENOSYS) {
+		return -1, unix.Kill(pid, sig)
+	}
+	if err != nil {
+		return -1, err
+	}
+	st, err := pidprobe.ReadStat(pid)
+	if err == nil && !inTree(st.PPID, root) {
+		err = fmt.Errorf("pid %d left the tree: %w", pid, unix.ESRCH)
+	}
+	if err == nil {
+		err = unix.PidfdSendSignal(fd, sig, nil, 0)
+	}
+	if err != nil {
+		_ = unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// inTree reports whether pid is root or descends from it, walking parents.
+func inTree(pid, root int) bool {
+	for range 4096 { // a chain longer than this is not a real tree
+		if pid == root {
+			return true
+		}
+		if pid <= 1 {
+			return false
+		}
+		st, err := pidprobe.ReadStat(pid)
+		if err != nil {
+			return false
+		}
+		pid = st.PPID
+	}
+	return false
+}
+
+// waitExit waits until every pidfd reports its process exited, or bound
+// passes, then closes them. A pidfd polls readable once its process has
+// exited (it may still be a zombie).
+func waitExit(fds []int, bound time.Duration) {
+	defer func() {
+		for _, fd := range fds {
+			_ = unix.Close(fd)
+		}
+	}()
+	if len(fds) == 0 {
+		// No pidfds (an old kernel): give the kill a moment to land.
+		time.Sleep(10 * time.Millisecond)
+		return
+	}
+	deadline := time.Now().Add(bound)
+	pending := slices.Clone(fds)
+	for len(pending) > 0 {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return
+		}
+		pfds := make([]unix.PollFd, len(pending))
+		for i, fd := range pending {
+			pfds[i] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
+		}
+		n, err := unix.Poll(pfds, int(left.Milliseconds())+1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || n == 0 {
+			return
+		}
+		next := pending[:0]
+		for i, p := range pfds {
+			if p.Revents == 0 {
+				next = append(next, pending[i])
+			}
+		}
+		pending = next
+	}
+}
+
+// exitCode maps a wait status to a shell-style exit code: the status for a
+// normal exit, 128+signal for a process killed by a signal.
+func exitCode(ws syscall.WaitStatus) int {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
