@@ -1,6 +1,6 @@
 // Command bench measures leasekeeper against what its users would pick
 // instead, side by side in one run on one machine, and writes the table to
-// docs/BENCHMARKS.md (issue 7).
+// docs/BENCHMARKS.md.
 //
 //	cd bench && go run . [-scenarios claim,heartbeat,reaper,claimlost] [-repeat 5] [-out ../docs/BENCHMARKS.md]
 //	cd bench && go run . -smoke   # seconds; prints the table, writes nothing

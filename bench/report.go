@@ -54,7 +54,7 @@ func (s *section) notef(format string, args ...any) {
 	s.notes = append(s.notes, fmt.Sprintf(format, args...))
 }
 
-// goal is one target of issue 7, judged on measured figures.
+// goal is one target of the benchmarks, judged on measured figures.
 type goal struct {
 	scenario string
 	target   string

@@ -17,7 +17,7 @@
 // trusted deadline with no confirmed renewal, the claim is declared lost
 // (LostUnconfirmed) and no longer renewed: the watchdog's orphan proof
 // "the owner's lease expired longer ago than the grace" is only sound
-// because every holder stops on its own by then (ADR-096 §3, PRODUCT.md).
+// because every holder stops on its own by then (ADR-096 §3).
 //
 // Deadlines are computed from the injected board.Clock with time.Time
 // arithmetic only (Add, Sub, Before). board.SystemClock returns time.Now(),

@@ -13,7 +13,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/board"
 )
 
-// Defaults of the reaper (PRODUCT.md "The watchdog", config defaults).
+// Defaults of the reaper (the documented config defaults, docs/CONFIG.md).
 const (
 	DefaultInterval        = 60 * time.Second
 	DefaultBatch           = 100

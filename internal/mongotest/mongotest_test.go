@@ -23,8 +23,8 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(mongotest.Main(m)) }
 
-// TestClaimRaceHasOneWinner is the race FerretDB loses on its own (TESTING.md
-// measured up to 24 winners out of 32): every goroutine tries to take the
+// TestClaimRaceHasOneWinner is the race FerretDB loses on its own (measured
+// at up to 24 winners out of 32): every goroutine tries to take the
 // same free document with one conditional findOneAndUpdate. Through the
 // serializing proxy exactly one may succeed, every round.
 func TestClaimRaceHasOneWinner(t *testing.T) {
@@ -86,7 +86,7 @@ func TestClaimRaceHasOneWinner(t *testing.T) {
 
 // TestVersionCASCountsExactly: concurrent compare-and-set increments on a
 // version field must succeed exactly as many times as the final value says
-// (TESTING.md measured 898 successes for a final value of 137 without the
+// (measured: 898 successes for a final value of 137 without the
 // proxy).
 func TestVersionCASCountsExactly(t *testing.T) {
 	ctx := context.Background()

@@ -40,7 +40,7 @@
 // The claim family has its own bucket since schema version 2 for two
 // reasons. A heartbeat renews every claim the agent holds in one write, and
 // decoding and re-encoding whole JSON cards for that dominated its cost
-// (issue 7). And the contract says ordinary writes never touch the claim
+// (the heartbeat tick of 10,000 claims). And the contract says ordinary writes never touch the claim
 // family: here they cannot, because they do not write the claims bucket.
 //
 // Writes go through a group committer (see commit.go): concurrent writers

@@ -136,7 +136,7 @@ func (f claimFamily) equal(g claimFamily) bool {
 
 // The claims bucket maps a card id to a fixed-layout binary record, so a
 // renewal reads and rewrites a few dozen bytes instead of decoding and
-// encoding the whole card (issue 7: a 10,000-claim heartbeat tick):
+// encoding the whole card (a 10,000-claim heartbeat tick):
 //
 //	[0]      record format, claimFormat
 //	[1:9]    claim_epoch, int64 big-endian
