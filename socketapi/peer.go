@@ -45,16 +45,23 @@ func (s *Server) connContext(ctx context.Context, c net.Conn) context.Context {
 		return context.WithValue(ctx, peerKey{}, p)
 	}
 	var cred *unix.Ucred
-	var gerr error
+	var gerr, pidfdErr error
 	pidfd := -1
 	if err := raw.Control(func(fd uintptr) {
 		cred, gerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 		if gerr == nil && cred.Pid > 0 {
 			// Linux 6.5 and later: a pidfd on the very process that
 			// connected. Older kernels answer ENOPROTOOPT; then the pid is
-			// all there is.
-			if pfd, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD); err == nil {
+			// all there is. Any other refusal (some kernels answer EINVAL
+			// once the peer has exited and been reaped) means the process
+			// that connected is gone: its pid may already name another
+			// process, so it has no identity.
+			pfd, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD)
+			switch {
+			case err == nil:
 				pidfd = pfd
+			case !errors.Is(err, unix.ENOPROTOOPT):
+				pidfdErr = fmt.Errorf("pid %d: no pidfd for the process that connected (%v): it has exited", cred.Pid, err)
 			}
 		}
 	}); err != nil {
@@ -65,7 +72,10 @@ func (s *Server) connContext(ctx context.Context, c net.Conn) context.Context {
 		return context.WithValue(ctx, peerKey{}, p)
 	}
 	p.uid, p.pid = cred.Uid, int(cred.Pid)
-	if p.pid > 0 {
+	switch {
+	case pidfdErr != nil:
+		p.identErr = pidfdErr
+	case p.pid > 0:
 		p.ident, p.identErr = s.identify(ctx, p.pid, pidfd)
 	}
 	if pidfd >= 0 {

@@ -277,13 +277,15 @@ func (s *pidSet) has(pid int) bool {
 // reapOrphans collects the zombies of this process's children other than
 // its supervisors (whose exec.Cmd waits for them): the orphans a Subreaper
 // sweep killed. It waits for each by pid, never for any child, so it
-// cannot take another exec.Cmd's exit status.
-func reapOrphans() {
+// cannot take another exec.Cmd's exit status. It returns how many it
+// collected.
+func reapOrphans() int {
 	self := os.Getpid()
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return
+		return 0
 	}
+	n := 0
 	for _, ent := range ents {
 		pid, err := strconv.Atoi(ent.Name())
 		if err != nil || supervisors.has(pid) {
@@ -291,7 +293,10 @@ func reapOrphans() {
 		}
 		if st, err := pidprobe.ReadStat(pid); err == nil && st.PPID == self && st.Zombie() {
 			var ws syscall.WaitStatus
-			_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+			if got, _ := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); got == pid {
+				n++
+			}
 		}
 	}
+	return n
 }

@@ -234,7 +234,9 @@ func (s *supervisor) loop(cmds <-chan string, chld <-chan os.Signal) (killed boo
 
 // reap collects the exit status of every child that has exited: CMD's
 // first process, and the orphans of its tree that were re-parented to us.
-func (s *supervisor) reap() {
+// It returns how many it collected.
+func (s *supervisor) reap() int {
+	n := 0
 	for {
 		var ws syscall.WaitStatus
 		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
@@ -242,8 +244,9 @@ func (s *supervisor) reap() {
 			continue
 		}
 		if err != nil || pid <= 0 {
-			return
+			return n
 		}
+		n++
 		if pid == s.main {
 			s.mainDone, s.mainStatus = true, ws
 		}

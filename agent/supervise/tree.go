@@ -86,24 +86,43 @@ type Survivor struct {
 // signalled. A killed process that is the parent of others has
 // re-parented them to us before its pidfd reports it exited, so the next
 // walk sees them; the second empty walk covers a process whose parent
-// exited on its own while the previous walk was reading /proc. The loop
-// ends because a process with SIGKILL pending never returns to user space
-// to fork again. reap, when set, is called between rounds to collect the
-// exit statuses of our own children.
-func killTree(root int, skip func(int) bool, reap func()) ([]Survivor, error) {
+// exited on its own while the previous walk was reading /proc, and a walk
+// around which one of our children exited is not empty (see the loop). The
+// loop ends because a process with SIGKILL pending never returns to user
+// space to fork again. reap, when set, is called around every walk to
+// collect the exit statuses of our own children, and reports how many it
+// collected.
+func killTree(root int, skip func(int) bool, reap func() int) ([]Survivor, error) {
 	refused := map[int]error{}
 	empty := 0
 	for empty < 2 {
+		reaped := 0
 		if reap != nil {
-			reap()
+			reaped = reap()
 		}
 		pids, err := descendants(root, skip)
 		if err != nil {
 			return nil, err
 		}
+		if reap != nil {
+			reaped += reap()
+		}
 		pids = slices.DeleteFunc(pids, func(p int) bool { _, ok := refused[p]; return ok })
-		if len(pids) == 0 {
+		// A walk that found nothing proves nothing if a child of ours
+		// exited around it: a process that forks and exits at once
+		// ("hops") leaves each parent a zombie re-parented to us and is
+		// itself never where the walk looks. Only walks with nothing to
+		// reap count as empty; each hop re-parents its child to us, so a
+		// later walk finds a live one and kills it.
+		if len(pids) == 0 && reaped == 0 {
 			empty++
+			if empty < 2 {
+				time.Sleep(time.Millisecond) // lets a process forked during the walk show in /proc; not a synchronisation
+			}
+			continue
+		}
+		empty = 0
+		if len(pids) == 0 {
 			continue
 		}
 		empty = 0
