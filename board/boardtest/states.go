@@ -168,8 +168,8 @@ func exerciseStates(t *testing.T, h Harness) {
 			e.card("a", board.StateReady)
 			e.create(board.NewCard{ID: "d", DependsOn: []string{"a"}})
 			e.setState("a", board.StateDone)
-			if d := e.get("d"); d.State != e.b.FirstPool() || d.PromotedBy != "a" {
-				t.Fatalf("dependent after its blocker completed: %s, want %q promoted by a", fmtCard(d), e.b.FirstPool())
+			if !e.wantPromotedBy("d", "a", "dependent after its blocker completed") {
+				t.FailNow()
 			}
 			e.reopenRefused("a", "Reopen while the dependent it promoted is working")
 
@@ -181,9 +181,7 @@ func exerciseStates(t *testing.T, h Harness) {
 				t.Errorf("dependent after its blocker was reopened: %s, want still waiting_deps", fmtCard(d))
 			}
 			e.setState("a", board.StateDone)
-			if d := e.get("d"); d.State != e.b.FirstPool() || d.PromotedBy != "a" {
-				t.Errorf("dependent after its reopened blocker completed again: %s, want %q promoted by a", fmtCard(d), e.b.FirstPool())
-			}
+			e.wantPromotedBy("d", "a", "dependent after its reopened blocker completed again")
 		})
 
 		t.Run("EarlierBlocker", func(t *testing.T) {
@@ -194,8 +192,8 @@ func exerciseStates(t *testing.T, h Harness) {
 			e.create(board.NewCard{ID: "d", DependsOn: []string{"a", "b"}})
 			e.setState("a", board.StateDone)
 			e.setState("b", board.StateDone)
-			if d := e.get("d"); d.State != e.b.FirstPool() || d.PromotedBy != "b" {
-				t.Fatalf("dependent after both blockers completed: %s, want %q promoted by b", fmtCard(d), e.b.FirstPool())
+			if !e.wantPromotedBy("d", "b", "dependent after both blockers completed") {
+				t.FailNow()
 			}
 			e.reopenRefused("a", "Reopen of the earlier blocker of a promoted dependent")
 			e.reopenRefused("b", "Reopen of the last blocker of a promoted dependent")
@@ -208,9 +206,7 @@ func exerciseStates(t *testing.T, h Harness) {
 				t.Errorf("dependent with one blocker complete again: %s, want still waiting_deps", fmtCard(d))
 			}
 			e.setState("b", board.StateDone)
-			if d := e.get("d"); d.State != e.b.FirstPool() || d.PromotedBy != "b" {
-				t.Errorf("dependent after both blockers completed again: %s, want %q promoted by b", fmtCard(d), e.b.FirstPool())
-			}
+			e.wantPromotedBy("d", "b", "dependent after both blockers completed again")
 		})
 
 		t.Run("DependentMovedByHand", func(t *testing.T) {
@@ -402,4 +398,16 @@ func exerciseStates(t *testing.T, h Harness) {
 			})
 		}
 	})
+}
+
+// wantPromotedBy checks that id sits in the first pool state, promoted
+// there by blocker; it reports whether it does.
+func (e *env) wantPromotedBy(id, blocker, what string) bool {
+	e.t.Helper()
+	d := e.get(id)
+	if d.State != e.b.FirstPool() || d.PromotedBy != blocker {
+		e.t.Errorf("%s: %s, want %q promoted by %s", what, fmtCard(d), e.b.FirstPool(), blocker)
+		return false
+	}
+	return true
 }
