@@ -68,22 +68,6 @@ func (res Resolution) Stuck(card board.Card, b board.Board, now time.Time, lease
 	return StuckCard{Run: res.Run, RunErr: res.Err, Card: card, RecordedRunID: res.Recorded, Board: b, Now: now, Lease: lease}
 }
 
-// resolveMode says what Resolve may do with a running run it can prove
-// orphaned.
-type resolveMode int
-
-const (
-	// resolvePromote writes the promotion (the gated pass, before its
-	// transfer).
-	resolvePromote resolveMode = iota
-	// resolvePreview returns the run as a promotion would leave it and
-	// writes nothing (a dry run).
-	resolvePreview
-	// resolvePlain reads the run as it is: promoting is a decision, which
-	// the repair sweeps and the re-decision after a transfer never make.
-	resolvePlain
-)
-
 // ClaimRun reports which run pointer, if any, the judged claim of card
 // stamped, and whether the run must be read to tell. The pointer belongs to
 // the claim when it was stamped under the claim's epoch
@@ -107,25 +91,26 @@ func ClaimRun(card board.Card) (recorded string, check bool) {
 	}
 }
 
-// Resolve resolves card's judged claim's run at the store's time now. A
-// running run is promoted, with a CAS on the status it was read with, to
-// failed_resumable when it has a checkpoint and to failed otherwise, with
-// failure_code PROCESS_ORPHANED, when the oracle can prove no live owner.
-func (o *Oracle) Resolve(ctx context.Context, card board.Card, now time.Time) Resolution {
-	return o.resolve(ctx, card, now, resolvePromote)
-}
-
-// Preview is Resolve without the write: the run as Resolve would leave it.
+// Preview resolves card's judged claim's run at the store's time now, and
+// returns a running run as a promotion would leave it — to failed_resumable
+// when it has a checkpoint, to failed otherwise, failure_code
+// PROCESS_ORPHANED — when the oracle can prove no live owner. It writes
+// nothing: a promotion is written only by ResolveAfterTransfer, once a
+// transfer has proved the card as read still stood.
 func (o *Oracle) Preview(ctx context.Context, card board.Card, now time.Time) Resolution {
-	return o.resolve(ctx, card, now, resolvePreview)
+	return o.resolve(ctx, card, now, true)
 }
 
 // Read resolves the judged claim's run without promoting anything.
 func (o *Oracle) Read(ctx context.Context, card board.Card) Resolution {
-	return o.resolve(ctx, card, time.Time{}, resolvePlain)
+	return o.resolve(ctx, card, time.Time{}, false)
 }
 
-func (o *Oracle) resolve(ctx context.Context, card board.Card, now time.Time, mode resolveMode) Resolution {
+// resolve reads card's judged claim's run; with preview, a running run is
+// returned as a promotion would leave it, if the proof holds. Promoting is
+// a decision the repair sweeps and the re-decision after a transfer never
+// make on their own (Read), and a write only ResolveAfterTransfer makes.
+func (o *Oracle) resolve(ctx context.Context, card board.Card, now time.Time, preview bool) Resolution {
 	recorded, check := ClaimRun(card)
 	if recorded == "" {
 		return Resolution{}
@@ -142,10 +127,10 @@ func (o *Oracle) resolve(ctx context.Context, card board.Card, now time.Time, mo
 		return Resolution{} // an earlier claim's run
 	}
 	res := Resolution{Run: &r, Recorded: recorded}
-	if r.Status != board.RunRunning || mode == resolvePlain {
+	if r.Status != board.RunRunning || !preview {
 		return res
 	}
-	return o.promote(ctx, card, res, now, mode == resolvePromote)
+	return o.promote(ctx, card, res, now, false)
 }
 
 // ResolveAfterTransfer resolves the run of observed — the card as the

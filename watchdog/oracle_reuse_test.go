@@ -35,7 +35,7 @@ func TestOracleProvesAReusedPIDsOwnerDead(t *testing.T) {
 		pidreuse.StartOnPID(t, pid, exec.Command("sleep", "600"))
 		what := pidreuse.Describe(pid, deadStart, pidreuse.StartTicks(t, pid))
 
-		res := e.oracle(prober).Resolve(e.ctx, e.get("c1"), e.clock.Now())
+		res := e.oracle(prober).ResolveAfterTransfer(e.ctx, e.get("c1"), e.get("c1"), e.clock.Now())
 		if res.Err != nil {
 			t.Fatal(res.Err)
 		}

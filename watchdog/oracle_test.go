@@ -188,12 +188,12 @@ func TestOracleProofs(t *testing.T) {
 			if stored := e.getRun(r.ID); stored.Status != r.Status {
 				t.Fatalf("Preview wrote the run: %s, want %s", stored.Status, r.Status)
 			}
-			got, err := resolved(o.Resolve(e.ctx, e.get("c1"), e.clock.Now()))
+			got, err := resolved(o.ResolveAfterTransfer(e.ctx, e.get("c1"), e.get("c1"), e.clock.Now()))
 			if err != nil {
-				t.Fatalf("Resolve: %v", err)
+				t.Fatalf("ResolveAfterTransfer: %v", err)
 			}
 			if got == nil || got.Status != tc.wantStatus || preview.Status != tc.wantStatus {
-				t.Fatalf("Resolve = %+v (preview %+v), want status %s", got, preview, tc.wantStatus)
+				t.Fatalf("ResolveAfterTransfer = %+v (preview %+v), want status %s", got, preview, tc.wantStatus)
 			}
 			if orphan := got.FailureCode == board.FailureProcessOrphaned; orphan != tc.wantOrphan {
 				t.Errorf("failure code = %q, want PROCESS_ORPHANED %v", got.FailureCode, tc.wantOrphan)
@@ -214,9 +214,9 @@ func TestOracleUnknownLivenessConserves(t *testing.T) {
 	_, r := e.launch("c1", board.RunRunning, board.Run{Host: agentHost, PID: 777, PIDStart: 1_000})
 	e.expire()
 
-	got, err := resolved(e.oracle(e.probe).Resolve(e.ctx, e.get("c1"), e.clock.Now()))
+	got, err := resolved(e.oracle(e.probe).ResolveAfterTransfer(e.ctx, e.get("c1"), e.get("c1"), e.clock.Now()))
 	if err != nil {
-		t.Fatalf("Resolve: %v", err)
+		t.Fatalf("ResolveAfterTransfer: %v", err)
 	}
 	if got.Status != board.RunRunning {
 		t.Errorf("status = %s, want running: an unknown probe proves nothing", got.Status)
@@ -244,12 +244,12 @@ func TestOracleNeverOverwritesALateVerdict(t *testing.T) {
 	e.faults.staleRun = &stale
 	e.faults.mu.Unlock()
 
-	got, err := resolved(e.oracle(e.probe).Resolve(e.ctx, e.get("c1"), e.clock.Now()))
+	got, err := resolved(e.oracle(e.probe).ResolveAfterTransfer(e.ctx, e.get("c1"), e.get("c1"), e.clock.Now()))
 	if err != nil {
-		t.Fatalf("Resolve: %v", err)
+		t.Fatalf("ResolveAfterTransfer: %v", err)
 	}
 	if got.Status != board.RunFinished || got.FailureCode != "" {
-		t.Errorf("Resolve = %s/%q, want the owner's finished verdict", got.Status, got.FailureCode)
+		t.Errorf("ResolveAfterTransfer = %s/%q, want the owner's finished verdict", got.Status, got.FailureCode)
 	}
 	if stored := e.getRun(r.ID); stored.Status != board.RunFinished || stored.FailureCode != "" {
 		t.Errorf("stored run = %s/%q, want finished untouched", stored.Status, stored.FailureCode)
@@ -263,14 +263,14 @@ func TestOracleNoRun(t *testing.T) {
 	tok := e.claim("c1", workerMarker)
 	o := e.oracle(e.probe)
 
-	got, err := resolved(o.Resolve(e.ctx, e.get("c1"), e.clock.Now()))
+	got, err := resolved(o.ResolveAfterTransfer(e.ctx, e.get("c1"), e.get("c1"), e.clock.Now()))
 	if got != nil || err != nil {
 		t.Errorf("no pointer: Resolve = %+v, %v; want nil, nil", got, err)
 	}
 	if err := e.store.SetLastRunOwned(e.ctx, "c1", tok, "run-pruned"); err != nil {
 		t.Fatalf("SetLastRunOwned: %v", err)
 	}
-	got, err = resolved(o.Resolve(e.ctx, e.get("c1"), e.clock.Now()))
+	got, err = resolved(o.ResolveAfterTransfer(e.ctx, e.get("c1"), e.get("c1"), e.clock.Now()))
 	if got != nil || err != nil {
 		t.Errorf("pruned pointer: Resolve = %+v, %v; want nil, nil (not found is an answer, not a read error)", got, err)
 	}
@@ -285,7 +285,7 @@ func TestOracleReadErrorIsAnError(t *testing.T) {
 	if err := e.store.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	got, err := resolved(e.oracle(e.probe).Resolve(e.ctx, c, e.clock.Now()))
+	got, err := resolved(e.oracle(e.probe).ResolveAfterTransfer(e.ctx, c, c, e.clock.Now()))
 	if got != nil || err == nil || errors.Is(err, board.ErrNotFound) {
 		t.Errorf("Resolve on a closed store = %+v, %v; want a read error", got, err)
 	}
