@@ -353,39 +353,18 @@ func ExerciseAdmin(t *testing.T, h Harness) {
 		e.setState("a", board.StateCancelled)
 		e.card("c", board.StateReady)
 		e.setState("c", board.StateCancelled)
-		boardBefore, err := s.LoadBoard(e.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		beforeA, beforeC := e.get("a"), e.get("c")
-		seq := e.lastSeq()
-
-		_, err = a.DeleteState(e.ctx, board.StateCancelled, board.StateReady)
-		wantErr(t, err, board.ErrTransitionRejected, "a bulk reopen while a promoted dependent is outside waiting_deps")
-		e.unchanged(beforeA, "a refused bulk reopen")
-		e.unchanged(beforeC, "a refused bulk reopen")
-		e.noEventsSince(seq, "a refused bulk reopen")
-		if now, err := s.LoadBoard(e.ctx); err != nil || !now.Equal(boardBefore) {
-			t.Errorf("board after a refused bulk reopen = %v, %v; want it unchanged", now, err)
-		}
+		e.deleteCancelledRefused(s, a, "a bulk reopen while a promoted dependent is outside waiting_deps", "a", "b", "c")
 
 		// A dependent that has finished is still outside waiting_deps, and
 		// still holds its blocker.
 		e.setState("b", board.StateDone)
-		beforeB := e.get("b")
-		seq = e.lastSeq()
-		_, err = a.DeleteState(e.ctx, board.StateCancelled, board.StateReady)
-		wantErr(t, err, board.ErrTransitionRejected, "a bulk reopen while a finished dependent is outside waiting_deps")
-		e.unchanged(beforeA, "a refused bulk reopen")
-		e.unchanged(beforeB, "a refused bulk reopen")
-		e.unchanged(beforeC, "a refused bulk reopen")
-		e.noEventsSince(seq, "a refused bulk reopen")
+		e.deleteCancelledRefused(s, a, "a bulk reopen while a finished dependent is outside waiting_deps", "a", "b", "c")
 
 		// Once the dependent is back in waiting_deps the reopen goes through.
 		if err := e.s.Reopen(e.ctx, board.Move{Card: "b", To: board.StateWaitingDeps, Actor: "uid:0"}); err != nil {
 			t.Fatalf("Reopen the dependent into waiting_deps: %v", err)
 		}
-		seq = e.lastSeq()
+		seq := e.lastSeq()
 		rep, err := a.DeleteState(e.ctx, board.StateCancelled, board.StateReady)
 		if err != nil {
 			t.Fatalf("DeleteState after the dependent went back to waiting_deps: %v", err)
@@ -419,22 +398,7 @@ func ExerciseAdmin(t *testing.T, h Harness) {
 		e.setState("a", board.StateCancelled)
 		e.card("c", board.StateReady)
 		e.setState("c", board.StateCancelled)
-		boardBefore, err := s.LoadBoard(e.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		beforeA, beforeC, beforeD := e.get("a"), e.get("c"), e.get("d")
-		seq := e.lastSeq()
-
-		_, err = a.DeleteState(e.ctx, board.StateCancelled, board.StateReady)
-		wantErr(t, err, board.ErrTransitionRejected, "a bulk reopen of the earlier blocker of a promoted dependent")
-		e.unchanged(beforeA, "a refused bulk reopen")
-		e.unchanged(beforeC, "a refused bulk reopen")
-		e.unchanged(beforeD, "a refused bulk reopen")
-		e.noEventsSince(seq, "a refused bulk reopen")
-		if now, err := s.LoadBoard(e.ctx); err != nil || !now.Equal(boardBefore) {
-			t.Errorf("board after a refused bulk reopen = %v, %v; want it unchanged", now, err)
-		}
+		e.deleteCancelledRefused(s, a, "a bulk reopen of the earlier blocker of a promoted dependent", "a", "c", "d")
 	})
 
 	t.Run("StateSweepRefusals", func(t *testing.T) {
@@ -483,4 +447,29 @@ func ExerciseAdmin(t *testing.T, h Harness) {
 			})
 		}
 	})
+}
+
+// deleteCancelledRefused deletes the cancelled state into ready and wants
+// the sweep refused before it wrote anything: the board and the named
+// cards unchanged, no event.
+func (e *env) deleteCancelledRefused(s boardadmin.Store, a *boardadmin.Admin, what string, ids ...string) {
+	e.t.Helper()
+	boardBefore, err := s.LoadBoard(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	before := make([]board.Card, len(ids))
+	for i, id := range ids {
+		before[i] = e.get(id)
+	}
+	seq := e.lastSeq()
+	_, err = a.DeleteState(e.ctx, board.StateCancelled, board.StateReady)
+	wantErr(e.t, err, board.ErrTransitionRejected, what)
+	for _, c := range before {
+		e.unchanged(c, "a refused bulk reopen")
+	}
+	e.noEventsSince(seq, "a refused bulk reopen")
+	if now, err := s.LoadBoard(e.ctx); err != nil || !now.Equal(boardBefore) {
+		e.t.Errorf("board after a refused bulk reopen = %v, %v; want it unchanged", now, err)
+	}
 }
