@@ -156,6 +156,9 @@ type Store interface {
 
 	// Owner writes: CAS on (claim, claim_epoch).
 	SetStateOwned(ctx context.Context, m OwnedMove) (changed bool, err error)
+	// SetLastRunOwned points the card at runID and records tok's epoch as
+	// the pointer's (Card.LastRunEpoch), also when the pointer is already
+	// runID but was stamped by an earlier claim (a resumed run).
 	SetLastRunOwned(ctx context.Context, card string, tok ClaimToken, runID string) error
 	SetAwaitingInputOwned(ctx context.Context, card string, tok ClaimToken, awaiting bool) error
 	SetGaveUpOwned(ctx context.Context, card string, tok ClaimToken, g *GaveUp) error
@@ -215,7 +218,9 @@ type Store interface {
 	ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]Card, error)
 	// ReclaimExpired transfers an expired claim to a recovery marker in one
 	// CAS, bumping the epoch, and returns the new token and the card as the
-	// transfer observed it (after the write).
+	// transfer observed it (after the write). The card records which claim
+	// the recovery claim judges (Card.RecoveredEpoch): the transferred
+	// worker claim's epoch, or, from a recovery claim, the one it carried.
 	ReclaimExpired(ctx context.Context, r Reclaim) (ClaimToken, Card, error)
 
 	// Events returns events with Seq > after, oldest first, at most limit.
