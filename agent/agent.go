@@ -140,7 +140,7 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 		log:     log,
 		clock:   opts.Clock,
 		host:    host,
-		marker:  board.WorkerMarker(host, os.Getpid()),
+		marker:  board.AgentMarker(host, os.Getpid()),
 		started: opts.Clock.Now(),
 		prober:  pidprobe.New(),
 		notify:  newNotifier(log.With("component", "systemd")),

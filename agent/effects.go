@@ -117,7 +117,7 @@ func NewEffects(cfg EffectsConfig) (*Effects, error) {
 	if cfg.Notify == nil {
 		errs = append(errs, errors.New("Notify is nil"))
 	}
-	if err := board.ValidateMarker(cfg.Marker); err != nil {
+	if err := board.ValidateAgentMarker(cfg.Marker); err != nil {
 		errs = append(errs, fmt.Errorf("Marker: %w", err))
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -78,7 +79,7 @@ func (a *Agent) openStoreRetrying(ctx context.Context, cfg Config) error {
 	wait := time.Second
 	for attempt := 1; ; attempt++ {
 		err := a.openStore(ctx, cfg)
-		if err == nil || cfg.Store.Backend != BackendMongo || errors.Is(err, ErrConfig) || ctx.Err() != nil {
+		if err == nil || cfg.Store.Backend != BackendMongo || errors.Is(err, ErrConfig) || errors.Is(err, ErrNoSocketDir) || ctx.Err() != nil {
 			return err
 		}
 		a.log.Error("store unreachable: not serving until it answers", "backend", cfg.Store.Backend,
@@ -124,8 +125,13 @@ func (a *Agent) launchPlugin(ctx context.Context, cfg Config, argv []string) err
 			return fmt.Errorf("store.path: %w", err)
 		}
 	}
+	sockDir, err := pluginSocketDir(cfg, a.log)
+	if err != nil {
+		return err
+	}
 	proxy, err := plugins.Launch(ctx, plugins.LaunchConfig{
-		Cmd: func() *exec.Cmd { return exec.Command(argv[0], argv[1:]...) },
+		Cmd:       func() *exec.Cmd { return exec.Command(argv[0], argv[1:]...) },
+		SocketDir: sockDir,
 		Child: &plugins.ChildConfig{
 			Backend:         cfg.Store.Backend,
 			Path:            cfg.Store.Path,
@@ -147,4 +153,58 @@ func (a *Agent) launchPlugin(ctx context.Context, cfg Config, argv []string) err
 		return fmt.Sprintf("%s (plugin %s, pid %d, %d restarts)", cfg.Store.Backend, st.State, st.PID, st.Restarts)
 	}
 	return nil
+}
+
+// ErrNoSocketDir: no directory the agent may write holds the store
+// plugin's Unix socket. Waiting does not cure it, so it is not retried.
+var ErrNoSocketDir = errors.New("no writable directory for the store plugin's socket")
+
+// maxSocketDirLen is the longest directory the plugin's socket can live
+// under: a Unix socket path has at most 107 bytes, and go-plugin adds
+// "/plugin-dir" and "/plugin", each with up to ten random digits.
+const maxSocketDirLen = 107 - len("/plugin-dir") - len("/plugin") - 2*10
+
+// pluginSocketDir picks the directory under which the store plugin's
+// socket is made: the temporary directory (TMPDIR, else /tmp) when the
+// agent can write there, or else the agent's state directory — the bbolt
+// file's directory, or the directory of the agent's own socket for other
+// stores — which it must be able to write anyway. A scratch or distroless
+// image with a read-only root has no writable /tmp unless one is mounted;
+// with the fallback it needs none. When neither directory serves, the
+// error names both and why.
+func pluginSocketDir(cfg Config, log *slog.Logger) (string, error) {
+	tmp := os.TempDir()
+	state := filepath.Dir(cfg.Socket)
+	if cfg.Store.Backend == BackendBolt {
+		state = filepath.Dir(cfg.Store.Path)
+	}
+	tmpErr := probeSocketDir(tmp)
+	if tmpErr == nil {
+		return tmp, nil
+	}
+	stateErr := probeSocketDir(state)
+	if stateErr != nil {
+		return "", fmt.Errorf("%w: %v; %v: mount a writable /tmp (a tmpfs) or set TMPDIR to a writable directory",
+			ErrNoSocketDir, tmpErr, stateErr)
+	}
+	log.Info("the temporary directory is not writable: the store plugin's socket lives in the state directory",
+		"dir", state, "tmp_err", tmpErr)
+	return state, nil
+}
+
+// probeSocketDir checks that dir can hold go-plugin's socket directory, by
+// making (and removing) a directory there as go-plugin will.
+func probeSocketDir(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("%s: %v", dir, err)
+	}
+	if len(abs) > maxSocketDirLen {
+		return fmt.Errorf("%s: too long for a Unix socket path under it (%d bytes, at most %d)", abs, len(abs), maxSocketDirLen)
+	}
+	d, err := os.MkdirTemp(abs, ".leasekeeper-probe-")
+	if err != nil {
+		return err // *PathError: names the directory and the cause
+	}
+	return os.Remove(d)
 }

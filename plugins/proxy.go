@@ -35,6 +35,10 @@ type LaunchConfig struct {
 	// StartTimeout bounds one start: fork, handshake and the first round
 	// trip (which includes opening the store). Default 30s.
 	StartTimeout time.Duration
+	// SocketDir is the directory under which each start makes the private
+	// directory of the plugin's Unix socket. It must exist and be writable;
+	// empty means the system's temporary directory (TMPDIR, else /tmp).
+	SocketDir string
 	// MinBackoff and MaxBackoff bound the delay before a restart. The delay
 	// doubles after each crash of a plugin that did not stay up for
 	// MaxBackoff, and restarts from MinBackoff otherwise.
@@ -184,9 +188,10 @@ func (p *Proxy) start(ctx context.Context) (*instance, board.Board, error) {
 			cmd.Env = append(env, placeholder.Env...)
 			return r, nil
 		},
-		StartTimeout: p.cfg.StartTimeout,
-		Stderr:       tail,
-		Logger:       hclogFor(p.log),
+		UnixSocketConfig: &plugin.UnixSocketConfig{TempDir: p.cfg.SocketDir},
+		StartTimeout:     p.cfg.StartTimeout,
+		Stderr:           tail,
+		Logger:           hclogFor(p.log),
 	})
 
 	fail := func(err error) (*instance, board.Board, error) {

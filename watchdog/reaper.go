@@ -82,12 +82,12 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.Store == nil {
 		return out, fmt.Errorf("%w: no store", ErrInvalidConfig)
 	}
-	m, err := board.ParseMarker(out.Marker)
+	if board.IsRecoveryMarker(out.Marker) {
+		return out, fmt.Errorf("%w: agent marker %q is already a recovery marker", ErrInvalidConfig, out.Marker)
+	}
+	m, err := board.ParseAgentMarker(out.Marker)
 	if err != nil {
 		return out, fmt.Errorf("%w: agent marker: %w", ErrInvalidConfig, err)
-	}
-	if m.Recovery {
-		return out, fmt.Errorf("%w: agent marker %q is already a recovery marker", ErrInvalidConfig, out.Marker)
 	}
 	if out.Host == "" {
 		out.Host = m.Host

@@ -67,6 +67,9 @@ type Agent struct {
 	// AgentEnv is added to the agent process's environment only (such as
 	// LEASEKEEPER_REAPER=1); Environ strips those keys from everything else.
 	AgentEnv []string
+	// SysProcAttr, when set, starts the agent process with these
+	// attributes (such as a pid namespace of its own).
+	SysProcAttr *syscall.SysProcAttr
 
 	cur *Proc // the last run Start began
 }
@@ -166,6 +169,7 @@ func (a *Agent) Start() *Proc {
 	cmd := exec.Command(a.Binary, "agent", "--config", a.Config)
 	cmd.Env = append(a.Environ(), a.AgentEnv...)
 	cmd.Dir = a.Dir
+	cmd.SysProcAttr = a.SysProcAttr
 	p := &Proc{cmd: cmd, log: &Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if err := cmd.Start(); err != nil {
