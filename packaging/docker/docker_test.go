@@ -46,6 +46,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
+		defer stopPodman()
 		return m.Run()
 	}()
 	os.Exit(code)
