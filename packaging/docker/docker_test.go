@@ -1,9 +1,10 @@
-// Package docker_test checks the container packaging without a Docker
-// engine: the static build the Dockerfile makes, `leasekeeper health` run
+// Package docker_test checks the container packaging: without a container
+// runtime, the static build the Dockerfile makes, `leasekeeper health` run
 // exactly as the HEALTHCHECK runs it, the example files parsed for the
-// fields that make the sidecar work, and every shipped agent config loaded
-// with the agent's own strict loader. What this cannot check (no image is
-// built, no container runs) is listed in docs/OPERATIONS.md.
+// fields that make the sidecar work, every shipped agent config loaded with
+// the agent's own strict loader, and the agent as pid 1 of a pid namespace;
+// with podman (podman_test.go), the image and the sidecar pattern in real
+// containers. What is and is not covered: docs/OPERATIONS.md.
 package docker_test
 
 import (
@@ -526,7 +527,7 @@ func TestComposeFile(t *testing.T) {
 		}},
 		{"a read-only agent still has a writable /tmp", func() error {
 			if ag.ReadOnly && !slices.Contains(ag.Tmpfs, "/tmp") {
-				return errors.New("read_only without a /tmp tmpfs: the store plugin cannot create its socket")
+				return errors.New("read_only without a /tmp tmpfs: the store plugin's socket would go to the state volume")
 			}
 			return nil
 		}},
@@ -745,7 +746,7 @@ func TestPodFile(t *testing.T) {
 		}},
 		{"read-only root keeps /tmp writable", func() error {
 			if v, _ := ag.mount("/tmp"); ag.SecurityContext.ReadOnlyRootFilesystem && volumeKind(v) != "emptyDir" {
-				return errors.New("readOnlyRootFilesystem without an emptyDir at /tmp: the store plugin cannot create its socket")
+				return errors.New("readOnlyRootFilesystem without an emptyDir at /tmp: the store plugin's socket would go to the socket volume the worker shares")
 			}
 			return nil
 		}},

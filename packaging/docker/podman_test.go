@@ -106,12 +106,17 @@ func needPodman(t *testing.T) *podman {
 	}
 	podmanOnce.Do(func() { podmanInst, podmanErr = newPodman() })
 	if podmanErr != nil {
-		if os.Getenv(podmanEnv) == "require" {
-			t.Fatalf("%s=require, but: %v", podmanEnv, podmanErr)
-		}
-		t.Skipf("no real containers here: %v (install podman and runc to run this test)", podmanErr)
+		skipOrRequire(t, fmt.Sprintf("no real containers here: %v (install podman and runc to run this test)", podmanErr))
 	}
 	return podmanInst
+}
+
+func skipOrRequire(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv(podmanEnv) == "require" {
+		t.Fatalf("%s=require, but %s", podmanEnv, why)
+	}
+	t.Skip(why)
 }
 
 // run runs one podman command and returns its combined output.
@@ -421,6 +426,9 @@ func TestContainerSidecar(t *testing.T) {
 // read-only root, the security contexts and the probes.
 func TestContainerPodExample(t *testing.T) {
 	p := needPodman(t)
+	if _, err := exec.LookPath("catatonit"); err != nil {
+		skipOrRequire(t, "podman kube play needs catatonit for the pod's infra container (package catatonit)")
+	}
 	p.image(t)
 	b, err := os.ReadFile("pod.yaml")
 	if err != nil {
@@ -445,7 +453,7 @@ func TestContainerPodExample(t *testing.T) {
 	ag, wk := "worker-leasekeeper", "worker-worker"
 	p.logsOnFailure(t, ag, wk)
 	if out, err := p.run("pod", "inspect", "worker", "--format", "{{.SharedNamespaces}}"); err != nil || !strings.Contains(out, "pid") {
-		t.Skipf("this podman does not share the pod's pid namespace (shareProcessNamespace): %v %s", err, out)
+		skipOrRequire(t, fmt.Sprintf("this podman does not share the pod's pid namespace (shareProcessNamespace): %v %s", err, out))
 	}
 	p.must(t, "pod", "start", "worker")
 	_, _ = p.run("stop", "-t", "0", wk)
