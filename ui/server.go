@@ -113,7 +113,7 @@ func Listen(cfg Config) (*Server, error) {
 		// UIs on one host from overwriting each other's token.
 		cookie: "leasekeeper_ui_" + port,
 		hosts: map[string]bool{
-			addr.String():                      true,
+			addr.String():                       true,
 			net.JoinHostPort("localhost", port): true,
 		},
 		runs:  newRunCache(),
