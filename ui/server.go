@@ -84,12 +84,8 @@ func Listen(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	host, _, err := net.SplitHostPort(cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("ui: listen address %q: %w", cfg.Listen, err)
-	}
-	if !isLoopback(host) {
-		return nil, fmt.Errorf("%w: %q is not (reach it from elsewhere through an SSH tunnel)", ErrNotLoopback, cfg.Listen)
+	if err := CheckListen(cfg.Listen); err != nil {
+		return nil, err
 	}
 	token := cfg.Token
 	if token == "" {
@@ -128,6 +124,20 @@ func Listen(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// CheckListen says whether addr is an address the UI may listen on: a
+// loopback host and a port. The error wraps ErrNotLoopback when the host
+// is not a loopback one.
+func CheckListen(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%w: listen address %q: %w", ErrNotLoopback, addr, err)
+	}
+	if !isLoopback(host) {
+		return fmt.Errorf("%w: %q is not (reach it from elsewhere through an SSH tunnel)", ErrNotLoopback, addr)
+	}
+	return nil
+}
+
 func isLoopback(host string) bool {
 	if host == "localhost" {
 		return true
@@ -153,8 +163,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	hs := &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		// No WriteTimeout: the event stream is long-lived.
+		// No ReadTimeout or WriteTimeout: either would end the long-lived
+		// event stream (the server cancels a request's context when the
+		// connection's read deadline passes). No route reads a body.
 		IdleTimeout: 60 * time.Second,
 		ErrorLog:    slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
 	}

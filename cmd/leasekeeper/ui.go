@@ -41,6 +41,9 @@ SSH tunnel (ssh -L 8080:127.0.0.1:8080 host).`,
 }
 
 func runUI(ctx context.Context, env *cli, o uiOpts) error {
+	if err := ui.CheckListen(o.listen); err != nil {
+		return withCode(exitUsage, err)
+	}
 	c := env.client()
 	if _, err := c.Status(ctx); err != nil {
 		return env.agentError(c, err)
@@ -51,7 +54,7 @@ func runUI(ctx context.Context, env *cli, o uiOpts) error {
 		Logger: slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
-		return withCode(exitUsage, err)
+		return err
 	}
 	// The URL alone on stdout, for scripts; the explanation on stderr.
 	fmt.Fprintf(env.stderr, "leasekeeper: serving the board for the agent at %s; open (Ctrl-C stops):\n", c.SocketPath())
