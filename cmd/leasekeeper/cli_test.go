@@ -31,6 +31,10 @@ func TestUsageErrors(t *testing.T) {
 		{"unknown flag", []string{"status", "--jsn"}, exitUsage, "unknown flag"},
 		{"agent with a stray argument", []string{"agent", "extra"}, exitUsage, "want 0 argument"},
 		{"unreachable agent is an error, not usage", []string{"status"}, exitError, "cannot reach the agent"},
+		{"ui on every interface", []string{"ui", "--listen", "0.0.0.0:8080"}, exitUsage, "loopback address only"},
+		{"ui on a host's address", []string{"ui", "--listen", "192.0.2.1:8080"}, exitUsage, "loopback address only"},
+		{"ui without a port", []string{"ui", "--listen", "127.0.0.1"}, exitUsage, "missing port"},
+		{"ui with no agent", []string{"ui", "--listen", "127.0.0.1:0"}, exitError, "cannot reach the agent"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

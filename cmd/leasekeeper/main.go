@@ -81,6 +81,7 @@ XDG_RUNTIME_DIR is unset).
 		newHealthCmd(env),
 		newEventsCmd(env),
 		newReaperCmd(env),
+		newUICmd(env),         // ui.go
 		newCompletionCmd(env), // completion.go
 		newPluginCmd(env),
 		newSupervisorCmd(),

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os/exec"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leasekeeper/leasekeeper/ui"
+)
+
+type uiOpts struct {
+	listen string
+	open   bool
+}
+
+func newUICmd(env *cli) *cobra.Command {
+	var o uiOpts
+	c := &cobra.Command{
+		Use:   "ui [--listen 127.0.0.1:8080] [--open]",
+		Short: "Serve a read-only board view in the browser",
+		Long: `Serve the board in a browser: its columns in board order, each card's
+claim, epoch and live lease countdown, its last run and its dependencies; a
+Needs-attention lane (give-ups, expired claims the watchdog keeps, stuck
+recovery claims); the watchdog's gate, last pass and a dry-run preview; the
+agent's health. The page updates live from the agent's event stream.
+
+The UI talks to the agent over its socket as you, so it shows what you could
+read with the CLI; the preview needs an operator uid. It listens on loopback
+only and prints a URL with a token minted at start: the page is served only
+to a browser that opened that URL. Reach it from another machine through an
+SSH tunnel (ssh -L 8080:127.0.0.1:8080 host).`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error { return runUI(cmd.Context(), env, o) },
+	}
+	c.Flags().StringVar(&o.listen, "listen", ui.DefaultListen, "loopback address to serve on (port 0: any free port)")
+	c.Flags().BoolVar(&o.open, "open", false, "open the URL in the desktop's browser (xdg-open)")
+	return c
+}
+
+func runUI(ctx context.Context, env *cli, o uiOpts) error {
+	if err := ui.CheckListen(o.listen); err != nil {
+		return withCode(exitUsage, err)
+	}
+	c := env.client()
+	if _, err := c.Status(ctx); err != nil {
+		return env.agentError(c, err)
+	}
+	srv, err := ui.Listen(ui.Config{
+		Client: c,
+		Listen: o.listen,
+		Logger: slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		return err
+	}
+	// The URL alone on stdout, for scripts; the explanation on stderr.
+	fmt.Fprintf(env.stderr, "leasekeeper: serving the board for the agent at %s; open (Ctrl-C stops):\n", c.SocketPath())
+	fmt.Fprintln(env.stdout, srv.URL())
+	if o.open {
+		opener := exec.Command("xdg-open", srv.URL())
+		if err := opener.Start(); err != nil {
+			fmt.Fprintf(env.stderr, "leasekeeper: could not open a browser (%v): open the URL above yourself\n", err)
+		} else {
+			go func() { _ = opener.Wait() }()
+		}
+	}
+	return srv.Serve(ctx)
+}

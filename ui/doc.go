@@ -1,0 +1,33 @@
+// Package ui serves the read-only board view of `leasekeeper ui`: the
+// board's columns in board order with each card's claim, its lease
+// countdown and its last run, a Needs-attention lane, the watchdog's gate,
+// last pass and a dry-run preview, and the agent's health — updated live
+// from the agent's event stream.
+//
+// The server is a client of the agent like the command line: it reaches the
+// agent only over its Unix socket (package client), as the user who started
+// it, so the page shows what that user could read with the CLI and the
+// preview runs only for an operator uid. It never writes: every route is a
+// GET except the preview, which asks the agent for a dry-run reaper pass,
+// and the agent writes nothing for one.
+//
+// A page on any other site must not be able to read the board through a
+// browser that has it open, and another local user must not be able to
+// read it through the loopback port. So the server
+//
+//   - listens on a loopback address only (New refuses any other);
+//   - requires a random token minted when it starts: the printed URL
+//     carries it once, the server trades it for an HttpOnly,
+//     SameSite=Strict cookie scoped to its port and redirects to the bare
+//     URL;
+//   - refuses a request whose Host is not its listen address or
+//     localhost on its port (DNS rebinding);
+//   - sends no CORS headers, and requires the preview's POST to come from
+//     its own origin;
+//   - sends a Content-Security-Policy that allows only its own script and
+//     style, and renders every name through html/template, so a hostile
+//     card title is text.
+//
+// Templates, script and style are embedded: there is nothing to build or
+// install.
+package ui

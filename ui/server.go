@@ -1,0 +1,387 @@
+package ui
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/client"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// DefaultListen is the address `leasekeeper ui` listens on by default.
+const DefaultListen = "127.0.0.1:8080"
+
+// Config configures a Server.
+type Config struct {
+	// Client reaches the agent. Required.
+	Client *client.Client
+	// Listen is a loopback host:port (default DefaultListen); port 0
+	// picks a free one.
+	Listen string
+	// Token is what the URL must carry; empty mints a random one, which is
+	// what the command does.
+	Token  string
+	Logger *slog.Logger
+	// Now is the clock countdowns are computed against (default
+	// time.Now).
+	Now func() time.Time
+}
+
+// Server is the UI's HTTP server, listening once Listen returns.
+type Server struct {
+	cfg    Config
+	ln     net.Listener
+	token  string
+	cookie string
+	// hosts are the Host header values accepted: the bound address and
+	// localhost, each on the bound port.
+	hosts map[string]bool
+	feed  *feed
+	runs  *runCache
+	pages map[string]*template.Template
+	mux   *http.ServeMux
+	done  chan struct{}
+}
+
+// ErrNotLoopback is returned by Listen for an address that is not a
+// loopback one.
+var ErrNotLoopback = errors.New("the UI listens on a loopback address only")
+
+// Listen validates cfg, binds the listen address and prepares the server;
+// Serve serves it.
+func Listen(cfg Config) (*Server, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("ui: no agent client")
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultListen
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if err := CheckListen(cfg.Listen); err != nil {
+		return nil, err
+	}
+	token := cfg.Token
+	if token == "" {
+		b := make([]byte, 32)
+		_, _ = rand.Read(b) // crypto/rand.Read never fails
+		token = base64.RawURLEncoding.EncodeToString(b)
+	}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("ui: %w", err)
+	}
+	addr := ln.Addr().(*net.TCPAddr)
+	port := strconv.Itoa(addr.Port)
+	s := &Server{
+		cfg: cfg, ln: ln, token: token,
+		// Cookies are not scoped by port: the port in the name keeps two
+		// UIs on one host from overwriting each other's token.
+		cookie: "leasekeeper_ui_" + port,
+		hosts: map[string]bool{
+			addr.String():                       true,
+			net.JoinHostPort("localhost", port): true,
+		},
+		runs:  newRunCache(),
+		pages: pages,
+		done:  make(chan struct{}),
+	}
+	if port == "80" {
+		s.hosts[addr.IP.String()], s.hosts["localhost"] = true, true
+	}
+	s.feed = newFeed(cfg.Client, s.runs, cfg.Logger)
+	s.routes()
+	return s, nil
+}
+
+// CheckListen says whether addr is an address the UI may listen on: a
+// loopback host and a port. The error wraps ErrNotLoopback when the host
+// is not a loopback one.
+func CheckListen(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%w: listen address %q: %w", ErrNotLoopback, addr, err)
+	}
+	if !isLoopback(host) {
+		return fmt.Errorf("%w: %q is not (reach it from elsewhere through an SSH tunnel)", ErrNotLoopback, addr)
+	}
+	return nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Addr is the bound address.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// URL is the address to open: it carries the token, which the server
+// trades for a cookie on the first request.
+func (s *Server) URL() string {
+	return "http://" + s.ln.Addr().String() + "/?token=" + url.QueryEscape(s.token)
+}
+
+// Serve serves until ctx ends, then shuts down (open event streams end).
+func (s *Server) Serve(ctx context.Context) error {
+	feedCtx, stopFeed := context.WithCancel(ctx)
+	defer stopFeed()
+	go s.feed.run(feedCtx)
+	hs := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 5 * time.Second,
+		// No ReadTimeout or WriteTimeout: either would end the long-lived
+		// event stream (the server cancels a request's context when the
+		// connection's read deadline passes). No route reads a body.
+		IdleTimeout: 60 * time.Second,
+		ErrorLog:    slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(s.ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	close(s.done)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		return err
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func (s *Server) now() time.Time { return s.cfg.Now() }
+
+// routes lists every route. All are reads except POST /preview, which asks
+// the agent for a dry-run pass (the agent writes nothing for one). The
+// mux answers any other method with 405.
+func (s *Server) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /{$}", s.handleBoardPage)
+	m.HandleFunc("GET /board", s.handleBoardFragment)
+	m.HandleFunc("GET /cards/{id}", s.handleCardPage)
+	m.HandleFunc("GET /cards/{id}/fragment", s.handleCardFragment)
+	m.HandleFunc("GET /events", s.handleEvents)
+	m.HandleFunc("POST /preview", s.handlePreview)
+	static, _ := fs.Sub(staticFS, "static")
+	m.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	s.mux = m
+}
+
+// ServeHTTP applies the checks every request passes before its route:
+// the Host, the token, the method.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "+
+		"connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	// The entry URL carries the token: never send it on as a referrer.
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+
+	// DNS rebinding: a hostile name resolved to 127.0.0.1 reaches this
+	// port with its own name as the Host.
+	if !s.hosts[strings.ToLower(r.Host)] {
+		http.Error(w, "forbidden: unexpected Host "+strconv.Quote(r.Host)+"; open the URL leasekeeper ui printed", http.StatusForbidden)
+		return
+	}
+	if tok, ok := r.URL.Query()["token"]; ok && r.Method == http.MethodGet {
+		if len(tok) != 1 || !s.tokenOK(tok[0]) {
+			http.Error(w, "unauthorized: wrong token", http.StatusUnauthorized)
+			return
+		}
+		http.SetCookie(w, &http.Cookie{
+			Name: s.cookie, Value: s.token, Path: "/",
+			HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		})
+		// Drop the token from the address bar and the history.
+		q := r.URL.Query()
+		q.Del("token")
+		dest := url.URL{Path: r.URL.Path, RawQuery: q.Encode()}
+		http.Redirect(w, r, dest.String(), http.StatusSeeOther)
+		return
+	}
+	if c, err := r.Cookie(s.cookie); err != nil || !s.tokenOK(c.Value) {
+		http.Error(w, "unauthorized: open the URL (with its token) that leasekeeper ui printed", http.StatusUnauthorized)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+func (s *Server) tokenOK(got string) bool {
+	return subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) == 1
+}
+
+func filterOf(r *http.Request) filter {
+	q := r.URL.Query()
+	return filter{State: q.Get("state"), Label: q.Get("label"), Holder: q.Get("holder")}
+}
+
+func (s *Server) handleBoardPage(w http.ResponseWriter, r *http.Request) {
+	v, err := s.loadBoard(r.Context(), filterOf(r))
+	s.render(w, "board", "page", v, err)
+}
+
+func (s *Server) handleBoardFragment(w http.ResponseWriter, r *http.Request) {
+	v, err := s.loadBoard(r.Context(), filterOf(r))
+	s.render(w, "board", "live", v, err)
+}
+
+func (s *Server) handleCardPage(w http.ResponseWriter, r *http.Request) {
+	p, err := s.loadCard(r.Context(), r.PathValue("id"))
+	s.render(w, "card", "page", p, err)
+}
+
+func (s *Server) handleCardFragment(w http.ResponseWriter, r *http.Request) {
+	p, err := s.loadCard(r.Context(), r.PathValue("id"))
+	s.render(w, "card", "live", p, err)
+}
+
+// handlePreview runs a dry-run reaper pass: the decision the watchdog would
+// take about every expired claim now, and nothing written. Only a request
+// from this server's own page may ask (a cross-site form cannot: it sends
+// a foreign Origin and, SameSite=Strict, no cookie).
+func (s *Server) handlePreview(w http.ResponseWriter, r *http.Request) {
+	if o := r.Header.Get("Origin"); o != "http://"+r.Host {
+		http.Error(w, "forbidden: the preview is asked for from the board page only", http.StatusForbidden)
+		return
+	}
+	pass, err := s.cfg.Client.ReaperPass(r.Context(), true)
+	var pv *passView
+	if err == nil {
+		pv = newPassView(pass)
+	} else {
+		pv = &passView{Err: previewError(err)}
+	}
+	s.render(w, "board", "preview", pv, nil)
+}
+
+func previewError(err error) string {
+	switch {
+	case errors.Is(err, client.ErrForbidden):
+		return "the preview needs an operator: start leasekeeper ui as a uid listed in the agent's operators (" + err.Error() + ")"
+	case errors.Is(err, client.ErrUnavailable):
+		return "this agent has no reaper: " + err.Error()
+	}
+	return err.Error()
+}
+
+// render executes one template of a page into a buffer first, so a failed
+// render never sends half a page.
+func (s *Server) render(w http.ResponseWriter, page, name string, data any, loadErr error) {
+	if loadErr != nil {
+		code := http.StatusBadGateway
+		if errors.Is(loadErr, board.ErrNotFound) {
+			code = http.StatusNotFound
+		}
+		var buf bytes.Buffer
+		if err := s.pages["error"].ExecuteTemplate(&buf, name, errorView{Err: loadErr.Error(), Code: code}); err != nil {
+			http.Error(w, loadErr.Error(), code)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(code)
+		_, _ = w.Write(buf.Bytes())
+		return
+	}
+	var buf bytes.Buffer
+	if err := s.pages[page].ExecuteTemplate(&buf, name, data); err != nil {
+		s.cfg.Logger.Error("render", "page", page, "template", name, "err", err)
+		http.Error(w, "internal error rendering the page", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(buf.Bytes())
+}
+
+type errorView struct {
+	Err  string
+	Code int
+}
+
+// keepAlive is how often an idle event stream carries a comment, so a
+// browser or proxy that dropped the connection is noticed.
+const keepAlive = 15 * time.Second
+
+// handleEvents is the browser's event stream (server-sent events): one
+// message per agent event, and a resync after the server's own link to the
+// agent came back. The page re-reads the board on each.
+func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	ch, unsubscribe := s.feed.subscribe()
+	defer unsubscribe()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	if _, err := fmt.Fprintf(w, "retry: 1000\nevent: hello\ndata: {}\n\n"); err != nil {
+		return
+	}
+	if rc.Flush() != nil {
+		return
+	}
+	tick := time.NewTicker(keepAlive)
+	defer tick.Stop()
+	for {
+		var err error
+		select {
+		case <-r.Context().Done():
+			return
+		case <-s.done:
+			return
+		case <-tick.C:
+			_, err = fmt.Fprint(w, ": keep-alive\n\n")
+		case c := <-ch:
+			b, _ := json.Marshal(c)
+			if c.Seq > 0 {
+				_, err = fmt.Fprintf(w, "id: %d\n", c.Seq)
+			}
+			if err == nil {
+				_, err = fmt.Fprintf(w, "event: change\ndata: %s\n\n", b)
+			}
+		}
+		if err == nil {
+			err = rc.Flush()
+		}
+		if err != nil {
+			return
+		}
+	}
+}

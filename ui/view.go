@@ -1,0 +1,474 @@
+package ui
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/apitype"
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/client"
+)
+
+// filter narrows the board to one state, one label and one holder; an empty
+// field does not narrow.
+type filter struct {
+	State, Label, Holder string
+}
+
+func (f filter) match(c board.Card) bool {
+	return (f.State == "" || c.State == f.State) &&
+		(f.Label == "" || slices.Contains(c.Labels, f.Label)) &&
+		(f.Holder == "" || c.Claim == f.Holder)
+}
+
+// boardView is what the board page renders.
+type boardView struct {
+	Now       time.Time
+	Health    healthView
+	Attention []attention
+	Columns   []column
+	Watchdog  watchdogView
+	Filter    filter
+	// The values the filters offer, from the whole board.
+	States, Labels, Holders []string
+	Shown, Total            int
+	// RefreshMS is how often the page re-reads the board while no event
+	// arrives: leases are renewed without an event, so a countdown would
+	// otherwise run out on a card whose lease the agent keeps extending.
+	RefreshMS int64
+}
+
+type column struct {
+	State board.State
+	Cards []cardView
+}
+
+// cardView is one card with what the board shows beside it.
+type cardView struct {
+	board.Card
+	// LeaseMS is how long the lease is still trusted as of the render (it
+	// may be negative: expired that long ago); meaningful when Leased.
+	LeaseMS  int64
+	Leased   bool
+	Expired  bool
+	Recovery bool
+	// ClaimedMS is how long ago the claim was granted.
+	ClaimedMS  int64
+	LastRun    *board.Run
+	RunErr     string
+	Blockers   []blocker
+	Dependents []string
+}
+
+type blocker struct {
+	ID, State string
+	Complete  bool
+	Missing   bool
+}
+
+// attention is one entry of the Needs-attention lane.
+type attention struct {
+	Kind  string // "gave-up", "expired", "recovery", "unleased"
+	Card  cardView
+	Title string
+	Why   string
+}
+
+type healthView struct {
+	Agent      string
+	Version    string
+	Backend    string
+	Liveness   string
+	LeaseMS    int64
+	Reachable  bool
+	StoreError string
+	CheckMS    float64
+	Plugin     *apitype.PluginInfo
+	LastWrite  *apitype.WriteInfo
+	Tick       *apitype.HeartbeatTick
+	IntervalMS int64
+	// TickLate: the last tick ended more than two intervals ago.
+	TickLate   bool
+	ClaimsHeld int
+	Draining   bool
+	// Feed is the UI server's own link to the agent's event stream.
+	Feed feedState
+}
+
+type watchdogView struct {
+	Enabled    bool
+	IntervalMS int64
+	Batch      int
+	LastPass   *passView
+}
+
+type passView struct {
+	apitype.ReaperPass
+	Rows    []decisionRow
+	Actions []count
+	Sweeps  []count
+	Err     string
+}
+
+type count struct {
+	Name string
+	N    int
+}
+
+// decisionRow is a ReaperDecision with the decision table's action, row and
+// reason taken apart from the agent's one-line description of it.
+type decisionRow struct {
+	apitype.ReaperDecision
+	Decision string
+	Row      int
+	Why      string
+}
+
+// describedDecision is the agent's description of a decision: "ACTION (row
+// N): REASON".
+var describedDecision = regexp.MustCompile(`^(\S+) \(row (\d+)\): (.*)$`)
+
+func rowsOf(p apitype.ReaperPass) []decisionRow {
+	out := make([]decisionRow, 0, len(p.Decisions))
+	for _, d := range p.Decisions {
+		r := decisionRow{ReaperDecision: d, Why: d.Reason}
+		if m := describedDecision.FindStringSubmatch(d.Reason); m != nil {
+			r.Decision, r.Why = m[1], m[3]
+			r.Row, _ = strconv.Atoi(m[2])
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func counts(m map[string]int) []count {
+	out := make([]count, 0, len(m))
+	for k, v := range m {
+		out = append(out, count{k, v})
+	}
+	slices.SortFunc(out, func(a, b count) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+func newPassView(p apitype.ReaperPass) *passView {
+	return &passView{ReaperPass: p, Rows: rowsOf(p), Actions: counts(p.Actions), Sweeps: counts(p.Sweeps)}
+}
+
+// loadBoard reads the board, the cards and the agent's status and builds
+// the board page.
+func (s *Server) loadBoard(ctx context.Context, f filter) (boardView, error) {
+	c := s.cfg.Client
+	b, err := c.Board(ctx)
+	if err != nil {
+		return boardView{}, fmt.Errorf("read the board: %w", err)
+	}
+	cards, err := c.ListCards(ctx, board.CardFilter{})
+	if err != nil {
+		return boardView{}, fmt.Errorf("list the cards: %w", err)
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		return boardView{}, fmt.Errorf("read the agent's status: %w", err)
+	}
+	now := s.now()
+	v := boardView{
+		Now:       now,
+		Health:    s.health(st),
+		Filter:    f,
+		Total:     len(cards),
+		RefreshMS: min(max(st.Heartbeat.IntervalMS, 500), 5000),
+		Watchdog: watchdogView{
+			Enabled: st.Reaper.Enabled, IntervalMS: st.Reaper.IntervalMS, Batch: st.Reaper.Batch,
+		},
+	}
+	if st.Reaper.LastPass != nil {
+		v.Watchdog.LastPass = newPassView(*st.Reaper.LastPass)
+	}
+	views := s.cardViews(ctx, b, cards, now)
+	lease := time.Duration(st.LeaseMS) * time.Millisecond
+	v.Attention = needsAttention(views, st, lease)
+
+	labels, holders := map[string]bool{}, map[string]bool{}
+	for _, cv := range views {
+		for _, l := range cv.Labels {
+			labels[l] = true
+		}
+		if cv.Claim != "" {
+			holders[cv.Claim] = true
+		}
+	}
+	v.Labels, v.Holders = sortedKeys(labels), sortedKeys(holders)
+	byState := map[string][]cardView{}
+	for _, cv := range views {
+		if f.match(cv.Card) {
+			byState[cv.State] = append(byState[cv.State], cv)
+			v.Shown++
+		}
+	}
+	for _, state := range b.States {
+		v.States = append(v.States, state.Name)
+		if f.State != "" && state.Name != f.State {
+			continue
+		}
+		v.Columns = append(v.Columns, column{State: state, Cards: byState[state.Name]})
+		delete(byState, state.Name)
+	}
+	// A card in a state the board no longer has (a sweep in progress)
+	// still shows, in a column of its own after the board's.
+	for _, name := range sortedKeys(boolKeys(byState)) {
+		v.Columns = append(v.Columns, column{State: board.State{Name: name}, Cards: byState[name]})
+	}
+	return v, nil
+}
+
+// cardViews adds to each card its lease, its last run and its dependency
+// links.
+func (s *Server) cardViews(ctx context.Context, b board.Board, cards []board.Card, now time.Time) []cardView {
+	byID := make(map[string]board.Card, len(cards))
+	dependents := map[string][]string{}
+	for _, c := range cards {
+		byID[c.ID] = c
+		for _, d := range c.DependsOn {
+			dependents[d] = append(dependents[d], c.ID)
+		}
+	}
+	out := make([]cardView, 0, len(cards))
+	for _, c := range cards {
+		cv := s.cardView(ctx, c, now)
+		cv.Dependents = dependents[c.ID]
+		for _, d := range c.DependsOn {
+			bc, ok := byID[d]
+			cv.Blockers = append(cv.Blockers, blocker{ID: d, State: bc.State, Missing: !ok, Complete: ok && b.IsCompletion(bc.State)})
+		}
+		out = append(out, cv)
+	}
+	return out
+}
+
+func (s *Server) cardView(ctx context.Context, c board.Card, now time.Time) cardView {
+	cv := cardView{Card: c}
+	if c.Claimed() {
+		cv.Recovery = board.IsRecoveryMarker(c.Claim)
+		cv.ClaimedMS = now.Sub(c.ClaimedAt).Milliseconds()
+		if !c.ClaimLeaseUntil.IsZero() {
+			cv.Leased = true
+			cv.LeaseMS = c.ClaimLeaseUntil.Sub(now).Milliseconds()
+			cv.Expired = c.LeaseExpired(now)
+		}
+	}
+	if c.LastRunID != "" {
+		run, err := s.runs.get(ctx, s.cfg.Client, c.LastRunID)
+		switch {
+		case err == nil:
+			cv.LastRun = &run
+		case errors.Is(err, board.ErrNotFound):
+			cv.RunErr = "gone"
+		default:
+			cv.RunErr = err.Error()
+		}
+	}
+	return cv
+}
+
+// needsAttention picks the cards an operator should look at: those the
+// watchdog gave up on, claims whose lease ran out and that the watchdog
+// keeps (or has not judged yet), recovery claims held longer than a lease
+// and legacy un-leased claims.
+func needsAttention(views []cardView, st apitype.Status, lease time.Duration) []attention {
+	kept := map[string]apitype.ReaperDecision{}
+	if p := st.Reaper.LastPass; p != nil {
+		for _, d := range p.Decisions {
+			kept[d.Card] = d
+		}
+	}
+	var out []attention
+	for _, cv := range views {
+		if g := cv.GaveUp; g != nil {
+			why := g.Reason
+			if g.RunID != "" {
+				why = fmt.Sprintf("run %s: %s", g.RunID, g.Reason)
+			}
+			out = append(out, attention{Kind: "gave-up", Card: cv, Title: "gave up", Why: why})
+		}
+		switch {
+		case cv.Recovery && lease > 0 && time.Duration(cv.ClaimedMS)*time.Millisecond > lease:
+			out = append(out, attention{Kind: "recovery", Card: cv, Title: "recovery claim older than a lease",
+				Why: fmt.Sprintf("%s has held it for %s (lease %s): the watchdog that took it over did not finish", cv.Claim,
+					(time.Duration(cv.ClaimedMS) * time.Millisecond).Round(time.Second), lease)})
+		case cv.Expired && !cv.Recovery:
+			why := "not judged yet: the next watchdog pass decides it"
+			switch d, ok := kept[cv.ID]; {
+			case !st.Reaper.Enabled:
+				why = "the watchdog's gate is off: it decides nothing (run the preview to see what it would do)"
+			case ok && d.Action == "kept":
+				why = "the watchdog keeps it: " + d.Reason
+			case ok:
+				why = fmt.Sprintf("last pass: %s: %s", d.Action, d.Reason)
+			}
+			out = append(out, attention{Kind: "expired", Card: cv, Title: "claim expired", Why: why})
+		case cv.Claimed() && !cv.Leased:
+			out = append(out, attention{Kind: "unleased", Card: cv, Title: "un-leased claim",
+				Why: "a legacy claim without a lease: only the un-leased sweep reclaims it"})
+		}
+	}
+	return out
+}
+
+func (s *Server) health(st apitype.Status) healthView {
+	h := healthView{
+		Agent: st.Marker, Version: st.Version, Backend: st.Backend, Liveness: st.Liveness, LeaseMS: st.LeaseMS,
+		Reachable: st.Store.Reachable, StoreError: st.Store.Error, CheckMS: st.Store.CheckMS,
+		Plugin: st.Store.Plugin, LastWrite: st.Store.LastWrite,
+		Tick: st.Heartbeat.LastTick, IntervalMS: st.Heartbeat.IntervalMS,
+		ClaimsHeld: st.ClaimsHeld, Draining: st.Draining, Feed: s.feed.state(),
+	}
+	if h.Tick != nil && h.IntervalMS > 0 && h.Tick.AgoMS > 2*h.IntervalMS {
+		h.TickLate = true
+	}
+	return h
+}
+
+// cardPage is what a card's page renders.
+type cardPage struct {
+	Now    time.Time
+	Card   cardView
+	Runs   []board.Run
+	RunErr map[string]string
+	Events []board.Event
+	// EventsCapped: the log is longer than the page scans.
+	EventsCapped bool
+	Health       healthView
+	RefreshMS    int64
+}
+
+// maxScannedEvents bounds how much of the audit log a card page reads: the
+// socket has no per-card filter, so the page scans the log.
+const maxScannedEvents = 200_000
+
+func (s *Server) loadCard(ctx context.Context, id string) (cardPage, error) {
+	c := s.cfg.Client
+	card, err := c.GetCard(ctx, id)
+	if err != nil {
+		return cardPage{}, err
+	}
+	b, err := c.Board(ctx)
+	if err != nil {
+		return cardPage{}, fmt.Errorf("read the board: %w", err)
+	}
+	cards, err := c.ListCards(ctx, board.CardFilter{})
+	if err != nil {
+		return cardPage{}, fmt.Errorf("list the cards: %w", err)
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		return cardPage{}, fmt.Errorf("read the agent's status: %w", err)
+	}
+	now := s.now()
+	p := cardPage{Now: now, Health: s.health(st), RunErr: map[string]string{},
+		RefreshMS: min(max(st.Heartbeat.IntervalMS, 500), 5000)}
+	for _, cv := range s.cardViews(ctx, b, append(cards, card), now) {
+		if cv.ID == id {
+			p.Card = cv // the last one: the card as just read
+		}
+	}
+	for _, rid := range card.Runs {
+		run, err := s.runs.get(ctx, c, rid)
+		if err != nil {
+			p.RunErr[rid] = err.Error()
+			p.Runs = append(p.Runs, board.Run{ID: rid})
+			continue
+		}
+		p.Runs = append(p.Runs, run)
+	}
+	var after int64
+	for scanned := 0; ; {
+		evs, err := c.Events(ctx, after, 10000)
+		if err != nil {
+			return cardPage{}, fmt.Errorf("read the events: %w", err)
+		}
+		for _, ev := range evs {
+			if ev.Card == id {
+				p.Events = append(p.Events, ev)
+			}
+		}
+		scanned += len(evs)
+		if len(evs) < 10000 {
+			break
+		}
+		if scanned >= maxScannedEvents {
+			p.EventsCapped = true
+			break
+		}
+		after = evs[len(evs)-1].Seq
+	}
+	return p, nil
+}
+
+// runCache keeps the runs the board shows, so a refresh does not read every
+// card's last run again. The feed drops a run when an event names it, and
+// everything when it lost events (a reconnect).
+type runCache struct {
+	mu   sync.Mutex
+	gen  uint64 // bumped by every forget, so a read racing one is not kept
+	runs map[string]board.Run
+}
+
+func newRunCache() *runCache { return &runCache{runs: map[string]board.Run{}} }
+
+func (rc *runCache) get(ctx context.Context, c *client.Client, id string) (board.Run, error) {
+	rc.mu.Lock()
+	run, ok := rc.runs[id]
+	gen := rc.gen
+	rc.mu.Unlock()
+	if ok {
+		return run, nil
+	}
+	run, err := c.GetRun(ctx, id)
+	if err != nil {
+		return run, err
+	}
+	rc.mu.Lock()
+	if rc.gen == gen {
+		rc.runs[id] = run
+	}
+	rc.mu.Unlock()
+	return run, nil
+}
+
+func (rc *runCache) forget(id string) {
+	rc.mu.Lock()
+	delete(rc.runs, id)
+	rc.gen++
+	rc.mu.Unlock()
+}
+
+func (rc *runCache) clear() {
+	rc.mu.Lock()
+	clear(rc.runs)
+	rc.gen++
+	rc.mu.Unlock()
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func boolKeys[V any](m map[string]V) map[string]bool {
+	out := make(map[string]bool, len(m))
+	for k := range m {
+		out[k] = true
+	}
+	return out
+}
