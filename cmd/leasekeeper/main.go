@@ -67,7 +67,9 @@ XDG_RUNTIME_DIR is unset).
 ` + exitCodesHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       buildVersion(),
 	}
+	root.SetVersionTemplate("leasekeeper {{.Version}}\n")
 	root.PersistentFlags().StringVar(&env.socket, "socket", "", "agent socket path (default: LEASEKEEPER_SOCKET or the runtime directory)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return withCode(exitUsage, err) })
 	root.CompletionOptions.DisableDefaultCmd = true
@@ -84,6 +86,7 @@ XDG_RUNTIME_DIR is unset).
 		newCompletionCmd(env), // completion.go
 		newPluginCmd(env),
 		newSupervisorCmd(),
+		newVersionCmd(env), // version.go
 	)
 	return root
 }

@@ -32,9 +32,6 @@ type reaperOpts struct {
 	json   bool
 }
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
 func runAgent(ctx context.Context, env *cli, o agentOpts) error {
 	e := agent.DefaultEnvironment()
 	cfg, err := agent.LoadConfig(o.config, e)
@@ -46,7 +43,7 @@ func runAgent(ctx context.Context, env *cli, o agentOpts) error {
 		Env:           e,
 		LogFormat:     o.logFormat,
 		LogOutput:     env.stderr,
-		Version:       version,
+		Version:       buildVersion(),
 		PluginCommand: pluginCommand(),
 	}
 	return agent.Run(ctx, cfg, opts)
