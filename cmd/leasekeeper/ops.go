@@ -34,6 +34,9 @@ type reaperOpts struct {
 
 func runAgent(ctx context.Context, env *cli, o agentOpts) error {
 	e := agent.DefaultEnvironment()
+	if o.config == "" {
+		o.config = e.DefaultConfigPath()
+	}
 	cfg, err := agent.LoadConfig(o.config, e)
 	if err != nil {
 		return err
