@@ -176,6 +176,9 @@ type Environment struct {
 	// means the working directory, named relatively (as
 	// apitype.DefaultSocketPath does, so agent and clients agree).
 	WorkDir string
+	// Socket, when set, is the socket whatever the config file says (the
+	// agent's --socket flag).
+	Socket string
 }
 
 // DefaultEnvironment reads the real process environment.
@@ -505,6 +508,9 @@ func (fc fileConfig) resolve(env Environment) (Config, error) {
 		}
 		cfg.Socket = *fc.Socket
 	}
+	if env.Socket != "" {
+		cfg.Socket = env.Socket
+	}
 	return cfg, nil
 }
 
@@ -529,6 +535,10 @@ func deref(p *string) string {
 	}
 	return *p
 }
+
+// LiveKeys are the config keys a running agent applies when its file
+// changes; every other key needs a restart (ReloadableDiff).
+var LiveKeys = []string{"lease", "liveness", "reaper.enabled", "orphan_grace", "log"}
 
 // ReloadableDiff lists the keys whose change needs a restart: the socket
 // and the store are bound once at start.

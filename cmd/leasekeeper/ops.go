@@ -34,6 +34,7 @@ type reaperOpts struct {
 
 func runAgent(ctx context.Context, env *cli, o agentOpts) error {
 	e := agent.DefaultEnvironment()
+	e.Socket = env.socket // --socket: the socket to serve, over the config's
 	if o.config == "" {
 		o.config = e.DefaultConfigPath()
 	}
