@@ -65,4 +65,10 @@ func TestE2EAPIAsDocumented(t *testing.T) {
 	if !strings.Contains(body, `"created_at"`) {
 		t.Errorf("a card without created_at: %s", body)
 	}
+
+	// draining is a documented status field: present while false too.
+	status, body = rawGet(t, e.Socket, "/v1/status")
+	if status != http.StatusOK || !strings.Contains(body, `"draining":false`) {
+		t.Errorf("GET /v1/status = %d %s, want draining:false", status, body)
+	}
 }
