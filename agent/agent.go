@@ -108,6 +108,9 @@ func NewLogger(w io.Writer, format string, level slog.Leveler) (*slog.Logger, er
 // start or did not stop cleanly.
 func Run(ctx context.Context, cfg Config, opts Options) error {
 	a, err := start(ctx, cfg, opts)
+	if errors.Is(err, errStoppedStarting) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}

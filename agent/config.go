@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -175,6 +176,9 @@ type Environment struct {
 	// means the working directory, named relatively (as
 	// apitype.DefaultSocketPath does, so agent and clients agree).
 	WorkDir string
+	// Socket, when set, is the socket whatever the config file says (the
+	// agent's --socket flag).
+	Socket string
 }
 
 // DefaultEnvironment reads the real process environment.
@@ -183,12 +187,60 @@ func DefaultEnvironment() Environment {
 }
 
 // RuntimeDir is where the agent keeps its socket and its bbolt file by
-// default: $XDG_RUNTIME_DIR/leasekeeper when set, else the working directory.
+// default outside systemd: $XDG_RUNTIME_DIR/leasekeeper when set, else the
+// working directory.
 func (e Environment) RuntimeDir() string {
 	if d := e.getenv("XDG_RUNTIME_DIR"); d != "" {
 		return filepath.Join(d, "leasekeeper")
 	}
 	return e.WorkDir
+}
+
+// systemdDir is the first directory of a systemd directory variable
+// (RUNTIME_DIRECTORY, STATE_DIRECTORY, CONFIGURATION_DIRECTORY: systemd
+// sets them, colon separated, for a unit's RuntimeDirectory= and the like),
+// or "" when unset.
+func (e Environment) systemdDir(name string) string {
+	v, _, _ := strings.Cut(e.getenv(name), ":")
+	return v
+}
+
+// agentSocketPath is the agent's default socket: in the unit's runtime
+// directory under systemd, else DefaultSocketPath. Only the agent reads
+// RUNTIME_DIRECTORY: a client run from a unit of its own would find that
+// unit's directory there, not the agent's.
+func (e Environment) agentSocketPath() string {
+	if d := e.systemdDir("RUNTIME_DIRECTORY"); d != "" {
+		return filepath.Join(d, "leasekeeper.sock")
+	}
+	return e.DefaultSocketPath()
+}
+
+// stateDir is where the agent keeps its bbolt file by default: the unit's
+// state directory under systemd, else RuntimeDir.
+func (e Environment) stateDir() string {
+	if d := e.systemdDir("STATE_DIRECTORY"); d != "" {
+		return d
+	}
+	return e.RuntimeDir()
+}
+
+// DefaultConfigPath is the config file the agent reads when --config is not
+// given: agent.yaml in the unit's configuration directory under systemd
+// (CONFIGURATION_DIRECTORY), when that file exists; "" otherwise (every key
+// takes its default).
+func (e Environment) DefaultConfigPath() string {
+	d := e.systemdDir("CONFIGURATION_DIRECTORY")
+	if d == "" {
+		return ""
+	}
+	p := filepath.Join(d, "agent.yaml")
+	if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+		return ""
+	}
+	// Any other error (a file the agent may not read) is LoadConfig's to
+	// report.
+	return p
 }
 
 // DefaultSocketPath is the socket every client command tries when neither
@@ -320,7 +372,7 @@ func (fc fileConfig) resolve(env Environment) (Config, error) {
 			return Config{}, keyErr("store.uri", "set, but store.backend is bolt (store.uri and store.database are for mongo)")
 		}
 		if cfg.Store.Path == "" {
-			cfg.Store.Path = filepath.Join(env.RuntimeDir(), cfg.BoardName+".db")
+			cfg.Store.Path = filepath.Join(env.stateDir(), cfg.BoardName+".db")
 		}
 	case BackendMongo:
 		if cfg.Store.Path != "" {
@@ -346,7 +398,7 @@ func (fc fileConfig) resolve(env Environment) (Config, error) {
 			return Config{}, keyErr("store.backend", "plugin %q is not an executable file", cfg.Store.Backend)
 		}
 		if cfg.Store.Path == "" && cfg.Store.URI == "" {
-			cfg.Store.Path = filepath.Join(env.RuntimeDir(), cfg.BoardName+".db")
+			cfg.Store.Path = filepath.Join(env.stateDir(), cfg.BoardName+".db")
 		}
 	}
 
@@ -449,12 +501,15 @@ func (fc fileConfig) resolve(env Environment) (Config, error) {
 	}
 	cfg.LogLevel = lv
 
-	cfg.Socket = env.DefaultSocketPath()
+	cfg.Socket = env.agentSocketPath()
 	if fc.Socket != nil {
 		if *fc.Socket == "" {
 			return Config{}, keyErr("socket", "empty")
 		}
 		cfg.Socket = *fc.Socket
+	}
+	if env.Socket != "" {
+		cfg.Socket = env.Socket
 	}
 	return cfg, nil
 }
@@ -480,6 +535,10 @@ func deref(p *string) string {
 	}
 	return *p
 }
+
+// LiveKeys are the config keys a running agent applies when its file
+// changes; every other key needs a restart (ReloadableDiff).
+var LiveKeys = []string{"lease", "liveness", "reaper.enabled", "orphan_grace", "log"}
 
 // ReloadableDiff lists the keys whose change needs a restart: the socket
 // and the store are bound once at start.

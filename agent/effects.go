@@ -112,13 +112,13 @@ type pendingHint struct {
 func NewEffects(cfg EffectsConfig) (*Effects, error) {
 	var errs []error
 	if cfg.Store == nil {
-		errs = append(errs, errors.New("Store is nil"))
+		errs = append(errs, errors.New("field Store is nil"))
 	}
 	if cfg.Notify == nil {
-		errs = append(errs, errors.New("Notify is nil"))
+		errs = append(errs, errors.New("field Notify is nil"))
 	}
 	if err := board.ValidateAgentMarker(cfg.Marker); err != nil {
-		errs = append(errs, fmt.Errorf("Marker: %w", err))
+		errs = append(errs, fmt.Errorf("field Marker: %w", err))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("effects config: %w", err)

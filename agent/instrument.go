@@ -66,6 +66,18 @@ var readOps = map[string]bool{
 	"list_unleased_running_claims": true, "renew_claims": true,
 }
 
+// storeOps are the op labels of leasekeeper_store_errors_total: every verb
+// meteredStore counts, so each series exists at 0 from the start.
+var storeOps = []string{
+	"adjust_labels", "claim", "claim_next", "create_card", "create_run",
+	"dependents", "events", "expire_claim_owned", "get_card", "get_run",
+	"list_cards", "list_expired_claim_candidates", "list_unleased_running_claims",
+	"now", "reclaim_expired", "release", "release_expired", "release_owned",
+	"renew_claims", "reopen", "set_awaiting_input_owned", "set_gave_up_owned",
+	"set_labels", "set_last_run_owned", "set_state", "set_state_from",
+	"set_state_owned", "update_run",
+}
+
 // WriteOutcome is how the store answered the last write through the agent
 // (renewals aside).
 type WriteOutcome struct {

@@ -158,8 +158,38 @@ func newMetrics(version string, held func() int, reaperEnabled func() bool) *met
 	for _, g := range []string{"on", "off"} {
 		m.passes.WithLabelValues(g)
 	}
+	for _, op := range storeOps {
+		m.storeErrors.WithLabelValues(op)
+	}
+	for _, a := range reaperActions {
+		for _, o := range reaperOutcomes {
+			m.decisions.WithLabelValues(string(a), string(o))
+		}
+	}
+	for _, a := range []SweepAction{SweepReleased, SweepExpired, SweepAdopted, SweepKept, SweepFailed} {
+		m.sweeps.WithLabelValues(sweepBoot, string(a))
+	}
+	for _, sw := range []watchdog.Sweep{watchdog.SweepRecovery, watchdog.SweepUnleased} {
+		for _, o := range reaperOutcomes {
+			m.sweeps.WithLabelValues(string(sw), string(o))
+		}
+	}
 	return m
 }
+
+// reaperActions are the decision table's actions, and reaperOutcomes what
+// a pass that writes can do with a card or a sweep's claim (OutcomeDecided
+// is a dry run's, which the metrics leave out).
+var (
+	reaperActions = []watchdog.Action{
+		watchdog.ActionKeep, watchdog.ActionRelease, watchdog.ActionGiveUp,
+		watchdog.ActionComplete, watchdog.ActionFail, watchdog.ActionRepark,
+	}
+	reaperOutcomes = []watchdog.Outcome{
+		watchdog.OutcomeKept, watchdog.OutcomeTransferred, watchdog.OutcomeFiled,
+		watchdog.OutcomeReleased, watchdog.OutcomeSkippedConflict, watchdog.OutcomeError,
+	}
+)
 
 func boolFloat(b bool) float64 {
 	if b {

@@ -56,6 +56,9 @@ func OpenBuiltinStore(ctx context.Context, spec StoreSpec, clock board.Clock) (b
 			}
 		}
 		s, err := boltstore.Open(spec.Path, boltstore.Options{Board: spec.Board, Clock: clock, LockTimeout: StoreLockTimeout})
+		if errors.Is(err, boltstore.ErrLocked) {
+			return nil, err // it names the file and the pid holding it
+		}
 		if err != nil {
 			return nil, fmt.Errorf("open bolt store %s: %w", spec.Path, err)
 		}
@@ -65,6 +68,10 @@ func OpenBuiltinStore(ctx context.Context, spec StoreSpec, clock board.Clock) (b
 	}
 	return nil, fmt.Errorf("%w: store.backend %q is not a built-in store", ErrConfig, spec.Backend)
 }
+
+// errStoppedStarting: the agent was told to stop (SIGTERM) while it waited
+// for its store. That is the stop asked for, not a failure: Run returns nil.
+var errStoppedStarting = errors.New("stopped before serving")
 
 // storeRetryMax caps the wait between attempts to reach a network store.
 const storeRetryMax = 30 * time.Second
@@ -79,14 +86,19 @@ func (a *Agent) openStoreRetrying(ctx context.Context, cfg Config) error {
 	wait := time.Second
 	for attempt := 1; ; attempt++ {
 		err := a.openStore(ctx, cfg)
-		if err == nil || cfg.Store.Backend != BackendMongo || errors.Is(err, ErrConfig) || errors.Is(err, ErrNoSocketDir) || ctx.Err() != nil {
+		if err != nil && ctx.Err() != nil {
+			a.log.Info("stopped while opening the store, before serving", "err", err)
+			return errStoppedStarting
+		}
+		if err == nil || cfg.Store.Backend != BackendMongo || errors.Is(err, ErrConfig) || errors.Is(err, ErrNoSocketDir) {
 			return err
 		}
 		a.log.Error("store unreachable: not serving until it answers", "backend", cfg.Store.Backend,
 			"database", cfg.Store.Database, "attempt", attempt, "retry_in", wait, "err", err)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the store never became reachable: %w", err)
+			a.log.Info("stopped while waiting for the store, before serving", "attempts", attempt)
+			return errStoppedStarting
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, storeRetryMax)
@@ -144,6 +156,13 @@ func (a *Agent) launchPlugin(ctx context.Context, cfg Config, argv []string) err
 		Logger: a.log.With("component", "store-plugin"),
 	})
 	if err != nil {
+		var d interface{ Detail() string }
+		if errors.As(err, &d) && d.Detail() != err.Error() {
+			// The error is the plugin's own account of why it gave up,
+			// and names the plugin; go-plugin's framing is detail.
+			a.log.Debug("store plugin start failed", "detail", d.Detail())
+			return err
+		}
 		return fmt.Errorf("store plugin %s: %w", argv[0], err)
 	}
 	a.store = proxy

@@ -181,7 +181,7 @@ type Status struct {
 	// ClaimsHeld is len(Claims), for scripts that only need the count.
 	ClaimsHeld int `json:"claims_held"`
 	// Draining is true once the agent stopped granting new claims.
-	Draining bool `json:"draining,omitempty"`
+	Draining bool `json:"draining"`
 	// Store is the result of a store round trip made while answering.
 	Store StoreHealth `json:"store"`
 	// Heartbeat is the renewal loop's schedule and its last tick.

@@ -66,8 +66,8 @@ type Card struct {
 	// The claim family. Ordinary writes never touch it.
 	Claim           string    `json:"claim"`
 	ClaimEpoch      int64     `json:"claim_epoch"`
-	ClaimedAt       time.Time `json:"claimed_at"`
-	ClaimLeaseUntil time.Time `json:"claim_lease_until"`
+	ClaimedAt       time.Time `json:"claimed_at,omitzero"`
+	ClaimLeaseUntil time.Time `json:"claim_lease_until,omitzero"`
 	// RecoveredEpoch is set while a recovery (reaper:) claim holds the
 	// card: the epoch of the worker claim the watchdog took over, kept
 	// across a recovery claim's own transfers. It is how the watchdog tells

@@ -213,7 +213,6 @@ func TestContextCrossesTheBoundary(t *testing.T) {
 	type seen struct {
 		deadline time.Time
 		has      bool
-		err      error
 	}
 	entered := make(chan seen, 1)
 	ended := make(chan error, 1)

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -45,11 +44,7 @@ func testPluginBinary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(binDir, "testplugin")
 	buildOnce.Do(func() {
-		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(goTool); err != nil {
-			goTool = "go"
-		}
-		cmd := exec.Command(goTool, "build", "-o", bin, "./internal/testplugin")
+		cmd := exec.Command("go", "build", "-o", bin, "./internal/testplugin")
 		buildOut, buildErr = cmd.CombinedOutput()
 	})
 	if buildErr != nil {

@@ -26,12 +26,15 @@ func hclogFor(l *slog.Logger) hclog.Logger {
 		level = hclog.Debug
 	}
 	return hclog.New(&hclog.LoggerOptions{
-		Name:       "store-plugin",
+		Name:       hclogName,
 		Level:      level,
 		Output:     &slogWriter{l: l},
 		JSONFormat: true,
 	})
 }
+
+// hclogName names go-plugin's logger in the agent.
+const hclogName = "store-plugin"
 
 type slogWriter struct {
 	l *slog.Logger
@@ -62,6 +65,13 @@ func (w *slogWriter) emit(line []byte) {
 		lvl = slog.LevelWarn
 	case "error":
 		lvl = slog.LevelError
+	}
+	// go-plugin's own lines (module "store-plugin"; the plugin's relayed
+	// lines are "store-plugin.<binary>") tell of the process starting and
+	// exiting, which the proxy reports itself, in terms of the store: they
+	// are detail.
+	if mod, _ := m["@module"].(string); mod == hclogName && lvl > slog.LevelDebug {
+		lvl = slog.LevelDebug
 	}
 	var attrs []any
 	if mod, ok := m["@module"].(string); ok {

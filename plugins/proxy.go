@@ -250,17 +250,40 @@ func startError(name string, err error, stderr string) error {
 	if stderr != "" {
 		out += "\nplugin stderr (last lines):\n" + stderr
 	}
-	return &startErr{msg: out, err: err}
+	if cause := childFailure(stderr); cause != "" {
+		// The plugin said why it gave up: that is the error, on one line;
+		// go-plugin's account of the failed handshake is detail.
+		return &startErr{msg: fmt.Sprintf("%s (store plugin %s exited during start)", cause, name), detail: out, err: err}
+	}
+	return &startErr{msg: out, detail: out, err: err}
+}
+
+// childFailure is the error a plugin serving through Serve wrote to its
+// stderr before exiting (its last line starting with serveErrPrefix), with
+// that prefix cut; "" when there is none.
+func childFailure(stderr string) string {
+	lines := strings.Split(stderr, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if cause, ok := strings.CutPrefix(strings.TrimSpace(lines[i]), serveErrPrefix); ok && cause != "" {
+			return cause
+		}
+	}
+	return ""
 }
 
 // startErr wraps ErrStart and the underlying cause.
 type startErr struct {
-	msg string
-	err error
+	msg    string
+	detail string
+	err    error
 }
 
 func (e *startErr) Error() string   { return e.msg }
 func (e *startErr) Unwrap() []error { return []error{ErrStart, e.err} }
+
+// Detail is the whole account of the failed start: go-plugin's error and
+// the plugin's last stderr lines.
+func (e *startErr) Detail() string { return e.detail }
 
 // supervise waits for the plugin to exit and restarts it, until Close.
 func (p *Proxy) supervise(inst *instance) {

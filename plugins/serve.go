@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
@@ -13,6 +14,10 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/board"
 )
+
+// serveErrPrefix starts the line Serve writes to stderr when it fails: the
+// agent finds the plugin's own account of the failure by it.
+const serveErrPrefix = "store plugin: "
 
 // Serve runs the plugin side of the store boundary: it ties this process's
 // life to the agent that started it, opens the store with open, serves it
@@ -29,7 +34,7 @@ func Serve(open func(ctx context.Context) (board.Store, error)) (err error) {
 	stderr := os.Stderr
 	defer func() {
 		if err != nil {
-			fmt.Fprintln(stderr, err)
+			fmt.Fprintln(stderr, serveErrPrefix+strings.TrimPrefix(err.Error(), serveErrPrefix))
 		}
 	}()
 
@@ -49,7 +54,7 @@ func Serve(open func(ctx context.Context) (board.Store, error)) (err error) {
 	store, err := open(openCtx)
 	stopSignals()
 	if err != nil {
-		return fmt.Errorf("store plugin: opening the store: %w", err)
+		return fmt.Errorf("opening the store: %w", err)
 	}
 	defer func() {
 		if cerr := store.Close(); cerr != nil && err == nil {

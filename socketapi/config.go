@@ -107,24 +107,24 @@ const (
 func (c *Config) validate() error {
 	var errs []error
 	if c.Path == "" {
-		errs = append(errs, errors.New("Path is empty"))
+		errs = append(errs, errors.New("field Path is empty"))
 	}
 	if c.Store == nil {
-		errs = append(errs, errors.New("Store is nil"))
+		errs = append(errs, errors.New("field Store is nil"))
 	}
 	if c.Claims == nil {
-		errs = append(errs, errors.New("Claims is nil"))
+		errs = append(errs, errors.New("field Claims is nil"))
 	}
 	if c.Prober == nil {
-		errs = append(errs, errors.New("Prober is nil"))
+		errs = append(errs, errors.New("field Prober is nil"))
 	}
 	if c.Host == "" {
-		errs = append(errs, errors.New("Host is empty"))
+		errs = append(errs, errors.New("field Host is empty"))
 	}
 	if c.Lease == nil {
-		errs = append(errs, errors.New("Lease is nil"))
+		errs = append(errs, errors.New("field Lease is nil"))
 	} else if c.Lease() <= 0 {
-		errs = append(errs, fmt.Errorf("Lease is %v, want > 0", c.Lease()))
+		errs = append(errs, fmt.Errorf("field Lease is %v, want > 0", c.Lease()))
 	}
 	if c.Liveness == nil {
 		c.Liveness = func() string { return apitype.LivenessPID }
@@ -132,7 +132,7 @@ func (c *Config) validate() error {
 	switch m := c.Liveness(); m {
 	case apitype.LivenessPID, apitype.LivenessKeepalive:
 	default:
-		errs = append(errs, fmt.Errorf("Liveness is %q, want %q or %q", m, apitype.LivenessPID, apitype.LivenessKeepalive))
+		errs = append(errs, fmt.Errorf("field Liveness is %q, want %q or %q", m, apitype.LivenessPID, apitype.LivenessKeepalive))
 	}
 	if c.Operators == nil {
 		own := uint32(os.Getuid())

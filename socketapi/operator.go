@@ -34,7 +34,7 @@ func (s *Server) handleListCards(w http.ResponseWriter, r *http.Request, _ calle
 		return err
 	}
 	if limit < 0 || limit > maxListLimit {
-		return board.Invalid("limit must be between 0 and %d", maxListLimit)
+		return fmt.Errorf("%w: query parameter limit=%d: want 0..%d", apitype.ErrBadRequest, limit, maxListLimit)
 	}
 	claimed, err := queryBool(r, "claimed")
 	if err != nil {
@@ -255,7 +255,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, _ caller) 
 		return err
 	}
 	if after < 0 || limit <= 0 || limit > maxListLimit {
-		return board.Invalid("want after >= 0 and 0 < limit <= %d", maxListLimit)
+		return fmt.Errorf("%w: query parameters after=%d limit=%d: want after >= 0 and limit 1..%d", apitype.ErrBadRequest, after, limit, maxListLimit)
 	}
 	follow, err := queryBool(r, "follow")
 	if err != nil {
@@ -285,6 +285,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, _ caller) 
 	rc := http.NewResponseController(w)
 	bw := bufio.NewWriter(w)
 	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
 	poll := time.NewTicker(s.cfg.EventPoll)
 	defer poll.Stop()
 	evs := first

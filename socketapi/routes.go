@@ -185,7 +185,9 @@ func (s *Server) dispatch(routes []route) http.Handler {
 func writeJSON(w http.ResponseWriter, status int, v any) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	return json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // a body is JSON for programs, not HTML: "<" stays "<"
+	return enc.Encode(v)
 }
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {

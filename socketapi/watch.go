@@ -79,6 +79,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, c caller) e
 	rc := http.NewResponseController(w)
 	bw := bufio.NewWriter(w)
 	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
 	send := func(f apitype.Frame) bool { return enc.Encode(f) == nil }
 	// A reader that stops reading blocks the flush once the socket buffer
 	// fills; each flush gets a lease to land, then the stream is cut.

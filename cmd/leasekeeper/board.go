@@ -30,7 +30,7 @@ func newBoardStateCmd(env *cli) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "state",
 		Short: "Rename or delete a state of the board (operator)",
-		Args:  exactArgs(0),
+		Args:  subcommandArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return withCode(exitUsage, cmd.Help()) },
 	}
 	var asJSON bool
@@ -86,7 +86,7 @@ func newBoardLabelCmd(env *cli) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "label",
 		Short: "Rename, merge or delete a label on every card (operator)",
-		Args:  exactArgs(0),
+		Args:  subcommandArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return withCode(exitUsage, cmd.Help()) },
 	}
 	var asJSON bool

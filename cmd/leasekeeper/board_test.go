@@ -50,7 +50,7 @@ func TestBoardAdminUsageErrors(t *testing.T) {
 		{"state rename with one name", []string{"board", "state", "rename", "ready"}, exitUsage, "OLD NEW"},
 		{"label merge without --into", []string{"board", "label", "merge", "a", "b"}, exitUsage, "--into is required"},
 		{"label merge with nothing to merge", []string{"board", "label", "merge", "--into", "c"}, exitUsage, "at least one label"},
-		{"label delete with two labels", []string{"board", "label", "delete", "a", "b"}, exitUsage, "want 1 argument"},
+		{"label delete with two labels", []string{"board", "label", "delete", "a", "b"}, exitUsage, `leasekeeper board label delete needs L, got 2 ("a" "b")`},
 		{"unreachable agent is an error", []string{"board", "label", "delete", "a"}, exitError, "cannot reach the agent"},
 	}
 	for _, tc := range cases {

@@ -2,9 +2,17 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/agent"
+	"github.com/leasekeeper/leasekeeper/internal/agentproc"
 )
 
 // TestUsageErrors runs the command line in-process on invocations that must
@@ -29,7 +37,13 @@ func TestUsageErrors(t *testing.T) {
 		{"label with nothing to do", []string{"card", "label", "c1"}, exitUsage, "nothing to do"},
 		{"move with one argument", []string{"card", "move", "c1"}, exitUsage, "ID STATE"},
 		{"unknown flag", []string{"status", "--jsn"}, exitUsage, "unknown flag"},
-		{"agent with a stray argument", []string{"agent", "extra"}, exitUsage, "want 0 argument"},
+		{"agent with a stray argument", []string{"agent", "extra"}, exitUsage, `leasekeeper agent takes no arguments, got 1 ("extra")`},
+		{"unknown command", []string{"frobnicate"}, exitUsage, `unknown command "frobnicate" for "leasekeeper"`},
+		{"unknown subcommand", []string{"card", "frob"}, exitUsage, `unknown command "frob" for "leasekeeper card"`},
+		{"unknown subcommand, suggested", []string{"card", "shwo"}, exitUsage, `did you mean "show"?`},
+		{"unknown board subcommand", []string{"board", "state", "frob"}, exitUsage, `unknown command "frob" for "leasekeeper board state"`},
+		{"show without its id", []string{"card", "show"}, exitUsage, "leasekeeper card show needs ID, got none"},
+		{"unknown flag of a group", []string{"card", "--bogus"}, exitUsage, "unknown flag"},
 		{"unreachable agent is an error, not usage", []string{"status"}, exitError, "cannot reach the agent"},
 		{"ui on every interface", []string{"ui", "--listen", "0.0.0.0:8080"}, exitUsage, "loopback address only"},
 		{"ui on a host's address", []string{"ui", "--listen", "192.0.2.1:8080"}, exitUsage, "loopback address only"},
@@ -102,5 +116,63 @@ func TestEveryDocumentedCommandExists(t *testing.T) {
 		if c.InheritedFlags().Lookup("socket") == nil && c.Flags().Lookup("socket") == nil {
 			t.Errorf("%v has no --socket", path)
 		}
+	}
+}
+
+// TestAgentHelpListsEveryLiveKey checks `agent --help` against the keys
+// docs/CONFIG.md marks live, and both against agent.LiveKeys.
+func TestAgentHelpListsEveryLiveKey(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "CONFIG.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var documented []string
+	for _, l := range strings.Split(string(doc), "\n") {
+		cells := strings.Split(l, "|")
+		if len(cells) > 4 && strings.TrimSpace(cells[3]) == "**live**" {
+			documented = append(documented, strings.Trim(strings.TrimSpace(cells[1]), "`"))
+		}
+	}
+	if got, want := strings.Join(sorted(documented), ","), strings.Join(sorted(agent.LiveKeys), ","); got != want {
+		t.Errorf("docs/CONFIG.md marks %s live, agent.LiveKeys is %s", got, want)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"agent", "--help"}, strings.NewReader(""), &out, &errb); code != 0 {
+		t.Fatalf("agent --help: exit %d: %s", code, errb.String())
+	}
+	for _, k := range documented {
+		if !strings.Contains(out.String(), k) {
+			t.Errorf("agent --help does not name the live key %s:\n%s", k, out.String())
+		}
+	}
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
+// TestE2EAgentSocketFlag: `agent --socket X` serves on X, over the
+// config file's socket.
+func TestE2EAgentSocketFlag(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	other := filepath.Join(e.Dir, "flag.sock")
+	cmd := exec.Command(binary, "agent", "--config", e.Config, "--socket", other)
+	cmd.Env, cmd.Dir = e.Environ(), e.Dir
+	logs := &agentproc.Buffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
+	agentproc.WaitFor(t, 30*time.Second, "the agent to serve on --socket", func() bool {
+		_, _, code := e.Run("--socket", other, "health")
+		return code == 0
+	})
+	if _, err := os.Stat(e.Socket); !os.IsNotExist(err) {
+		t.Errorf("the config's socket %s exists (stat: %v): --socket must replace it", e.Socket, err)
 	}
 }

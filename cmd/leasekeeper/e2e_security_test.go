@@ -121,7 +121,35 @@ func TestE2ESecondAgentOnAHeldStoreFile(t *testing.T) {
 	if last := lines[len(lines)-1]; !strings.Contains(last, fmt.Sprintf("held by pid %d", holder.PID)) {
 		t.Errorf("last line %q: want it to name the holder, pid %d", last, holder.PID)
 	}
+	// One line says why; go-plugin's account of the plugin that exited is
+	// not shown at the default log level.
+	if n := strings.Count(string(out), "held by pid"); n != 1 {
+		t.Errorf("the cause is said %d times, want once:\n%s", n, out)
+	}
+	if !strings.HasPrefix(lines[len(lines)-1], "leasekeeper: ") {
+		t.Errorf("last line %q: want the command's one error line", lines[len(lines)-1])
+	}
+	for _, framing := range pluginFraming {
+		if strings.Contains(string(out), framing) {
+			t.Errorf("the output carries go-plugin's framing %q:\n%s", framing, out)
+		}
+	}
+
+	// At debug the detail is there.
+	if err := os.WriteFile(second.Config, []byte(cfg+"log: debug\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd = exec.CommandContext(t.Context(), binary, "agent", "--config", second.Config)
+	cmd.Env, cmd.Dir = second.Environ(), second.Dir
+	out, _ = cmd.CombinedOutput()
+	if !strings.Contains(string(out), "store plugin start failed") || !strings.Contains(string(out), "plugin stderr") {
+		t.Errorf("at log: debug, the plugin's start failure is not detailed:\n%s", out)
+	}
 }
+
+// pluginFraming is what go-plugin says about a plugin process that failed
+// to start, which an operator should not have to read past.
+var pluginFraming = []string{"plugin process exited", "failed to exit gracefully", "Unrecognized remote plugin message", "handshake", "plugin stderr"}
 
 func copyFile(t *testing.T, from, to string, mode os.FileMode) {
 	t.Helper()

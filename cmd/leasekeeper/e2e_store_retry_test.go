@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -99,6 +100,44 @@ func (e *env) startUnready() (*agentproc.Buffer, <-chan struct{}) {
 	return logs, exited
 }
 
+// TestE2ESIGTERMWhileWaitingForMongo: an agent told to stop while it
+// waits for its MongoDB exits 0: the stop was asked for.
+func TestE2ESIGTERMWhileWaitingForMongo(t *testing.T) {
+	t.Parallel()
+	// A port nothing listens on: every attempt is refused.
+	dead := freeAddr(t)
+	e := newEnv(t, "")
+	uri := "mongodb://" + dead + "/?directConnection=true&serverSelectionTimeoutMS=300&connectTimeoutMS=300"
+	cfg := "socket: " + e.Socket + "\nstore: {backend: mongo, uri: \"" + uri + "\", database: sigterm}\n"
+	if err := os.WriteFile(e.Config, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "agent", "--config", e.Config)
+	cmd.Env, cmd.Dir = e.Environ(), e.Dir
+	logs := &agentproc.Buffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	agentproc.WaitFor(t, 60*time.Second, "a logged attempt to reach the store", func() bool {
+		return strings.Contains(logs.String(), "store unreachable")
+	})
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("SIGTERM while waiting for the store: %v, want exit 0\n%s", err, logs)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the agent did not exit on SIGTERM:\n%s", logs)
+	}
+}
+
 // TestE2EUnreachableMongoAtStart: an agent whose MongoDB is down at start
 // says so, keeps retrying and serves nothing — no socket, so no claim it
 // could not fence — and serves as soon as the database answers.
@@ -138,6 +177,17 @@ func TestE2EUnreachableMongoAtStart(t *testing.T) {
 	}
 	if g.refused.Load() == 0 {
 		t.Fatal("the agent never tried the database")
+	}
+	// One line per attempt, no go-plugin framing.
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		if !strings.Contains(l, "agent starting") && !strings.Contains(l, "store unreachable") {
+			t.Errorf("a line that is neither the start nor an attempt: %q", l)
+		}
+	}
+	for _, framing := range pluginFraming {
+		if strings.Contains(logs.String(), framing) {
+			t.Errorf("the retries carry go-plugin's framing %q", framing)
+		}
 	}
 
 	g.open.Store(true)

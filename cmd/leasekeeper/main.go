@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/leasekeeper/leasekeeper/agent"
 	"github.com/leasekeeper/leasekeeper/agent/supervise"
 )
 
@@ -67,7 +68,13 @@ XDG_RUNTIME_DIR is unset).
 ` + exitCodesHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       buildVersion(),
+		// An argument that names no command is a usage error (exit 2);
+		// with none, the help.
+		Args: subcommandArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
+	root.SetVersionTemplate("leasekeeper {{.Version}}\n")
 	root.PersistentFlags().StringVar(&env.socket, "socket", "", "agent socket path (default: LEASEKEEPER_SOCKET or the runtime directory)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return withCode(exitUsage, err) })
 	root.CompletionOptions.DisableDefaultCmd = true
@@ -85,18 +92,51 @@ XDG_RUNTIME_DIR is unset).
 		newCompletionCmd(env), // completion.go
 		newPluginCmd(env),
 		newSupervisorCmd(),
+		newVersionCmd(env), // version.go
 	)
 	return root
 }
 
-// exactArgs is cobra.ExactArgs with the usage exit code.
+// exactArgs is cobra.ExactArgs with the usage exit code and a message that
+// names what the command wants.
 func exactArgs(n int, names ...string) cobra.PositionalArgs {
-	return func(_ *cobra.Command, args []string) error {
-		if len(args) != n {
-			return usageError("want %d argument(s) (%s), got %d", n, strings.Join(names, " "), len(args))
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) == n {
+			return nil
 		}
+		got := "none"
+		if len(args) > 0 {
+			got = fmt.Sprintf("%d (%s)", len(args), strings.Join(quoteAll(args), " "))
+		}
+		if n == 0 {
+			return usageError("%s takes no arguments, got %s", cmd.CommandPath(), got)
+		}
+		return usageError("%s needs %s, got %s", cmd.CommandPath(), strings.Join(names, " "), got)
+	}
+}
+
+func quoteAll(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = fmt.Sprintf("%q", a)
+	}
+	return out
+}
+
+// subcommandArgs is the Args of a command that only groups subcommands:
+// an argument is a subcommand that does not exist.
+func subcommandArgs(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
 		return nil
 	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2
+	}
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += fmt.Sprintf(" (did you mean %q?)", s[0])
+	}
+	return usageError("%s", msg)
 }
 
 func newAgentCmd(env *cli) *cobra.Command {
@@ -109,9 +149,11 @@ host, adopt the claims of live ones, then serve the socket, renew claims
 and run the reaper until SIGTERM or SIGINT.
 
 With no --config every key takes its default: a bbolt store and the socket
-under $XDG_RUNTIME_DIR/leasekeeper (or the working directory), lease 30s,
-liveness pid, reaper off. LEASEKEEPER_REAPER overrides reaper.enabled.
-The config file is watched: lease, reaper.enabled, log and liveness reload
+under $XDG_RUNTIME_DIR/leasekeeper (or the working directory; under systemd
+the unit's runtime and state directories, and agent.yaml in its
+configuration directory when present), lease 30s, liveness pid, reaper off.
+LEASEKEEPER_REAPER overrides reaper.enabled; --socket overrides socket.
+The config file is watched: ` + strings.Join(agent.LiveKeys, ", ") + ` reload
 live; other keys need a restart.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error { return runAgent(cmd.Context(), env, o) },
@@ -125,7 +167,7 @@ func newCardCmd(env *cli) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "card",
 		Short: "Create, list, show and move cards (operator verbs)",
-		Args:  exactArgs(0),
+		Args:  subcommandArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return withCode(exitUsage, cmd.Help()) },
 	}
 
@@ -239,7 +281,7 @@ func newBoardCmd(env *cli) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "board",
 		Short: "Show and administer the board the agent serves",
-		Args:  exactArgs(0),
+		Args:  subcommandArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return withCode(exitUsage, cmd.Help()) },
 	}
 	var asJSON bool
@@ -363,7 +405,7 @@ func newReaperCmd(env *cli) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "reaper",
 		Short: "Drive the watchdog",
-		Args:  exactArgs(0),
+		Args:  subcommandArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return withCode(exitUsage, cmd.Help()) },
 	}
 	var o reaperOpts

@@ -32,11 +32,12 @@ type reaperOpts struct {
 	json   bool
 }
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
 func runAgent(ctx context.Context, env *cli, o agentOpts) error {
 	e := agent.DefaultEnvironment()
+	e.Socket = env.socket // --socket: the socket to serve, over the config's
+	if o.config == "" {
+		o.config = e.DefaultConfigPath()
+	}
 	cfg, err := agent.LoadConfig(o.config, e)
 	if err != nil {
 		return err
@@ -46,7 +47,7 @@ func runAgent(ctx context.Context, env *cli, o agentOpts) error {
 		Env:           e,
 		LogFormat:     o.logFormat,
 		LogOutput:     env.stderr,
-		Version:       version,
+		Version:       buildVersion(),
 		PluginCommand: pluginCommand(),
 	}
 	return agent.Run(ctx, cfg, opts)

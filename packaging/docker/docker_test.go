@@ -384,7 +384,7 @@ func TestShippedConfigsLoad(t *testing.T) {
 		wantStore  string
 	}{
 		{"agent.yaml", "/run/leasekeeper/leasekeeper.sock", "/var/lib/leasekeeper/board.db"},
-		{"../systemd/agent.yaml", "/run/leasekeeper/leasekeeper.sock", "/var/lib/leasekeeper/board.db"},
+		{"../systemd/agent.yaml", "/run/leasekeeper/leasekeeper.sock", "/var/lib/leasekeeper/leasekeeper.db"},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			cfg := loadShipped(t, tc.file)

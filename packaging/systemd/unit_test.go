@@ -4,11 +4,17 @@ package systemd_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/apitype"
+	"github.com/leasekeeper/leasekeeper/internal/agentproc"
 )
 
 func readUnit(t *testing.T) string {
@@ -95,4 +101,142 @@ func TestUnitContract(t *testing.T) {
 			t.Errorf("%s must not be set (got %q)", k, d[k])
 		}
 	}
+}
+
+// TestUnitStartsWithoutAConfigFile runs the unit's ExecStart as systemd
+// would, with the environment systemd gives the unit (its Environment=
+// lines and the RUNTIME_DIRECTORY, STATE_DIRECTORY and
+// CONFIGURATION_DIRECTORY of its directory directives, here in a temporary
+// root), first with no /etc/leasekeeper/agent.yaml, then with one.
+func TestUnitStartsWithoutAConfigFile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the agent")
+	}
+	d := directives(readUnit(t))
+	if len(d["ExecStart"]) != 1 {
+		t.Fatalf("ExecStart = %q, want one", d["ExecStart"])
+	}
+	argv := strings.Fields(d["ExecStart"][0])
+	if argv[0] != "/usr/local/bin/leasekeeper" {
+		t.Fatalf("ExecStart runs %q, want /usr/local/bin/leasekeeper", argv[0])
+	}
+	root, err := os.MkdirTemp("", "lkunit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(root) })
+	bin := filepath.Join(root, "leasekeeper")
+	if err := agentproc.Build("./cmd/leasekeeper", bin); err != nil {
+		t.Fatal(err)
+	}
+	dirs := map[string]string{
+		// directive: the variable systemd sets and the directory's parent
+		"RuntimeDirectory":       "RUNTIME_DIRECTORY run",
+		"StateDirectory":         "STATE_DIRECTORY var/lib",
+		"ConfigurationDirectory": "CONFIGURATION_DIRECTORY etc",
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LEASEKEEPER_") && !strings.HasPrefix(kv, "XDG_RUNTIME_DIR=") && !strings.HasPrefix(kv, "NOTIFY_SOCKET=") {
+			env = append(env, kv)
+		}
+	}
+	path := map[string]string{}
+	for directive, spec := range dirs {
+		if len(d[directive]) != 1 {
+			t.Fatalf("%s = %q, want one directory", directive, d[directive])
+		}
+		name, parent, _ := strings.Cut(spec, " ")
+		dir := filepath.Join(root, parent, d[directive][0])
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		path[name] = dir
+		env = append(env, name+"="+dir)
+	}
+	for _, e := range d["Environment"] {
+		if k, _, _ := strings.Cut(e, "="); k == "LEASEKEEPER_SOCKET" {
+			continue // the unit's absolute path; the socket is under root here
+		}
+		env = append(env, e)
+	}
+	sock := filepath.Join(path["RUNTIME_DIRECTORY"], "leasekeeper.sock")
+	env = append(env, "LEASEKEEPER_SOCKET="+sock)
+
+	start := func() (*exec.Cmd, *agentproc.Buffer, chan struct{}) {
+		t.Helper()
+		cmd := exec.Command(bin, argv[1:]...)
+		cmd.Env, cmd.Dir = env, root
+		out := &agentproc.Buffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+		agentproc.WaitFor(t, 30*time.Second, "the agent to answer `leasekeeper health`", func() bool {
+			select {
+			case <-done:
+				t.Fatalf("the agent exited while starting:\n%s", out)
+			default:
+			}
+			h := exec.Command(bin, "health")
+			h.Env = env
+			return h.Run() == nil
+		})
+		return cmd, out, done
+	}
+	stop := func(cmd *exec.Cmd, out *agentproc.Buffer, done chan struct{}) {
+		t.Helper()
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("the agent did not stop on SIGTERM:\n%s", out)
+		}
+		if code := cmd.ProcessState.ExitCode(); code != 0 {
+			t.Fatalf("the agent exited %d on SIGTERM:\n%s", code, out)
+		}
+	}
+
+	cmd, out, done := start()
+	if _, err := os.Stat(filepath.Join(path["STATE_DIRECTORY"], "leasekeeper.db")); err != nil {
+		t.Errorf("no bbolt file in the state directory: %v\n%s", err, out)
+	}
+	stop(cmd, out, done)
+
+	// The shipped config, installed as the install steps say, is read: its
+	// absolute paths moved under root, and its lease changed so the test
+	// sees the file was read.
+	shipped, err := os.ReadFile("agent.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.NewReplacer(
+		"\nlease: 30s\n", "\nlease: 7s\n",
+		" /run/leasekeeper/", " "+path["RUNTIME_DIRECTORY"]+"/",
+		" /var/lib/leasekeeper/", " "+path["STATE_DIRECTORY"]+"/",
+	).Replace(string(shipped))
+	if strings.Contains(cfg, " /run/") || strings.Contains(cfg, " /var/") || !strings.Contains(cfg, "\nlease: 7s\n") {
+		t.Fatalf("the shipped agent.yaml has paths or a lease this test does not expect:\n%s", shipped)
+	}
+	if err := os.WriteFile(filepath.Join(path["CONFIGURATION_DIRECTORY"], "agent.yaml"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd, out, done = start()
+	st := exec.Command(bin, "status", "--json")
+	st.Env = env
+	b, err := st.Output()
+	if err != nil {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	var status apitype.Status
+	if err := json.Unmarshal(b, &status); err != nil {
+		t.Fatal(err)
+	}
+	if status.LeaseMS != 7000 {
+		t.Errorf("status lease %dms, want the config file's 7s", status.LeaseMS)
+	}
+	stop(cmd, out, done)
 }

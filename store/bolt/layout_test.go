@@ -115,7 +115,7 @@ func TestCardDocumentLeavesOutTheClaimFamily(t *testing.T) {
 	}
 
 	// A version 1 document (claim family inline) is refused, not half-read.
-	v1, err := json.Marshal(v1CardRecord{Card: full.Card, Seq: full.Seq})
+	v1, err := json.Marshal(v1CardRecord(full))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -319,7 +319,6 @@ func TestLeaseComesFromTheServerClock(t *testing.T) {
 			}
 
 			agent.Advance(time.Hour)
-			before = f.serverNow()
 			res, err := f.s.RenewClaims(f.ctx, []board.Hold{{Card: "c1", Token: tok}}, testTerm)
 			after = f.serverNow()
 			if err != nil || res[0].Err != nil {
