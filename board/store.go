@@ -229,9 +229,11 @@ type Store interface {
 	// holder), an invalid run or request (ErrInvalidArgument); with Next,
 	// no claimable card is ErrNotFound.
 	//
-	// Resume: when the card records a run whose status is
-	// RunFailedResumable and r.Fresh is false, that run is taken over
-	// instead of creating one: its ID and checkpoint are kept, its status
+	// Resume: when the card records a run that has no final verdict (its
+	// status is not finished, failed or cancelled: a resumable failure, or
+	// a run whose claim ended without one) and r.Fresh is false, that run
+	// is taken over instead of creating one (a card's free claim cannot
+	// have a live owner writing it: the fence refuses the old epoch): its ID and checkpoint are kept, its status
 	// becomes r.Run.Status (running by default), its failure code is
 	// cleared, and its owner, epoch and identity become the new claim's.
 	// Runs does not grow (a resumed run is not a new one). r.Run.ID is
