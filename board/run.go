@@ -46,6 +46,10 @@ func (c Continuation) Armed() bool {
 // left resumable, and the next Start resumes it.
 const FailureClaimReleased = "CLAIM_RELEASED"
 
+// FailureRunSuperseded is the failure code of a recorded run without a
+// verdict that a fresh Start replaced (StartRequest.Fresh).
+const FailureRunSuperseded = "RUN_SUPERSEDED"
+
 // FailureProcessOrphaned is reserved for the watchdog's liveness oracle.
 const FailureProcessOrphaned = "PROCESS_ORPHANED"
 

@@ -237,7 +237,9 @@ type Store interface {
 	// becomes r.Run.Status (running by default), its failure code is
 	// cleared, and its owner, epoch and identity become the new claim's.
 	// Runs does not grow (a resumed run is not a new one). r.Run.ID is
-	// then unused.
+	// then unused. With r.Fresh, such a run is closed in the same write
+	// (status cancelled, failure code FailureRunSuperseded) and a new one
+	// is created, so no run is ever left open with nothing pointing at it.
 	//
 	// A retry after an unknown outcome is answered, not repeated: when the
 	// card is already claimed by r.Marker with a lease that has not ended
