@@ -231,6 +231,7 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 		}
 	}
 }
+
 // supervisorCmdName is the hidden subcommand `claim` re-executes its own
 // binary with to supervise CMD (see package supervise).
 const supervisorCmdName = "claim-supervisor"
