@@ -237,7 +237,12 @@ type Store interface {
 	// becomes r.Run.Status (running by default), its failure code is
 	// cleared, and its owner, epoch and identity become the new claim's.
 	// Runs does not grow (a resumed run is not a new one). r.Run.ID is
-	// then unused. With r.Fresh, such a run is closed in the same write
+	// then unused. Only a store whose board resumes runs does this: the
+	// local (bbolt) twin. The fleet (MongoDB) twin always starts a fresh
+	// run, as if r.Fresh were set, because its watchdog bounds a card's
+	// returns to the pool by counting its runs (the run ceiling,
+	// DESIGN.md#run-ceiling), which a resume would never grow. With
+	// r.Fresh, such a run is closed in the same write
 	// (status cancelled, failure code FailureRunSuperseded) and a new one
 	// is created, so no run is ever left open with nothing pointing at it.
 	//
