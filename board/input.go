@@ -392,6 +392,9 @@ func (u RunUpdate) Validate() error {
 	if err := ValidateName("run id", u.ID); err != nil {
 		return err
 	}
+	if err := u.Token.Validate(); err != nil {
+		return fmt.Errorf("run %q: %w", u.ID, err)
+	}
 	if u.IfStatus != nil && !u.IfStatus.Known() {
 		return Invalid("run %q: unknown if-status %q", u.ID, *u.IfStatus)
 	}

@@ -38,21 +38,21 @@ func (m fenceBypass) SetLastRunOwned(ctx context.Context, card string, tok board
 // claimSteals takes a held card from its holder instead of refusing.
 type claimSteals struct{ board.Store }
 
-func (m claimSteals) Claim(ctx context.Context, r board.ClaimRequest) (board.ClaimToken, error) {
-	tok, err := m.Store.Claim(ctx, r)
+func (m claimSteals) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, board.ClaimToken, error) {
+	c, tok, err := m.Store.Claim(ctx, r)
 	if ce, ok := board.AsClaimConflict(err); ok {
 		if err := m.Store.Release(ctx, r.Card, ce.Holder, "mutant"); err != nil {
-			return board.ClaimToken{}, err
+			return board.Card{}, board.ClaimToken{}, err
 		}
 		return m.Store.Claim(ctx, r)
 	}
-	return tok, err
+	return c, tok, err
 }
 
 // reclaimIgnoresLease transfers live leases too.
 type reclaimIgnoresLease struct{ board.Store }
 
-func (m reclaimIgnoresLease) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.ClaimToken, board.Card, error) {
+func (m reclaimIgnoresLease) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Card, board.ClaimToken, error) {
 	r.Cutoff = r.Cutoff.Add(1000 * time.Hour)
 	return m.Store.ReclaimExpired(ctx, r)
 }
@@ -60,12 +60,12 @@ func (m reclaimIgnoresLease) ReclaimExpired(ctx context.Context, r board.Reclaim
 // anonymousConflict refuses claims without naming the holder.
 type anonymousConflict struct{ board.Store }
 
-func (m anonymousConflict) Claim(ctx context.Context, r board.ClaimRequest) (board.ClaimToken, error) {
-	tok, err := m.Store.Claim(ctx, r)
+func (m anonymousConflict) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, board.ClaimToken, error) {
+	c, tok, err := m.Store.Claim(ctx, r)
 	if errors.Is(err, board.ErrClaimConflict) {
-		return tok, fmt.Errorf("card %s: %w", r.Card, board.ErrClaimConflict)
+		return c, tok, fmt.Errorf("card %s: %w", r.Card, board.ErrClaimConflict)
 	}
-	return tok, err
+	return c, tok, err
 }
 
 // sinkLeaks lets SetState leave a terminal state by going through Reopen.

@@ -134,7 +134,7 @@ func (e *env) get(id string) board.Card {
 
 func (e *env) claim(id, marker string) board.ClaimToken {
 	e.t.Helper()
-	tok, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: lease})
+	_, tok, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: lease})
 	if err != nil {
 		e.t.Fatalf("Claim(%q, %q): %v", id, marker, err)
 	}
