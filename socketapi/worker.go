@@ -167,7 +167,8 @@ func (s *Server) claimCard(ctx context.Context, wk worker, card string, lease ti
 			return board.ClaimToken{}, fmt.Errorf("releasing the claim this agent gave up on card %q (epoch %d) before claiming it afresh: %w", card, d.Epoch, err)
 		}
 	}
-	return s.cfg.Store.Claim(ctx, board.ClaimRequest{Card: card, Marker: wk.marker, Lease: lease})
+	_, tok, err := s.cfg.Store.Claim(ctx, board.ClaimRequest{Card: card, Marker: wk.marker, Lease: lease})
+	return tok, err
 }
 
 func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request, c caller) error {
@@ -284,10 +285,6 @@ func newRunID() string {
 	return "run-" + hex.EncodeToString(b[:])
 }
 
-// failureClaimLost marks a run created for a claim that was lost before the
-// card could point at it, so it is not left "running" with no card.
-const failureClaimLost = "CLAIM_LOST_AT_START"
-
 func (s *Server) handleStartRun(w http.ResponseWriter, r *http.Request, c caller) error {
 	card, err := pathName(r, "card", "card id")
 	if err != nil {
@@ -308,35 +305,18 @@ func (s *Server) handleStartRun(w http.ResponseWriter, r *http.Request, c caller
 	if req.ID == "" {
 		req.ID = newRunID()
 	}
-	// Check the fence before creating anything, so a stale holder does not
-	// leave a run behind; SetLastRunOwned below is the authoritative CAS.
-	cur, err := s.cfg.Store.GetCard(ctx, card)
-	if err != nil {
-		return err
-	}
-	if cur.Token() != tok {
-		return board.Conflict(card, cur.Claim, cur.ClaimEpoch)
-	}
 	m, err := board.ParseMarker(wk.marker)
 	if err != nil {
 		return err
 	}
-	run, err := s.cfg.Store.CreateRun(ctx, board.Run{
+	// One write fenced on the token: the run is created and the card
+	// pointed at it together, or nothing is written.
+	run, err := s.cfg.Store.CreateRun(ctx, board.NewRun{Token: tok, Run: board.Run{
 		ID: req.ID, Card: card, Status: req.Status, Checkpoint: req.Checkpoint,
-		Owner: tok.Marker, Epoch: tok.Epoch,
 		Host: m.Host, PID: wk.owner.PID, PIDStart: wk.owner.Start.StartMillis,
 		PIDStartTicks: wk.owner.Start.StartTicks, BootID: wk.owner.Start.BootID,
-	})
+	}})
 	if err != nil {
-		return err
-	}
-	if err := s.cfg.Store.SetLastRunOwned(ctx, card, tok, run.ID); err != nil {
-		// The claim was lost between the check and the stamp. Close the run
-		// so nothing reads it as a live run nobody points at.
-		failed, code := board.RunFailed, failureClaimLost
-		if _, uerr := s.cfg.Store.UpdateRun(ctx, board.RunUpdate{ID: run.ID, Status: &failed, FailureCode: &code, Actor: tok.Marker}); uerr != nil {
-			s.cfg.Logger.Warn("closing a run whose claim was lost at start", "run", run.ID, "err", uerr)
-		}
 		return err
 	}
 	return writeJSON(w, http.StatusCreated, run)
@@ -384,7 +364,7 @@ func (s *Server) handleUpdateRun(w http.ResponseWriter, r *http.Request, c calle
 		return board.Conflict(run.Card, cur.Claim, cur.ClaimEpoch)
 	}
 	updated, err := s.cfg.Store.UpdateRun(ctx, board.RunUpdate{
-		ID: run.ID, IfStatus: req.IfStatus, Status: req.Status, Continuation: req.Continuation,
+		ID: run.ID, Token: board.ClaimToken{Marker: run.Owner, Epoch: run.Epoch}, IfStatus: req.IfStatus, Status: req.Status, Continuation: req.Continuation,
 		FailureCode: req.FailureCode, Checkpoint: req.Checkpoint, Actor: wk.marker,
 	})
 	if err != nil {

@@ -118,8 +118,14 @@ func TestBadInputWritesNothing(t *testing.T) {
 			return err
 		}, board.ErrInvalidArgument},
 		{"set labels too long", func() error { _, err := s.SetLabels(ctx, "a", []string{"new", longLabel}, ""); return err }, board.ErrInvalidArgument},
-		{"create run duplicate", func() error { _, err := s.CreateRun(ctx, board.NewRun{Token: tok, Run: board.Run{ID: "r1", Card: "a"}}); return err }, board.ErrAlreadyExists},
-		{"create run unknown card", func() error { _, err := s.CreateRun(ctx, board.NewRun{Token: tok, Run: board.Run{ID: "r2", Card: "ghost"}}); return err }, board.ErrNotFound},
+		{"create run duplicate", func() error {
+			_, err := s.CreateRun(ctx, board.NewRun{Token: tok, Run: board.Run{ID: "r1", Card: "a"}})
+			return err
+		}, board.ErrAlreadyExists},
+		{"create run unknown card", func() error {
+			_, err := s.CreateRun(ctx, board.NewRun{Token: tok, Run: board.Run{ID: "r2", Card: "ghost"}})
+			return err
+		}, board.ErrNotFound},
 		{"create run unknown status", func() error {
 			_, err := s.CreateRun(ctx, board.NewRun{Token: tok, Run: board.Run{ID: "r2", Card: "a", Status: "sleeping"}})
 			return err
@@ -128,7 +134,10 @@ func TestBadInputWritesNothing(t *testing.T) {
 			_, err := s.UpdateRun(ctx, board.RunUpdate{ID: "r1", Token: tok, IfStatus: &finished, Status: &finished})
 			return err
 		}, board.ErrTransitionRejected},
-		{"update run unknown", func() error { _, err := s.UpdateRun(ctx, board.RunUpdate{ID: "ghost", Token: tok, Status: &finished}); return err }, board.ErrNotFound},
+		{"update run unknown", func() error {
+			_, err := s.UpdateRun(ctx, board.RunUpdate{ID: "ghost", Token: tok, Status: &finished})
+			return err
+		}, board.ErrNotFound},
 		{"reclaim a live lease", func() error {
 			_, _, err := s.ReclaimExpired(ctx, board.Reclaim{Card: "a", Prev: tok, RecoveryMarker: "reaper:agent-300", Cutoff: clock.Now(), Lease: lease})
 			return err
