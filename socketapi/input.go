@@ -106,7 +106,7 @@ func checkBody(r *http.Request, v any) error {
 		return board.RunUpdate{
 			ID: r.PathValue("id"), IfStatus: req.IfStatus, Status: req.Status, Continuation: req.Continuation,
 			FailureCode: req.FailureCode, Checkpoint: req.Checkpoint,
-		}.Validate()
+		}.ValidateChange()
 	case *apitype.CreateCardRequest:
 		nc := *req
 		nc.Actor = "" // the handler sets it from the kernel; the body's is not used
