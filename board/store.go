@@ -233,9 +233,10 @@ type Store interface {
 	// status is not finished, failed or cancelled: a resumable failure, or
 	// a run whose claim ended without one) and r.Fresh is false, that run
 	// is taken over instead of creating one (a card's free claim cannot
-	// have a live owner writing it: the fence refuses the old epoch): its ID and checkpoint are kept, its status
-	// becomes r.Run.Status (running by default), its failure code is
-	// cleared, and its owner, epoch and identity become the new claim's.
+	// have a live owner writing it: the fence refuses the old epoch): its
+	// ID, checkpoint and continuation are kept, its status becomes
+	// r.Run.Status (running by default), its failure code is cleared, and
+	// its owner, epoch and identity become the new claim's.
 	// Runs does not grow (a resumed run is not a new one). r.Run.ID is
 	// then unused. Only a store whose board resumes runs does this: the
 	// local (bbolt) twin. The fleet (MongoDB) twin always starts a fresh
@@ -249,7 +250,12 @@ type Store interface {
 	// A retry after an unknown outcome is answered, not repeated: when the
 	// card is already claimed by r.Marker with a lease that has not ended
 	// and points at r.Run.ID under that claim's epoch (the write landed),
-	// Start returns that state again, writing nothing.
+	// Start returns that state again, writing nothing. With r.Next, the
+	// card is the one whose run is r.Run.ID. A Start that resumed a run
+	// wrote no run named r.Run.ID, so its retry cannot be told from a
+	// second Start by the same marker: it is ErrClaimConflict naming
+	// r.Marker, and the caller reads the card (its claim and LastRunID)
+	// to recover the answer.
 	Start(ctx context.Context, r StartRequest) (Started, error)
 	// Finish is a card's last lifecycle write, fenced on r.Token (CAS on
 	// the card's claim and epoch) and on the run: r.RunID must be the
