@@ -414,8 +414,8 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 			seq := e.lastSeq()
 			cp := "late"
 			for name, tok := range map[string]board.ClaimToken{
-				"another epoch":    {Marker: markerA, Epoch: st.Token.Epoch + 1},
-				"another marker":   {Marker: markerB, Epoch: st.Token.Epoch},
+				"another epoch":  {Marker: markerA, Epoch: st.Token.Epoch + 1},
+				"another marker": {Marker: markerB, Epoch: st.Token.Epoch},
 			} {
 				_, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: tok, Checkpoint: &cp})
 				wantErr(t, err, board.ErrClaimConflict, "UpdateRun under "+name)
