@@ -190,6 +190,20 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 				r := startReq("c1", markerB, "r2")
 				r.Run.PID = 5151
 				st := e.start(r)
+				if !e.local() {
+					// The fleet twin never resumes: the run is superseded
+					// and a fresh one started, so its run ceiling counts it.
+					if st.Resumed || st.Run.ID != "r2" {
+						t.Fatalf("fleet Start over a recorded run without a verdict = resumed %v run %q, want a fresh r2", st.Resumed, st.Run.ID)
+					}
+					if old := e.run("r1"); old.Status != board.RunCancelled || old.FailureCode != board.FailureRunSuperseded || old.Checkpoint != cp {
+						t.Errorf("fleet: the superseded run = %s, want cancelled with %s, its checkpoint kept", fmtRun(old), board.FailureRunSuperseded)
+					}
+					if c := e.get("c1"); !slices.Equal(c.Runs, []string{"r1", "r2"}) || c.LastRunID != "r2" {
+						t.Errorf("fleet card after a Start: runs %q last %q, want [r1 r2] pointing at r2", c.Runs, c.LastRunID)
+					}
+					return
+				}
 				if !st.Resumed || st.Run.ID != "r1" {
 					t.Fatalf("Start over a recorded run without a verdict = resumed %v run %q, want r1 resumed", st.Resumed, st.Run.ID)
 				}

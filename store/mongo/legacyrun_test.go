@@ -58,7 +58,7 @@ func TestLegacyRunIsAdoptedBeforeItsFirstWrite(t *testing.T) {
 			t.Errorf("GetRun after the adoption = %+v, %v; want the written checkpoint", r, err)
 		}
 	})
-	t.Run("ReleaseAndResume", func(t *testing.T) {
+	t.Run("ReleaseThenStartSupersedes", func(t *testing.T) {
 		f := openFleet(t, mongostore.Options{})
 		f.create("c1", board.StateReady)
 		tok := f.claim("c1", workerA)
@@ -69,23 +69,20 @@ func TestLegacyRunIsAdoptedBeforeItsFirstWrite(t *testing.T) {
 		if r, _ := f.s.GetRun(f.ctx, "old"); r.Status != board.RunFailedResumable || r.FailureCode != board.FailureClaimReleased {
 			t.Fatalf("legacy run after a force-release = %+v, want closed resumable", r)
 		}
-		st, err := f.s.Start(f.ctx, board.StartRequest{Card: "c1", Marker: workerB, Lease: testTerm, Run: board.Run{ID: "new"}})
-		if err != nil || !st.Resumed || st.Run.ID != "old" || st.Run.Checkpoint != "step-2" || st.Run.Owner != workerB {
-			t.Fatalf("Start over a legacy resumable run = %+v, %v; want it resumed", st, err)
-		}
-		// A fresh Start later archives the resumed run, closed.
-		if _, err := f.s.Finish(f.ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "old", Status: board.RunFailedResumable}); err != nil {
-			t.Fatal(err)
-		}
 		if err := f.s.SetState(f.ctx, board.Move{Card: "c1", To: board.StateReady, Actor: "uid:0"}); err != nil {
 			t.Fatal(err)
 		}
-		st2, err := f.s.Start(f.ctx, board.StartRequest{Card: "c1", Marker: workerA, Lease: testTerm, Run: board.Run{ID: "newer"}, Fresh: true})
-		if err != nil || st2.Run.ID != "newer" {
-			t.Fatalf("fresh Start = %+v, %v", st2, err)
+		// The fleet twin starts every run fresh: the adopted legacy run is
+		// archived closed, superseded, and the new one is the card's.
+		st, err := f.s.Start(f.ctx, board.StartRequest{Card: "c1", Marker: workerB, Lease: testTerm, Run: board.Run{ID: "new"}})
+		if err != nil || st.Resumed || st.Run.ID != "new" || st.Run.Owner != workerB {
+			t.Fatalf("Start over a legacy resumable run = %+v, %v; want a fresh run", st, err)
 		}
-		if r, err := f.s.GetRun(f.ctx, "old"); err != nil || r.Status != board.RunCancelled || r.FailureCode != board.FailureRunSuperseded {
-			t.Errorf("superseded run as archived = %+v, %v; want cancelled %s", r, err, board.FailureRunSuperseded)
+		if r, err := f.s.GetRun(f.ctx, "old"); err != nil || r.Status != board.RunCancelled || r.FailureCode != board.FailureRunSuperseded || r.Checkpoint != "step-2" {
+			t.Errorf("superseded run as archived = %+v, %v; want cancelled %s with its checkpoint", r, err, board.FailureRunSuperseded)
+		}
+		if c, err := f.s.GetCard(f.ctx, "c1"); err != nil || c.LastRunID != "new" || len(c.Runs) != 2 {
+			t.Errorf("card after the fresh Start = %+v, %v; want it pointing at new with two runs", c, err)
 		}
 	})
 }
