@@ -175,6 +175,24 @@ type ExpiredRelease struct {
 	Actor string `json:"actor"`
 }
 
+// Traits are what a store declares about itself. The agent decides by
+// them, never by a backend's name, so an external plugin is treated as what
+// it says it is.
+type Traits struct {
+	// Shared: several agents, on several hosts, write this store (the
+	// fleet twin). Their workers' claims are not this host's to probe, and
+	// a foreign writer may strip a lease, so the watchdog runs the fleet's
+	// sweeps (DESIGN.md#twins).
+	Shared bool `json:"shared"`
+	// ServerClock: Now reads a clock other than this host's (a server's),
+	// as a lower bound (DESIGN.md#store-clock).
+	ServerClock bool `json:"server_clock"`
+	// Outbox: a write's events are relayed to the event log after the
+	// write, not in its own transaction (they are never lost, but a reader
+	// of the log may see them a moment later than the write).
+	Outbox bool `json:"outbox"`
+}
+
 // Store is the contract every backend honours (bbolt, MongoDB, the plugin
 // proxy). Package boardtest holds the conformance suite that pins it.
 //
@@ -189,6 +207,10 @@ type Store interface {
 	// BoardAdmin).
 	Board() Board
 	BoardAdmin
+
+	// Traits are the store's declaration of what it is (see Traits). They
+	// do not change while the store is open.
+	Traits() Traits
 
 	// Now is the store's clock: the time its own lease, claimed_at and
 	// updated_at stamps are taken from, as a lower bound (the MongoDB twin
