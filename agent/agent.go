@@ -163,7 +163,7 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 	}
 	// Every component below reaches the store through the metered
 	// wrapper, so the store metrics are counted in one place.
-	a.store = meteredStore{Store: a.store, m: a.metrics}
+	a.store = meteredStore{inner: a.store, m: a.metrics}
 	defer func() {
 		if err != nil {
 			a.hbStop()
@@ -235,7 +235,7 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 		Lease:           live.Lease,
 		OrphanGrace:     live.OrphanGrace,
 		Enabled:         live.ReaperEnabled,
-		Fleet:           cfg.Store.Backend == BackendMongo,
+		Fleet:           a.store.Traits().Shared, // declared by the store (DESIGN.md#twins)
 		UnleasedHorizon: cfg.UnleasedHorizon,
 		Prober:          a.prober,
 		Logger:          log.With("component", "reaper"),

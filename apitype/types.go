@@ -94,6 +94,47 @@ type StartRunRequest struct {
 	Checkpoint string          `json:"checkpoint,omitempty"`
 }
 
+// StartRequest asks the agent to claim a card and start its run in one
+// write: exactly one of Card (that card) or Next (the oldest unclaimed card
+// in a pool state). A card that records a run without a final verdict
+// resumes it unless Fresh is set.
+type StartRequest struct {
+	Card string `json:"card,omitempty"`
+	Next bool   `json:"next,omitempty"`
+	// RunID is optional; the agent mints one when empty. A client that
+	// retries a Start whose answer it never saw sends the same id.
+	RunID string `json:"run_id,omitempty"`
+	// Status defaults to running.
+	Status     board.RunStatus `json:"status,omitempty"`
+	Checkpoint string          `json:"checkpoint,omitempty"`
+	Fresh      bool            `json:"fresh,omitempty"`
+}
+
+// StartResponse is a granted claim with its run.
+type StartResponse struct {
+	ClaimResponse
+	Run board.Run `json:"run"`
+	// Resumed is true when Run is the card's recorded run, taken over.
+	Resumed bool `json:"resumed,omitempty"`
+}
+
+// FinishRequest is the verdict on the claim's run: the agent records it,
+// files the card and releases the claim in one fenced write.
+type FinishRequest struct {
+	Fenced
+	RunID string `json:"run_id"`
+	// Status is finished, failed or failed_resumable.
+	Status      board.RunStatus `json:"status"`
+	FailureCode string          `json:"failure_code,omitempty"`
+	Checkpoint  *string         `json:"checkpoint,omitempty"`
+}
+
+// FinishResponse is the card and the run as Finish left them.
+type FinishResponse struct {
+	Card board.Card `json:"card"`
+	Run  board.Run  `json:"run"`
+}
+
 // UpdateRunRequest changes a run the caller owns. Nil fields are left alone.
 // IfStatus makes the update a compare-and-set on the current status.
 type UpdateRunRequest struct {

@@ -41,6 +41,15 @@ func (c Continuation) Armed() bool {
 	return c == ContinuationRedeliveryPending || c == ContinuationRetryArmed
 }
 
+// FailureClaimReleased is the failure code of a run whose claim was
+// released by an operator (Store.Release) while it was open: the run is
+// left resumable, and the next Start resumes it.
+const FailureClaimReleased = "CLAIM_RELEASED"
+
+// FailureRunSuperseded is the failure code of a recorded run without a
+// verdict that a fresh Start replaced (StartRequest.Fresh).
+const FailureRunSuperseded = "RUN_SUPERSEDED"
+
 // FailureProcessOrphaned is reserved for the watchdog's liveness oracle.
 const FailureProcessOrphaned = "PROCESS_ORPHANED"
 
@@ -77,7 +86,10 @@ type Run struct {
 // oracle uses it so a late "finished" from a living owner is never
 // overwritten by PROCESS_ORPHANED, and vice versa).
 type RunUpdate struct {
-	ID           string        `json:"id"`
+	ID string `json:"id"`
+	// Token is the claim the write is made under (the fence; see
+	// Store.UpdateRun). Required.
+	Token        ClaimToken    `json:"token"`
 	IfStatus     *RunStatus    `json:"if_status,omitempty"`
 	Status       *RunStatus    `json:"status,omitempty"`
 	Continuation *Continuation `json:"continuation,omitempty"`

@@ -18,6 +18,74 @@ type ClaimNextRequest struct {
 	Lease  time.Duration `json:"lease"`
 }
 
+// StartRequest claims a card and starts its run in one atomic, durable
+// write (Store.Start). Exactly one of Card and Next is set.
+type StartRequest struct {
+	// Card names the card to start.
+	Card string `json:"card,omitempty"`
+	// Next takes the oldest unclaimed card in a pool state instead, as
+	// ClaimNext does.
+	Next   bool          `json:"next,omitempty"`
+	Marker string        `json:"marker"`
+	Lease  time.Duration `json:"lease"`
+	// Run describes the run to create: ID (required; minted by the caller,
+	// so a retry after an unknown outcome names the same run), Status
+	// (running or queued; empty means running), Checkpoint, and the
+	// owner's identity (Host, PID, PIDStart, PIDStartTicks, BootID). The
+	// store sets Card, Owner, Epoch and the times.
+	Run Run `json:"run"`
+	// Fresh starts a new run even when the card records a resumable one
+	// (see Store.Start).
+	Fresh bool `json:"fresh,omitempty"`
+}
+
+// Started is what Start wrote.
+type Started struct {
+	// Card is the card after the write: claimed by Token, in the running
+	// column, pointing at Run (LastRunID, LastRunEpoch = Token.Epoch).
+	Card  Card       `json:"card"`
+	Token ClaimToken `json:"token"`
+	Run   Run        `json:"run"`
+	// Resumed is true when Run is the card's recorded resumable run taken
+	// over by the new claim (its ID and checkpoint kept, its owner, epoch
+	// and identity replaced), not a new run.
+	Resumed bool `json:"resumed,omitempty"`
+}
+
+// FinishRequest is the run's verdict, the card's filing and the release of
+// the claim, in one fenced write (Store.Finish).
+type FinishRequest struct {
+	Card  string     `json:"card"`
+	Token ClaimToken `json:"token"`
+	// RunID is the run the verdict is for: the card's recorded run, started
+	// (or resumed) under Token.
+	RunID string `json:"run_id"`
+	// Status is the verdict: RunFinished, RunFailed or RunFailedResumable.
+	Status      RunStatus `json:"status"`
+	FailureCode string    `json:"failure_code,omitempty"`
+	// Checkpoint, when set, replaces the run's checkpoint (a resumable run
+	// records where the next claim resumes from).
+	Checkpoint *string `json:"checkpoint,omitempty"`
+}
+
+// Finished is what Finish wrote.
+type Finished struct {
+	// Card is the card after the write: released, filed (or left where an
+	// operator put it; see Store.Finish).
+	Card Card `json:"card"`
+	Run  Run  `json:"run"`
+}
+
+// NewRun is a fenced run start for workers that use the fine-grained
+// verbs (Store.CreateRun).
+type NewRun struct {
+	// Token is the claim the run is started under; the card (Run.Card)
+	// must be held by exactly it.
+	Token ClaimToken `json:"token"`
+	// Run is as in StartRequest.Run, with Run.Card set.
+	Run Run `json:"run"`
+}
+
 // RenewResult is the outcome of renewing one Hold. Err is nil when the lease
 // was pushed to LeaseUntil; an ErrClaimConflict when the token is stale.
 type RenewResult struct {
@@ -107,6 +175,24 @@ type ExpiredRelease struct {
 	Actor string `json:"actor"`
 }
 
+// Traits are what a store declares about itself. The agent decides by
+// them, never by a backend's name, so an external plugin is treated as what
+// it says it is.
+type Traits struct {
+	// Shared: several agents, on several hosts, write this store (the
+	// fleet twin). Their workers' claims are not this host's to probe, and
+	// a foreign writer may strip a lease, so the watchdog runs the fleet's
+	// sweeps (DESIGN.md#twins).
+	Shared bool `json:"shared"`
+	// ServerClock: Now reads a clock other than this host's (a server's),
+	// as a lower bound (DESIGN.md#store-clock).
+	ServerClock bool `json:"server_clock"`
+	// Outbox: a write's events are relayed to the event log after the
+	// write, not in its own transaction (they are never lost, but a reader
+	// of the log may see them a moment later than the write).
+	Outbox bool `json:"outbox"`
+}
+
 // Store is the contract every backend honours (bbolt, MongoDB, the plugin
 // proxy). Package boardtest holds the conformance suite that pins it.
 //
@@ -121,6 +207,10 @@ type Store interface {
 	// BoardAdmin).
 	Board() Board
 	BoardAdmin
+
+	// Traits are the store's declaration of what it is (see Traits). They
+	// do not change while the store is open.
+	Traits() Traits
 
 	// Now is the store's clock: the time its own lease, claimed_at and
 	// updated_at stamps are taken from, as a lower bound (the MongoDB twin
@@ -143,11 +233,71 @@ type Store interface {
 	// Claim acquires a free card (epoch bumped, claimed_at and lease stamped,
 	// claimed event) or refreshes the lease of the same marker (idempotent:
 	// same epoch, no event, no updated_at bump). Another marker's live or
-	// expired claim is ErrClaimConflict: only ReclaimExpired transfers.
-	Claim(ctx context.Context, r ClaimRequest) (ClaimToken, error)
+	// expired claim is ErrClaimConflict: only ReclaimExpired transfers. It
+	// returns the card as the write left it.
+	Claim(ctx context.Context, r ClaimRequest) (Card, ClaimToken, error)
 	// ClaimNext claims the oldest unclaimed card in a pool state;
 	// ErrNotFound when there is none.
 	ClaimNext(ctx context.Context, r ClaimNextRequest) (Card, ClaimToken, error)
+
+	// Start is a card's first lifecycle write: it claims the card (as
+	// Claim or ClaimNext would, epoch bumped, claimed event), starts its
+	// run owned by the new token, points the card at it (LastRunID,
+	// LastRunEpoch, Runs) and moves the card into the running column
+	// (no move when it is there already), as ONE atomic, durable write.
+	// Refused up front, minting nothing (no epoch, no run, no event): a
+	// card in a terminal state (ErrTerminalStateExit), a card claimed by
+	// anyone, the same marker included (ErrClaimConflict naming the
+	// holder), an invalid run or request (ErrInvalidArgument); with Next,
+	// no claimable card is ErrNotFound.
+	//
+	// Resume: when the card records a run that has no final verdict (its
+	// status is not finished, failed or cancelled: a resumable failure, or
+	// a run whose claim ended without one) and r.Fresh is false, that run
+	// is taken over instead of creating one (a card's free claim cannot
+	// have a live owner writing it: the fence refuses the old epoch): its
+	// ID, checkpoint and continuation are kept, its status becomes
+	// r.Run.Status (running by default), its failure code is cleared, and
+	// its owner, epoch and identity become the new claim's.
+	// Runs does not grow (a resumed run is not a new one). r.Run.ID is
+	// then unused. Only a store whose board resumes runs does this: the
+	// local (bbolt) twin. The fleet (MongoDB) twin always starts a fresh
+	// run, as if r.Fresh were set, because its watchdog bounds a card's
+	// returns to the pool by counting its runs (the run ceiling,
+	// DESIGN.md#twin-repark), which a resume would never grow. With
+	// r.Fresh, such a run is closed in the same write
+	// (status cancelled, failure code FailureRunSuperseded) and a new one
+	// is created, so no run is ever left open with nothing pointing at it.
+	//
+	// A retry after an unknown outcome is answered, not repeated: when the
+	// card is already claimed by r.Marker with a lease that has not ended
+	// and points at r.Run.ID under that claim's epoch (the write landed),
+	// Start returns that state again, writing nothing. With r.Next, the
+	// card is the one whose run is r.Run.ID. A Start that resumed a run
+	// wrote no run named r.Run.ID, so its retry cannot be told from a
+	// second Start by the same marker: it is ErrClaimConflict naming
+	// r.Marker, and the caller reads the card (its claim and LastRunID)
+	// to recover the answer.
+	Start(ctx context.Context, r StartRequest) (Started, error)
+	// Finish is a card's last lifecycle write, fenced on r.Token (CAS on
+	// the card's claim and epoch) and on the run: r.RunID must be the
+	// card's recorded run (LastRunID) started or resumed under r.Token
+	// (run.Owner and run.Epoch), and still open (running, queued or
+	// paused; a run that already has a verdict is ErrTransitionRejected).
+	// In ONE write it records the verdict (status, failure code,
+	// checkpoint), files the card by the board — RunFinished to the
+	// completion state (reason run_finished, dependents promoted as for
+	// any completion), RunFailed to the failed state (reason run_failed;
+	// a board without one is ErrInvalidArgument, checked before anything
+	// is written), RunFailedResumable out of the running column to the
+	// first pool state when the running column is not itself a pool
+	// state (no reason: the owner's own hand-back) — and releases the
+	// claim (epoch kept). A card an operator moved while the run went on
+	// is not moved by the filing when it is in a terminal state, or (for
+	// RunFailedResumable) anywhere but the running column: the verdict and
+	// the release still land. A stale token is ErrClaimConflict and
+	// writes nothing.
+	Finish(ctx context.Context, r FinishRequest) (Finished, error)
 	// RenewClaims pushes the lease of each hold to now+lease, never
 	// backwards, in one batched write. One result per hold, in order. The
 	// returned error is for the batch as a whole (store unreachable,
@@ -175,7 +325,12 @@ type Store interface {
 	// Release clears the claim when it is held by exactly marker (any epoch):
 	// the operator's force-release (after reading the holder) and the sweeps
 	// of legacy and recovery claims. A free card is nil; another holder is
-	// ErrClaimConflict.
+	// ErrClaimConflict. In the same write it closes the released claim's
+	// own open run — the card's recorded run when its owner and epoch are
+	// the released claim's and its status is running or queued — as
+	// RunFailedResumable with failure code FailureClaimReleased, so the
+	// next Start resumes it and the released holder's late run writes are
+	// refused by the fence.
 	Release(ctx context.Context, card, marker, actor string) error
 
 	// SetState is an operator move. Leaving a terminal state is
@@ -200,7 +355,20 @@ type Store interface {
 	// a one-shot label, by design).
 	SetLabels(ctx context.Context, card string, labels []string, actor string) (Card, error)
 
-	CreateRun(ctx context.Context, r Run) (Run, error)
+	// CreateRun starts a run for a worker that uses the fine-grained
+	// verbs: fenced on r.Token (the card r.Run.Card must be claimed by
+	// exactly it), the run created owned by the token (Owner, Epoch) and
+	// the card pointed at it (LastRunID, LastRunEpoch, Runs) in ONE write.
+	// A stale token is ErrClaimConflict and creates nothing; a duplicate
+	// run id is ErrInvalidArgument.
+	CreateRun(ctx context.Context, r NewRun) (Run, error)
+	// UpdateRun is fenced on u.Token, which is required: the run's card
+	// must be claimed by exactly u.Token, and the run must be that claim's
+	// — for a worker token, run.Owner and run.Epoch are the token's; for a
+	// recovery (reaper:) token, the run is the card's recorded run and
+	// run.Epoch is the claim it judges (Card.RecoveredEpoch). Anything
+	// else is ErrClaimConflict and writes nothing. u.IfStatus adds a CAS
+	// on the run's status.
 	UpdateRun(ctx context.Context, u RunUpdate) (Run, error)
 	GetRun(ctx context.Context, id string) (Run, error)
 
@@ -221,7 +389,7 @@ type Store interface {
 	// transfer observed it (after the write). The card records which claim
 	// the recovery claim judges (Card.RecoveredEpoch): the transferred
 	// worker claim's epoch, or, from a recovery claim, the one it carried.
-	ReclaimExpired(ctx context.Context, r Reclaim) (ClaimToken, Card, error)
+	ReclaimExpired(ctx context.Context, r Reclaim) (Card, ClaimToken, error)
 
 	// Events returns events with Seq > after, oldest first, at most limit.
 	Events(ctx context.Context, after int64, limit int) ([]Event, error)

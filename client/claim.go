@@ -34,6 +34,9 @@ type Claim struct {
 	c     *Client
 	card  board.Card
 	token board.ClaimToken
+	// run and resumed are what Start started; zero for a plain claim.
+	run     board.Run
+	resumed bool
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -65,6 +68,14 @@ type Claim struct {
 // would otherwise keep the card held for a process that no longer thinks it
 // holds it.
 func (cl *Claim) Context() context.Context { return cl.ctx }
+
+// Run is the run Start started (or resumed) under this claim; the zero Run
+// for a claim made with Claim or ClaimNext.
+func (cl *Claim) Run() board.Run { return cl.run }
+
+// Resumed reports whether Start took over the card's recorded run instead
+// of starting a new one (Run().Checkpoint is where it left off).
+func (cl *Claim) Resumed() bool { return cl.resumed }
 
 // Card is the card as it was when the claim was granted.
 func (cl *Claim) Card() board.Card { return cl.card }
@@ -159,21 +170,52 @@ func (cl *Claim) endLocked(cause error) {
 
 // Claim claims one card for this process.
 func (c *Client) Claim(ctx context.Context, card string) (*Claim, error) {
-	return c.claim(ctx, apitype.ClaimRequest{Card: card})
+	return c.claim(ctx, card, "/v1/claims", apitype.ClaimRequest{Card: card})
 }
 
 // ClaimNext claims the oldest unclaimed card in a pool state;
 // board.ErrNotFound when there is none.
 func (c *Client) ClaimNext(ctx context.Context) (*Claim, error) {
-	return c.claim(ctx, apitype.ClaimRequest{Next: true})
+	return c.claim(ctx, "", "/v1/claims", apitype.ClaimRequest{Next: true})
 }
 
-func (c *Client) claim(ctx context.Context, req apitype.ClaimRequest) (*Claim, error) {
+// StartOptions shape a Start. All fields are optional.
+type StartOptions struct {
+	// RunID names the run to create; the agent mints one when empty.
+	RunID string
+	// Status is the new run's status: running (the default) or queued.
+	Status     board.RunStatus
+	Checkpoint string
+	// Fresh starts a new run even when the card records one without a
+	// final verdict (which Start otherwise resumes).
+	Fresh bool
+}
+
+// Start claims card and starts its run in one write: the card is claimed,
+// its run created (or its recorded unfinished run resumed, see Resumed),
+// and the card moved into the running column, all or nothing. A card in a
+// terminal state is board.ErrTerminalStateExit; a held card is
+// board.ErrClaimConflict; neither mints anything. End it with Finish.
+func (c *Client) Start(ctx context.Context, card string, o StartOptions) (*Claim, error) {
+	return c.claim(ctx, card, "/v1/starts", o.request(card, false))
+}
+
+// StartNext is Start on the oldest unclaimed card in a pool state;
+// board.ErrNotFound when there is none.
+func (c *Client) StartNext(ctx context.Context, o StartOptions) (*Claim, error) {
+	return c.claim(ctx, "", "/v1/starts", o.request("", true))
+}
+
+func (o StartOptions) request(card string, next bool) apitype.StartRequest {
+	return apitype.StartRequest{Card: card, Next: next, RunID: o.RunID, Status: o.Status, Checkpoint: o.Checkpoint, Fresh: o.Fresh}
+}
+
+func (c *Client) claim(ctx context.Context, card, path string, req any) (*Claim, error) {
 	c.init()
-	if req.Card != "" {
+	if card != "" {
 		// A claim on this card given up a moment ago is being handed back:
 		// let that finish, so this claim is a fresh one, not the old token.
-		if err := c.awaitHandBack(ctx, req.Card); err != nil {
+		if err := c.awaitHandBack(ctx, card); err != nil {
 			return nil, err
 		}
 	}
@@ -184,13 +226,13 @@ func (c *Client) claim(ctx context.Context, req apitype.ClaimRequest) (*Claim, e
 		return nil, err
 	}
 	sent := time.Now()
-	var resp apitype.ClaimResponse
-	if err := c.do(ctx, http.MethodPost, "/v1/claims", nil, req, &resp); err != nil {
+	var resp apitype.StartResponse // a plain claim's answer is its ClaimResponse
+	if err := c.do(ctx, http.MethodPost, path, nil, req, &resp); err != nil {
 		c.releaseLink(s)
 		return nil, err
 	}
 	cctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	cl := &Claim{c: c, card: resp.Card, token: resp.Token, ctx: cctx, cancel: cancel}
+	cl := &Claim{c: c, card: resp.Card, token: resp.Token, run: resp.Run, resumed: resp.Resumed, ctx: cctx, cancel: cancel}
 	cl.start(time.Duration(resp.TrustedMS)*time.Millisecond, sent)
 	c.mu.Lock()
 	if old := c.claims[resp.Card.ID]; old != nil && old != cl {
@@ -432,6 +474,35 @@ func (cl *Claim) Release(ctx context.Context) error {
 		cl.end(fmt.Errorf("%w: %w", ErrClaimLost, err))
 	}
 	return err
+}
+
+// Verdict is the outcome of the claim's run (Finish).
+type Verdict struct {
+	// Status is board.RunFinished, board.RunFailed or
+	// board.RunFailedResumable.
+	Status      board.RunStatus
+	FailureCode string
+	// Checkpoint, when set, replaces the run's checkpoint.
+	Checkpoint *string
+}
+
+// Finish ends the claim's run with v, files the card (finished: the
+// completion state; failed: the failed state; resumable: back to the pool)
+// and releases the claim, in one fenced write. It is for a claim made with
+// Start. The claim's context is cancelled whatever the answer, as for
+// Release.
+func (cl *Claim) Finish(ctx context.Context, v Verdict) (apitype.FinishResponse, error) {
+	var resp apitype.FinishResponse
+	if cl.run.ID == "" {
+		return resp, fmt.Errorf("%w: this claim has no run to finish (it was not made with Start)", board.ErrInvalidArgument)
+	}
+	err := cl.owned(ctx, http.MethodPost, "/finish", nil, apitype.FinishRequest{
+		Fenced: cl.fence(), RunID: cl.run.ID, Status: v.Status, FailureCode: v.FailureCode, Checkpoint: v.Checkpoint,
+	}, &resp)
+	if err == nil {
+		cl.end(ErrReleased)
+	}
+	return resp, err
 }
 
 func (cl *Claim) fence() apitype.Fenced { return apitype.Fenced{Epoch: cl.token.Epoch} }

@@ -25,13 +25,13 @@ func (s *Server) adminRoutes() []route {
 
 // boardAdmin returns a walker over the store acting for actor.
 func (s *Server) boardAdmin(actor string) (*boardadmin.Admin, error) {
-	return boardadmin.New(boardadmin.Config{Store: s.cfg.Store, Actor: actor})
+	return s.lease.Admin(actor)
 }
 
 // storedBoard is the board as stored now: another agent sharing the store
 // may have changed it since this one last looked.
 func (s *Server) storedBoard(ctx context.Context) (board.Board, error) {
-	return s.cfg.Store.LoadBoard(ctx)
+	return s.lease.StoredBoard(ctx)
 }
 
 func (s *Server) runAdmin(w http.ResponseWriter, r *http.Request, c caller, req any, op func(ctx context.Context, a *boardadmin.Admin) (board.SweepReport, error)) error {

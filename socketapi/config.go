@@ -10,41 +10,13 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
-	"github.com/leasekeeper/leasekeeper/heartbeat"
+	"github.com/leasekeeper/leasekeeper/lease"
 	"github.com/leasekeeper/leasekeeper/pidprobe"
 )
 
-// ClaimTracker is what the server needs from the heartbeat loop, and
-// *heartbeat.Loop satisfies it as is: it learns of granted claims (with the
-// clock reading taken just before the store call that granted them, so the
-// trusted deadline is counted from the attempt, not the answer), forgets
-// released ones, receives keepalive pings and reports what it holds. The
-// loop drops a claim it declared lost from Held and Lookup, and the server
-// refuses owner writes on a claim the loop no longer holds for the caller;
-// the loop remembers such a claim (Disowned) until the card is tracked again,
-// so a re-claim by the same worker is a fresh acquisition.
-//
-// Lookup is the per-request check: every claim and owner write asks about
-// one card, and must not pay for copying every claim the agent holds (Held
-// is for the listings: status, the watch stream's pings, keepalive).
-//
-// The owner handed to Add names the calling process: PID from the kernel
-// and Start, its exact identity, from the pid prober (both zero for a
-// self-declared keepalive identity), and KeepaliveID = the worker's marker,
-// which is also the key the worker's pings arrive under.
-type ClaimTracker interface {
-	Add(hold board.Hold, owner heartbeat.Owner, attemptStart time.Time, lease time.Duration) error
-	// RemoveHold stops renewing card if, and only if, its tracked claim is
-	// exactly tok.
-	RemoveHold(card string, tok board.ClaimToken) bool
-	Ping(key string) bool
-	Lookup(card string) (heartbeat.Claim, bool)
-	Held() []heartbeat.Claim
-	// Disowned names the claim on card the loop stopped vouching for while
-	// the store may still name it (declared lost, or judged over at boot):
-	// the claim path never hands that token back.
-	Disowned(card string) (heartbeat.Lost, bool)
-}
+// ClaimTracker is what the server needs from the heartbeat loop
+// (lease.Tracker); *heartbeat.Loop satisfies it as is.
+type ClaimTracker = lease.Tracker
 
 // Prober reads the identity of a peer's pid. It is the part of
 // pidprobe.Prober the server needs; pidprobe.Local satisfies it.

@@ -17,8 +17,7 @@ func (s *Server) handleCreateCard(w http.ResponseWriter, r *http.Request, c call
 	if err := s.decode(w, r, &req); err != nil {
 		return err
 	}
-	req.Actor = c.actor // who asked is the kernel's answer, never the body's
-	card, err := s.cfg.Store.CreateCard(r.Context(), req)
+	card, err := s.lease.CreateCard(r.Context(), c.actor, req)
 	if err != nil {
 		return err
 	}
@@ -44,14 +43,11 @@ func (s *Server) handleListCards(w http.ResponseWriter, r *http.Request, _ calle
 	if err != nil {
 		return err
 	}
-	cards, err := s.cfg.Store.ListCards(r.Context(), board.CardFilter{
+	cards, err := s.lease.ListCards(r.Context(), board.CardFilter{
 		State: state, Limit: int(limit), ClaimedOnly: claimed,
 	})
 	if err != nil {
 		return err
-	}
-	if cards == nil {
-		cards = []board.Card{}
 	}
 	return writeJSON(w, http.StatusOK, apitype.ListCardsResponse{Cards: cards})
 }
@@ -61,7 +57,7 @@ func (s *Server) handleGetCard(w http.ResponseWriter, r *http.Request, _ caller)
 	if err != nil {
 		return err
 	}
-	card, err := s.cfg.Store.GetCard(r.Context(), id)
+	card, err := s.lease.GetCard(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -73,33 +69,24 @@ func (s *Server) handleGetRun(w http.ResponseWriter, r *http.Request, _ caller) 
 	if err != nil {
 		return err
 	}
-	run, err := s.cfg.Store.GetRun(r.Context(), id)
+	run, err := s.lease.GetRun(r.Context(), id)
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, run)
 }
 
-// operatorReason refuses machine reasons from people: they would silence
-// the move's effects and blank its actor (ADR-096 Consequences).
-func operatorReason(r board.Reason) error {
-	if board.IsMachineReason(r) {
-		return board.Invalid("reason %q is machine provenance; an operator move may not carry it", r)
-	}
-	return nil
-}
-
 func (s *Server) handleMoveCard(w http.ResponseWriter, r *http.Request, c caller) error {
-	return s.operatorMove(w, r, c, s.cfg.Store.SetState)
+	return s.operatorMove(w, r, c, s.lease.Move)
 }
 
 func (s *Server) handleReopenCard(w http.ResponseWriter, r *http.Request, c caller) error {
-	return s.operatorMove(w, r, c, s.cfg.Store.Reopen)
+	return s.operatorMove(w, r, c, s.lease.Reopen)
 }
 
-// operatorMove is a person's move of one card (a plain move or a reopen):
-// no machine reason, the caller as actor, the card as it is now in reply.
-func (s *Server) operatorMove(w http.ResponseWriter, r *http.Request, c caller, move func(context.Context, board.Move) error) error {
+// operatorMove is a person's move of one card (a plain move or a reopen),
+// answered with the card as it is now.
+func (s *Server) operatorMove(w http.ResponseWriter, r *http.Request, c caller, move func(ctx context.Context, actor, card, to string, reason board.Reason) (board.Card, error)) error {
 	id, err := pathName(r, "id", "card id")
 	if err != nil {
 		return err
@@ -108,21 +95,7 @@ func (s *Server) operatorMove(w http.ResponseWriter, r *http.Request, c caller, 
 	if err := s.decode(w, r, &req); err != nil {
 		return err
 	}
-	if err := operatorReason(req.Reason); err != nil {
-		return err
-	}
-	if err := move(r.Context(), board.Move{Card: id, To: req.To, Reason: req.Reason, Actor: c.actor}); err != nil {
-		return err
-	}
-	return s.writeCard(w, r, id)
-}
-
-// writeCard answers a move with the card as it is now. Launch hints are not
-// produced here: the agent's effects layer derives them from the store's
-// event log, the one place that also sees cascades and other agents'
-// writes, and that knows each event's provenance.
-func (s *Server) writeCard(w http.ResponseWriter, r *http.Request, id string) error {
-	card, err := s.cfg.Store.GetCard(r.Context(), id)
+	card, err := move(r.Context(), c.actor, id, req.To, req.Reason)
 	if err != nil {
 		return err
 	}
@@ -138,9 +111,7 @@ func (s *Server) handleAdjustLabels(w http.ResponseWriter, r *http.Request, c ca
 	if err := s.decode(w, r, &req); err != nil {
 		return err
 	}
-	card, err := s.cfg.Store.AdjustLabels(r.Context(), board.LabelChange{
-		Card: id, Add: req.Add, Remove: req.Remove, Actor: c.actor,
-	})
+	card, err := s.lease.AdjustLabels(r.Context(), c.actor, id, req.Add, req.Remove)
 	if err != nil {
 		return err
 	}
@@ -156,42 +127,32 @@ func (s *Server) handleSetLabels(w http.ResponseWriter, r *http.Request, c calle
 	if err := s.decode(w, r, &req); err != nil {
 		return err
 	}
-	if req.Labels == nil {
-		return board.Invalid("labels is required (use [] to clear)")
-	}
-	card, err := s.cfg.Store.SetLabels(r.Context(), id, req.Labels, c.actor)
+	card, err := s.lease.SetLabels(r.Context(), c.actor, id, req.Labels)
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, card)
 }
 
-// handleForceRelease is the operator's steal: read the holder, release
-// exactly that holder (a claim that changed hands in between is a clean
-// conflict), stop renewing it, and tell its worker on the watch stream.
+// handleForceRelease is the operator's steal (lease.Service.ForceRelease);
+// the released holder's worker is told on the watch stream.
 func (s *Server) handleForceRelease(w http.ResponseWriter, r *http.Request, c caller) error {
 	id, err := pathName(r, "id", "card id")
 	if err != nil {
 		return err
 	}
-	card, err := s.cfg.Store.GetCard(r.Context(), id)
+	tok, err := s.lease.ForceRelease(r.Context(), c.actor, id)
 	if err != nil {
 		return err
 	}
 	resp := apitype.ForceReleaseResponse{Card: id}
-	if !card.Claimed() {
-		return writeJSON(w, http.StatusOK, resp)
+	if !tok.IsZero() {
+		s.Notify(apitype.Frame{
+			Type: apitype.FrameClaimLost, Card: id, Epoch: tok.Epoch, Marker: tok.Marker,
+			Reason: apitype.LostForceReleased,
+		})
+		resp.Holder, resp.Epoch = tok.Marker, tok.Epoch
 	}
-	if err := s.cfg.Store.Release(r.Context(), id, card.Claim, c.actor); err != nil {
-		return err
-	}
-	s.cfg.Claims.RemoveHold(id, card.Token())
-	s.Notify(apitype.Frame{
-		Type: apitype.FrameClaimLost, Card: id, Epoch: card.ClaimEpoch, Marker: card.Claim,
-		Reason: apitype.LostForceReleased,
-	})
-	s.cfg.Logger.Info("claim force-released", "card", id, "holder", card.Claim, "epoch", card.ClaimEpoch, "actor", c.actor)
-	resp.Holder, resp.Epoch = card.Claim, card.ClaimEpoch
 	return writeJSON(w, http.StatusOK, resp)
 }
 
@@ -204,15 +165,9 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request, _ caller) 
 		}
 	} else {
 		st = apitype.Status{Host: s.cfg.Host, Liveness: s.cfg.Liveness(), LeaseMS: s.cfg.Lease().Milliseconds(), Socket: s.cfg.Path}
-		now := s.cfg.Clock.Now()
-		for _, h := range s.cfg.Claims.Held() {
-			st.Claims = append(st.Claims, apitype.HeldClaim{
-				Card: h.Hold.Card, Marker: h.Hold.Token.Marker, Epoch: h.Hold.Token.Epoch,
-				PID: h.Owner.PID, TrustedMS: s.remaining(h, now).Milliseconds(),
-			})
-		}
+		st.Claims = s.lease.HeldClaims()
 	}
-	st.Draining = st.Draining || s.draining.Load()
+	st.Draining = st.Draining || s.lease.Draining()
 	if st.Claims == nil {
 		st.Claims = []apitype.HeldClaim{}
 	}
@@ -263,12 +218,9 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, _ caller) 
 	}
 	ctx := r.Context()
 	if !follow {
-		evs, err := s.cfg.Store.Events(ctx, after, int(limit))
+		evs, err := s.lease.Events(ctx, after, int(limit))
 		if err != nil {
 			return err
-		}
-		if evs == nil {
-			evs = []board.Event{}
 		}
 		return writeJSON(w, http.StatusOK, apitype.EventsResponse{Events: evs})
 	}
@@ -276,7 +228,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, _ caller) 
 	// Follow: NDJSON, one event per line, for as long as the caller reads.
 	// Writes this server makes wake the loop at once; writes by other
 	// agents on a shared store are found by the poll.
-	first, err := s.cfg.Store.Events(ctx, after, eventsPage)
+	first, err := s.lease.Events(ctx, after, eventsPage)
 	if err != nil {
 		return err
 	}
@@ -313,7 +265,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, _ caller) 
 			case <-poll.C:
 			}
 		}
-		if evs, err = s.cfg.Store.Events(ctx, after, eventsPage); err != nil {
+		if evs, err = s.lease.Events(ctx, after, eventsPage); err != nil {
 			// The status line is gone; end the stream and let the client
 			// resume from the last sequence it saw.
 			s.cfg.Logger.Warn("events follow: reading the store", "err", err)

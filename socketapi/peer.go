@@ -13,6 +13,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/heartbeat"
+	"github.com/leasekeeper/leasekeeper/lease"
 	"github.com/leasekeeper/leasekeeper/pidprobe"
 )
 
@@ -115,10 +116,7 @@ func peerOf(r *http.Request) (*peer, error) {
 }
 
 // worker is a caller resolved to a worker identity.
-type worker struct {
-	marker string
-	owner  heartbeat.Owner
-}
+type worker = lease.Worker
 
 // errForeignPID names the fix, because the operator reading it is the one
 // who has to change a pod spec or a compose file.
@@ -146,7 +144,7 @@ func (s *Server) workerOf(r *http.Request) (worker, error) {
 		if err := board.ValidateMarker(m); err != nil {
 			return worker{}, fmt.Errorf("%w: pid %d cannot hold claims: %v", apitype.ErrForbidden, p.pid, err)
 		}
-		return worker{marker: m, owner: heartbeat.Owner{PID: p.pid, Start: p.ident, KeepaliveID: m}}, nil
+		return worker{Marker: m, Owner: heartbeat.Owner{PID: p.pid, Start: p.ident, KeepaliveID: m}}, nil
 	}
 	if s.cfg.Liveness() != apitype.LivenessKeepalive {
 		return worker{}, fmt.Errorf("%w: %v", apitype.ErrForbidden, errForeignPID)
@@ -169,7 +167,7 @@ func (s *Server) workerOf(r *http.Request) (worker, error) {
 	// then probe an unrelated pid in the agent's own namespace and could
 	// declare a live worker dead. The suffix keeps those sweeps off it.
 	marker := board.WorkerMarker(m.Host+ForeignHostSuffix, m.PID)
-	return worker{marker: marker, owner: heartbeat.Owner{KeepaliveID: marker}}, nil
+	return worker{Marker: marker, Owner: heartbeat.Owner{KeepaliveID: marker}}, nil
 }
 
 // ForeignHostSuffix is appended to the host of a self-declared worker

@@ -72,6 +72,8 @@ func (s *Server) coreRoutes() []route {
 	return []route{
 		// Worker routes: the marker is the caller's own, from the kernel.
 		{"POST", "/v1/claims", permWorker, s.handleClaim},
+		{"POST", "/v1/starts", permWorker, s.handleStart},
+		{"POST", "/v1/claims/{card}/finish", permWorker, s.handleFinish},
 		{"DELETE", "/v1/claims/{card}", permWorker, s.handleRelease},
 		{"PUT", "/v1/claims/{card}/state", permWorker, s.handleOwnedState},
 		{"PUT", "/v1/claims/{card}/last-run", permWorker, s.handleOwnedLastRun},

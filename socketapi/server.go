@@ -9,20 +9,20 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/apitype"
+	"github.com/leasekeeper/leasekeeper/lease"
 )
 
 // Server is the agent's local API on a Unix socket.
 type Server struct {
 	cfg     Config
+	lease   *lease.Service
 	handler http.Handler
 	frames  *ring
 
-	draining atomic.Bool
 	// closing is closed when Shutdown starts, so long-lived streams end
 	// and http.Server.Shutdown does not wait for them forever.
 	closing   chan struct{}
@@ -45,8 +45,13 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	ls, err := lease.New(lease.Config{Store: cfg.Store, Claims: cfg.Claims, Clock: cfg.Clock, Lease: cfg.Lease, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
 		cfg:     cfg,
+		lease:   ls,
 		frames:  newRing(cfg.FrameBuffer),
 		closing: make(chan struct{}),
 		wrote:   newSignal(),
@@ -158,10 +163,10 @@ func (s *Server) Serve(ctx context.Context) error {
 // StopGranting makes every new claim fail with 503 "agent shutting down"
 // while owner writes, releases and reads keep working: fences stay intact
 // and workers can still finish or hand back what they hold.
-func (s *Server) StopGranting() { s.draining.Store(true) }
+func (s *Server) StopGranting() { s.lease.StopGranting() }
 
 // Draining reports whether new claims are refused.
-func (s *Server) Draining() bool { return s.draining.Load() }
+func (s *Server) Draining() bool { return s.lease.Draining() }
 
 // Shutdown stops granting, ends the streams, stops the HTTP server and
 // removes the socket file.

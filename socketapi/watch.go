@@ -90,7 +90,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, c caller) e
 	ping := func(cursor int64) bool {
 		now := s.cfg.Clock.Now()
 		age := max(now.Sub(opened), 0).Milliseconds()
-		return send(apitype.Frame{Seq: cursor, Type: apitype.FramePing, StreamMS: &age, Claims: s.trustedAt(wk, now)})
+		return send(apitype.Frame{Seq: cursor, Type: apitype.FramePing, StreamMS: &age, Claims: s.lease.TrustedFor(wk, now)})
 	}
 
 	woke := s.frames.sig.wait()
@@ -117,7 +117,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, c caller) e
 	for {
 		for _, f := range frames {
 			// A claim_lost frame is addressed to the holder's marker only.
-			if f.Marker == "" || f.Marker == wk.marker {
+			if f.Marker == "" || f.Marker == wk.Marker {
 				if !send(f) {
 					return nil
 				}

@@ -21,7 +21,52 @@ type claimOpts struct {
 	card      string
 	next      bool
 	resumable bool
-	command   []string
+	fresh     bool
+	// grace is how long CMD has to stop after claim itself is sent SIGINT
+	// or SIGTERM, capped by the deadline the agent still vouches for.
+	grace   time.Duration
+	command []string
+}
+
+// Exit codes of `claim`, after the practice of timeout(1): CMD's own status
+// passes through (0 filed the card to completion, anything else to failed
+// or, with --resumable, back to the pool), so claim's own outcomes sit
+// above any status a command normally returns.
+const (
+	// claimExitUsage: bad flags or arguments.
+	claimExitUsage = 120
+	// claimExitHeld: the card is held by someone else; nothing was written.
+	claimExitHeld = 121
+	// claimExitNothing: --next found no claimable card.
+	claimExitNothing = 122
+	// claimExitSink: the card is in a terminal state; nothing was written
+	// (reopen it first).
+	claimExitSink = 123
+	// claimExitLost: the claim was lost while CMD ran; CMD was stopped.
+	claimExitLost = 124
+	// claimExitError: leasekeeper failed (agent unreachable, request
+	// refused, store failure).
+	claimExitError = 125
+	// claimExitCannotRun / claimExitNotFound: CMD could not be started, as
+	// a shell reports it.
+	claimExitCannotRun = 126
+	claimExitNotFound  = 127
+)
+
+const claimExitCodesHelp = `Exit codes:
+  CMD's status  CMD ran; its own exit status (128+N if a signal N killed it)
+  120  usage error
+  121  the card is held by someone else (nothing was written)
+  122  --next found no claimable card
+  123  the card is in a terminal state (nothing was written; reopen it first)
+  124  the claim was lost while CMD ran; CMD was stopped
+  125  leasekeeper failed: agent unreachable, request refused, store failure
+  126  CMD could not be executed
+  127  CMD was not found`
+
+// claimUsage is a bad invocation of claim.
+func claimUsage(format string, args ...any) error {
+	return withCode(claimExitUsage, fmt.Errorf(format, args...))
 }
 
 // columns are the board's columns `claim` routes a card through, read from
@@ -73,10 +118,18 @@ const resumableCheckpoint = "restart-cmd"
 const (
 	killMargin   = 250 * time.Millisecond
 	maxKillGrace = 10 * time.Second
+	// defaultGrace is --grace: how long CMD has to stop after claim is
+	// interrupted.
+	defaultGrace = 10 * time.Second
+	// lateWriteTimeout bounds a write made after the claim ended (closing
+	// the run of a lost claim): the agent may be the reason it ended, and
+	// claim must exit in bounded time even when the agent is frozen.
+	lateWriteTimeout = 2 * time.Second
 )
 
-// runClaim holds a claim while CMD runs and routes the card the way the
-// watchdog would for a dead owner, so both agree (PRODUCT "Command line").
+// runClaim holds a claim while CMD runs: one Start (claim, run, move into
+// the running column) before CMD, one Finish (verdict, filing, release)
+// after it (docs/DESIGN.md#lifecycle).
 func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 	// SIGINT/SIGTERM go to CMD; our own store calls must not be cut short
 	// by them, or the card would be left half-routed.
@@ -88,84 +141,46 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 	c := env.client()
 	b, err := c.Board(work)
 	if err != nil {
-		return env.agentError(c, err)
+		return withCode(claimExitError, env.agentError(c, err))
 	}
-	cols, err := columnsOf(b)
-	if err != nil {
-		return err
+	if _, err := columnsOf(b); err != nil {
+		return withCode(claimExitError, err)
+	}
+	// A resumable run is recorded with a checkpoint: that is what tells the
+	// watchdog's liveness oracle, should this process die, to promote the
+	// orphaned run to failed_resumable (back to the pool) rather than failed
+	// — the same routing a non-zero exit gets here. A resumed run keeps the
+	// checkpoint it recorded.
+	spec := client.StartOptions{Fresh: o.fresh}
+	if o.resumable {
+		spec.Checkpoint = resumableCheckpoint
 	}
 	var cl *client.Claim
 	if o.next {
-		cl, err = c.ClaimNext(work)
+		cl, err = c.StartNext(work, spec)
 	} else {
-		cl, err = c.Claim(work, o.card)
+		cl, err = c.Start(work, o.card, spec)
 	}
 	switch {
 	case err == nil:
 	case errors.Is(err, board.ErrClaimConflict):
 		if ce, ok := board.AsClaimConflict(err); ok && ce.Holder != "" {
-			return withCode(exitHeld, fmt.Errorf("card %s is held by %s (epoch %d)", ce.Card, ce.Holder, ce.Epoch))
+			return withCode(claimExitHeld, fmt.Errorf("card %s is held by %s (epoch %d)", ce.Card, ce.Holder, ce.Epoch))
 		}
-		return withCode(exitHeld, err)
+		return withCode(claimExitHeld, err)
+	case errors.Is(err, board.ErrTerminalStateExit):
+		return withCode(claimExitSink, err)
 	case o.next && errors.Is(err, board.ErrNotFound):
-		return withCode(exitNothing, errors.New("no claimable card in a pool state"))
+		return withCode(claimExitNothing, errors.New("no claimable card in a pool state"))
 	default:
-		return env.agentError(c, err)
+		return withCode(claimExitError, env.agentError(c, err))
 	}
-	card, tok := cl.Card(), cl.Token()
-	fmt.Fprintf(env.stderr, "leasekeeper: claimed %s (epoch %d) as %s\n", card.ID, tok.Epoch, tok.Marker)
-
-	// lost turns any failure of an owned write into the right exit: a
-	// refused fence (or a claim context already ended) is exit 4.
-	lost := func(step string, err error) error {
-		if errors.Is(err, board.ErrClaimConflict) || cl.Context().Err() != nil {
-			cause := context.Cause(cl.Context())
-			if cause == nil {
-				cause = err
-			}
-			return withCode(exitLost, fmt.Errorf("claim on %s lost (%s): %w", card.ID, step, cause))
-		}
-		return fmt.Errorf("%s: %w", step, err)
+	card, tok, run := cl.Card(), cl.Token(), cl.Run()
+	how := "started run"
+	if cl.Resumed() {
+		how = "resumed run"
 	}
-	release := func() {
-		if err := cl.Release(work); err != nil && !errors.Is(err, board.ErrClaimConflict) {
-			fmt.Fprintf(env.stderr, "leasekeeper: releasing %s: %v\n", card.ID, err)
-		}
-	}
-
-	// A resumable run is recorded with a checkpoint: that is what tells the
-	// watchdog's liveness oracle, should this process die, to promote the
-	// orphaned run to failed_resumable (back to the pool) rather than failed
-	// — the same routing a non-zero exit gets here.
-	var spec client.RunSpec
-	if o.resumable {
-		spec.Checkpoint = resumableCheckpoint
-	}
-	run, err := cl.StartRun(work, spec)
-	if err != nil {
-		release()
-		return lost("start run", err)
-	}
-	if card.State != cols.running {
-		if _, err := cl.SetState(work, cols.running); err != nil {
-			closeRun(work, env, cl, run.ID, board.RunFailed)
-			// The move may have landed although its answer was lost. A
-			// release would then leave the card free in the running
-			// column, which on a board where it is not a pool state
-			// nothing ever picks up: move it back to where it was claimed
-			// from first (a no-op when the move did not land), and leave
-			// the claim to expire — the watchdog rules on it — when even
-			// that cannot be confirmed.
-			if !errors.Is(err, board.ErrClaimConflict) {
-				if _, berr := cl.SetState(work, card.State); berr != nil {
-					fmt.Fprintf(env.stderr, "leasekeeper: moving %s back to %s: %v; leaving the claim to expire\n", card.ID, card.State, berr)
-					return lost("move to "+cols.running, err)
-				}
-			}
-			release()
-			return lost("move to "+cols.running, err)
-		}
-	}
+	fmt.Fprintf(env.stderr, "leasekeeper: claimed %s (epoch %d) as %s; %s %s\n", card.ID, tok.Epoch, tok.Marker, how, run.ID)
 
 	cmd := exec.Command(o.command[0], o.command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = env.stdin, env.stdout, env.stderr
@@ -174,28 +189,45 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 		"LEASEKEEPER_RUN="+run.ID,
 		"LEASEKEEPER_MARKER="+tok.Marker,
 		"LEASEKEEPER_EPOCH="+strconv.FormatInt(tok.Epoch, 10),
+		"LEASEKEEPER_CHECKPOINT="+run.Checkpoint,
 		apitype.SocketEnv+"="+c.SocketPath(),
 	)
 	child, err := startSupervised(cmd)
 	if err != nil {
-		closeRun(work, env, cl, run.ID, board.RunFailed)
-		if _, serr := cl.SetState(work, cols.failed, client.WithReason(board.ReasonRunFailed)); serr != nil {
-			fmt.Fprintf(env.stderr, "leasekeeper: filing %s to %s: %v\n", card.ID, cols.failed, serr)
+		code := claimExitCannotRun
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			code = claimExitNotFound
 		}
-		release()
-		return err
+		// Nothing ran: the card goes back to the pool, its run resumable.
+		finish(work, env, cl, board.RunFailedResumable, "CMD_NOT_STARTED")
+		return withCode(code, err)
 	}
 
+	var interrupted os.Signal
+	var graceUp <-chan time.Time
 	for {
 		select {
 		case sig := <-sigs:
 			_ = child.Signal(sig)
+			if interrupted == nil {
+				interrupted = sig
+				grace := min(o.grace, max(time.Until(cl.TrustedUntil())-killMargin, 0))
+				fmt.Fprintf(env.stderr, "leasekeeper: %v: passed to the command; it has %s to stop\n", sig, grace.Round(time.Millisecond))
+				graceUp = time.After(grace)
+			}
+		case <-graceUp:
+			graceUp = nil
+			fmt.Fprintf(env.stderr, "leasekeeper: the command did not stop within its grace: killing it\n")
+			go child.Terminate(0)
 		case <-cl.Context().Done():
-			return claimLost(work, env, cl, child, run.ID)
+			return claimLost(work, env, cl, child)
 		case <-child.Done():
 			code, _ := child.Wait(work)
 			reportTree(env, child)
-			return routeExit(work, env, cl, cols, run.ID, code, o.resumable, lost)
+			if interrupted != nil {
+				return interruptedExit(work, env, cl, code, interrupted)
+			}
+			return routeExit(work, env, cl, code, o.resumable)
 		}
 	}
 }
@@ -231,9 +263,10 @@ func reportTree(env *cli, child *supervise.Child) {
 
 // claimLost stops CMD because the claim is gone: SIGTERM, then SIGKILL
 // before the lease deadline. The holder must stop by its lease deadline on
-// its own — the watchdog's orphan proof relies on it (PRODUCT "The
-// watchdog").
-func claimLost(ctx context.Context, env *cli, cl *client.Claim, child *supervise.Child, runID string) error {
+// its own — the watchdog's orphan proof relies on it
+// (DESIGN.md#trusted-deadline). There is no grace beyond that deadline: by
+// the time a claim is lost, the agent no longer vouches for it.
+func claimLost(ctx context.Context, env *cli, cl *client.Claim, child *supervise.Child) error {
 	cause := context.Cause(cl.Context())
 	fmt.Fprintf(env.stderr, "leasekeeper: claim on %s lost: %v; stopping the command\n", cl.Card().ID, cause)
 	grace := min(max(time.Until(cl.TrustedUntil())-killMargin, 0), maxKillGrace)
@@ -242,74 +275,78 @@ func claimLost(ctx context.Context, env *cli, cl *client.Claim, child *supervise
 	}
 	reportTree(env, child)
 	// The run is the old holder's: recording its end is a late write, and
-	// the fence refuses it. It is attempted anyway so that a claim lost
-	// only on this side (the agent went silent) may still close its run;
-	// but a client that gives a claim up at its trusted deadline also hands
-	// the card back as it does, and once that release has landed this write
-	// is refused too.
-	if err := closeRun(ctx, env, cl, runID, board.RunFailed); err != nil {
+	// the fence refuses it unless the claim was lost only on this side (the
+	// agent went silent, and may yet answer); then the card goes back to
+	// the pool, its run resumable, since CMD was stopped, not failed. It
+	// gets a bounded time, on a context of its own: claim exits promptly
+	// even when its agent is frozen.
+	lctx, cancel := context.WithTimeout(ctx, lateWriteTimeout)
+	defer cancel()
+	if _, err := cl.Finish(lctx, client.Verdict{Status: board.RunFailedResumable, FailureCode: "CLAIM_LOST"}); err != nil {
 		fmt.Fprintf(env.stderr, "leasekeeper: late write refused, as it must be: %v\n", err)
 	}
-	return withCode(exitLost, fmt.Errorf("claim on %s lost: %w", cl.Card().ID, cause))
+	return withCode(claimExitLost, fmt.Errorf("claim on %s lost: %w", cl.Card().ID, cause))
 }
 
-// routeExit records the run's verdict and files the card as the watchdog
-// would (rows 9–11 of its decision table), then releases the claim.
-//
-// A resumable failure follows the watchdog's repark, twin by twin (ADR-096
-// §7): where the running column is itself a pool state (the local board) the
-// card is only released and the next claim resumes the run it records;
-// where it is not (the fleet board) the card goes back to the first pool
-// state first, since nothing would ever claim it in the running column. That
-// move is the owner's own gesture, not a machine decision, so it carries no
-// machine reason and fires as any hand-back does.
-func routeExit(ctx context.Context, env *cli, cl *client.Claim, cols columns, runID string, code int, resumable bool,
-	lost func(string, error) error) error {
+// finish is Finish with the outcome told on stderr. A refused fence means
+// the claim ended on its own (an operator, the watchdog): the verdict is
+// theirs to write now.
+func finish(ctx context.Context, env *cli, cl *client.Claim, status board.RunStatus, code string) (apitype.FinishResponse, error) {
+	f, err := cl.Finish(ctx, client.Verdict{Status: status, FailureCode: code})
+	if err != nil {
+		fmt.Fprintf(env.stderr, "leasekeeper: recording %s on %s: %v\n", status, cl.Card().ID, err)
+	}
+	return f, err
+}
+
+// routeExit records the run's verdict, files the card and releases the
+// claim in one Finish: what the watchdog would do for a run that ended so
+// (rows 9–11 of its table, DESIGN.md#decision-table). CMD's status is
+// claim's.
+func routeExit(ctx context.Context, env *cli, cl *client.Claim, code int, resumable bool) error {
 	id := cl.Card().ID
-	status, target, reason := board.RunFinished, cols.completion, board.ReasonRunFinished
-	var opts []client.StateOption
+	status, failure := board.RunFinished, ""
 	switch {
 	case code == 0:
 	case resumable:
-		status, target, reason = board.RunFailedResumable, "", board.ReasonNone
-		if !cols.runningIsPool {
-			// A CAS on the running column: a card an operator moved while
-			// CMD ran stays where they put it.
-			target = cols.firstPool
-			opts = append(opts, client.From(cols.running))
-		}
+		status, failure = board.RunFailedResumable, fmt.Sprintf("EXIT_%d", code)
 	default:
-		status, target, reason = board.RunFailed, cols.failed, board.ReasonRunFailed
+		status, failure = board.RunFailed, fmt.Sprintf("EXIT_%d", code)
 	}
-	if err := closeRun(ctx, env, cl, runID, status); err != nil {
-		return lost("record run "+string(status), err)
-	}
-	if target != "" {
-		if _, err := cl.SetState(ctx, target, append(opts, client.WithReason(reason))...); err != nil {
-			return lost("file to "+target, err)
+	f, err := finish(ctx, env, cl, status, failure)
+	if err != nil {
+		if errors.Is(err, board.ErrClaimConflict) || cl.Context().Err() != nil && !errors.Is(context.Cause(cl.Context()), client.ErrReleased) {
+			return withCode(claimExitLost, fmt.Errorf("claim on %s lost before its verdict landed: %w", id, err))
 		}
-	}
-	if err := cl.Release(ctx); err != nil {
-		return lost("release", err)
+		return withCode(claimExitError, err)
 	}
 	switch {
 	case code == 0:
-		fmt.Fprintf(env.stderr, "leasekeeper: %s finished; filed to %s\n", id, target)
+		fmt.Fprintf(env.stderr, "leasekeeper: %s finished; filed to %s\n", id, f.Card.State)
 		return nil
-	case resumable && target != "":
-		fmt.Fprintf(env.stderr, "leasekeeper: %s failed with status %d; run is resumable, card returned to %s and released\n", id, code, target)
 	case resumable:
-		fmt.Fprintf(env.stderr, "leasekeeper: %s failed with status %d; run is resumable, card released (a re-claim resumes it)\n", id, code)
+		fmt.Fprintf(env.stderr, "leasekeeper: %s failed with status %d; run is resumable, card released in %s (the next claim resumes it)\n", id, code, f.Card.State)
 	default:
-		fmt.Fprintf(env.stderr, "leasekeeper: %s failed with status %d; filed to %s\n", id, code, target)
+		fmt.Fprintf(env.stderr, "leasekeeper: %s failed with status %d; filed to %s\n", id, code, f.Card.State)
 	}
-	return withCode(exitCmdFailed, fmt.Errorf("command exited with status %d", code))
+	return withCode(code, fmt.Errorf("command exited with status %d", code))
 }
 
-// closeRun moves the run out of running, compare-and-set on running so a
-// verdict already written elsewhere (the watchdog's) is never overwritten.
-func closeRun(ctx context.Context, _ *cli, cl *client.Claim, runID string, status board.RunStatus) error {
-	running := board.RunRunning
-	_, err := cl.UpdateRun(ctx, runID, apitype.UpdateRunRequest{IfStatus: &running, Status: &status})
-	return err
+// interruptedExit ends a claim whose process was told to stop: the work is
+// not done and did not fail on its own, so the card goes back to the pool
+// with its run resumable — never into a sink — and claim exits as CMD did
+// (128+N when the signal or the kill after the grace ended it).
+func interruptedExit(ctx context.Context, env *cli, cl *client.Claim, code int, sig os.Signal) error {
+	f, err := finish(ctx, env, cl, board.RunFailedResumable, "INTERRUPTED")
+	if err == nil {
+		fmt.Fprintf(env.stderr, "leasekeeper: %s interrupted (%v); run is resumable, card released in %s\n", cl.Card().ID, sig, f.Card.State)
+	}
+	if code == 0 {
+		// CMD caught the signal and exited cleanly, but the card was
+		// returned, not finished: say so in the status.
+		if s, ok := sig.(syscall.Signal); ok {
+			code = 128 + int(s)
+		}
+	}
+	return withCode(code, fmt.Errorf("interrupted by %v", sig))
 }

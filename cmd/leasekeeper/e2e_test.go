@@ -156,7 +156,7 @@ func TestE2EForceReleaseStopsTheCommand(t *testing.T) {
 	// The agent tells the holder at once; the claimer stops CMD well
 	// within one heartbeat tick (lease/3 = 1s) — bounded generously here
 	// because the machine is shared.
-	if got, want := claim.wait(t, 3*time.Second), exitLost; got != want {
+	if got, want := claim.wait(t, 3*time.Second), claimExitLost; got != want {
 		t.Fatalf("claim exit = %d, want %d (lost); output:\n%s", got, want, claim.output.String())
 	}
 	t.Logf("claimer exited %s after the force-release", time.Since(released).Round(time.Millisecond))
@@ -167,7 +167,7 @@ func TestE2EForceReleaseStopsTheCommand(t *testing.T) {
 		t.Errorf("claimer output does not report its late write refused:\n%s", got)
 	}
 	// The refused late write changed nothing: the card is free, its run
-	// still says running (the closing write was fenced off).
+	// is left resumable by the force-release (the closing write was fenced off).
 	c := e.Card("c1")
 	if c.Claimed() {
 		t.Errorf("card claimed by %q after the force-release", c.Claim)

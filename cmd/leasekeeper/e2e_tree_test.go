@@ -85,7 +85,7 @@ func TestE2EClaimEndKillsCommandTree(t *testing.T) {
 		wantCode int
 	}{
 		{
-			name: "force release", arg: "hold", wantCode: exitLost,
+			name: "force release", arg: "hold", wantCode: claimExitLost,
 			end: func(t *testing.T, e *env, claim *claimProc) int {
 				e.MustRun("card", "release", "c1", "--force")
 				return claim.wait(t, 20*time.Second)

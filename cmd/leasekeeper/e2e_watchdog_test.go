@@ -82,9 +82,9 @@ func TestE2EClaimRoutesByTheAgentsBoard(t *testing.T) {
 		wantRun   board.RunStatus
 	}{
 		{"custom board, exit 0 files to its completion state", customStates, nil, "exit 0", 0, "shipped", board.RunFinished},
-		{"custom board, failure files to failed", customStates, nil, "exit 3", exitCmdFailed, board.StateFailed, board.RunFailed},
-		{"fleet board, resumable failure goes back to the first pool state", fleetStates, []string{"--resumable"}, "exit 3", exitCmdFailed, board.StateReady, board.RunFailedResumable},
-		{"local board, resumable failure is only released", "", []string{"--resumable"}, "exit 3", exitCmdFailed, board.StateInProgress, board.RunFailedResumable},
+		{"custom board, failure files to failed", customStates, nil, "exit 3", 3, board.StateFailed, board.RunFailed},
+		{"fleet board, resumable failure goes back to the first pool state", fleetStates, []string{"--resumable"}, "exit 3", 3, board.StateReady, board.RunFailedResumable},
+		{"local board, resumable failure is only released", "", []string{"--resumable"}, "exit 3", 3, board.StateInProgress, board.RunFailedResumable},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -125,7 +125,7 @@ func (e *env) seedRecoveryClaim(card string) {
 	if _, err := st.CreateCard(ctx, board.NewCard{ID: card, State: board.StateInProgress}); err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := st.Claim(ctx, board.ClaimRequest{Card: card, Marker: board.RecoveryMarker("elsewhere-4242"), Lease: time.Millisecond}); err != nil {
+	if _, _, err := st.Claim(ctx, board.ClaimRequest{Card: card, Marker: board.RecoveryMarker("elsewhere-4242"), Lease: time.Millisecond}); err != nil {
 		e.t.Fatal(err)
 	}
 }

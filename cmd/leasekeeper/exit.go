@@ -5,33 +5,21 @@ import (
 	"fmt"
 )
 
-// Exit codes of every leasekeeper command. 3 and 4 are relied on by
-// scripts: keep them.
+// Exit codes of every leasekeeper command but claim, whose command's own
+// status passes through (claim.go has its codes).
 const (
 	exitOK = 0
 	// exitError: the command failed (agent unreachable, refused, store error).
 	exitError = 1
 	// exitUsage: bad flags or arguments.
 	exitUsage = 2
-	// exitHeld: the card is held by someone else (claim).
-	exitHeld = 3
-	// exitLost: the claim was lost while CMD ran; CMD was stopped (claim).
-	exitLost = 4
-	// exitCmdFailed: CMD exited non-zero; the card was routed as a failed
-	// (or, with --resumable, returned) run (claim).
-	exitCmdFailed = 5
-	// exitNothing: --next found no claimable card (claim).
-	exitNothing = 6
 )
 
 const exitCodesHelp = `Exit codes:
   0  success
   1  error (agent unreachable, request refused, store failure)
   2  usage error
-  3  the card is held by someone else              (claim)
-  4  the claim was lost; CMD was terminated         (claim)
-  5  CMD exited non-zero; the card was routed       (claim)
-  6  --next found no claimable card                 (claim)`
+  (claim has codes of its own: see leasekeeper claim --help)`
 
 // exitError carries an exit code through cobra's error return.
 type codeError struct {

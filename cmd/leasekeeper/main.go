@@ -302,24 +302,35 @@ column, the first pool state, the completion state and the failed state.`,
 func newClaimCmd(env *cli) *cobra.Command {
 	var o claimOpts
 	c := &cobra.Command{
-		Use:   "claim (ID | --next) [--resumable] -- CMD [ARGS...]",
+		Use:   "claim (ID | --next) [--resumable] [--grace D] -- CMD [ARGS...]",
 		Short: "Hold a claim on a card while CMD runs",
-		Long: `Claim the card (or the oldest claimable one with --next), record a run,
-move the card into the running column and run CMD while the agent renews
-the claim. When CMD exits:
+		Long: `Claim the card (or the oldest claimable one with --next), start its run and
+move it into the running column — one write — then run CMD while the agent
+renews the claim. A card that records a run without a verdict (returned to
+the pool, or force-released) has that run resumed: CMD sees its checkpoint
+in LEASEKEEPER_CHECKPOINT (--fresh starts a new run instead). A card in a
+terminal state, or held by anyone, is refused and nothing is written.
+
+When CMD exits, one write records the run's verdict, files the card and
+releases the claim:
 
   exit 0          run finished, card filed to the completion state
   non-zero        run failed, card filed to failed
   non-zero with --resumable
                   run failed_resumable, card back in the pool: released
                   where the running column is a pool state (the local
-                  board: a re-claim resumes the run), moved to the first
-                  pool state first otherwise (the fleet board)
+                  board: the next claim resumes the run), moved to the
+                  first pool state otherwise (the fleet board)
 
-then the claim is released. If the claim is lost while CMD runs (an
-operator force-release, a lapsed lease), CMD gets SIGTERM, then SIGKILL
-before the lease deadline, and claim exits 4. SIGINT and SIGTERM are
-forwarded to CMD.
+and claim exits with CMD's status.
+
+SIGINT and SIGTERM are passed to CMD, which then has --grace to stop (never
+past the deadline the agent vouches for) before it is killed; the card goes
+back to the pool with its run resumable, never into a sink, and claim exits
+with CMD's status (128+N if it had to be killed). If the claim is lost while
+CMD runs (an operator force-release, a lapsed lease), CMD gets SIGTERM, then
+SIGKILL before the lease deadline, and claim exits 124 within a bounded
+time even when the agent is frozen.
 
 However the claim ends (CMD exits, the claim is lost, claim itself is
 killed, even with SIGKILL), every process CMD started is killed with it:
@@ -329,23 +340,26 @@ under a supervisor, this binary re-executed, that is the child subreaper
 of CMD's tree. Processes started for CMD by something outside its tree
 (systemd-run, at, a container runtime) are out of its reach.
 
-CMD sees LEASEKEEPER_CARD, LEASEKEEPER_RUN, LEASEKEEPER_MARKER and
-LEASEKEEPER_EPOCH in its environment. With --resumable the run is recorded
-with a checkpoint, so if claim itself dies the watchdog returns the card to
-the pool (failed_resumable) instead of filing it to failed.
+CMD sees LEASEKEEPER_CARD, LEASEKEEPER_RUN, LEASEKEEPER_MARKER,
+LEASEKEEPER_EPOCH and LEASEKEEPER_CHECKPOINT in its environment. With
+--resumable the run is recorded with a checkpoint, so if claim itself dies
+the watchdog returns the card to the pool (failed_resumable) instead of
+filing it to failed.
 
-` + exitCodesHelp,
+` + claimExitCodesHelp,
 		Args: func(cmd *cobra.Command, args []string) error {
 			dash := cmd.ArgsLenAtDash()
 			if dash < 0 || dash == len(args) {
-				return usageError("claim needs a command after --")
+				return claimUsage("claim needs a command after --")
 			}
 			o.command = args[dash:]
 			switch {
 			case o.next && dash != 0:
-				return usageError("give either a card ID or --next, not both")
+				return claimUsage("give either a card ID or --next, not both")
 			case !o.next && dash != 1:
-				return usageError("give exactly one card ID (or --next) before --")
+				return claimUsage("give exactly one card ID (or --next) before --")
+			case o.grace < 0:
+				return claimUsage("--grace must not be negative")
 			case !o.next:
 				o.card = args[0]
 			}
@@ -355,6 +369,8 @@ the pool (failed_resumable) instead of filing it to failed.
 	}
 	c.Flags().BoolVar(&o.next, "next", false, "claim the oldest unclaimed card in a pool state")
 	c.Flags().BoolVar(&o.resumable, "resumable", false, "a failed CMD is safe to restart: return the card to the pool")
+	c.Flags().BoolVar(&o.fresh, "fresh", false, "start a new run even when the card records one without a verdict")
+	c.Flags().DurationVar(&o.grace, "grace", defaultGrace, "after SIGINT/SIGTERM, how long CMD has to stop before it is killed (capped by the trusted deadline)")
 	return c
 }
 

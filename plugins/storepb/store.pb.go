@@ -1266,8 +1266,11 @@ func (*BoardRequest) Descriptor() ([]byte, []int) {
 }
 
 type BoardReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Board         *BoardMessage          `protobuf:"bytes,1,opt,name=board,proto3" json:"board,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Board *BoardMessage          `protobuf:"bytes,1,opt,name=board,proto3" json:"board,omitempty"`
+	// traits: the store's declaration of what it is (board.Traits). The
+	// first Board call after the handshake carries it to the agent.
+	Traits        *TraitsMessage `protobuf:"bytes,2,opt,name=traits,proto3" json:"traits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1309,6 +1312,73 @@ func (x *BoardReply) GetBoard() *BoardMessage {
 	return nil
 }
 
+func (x *BoardReply) GetTraits() *TraitsMessage {
+	if x != nil {
+		return x.Traits
+	}
+	return nil
+}
+
+type TraitsMessage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Shared        bool                   `protobuf:"varint,1,opt,name=shared,proto3" json:"shared,omitempty"`
+	ServerClock   bool                   `protobuf:"varint,2,opt,name=server_clock,json=serverClock,proto3" json:"server_clock,omitempty"`
+	Outbox        bool                   `protobuf:"varint,3,opt,name=outbox,proto3" json:"outbox,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TraitsMessage) Reset() {
+	*x = TraitsMessage{}
+	mi := &file_store_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TraitsMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TraitsMessage) ProtoMessage() {}
+
+func (x *TraitsMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TraitsMessage.ProtoReflect.Descriptor instead.
+func (*TraitsMessage) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *TraitsMessage) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
+}
+
+func (x *TraitsMessage) GetServerClock() bool {
+	if x != nil {
+		return x.ServerClock
+	}
+	return false
+}
+
+func (x *TraitsMessage) GetOutbox() bool {
+	if x != nil {
+		return x.Outbox
+	}
+	return false
+}
+
 type CreateCardRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1323,7 +1393,7 @@ type CreateCardRequest struct {
 
 func (x *CreateCardRequest) Reset() {
 	*x = CreateCardRequest{}
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1335,7 +1405,7 @@ func (x *CreateCardRequest) String() string {
 func (*CreateCardRequest) ProtoMessage() {}
 
 func (x *CreateCardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1348,7 +1418,7 @@ func (x *CreateCardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateCardRequest.ProtoReflect.Descriptor instead.
 func (*CreateCardRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{16}
+	return file_store_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateCardRequest) GetId() string {
@@ -1402,7 +1472,7 @@ type GetCardRequest struct {
 
 func (x *GetCardRequest) Reset() {
 	*x = GetCardRequest{}
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +1484,7 @@ func (x *GetCardRequest) String() string {
 func (*GetCardRequest) ProtoMessage() {}
 
 func (x *GetCardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +1497,7 @@ func (x *GetCardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCardRequest.ProtoReflect.Descriptor instead.
 func (*GetCardRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{17}
+	return file_store_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetCardRequest) GetId() string {
@@ -1446,7 +1516,7 @@ type CardReply struct {
 
 func (x *CardReply) Reset() {
 	*x = CardReply{}
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1528,7 @@ func (x *CardReply) String() string {
 func (*CardReply) ProtoMessage() {}
 
 func (x *CardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1541,7 @@ func (x *CardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CardReply.ProtoReflect.Descriptor instead.
 func (*CardReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{18}
+	return file_store_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CardReply) GetCard() *Card {
@@ -1495,7 +1565,7 @@ type ListCardsRequest struct {
 
 func (x *ListCardsRequest) Reset() {
 	*x = ListCardsRequest{}
-	mi := &file_store_proto_msgTypes[19]
+	mi := &file_store_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1577,7 @@ func (x *ListCardsRequest) String() string {
 func (*ListCardsRequest) ProtoMessage() {}
 
 func (x *ListCardsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[19]
+	mi := &file_store_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1590,7 @@ func (x *ListCardsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCardsRequest.ProtoReflect.Descriptor instead.
 func (*ListCardsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{19}
+	return file_store_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListCardsRequest) GetState() string {
@@ -1560,7 +1630,7 @@ type DependentsRequest struct {
 
 func (x *DependentsRequest) Reset() {
 	*x = DependentsRequest{}
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +1642,7 @@ func (x *DependentsRequest) String() string {
 func (*DependentsRequest) ProtoMessage() {}
 
 func (x *DependentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +1655,7 @@ func (x *DependentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DependentsRequest.ProtoReflect.Descriptor instead.
 func (*DependentsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{20}
+	return file_store_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DependentsRequest) GetId() string {
@@ -1607,7 +1677,7 @@ type CardsReply struct {
 
 func (x *CardsReply) Reset() {
 	*x = CardsReply{}
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +1689,7 @@ func (x *CardsReply) String() string {
 func (*CardsReply) ProtoMessage() {}
 
 func (x *CardsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +1702,7 @@ func (x *CardsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CardsReply.ProtoReflect.Descriptor instead.
 func (*CardsReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{21}
+	return file_store_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CardsReply) GetCards() []*Card {
@@ -1660,7 +1730,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1672,7 +1742,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1685,7 +1755,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{22}
+	return file_store_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ClaimRequest) GetCard() string {
@@ -1707,50 +1777,6 @@ func (x *ClaimRequest) GetLeaseNanos() int64 {
 		return x.LeaseNanos
 	}
 	return 0
-}
-
-type TokenReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Token         *ClaimToken            `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *TokenReply) Reset() {
-	*x = TokenReply{}
-	mi := &file_store_proto_msgTypes[23]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *TokenReply) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*TokenReply) ProtoMessage() {}
-
-func (x *TokenReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[23]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use TokenReply.ProtoReflect.Descriptor instead.
-func (*TokenReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{23}
-}
-
-func (x *TokenReply) GetToken() *ClaimToken {
-	if x != nil {
-		return x.Token
-	}
-	return nil
 }
 
 type ClaimNextRequest struct {
@@ -2880,14 +2906,16 @@ func (x *CardChangedReply) GetChanged() bool {
 }
 
 type RunUpdateRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	IfStatus      *string                `protobuf:"bytes,2,opt,name=if_status,json=ifStatus,proto3,oneof" json:"if_status,omitempty"`
-	Status        *string                `protobuf:"bytes,3,opt,name=status,proto3,oneof" json:"status,omitempty"`
-	Continuation  *string                `protobuf:"bytes,4,opt,name=continuation,proto3,oneof" json:"continuation,omitempty"`
-	FailureCode   *string                `protobuf:"bytes,5,opt,name=failure_code,json=failureCode,proto3,oneof" json:"failure_code,omitempty"`
-	Checkpoint    *string                `protobuf:"bytes,6,opt,name=checkpoint,proto3,oneof" json:"checkpoint,omitempty"`
-	Actor         string                 `protobuf:"bytes,7,opt,name=actor,proto3" json:"actor,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	IfStatus     *string                `protobuf:"bytes,2,opt,name=if_status,json=ifStatus,proto3,oneof" json:"if_status,omitempty"`
+	Status       *string                `protobuf:"bytes,3,opt,name=status,proto3,oneof" json:"status,omitempty"`
+	Continuation *string                `protobuf:"bytes,4,opt,name=continuation,proto3,oneof" json:"continuation,omitempty"`
+	FailureCode  *string                `protobuf:"bytes,5,opt,name=failure_code,json=failureCode,proto3,oneof" json:"failure_code,omitempty"`
+	Checkpoint   *string                `protobuf:"bytes,6,opt,name=checkpoint,proto3,oneof" json:"checkpoint,omitempty"`
+	Actor        string                 `protobuf:"bytes,7,opt,name=actor,proto3" json:"actor,omitempty"`
+	// The claim the write is made under (board.RunUpdate.Token).
+	Token         *ClaimToken `protobuf:"bytes,8,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2971,6 +2999,354 @@ func (x *RunUpdateRequest) GetActor() string {
 	return ""
 }
 
+func (x *RunUpdateRequest) GetToken() *ClaimToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+// NewRunRequest is a fenced run start (board.NewRun).
+type NewRunRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         *ClaimToken            `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Run           *RunMessage            `protobuf:"bytes,2,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NewRunRequest) Reset() {
+	*x = NewRunRequest{}
+	mi := &file_store_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NewRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NewRunRequest) ProtoMessage() {}
+
+func (x *NewRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NewRunRequest.ProtoReflect.Descriptor instead.
+func (*NewRunRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *NewRunRequest) GetToken() *ClaimToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *NewRunRequest) GetRun() *RunMessage {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+type StartRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Card          string                 `protobuf:"bytes,1,opt,name=card,proto3" json:"card,omitempty"`
+	Next          bool                   `protobuf:"varint,2,opt,name=next,proto3" json:"next,omitempty"`
+	Marker        string                 `protobuf:"bytes,3,opt,name=marker,proto3" json:"marker,omitempty"`
+	LeaseNanos    int64                  `protobuf:"varint,4,opt,name=lease_nanos,json=leaseNanos,proto3" json:"lease_nanos,omitempty"`
+	Run           *RunMessage            `protobuf:"bytes,5,opt,name=run,proto3" json:"run,omitempty"`
+	Fresh         bool                   `protobuf:"varint,6,opt,name=fresh,proto3" json:"fresh,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartRequest) Reset() {
+	*x = StartRequest{}
+	mi := &file_store_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartRequest) ProtoMessage() {}
+
+func (x *StartRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartRequest.ProtoReflect.Descriptor instead.
+func (*StartRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *StartRequest) GetCard() string {
+	if x != nil {
+		return x.Card
+	}
+	return ""
+}
+
+func (x *StartRequest) GetNext() bool {
+	if x != nil {
+		return x.Next
+	}
+	return false
+}
+
+func (x *StartRequest) GetMarker() string {
+	if x != nil {
+		return x.Marker
+	}
+	return ""
+}
+
+func (x *StartRequest) GetLeaseNanos() int64 {
+	if x != nil {
+		return x.LeaseNanos
+	}
+	return 0
+}
+
+func (x *StartRequest) GetRun() *RunMessage {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+func (x *StartRequest) GetFresh() bool {
+	if x != nil {
+		return x.Fresh
+	}
+	return false
+}
+
+type StartedReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Card          *Card                  `protobuf:"bytes,1,opt,name=card,proto3" json:"card,omitempty"`
+	Token         *ClaimToken            `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	Run           *RunMessage            `protobuf:"bytes,3,opt,name=run,proto3" json:"run,omitempty"`
+	Resumed       bool                   `protobuf:"varint,4,opt,name=resumed,proto3" json:"resumed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartedReply) Reset() {
+	*x = StartedReply{}
+	mi := &file_store_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartedReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartedReply) ProtoMessage() {}
+
+func (x *StartedReply) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartedReply.ProtoReflect.Descriptor instead.
+func (*StartedReply) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *StartedReply) GetCard() *Card {
+	if x != nil {
+		return x.Card
+	}
+	return nil
+}
+
+func (x *StartedReply) GetToken() *ClaimToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *StartedReply) GetRun() *RunMessage {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+func (x *StartedReply) GetResumed() bool {
+	if x != nil {
+		return x.Resumed
+	}
+	return false
+}
+
+type FinishRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Card          string                 `protobuf:"bytes,1,opt,name=card,proto3" json:"card,omitempty"`
+	Token         *ClaimToken            `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	RunId         string                 `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Status        string                 `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	FailureCode   string                 `protobuf:"bytes,5,opt,name=failure_code,json=failureCode,proto3" json:"failure_code,omitempty"`
+	Checkpoint    *string                `protobuf:"bytes,6,opt,name=checkpoint,proto3,oneof" json:"checkpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FinishRequest) Reset() {
+	*x = FinishRequest{}
+	mi := &file_store_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FinishRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FinishRequest) ProtoMessage() {}
+
+func (x *FinishRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FinishRequest.ProtoReflect.Descriptor instead.
+func (*FinishRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *FinishRequest) GetCard() string {
+	if x != nil {
+		return x.Card
+	}
+	return ""
+}
+
+func (x *FinishRequest) GetToken() *ClaimToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *FinishRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *FinishRequest) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *FinishRequest) GetFailureCode() string {
+	if x != nil {
+		return x.FailureCode
+	}
+	return ""
+}
+
+func (x *FinishRequest) GetCheckpoint() string {
+	if x != nil && x.Checkpoint != nil {
+		return *x.Checkpoint
+	}
+	return ""
+}
+
+type FinishedReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Card          *Card                  `protobuf:"bytes,1,opt,name=card,proto3" json:"card,omitempty"`
+	Run           *RunMessage            `protobuf:"bytes,2,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FinishedReply) Reset() {
+	*x = FinishedReply{}
+	mi := &file_store_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FinishedReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FinishedReply) ProtoMessage() {}
+
+func (x *FinishedReply) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FinishedReply.ProtoReflect.Descriptor instead.
+func (*FinishedReply) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *FinishedReply) GetCard() *Card {
+	if x != nil {
+		return x.Card
+	}
+	return nil
+}
+
+func (x *FinishedReply) GetRun() *RunMessage {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
 type GetRunRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2980,7 +3356,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_store_proto_msgTypes[44]
+	mi := &file_store_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2992,7 +3368,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[44]
+	mi := &file_store_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3005,7 +3381,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{44}
+	return file_store_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetRunRequest) GetId() string {
@@ -3028,7 +3404,7 @@ type ReleaseExpiredRequest struct {
 
 func (x *ReleaseExpiredRequest) Reset() {
 	*x = ReleaseExpiredRequest{}
-	mi := &file_store_proto_msgTypes[45]
+	mi := &file_store_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3040,7 +3416,7 @@ func (x *ReleaseExpiredRequest) String() string {
 func (*ReleaseExpiredRequest) ProtoMessage() {}
 
 func (x *ReleaseExpiredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[45]
+	mi := &file_store_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3053,7 +3429,7 @@ func (x *ReleaseExpiredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseExpiredRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseExpiredRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{45}
+	return file_store_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReleaseExpiredRequest) GetCard() string {
@@ -3102,7 +3478,7 @@ type ListExpiredRequest struct {
 
 func (x *ListExpiredRequest) Reset() {
 	*x = ListExpiredRequest{}
-	mi := &file_store_proto_msgTypes[46]
+	mi := &file_store_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3114,7 +3490,7 @@ func (x *ListExpiredRequest) String() string {
 func (*ListExpiredRequest) ProtoMessage() {}
 
 func (x *ListExpiredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[46]
+	mi := &file_store_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3127,7 +3503,7 @@ func (x *ListExpiredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExpiredRequest.ProtoReflect.Descriptor instead.
 func (*ListExpiredRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{46}
+	return file_store_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListExpiredRequest) GetCutoff() *Time {
@@ -3161,7 +3537,7 @@ type ExpiredPageReply struct {
 
 func (x *ExpiredPageReply) Reset() {
 	*x = ExpiredPageReply{}
-	mi := &file_store_proto_msgTypes[47]
+	mi := &file_store_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3173,7 +3549,7 @@ func (x *ExpiredPageReply) String() string {
 func (*ExpiredPageReply) ProtoMessage() {}
 
 func (x *ExpiredPageReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[47]
+	mi := &file_store_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3186,7 +3562,7 @@ func (x *ExpiredPageReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpiredPageReply.ProtoReflect.Descriptor instead.
 func (*ExpiredPageReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{47}
+	return file_store_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ExpiredPageReply) GetCards() []*Card {
@@ -3213,7 +3589,7 @@ type ListCutoffRequest struct {
 
 func (x *ListCutoffRequest) Reset() {
 	*x = ListCutoffRequest{}
-	mi := &file_store_proto_msgTypes[48]
+	mi := &file_store_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3225,7 +3601,7 @@ func (x *ListCutoffRequest) String() string {
 func (*ListCutoffRequest) ProtoMessage() {}
 
 func (x *ListCutoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[48]
+	mi := &file_store_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3238,7 +3614,7 @@ func (x *ListCutoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCutoffRequest.ProtoReflect.Descriptor instead.
 func (*ListCutoffRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{48}
+	return file_store_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListCutoffRequest) GetCutoff() *Time {
@@ -3268,7 +3644,7 @@ type ReclaimExpiredRequest struct {
 
 func (x *ReclaimExpiredRequest) Reset() {
 	*x = ReclaimExpiredRequest{}
-	mi := &file_store_proto_msgTypes[49]
+	mi := &file_store_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3280,7 +3656,7 @@ func (x *ReclaimExpiredRequest) String() string {
 func (*ReclaimExpiredRequest) ProtoMessage() {}
 
 func (x *ReclaimExpiredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[49]
+	mi := &file_store_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3293,7 +3669,7 @@ func (x *ReclaimExpiredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReclaimExpiredRequest.ProtoReflect.Descriptor instead.
 func (*ReclaimExpiredRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{49}
+	return file_store_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReclaimExpiredRequest) GetCard() string {
@@ -3341,7 +3717,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_store_proto_msgTypes[50]
+	mi := &file_store_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3353,7 +3729,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[50]
+	mi := &file_store_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3366,7 +3742,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{50}
+	return file_store_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *EventsRequest) GetAfter() int64 {
@@ -3393,7 +3769,7 @@ type EventsReply struct {
 
 func (x *EventsReply) Reset() {
 	*x = EventsReply{}
-	mi := &file_store_proto_msgTypes[51]
+	mi := &file_store_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3405,7 +3781,7 @@ func (x *EventsReply) String() string {
 func (*EventsReply) ProtoMessage() {}
 
 func (x *EventsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[51]
+	mi := &file_store_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3418,7 +3794,7 @@ func (x *EventsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsReply.ProtoReflect.Descriptor instead.
 func (*EventsReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{51}
+	return file_store_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *EventsReply) GetEvents() []*Event {
@@ -3549,10 +3925,15 @@ const file_store_proto_rawDesc = "" +
 	"\x05actor\x18\x05 \x01(\tR\x05actor\x12*\n" +
 	"\x02at\x18\x06 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\x02at\x123\n" +
 	"\x04data\x18\a \x01(\v2\x1f.leasekeeper.store.v1.EventDataR\x04data\"\x0e\n" +
-	"\fBoardRequest\"F\n" +
+	"\fBoardRequest\"\x83\x01\n" +
 	"\n" +
 	"BoardReply\x128\n" +
-	"\x05board\x18\x01 \x01(\v2\".leasekeeper.store.v1.BoardMessageR\x05board\"\xda\x01\n" +
+	"\x05board\x18\x01 \x01(\v2\".leasekeeper.store.v1.BoardMessageR\x05board\x12;\n" +
+	"\x06traits\x18\x02 \x01(\v2#.leasekeeper.store.v1.TraitsMessageR\x06traits\"b\n" +
+	"\rTraitsMessage\x12\x16\n" +
+	"\x06shared\x18\x01 \x01(\bR\x06shared\x12!\n" +
+	"\fserver_clock\x18\x02 \x01(\bR\vserverClock\x12\x16\n" +
+	"\x06outbox\x18\x03 \x01(\bR\x06outbox\"\xda\x01\n" +
 	"\x11CreateCardRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12\x14\n" +
@@ -3580,10 +3961,7 @@ const file_store_proto_rawDesc = "" +
 	"\x04card\x18\x01 \x01(\tR\x04card\x12\x16\n" +
 	"\x06marker\x18\x02 \x01(\tR\x06marker\x12\x1f\n" +
 	"\vlease_nanos\x18\x03 \x01(\x03R\n" +
-	"leaseNanos\"D\n" +
-	"\n" +
-	"TokenReply\x126\n" +
-	"\x05token\x18\x01 \x01(\v2 .leasekeeper.store.v1.ClaimTokenR\x05token\"K\n" +
+	"leaseNanos\"K\n" +
 	"\x10ClaimNextRequest\x12\x16\n" +
 	"\x06marker\x18\x01 \x01(\tR\x06marker\x12\x1f\n" +
 	"\vlease_nanos\x18\x02 \x01(\x03R\n" +
@@ -3660,7 +4038,7 @@ const file_store_proto_rawDesc = "" +
 	"\x05actor\x18\x05 \x01(\tR\x05actor\"\\\n" +
 	"\x10CardChangedReply\x12.\n" +
 	"\x04card\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.CardR\x04card\x12\x18\n" +
-	"\achanged\x18\x02 \x01(\bR\achanged\"\xb7\x02\n" +
+	"\achanged\x18\x02 \x01(\bR\achanged\"\xef\x02\n" +
 	"\x10RunUpdateRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
 	"\tif_status\x18\x02 \x01(\tH\x00R\bifStatus\x88\x01\x01\x12\x1b\n" +
@@ -3670,13 +4048,43 @@ const file_store_proto_rawDesc = "" +
 	"\n" +
 	"checkpoint\x18\x06 \x01(\tH\x04R\n" +
 	"checkpoint\x88\x01\x01\x12\x14\n" +
-	"\x05actor\x18\a \x01(\tR\x05actorB\f\n" +
+	"\x05actor\x18\a \x01(\tR\x05actor\x126\n" +
+	"\x05token\x18\b \x01(\v2 .leasekeeper.store.v1.ClaimTokenR\x05tokenB\f\n" +
 	"\n" +
 	"_if_statusB\t\n" +
 	"\a_statusB\x0f\n" +
 	"\r_continuationB\x0f\n" +
 	"\r_failure_codeB\r\n" +
-	"\v_checkpoint\"\x1f\n" +
+	"\v_checkpoint\"{\n" +
+	"\rNewRunRequest\x126\n" +
+	"\x05token\x18\x01 \x01(\v2 .leasekeeper.store.v1.ClaimTokenR\x05token\x122\n" +
+	"\x03run\x18\x02 \x01(\v2 .leasekeeper.store.v1.RunMessageR\x03run\"\xb9\x01\n" +
+	"\fStartRequest\x12\x12\n" +
+	"\x04card\x18\x01 \x01(\tR\x04card\x12\x12\n" +
+	"\x04next\x18\x02 \x01(\bR\x04next\x12\x16\n" +
+	"\x06marker\x18\x03 \x01(\tR\x06marker\x12\x1f\n" +
+	"\vlease_nanos\x18\x04 \x01(\x03R\n" +
+	"leaseNanos\x122\n" +
+	"\x03run\x18\x05 \x01(\v2 .leasekeeper.store.v1.RunMessageR\x03run\x12\x14\n" +
+	"\x05fresh\x18\x06 \x01(\bR\x05fresh\"\xc4\x01\n" +
+	"\fStartedReply\x12.\n" +
+	"\x04card\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.CardR\x04card\x126\n" +
+	"\x05token\x18\x02 \x01(\v2 .leasekeeper.store.v1.ClaimTokenR\x05token\x122\n" +
+	"\x03run\x18\x03 \x01(\v2 .leasekeeper.store.v1.RunMessageR\x03run\x12\x18\n" +
+	"\aresumed\x18\x04 \x01(\bR\aresumed\"\xe1\x01\n" +
+	"\rFinishRequest\x12\x12\n" +
+	"\x04card\x18\x01 \x01(\tR\x04card\x126\n" +
+	"\x05token\x18\x02 \x01(\v2 .leasekeeper.store.v1.ClaimTokenR\x05token\x12\x15\n" +
+	"\x06run_id\x18\x03 \x01(\tR\x05runId\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\tR\x06status\x12!\n" +
+	"\ffailure_code\x18\x05 \x01(\tR\vfailureCode\x12#\n" +
+	"\n" +
+	"checkpoint\x18\x06 \x01(\tH\x00R\n" +
+	"checkpoint\x88\x01\x01B\r\n" +
+	"\v_checkpoint\"s\n" +
+	"\rFinishedReply\x12.\n" +
+	"\x04card\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.CardR\x04card\x122\n" +
+	"\x03run\x18\x02 \x01(\v2 .leasekeeper.store.v1.RunMessageR\x03run\"\x1f\n" +
 	"\rGetRunRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\xc1\x01\n" +
 	"\x15ReleaseExpiredRequest\x12\x12\n" +
@@ -3718,7 +4126,7 @@ const file_store_proto_rawDesc = "" +
 	"\x19ERROR_KIND_ALREADY_EXISTS\x10\x06\x12\x1e\n" +
 	"\x1aERROR_KIND_OUTCOME_UNKNOWN\x10\a\x12\x17\n" +
 	"\x13ERROR_KIND_CANCELED\x10\b\x12 \n" +
-	"\x1cERROR_KIND_DEADLINE_EXCEEDED\x10\t2\x8f\x16\n" +
+	"\x1cERROR_KIND_DEADLINE_EXCEEDED\x10\t2\xbb\x17\n" +
 	"\x05Store\x12M\n" +
 	"\x05Board\x12\".leasekeeper.store.v1.BoardRequest\x1a .leasekeeper.store.v1.BoardReply\x12>\n" +
 	"\x03Now\x12\x1b.leasekeeper.store.v1.Empty\x1a\x1a.leasekeeper.store.v1.Time\x12V\n" +
@@ -3727,10 +4135,12 @@ const file_store_proto_rawDesc = "" +
 	"\aGetCard\x12$.leasekeeper.store.v1.GetCardRequest\x1a\x1f.leasekeeper.store.v1.CardReply\x12U\n" +
 	"\tListCards\x12&.leasekeeper.store.v1.ListCardsRequest\x1a .leasekeeper.store.v1.CardsReply\x12W\n" +
 	"\n" +
-	"Dependents\x12'.leasekeeper.store.v1.DependentsRequest\x1a .leasekeeper.store.v1.CardsReply\x12M\n" +
-	"\x05Claim\x12\".leasekeeper.store.v1.ClaimRequest\x1a .leasekeeper.store.v1.TokenReply\x12Y\n" +
+	"Dependents\x12'.leasekeeper.store.v1.DependentsRequest\x1a .leasekeeper.store.v1.CardsReply\x12Q\n" +
+	"\x05Claim\x12\".leasekeeper.store.v1.ClaimRequest\x1a$.leasekeeper.store.v1.CardTokenReply\x12Y\n" +
 	"\tClaimNext\x12&.leasekeeper.store.v1.ClaimNextRequest\x1a$.leasekeeper.store.v1.CardTokenReply\x12_\n" +
-	"\vRenewClaims\x12(.leasekeeper.store.v1.RenewClaimsRequest\x1a&.leasekeeper.store.v1.RenewClaimsReply\x12_\n" +
+	"\vRenewClaims\x12(.leasekeeper.store.v1.RenewClaimsRequest\x1a&.leasekeeper.store.v1.RenewClaimsReply\x12O\n" +
+	"\x05Start\x12\".leasekeeper.store.v1.StartRequest\x1a\".leasekeeper.store.v1.StartedReply\x12R\n" +
+	"\x06Finish\x12#.leasekeeper.store.v1.FinishRequest\x1a#.leasekeeper.store.v1.FinishedReply\x12_\n" +
 	"\rSetStateOwned\x12*.leasekeeper.store.v1.SetStateOwnedRequest\x1a\".leasekeeper.store.v1.ChangedReply\x12\\\n" +
 	"\x0fSetLastRunOwned\x12,.leasekeeper.store.v1.SetLastRunOwnedRequest\x1a\x1b.leasekeeper.store.v1.Empty\x12h\n" +
 	"\x15SetAwaitingInputOwned\x122.leasekeeper.store.v1.SetAwaitingInputOwnedRequest\x1a\x1b.leasekeeper.store.v1.Empty\x12Z\n" +
@@ -3746,8 +4156,8 @@ const file_store_proto_rawDesc = "" +
 	"\tSetLabels\x12&.leasekeeper.store.v1.SetLabelsRequest\x1a\x1f.leasekeeper.store.v1.CardReply\x12Q\n" +
 	"\tLoadBoard\x12\".leasekeeper.store.v1.BoardRequest\x1a .leasekeeper.store.v1.BoardReply\x12V\n" +
 	"\bSetBoard\x12%.leasekeeper.store.v1.SetBoardRequest\x1a#.leasekeeper.store.v1.SetBoardReply\x12c\n" +
-	"\rSetLabelsFrom\x12*.leasekeeper.store.v1.SetLabelsFromRequest\x1a&.leasekeeper.store.v1.CardChangedReply\x12O\n" +
-	"\tCreateRun\x12 .leasekeeper.store.v1.RunMessage\x1a .leasekeeper.store.v1.RunMessage\x12U\n" +
+	"\rSetLabelsFrom\x12*.leasekeeper.store.v1.SetLabelsFromRequest\x1a&.leasekeeper.store.v1.CardChangedReply\x12R\n" +
+	"\tCreateRun\x12#.leasekeeper.store.v1.NewRunRequest\x1a .leasekeeper.store.v1.RunMessage\x12U\n" +
 	"\tUpdateRun\x12&.leasekeeper.store.v1.RunUpdateRequest\x1a .leasekeeper.store.v1.RunMessage\x12O\n" +
 	"\x06GetRun\x12#.leasekeeper.store.v1.GetRunRequest\x1a .leasekeeper.store.v1.RunMessage\x12n\n" +
 	"\x1aListExpiredClaimCandidates\x12(.leasekeeper.store.v1.ListExpiredRequest\x1a&.leasekeeper.store.v1.ExpiredPageReply\x12f\n" +
@@ -3768,7 +4178,7 @@ func file_store_proto_rawDescGZIP() []byte {
 }
 
 var file_store_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_store_proto_goTypes = []any{
 	(ErrorKind)(0),                       // 0: leasekeeper.store.v1.ErrorKind
 	(*Time)(nil),                         // 1: leasekeeper.store.v1.Time
@@ -3787,14 +4197,14 @@ var file_store_proto_goTypes = []any{
 	(*Event)(nil),                        // 14: leasekeeper.store.v1.Event
 	(*BoardRequest)(nil),                 // 15: leasekeeper.store.v1.BoardRequest
 	(*BoardReply)(nil),                   // 16: leasekeeper.store.v1.BoardReply
-	(*CreateCardRequest)(nil),            // 17: leasekeeper.store.v1.CreateCardRequest
-	(*GetCardRequest)(nil),               // 18: leasekeeper.store.v1.GetCardRequest
-	(*CardReply)(nil),                    // 19: leasekeeper.store.v1.CardReply
-	(*ListCardsRequest)(nil),             // 20: leasekeeper.store.v1.ListCardsRequest
-	(*DependentsRequest)(nil),            // 21: leasekeeper.store.v1.DependentsRequest
-	(*CardsReply)(nil),                   // 22: leasekeeper.store.v1.CardsReply
-	(*ClaimRequest)(nil),                 // 23: leasekeeper.store.v1.ClaimRequest
-	(*TokenReply)(nil),                   // 24: leasekeeper.store.v1.TokenReply
+	(*TraitsMessage)(nil),                // 17: leasekeeper.store.v1.TraitsMessage
+	(*CreateCardRequest)(nil),            // 18: leasekeeper.store.v1.CreateCardRequest
+	(*GetCardRequest)(nil),               // 19: leasekeeper.store.v1.GetCardRequest
+	(*CardReply)(nil),                    // 20: leasekeeper.store.v1.CardReply
+	(*ListCardsRequest)(nil),             // 21: leasekeeper.store.v1.ListCardsRequest
+	(*DependentsRequest)(nil),            // 22: leasekeeper.store.v1.DependentsRequest
+	(*CardsReply)(nil),                   // 23: leasekeeper.store.v1.CardsReply
+	(*ClaimRequest)(nil),                 // 24: leasekeeper.store.v1.ClaimRequest
 	(*ClaimNextRequest)(nil),             // 25: leasekeeper.store.v1.ClaimNextRequest
 	(*CardTokenReply)(nil),               // 26: leasekeeper.store.v1.CardTokenReply
 	(*RenewClaimsRequest)(nil),           // 27: leasekeeper.store.v1.RenewClaimsRequest
@@ -3815,14 +4225,19 @@ var file_store_proto_goTypes = []any{
 	(*SetLabelsFromRequest)(nil),         // 42: leasekeeper.store.v1.SetLabelsFromRequest
 	(*CardChangedReply)(nil),             // 43: leasekeeper.store.v1.CardChangedReply
 	(*RunUpdateRequest)(nil),             // 44: leasekeeper.store.v1.RunUpdateRequest
-	(*GetRunRequest)(nil),                // 45: leasekeeper.store.v1.GetRunRequest
-	(*ReleaseExpiredRequest)(nil),        // 46: leasekeeper.store.v1.ReleaseExpiredRequest
-	(*ListExpiredRequest)(nil),           // 47: leasekeeper.store.v1.ListExpiredRequest
-	(*ExpiredPageReply)(nil),             // 48: leasekeeper.store.v1.ExpiredPageReply
-	(*ListCutoffRequest)(nil),            // 49: leasekeeper.store.v1.ListCutoffRequest
-	(*ReclaimExpiredRequest)(nil),        // 50: leasekeeper.store.v1.ReclaimExpiredRequest
-	(*EventsRequest)(nil),                // 51: leasekeeper.store.v1.EventsRequest
-	(*EventsReply)(nil),                  // 52: leasekeeper.store.v1.EventsReply
+	(*NewRunRequest)(nil),                // 45: leasekeeper.store.v1.NewRunRequest
+	(*StartRequest)(nil),                 // 46: leasekeeper.store.v1.StartRequest
+	(*StartedReply)(nil),                 // 47: leasekeeper.store.v1.StartedReply
+	(*FinishRequest)(nil),                // 48: leasekeeper.store.v1.FinishRequest
+	(*FinishedReply)(nil),                // 49: leasekeeper.store.v1.FinishedReply
+	(*GetRunRequest)(nil),                // 50: leasekeeper.store.v1.GetRunRequest
+	(*ReleaseExpiredRequest)(nil),        // 51: leasekeeper.store.v1.ReleaseExpiredRequest
+	(*ListExpiredRequest)(nil),           // 52: leasekeeper.store.v1.ListExpiredRequest
+	(*ExpiredPageReply)(nil),             // 53: leasekeeper.store.v1.ExpiredPageReply
+	(*ListCutoffRequest)(nil),            // 54: leasekeeper.store.v1.ListCutoffRequest
+	(*ReclaimExpiredRequest)(nil),        // 55: leasekeeper.store.v1.ReclaimExpiredRequest
+	(*EventsRequest)(nil),                // 56: leasekeeper.store.v1.EventsRequest
+	(*EventsReply)(nil),                  // 57: leasekeeper.store.v1.EventsReply
 }
 var file_store_proto_depIdxs = []int32{
 	0,  // 0: leasekeeper.store.v1.StoreError.kinds:type_name -> leasekeeper.store.v1.ErrorKind
@@ -3846,11 +4261,11 @@ var file_store_proto_depIdxs = []int32{
 	1,  // 18: leasekeeper.store.v1.Event.at:type_name -> leasekeeper.store.v1.Time
 	13, // 19: leasekeeper.store.v1.Event.data:type_name -> leasekeeper.store.v1.EventData
 	7,  // 20: leasekeeper.store.v1.BoardReply.board:type_name -> leasekeeper.store.v1.BoardMessage
-	2,  // 21: leasekeeper.store.v1.CreateCardRequest.labels:type_name -> leasekeeper.store.v1.Strings
-	2,  // 22: leasekeeper.store.v1.CreateCardRequest.depends_on:type_name -> leasekeeper.store.v1.Strings
-	11, // 23: leasekeeper.store.v1.CardReply.card:type_name -> leasekeeper.store.v1.Card
-	11, // 24: leasekeeper.store.v1.CardsReply.cards:type_name -> leasekeeper.store.v1.Card
-	8,  // 25: leasekeeper.store.v1.TokenReply.token:type_name -> leasekeeper.store.v1.ClaimToken
+	17, // 21: leasekeeper.store.v1.BoardReply.traits:type_name -> leasekeeper.store.v1.TraitsMessage
+	2,  // 22: leasekeeper.store.v1.CreateCardRequest.labels:type_name -> leasekeeper.store.v1.Strings
+	2,  // 23: leasekeeper.store.v1.CreateCardRequest.depends_on:type_name -> leasekeeper.store.v1.Strings
+	11, // 24: leasekeeper.store.v1.CardReply.card:type_name -> leasekeeper.store.v1.Card
+	11, // 25: leasekeeper.store.v1.CardsReply.cards:type_name -> leasekeeper.store.v1.Card
 	11, // 26: leasekeeper.store.v1.CardTokenReply.card:type_name -> leasekeeper.store.v1.Card
 	8,  // 27: leasekeeper.store.v1.CardTokenReply.token:type_name -> leasekeeper.store.v1.ClaimToken
 	9,  // 28: leasekeeper.store.v1.RenewClaimsRequest.holds:type_name -> leasekeeper.store.v1.Hold
@@ -3872,83 +4287,97 @@ var file_store_proto_depIdxs = []int32{
 	2,  // 44: leasekeeper.store.v1.SetLabelsFromRequest.expect:type_name -> leasekeeper.store.v1.Strings
 	2,  // 45: leasekeeper.store.v1.SetLabelsFromRequest.labels:type_name -> leasekeeper.store.v1.Strings
 	11, // 46: leasekeeper.store.v1.CardChangedReply.card:type_name -> leasekeeper.store.v1.Card
-	8,  // 47: leasekeeper.store.v1.ReleaseExpiredRequest.prev:type_name -> leasekeeper.store.v1.ClaimToken
-	1,  // 48: leasekeeper.store.v1.ReleaseExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
-	1,  // 49: leasekeeper.store.v1.ListExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
-	11, // 50: leasekeeper.store.v1.ExpiredPageReply.cards:type_name -> leasekeeper.store.v1.Card
-	1,  // 51: leasekeeper.store.v1.ListCutoffRequest.cutoff:type_name -> leasekeeper.store.v1.Time
-	8,  // 52: leasekeeper.store.v1.ReclaimExpiredRequest.prev:type_name -> leasekeeper.store.v1.ClaimToken
-	1,  // 53: leasekeeper.store.v1.ReclaimExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
-	14, // 54: leasekeeper.store.v1.EventsReply.events:type_name -> leasekeeper.store.v1.Event
-	15, // 55: leasekeeper.store.v1.Store.Board:input_type -> leasekeeper.store.v1.BoardRequest
-	5,  // 56: leasekeeper.store.v1.Store.Now:input_type -> leasekeeper.store.v1.Empty
-	17, // 57: leasekeeper.store.v1.Store.CreateCard:input_type -> leasekeeper.store.v1.CreateCardRequest
-	18, // 58: leasekeeper.store.v1.Store.GetCard:input_type -> leasekeeper.store.v1.GetCardRequest
-	20, // 59: leasekeeper.store.v1.Store.ListCards:input_type -> leasekeeper.store.v1.ListCardsRequest
-	21, // 60: leasekeeper.store.v1.Store.Dependents:input_type -> leasekeeper.store.v1.DependentsRequest
-	23, // 61: leasekeeper.store.v1.Store.Claim:input_type -> leasekeeper.store.v1.ClaimRequest
-	25, // 62: leasekeeper.store.v1.Store.ClaimNext:input_type -> leasekeeper.store.v1.ClaimNextRequest
-	27, // 63: leasekeeper.store.v1.Store.RenewClaims:input_type -> leasekeeper.store.v1.RenewClaimsRequest
-	30, // 64: leasekeeper.store.v1.Store.SetStateOwned:input_type -> leasekeeper.store.v1.SetStateOwnedRequest
-	32, // 65: leasekeeper.store.v1.Store.SetLastRunOwned:input_type -> leasekeeper.store.v1.SetLastRunOwnedRequest
-	33, // 66: leasekeeper.store.v1.Store.SetAwaitingInputOwned:input_type -> leasekeeper.store.v1.SetAwaitingInputOwnedRequest
-	34, // 67: leasekeeper.store.v1.Store.SetGaveUpOwned:input_type -> leasekeeper.store.v1.SetGaveUpOwnedRequest
-	35, // 68: leasekeeper.store.v1.Store.ExpireClaimOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
-	35, // 69: leasekeeper.store.v1.Store.ReleaseOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
-	36, // 70: leasekeeper.store.v1.Store.Release:input_type -> leasekeeper.store.v1.ReleaseRequest
-	46, // 71: leasekeeper.store.v1.Store.ReleaseExpired:input_type -> leasekeeper.store.v1.ReleaseExpiredRequest
-	37, // 72: leasekeeper.store.v1.Store.SetState:input_type -> leasekeeper.store.v1.MoveRequest
-	37, // 73: leasekeeper.store.v1.Store.SetStateFrom:input_type -> leasekeeper.store.v1.MoveRequest
-	37, // 74: leasekeeper.store.v1.Store.Reopen:input_type -> leasekeeper.store.v1.MoveRequest
-	38, // 75: leasekeeper.store.v1.Store.AdjustLabels:input_type -> leasekeeper.store.v1.AdjustLabelsRequest
-	39, // 76: leasekeeper.store.v1.Store.SetLabels:input_type -> leasekeeper.store.v1.SetLabelsRequest
-	15, // 77: leasekeeper.store.v1.Store.LoadBoard:input_type -> leasekeeper.store.v1.BoardRequest
-	40, // 78: leasekeeper.store.v1.Store.SetBoard:input_type -> leasekeeper.store.v1.SetBoardRequest
-	42, // 79: leasekeeper.store.v1.Store.SetLabelsFrom:input_type -> leasekeeper.store.v1.SetLabelsFromRequest
-	12, // 80: leasekeeper.store.v1.Store.CreateRun:input_type -> leasekeeper.store.v1.RunMessage
-	44, // 81: leasekeeper.store.v1.Store.UpdateRun:input_type -> leasekeeper.store.v1.RunUpdateRequest
-	45, // 82: leasekeeper.store.v1.Store.GetRun:input_type -> leasekeeper.store.v1.GetRunRequest
-	47, // 83: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:input_type -> leasekeeper.store.v1.ListExpiredRequest
-	49, // 84: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:input_type -> leasekeeper.store.v1.ListCutoffRequest
-	50, // 85: leasekeeper.store.v1.Store.ReclaimExpired:input_type -> leasekeeper.store.v1.ReclaimExpiredRequest
-	51, // 86: leasekeeper.store.v1.Store.Events:input_type -> leasekeeper.store.v1.EventsRequest
-	16, // 87: leasekeeper.store.v1.Store.Board:output_type -> leasekeeper.store.v1.BoardReply
-	1,  // 88: leasekeeper.store.v1.Store.Now:output_type -> leasekeeper.store.v1.Time
-	19, // 89: leasekeeper.store.v1.Store.CreateCard:output_type -> leasekeeper.store.v1.CardReply
-	19, // 90: leasekeeper.store.v1.Store.GetCard:output_type -> leasekeeper.store.v1.CardReply
-	22, // 91: leasekeeper.store.v1.Store.ListCards:output_type -> leasekeeper.store.v1.CardsReply
-	22, // 92: leasekeeper.store.v1.Store.Dependents:output_type -> leasekeeper.store.v1.CardsReply
-	24, // 93: leasekeeper.store.v1.Store.Claim:output_type -> leasekeeper.store.v1.TokenReply
-	26, // 94: leasekeeper.store.v1.Store.ClaimNext:output_type -> leasekeeper.store.v1.CardTokenReply
-	29, // 95: leasekeeper.store.v1.Store.RenewClaims:output_type -> leasekeeper.store.v1.RenewClaimsReply
-	31, // 96: leasekeeper.store.v1.Store.SetStateOwned:output_type -> leasekeeper.store.v1.ChangedReply
-	5,  // 97: leasekeeper.store.v1.Store.SetLastRunOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 98: leasekeeper.store.v1.Store.SetAwaitingInputOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 99: leasekeeper.store.v1.Store.SetGaveUpOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 100: leasekeeper.store.v1.Store.ExpireClaimOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 101: leasekeeper.store.v1.Store.ReleaseOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 102: leasekeeper.store.v1.Store.Release:output_type -> leasekeeper.store.v1.Empty
-	5,  // 103: leasekeeper.store.v1.Store.ReleaseExpired:output_type -> leasekeeper.store.v1.Empty
-	5,  // 104: leasekeeper.store.v1.Store.SetState:output_type -> leasekeeper.store.v1.Empty
-	31, // 105: leasekeeper.store.v1.Store.SetStateFrom:output_type -> leasekeeper.store.v1.ChangedReply
-	5,  // 106: leasekeeper.store.v1.Store.Reopen:output_type -> leasekeeper.store.v1.Empty
-	19, // 107: leasekeeper.store.v1.Store.AdjustLabels:output_type -> leasekeeper.store.v1.CardReply
-	19, // 108: leasekeeper.store.v1.Store.SetLabels:output_type -> leasekeeper.store.v1.CardReply
-	16, // 109: leasekeeper.store.v1.Store.LoadBoard:output_type -> leasekeeper.store.v1.BoardReply
-	41, // 110: leasekeeper.store.v1.Store.SetBoard:output_type -> leasekeeper.store.v1.SetBoardReply
-	43, // 111: leasekeeper.store.v1.Store.SetLabelsFrom:output_type -> leasekeeper.store.v1.CardChangedReply
-	12, // 112: leasekeeper.store.v1.Store.CreateRun:output_type -> leasekeeper.store.v1.RunMessage
-	12, // 113: leasekeeper.store.v1.Store.UpdateRun:output_type -> leasekeeper.store.v1.RunMessage
-	12, // 114: leasekeeper.store.v1.Store.GetRun:output_type -> leasekeeper.store.v1.RunMessage
-	48, // 115: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:output_type -> leasekeeper.store.v1.ExpiredPageReply
-	22, // 116: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:output_type -> leasekeeper.store.v1.CardsReply
-	26, // 117: leasekeeper.store.v1.Store.ReclaimExpired:output_type -> leasekeeper.store.v1.CardTokenReply
-	52, // 118: leasekeeper.store.v1.Store.Events:output_type -> leasekeeper.store.v1.EventsReply
-	87, // [87:119] is the sub-list for method output_type
-	55, // [55:87] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	8,  // 47: leasekeeper.store.v1.RunUpdateRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	8,  // 48: leasekeeper.store.v1.NewRunRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	12, // 49: leasekeeper.store.v1.NewRunRequest.run:type_name -> leasekeeper.store.v1.RunMessage
+	12, // 50: leasekeeper.store.v1.StartRequest.run:type_name -> leasekeeper.store.v1.RunMessage
+	11, // 51: leasekeeper.store.v1.StartedReply.card:type_name -> leasekeeper.store.v1.Card
+	8,  // 52: leasekeeper.store.v1.StartedReply.token:type_name -> leasekeeper.store.v1.ClaimToken
+	12, // 53: leasekeeper.store.v1.StartedReply.run:type_name -> leasekeeper.store.v1.RunMessage
+	8,  // 54: leasekeeper.store.v1.FinishRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	11, // 55: leasekeeper.store.v1.FinishedReply.card:type_name -> leasekeeper.store.v1.Card
+	12, // 56: leasekeeper.store.v1.FinishedReply.run:type_name -> leasekeeper.store.v1.RunMessage
+	8,  // 57: leasekeeper.store.v1.ReleaseExpiredRequest.prev:type_name -> leasekeeper.store.v1.ClaimToken
+	1,  // 58: leasekeeper.store.v1.ReleaseExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
+	1,  // 59: leasekeeper.store.v1.ListExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
+	11, // 60: leasekeeper.store.v1.ExpiredPageReply.cards:type_name -> leasekeeper.store.v1.Card
+	1,  // 61: leasekeeper.store.v1.ListCutoffRequest.cutoff:type_name -> leasekeeper.store.v1.Time
+	8,  // 62: leasekeeper.store.v1.ReclaimExpiredRequest.prev:type_name -> leasekeeper.store.v1.ClaimToken
+	1,  // 63: leasekeeper.store.v1.ReclaimExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
+	14, // 64: leasekeeper.store.v1.EventsReply.events:type_name -> leasekeeper.store.v1.Event
+	15, // 65: leasekeeper.store.v1.Store.Board:input_type -> leasekeeper.store.v1.BoardRequest
+	5,  // 66: leasekeeper.store.v1.Store.Now:input_type -> leasekeeper.store.v1.Empty
+	18, // 67: leasekeeper.store.v1.Store.CreateCard:input_type -> leasekeeper.store.v1.CreateCardRequest
+	19, // 68: leasekeeper.store.v1.Store.GetCard:input_type -> leasekeeper.store.v1.GetCardRequest
+	21, // 69: leasekeeper.store.v1.Store.ListCards:input_type -> leasekeeper.store.v1.ListCardsRequest
+	22, // 70: leasekeeper.store.v1.Store.Dependents:input_type -> leasekeeper.store.v1.DependentsRequest
+	24, // 71: leasekeeper.store.v1.Store.Claim:input_type -> leasekeeper.store.v1.ClaimRequest
+	25, // 72: leasekeeper.store.v1.Store.ClaimNext:input_type -> leasekeeper.store.v1.ClaimNextRequest
+	27, // 73: leasekeeper.store.v1.Store.RenewClaims:input_type -> leasekeeper.store.v1.RenewClaimsRequest
+	46, // 74: leasekeeper.store.v1.Store.Start:input_type -> leasekeeper.store.v1.StartRequest
+	48, // 75: leasekeeper.store.v1.Store.Finish:input_type -> leasekeeper.store.v1.FinishRequest
+	30, // 76: leasekeeper.store.v1.Store.SetStateOwned:input_type -> leasekeeper.store.v1.SetStateOwnedRequest
+	32, // 77: leasekeeper.store.v1.Store.SetLastRunOwned:input_type -> leasekeeper.store.v1.SetLastRunOwnedRequest
+	33, // 78: leasekeeper.store.v1.Store.SetAwaitingInputOwned:input_type -> leasekeeper.store.v1.SetAwaitingInputOwnedRequest
+	34, // 79: leasekeeper.store.v1.Store.SetGaveUpOwned:input_type -> leasekeeper.store.v1.SetGaveUpOwnedRequest
+	35, // 80: leasekeeper.store.v1.Store.ExpireClaimOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
+	35, // 81: leasekeeper.store.v1.Store.ReleaseOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
+	36, // 82: leasekeeper.store.v1.Store.Release:input_type -> leasekeeper.store.v1.ReleaseRequest
+	51, // 83: leasekeeper.store.v1.Store.ReleaseExpired:input_type -> leasekeeper.store.v1.ReleaseExpiredRequest
+	37, // 84: leasekeeper.store.v1.Store.SetState:input_type -> leasekeeper.store.v1.MoveRequest
+	37, // 85: leasekeeper.store.v1.Store.SetStateFrom:input_type -> leasekeeper.store.v1.MoveRequest
+	37, // 86: leasekeeper.store.v1.Store.Reopen:input_type -> leasekeeper.store.v1.MoveRequest
+	38, // 87: leasekeeper.store.v1.Store.AdjustLabels:input_type -> leasekeeper.store.v1.AdjustLabelsRequest
+	39, // 88: leasekeeper.store.v1.Store.SetLabels:input_type -> leasekeeper.store.v1.SetLabelsRequest
+	15, // 89: leasekeeper.store.v1.Store.LoadBoard:input_type -> leasekeeper.store.v1.BoardRequest
+	40, // 90: leasekeeper.store.v1.Store.SetBoard:input_type -> leasekeeper.store.v1.SetBoardRequest
+	42, // 91: leasekeeper.store.v1.Store.SetLabelsFrom:input_type -> leasekeeper.store.v1.SetLabelsFromRequest
+	45, // 92: leasekeeper.store.v1.Store.CreateRun:input_type -> leasekeeper.store.v1.NewRunRequest
+	44, // 93: leasekeeper.store.v1.Store.UpdateRun:input_type -> leasekeeper.store.v1.RunUpdateRequest
+	50, // 94: leasekeeper.store.v1.Store.GetRun:input_type -> leasekeeper.store.v1.GetRunRequest
+	52, // 95: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:input_type -> leasekeeper.store.v1.ListExpiredRequest
+	54, // 96: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:input_type -> leasekeeper.store.v1.ListCutoffRequest
+	55, // 97: leasekeeper.store.v1.Store.ReclaimExpired:input_type -> leasekeeper.store.v1.ReclaimExpiredRequest
+	56, // 98: leasekeeper.store.v1.Store.Events:input_type -> leasekeeper.store.v1.EventsRequest
+	16, // 99: leasekeeper.store.v1.Store.Board:output_type -> leasekeeper.store.v1.BoardReply
+	1,  // 100: leasekeeper.store.v1.Store.Now:output_type -> leasekeeper.store.v1.Time
+	20, // 101: leasekeeper.store.v1.Store.CreateCard:output_type -> leasekeeper.store.v1.CardReply
+	20, // 102: leasekeeper.store.v1.Store.GetCard:output_type -> leasekeeper.store.v1.CardReply
+	23, // 103: leasekeeper.store.v1.Store.ListCards:output_type -> leasekeeper.store.v1.CardsReply
+	23, // 104: leasekeeper.store.v1.Store.Dependents:output_type -> leasekeeper.store.v1.CardsReply
+	26, // 105: leasekeeper.store.v1.Store.Claim:output_type -> leasekeeper.store.v1.CardTokenReply
+	26, // 106: leasekeeper.store.v1.Store.ClaimNext:output_type -> leasekeeper.store.v1.CardTokenReply
+	29, // 107: leasekeeper.store.v1.Store.RenewClaims:output_type -> leasekeeper.store.v1.RenewClaimsReply
+	47, // 108: leasekeeper.store.v1.Store.Start:output_type -> leasekeeper.store.v1.StartedReply
+	49, // 109: leasekeeper.store.v1.Store.Finish:output_type -> leasekeeper.store.v1.FinishedReply
+	31, // 110: leasekeeper.store.v1.Store.SetStateOwned:output_type -> leasekeeper.store.v1.ChangedReply
+	5,  // 111: leasekeeper.store.v1.Store.SetLastRunOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 112: leasekeeper.store.v1.Store.SetAwaitingInputOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 113: leasekeeper.store.v1.Store.SetGaveUpOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 114: leasekeeper.store.v1.Store.ExpireClaimOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 115: leasekeeper.store.v1.Store.ReleaseOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 116: leasekeeper.store.v1.Store.Release:output_type -> leasekeeper.store.v1.Empty
+	5,  // 117: leasekeeper.store.v1.Store.ReleaseExpired:output_type -> leasekeeper.store.v1.Empty
+	5,  // 118: leasekeeper.store.v1.Store.SetState:output_type -> leasekeeper.store.v1.Empty
+	31, // 119: leasekeeper.store.v1.Store.SetStateFrom:output_type -> leasekeeper.store.v1.ChangedReply
+	5,  // 120: leasekeeper.store.v1.Store.Reopen:output_type -> leasekeeper.store.v1.Empty
+	20, // 121: leasekeeper.store.v1.Store.AdjustLabels:output_type -> leasekeeper.store.v1.CardReply
+	20, // 122: leasekeeper.store.v1.Store.SetLabels:output_type -> leasekeeper.store.v1.CardReply
+	16, // 123: leasekeeper.store.v1.Store.LoadBoard:output_type -> leasekeeper.store.v1.BoardReply
+	41, // 124: leasekeeper.store.v1.Store.SetBoard:output_type -> leasekeeper.store.v1.SetBoardReply
+	43, // 125: leasekeeper.store.v1.Store.SetLabelsFrom:output_type -> leasekeeper.store.v1.CardChangedReply
+	12, // 126: leasekeeper.store.v1.Store.CreateRun:output_type -> leasekeeper.store.v1.RunMessage
+	12, // 127: leasekeeper.store.v1.Store.UpdateRun:output_type -> leasekeeper.store.v1.RunMessage
+	12, // 128: leasekeeper.store.v1.Store.GetRun:output_type -> leasekeeper.store.v1.RunMessage
+	53, // 129: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:output_type -> leasekeeper.store.v1.ExpiredPageReply
+	23, // 130: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:output_type -> leasekeeper.store.v1.CardsReply
+	26, // 131: leasekeeper.store.v1.Store.ReclaimExpired:output_type -> leasekeeper.store.v1.CardTokenReply
+	57, // 132: leasekeeper.store.v1.Store.Events:output_type -> leasekeeper.store.v1.EventsReply
+	99, // [99:133] is the sub-list for method output_type
+	65, // [65:99] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_store_proto_init() }
@@ -3957,13 +4386,14 @@ func file_store_proto_init() {
 		return
 	}
 	file_store_proto_msgTypes[43].OneofWrappers = []any{}
+	file_store_proto_msgTypes[47].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   52,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

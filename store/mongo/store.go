@@ -220,6 +220,8 @@ func (s *Store) createIndexes(ctx context.Context) error {
 			// the marker, a range of this index).
 			{name: "claim", keys: []string{"claim"}},
 			{name: "depends_on", keys: []string{"depends_on"}},
+			// GetRun and the run writes find a run embedded in its card.
+			{name: "run_id", keys: []string{fieldRun + ".id"}},
 			// The relay sweep finds documents with a pending outbox.
 			{name: "outbox", keys: []string{fieldOutbox + ".id"}},
 		}},
@@ -339,4 +341,10 @@ func (c serverClock) leaseUntil(lease time.Duration) time.Time {
 // else writes its file (§7). Do not "simplify" one into the other.
 func (c serverClock) epochAfter(stored int64) int64 {
 	return max(stored+1, c.now.UnixMilli())
+}
+
+// Traits: a fleet's shared store, on the server's clock, its events relayed
+// from each document's outbox after the write.
+func (s *Store) Traits() board.Traits {
+	return board.Traits{Shared: true, ServerClock: true, Outbox: true}
 }

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+// The lifecycle edges of `leasekeeper claim`, with the real binary: a real
+// agent, real claim processes and real signals.
+
+// TestE2EClaimOnASinkMintsNothing: claim on a card in a terminal state is
+// refused before anything is written — no claim, no epoch, no run — and
+// exits with its own code, not "claim lost".
+func TestE2EClaimOnASinkMintsNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "lease: 3s\n")
+	e.Start()
+	e.MustRun("card", "create", "sunk")
+	e.MustRun("card", "move", "sunk", board.StateDone)
+	before := e.Card("sunk")
+	_, stderr, code := e.Run("claim", "sunk", "--", "true")
+	if code != claimExitSink {
+		t.Fatalf("claim on a sink exited %d, want %d; stderr:\n%s", code, claimExitSink, stderr)
+	}
+	after := e.Card("sunk")
+	if after.ClaimEpoch != before.ClaimEpoch || after.Claimed() || len(after.Runs) != len(before.Runs) || after.State != board.StateDone {
+		t.Errorf("a refused claim changed the card: %+v, was %+v", after, before)
+	}
+}
+
+// TestE2EClaimPassesTheCommandsStatusThrough: CMD's own exit status is
+// claim's; the card is filed by the verdict in the same write that
+// releases it.
+func TestE2EClaimPassesTheCommandsStatusThrough(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "lease: 3s\n")
+	e.Start()
+	e.MustRun("card", "create", "three")
+	_, stderr, code := e.Run("claim", "three", "--", "sh", "-c", "exit 3")
+	if code != 3 {
+		t.Fatalf("claim exited %d, want CMD's 3; stderr:\n%s", code, stderr)
+	}
+	c := e.Card("three")
+	if c.State != board.StateFailed || c.Claimed() {
+		t.Fatalf("card after CMD failed: state %s claimed %v, want failed and free", c.State, c.Claimed())
+	}
+	if r := e.GetRun(c.LastRunID); r.Status != board.RunFailed || r.FailureCode != "EXIT_3" {
+		t.Errorf("run %+v, want failed with EXIT_3", r)
+	}
+}
+
+// TestE2EInterruptReturnsTheCardToThePool: SIGINT to claim reaches CMD;
+// CMD's own exit status is claim's; the card goes back to the pool with
+// its run resumable (never into a sink), and the next claim resumes that
+// run — CMD sees its checkpoint.
+func TestE2EInterruptReturnsTheCardToThePool(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "lease: 3s\n")
+	e.Start()
+	e.MustRun("card", "create", "stop")
+	script := `echo $$ > "$1"; trap 'exit 130' INT; while :; do sleep 0.05; done`
+	claim := e.startClaim("stop", "--resumable", "--", "sh", "-c", script, "sh", "worker.pid")
+	e.workerPID("worker.pid")
+	if err := claim.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if got := claim.wait(t, 10*time.Second); got != 130 {
+		t.Fatalf("claim exited %d after SIGINT, want CMD's 130; output:\n%s", got, claim.output.String())
+	}
+	c := e.Card("stop")
+	if c.Claimed() || board.DefaultBoard(true).IsTerminal(c.State) {
+		t.Fatalf("interrupted card: state %s claimed %v, want free in a working state", c.State, c.Claimed())
+	}
+	first := e.GetRun(c.LastRunID)
+	if first.Status != board.RunFailedResumable || first.FailureCode != "INTERRUPTED" {
+		t.Fatalf("interrupted run %+v, want failed_resumable/INTERRUPTED", first)
+	}
+
+	out, stderr, code := e.Run("claim", "stop", "--", "sh", "-c", `echo "$LEASEKEEPER_RUN $LEASEKEEPER_CHECKPOINT"`)
+	if code != 0 {
+		t.Fatalf("re-claim exited %d; stderr:\n%s", code, stderr)
+	}
+	if got, want := strings.TrimSpace(out), first.ID+" "+first.Checkpoint; got != want {
+		t.Errorf("the re-claim's CMD saw %q, want the resumed run and checkpoint %q", got, want)
+	}
+	if !strings.Contains(stderr, "resumed run "+first.ID) {
+		t.Errorf("the re-claim does not say it resumed %s:\n%s", first.ID, stderr)
+	}
+	if c := e.Card("stop"); c.State != board.StateDone || len(c.Runs) != 1 {
+		t.Errorf("after the resumed run finished: state %s runs %v, want done with one run", c.State, c.Runs)
+	}
+}
+
+// TestE2EInterruptGraceEndsInAKill: a CMD that ignores the signal is
+// killed when --grace runs out, and claim reports the kill in its status.
+func TestE2EInterruptGraceEndsInAKill(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "lease: 3s\n")
+	e.Start()
+	e.MustRun("card", "create", "stubborn")
+	script := `echo $$ > "$1"; trap '' INT TERM; while :; do sleep 0.05; done`
+	claim := e.startClaim("stubborn", "--grace", "300ms", "--", "sh", "-c", script, "sh", "worker.pid")
+	pid := e.workerPID("worker.pid")
+	if err := claim.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if got := claim.wait(t, 10*time.Second); got != 128+int(syscall.SIGKILL) {
+		t.Fatalf("claim exited %d, want %d (CMD killed after its grace); output:\n%s", got, 128+int(syscall.SIGKILL), claim.output.String())
+	}
+	if !dead(pid) {
+		t.Errorf("CMD %d outlived its grace", pid)
+	}
+	if c := e.Card("stubborn"); c.Claimed() || board.DefaultBoard(true).IsTerminal(c.State) {
+		t.Errorf("card after the kill: state %s claimed %v, want free in a working state", c.State, c.Claimed())
+	}
+}
+
+// TestE2EClaimExitsWhileItsAgentIsFrozen: with the agent stopped (SIGSTOP:
+// it neither answers nor closes its socket), claim gives the claim up at
+// its trusted deadline, stops CMD and exits "lost" in bounded time, without
+// waiting for the agent to come back.
+func TestE2EClaimExitsWhileItsAgentIsFrozen(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "lease: 3s\n")
+	agent := e.Start()
+	e.MustRun("card", "create", "frozen")
+	claim := e.startClaim("frozen", "--", "sh", "-c", workerScript, "sh", "worker.pid")
+	pid := e.workerPID("worker.pid")
+	if err := agent.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = agent.Signal(syscall.SIGCONT) })
+	frozen := time.Now()
+	// Bound: the lease (the trusted deadline is inside it) plus the late
+	// write's own timeout plus slack for a loaded machine.
+	if got := claim.wait(t, 3*time.Second+lateWriteTimeout+5*time.Second); got != claimExitLost {
+		t.Fatalf("claim exited %d, want %d; output:\n%s", got, claimExitLost, claim.output.String())
+	}
+	t.Logf("claim exited %s after its agent froze", time.Since(frozen).Round(time.Millisecond))
+	if !dead(pid) {
+		t.Errorf("CMD %d outlived the lost claim", pid)
+	}
+}

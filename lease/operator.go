@@ -1,0 +1,124 @@
+package lease
+
+import (
+	"context"
+
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/boardadmin"
+)
+
+// The operator's verbs and the reads. Who asks (actor) is the kernel's
+// answer, never a request body's.
+
+// CreateCard creates a card for actor.
+func (s *Service) CreateCard(ctx context.Context, actor string, c board.NewCard) (board.Card, error) {
+	c.Actor = actor
+	return s.cfg.Store.CreateCard(ctx, c)
+}
+
+// GetCard reads one card.
+func (s *Service) GetCard(ctx context.Context, id string) (board.Card, error) {
+	return s.cfg.Store.GetCard(ctx, id)
+}
+
+// ListCards lists cards, oldest first; never nil.
+func (s *Service) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
+	cards, err := s.cfg.Store.ListCards(ctx, f)
+	if cards == nil && err == nil {
+		cards = []board.Card{}
+	}
+	return cards, err
+}
+
+// GetRun reads one run.
+func (s *Service) GetRun(ctx context.Context, id string) (board.Run, error) {
+	return s.cfg.Store.GetRun(ctx, id)
+}
+
+// Events reads the event log after seq; never nil.
+func (s *Service) Events(ctx context.Context, after int64, limit int) ([]board.Event, error) {
+	evs, err := s.cfg.Store.Events(ctx, after, limit)
+	if evs == nil && err == nil {
+		evs = []board.Event{}
+	}
+	return evs, err
+}
+
+// StoredBoard is the board as stored now: another agent sharing the store
+// may have changed it since this one last looked.
+func (s *Service) StoredBoard(ctx context.Context) (board.Board, error) {
+	return s.cfg.Store.LoadBoard(ctx)
+}
+
+// operatorReason refuses machine reasons from people: they would silence
+// the move's effects and blank its actor (DESIGN.md#provenance).
+func operatorReason(r board.Reason) error {
+	if board.IsMachineReason(r) {
+		return board.Invalid("reason %q is machine provenance; an operator move may not carry it", r)
+	}
+	return nil
+}
+
+// Move is an operator's move of one card; it answers with the card as it is
+// after the move. Launch hints are not produced here: the agent's effects
+// layer derives them from the store's event log, the one place that also
+// sees cascades and other agents' writes.
+func (s *Service) Move(ctx context.Context, actor, card, to string, reason board.Reason) (board.Card, error) {
+	return s.operatorMove(ctx, s.cfg.Store.SetState, board.Move{Card: card, To: to, Reason: reason, Actor: actor})
+}
+
+// Reopen takes a card out of a sink (the only exit, DESIGN.md#reopen).
+func (s *Service) Reopen(ctx context.Context, actor, card, to string, reason board.Reason) (board.Card, error) {
+	return s.operatorMove(ctx, s.cfg.Store.Reopen, board.Move{Card: card, To: to, Reason: reason, Actor: actor})
+}
+
+func (s *Service) operatorMove(ctx context.Context, move func(context.Context, board.Move) error, m board.Move) (board.Card, error) {
+	if err := operatorReason(m.Reason); err != nil {
+		return board.Card{}, err
+	}
+	if err := move(ctx, m); err != nil {
+		return board.Card{}, err
+	}
+	return s.cfg.Store.GetCard(ctx, m.Card)
+}
+
+// AdjustLabels adds then removes labels for actor.
+func (s *Service) AdjustLabels(ctx context.Context, actor, card string, add, remove []string) (board.Card, error) {
+	return s.cfg.Store.AdjustLabels(ctx, board.LabelChange{Card: card, Add: add, Remove: remove, Actor: actor})
+}
+
+// SetLabels replaces the label set for actor; nil is refused (use [] to
+// clear), so a request that forgot the field clears nothing.
+func (s *Service) SetLabels(ctx context.Context, actor, card string, labels []string) (board.Card, error) {
+	if labels == nil {
+		return board.Card{}, board.Invalid("labels is required (use [] to clear)")
+	}
+	return s.cfg.Store.SetLabels(ctx, card, labels, actor)
+}
+
+// ForceRelease is the operator's steal: read the holder, release exactly
+// that holder (a claim that changed hands in between is a clean conflict)
+// and stop renewing it. The store closes the holder's open run in the same
+// write, left resumable (board.FailureClaimReleased), so the next Start
+// resumes it and the released holder's late writes are refused by the
+// fence. It returns the token released; zero when the card was free.
+func (s *Service) ForceRelease(ctx context.Context, actor, card string) (board.ClaimToken, error) {
+	c, err := s.cfg.Store.GetCard(ctx, card)
+	if err != nil {
+		return board.ClaimToken{}, err
+	}
+	if !c.Claimed() {
+		return board.ClaimToken{}, nil
+	}
+	if err := s.cfg.Store.Release(ctx, card, c.Claim, actor); err != nil {
+		return board.ClaimToken{}, err
+	}
+	s.cfg.Claims.RemoveHold(card, c.Token())
+	s.cfg.Logger.Info("claim force-released", "card", card, "holder", c.Claim, "epoch", c.ClaimEpoch, "actor", actor)
+	return c.Token(), nil
+}
+
+// Admin is a board-administration walker over the store acting for actor.
+func (s *Service) Admin(actor string) (*boardadmin.Admin, error) {
+	return boardadmin.New(boardadmin.Config{Store: s.cfg.Store, Actor: actor})
+}
