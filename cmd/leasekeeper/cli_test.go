@@ -27,11 +27,13 @@ func TestUsageErrors(t *testing.T) {
 		wantCode int
 		wantErr  string
 	}{
-		{"claim without a command", []string{"claim", "c1"}, exitUsage, "needs a command after --"},
-		{"claim with an empty command", []string{"claim", "c1", "--"}, exitUsage, "needs a command after --"},
-		{"claim with id and --next", []string{"claim", "c1", "--next", "--", "true"}, exitUsage, "not both"},
-		{"claim with neither id nor --next", []string{"claim", "--", "true"}, exitUsage, "exactly one card ID"},
-		{"claim with two ids", []string{"claim", "c1", "c2", "--", "true"}, exitUsage, "exactly one card ID"},
+		{"claim without a command", []string{"claim", "c1"}, claimExitUsage, "needs a command after --"},
+		{"claim with an empty command", []string{"claim", "c1", "--"}, claimExitUsage, "needs a command after --"},
+		{"claim with id and --next", []string{"claim", "c1", "--next", "--", "true"}, claimExitUsage, "not both"},
+		{"claim with neither id nor --next", []string{"claim", "--", "true"}, claimExitUsage, "exactly one card ID"},
+		{"claim with two ids", []string{"claim", "c1", "c2", "--", "true"}, claimExitUsage, "exactly one card ID"},
+		{"claim with a bad flag value", []string{"claim", "c1", "--grace", "soon", "--", "true"}, claimExitUsage, "invalid duration"},
+		{"claim with a negative grace", []string{"claim", "c1", "--grace", "-1s", "--", "true"}, claimExitUsage, "must not be negative"},
 		{"release without --force", []string{"card", "release", "c1"}, exitUsage, "--force"},
 		{"label --set with --add", []string{"card", "label", "c1", "--set", "a,b", "--add", "c"}, exitUsage, "cannot be combined"},
 		{"label with nothing to do", []string{"card", "label", "c1"}, exitUsage, "nothing to do"},
@@ -67,14 +69,23 @@ func TestUsageErrors(t *testing.T) {
 
 func TestHelpDocumentsExitCodes(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"--help"}, {"claim", "--help"}} {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--help"}, []string{"2  usage error", "claim has codes of its own"}},
+		{[]string{"claim", "--help"}, []string{
+			"CMD's status", "120  usage error", "121  the card is held by someone else", "122  --next found no claimable card",
+			"123  the card is in a terminal state", "124  the claim was lost", "125  leasekeeper failed",
+		}},
+	} {
 		var out, errb bytes.Buffer
-		if code := run(args, strings.NewReader(""), &out, &errb); code != 0 {
-			t.Fatalf("%v: exit %d: %s", args, code, errb.String())
+		if code := run(tc.args, strings.NewReader(""), &out, &errb); code != 0 {
+			t.Fatalf("%v: exit %d: %s", tc.args, code, errb.String())
 		}
-		for _, want := range []string{"3  the card is held by someone else", "4  the claim was lost"} {
+		for _, want := range tc.want {
 			if !strings.Contains(out.String(), want) {
-				t.Errorf("%v help does not document %q", args, want)
+				t.Errorf("%v help does not document %q", tc.args, want)
 			}
 		}
 	}
@@ -95,7 +106,7 @@ func TestEveryDocumentedCommandExists(t *testing.T) {
 	}
 	flags := map[string][]string{
 		"agent":   {"config"},
-		"claim":   {"next", "resumable"},
+		"claim":   {"next", "resumable", "fresh", "grace"},
 		"status":  {"json"},
 		"events":  {"follow", "json"},
 		"ls":      {"state", "json"},

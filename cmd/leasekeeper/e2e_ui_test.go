@@ -216,8 +216,8 @@ func TestE2EBrowserBoard(t *testing.T) {
 	// A force-release from the CLI removes the holder.
 	e.MustRun("card", "release", "build-1", "--force")
 	poll("build-1's holder to go", cardSel("build-1")+` != null && `+cardSel("build-1")+`.querySelector('.holder') == null`)
-	if code := hold.wait(t, 20*time.Second); code != exitLost {
-		t.Errorf("claim after the force-release exited %d, want %d", code, exitLost)
+	if code := hold.wait(t, 20*time.Second); code != claimExitLost {
+		t.Errorf("claim after the force-release exited %d, want %d", code, claimExitLost)
 	}
 
 	// A worker killed with SIGKILL (claimer and command): the agent

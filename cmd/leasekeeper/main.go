@@ -39,7 +39,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	err := root.ExecuteContext(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "leasekeeper: %v\n", err)
-		if exitCodeOf(err) == exitUsage {
+		if code := exitCodeOf(err); code == exitUsage || code == claimExitUsage {
 			fmt.Fprintln(stderr, "Run 'leasekeeper --help' for usage.")
 		}
 	}
@@ -371,6 +371,8 @@ filing it to failed.
 	c.Flags().BoolVar(&o.resumable, "resumable", false, "a failed CMD is safe to restart: return the card to the pool")
 	c.Flags().BoolVar(&o.fresh, "fresh", false, "start a new run even when the card records one without a verdict")
 	c.Flags().DurationVar(&o.grace, "grace", defaultGrace, "after SIGINT/SIGTERM, how long CMD has to stop before it is killed (capped by the trusted deadline)")
+	// claim's usage errors have claim's own code: CMD's status owns 2.
+	c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return withCode(claimExitUsage, err) })
 	return c
 }
 
