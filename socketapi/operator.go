@@ -81,7 +81,7 @@ func (s *Server) handleGetRun(w http.ResponseWriter, r *http.Request, _ caller) 
 }
 
 // operatorReason refuses machine reasons from people: they would silence
-// the move's effects and blank its actor (ADR-096 Consequences).
+// the move's effects and blank its actor (DESIGN.md#machine-reasons).
 func operatorReason(r board.Reason) error {
 	if board.IsMachineReason(r) {
 		return board.Invalid("reason %q is machine provenance; an operator move may not carry it", r)

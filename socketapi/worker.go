@@ -84,7 +84,7 @@ func (s *Server) ownedToken(ctx context.Context, w worker, card string, epoch in
 	// card is free), or whose claim the agent declared lost (the store may
 	// still name this marker on an expired lease nobody has reclaimed yet).
 	// The fence answers it as the store would, with the current holder, so
-	// the late writer learns it must stop (ADR-096 §2).
+	// the late writer learns it must stop (DESIGN.md#claim-lost).
 	return board.ClaimToken{}, fmt.Errorf("the agent holds no claim on card %q for this process: %w",
 		card, board.Conflict(card, c.Claim, c.ClaimEpoch))
 }
@@ -201,7 +201,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request, c caller)
 }
 
 // workerReasons are the reasons a worker may give a state move. Machine
-// reasons silence every effect (ADR-096 Consequences), so only the machine
+// reasons silence every effect (DESIGN.md#machine-reasons), so only the machine
 // may write them.
 var workerReasons = map[board.Reason]bool{
 	board.ReasonNone:        true,

@@ -33,7 +33,7 @@ type columns struct {
 	firstPool  string
 	// runningIsPool is true on the local (bbolt) default board, where a
 	// re-claim of a card in the running column resumes its recorded run
-	// (ADR-096 §7); a resumable failure then only releases the card.
+	// (DESIGN.md#twin-repark); a resumable failure then only releases the card.
 	runningIsPool bool
 }
 
@@ -76,7 +76,7 @@ const (
 )
 
 // runClaim holds a claim while CMD runs and routes the card the way the
-// watchdog would for a dead owner, so both agree (PRODUCT "Command line").
+// watchdog would for a dead owner, so both agree (DESIGN.md#decision-table, rows 9–11).
 func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 	// SIGINT/SIGTERM go to CMD; our own store calls must not be cut short
 	// by them, or the card would be left half-routed.
@@ -231,8 +231,8 @@ func reportTree(env *cli, child *supervise.Child) {
 
 // claimLost stops CMD because the claim is gone: SIGTERM, then SIGKILL
 // before the lease deadline. The holder must stop by its lease deadline on
-// its own — the watchdog's orphan proof relies on it (PRODUCT "The
-// watchdog").
+// its own — the watchdog's orphan proof relies on it
+// (DESIGN.md#client-deadline).
 func claimLost(ctx context.Context, env *cli, cl *client.Claim, child *supervise.Child, runID string) error {
 	cause := context.Cause(cl.Context())
 	fmt.Fprintf(env.stderr, "leasekeeper: claim on %s lost: %v; stopping the command\n", cl.Card().ID, cause)
@@ -256,8 +256,7 @@ func claimLost(ctx context.Context, env *cli, cl *client.Claim, child *supervise
 // routeExit records the run's verdict and files the card as the watchdog
 // would (rows 9–11 of its decision table), then releases the claim.
 //
-// A resumable failure follows the watchdog's repark, twin by twin (ADR-096
-// §7): where the running column is itself a pool state (the local board) the
+// A resumable failure follows the watchdog's repark, twin by twin (DESIGN.md#twin-repark): where the running column is itself a pool state (the local board) the
 // card is only released and the next claim resumes the run it records;
 // where it is not (the fleet board) the card goes back to the first pool
 // state first, since nothing would ever claim it in the running column. That

@@ -13,7 +13,7 @@
 //     agent before the lease it last vouched for runs out. A worker that
 //     keeps working past that point is working toward writes the fence will
 //     refuse, and the watchdog relies on holders stopping on their own
-//     (ADR-096 §2), so the worker drops the card at once and writes nothing
+//     (DESIGN.md#client-deadline), so the worker drops the card at once and writes nothing
 //     more for it.
 //   - Every write is fenced by the claim token; a refused write
 //     (board.ErrClaimConflict) also ends the claim.
