@@ -10,7 +10,7 @@ import (
 // warnBoardDrift says so, at start, when the states this agent was
 // configured with differ from the board definition stored in its store.
 // The stored definition wins — it is what every agent sharing the store
-// uses, and what `leasekeeper board state ...` changes (ADR-096 §9) — but
+// uses, and what `leasekeeper board state ...` changes (DESIGN.md#board-in-store) — but
 // an agent must never diverge from its own configuration silently: the
 // operator either meant the stored board (and should update the config)
 // or pointed the agent at the wrong store.

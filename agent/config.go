@@ -29,13 +29,13 @@ const (
 	BackendMongo = "mongo"
 )
 
-// Liveness modes (see the product brief, "The agent and its socket").
+// Liveness modes (DESIGN.md#liveness).
 const (
 	LivenessPID       = "pid"
 	LivenessKeepalive = "keepalive"
 )
 
-// ReaperEnv overrides reaper.enabled when set (ADR-096 §8: the operator's
+// ReaperEnv overrides reaper.enabled when set (DESIGN.md#gate: the operator's
 // rollback lever for the watchdog's decisions).
 const ReaperEnv = watchdog.GateEnv
 
@@ -72,7 +72,7 @@ type Config struct {
 	Liveness string
 	Reaper   ReaperConfig
 	// UnleasedHorizon is how old an un-leased claim must be before the fleet
-	// twin lists it (ADR-096 §6, §9).
+	// twin lists it (DESIGN.md#unleased-sweep).
 	UnleasedHorizon time.Duration
 	// OrphanGrace is how long past its lease an owner must be silent before
 	// the liveness oracle may call its run orphaned.
@@ -108,7 +108,7 @@ type ReaperConfig struct {
 	Batch    int
 }
 
-// HeartbeatInterval is the renewal cadence: a third of the lease (ADR-096 §1).
+// HeartbeatInterval is the renewal cadence: a third of the lease (DESIGN.md#heartbeat).
 func (c Config) HeartbeatInterval() time.Duration { return c.Lease / 3 }
 
 // IsPlugin reports whether the backend names a plugin binary.
@@ -409,7 +409,7 @@ func (fc fileConfig) resolve(env Environment) (Config, error) {
 		}
 	} else {
 		// The local twin's default board lets a re-claim of a card in the
-		// running column resume its recorded run (ADR-096 §7).
+		// running column resume its recorded run (DESIGN.md#twin-repark).
 		cfg.Board = board.DefaultBoard(cfg.Store.Backend != BackendMongo)
 	}
 
@@ -448,7 +448,7 @@ func (fc fileConfig) resolve(env Environment) (Config, error) {
 	}
 	if v, ok := env.lookup(ReaperEnv); ok {
 		// An invalid value turns the gate off: it is the lever an operator
-		// pulls when they judge the watchdog wrong (ADR-096 §8).
+		// pulls when they judge the watchdog wrong (DESIGN.md#gate).
 		on, warning := watchdog.ParseGate(v)
 		cfg.Reaper.Enabled = on
 		if warning != "" {
@@ -459,7 +459,7 @@ func (fc fileConfig) resolve(env Environment) (Config, error) {
 	if fc.UnleasedHorizon != nil {
 		cfg.UnleasedHorizon = fc.UnleasedHorizon.d
 	}
-	// ADR-096 §6: a missing lease is an absence, not evidence; the horizon
+	// DESIGN.md#unleased-arm: a missing lease is an absence, not evidence; the horizon
 	// that turns it into a candidate must be much longer than a lease.
 	if cfg.UnleasedHorizon < cfg.Lease {
 		return Config{}, keyErr("unleased_horizon", "%s is below one lease (%s)", cfg.UnleasedHorizon, cfg.Lease)

@@ -84,7 +84,7 @@ func TestConfigDefaultsWithNoFile(t *testing.T) {
 				t.Errorf("log = %v, want %v", got, want)
 			}
 			// The embedded default board: in_progress is also a pool state
-			// on the local twin (ADR-096 §7).
+			// on the local twin (DESIGN.md#twin-repark).
 			if got, want := cfg.Board.String(), board.DefaultBoard(true).String(); got != want {
 				t.Errorf("board = %s, want %s", got, want)
 			}

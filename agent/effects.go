@@ -18,9 +18,8 @@ import (
 // adds it to a card (a labels event or a card created with it) or moves a
 // card that carries it into a launch state; firing pushes a launch hint and
 // consumes the label (AdjustLabels remove), so it never fires twice. A
-// machine-reason event neither fires nor consumes it (ADR-096
-// Consequences). SetLabels is absolute by contract, so stating the label
-// again re-arms it (ADR-096 §9).
+// machine-reason event neither fires nor consumes it (DESIGN.md#machine-reasons). SetLabels is absolute by contract, so stating the label
+// again re-arms it (DESIGN.md#label-sweeps).
 const OneShotPrefix = "once:"
 
 // IsOneShot reports whether label is a one-shot label.
@@ -68,7 +67,7 @@ type EffectsPass struct {
 // itself (a dependent promoted with reason unblocked) — together with each
 // write's provenance.
 //
-// The rule (ADR-096 Consequences): a machine-reason event (watchdog,
+// The rule (DESIGN.md#machine-reasons): a machine-reason event (watchdog,
 // state_rename, state_delete, field_rename, field_delete, unlaunchable)
 // fires no effect at all — no hint, no one-shot consumption — while it
 // still flows to audit tails with its actor blanked. unblocked is not
@@ -247,7 +246,7 @@ func (e *Effects) apply(ctx context.Context, ev board.Event, p *EffectsPass) err
 	if ev.Type == board.EventLabels {
 		e.settle(ev, p)
 	}
-	// ADR-096 Consequences: machine provenance fires nothing at all.
+	// DESIGN.md#machine-reasons: machine provenance fires nothing at all.
 	if !ev.FiresEffects() {
 		return nil
 	}

@@ -191,7 +191,7 @@ func TestEffectsSeekHeadDoesNotReplayHistory(t *testing.T) {
 	}
 }
 
-// TestEffectsMachineReasonsFireNothing pins ADR-096 Consequences: a move
+// TestEffectsMachineReasonsFireNothing pins DESIGN.md#machine-reasons: a move
 // under machine provenance into a launch state hints nothing and consumes
 // no one-shot the card carries, while the event still flows, actor blank.
 func TestEffectsMachineReasonsFireNothing(t *testing.T) {
@@ -406,7 +406,7 @@ type labelsFromStore interface {
 
 // TestEffectsOneShotFromALabelSweepIsNotConsumed: a one-shot label that
 // arrives through a machine-reason labels write (a field_rename sweep)
-// neither fires nor is consumed (ADR-096 Consequences).
+// neither fires nor is consumed (DESIGN.md#machine-reasons).
 func TestEffectsOneShotFromALabelSweepIsNotConsumed(t *testing.T) {
 	t.Parallel()
 	e := newEffectsEnv(t, "fxhost-106")

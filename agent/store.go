@@ -17,7 +17,7 @@ import (
 
 // StoreLockTimeout bounds the wait for the bbolt file lock. bbolt waits
 // forever by default, and a plugin process orphaned by a killed agent may
-// still hold the lock for a moment (PITFALLS).
+// still hold the lock for a moment (DESIGN.md#bolt-lock, DESIGN.md#parent-death).
 const StoreLockTimeout = 10 * time.Second
 
 // StoreSpec is everything needed to open a built-in store; the plugin

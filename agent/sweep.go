@@ -98,7 +98,7 @@ type SweepConfig struct {
 //   - releases the claim when its owner is provably dead and it has no
 //     lease (a legacy claim: no time-based reaper would ever touch it);
 //   - expires the lease at once when its owner is provably dead, so the
-//     gated reaper may rule on the card now (ADR-096 §8: this repair is
+//     gated reaper may rule on the card now (DESIGN.md#boot-sweep: this repair is
 //     ungated);
 //   - adopts the claim of a live worker: renews it and returns it for the
 //     heartbeat, so restarting the agent under running workers loses

@@ -16,7 +16,7 @@ const (
 	// FrameLaunch: a card entered a launch state (card, state), or a
 	// one-shot label fired on it (reason = the label, state = where the
 	// card is); a hint for workers waiting for work. Machine-reason events
-	// never produce one (ADR-096 Consequences).
+	// never produce one (DESIGN.md#machine-reasons).
 	FrameLaunch FrameType = "launch"
 	// FramePing is sent every lease/3 and carries, for each claim the agent
 	// holds for the watching process, how long the agent still trusts it,

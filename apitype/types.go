@@ -306,7 +306,7 @@ type ReaperInfo struct {
 type ReaperPass struct {
 	DryRun bool `json:"dry_run"`
 	// Gated is true when decisions were off (the gate stops decisions, not
-	// repair: ADR-096 §8).
+	// repair: DESIGN.md#gate).
 	Gated     bool             `json:"gated"`
 	StartedAt time.Time        `json:"started_at"`
 	Examined  int              `json:"examined"`

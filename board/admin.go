@@ -6,7 +6,7 @@ import (
 	"slices"
 )
 
-// The board-administration verbs (ADR-096 §9 and Consequences). The board
+// The board-administration verbs (DESIGN.md#label-sweeps). The board
 // definition lives in the store, so every agent sharing one store sees the
 // same states; the sweeps that rename or delete a state or a label walk a
 // snapshot of the cards ABOVE the store and write each card with a

@@ -4,7 +4,7 @@ import "time"
 
 // ClaimToken is the fence a holder presents with every owner write: the
 // marker that holds the claim and the epoch of the acquisition that granted
-// it. The epoch only ever goes up (ADR-096 §1, §6).
+// it. The epoch only ever goes up (DESIGN.md#epoch-monotone).
 type ClaimToken struct {
 	Marker string `json:"marker"`
 	Epoch  int64  `json:"epoch"`
@@ -28,7 +28,7 @@ type Hold struct {
 }
 
 // GaveUp is the stamp left on a card the watchdog filed for a person to
-// decide (ADR-096 Consequences: a pruned run pointer is a give-up).
+// decide (DESIGN.md#row-2: a pruned run pointer is a give-up).
 type GaveUp struct {
 	RunID    string    `json:"run_id,omitempty"`
 	State    string    `json:"state,omitempty"`
@@ -95,7 +95,7 @@ func (c Card) Token() ClaimToken { return ClaimToken{Marker: c.Claim, Epoch: c.C
 // Claimed reports whether someone holds the card.
 func (c Card) Claimed() bool { return c.Claim != "" }
 
-// Legacy reports a claim with no lease stamped (ADR-096 Consequences: never
+// Legacy reports a claim with no lease stamped (DESIGN.md#legacy-claims: never
 // reaped by time, only by the same-host pid sweep).
 func (c Card) Legacy() bool { return c.Claim != "" && c.ClaimLeaseUntil.IsZero() }
 
@@ -123,7 +123,7 @@ type CardFilter struct {
 	ClaimedOnly bool `json:"claimed_only,omitempty"`
 	// RecoveryOnly lists only cards held by a recovery claim (a marker
 	// starting with RecoveryPrefix), with or without a lease: the recovery
-	// sweep's population (ADR-096 §8, §9). It implies ClaimedOnly. Backends
+	// sweep's population (DESIGN.md#recovery-sweep). It implies ClaimedOnly. Backends
 	// serve it from an index, not a scan, so the sweep reads only recovery
 	// claims however many worker claims the store holds.
 	RecoveryOnly bool `json:"recovery_only,omitempty"`

@@ -2,7 +2,7 @@
 // fenced claim lease that grants a worker exclusive ownership of a card, runs,
 // the audit event log, and the Store contract every storage backend honours.
 //
-// The model follows ADR-096 ("Board claim lease + fenced watchdog"):
+// The model (DESIGN.md#claim-family):
 //
 //   - A claim is a marker on a card naming its holder. Every fresh acquisition
 //     bumps the card's epoch; the pair {marker, epoch} is the ClaimToken.
@@ -11,8 +11,8 @@
 //     stopped heartbeating, and the watchdog may transfer the claim.
 //   - Every owner write is a compare-and-set on (claim, claim_epoch), so a
 //     superseded holder's late write is refused instead of clobbering the new
-//     owner (ADR-096 §2).
-//   - Terminal states are sinks: only Reopen leaves them (ADR-096 §5).
+//     owner (DESIGN.md#fence).
+//   - Terminal states are sinks: only Reopen leaves them (DESIGN.md#sinks).
 //
 // The conformance suite every Store must pass lives in package boardtest.
 package board

@@ -17,7 +17,7 @@ var (
 	ErrTransitionRejected = errors.New("transition rejected")
 	// ErrTerminalStateExit: an attempt to leave a terminal state through the
 	// SetState family. It wraps ErrTransitionRejected so older matchers keep
-	// working (ADR-096 §5).
+	// working (DESIGN.md#sinks).
 	ErrTerminalStateExit = fmt.Errorf("terminal state exit: use reopen: %w", ErrTransitionRejected)
 	// ErrInvalidArgument: malformed input (unknown state, bad marker, zero
 	// token, bad label, duplicate id, dependency cycle...). Nothing was written.

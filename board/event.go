@@ -4,7 +4,7 @@ import "time"
 
 // EventType names what an event records. The watchdog reuses this
 // vocabulary (a reclaim is a claimed event, a filing is a state event)
-// rather than minting audit types (ADR-096 Consequences).
+// rather than minting audit types (DESIGN.md#provenance).
 type EventType string
 
 const (
@@ -43,8 +43,9 @@ const (
 	ReasonNone        Reason = ""
 )
 
-// machineReasons is the enumerated machine provenance (tracker.IsMachineReason
-// in ADR-096). Keep it a closed list: a reason is machine only by name.
+// machineReasons is the enumerated machine provenance
+// (DESIGN.md#machine-reasons). Keep it a closed list: a reason is machine
+// only by name.
 var machineReasons = map[Reason]bool{
 	ReasonWatchdog:     true,
 	ReasonStateRename:  true,

@@ -251,7 +251,7 @@ func (m OwnedMove) Validate() error {
 // the card, a well-formed recovery marker and a positive lease. How strictly
 // Prev and Cutoff are checked is the store's: the fleet twin accepts a Prev
 // with no epoch and a zero Cutoff, because a foreign writer can strip the
-// epoch and the lease there (ADR-096 §6, §7).
+// epoch and the lease there (DESIGN.md#lost-fence).
 func (r Reclaim) ValidateRecovery() error {
 	if err := ValidateCardID(r.Card); err != nil {
 		return err

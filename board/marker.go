@@ -6,7 +6,7 @@ import (
 )
 
 // RecoveryPrefix starts every recovery marker: the watchdog holds a card it
-// reclaimed under "reaper:" + its own agent marker (ADR-096 §3).
+// reclaimed under "reaper:" + its own agent marker (DESIGN.md#recovery-marker).
 const RecoveryPrefix = "reaper:"
 
 // Marker is a parsed claim marker.

@@ -25,7 +25,7 @@ func (b Board) InitialState(requested string, blockersComplete bool) string {
 }
 
 // SinkExit refuses leaving a terminal state through the SetState family
-// (ADR-096 §5: only Reopen leaves a sink). It returns an error wrapping
+// (DESIGN.md#sinks: only Reopen leaves a sink). It returns an error wrapping
 // ErrTerminalStateExit when from is terminal and to is not, and nil
 // otherwise: terminal → terminal is an ordinary refiling.
 func (b Board) SinkExit(card, from, to string) error {
@@ -59,7 +59,7 @@ func (b Board) DecideMove(card, cur, from, to string) (move bool, err error) {
 }
 
 // ReopenInto refuses a Reopen whose target is a terminal state: a reopen
-// leaves a sink for a working state (ADR-096 §5).
+// leaves a sink for a working state (DESIGN.md#reopen).
 func ReopenInto(card string, target State) error {
 	if target.Terminal {
 		return fmt.Errorf("card %q: reopen into terminal state %q: %w", card, target.Name, ErrTransitionRejected)
@@ -83,7 +83,7 @@ func (b Board) CheckReopen(card, cur, from string) error {
 }
 
 // ReopenBlockedBy reports whether the dependent d keeps card in its sink
-// (ADR-096 §5): d names card among its blockers and is anywhere but
+// (DESIGN.md#reopen): d names card among its blockers and is anywhere but
 // waiting_deps. A dependent outside waiting_deps has been let go on the
 // strength of its blockers being complete — promoted when the last of them
 // completed (whichever one that was), moved on by hand, or finished since —
@@ -106,7 +106,7 @@ func (b Board) ReopenBlockedBy(card string, d Card) error {
 
 // Promotes reports whether a move into to under reason completes the card,
 // so its dependents waiting on their blockers are looked at for promotion.
-// A move under machine provenance promotes nobody (ADR-096 Consequences: a
+// A move under machine provenance promotes nobody (DESIGN.md#machine-reasons: a
 // machine-caused event fires no effect, the promotion included): a state
 // sweep renaming the completion column moves every card in it, and none of
 // those moves completes anything.
@@ -119,7 +119,7 @@ func (b Board) Promotes(to string, reason Reason) bool {
 // unblocked. A new card with an incomplete blocker starts in waiting_deps
 // (InitialState); a waiting dependent is promoted to the first pool state,
 // reason unblocked — not a machine reason: the cascade of closing a blocker
-// keeps its triggers (ADR-096 Consequences) — once this holds.
+// keeps its triggers (DESIGN.md#machine-reasons) — once this holds.
 func (b Board) Complete(states []string) bool {
 	for _, s := range states {
 		if !b.IsCompletion(s) {
@@ -133,8 +133,7 @@ func (b Board) Complete(states []string) bool {
 // a recovery (reaper:) marker is stamped ReasonWatchdog, so no effect fires
 // on a machine decision — except the descriptive verdicts run_finished and
 // run_failed, which the watchdog merely writes down for a dead owner and
-// which must fire the downstream chain as for a living one (ADR-096
-// Consequences).
+// which must fire the downstream chain as for a living one (DESIGN.md#verdict-provenance).
 func (m OwnedMove) StampedReason() Reason {
 	if !IsRecoveryMarker(m.Token.Marker) {
 		return m.Reason

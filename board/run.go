@@ -27,7 +27,7 @@ func (s RunStatus) Known() bool {
 }
 
 // Continuation is a platform continuation armed on a run; an armed one owns
-// the run's future (ADR-096 §4), so the watchdog keeps the card.
+// the run's future (DESIGN.md#row-8), so the watchdog keeps the card.
 type Continuation string
 
 const (

@@ -14,7 +14,7 @@ type State struct {
 	Launch bool `json:"launch,omitempty" yaml:"launch,omitempty"`
 	// Running: the running column, where a card sits while its run executes.
 	Running bool `json:"running,omitempty" yaml:"running,omitempty"`
-	// Terminal: a sink. Only Reopen leaves it (ADR-096 §5).
+	// Terminal: a sink. Only Reopen leaves it (DESIGN.md#sinks).
 	Terminal bool `json:"terminal,omitempty" yaml:"terminal,omitempty"`
 	// Completion: reaching it completes the card and promotes dependents.
 	Completion bool `json:"completion,omitempty" yaml:"completion,omitempty"`
@@ -48,9 +48,10 @@ type Board struct {
 	States []State `json:"states" yaml:"states"`
 }
 
-// DefaultBoard is the board from the product brief. local selects the
+// DefaultBoard is the board a new store is seeded with when the
+// configuration names none. local selects the
 // embedded (bbolt) variant, where in_progress is also a pool state because a
-// re-claim there resumes the recorded run (ADR-096 §7); on the fleet twin a
+// re-claim there resumes the recorded run (DESIGN.md#twin-repark); on the fleet twin a
 // card returns to the pool through a repark into ready instead.
 func DefaultBoard(local bool) Board {
 	return Board{States: []State{

@@ -380,9 +380,9 @@ type Store interface {
 	// in the running column with a recorded run and was last updated at or
 	// before cutoff, oldest update first, at most limit — the selection
 	// filter lives in the query so conserved cards cannot starve the batch
-	// (ADR-096 §9). Only the fleet (MongoDB) twin can hold such claims: a
+	// (DESIGN.md#unleased-sweep). Only the fleet (MongoDB) twin can hold such claims: a
 	// foreign writer may strip a lease there. The local twin returns none
-	// (ADR-096 §7: nobody else writes its file).
+	// (DESIGN.md#twin-unleased: nobody else writes its file).
 	ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]Card, error)
 	// ReclaimExpired transfers an expired claim to a recovery marker in one
 	// CAS, bumping the epoch, and returns the new token and the card as the

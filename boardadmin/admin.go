@@ -1,6 +1,6 @@
-// Package boardadmin runs the board-administration operations of ADR-096
-// §9: renaming or deleting a state (a column), and renaming, merging or
-// deleting a label, across every card of a board.
+// Package boardadmin runs the board-administration operations
+// (DESIGN.md#label-sweeps): renaming or deleting a state (a column), and
+// renaming, merging or deleting a label, across every card of a board.
 //
 // The operations are generic walkers above the store, so both twins (and a
 // store behind the plugin boundary) get exactly the same behaviour through
@@ -16,7 +16,7 @@
 // Every write carries machine provenance (state_rename, state_delete,
 // field_rename, field_delete), so it fires no effect: no launch hint, no
 // dependent promotion, no one-shot consumption. A column rename therefore
-// emits one event per card and launches nothing (ADR-096 Consequences).
+// emits one event per card and launches nothing (DESIGN.md#machine-reasons).
 // Claims are never touched.
 package boardadmin
 

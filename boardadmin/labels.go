@@ -80,7 +80,7 @@ func (a *Admin) DeleteLabel(ctx context.Context, l string) (board.SweepReport, e
 
 // walkLabels applies transform to the labels of every card of a snapshot,
 // each write a compare-and-set on the labels the transform was given
-// (ADR-096 §9: the snapshot ages for the whole walk; writing it back
+// (DESIGN.md#label-sweeps: the snapshot ages for the whole walk; writing it back
 // blindly is the lost update that resurrected consumed one-shot labels).
 func (a *Admin) walkLabels(ctx context.Context, op string, reason board.Reason, transform func([]string) []string) (board.SweepReport, error) {
 	rep := newReport(op)

@@ -61,7 +61,7 @@ func (a *Admin) RenameState(ctx context.Context, old, new string) (board.SweepRe
 // DeleteState deletes state s, moving its cards into into with reason
 // state_delete. Moving cards out of a terminal state into a working one is
 // a bulk reopen: it is refused, changing nothing, while any of those cards
-// has a dependent outside waiting_deps (ADR-096 §5).
+// has a dependent outside waiting_deps (DESIGN.md#reopen).
 func (a *Admin) DeleteState(ctx context.Context, s, into string) (board.SweepReport, error) {
 	op := fmt.Sprintf("state delete %q into %q", s, into)
 	if err := errors.Join(board.ValidateName("state", s), board.ValidateName("target state", into)); err != nil {
@@ -207,7 +207,7 @@ func drop(b board.Board, name string) board.Board {
 
 // checkBulkReopen refuses, before anything is written, a move out of the
 // terminal state from while a card there has a dependent outside
-// waiting_deps — the rule Reopen applies to one card (ADR-096 §5,
+// waiting_deps — the rule Reopen applies to one card (DESIGN.md#reopen,
 // board.Board.ReopenBlockedBy), applied to the whole batch so a refusal
 // changes nothing at all.
 func (a *Admin) checkBulkReopen(ctx context.Context, op, from string, b board.Board) error {

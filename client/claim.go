@@ -54,8 +54,8 @@ type Claim struct {
 // The last case is load-bearing. The watchdog may declare a run orphaned
 // once its owner's lease expired longer ago than the orphan grace, and that
 // proof is only sound if every holder stops by its lease deadline on its
-// own, even when it can no longer hear the agent (ADR-096 §2, the liveness
-// oracle; PRODUCT "The watchdog"). So the client keeps the deadline the
+// own, even when it can no longer hear the agent (DESIGN.md#client-deadline,
+// DESIGN.md#orphan-proof). So the client keeps the deadline the
 // agent last vouched for, as a duration added to this process's monotonic
 // clock (the two processes' wall clocks never need to agree), and cancels
 // there unless a fresher ping moved it. A deadline that has passed is never

@@ -1,5 +1,5 @@
 // Package heartbeat keeps every claim an agent holds alive: one loop renews
-// all of them every lease/3 in ONE batched store write (ADR-096 §1), and
+// all of them every lease/3 in ONE batched store write (DESIGN.md#heartbeat-batch), and
 // declares a claim lost — to the worker, through OnLost — the moment the
 // agent can no longer vouch for it.
 //
@@ -17,7 +17,7 @@
 // trusted deadline with no confirmed renewal, the claim is declared lost
 // (LostUnconfirmed) and no longer renewed: the watchdog's orphan proof
 // "the owner's lease expired longer ago than the grace" is only sound
-// because every holder stops on its own by then (ADR-096 §3).
+// because every holder stops on its own by then (DESIGN.md#client-deadline).
 //
 // Deadlines are computed from the injected board.Clock with time.Time
 // arithmetic only (Add, Sub, Before). board.SystemClock returns time.Now(),

@@ -99,7 +99,7 @@ func TestZeroClaimsMakeNoStoreCall(t *testing.T) {
 	}
 }
 
-// ADR-096 §1: every held claim is renewed in ONE batched write per tick.
+// DESIGN.md#heartbeat-batch: every held claim is renewed in ONE batched write per tick.
 func TestOneBatchedStoreCallPerTick(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)

@@ -20,7 +20,7 @@
 //     errors, a /proc that hides the pid but the kernel still knows it, a
 //     wall-clock step that makes legacy start times incomparable).
 //
-// Callers conserve on Unknown (ADR-096 §3: the oracle only promotes when it
+// Callers conserve on Unknown (DESIGN.md#oracle: the oracle only promotes when it
 // can prove no live owner): the heartbeat keeps renewing, the watchdog keeps
 // the card.
 package pidprobe

@@ -35,7 +35,7 @@ type ChildConfig struct {
 	// Lease is the claim lease.
 	Lease time.Duration `json:"-"`
 	// UnleasedHorizon is the age past which the fleet twin lists un-leased
-	// claims (ADR-096 §6, §9).
+	// claims (DESIGN.md#unleased-sweep).
 	UnleasedHorizon time.Duration `json:"-"`
 }
 

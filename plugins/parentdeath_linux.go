@@ -13,7 +13,7 @@ import (
 
 // The plugin process must die with the agent, even when the agent is
 // SIGKILLed: an orphaned plugin keeps the bbolt file lock, and the restarted
-// agent's plugin would then wait on it (PITFALLS: bbolt lock, Pdeathsig).
+// agent's plugin would then wait on it (DESIGN.md#parent-death).
 // Linux delivers the parent-death signal when the THREAD that forked the
 // child exits, not the process (Go issue 27505), so both ends take care:
 // the agent forks from a goroutine locked to its OS thread until the child

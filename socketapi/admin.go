@@ -9,7 +9,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/boardadmin"
 )
 
-// adminRoutes are the board-administration operator routes (ADR-096 §9).
+// adminRoutes are the board-administration operator routes (DESIGN.md#label-sweeps).
 // Each runs one walker of package boardadmin to completion and answers
 // with its report; a walk's contended cards are in the report, not an
 // error, because the rest of the walk did complete.

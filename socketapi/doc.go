@@ -138,7 +138,7 @@
 // Board administration (operator; admin.go). Each runs one sweep of
 // package boardadmin and answers 200 board.SweepReport {op, cards,
 // changed, unchanged, gone, contended, board, notes}; cards still contended
-// after every attempt are in the report, not an error (ADR-096 §9).
+// after every attempt are in the report, not an error (DESIGN.md#label-sweeps).
 //
 //	POST   /v1/board/states/rename   {"from", "to"}
 //	POST   /v1/board/states/delete   {"state", "into"} (a bulk reopen while a
@@ -149,6 +149,5 @@
 //	POST   /v1/board/labels/delete   {"label"}
 //
 // Machine reasons (watchdog, state_rename, ...) are refused on every route:
-// they silence effects, and only the machine may write them (ADR-096
-// Consequences).
+// they silence effects, and only the machine may write them (DESIGN.md#machine-reasons).
 package socketapi

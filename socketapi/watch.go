@@ -60,7 +60,7 @@ func (r *ring) since(after int64) (frames []apitype.Frame, head int64, missed bo
 // addressed to this worker's marker and every launch hint, and a ping every
 // lease/3 listing the worker's claims with the time the agent still trusts
 // each, and when it measured that. The ping is what lets the client cancel by itself when the agent
-// goes silent (ADR-096 §2 and the orphan-grace proof of the watchdog).
+// goes silent (DESIGN.md#client-deadline and the orphan-grace proof of the watchdog).
 func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, c caller) error {
 	// The stream's age is counted from here, and every ping says how old
 	// the stream was when its trusted times were measured. The worker sent

@@ -253,8 +253,7 @@ func (e *env) abandon(id string, recoveryLease time.Duration) board.ClaimToken {
 	return tok
 }
 
-// The recovery sweep reads the recovery claims and nothing else (ADR-096
-// §8, §9): with thousands of expired worker claims in the store, a pass
+// The recovery sweep reads the recovery claims and nothing else (DESIGN.md#recovery-sweep): with thousands of expired worker claims in the store, a pass
 // lists the recovery claims through the store's index and hands the sweep
 // exactly those, with the local and the fleet dispositions alike. The
 // sweep this replaced listed every expired claim here (locally) or every

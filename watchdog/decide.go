@@ -75,7 +75,7 @@ type Decision struct {
 	// StateReason is the provenance the filing carries: the run's own
 	// descriptive verdict for complete / fail (so the downstream chain fires
 	// as it would have for the living owner), machine provenance for
-	// everything the watchdog decides on its own (ADR-096 Consequences).
+	// everything the watchdog decides on its own (DESIGN.md#verdict-provenance).
 	StateReason board.Reason `json:"state_reason,omitempty"`
 }
 
@@ -107,7 +107,7 @@ type StuckCard struct {
 }
 
 // StampWindow is how many leases after the claim began the absence of a run
-// stamp is still credible (ADR-096 §4: the real window is seconds; past two
+// stamp is still credible (DESIGN.md#row-3: the real window is seconds; past two
 // leases "the stamp is late" stops being believable).
 const StampWindow = 2
 
@@ -126,7 +126,7 @@ func (in StuckCard) stampWindowOpen() bool {
 	return in.Now.Sub(start) < StampWindow*in.Lease
 }
 
-// DecideStuckCard is the one decision table (ADR-096 §4). It is pure and
+// DecideStuckCard is the one decision table (DESIGN.md#decision-table). It is pure and
 // shared by every caller — the gated reap, its pre-check, and the ungated
 // un-leased sweep — so two authorities never classify the same situation
 // differently. Rows are tried in order; the first that matches wins.
@@ -169,8 +169,7 @@ func decide(in StuckCard, column string) Decision {
 
 	// Row 2: the card records a run that is gone. A run happened and nobody
 	// can tell whether its work was delivered; releasing it bare would let
-	// the launch path read the absence as a fresh start (ADR-096
-	// Consequences). The pointer is the stamp, so the window is irrelevant.
+	// the launch path read the absence as a fresh start (DESIGN.md#row-2). The pointer is the stamp, so the window is irrelevant.
 	case in.Run == nil && in.RecordedRunID != "":
 		return Decision{Action: ActionGiveUp, Row: 2, Rule: RuleRunPointerGone,
 			Target: board.StateFailed, StateReason: board.ReasonWatchdog,
@@ -196,7 +195,7 @@ func decide(in StuckCard, column string) Decision {
 			Reason: fmt.Sprintf("run %q is %s: never steal from a live run", r.ID, r.Status)}
 
 	// Row 6: a paused run is parked; its retained claim is load-bearing
-	// (ADR-014's parking brake).
+	// (DESIGN.md#row-6 parking brake).
 	case r.Status == board.RunPausedWaitingHuman || r.Status == board.RunPausedOperator:
 		return Decision{Action: ActionKeep, Row: 6, Rule: RuleRunPaused,
 			Reason: fmt.Sprintf("run %q is %s: the parking brake holds", r.ID, r.Status)}
@@ -249,7 +248,7 @@ func parkedOutsidePool(b board.Board, column string) bool {
 }
 
 // AfterTransfer applies the recovery-hold rule to a decision taken on the
-// card the transfer observed (ADR-096 §4). A keep there was not a keep on the
+// card the transfer observed (DESIGN.md#observed-card). A keep there was not a keep on the
 // listing's copy, so the card is held under the recovery claim until the
 // next lease, once: the recovery marker left on the claim is the record of
 // that grant. When prevMarker — the marker the transfer replaced — is
@@ -292,7 +291,7 @@ func Strands(b board.Board, state string) bool {
 // card, not a verdict), never into the state the card is already in, and
 // never out of a terminal state: a sink already holds a settled verdict, and
 // terminal → terminal is an operator's refiling, not the machine's
-// (ADR-096 §5). A card it does not file is only released.
+// (DESIGN.md#sinks). A card it does not file is only released.
 func NeedsFiling(b board.Board, card board.Card, target string) bool {
 	return target != "" && target != card.State && !b.IsRunning(target) && !b.IsTerminal(card.State)
 }

@@ -334,7 +334,7 @@ func TestNeedsFiling(t *testing.T) {
 	}
 }
 
-// TestProvenanceSplit pins ADR-096 Consequences: terminal verdicts carry the
+// TestProvenanceSplit pins DESIGN.md#verdict-provenance: terminal verdicts carry the
 // run's descriptive reason (outside the machine set, so the chain fires);
 // everything the watchdog decides on its own is machine provenance.
 func TestProvenanceSplit(t *testing.T) {

@@ -1,4 +1,4 @@
-// Package watchdog is leasekeeper's fenced watchdog (ADR-096 §3, §4, §8, §9):
+// Package watchdog is leasekeeper's fenced watchdog (DESIGN.md#transfer-first):
 // the one pure decision table every caller shares (DecideStuckCard), the
 // liveness oracle that promotes a run to PROCESS_ORPHANED only on proof that
 // no live owner holds it (Oracle), and the reaper engine (Reaper) that lists

@@ -254,7 +254,7 @@ func wantOutcome(t *testing.T, cr CardResult, want Outcome) {
 // faultStore is the real store with switchable faults, for the paths a
 // healthy bbolt file never takes: a filing that fails, and the fleet's
 // un-leased listing (the bbolt twin cannot hold an un-leased claim, on
-// purpose: ADR-096 §7).
+// purpose: DESIGN.md#twin-unleased).
 type faultStore struct {
 	board.Store
 	mu sync.Mutex

@@ -5,11 +5,10 @@ package watchdog_test
 // server (internal/mongotest), racing real passes. The bbolt scenarios in
 // reaper_test.go pin the decisions one card at a time; these pin what only a
 // shared database can show — one winner per card across agents, the
-// un-leased sweep's query, and the fleet-only dispositions (ADR-096 §3, §7,
-// §8, §9).
+// un-leased sweep's query, and the fleet-only dispositions (DESIGN.md#twins).
 //
 // The fleet twin stamps leases and claimed_at from the SERVER's clock, which
-// a test cannot move. Expiry is therefore reached the way the brief allows:
+// a test cannot move. Expiry is therefore reached without moving the server clock:
 // the reapers' injected clock is set just past the server's current time,
 // and what must look old (an expired lease, a claim older than the stamp
 // window, an update older than the un-leased horizon) is written by a raw
@@ -159,7 +158,7 @@ func (f *mongoFleet) expireAndAge(ids []string) {
 }
 
 // strip removes the lease and the fence from cards, as an old binary's
-// whole-document replace does (ADR-096 §8, §9), and sets updated_at.
+// whole-document replace does (DESIGN.md#unleased-sweep), and sets updated_at.
 func (f *mongoFleet) strip(ids []string, updatedAt time.Time) {
 	f.t.Helper()
 	f.foreignMany(ids, bson.D{
@@ -245,7 +244,7 @@ type fleetKind struct {
 	filing     *board.Event // the one state event, or nil for none
 }
 
-// TestFleetReapersTransferEachCardExactlyOnce: ADR-096 §3. Three agents,
+// TestFleetReapersTransferEachCardExactlyOnce: DESIGN.md#transfer-first. Three agents,
 // each with its own store client and marker and the gate on, race their
 // passes over 200 expired claims of dead workers. The transfer CAS must
 // elect exactly one winner per card: one recovery claim per card in the
@@ -473,7 +472,7 @@ func TestFleetReapersTransferEachCardExactlyOnce(t *testing.T) {
 	}
 }
 
-// TestFleetUnleasedSweep: ADR-096 §8, §9, never run against the real twin
+// TestFleetUnleasedSweep: DESIGN.md#unleased-sweep, never run against the real twin
 // before. Old binaries stripped lease and fence from a crowd of claims.
 // With the gate off, one pass releases exactly the running-column claims
 // with a recorded run whose disposition is complete / fail / repark, and
@@ -636,7 +635,7 @@ func TestFleetUnleasedSweep(t *testing.T) {
 }
 
 // TestFleetGatedReapTakesStrippedClaims: with the gate on, the candidate
-// listing's un-leased arm (ADR-096 §6) hands the reaper claims a foreign
+// listing's un-leased arm (DESIGN.md#unleased-arm) hands the reaper claims a foreign
 // write stripped of lease and fence once they are older than the horizon.
 // The transfer names the missing epoch, the new fence is above the lost
 // one, and the decision then files the card like any other; a stripped
@@ -684,7 +683,7 @@ func TestFleetGatedReapTakesStrippedClaims(t *testing.T) {
 	}
 }
 
-// TestFleetGateOff: ADR-096 §8. With the gate off nothing is decided — an
+// TestFleetGateOff: DESIGN.md#gate. With the gate off nothing is decided — an
 // expired claim over a finished run stays as it is — but an abandoned
 // recovery claim is still released, one an old binary's write stripped of
 // its lease too, and a live one is left to its holder. Turning the gate on
@@ -803,7 +802,7 @@ func TestFleetGateOff(t *testing.T) {
 	}
 }
 
-// TestFleetRunCeiling: ADR-096 §7, the ceiling is the fleet's. A reparked
+// TestFleetRunCeiling: DESIGN.md#twin-repark, the ceiling is the fleet's. A reparked
 // card with 20 lifetime runs is filed to blocked; one with fewer goes back
 // to the first pool state. Both are machine decisions: reason watchdog,
 // actor blanked, no effect fires.

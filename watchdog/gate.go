@@ -6,7 +6,8 @@ import (
 )
 
 // GateEnv is the environment variable that gates the reaper's decisions
-// (ADR-096 §8, §9: default off, as in the ADR's release N).
+// (DESIGN.md#gate): default off, as release N of the rollout needs
+// (DESIGN.md#release-n).
 const GateEnv = "LEASEKEEPER_REAPER"
 
 // ParseGate reads the value of LEASEKEEPER_REAPER. "1", "t", "true", "on",

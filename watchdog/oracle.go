@@ -20,7 +20,7 @@ type Prober interface {
 
 // Oracle resolves the judged claim's run for the decision table and
 // promotes a run that still says running to PROCESS_ORPHANED — only on
-// proof that no live owner holds it (ADR-096 §3). Anything less than proof
+// proof that no live owner holds it (DESIGN.md#oracle). Anything less than proof
 // conserves: the run stays as it is and the table keeps the card (row 5).
 // A queued run is never promoted: it has not started, and row 5 never
 // steals from it.
@@ -241,7 +241,7 @@ func (o *Oracle) orphanProof(ctx context.Context, card board.Card, r board.Run, 
 //
 //   - a worker's claim: its own lease (claim_lease_until). A legacy claim
 //     (no lease) has no end to measure and is never reaped by time
-//     (ADR-096 Consequences);
+//     (DESIGN.md#legacy-claims);
 //   - a recovery claim judges the worker claim it took over, whose lease
 //     had ended by the time of that transfer — the transfer's
 //     compare-and-set required it — so it ended no later than the recovery

@@ -58,11 +58,11 @@ type Config struct {
 	// nil means one heartbeat interval (lease/3).
 	OrphanGrace func() time.Duration
 	// Enabled is the gate (LEASEKEEPER_REAPER / reaper.enabled,
-	// hot-reloaded). Nil means off, the default of ADR-096 §9's release N.
+	// hot-reloaded). Nil means off, the default of release N (DESIGN.md#release-n).
 	Enabled func() bool
 	// Fleet selects the MongoDB twin's dispositions: a repark writes the
 	// card back to the first pool state, the run ceiling applies, and the
-	// un-leased sweep runs (ADR-096 §7).
+	// un-leased sweep runs (DESIGN.md#twin-unleased).
 	Fleet bool
 	// RunCeiling: on the fleet, a reparked card with at least this many
 	// lifetime runs is filed to blocked instead.
@@ -267,7 +267,7 @@ func New(cfg Config) (*Reaper, error) {
 // RecoveryMarker is the marker this reaper holds reclaimed cards under.
 func (r *Reaper) RecoveryMarker() string { return r.recovery }
 
-// Start runs a pass at once — the startup sweep of ADR-096 §8 — and then
+// Start runs a pass at once — the startup sweep (DESIGN.md#sweeps) — and then
 // one every Interval until ctx ends or Stop is called.
 func (r *Reaper) Start(ctx context.Context) error {
 	r.lifeMu.Lock()
@@ -502,7 +502,7 @@ func (p *pass) reapOne(ctx context.Context, listed board.Card, m mode) (cr CardR
 	if r.beforeTransfer != nil {
 		r.beforeTransfer(listed)
 	}
-	// ADR-096 §3: transfer first. Freeing an eligible card before its
+	// DESIGN.md#transfer-first: transfer first. Freeing an eligible card before its
 	// disposition is decided would let the very tick we clean up after
 	// re-dispatch it. The CAS carries the whole precondition — the claim is
 	// still exactly the listed token and still expired at the store's time
@@ -524,7 +524,7 @@ func (p *pass) reapOne(ctx context.Context, listed board.Card, m mode) (cr CardR
 		"card", listed.ID, "prev_marker", listed.Claim, "prev_epoch", listed.ClaimEpoch,
 		"epoch", tok.Epoch, "lease_until", listed.ClaimLeaseUntil, "pre_check", cr.PreCheck.Rule)
 
-	// ADR-096 §4: the decision that counts is taken on the card the
+	// DESIGN.md#observed-card: the decision that counts is taken on the card the
 	// transfer observed, never on the listing's copy — an operator may have
 	// moved it in between. The run is read again for the pointer the
 	// observed card records (the owner may have stamped a new one before
@@ -618,7 +618,7 @@ func (p *pass) act(ctx context.Context, cr *CardResult, c board.Card, tok board.
 			}
 		}
 	case ActionRepark:
-		// ADR-096 §7: the twins diverge on purpose. Locally a repark is a
+		// DESIGN.md#twin-repark: the twins diverge on purpose. Locally a repark is a
 		// release only — in_progress is a pool state there and the local
 		// re-claim resumes the run the card records, so returning it costs
 		// nothing new and needs no ceiling. On the fleet the launcher cannot
@@ -660,7 +660,7 @@ func (p *pass) file(ctx context.Context, cr *CardResult, c board.Card, tok board
 	if !NeedsFiling(b, c, target) {
 		return true
 	}
-	// ADR-096 Consequences: a launch-column target never carries a reason
+	// DESIGN.md#verdict-provenance: a launch-column target never carries a reason
 	// that fires. Blank, the store stamps watchdog for a recovery marker.
 	if b.IsLaunch(target) {
 		reason = board.ReasonNone
@@ -710,7 +710,7 @@ func (p *pass) release(ctx context.Context, cr *CardResult, c board.Card, tok bo
 }
 
 // sweepRecovery is the gate-off repair of abandoned recovery claims
-// (ADR-096 §8, §9). A recovery claim is abandoned when its lease has ended
+// (DESIGN.md#recovery-sweep). A recovery claim is abandoned when its lease has ended
 // (or was stripped by a foreign write): nobody renews a recovery claim, so
 // its holder — a reaper that died or was switched off — is done with it.
 // Releasing it is a pure return to the card's pre-watchdog state:
@@ -760,7 +760,7 @@ func (p *pass) sweepRecovery(ctx context.Context) ([]SweepResult, error) {
 
 // sweepUnleased (fleet only, gate off) repairs ordinary claims a
 // mixed-fleet write stripped of lease and fence — their holder can neither
-// renew, write nor release them (ADR-096 §8, §9). The query selects only
+// renew, write nor release them (DESIGN.md#unleased-sweep). The query selects only
 // running-column cards with a recorded run, and the sweep acts only on a
 // settled disposition (complete, fail, repark), which it carries out
 // itself after a transfer: released bare, the card would sit free in the

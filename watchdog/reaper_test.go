@@ -727,7 +727,7 @@ func TestParseGate(t *testing.T) {
 	}
 }
 
-// TestReaperLaunchColumnTargetNeverFires pins ADR-096 Consequences on a board
+// TestReaperLaunchColumnTargetNeverFires pins DESIGN.md#verdict-provenance on a board
 // whose failed column is a launch column: a run's failure filed there would
 // otherwise carry run_failed, which fires effects, and re-arm a spend on a
 // card nobody moved. The reaper blanks the reason and the store stamps the

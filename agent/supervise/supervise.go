@@ -224,7 +224,7 @@ func (c *Child) Wait(ctx context.Context) (int, error) {
 // every process left in its tree (systemd's KillMode=mixed). It returns once
 // the tree is gone, reporting whether the first process had to be killed.
 // It is how a lost claim is enforced: the fenced writes would refuse the
-// command anyway, stopping it just saves the work (ADR-096 §2).
+// command anyway, stopping it just saves the work (DESIGN.md#claim-lost).
 func (c *Child) Terminate(grace time.Duration) (killed bool) {
 	c.tell("terminate %d", max(grace, 0).Nanoseconds())
 	<-c.done

@@ -45,7 +45,7 @@ func wantReport(t *testing.T, got board.SweepReport, changed []string, unchanged
 	}
 }
 
-// ExerciseAdmin runs the board-administration checks (ADR-096 §9): the
+// ExerciseAdmin runs the board-administration checks (DESIGN.md#label-sweeps): the
 // stored board definition, the label compare-and-set, and the state and
 // label sweeps of package boardadmin on top of them.
 func ExerciseAdmin(t *testing.T, h Harness) {
@@ -121,7 +121,7 @@ func ExerciseAdmin(t *testing.T, h Harness) {
 	})
 
 	t.Run("LabelRenameKeepsConcurrentAdjust", func(t *testing.T) {
-		// ADR-096 §9: the sweep's write is a compare-and-set on the labels
+		// DESIGN.md#label-sweeps: the sweep's write is a compare-and-set on the labels
 		// it read, so a relative edit landing mid-walk is never lost.
 		t.Parallel()
 		e := open(t, h)

@@ -19,7 +19,7 @@ func exerciseClaims(t *testing.T, h Harness) {
 			t.Fatalf("Claim token = %+v, want marker %q and an epoch above %d", tok, markerA, before.ClaimEpoch)
 		}
 		if e.local() && tok.Epoch != before.ClaimEpoch+1 {
-			// ADR-096 §7: the local epoch is a counter, stored + 1.
+			// DESIGN.md#twin-epoch: the local epoch is a counter, stored + 1.
 			t.Errorf("local epoch = %d, want stored+1 = %d", tok.Epoch, before.ClaimEpoch+1)
 		}
 		c := e.get("c1")
@@ -115,7 +115,7 @@ func exerciseClaims(t *testing.T, h Harness) {
 		e.release("c1", t2)
 		// Markers are per process, not per claim: the same worker claiming
 		// again must get a new fence, or its two holds would share a token
-		// (ADR-096 §6).
+		// (DESIGN.md#epoch-monotone).
 		t3 := e.claim("c1", markerA)
 		if !(t1.Epoch < t2.Epoch && t2.Epoch < t3.Epoch) {
 			t.Errorf("epochs of successive acquisitions = %d, %d, %d, want strictly increasing", t1.Epoch, t2.Epoch, t3.Epoch)

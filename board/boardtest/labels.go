@@ -12,7 +12,7 @@ import (
 
 func exerciseLabels(t *testing.T, h Harness) {
 	t.Run("AdjustLabelsIsAtomicUnderConcurrency", func(t *testing.T) {
-		// ADR-096 §9: the relative edit is one critical section, so no
+		// DESIGN.md#label-sweeps: the relative edit is one critical section, so no
 		// concurrent caller's add is lost.
 		t.Parallel()
 		e := open(t, h)

@@ -14,7 +14,7 @@ type ownerVerb struct {
 	call func(e *env, card string, tok board.ClaimToken) error
 }
 
-// ownerVerbs lists every fenced owner write of the contract (ADR-096 §2),
+// ownerVerbs lists every fenced owner write of the contract (DESIGN.md#fence),
 // the no-op variants included: a no-op still checks ownership.
 var ownerVerbs = []ownerVerb{
 	{"SetStateOwned", func(e *env, card string, tok board.ClaimToken) error {

@@ -12,7 +12,7 @@ import (
 // the lease says, kept in step by every claim change — a worker's claim, a
 // reclaim, the holder's release, a release by marker and a worker's claim
 // after it. It is the recovery sweep's population, read on every watchdog
-// pass (ADR-096 §8, §9), so a store that lists one card too many reads
+// pass (DESIGN.md#recovery-sweep), so a store that lists one card too many reads
 // worker claims for nothing and one too few leaves an abandoned recovery
 // claim on its card for ever.
 func exerciseRecoveryListing(t *testing.T, h Harness) {

@@ -15,7 +15,7 @@ type moveVerb struct {
 	call func(e *env, card, from, to string) error
 }
 
-// setStateFamily lists every verb the sink guard must cover (ADR-096 §5).
+// setStateFamily lists every verb the sink guard must cover (DESIGN.md#sinks).
 var setStateFamily = []moveVerb{
 	{"SetState", func(e *env, card, _, to string) error {
 		return e.s.SetState(e.ctx, board.Move{Card: card, To: to, Actor: "uid:1000"})
@@ -158,7 +158,7 @@ func exerciseStates(t *testing.T, h Harness) {
 	})
 
 	// Reopen is refused while any card that names this one as a blocker is
-	// outside waiting_deps (ADR-096 §5): such a dependent was let go on the
+	// outside waiting_deps (DESIGN.md#reopen): such a dependent was let go on the
 	// strength of the blocker being complete, whichever blocker completed
 	// last, whoever moved it, and whether or not it has finished since.
 	t.Run("ReopenGuard", func(t *testing.T) {

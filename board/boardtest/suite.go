@@ -1,7 +1,7 @@
 // Package boardtest is the conformance suite every board.Store must pass:
 // the bbolt twin, the MongoDB twin and the plugin proxy run the same checks
 // with one call, so the contract lives in one place and the twins can only
-// diverge where ADR-096 §7 says they do (Harness.Fleet).
+// diverge where DESIGN.md#twins says they do (Harness.Fleet).
 //
 // The suite lives in ordinary (non-test) files so other packages can import
 // it, and it uses only the standard library and a linearizability checker,
@@ -38,7 +38,7 @@ type Harness struct {
 	// Fleet is true for the MongoDB twin: leases, claimed_at and updated_at
 	// come from the SERVER's clock (the injected Clock is ignored for
 	// those), the epoch is max(stored+1, server ms) rather than stored+1,
-	// and the candidate listing has an un-leased arm (ADR-096 §6, §7).
+	// and the candidate listing has an un-leased arm (DESIGN.md#unleased-arm).
 	// Tests that depend on the local-only behaviour branch on it.
 	Fleet bool
 }
@@ -89,7 +89,7 @@ type env struct {
 
 // open opens a fresh store for t. The board is the default board of the
 // twin under test: on the local twin the running column is also a pool
-// state (ADR-096 §7).
+// state (DESIGN.md#twin-repark).
 func open(t *testing.T, h Harness) *env {
 	t.Helper()
 	t0 := localEpoch

@@ -102,7 +102,7 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 
 	t.Run("TransferRefusedForLiveLease", func(t *testing.T) {
 		// A renewal between the listing and the transfer makes the lease
-		// live again: the CAS carries "still expired" (ADR-096 §3).
+		// live again: the CAS carries "still expired" (DESIGN.md#transfer-first).
 		t.Parallel()
 		e := open(t, h)
 		tok, expired := expiredHold(e)

@@ -11,7 +11,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/client"
 )
 
-// The board-administration commands (ADR-096 §9): state and label sweeps
+// The board-administration commands (DESIGN.md#label-sweeps): state and label sweeps
 // run by the agent (package boardadmin) and reported here card by card.
 
 const sweepHelp = `The agent walks a snapshot of the cards and writes each one with a

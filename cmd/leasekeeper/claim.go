@@ -78,7 +78,7 @@ type columns struct {
 	firstPool  string
 	// runningIsPool is true on the local (bbolt) default board, where a
 	// re-claim of a card in the running column resumes its recorded run
-	// (ADR-096 §7); a resumable failure then only releases the card.
+	// (DESIGN.md#twin-repark); a resumable failure then only releases the card.
 	runningIsPool bool
 }
 

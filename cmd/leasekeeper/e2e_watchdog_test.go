@@ -165,7 +165,7 @@ func TestE2EReaperReturnsKilledResumableWorkerToThePool(t *testing.T) {
 	// The agent sees the claimer's pid gone at its next heartbeat tick and
 	// expires the lease at once; the next reaper pass proves the run
 	// orphaned (same host, pid gone), transfers the claim and reparks the
-	// card, which on the local board is a release (ADR-096 §7). The bound
+	// card, which on the local board is a release (DESIGN.md#twin-repark). The bound
 	// is lease + one interval, plus slack for process scheduling on a
 	// shared machine.
 	var c board.Card

@@ -392,7 +392,7 @@ func TestShippedConfigsLoad(t *testing.T) {
 				t.Errorf("socket %s store %s:%s, want %s bolt:%s", cfg.Socket, cfg.Store.Backend, cfg.Store.Path, tc.wantSocket, tc.wantStore)
 			}
 			if cfg.Liveness != agent.LivenessPID || cfg.Reaper.Enabled {
-				t.Errorf("liveness %s reaper %v, want pid and the reaper off (release N of ADR-096 §9)", cfg.Liveness, cfg.Reaper.Enabled)
+				t.Errorf("liveness %s reaper %v, want pid and the reaper off (release N: DESIGN.md#release-n)", cfg.Liveness, cfg.Reaper.Enabled)
 			}
 		})
 	}

@@ -140,7 +140,7 @@ func benchRenewClaims(b *testing.B, n int) {
 	b.ReportAllocs()
 	// Wall time on a shared machine includes waiting for a core; the CPU
 	// the process spent per call is the figure the agent's CPU budget is
-	// about (ADR-096: a tick every lease/3).
+	// about (DESIGN.md#heartbeat-batch: a tick every lease/3).
 	cpu0, cpuOK := processCPU()
 	for b.Loop() {
 		clock.Advance(time.Second)

@@ -12,7 +12,7 @@ import (
 )
 
 // The board definition is stored in the meta bucket, next to the schema
-// stamp, as JSON (ADR-096 §9: the board lives in the store). A new file is
+// stamp, as JSON (DESIGN.md#board-in-store: the board lives in the store). A new file is
 // seeded from Options.Board; after that the stored definition wins, and the
 // agent warns at start when its configuration disagrees. It is an optional
 // key, not a layout change: a file without it (written before the key
@@ -48,7 +48,7 @@ func decodeBoard(raw []byte) (board.Board, error) {
 func (s *Store) Board() board.Board { return *s.def.Load() }
 
 // brd is the current definition, for validation inside the verbs. This
-// process is the file's only writer (ADR-096 §7), so the cache is always
+// process is the file's only writer (DESIGN.md#twin-unleased), so the cache is always
 // what is stored.
 func (s *Store) brd() board.Board { return *s.def.Load() }
 
@@ -108,7 +108,7 @@ func (s *Store) SetBoard(ctx context.Context, expect, next board.Board) (board.B
 }
 
 // SetLabelsFrom writes the labels while they are still exactly l.Expect,
-// in one write; a miss returns the card as it is (ADR-096 §9).
+// in one write; a miss returns the card as it is (DESIGN.md#label-sweeps).
 func (s *Store) SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error) {
 	next, err := l.Normalize()
 	if err != nil {

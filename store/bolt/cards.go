@@ -275,7 +275,7 @@ func (w *wtx) updateCard(rec *cardRecord, now time.Time, ev board.Event, edit fu
 // promoteDependents moves each dependent waiting on its blockers to the
 // first pool state once every blocker is complete, reason unblocked (not a
 // machine reason: the cascade of closing a blocker keeps its triggers,
-// ADR-096 Consequences). PromotedBy records the blocker whose completion
+// DESIGN.md#machine-reasons). PromotedBy records the blocker whose completion
 // did it, for the record: Reopen does not read it.
 func (s *Store) promoteDependents(w *wtx, id, actor string) error {
 	deps, err := w.dependents(id)
@@ -378,7 +378,7 @@ func (s *Store) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
 	return changed, err
 }
 
-// Reopen is the only exit from a terminal state (ADR-096 §5). It is
+// Reopen is the only exit from a terminal state (DESIGN.md#reopen). It is
 // refused while any card that names this one as a blocker is outside
 // waiting_deps (board.Board.ReopenBlockedBy); the check and the move are
 // one transaction.
@@ -420,7 +420,7 @@ func (s *Store) Reopen(ctx context.Context, m board.Move) error {
 }
 
 // AdjustLabels applies a relative label change in one step; a no-op writes
-// nothing (ADR-096 §9: the incremental path that cannot re-arm anything).
+// nothing (DESIGN.md#label-sweeps: the incremental path that cannot re-arm anything).
 func (s *Store) AdjustLabels(ctx context.Context, c board.LabelChange) (board.Card, error) {
 	if err := c.Validate(); err != nil {
 		return board.Card{}, err
@@ -445,7 +445,7 @@ func (s *Store) AdjustLabels(ctx context.Context, c board.LabelChange) (board.Ca
 }
 
 // SetLabels replaces the label set. It is absolute by contract: a caller
-// that states a consumed one-shot label re-arms it (ADR-096 §9).
+// that states a consumed one-shot label re-arms it (DESIGN.md#label-sweeps).
 func (s *Store) SetLabels(ctx context.Context, card string, labels []string, actor string) (board.Card, error) {
 	next, err := board.NormalizeSetLabels(card, labels, actor)
 	if err != nil {

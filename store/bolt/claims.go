@@ -21,7 +21,7 @@ func conflict(r *cardRecord) error { return board.Conflict(r.ID, r.Claim, r.Clai
 
 // acquire grants a free card to marker. The epoch is the stored epoch plus
 // one: on this twin the fence is a plain counter, because nobody else
-// writes the file and so nothing can drop the field (ADR-096 §7; the
+// writes the file and so nothing can drop the field (DESIGN.md#twin-epoch; the
 // MongoDB twin floors it at the server clock instead).
 func (s *Store) acquire(w *wtx, rec *cardRecord, marker string, lease time.Duration, actor string) (board.ClaimToken, error) {
 	now := s.now()
@@ -58,7 +58,7 @@ func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, bo
 			tok, err = s.acquire(w, rec, r.Marker, r.Lease, r.Marker)
 		case r.Marker:
 			// Idempotent re-claim: refresh the lease only. Same epoch, no
-			// event, no updated_at bump (ADR-096 §1: the epoch is bumped on
+			// event, no updated_at bump (DESIGN.md#epoch: the epoch is bumped on
 			// fresh acquisitions, never on a same-marker re-claim).
 			tok = rec.Token()
 			err = s.extendLease(w, rec, s.now().Add(r.Lease))
@@ -212,7 +212,7 @@ func (s *Store) RenewClaims(ctx context.Context, hs []board.Hold, lease time.Dur
 }
 
 // owned runs fn on the card only when tok is its current claim. A stale
-// token is refused even when fn would change nothing (ADR-096 §2).
+// token is refused even when fn would change nothing (DESIGN.md#fence).
 func (s *Store) owned(ctx context.Context, card string, tok board.ClaimToken, fn func(w *wtx, rec *cardRecord) error) error {
 	if err := board.ValidateToken(card, tok); err != nil {
 		return err
@@ -329,7 +329,7 @@ func (s *Store) ExpireClaimOwned(ctx context.Context, card string, tok board.Cla
 }
 
 // release clears the claim and keeps the epoch: the fence only goes up, so
-// the next acquisition continues from it (ADR-096 §1).
+// the next acquisition continues from it (DESIGN.md#epoch-monotone).
 func (s *Store) release(w *wtx, rec *cardRecord, actor string) error {
 	ev := board.Event{Type: board.EventReleased, Actor: actor, Data: board.EventData{Marker: rec.Claim, Epoch: rec.ClaimEpoch}}
 	return w.updateCard(rec, s.now(), ev, func() {
@@ -438,7 +438,7 @@ func (s *Store) closeReleasedRun(w *wtx, rec *cardRecord, actor string) error {
 // ListExpiredClaimCandidates walks the lease index from the oldest lease,
 // or from just after the position q.After names, and stops at the first
 // lease after the cutoff or at the limit, so the batch cap is applied in
-// the query (ADR-096 §9). Legacy claims are not in the index. The position
+// the query (DESIGN.md#paging). Legacy claims are not in the index. The position
 // is the lease index key of the page's last card, hex-encoded; Next is
 // empty when the walk reached the cutoff or the end of the index.
 func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQuery) (board.ExpiredPage, error) {
@@ -491,7 +491,7 @@ func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQ
 // foreign writer can strip the lease from a card (an old binary's whole
 // document replace on the MongoDB twin). This file is written only by its
 // own agent, which always stamps a lease, and the boot sweep already probes
-// the pid behind every same-host legacy claim (ADR-096 §7).
+// the pid behind every same-host legacy claim (DESIGN.md#twin-unleased).
 func (s *Store) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
 	if err := board.ValidateLimit(limit); err != nil {
 		return nil, err

@@ -20,8 +20,7 @@ import (
 //
 // A durable bbolt commit costs one fdatasync, and only one write transaction
 // runs at a time. bbolt's own DB.Batch waits up to 10 ms to gather calls,
-// which starves a handful of writers (see PITFALLS: about 700 updates/s via
-// Batch against 2,300/s via Update with 8 writers). Here one committer
+// which starves a handful of writers (DESIGN.md#group-commit). Here one committer
 // goroutine drains a queue instead: when it is idle it takes the first
 // write at once (no added latency), and every write that arrives while a
 // commit and its fsync are in flight waits in the queue and rides the next
@@ -377,7 +376,7 @@ func scanPrefix(b *bolt.Bucket, prefix []byte, fn func(k, v []byte) (bool, error
 
 // emit queues an event; its seq is assigned at flush, in commit order.
 // Machine-reason events blank the actor so no effect layer attributes a
-// machine decision to a person (ADR-096 Consequences).
+// machine decision to a person (DESIGN.md#machine-reasons).
 func (w *wtx) emit(ev board.Event) {
 	if board.IsMachineReason(ev.Reason) {
 		ev.Actor = ""

@@ -10,7 +10,7 @@ import (
 )
 
 // The cross-twin rules live in board/boardtest; these pin what is specific
-// to the local twin (ADR-096 §7) or to how this file stores things.
+// to the local twin (DESIGN.md#twins) or to how this file stores things.
 
 func TestSameMarkerReclaimWritesOnlyTheLease(t *testing.T) {
 	s, clock, _ := openTest(t)
@@ -109,7 +109,7 @@ func TestListUnleasedRunningClaimsIsAlwaysEmptyLocally(t *testing.T) {
 	clock.Advance(48 * time.Hour)
 	got, err := s.ListUnleasedRunningClaims(ctx, clock.Now(), 10)
 	if err != nil || len(got) != 0 {
-		t.Errorf("ListUnleasedRunningClaims = %v, %v; want none (ADR-096 §7)", ids(got), err)
+		t.Errorf("ListUnleasedRunningClaims = %v, %v; want none (DESIGN.md#twin-unleased)", ids(got), err)
 	}
 }
 

@@ -1,5 +1,5 @@
 // Package boltstore is the local twin of board.Store: one bbolt file on one
-// host, written by one agent process (ADR-096 §7, the embedded default).
+// host, written by one agent process (DESIGN.md#twins, the embedded default).
 //
 // Layout. Every bucket lives at the top level of the file:
 //
@@ -29,7 +29,7 @@
 // expiry), which rewrites only the claim record and the lease index entry
 // (setLease), because a lease is all it changes.
 //
-// idx_recovery is the recovery sweep's population (ADR-096 §8, §9): the
+// idx_recovery is the recovery sweep's population (DESIGN.md#recovery-sweep): the
 // watchdog releases abandoned recovery claims on every pass, and reading
 // them through their own index costs O(recovery claims) where the expired
 // listing would read every expired worker claim as well. It is derived from

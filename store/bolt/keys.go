@@ -149,7 +149,7 @@ func (f claimFamily) equal(g claimFamily) bool {
 // Seconds plus nanoseconds round-trip every time.Time exactly, the zero
 // time included (a zero lease means a legacy claim, so it must survive). A
 // card that was never claimed has no record; a released card keeps one,
-// with an empty marker, because its epoch must never go back (ADR-096 §1).
+// with an empty marker, because its epoch must never go back (DESIGN.md#epoch-monotone).
 const (
 	claimFormat    = 1
 	claimOffEpoch  = 1
@@ -347,7 +347,7 @@ func indexEntries(r *cardRecord) []indexEntry {
 
 // leaseEntry is the card's key in the lease index, if it has one: claimed
 // cards with a lease only. A legacy claim (no lease) is never reaped by time
-// (ADR-096 Consequences), so it stays out. A renewal changes this entry and
+// (DESIGN.md#legacy-claims), so it stays out. A renewal changes this entry and
 // no other index entry.
 func leaseEntry(id string, f claimFamily) ([]byte, bool) {
 	if f.Marker == "" || f.LeaseUntil.IsZero() {

@@ -45,7 +45,7 @@ type v1CardRecord struct {
 // migrate1to2 moves each card's claim family out of its JSON document into
 // a claim record in the new claims bucket. Every value is carried over
 // as it was, the epoch above all: a fence that went back would let a stale
-// holder's token match again (ADR-096 §1). The indexes are derived from
+// holder's token match again (DESIGN.md#epoch-monotone). The indexes are derived from
 // the same fields in both versions, so they stay as they are.
 func migrate1to2(tx *bolt.Tx) error {
 	cards := tx.Bucket(bucketCards)
@@ -102,7 +102,7 @@ func migrate1to2(tx *bolt.Tx) error {
 
 // migrate2to3 builds idx_recovery, the index of cards held by a recovery
 // claim, from the claim records: the recovery sweep lists it on every pass
-// instead of reading every expired claim (ADR-096 §8, §9). It only adds the
+// instead of reading every expired claim (DESIGN.md#recovery-sweep). It only adds the
 // new bucket. The claim records, the epochs above all, and every other
 // bucket are left exactly as they were; the card documents are only read,
 // for the creation order the index is keyed by.

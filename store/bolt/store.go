@@ -60,7 +60,7 @@ type Options struct {
 	// LockTimeout bounds the wait for the file lock; 0 means
 	// DefaultLockTimeout. bbolt's own default waits forever, which would hang
 	// an agent restarted next to an orphaned process still holding the file
-	// (PITFALLS; containerd opens bbolt the same way).
+	// (DESIGN.md#bolt-lock; containerd opens bbolt the same way).
 	LockTimeout time.Duration
 }
 

@@ -323,7 +323,7 @@ func TestConcurrentWritersKeepEpochsEventsAndIndexesConsistent(t *testing.T) {
 
 	// The event log: seq strictly increasing without gaps, and per card the
 	// claimed epochs count up by one from 1 — the local fence is a counter
-	// (ADR-096 §7) and no concurrent acquisition may reuse or skip a value.
+	// (DESIGN.md#twin-epoch) and no concurrent acquisition may reuse or skip a value.
 	evs, err := s.Events(t.Context(), 0, 0)
 	if err != nil {
 		t.Fatal(err)

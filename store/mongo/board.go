@@ -13,7 +13,7 @@ import (
 )
 
 // The board definition lives in the database, one document shared by every
-// agent of the fleet (ADR-096 §9: one board for the fleet). The first agent
+// agent of the fleet (DESIGN.md#board-in-store: one board for the fleet). The first agent
 // to open an empty database seeds it from its configuration; after that the
 // stored definition wins, and an agent whose configuration disagrees is told
 // so at start (board.Board.Diff) instead of silently diverging.
@@ -216,7 +216,7 @@ func (s *Store) SetBoard(ctx context.Context, expect, next board.Board) (board.B
 
 // SetLabelsFrom is the label compare-and-set of the admin sweeps: one
 // conditional update on the labels exactly as expected, never retried
-// here — a miss is the caller's to re-transform (ADR-096 §9).
+// here — a miss is the caller's to re-transform (DESIGN.md#label-sweeps).
 func (s *Store) SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error) {
 	next, err := l.Normalize()
 	if err != nil {

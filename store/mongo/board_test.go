@@ -13,7 +13,7 @@ import (
 // TestStoredBoardIsSharedByTheFleet: the first store to open a database
 // seeds the board; a second agent configured differently gets the stored
 // one; a change made through one agent reaches the other, which then
-// validates against it (ADR-096 §9: one board for the fleet).
+// validates against it (DESIGN.md#board-in-store: one board for the fleet).
 func TestStoredBoardIsSharedByTheFleet(t *testing.T) {
 	t.Parallel()
 	uri, db := mongotest.URI(t), mongotest.Database(t)

@@ -186,7 +186,7 @@ func (s *Store) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card
 var claimedCond = bson.E{Key: "claim", Value: bson.D{{Key: "$gt", Value: ""}}}
 
 // recoveryCond selects cards held by a recovery claim, lease or no lease:
-// the recovery sweep's population (ADR-096 §8, §9). It matches on the
+// the recovery sweep's population (DESIGN.md#recovery-sweep). It matches on the
 // claim alone, so a recovery claim a foreign write stripped of its lease is
 // found too. The pattern is anchored and case-sensitive, which MongoDB
 // serves from the claim index as the range of markers that start with the
@@ -251,7 +251,7 @@ func (s *Store) afterMove(ctx context.Context, c *cardState, moved bool, actor s
 // promoteDependents moves each dependent waiting on its blockers to the
 // first pool state once every blocker is complete, reason unblocked (not a
 // machine reason: the cascade of closing a blocker keeps its triggers,
-// ADR-096 Consequences).
+// DESIGN.md#machine-reasons).
 //
 // Twin divergence: each promotion is its own single-document write, after
 // the blocker's. A crash in between leaves a dependent waiting although its
@@ -348,7 +348,7 @@ func (s *Store) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
 	return moved, s.afterMove(ctx, c, moved, m.Actor)
 }
 
-// Reopen is the only exit from a terminal state (ADR-096 §5). It is
+// Reopen is the only exit from a terminal state (DESIGN.md#reopen). It is
 // refused while any card that names this one as a blocker is outside
 // waiting_deps (board.Board.ReopenBlockedBy).
 //
@@ -404,7 +404,7 @@ func (s *Store) Reopen(ctx context.Context, m board.Move) error {
 
 // AdjustLabels applies a relative label change in one atomic step: a
 // compare-and-set on the label array as read, retried on a miss, so no
-// concurrent caller's change is lost (ADR-096 §9; FerretDB has no pipeline
+// concurrent caller's change is lost (DESIGN.md#label-sweeps; FerretDB has no pipeline
 // updates to do it inside the server). A no-op writes nothing.
 func (s *Store) AdjustLabels(ctx context.Context, lc board.LabelChange) (board.Card, error) {
 	if err := lc.Validate(); err != nil {
@@ -427,7 +427,7 @@ func (s *Store) AdjustLabels(ctx context.Context, lc board.LabelChange) (board.C
 }
 
 // SetLabels replaces the label set. It is absolute by contract: a caller
-// that states a consumed one-shot label re-arms it (ADR-096 §9).
+// that states a consumed one-shot label re-arms it (DESIGN.md#label-sweeps).
 func (s *Store) SetLabels(ctx context.Context, card string, labels []string, actor string) (board.Card, error) {
 	next, err := board.NormalizeSetLabels(card, labels, actor)
 	if err != nil {

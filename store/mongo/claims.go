@@ -16,7 +16,7 @@ import (
 
 // acquireChange grants a free card to marker: a CAS on the claim and the
 // epoch exactly as read, a new epoch floored at the server clock, and the
-// lease and claimed_at from the server clock (ADR-096 §1, §6).
+// lease and claimed_at from the server clock (DESIGN.md#epoch-monotone).
 func acquireChange(c *cardState, clk serverClock, marker string, lease time.Duration) (*change, board.ClaimToken) {
 	epoch := clk.epochAfter(c.ClaimEpoch)
 	return &change{
@@ -47,7 +47,7 @@ func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, bo
 			return ch, nil
 		case c.Claim == r.Marker && c.epochSet:
 			// Idempotent re-claim: refresh the lease only, never backwards.
-			// Same epoch, no event, no updated_at bump (ADR-096 §1).
+			// Same epoch, no event, no updated_at bump (DESIGN.md#epoch).
 			tok = c.Token()
 			return &change{
 				cond: tokenCond(tok),
@@ -55,7 +55,7 @@ func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, bo
 			}, nil
 		default:
 			// Another marker — or this marker on a card whose epoch was
-			// dropped, which no token can hold any more (ADR-096 §6).
+			// dropped, which no token can hold any more (DESIGN.md#lost-fence).
 			return nil, c.conflict()
 		}
 	})
@@ -194,7 +194,7 @@ func (s *Store) RenewClaims(ctx context.Context, hs []board.Hold, lease time.Dur
 // owned runs a fenced owner write: the token must be the card's current
 // claim, fence included, and the write's filter carries the same condition
 // so a claim lost between the read and the write refuses it. A stale token
-// is refused even when the write would change nothing (ADR-096 §2).
+// is refused even when the write would change nothing (DESIGN.md#fence).
 func (s *Store) owned(ctx context.Context, card string, tok board.ClaimToken, p plan) (*cardState, bool, error) {
 	if err := board.ValidateToken(card, tok); err != nil {
 		return nil, false, err
@@ -322,7 +322,7 @@ func (s *Store) ExpireClaimOwned(ctx context.Context, card string, tok board.Cla
 }
 
 // releaseChange clears the claim and keeps the epoch: the fence only goes
-// up, so the next acquisition continues from it (ADR-096 §1).
+// up, so the next acquisition continues from it (DESIGN.md#epoch-monotone).
 func releaseChange(c *cardState, clk serverClock, actor string) *change {
 	return &change{
 		set:   bson.D{{Key: "claim", Value: ""}, {Key: "updated_at", Value: clk.now}},
@@ -353,7 +353,7 @@ func (s *Store) ReleaseOwned(ctx context.Context, card string, tok board.ClaimTo
 
 // Release clears a claim held by exactly marker, whatever its epoch — even
 // a card whose epoch was dropped: it is the operator's force-release and
-// the sweeps' tool for claims nobody can use (ADR-096 §8), not a fenced
+// the sweeps' tool for claims nobody can use (DESIGN.md#sweeps), not a fenced
 // owner write.
 func (s *Store) Release(ctx context.Context, card, marker, actor string) error {
 	if err := board.ValidateCardID(card); err != nil {
@@ -438,7 +438,7 @@ var noEpoch = bson.E{Key: "claim_epoch", Value: nil}
 //
 //   - the lease arm: a lease that ended at or before cutoff, lease
 //     ascending;
-//   - the un-leased arm (this twin only, ADR-096 §6, §7): a claim with no
+//   - the un-leased arm (this twin only, DESIGN.md#unleased-arm): a claim with no
 //     lease at all whose card was last updated at or before
 //     cutoff − UnleasedHorizon, oldest update first. A foreign whole-document
 //     write strips the lease; its absence proves nothing about the holder,
@@ -546,7 +546,7 @@ func (a *armPosition) after(field string) bson.D {
 // cutoff, oldest update first. The selection filter is IN the query and the
 // cap is the query's limit: filtered afterwards, the conserved population
 // (never written, hence always oldest) would fill every batch and starve
-// the rest for ever (ADR-096 §9).
+// the rest for ever (DESIGN.md#unleased-sweep).
 func (s *Store) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
 	if err := board.ValidateLimit(limit); err != nil {
 		return nil, err
@@ -567,7 +567,7 @@ func (s *Store) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time,
 // ReclaimExpired transfers an expired claim to a recovery marker in ONE
 // CAS: the claim must still be exactly Prev and still expired — a renewal,
 // an operator or another agent's reaper in between makes it a clean
-// conflict (ADR-096 §3).
+// conflict (DESIGN.md#transfer-first).
 //
 // On this twin "expired" has the un-leased arm too: a claim with no lease
 // whose card has not been updated for UnleasedHorizon before Cutoff. Such a

@@ -175,7 +175,7 @@ type cardState struct {
 	board.Card
 	raw bson.Raw
 	// epochSet is false when the document has no claim_epoch at all: such a
-	// card refuses every fenced write (ADR-096 §6).
+	// card refuses every fenced write (DESIGN.md#lost-fence).
 	epochSet bool
 	// leaseSet is false for a claim with no lease (legacy or stripped).
 	leaseSet bool

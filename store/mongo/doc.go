@@ -1,5 +1,5 @@
 // Package mongostore is the fleet twin of board.Store: every agent of a
-// fleet points at one MongoDB replica set (ADR-096 §7).
+// fleet points at one MongoDB replica set (DESIGN.md#twins).
 //
 // It is written against what both MongoDB (4.4 and later) and FerretDB v1
 // support, because the tests run on FerretDB: single-document updates with
@@ -20,8 +20,7 @@
 //	          entry id (unique), so relaying an entry twice is harmless
 //	counters  the card creation sequence
 //
-// Where this twin deliberately differs from the bbolt one (ADR-096 §6,
-// §7) — read before "fixing" any of it:
+// Where this twin deliberately differs from the bbolt one (DESIGN.md#twins) — read before "fixing" any of it:
 //
 //   - Time comes from the server. claimed_at, claim_lease_until,
 //     updated_at, created_at and event times are the server's clock, read
@@ -32,12 +31,12 @@
 //     Another binary's write can drop the field; a counter would then
 //     restart at 1 and hand one worker the same token twice.
 //   - A card with no claim_epoch field refuses every fenced write, even its
-//     live holder's (ADR-096 §6). Admitting it would admit every earlier
+//     live holder's (DESIGN.md#lost-fence). Admitting it would admit every earlier
 //     generation of the marker. The card stays recoverable through the
 //     candidate listing's un-leased arm.
 //   - Un-leased claims exist here (a foreign whole-document replace strips
 //     the lease), so the candidate listing has an un-leased arm on a long
-//     horizon and ListUnleasedRunningClaims returns them (ADR-096 §9).
+//     horizon and ListUnleasedRunningClaims returns them (DESIGN.md#unleased-sweep).
 //   - No multi-document atomicity: every write changes one document. Its
 //     events ride in that document's outbox, set by the same update, and
 //     are relayed to the event log afterwards, idempotently. A blocker's
@@ -50,5 +49,5 @@
 //     before the write, not by an index: two Starts racing with one new
 //     run id on two cards could both create it.
 //   - Writes are scoped $set / $unset, never a whole-document replace, so a
-//     write can never erase a field it did not mean to touch (ADR-096 §9).
+//     write can never erase a field it did not mean to touch (DESIGN.md#twin-writes).
 package mongostore

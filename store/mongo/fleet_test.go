@@ -109,7 +109,7 @@ func wantConflict(t *testing.T, err error, holder string, epoch int64, what stri
 	}
 }
 
-// TestEpochSurvivesDroppedField: ADR-096 §6. Another binary's write drops
+// TestEpochSurvivesDroppedField: DESIGN.md#epoch-monotone. Another binary's write drops
 // claim_epoch; a counter would restart at 1 and hand the same worker the
 // same token twice. The server-clock floor keeps the fence going up.
 func TestEpochSurvivesDroppedField(t *testing.T) {
@@ -159,7 +159,7 @@ func TestEpochIsAtLeastServerMillis(t *testing.T) {
 }
 
 // strip removes the lease and the fence from a card, as an old binary's
-// whole-document replace does (ADR-096 §8, §9), and backdates updated_at.
+// whole-document replace does (DESIGN.md#unleased-sweep), and backdates updated_at.
 func (f *fleet) strip(id string, updatedAt time.Time) {
 	f.t.Helper()
 	f.foreign(id, bson.D{
@@ -168,7 +168,7 @@ func (f *fleet) strip(id string, updatedAt time.Time) {
 	})
 }
 
-// TestStrippedCardRefusesItsLiveHolder: ADR-096 §6. With the epoch gone,
+// TestStrippedCardRefusesItsLiveHolder: DESIGN.md#lost-fence. With the epoch gone,
 // every fenced verb refuses even the live holder's token, and the claim
 // waits for the un-leased arm.
 func TestStrippedCardRefusesItsLiveHolder(t *testing.T) {
@@ -289,7 +289,7 @@ func TestStrippedClaimTransferNeedsTheHorizon(t *testing.T) {
 	}
 }
 
-// TestLeaseComesFromTheServerClock: ADR-096 §1. An agent whose clock runs
+// TestLeaseComesFromTheServerClock: DESIGN.md#epoch. An agent whose clock runs
 // hours ahead (or behind) must not mint itself extra lease: claimed_at and
 // the lease are the server's, and the round trip counts against the lease.
 func TestLeaseComesFromTheServerClock(t *testing.T) {
@@ -719,7 +719,7 @@ func ids(cs []board.Card) []string {
 }
 
 // TestRecoveryOnlyFindsStrippedRecoveryClaims: a foreign write may strip a
-// recovery claim of its lease and fence (ADR-096 §8, §9). The recovery
+// recovery claim of its lease and fence (DESIGN.md#recovery-sweep). The recovery
 // listing selects by marker alone, so the sweep still finds it, while a
 // worker's stripped claim next to it stays out.
 func TestRecoveryOnlyFindsStrippedRecoveryClaims(t *testing.T) {

@@ -4,7 +4,7 @@ package mongostore_test
 // The fence lives in the documents, not in a client, so a claim taken
 // through one client must bind every other one, and the concurrency
 // property test must hold when its operations are spread across clients
-// (ADR-096 §2, §3).
+// (DESIGN.md#fence).
 
 import (
 	"context"

@@ -15,7 +15,7 @@ import (
 
 // change is one single-document update: the conditions it was planned
 // under (compare-and-set) and scoped field operators. There is no way to
-// express a whole-document replace here, on purpose (ADR-096 §9).
+// express a whole-document replace here, on purpose (DESIGN.md#twin-writes).
 type change struct {
 	cond     bson.D // extra filter conditions: what the plan relied on
 	set      bson.D
@@ -122,9 +122,9 @@ func same(raw bson.Raw, field string) bson.E {
 	return bson.E{Key: field, Value: v}
 }
 
-// tokenCond is the fence of every owner write (ADR-096 §2): the claim is
+// tokenCond is the fence of every owner write (DESIGN.md#fence): the claim is
 // exactly tok. The epoch must EXIST and equal tok.Epoch — a document that
-// lost its epoch refuses even its live holder (ADR-096 §6). Do not relax
+// lost its epoch refuses even its live holder (DESIGN.md#lost-fence). Do not relax
 // this to a plain equality: with the field gone, nothing else tells one
 // generation of a marker from the next.
 func tokenCond(tok board.ClaimToken) bson.D {

@@ -16,7 +16,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/board"
 )
 
-// The outbox (ADR-096 cites ADR-094's outbox shape). MongoDB gives atomicity
+// The outbox (DESIGN.md#twin-writes). MongoDB gives atomicity
 // per document only, and FerretDB has no transactions, so a write cannot put
 // its event into the event log in the same atomic step. Instead the write
 // pushes the event onto an outbox array of the document it changes, in the

@@ -26,7 +26,7 @@ const (
 
 	// DefaultUnleasedHorizon is how long a claim with no lease must have
 	// gone without an update before the candidate listing offers it
-	// (ADR-096 §6: a missing lease is an absence, not evidence that a
+	// (DESIGN.md#unleased-arm: a missing lease is an absence, not evidence that a
 	// heartbeat stopped, so it gets a much longer horizon than a lease).
 	DefaultUnleasedHorizon = 24 * time.Hour
 	// DefaultLease is the lease the horizon is checked against when
@@ -53,7 +53,7 @@ type Options struct {
 	Board board.Board
 	// Clock is accepted for symmetry with the local twin and deliberately
 	// NOT used for anything stored: every time this twin writes comes from
-	// the server (ADR-096 §1). nil means board.SystemClock{}.
+	// the server (DESIGN.md#store-clock). nil means board.SystemClock{}.
 	Clock board.Clock
 	// Lease is the agent's claim lease, used only to validate
 	// UnleasedHorizon; 0 means DefaultLease.
@@ -288,7 +288,7 @@ type serverClock struct {
 	rtt time.Duration
 }
 
-// serverNow asks the server for its clock. ADR-096 §1: on the fleet twin
+// serverNow asks the server for its clock. DESIGN.md#epoch: on the fleet twin
 // the lease is stamped with the server's clock, so an agent whose own clock
 // runs fast cannot mint itself extra lease. FerretDB has no $$NOW and no
 // pipeline updates, so the time is read from hello.localTime instead of
@@ -336,9 +336,9 @@ func (c serverClock) leaseUntil(lease time.Duration) time.Time {
 
 // epochAfter is the fence of a new acquisition: max(stored + 1, server
 // time in milliseconds). The floor at the server clock is what keeps the
-// epoch monotone when a foreign write drops the field (ADR-096 §6); the
+// epoch monotone when a foreign write drops the field (DESIGN.md#epoch-monotone); the
 // local twin's plain counter (stored + 1) is correct only because nobody
-// else writes its file (§7). Do not "simplify" one into the other.
+// else writes its file (DESIGN.md#twin-epoch). Do not "simplify" one into the other.
 func (c serverClock) epochAfter(stored int64) int64 {
 	return max(stored+1, c.now.UnixMilli())
 }
