@@ -502,7 +502,7 @@ func (s *Store) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time,
 // ReclaimExpired transfers an expired claim to a recovery marker in ONE
 // CAS: the claim must still be exactly Prev (marker and epoch) and its lease
 // set and ended at or before Cutoff. A renewal, an operator or another
-// reaper in between makes it a clean conflict (ADR-096 §3).
+// reaper in between makes it a clean conflict (DESIGN.md#transfer-first).
 func (s *Store) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Card, board.ClaimToken, error) {
 	if err := board.ValidateToken(r.Card, r.Prev); err != nil {
 		return board.Card{}, board.ClaimToken{}, err
