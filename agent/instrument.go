@@ -70,12 +70,12 @@ var readOps = map[string]bool{
 // meteredStore counts, so each series exists at 0 from the start.
 var storeOps = []string{
 	"adjust_labels", "claim", "claim_next", "create_card", "create_run",
-	"dependents", "events", "expire_claim_owned", "get_card", "get_run",
+	"dependents", "events", "expire_claim_owned", "finish", "get_card", "get_run",
 	"list_cards", "list_expired_claim_candidates", "list_unleased_running_claims",
-	"now", "reclaim_expired", "release", "release_expired", "release_owned",
-	"renew_claims", "reopen", "set_awaiting_input_owned", "set_gave_up_owned",
-	"set_labels", "set_last_run_owned", "set_state", "set_state_from",
-	"set_state_owned", "update_run",
+	"load_board", "now", "reclaim_expired", "release", "release_expired", "release_owned",
+	"renew_claims", "reopen", "set_awaiting_input_owned", "set_board", "set_gave_up_owned",
+	"set_labels", "set_labels_from", "set_last_run_owned", "set_state", "set_state_from",
+	"set_state_owned", "start", "update_run",
 }
 
 // WriteOutcome is how the store answered the last write through the agent
