@@ -392,8 +392,15 @@ func newEventsCmd(env *cli) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "events [--follow] [--json]",
 		Short: "Print the audit event log",
-		Args:  exactArgs(0),
-		RunE:  func(cmd *cobra.Command, _ []string) error { return runEvents(cmd.Context(), env, o) },
+		Long: `Print the audit event log, oldest first, after --after.
+
+With --follow, keep printing events as the agent logs them until SIGINT or
+SIGTERM (exit 0). When the agent goes away (a restart, an upgrade), say so
+on stderr, reconnect with backoff and resume after the last event printed:
+no event is printed twice or skipped. An answer that refuses the request
+itself ends the command (exit 1).`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error { return runEvents(cmd.Context(), env, o) },
 	}
 	c.Flags().BoolVarP(&o.follow, "follow", "f", false, "keep printing new events")
 	c.Flags().BoolVar(&o.json, "json", false, "print one JSON event per line")
