@@ -30,7 +30,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// The first SIGINT/SIGTERM cancels the command's context. `claim`
 	// subscribes to the signals as well, forwards them to CMD and detaches
 	// its own store calls from that cancellation.
-	env := &cli{stdin: stdin, stdout: stdout, stderr: stderr}
+	env := &cli{stdin: stdin, stdout: stdout, stderr: stderr, args: args}
 	root := newRoot(env)
 	root.SetArgs(args)
 	root.SetIn(stdin)
@@ -51,6 +51,7 @@ type cli struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	socket         string
+	args           []string // the command line as given, for completions
 }
 
 func newRoot(env *cli) *cobra.Command {
@@ -94,6 +95,7 @@ XDG_RUNTIME_DIR is unset).
 		newSupervisorCmd(),
 		newVersionCmd(env), // version.go
 	)
+	addAgentCompletions(env, root) // completion.go
 	return root
 }
 
