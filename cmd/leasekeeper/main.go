@@ -94,6 +94,7 @@ XDG_RUNTIME_DIR is unset).
 		newPluginCmd(env),
 		newSupervisorCmd(),
 		newVersionCmd(env), // version.go
+		newManCmd(),        // man.go
 	)
 	addAgentCompletions(env, root) // completion.go
 	return root
