@@ -67,7 +67,7 @@ type Agent struct {
 
 	store   board.Store
 	closeFn func() error
-	backend func() string
+	backend apitype.Backend // what the status reports as the store
 	// plugin is the store plugin's supervisor; nil when the store runs in
 	// this process.
 	plugin *plugins.Proxy
@@ -442,7 +442,7 @@ func (a *Agent) status(ctx context.Context) (apitype.Status, error) {
 		Version:   a.opts.Version,
 		StartedAt: a.started,
 		Socket:    cfg.Socket,
-		Backend:   a.backend(),
+		Backend:   a.backend,
 		Liveness:  a.live.Liveness(),
 		LeaseMS:   a.live.Lease().Milliseconds(),
 		Reaper: apitype.ReaperInfo{

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/plugins"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
@@ -125,7 +126,7 @@ func (a *Agent) openStore(ctx context.Context, cfg Config) error {
 	}
 	a.store = s
 	a.closeFn = s.Close
-	a.backend = func() string { return cfg.Store.Backend + " (in-process)" }
+	a.backend = apitype.Backend{Name: cfg.Store.Backend}
 	return nil
 }
 
@@ -167,10 +168,7 @@ func (a *Agent) launchPlugin(ctx context.Context, cfg Config, argv []string) err
 	}
 	a.store = proxy
 	a.closeFn = proxy.Close
-	a.backend = func() string {
-		st := proxy.Status()
-		return fmt.Sprintf("%s (plugin %s, pid %d, %d restarts)", cfg.Store.Backend, st.State, st.PID, st.Restarts)
-	}
+	a.backend = apitype.Backend{Name: cfg.Store.Backend, Plugin: argv[0]}
 	return nil
 }
 

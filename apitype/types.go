@@ -214,7 +214,7 @@ type Status struct {
 	Version   string      `json:"version,omitempty"`
 	StartedAt time.Time   `json:"started_at"`
 	Socket    string      `json:"socket,omitempty"`
-	Backend   string      `json:"backend,omitempty"`
+	Backend   Backend     `json:"backend"`
 	Liveness  string      `json:"liveness"`
 	LeaseMS   int64       `json:"lease_ms"`
 	Reaper    ReaperInfo  `json:"reaper"`
@@ -227,6 +227,30 @@ type Status struct {
 	Store StoreHealth `json:"store"`
 	// Heartbeat is the renewal loop's schedule and its last tick.
 	Heartbeat HeartbeatInfo `json:"heartbeat"`
+}
+
+// Backend names the agent's store and the process it runs in.
+type Backend struct {
+	// Name is store.backend as configured: "bolt", "mongo", or the path
+	// of a store plugin binary.
+	Name string `json:"name"`
+	// Plugin is the executable the store's plugin process runs: the
+	// agent's own binary for a built-in store it re-executes, the plugin
+	// binary otherwise. Absent when the store runs in the agent's process.
+	// The process itself is StoreHealth.Plugin.
+	Plugin string `json:"plugin,omitempty"`
+}
+
+// String is the backend for people: "bolt (in-process)",
+// "bolt (plugin /usr/bin/leasekeeper)", "/opt/store (plugin)".
+func (b Backend) String() string {
+	switch b.Plugin {
+	case "":
+		return b.Name + " (in-process)"
+	case b.Name:
+		return b.Name + " (plugin)"
+	}
+	return b.Name + " (plugin " + b.Plugin + ")"
 }
 
 // StoreHealth is what the agent learned by asking its store a question

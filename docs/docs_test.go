@@ -1,7 +1,9 @@
 // Package docs_test keeps the operator's guide honest: the metrics it lists
 // are the metrics a real agent serves, the routes it documents are routes a
-// real agent answers (with every method the agent allows on them), and its
-// configuration examples load with the agent's strict loader.
+// real agent answers (with every method the agent allows on them), the
+// field names and error codes it lists are those of the wire types
+// (api_fields_test.go), and its configuration examples load with the
+// agent's strict loader.
 package docs_test
 
 import (

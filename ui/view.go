@@ -323,7 +323,7 @@ func needsAttention(views []cardView, st apitype.Status, lease time.Duration) []
 
 func (s *Server) health(st apitype.Status) healthView {
 	h := healthView{
-		Agent: st.Marker, Version: st.Version, Backend: st.Backend, Liveness: st.Liveness, LeaseMS: st.LeaseMS,
+		Agent: st.Marker, Version: st.Version, Backend: st.Backend.String(), Liveness: st.Liveness, LeaseMS: st.LeaseMS,
 		Reachable: st.Store.Reachable, StoreError: st.Store.Error, CheckMS: st.Store.CheckMS,
 		Plugin: st.Store.Plugin, LastWrite: st.Store.LastWrite,
 		Tick: st.Heartbeat.LastTick, IntervalMS: st.Heartbeat.IntervalMS,

@@ -1,7 +1,16 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
 	"github.com/spf13/cobra"
+
+	"github.com/leasekeeper/leasekeeper/board"
 )
 
 // completionShells are the shells `leasekeeper completion` writes scripts
@@ -24,7 +33,9 @@ func newCompletionCmd(env *cli) *cobra.Command {
         (compinit must be enabled: autoload -U compinit; compinit)
   fish  leasekeeper completion fish > ~/.config/fish/completions/leasekeeper.fish
 
-Start a new shell afterwards.`,
+Start a new shell afterwards. Card ids and state names complete from the
+running agent (over --socket or LEASEKEEPER_SOCKET, as every command);
+when it does not answer within a second there are no suggestions.`,
 		ValidArgs: completionShells,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
@@ -45,4 +56,169 @@ Start a new shell afterwards.`,
 			return usageError("unknown shell %q: want bash, zsh or fish", args[0])
 		},
 	}
+}
+
+// completionTimeout bounds the agent read behind one completion: the shell
+// waits for it on every TAB, and an agent that is slow or away must cost
+// the user no more than a pause.
+const completionTimeout = time.Second
+
+// Which cards a card-id argument offers.
+type cardPick int
+
+const (
+	anyCard       cardPick = iota
+	claimedCard            // card release: only a held card can be released
+	unclaimedCard          // claim: only a free card can be claimed
+)
+
+// Which states a state argument or flag offers.
+type statePick int
+
+const (
+	anyState     statePick = iota
+	workingState           // card reopen: only into a non-terminal state
+)
+
+// completeFn is a cobra completion function.
+type completeFn = func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective)
+
+// addAgentCompletions makes the arguments and flags that name a card or a
+// state complete from what the agent serves: card ids (with their state
+// and title as the description) and the board's state names. Every
+// candidate is read over the socket the command would use (--socket,
+// LEASEKEEPER_SOCKET, the default); when the agent cannot be reached in
+// completionTimeout the shell gets no candidates and no message.
+func addAgentCompletions(env *cli, root *cobra.Command) {
+	cards := func(p cardPick) completeFn {
+		return func(_ *cobra.Command, _ []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			return env.cardCandidates(p, prefix), cobra.ShellCompDirectiveNoFileComp
+		}
+	}
+	states := func(p statePick) completeFn {
+		return func(_ *cobra.Command, _ []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			return env.stateCandidates(p, prefix), cobra.ShellCompDirectiveNoFileComp
+		}
+	}
+	// positional: one function per argument position; a position past the
+	// list offers nothing (and no file names).
+	positional := func(fns ...completeFn) completeFn {
+		return func(cmd *cobra.Command, args []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			if len(args) >= len(fns) || fns[len(args)] == nil {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			return fns[len(args)](cmd, args, prefix)
+		}
+	}
+	args := map[string]completeFn{
+		"card create":        positional(), // a new id
+		"card show":          positional(cards(anyCard)),
+		"card label":         positional(cards(anyCard)),
+		"card move":          positional(cards(anyCard), states(anyState)),
+		"card reopen":        positional(cards(anyCard), states(workingState)),
+		"card release":       positional(cards(claimedCard)),
+		"board state rename": positional(states(anyState)),
+		"board state delete": positional(states(anyState)),
+		"claim":              claimArgs(env, cards(unclaimedCard)),
+	}
+	flags := map[string]map[string]completeFn{
+		"card create":        {"state": states(anyState)},
+		"card ls":            {"state": states(anyState)},
+		"board state delete": {"into": states(anyState)},
+	}
+	for path, fn := range args {
+		mustFind(root, path).ValidArgsFunction = fn
+	}
+	for path, byFlag := range flags {
+		cmd := mustFind(root, path)
+		for flag, fn := range byFlag {
+			if err := cmd.RegisterFlagCompletionFunc(flag, fn); err != nil {
+				panic(fmt.Sprintf("completion for %s --%s: %v", path, flag, err))
+			}
+		}
+	}
+}
+
+// claimArgs completes `claim`: a card id before --, unless --next is
+// given; after -- the shell's own completion of the command and its
+// arguments.
+//
+// Whether -- came before the word being completed is read from the command
+// line itself: cobra's __complete parses the flags twice, once with a --
+// of its own appended, so ArgsLenAtDash does not tell.
+func claimArgs(env *cli, cards completeFn) completeFn {
+	return func(cmd *cobra.Command, args []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if n := len(env.args); n > 0 && slices.Contains(env.args[:n-1], "--") {
+			return nil, cobra.ShellCompDirectiveDefault
+		}
+		if next, _ := cmd.Flags().GetBool("next"); next || len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		return cards(cmd, args, prefix)
+	}
+}
+
+// mustFind is the command at path (space separated, under root). The
+// tables above name commands by path, so a renamed command fails every
+// test that builds the command tree.
+func mustFind(root *cobra.Command, path string) *cobra.Command {
+	cmd := root
+	for _, name := range strings.Fields(path) {
+		var next *cobra.Command
+		for _, sub := range cmd.Commands() {
+			if sub.Name() == name {
+				next = sub
+			}
+		}
+		if next == nil {
+			panic("completion: no command " + strconv.Quote(path))
+		}
+		cmd = next
+	}
+	return cmd
+}
+
+// cardCandidates are the ids of the agent's cards that start with prefix,
+// each described by its state and title; nil when the agent does not
+// answer.
+func (env *cli) cardCandidates(p cardPick, prefix string) []cobra.Completion {
+	ctx, cancel := context.WithTimeout(context.Background(), completionTimeout)
+	defer cancel()
+	cards, err := env.client().ListCards(ctx, board.CardFilter{ClaimedOnly: p == claimedCard})
+	if err != nil {
+		return nil
+	}
+	var out []cobra.Completion
+	for _, c := range cards {
+		if !strings.HasPrefix(c.ID, prefix) || (p == unclaimedCard && c.Claimed()) {
+			continue
+		}
+		desc := c.State
+		if c.Title != "" {
+			desc += ": " + c.Title // the store refuses control characters in a title
+		}
+		out = append(out, cobra.CompletionWithDesc(c.ID, desc))
+	}
+	return out
+}
+
+// stateCandidates are the names of the agent's board states that start
+// with prefix, in board order; nil when the agent does not answer. A
+// retiring state (a sweep is renaming or deleting it) is left out: no card
+// may enter it.
+func (env *cli) stateCandidates(p statePick, prefix string) []cobra.Completion {
+	ctx, cancel := context.WithTimeout(context.Background(), completionTimeout)
+	defer cancel()
+	b, err := env.client().Board(ctx)
+	if err != nil {
+		return nil
+	}
+	var out []cobra.Completion
+	for _, s := range b.States {
+		if !strings.HasPrefix(s.Name, prefix) || s.RetiringInto != "" || (p == workingState && s.Terminal) {
+			continue
+		}
+		out = append(out, s.Name)
+	}
+	return out
 }

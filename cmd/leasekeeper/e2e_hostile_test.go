@@ -277,7 +277,7 @@ type liveClaim struct {
 
 func claimIn(st apitype.Status) (liveClaim, error) {
 	if st.Store.Plugin == nil {
-		return liveClaim{}, fmt.Errorf("status shows no store plugin (backend %q): the store must run in its plugin process here", st.Backend)
+		return liveClaim{}, fmt.Errorf("status shows no store plugin (backend %s): the store must run in its plugin process here", st.Backend)
 	}
 	lc := liveClaim{epoch: -1, pluginPID: st.Store.Plugin.PID, restarts: st.Store.Plugin.Restarts}
 	for _, h := range st.Claims {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -100,6 +101,17 @@ func TestE2EHealthAndStatus(t *testing.T) {
 	}
 	if p := st.Store.Plugin; p == nil || p.State != "up" || p.PID <= 0 || p.Restarts != 0 {
 		t.Fatalf("plugin = %+v, want up with a pid and no restarts", p)
+	}
+	// The built-in store runs in this binary, re-executed.
+	self, err := filepath.EvalSymlinks(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (apitype.Backend{Name: "bolt", Plugin: self}); st.Backend != want {
+		t.Errorf("backend = %+v, want %+v", st.Backend, want)
+	}
+	if out := e.MustRun("status"); !strings.Contains(out, "bolt (plugin "+self+")") {
+		t.Errorf("status does not name the store and its plugin:\n%s", out)
 	}
 	if got, want := st.Heartbeat.LastTick.Result, "ok"; got != want {
 		t.Errorf("last tick result = %q, want %q", got, want)

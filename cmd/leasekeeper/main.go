@@ -30,7 +30,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// The first SIGINT/SIGTERM cancels the command's context. `claim`
 	// subscribes to the signals as well, forwards them to CMD and detaches
 	// its own store calls from that cancellation.
-	env := &cli{stdin: stdin, stdout: stdout, stderr: stderr}
+	env := &cli{stdin: stdin, stdout: stdout, stderr: stderr, args: args}
 	root := newRoot(env)
 	root.SetArgs(args)
 	root.SetIn(stdin)
@@ -51,6 +51,7 @@ type cli struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	socket         string
+	args           []string // the command line as given, for completions
 }
 
 func newRoot(env *cli) *cobra.Command {
@@ -93,7 +94,9 @@ XDG_RUNTIME_DIR is unset).
 		newPluginCmd(env),
 		newSupervisorCmd(),
 		newVersionCmd(env), // version.go
+		newManCmd(),        // man.go
 	)
+	addAgentCompletions(env, root) // completion.go
 	return root
 }
 
@@ -410,8 +413,15 @@ func newEventsCmd(env *cli) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "events [--follow] [--json]",
 		Short: "Print the audit event log",
-		Args:  exactArgs(0),
-		RunE:  func(cmd *cobra.Command, _ []string) error { return runEvents(cmd.Context(), env, o) },
+		Long: `Print the audit event log, oldest first, after --after.
+
+With --follow, keep printing events as the agent logs them until SIGINT or
+SIGTERM (exit 0). When the agent goes away (a restart, an upgrade), say so
+on stderr, reconnect with backoff and resume after the last event printed:
+no event is printed twice or skipped. An answer that refuses the request
+itself ends the command (exit 1).`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error { return runEvents(cmd.Context(), env, o) },
 	}
 	c.Flags().BoolVarP(&o.follow, "follow", "f", false, "keep printing new events")
 	c.Flags().BoolVar(&o.json, "json", false, "print one JSON event per line")

@@ -246,11 +246,7 @@ func runEvents(ctx context.Context, env *cli, o eventsOpts) error {
 			}
 		}
 	}
-	err := c.FollowEvents(ctx, after, print)
-	if ctx.Err() != nil {
-		return nil // interrupted by the user: a normal end of --follow
-	}
-	return env.agentError(c, err)
+	return followEvents(ctx, env, c, after, print) // follow.go
 }
 
 func printJSONLine(env *cli, v any) error {
