@@ -63,7 +63,7 @@ var (
 		"CreateRun", "UpdateRun", "ReclaimExpired",
 	}
 	simPassThrough = []string{
-		"Board", "LoadBoard", "GetCard", "ListCards", "Dependents", "GetRun", "Events", "Close",
+		"Board", "Traits", "LoadBoard", "GetCard", "ListCards", "Dependents", "GetRun", "Events", "Close",
 		"ListExpiredClaimCandidates", "ListUnleasedRunningClaims",
 		// The store's clock is a read.
 		"Now",

@@ -308,7 +308,7 @@ func newClaimCmd(env *cli) *cobra.Command {
 		Use:   "claim (ID | --next) [--resumable] [--grace D] -- CMD [ARGS...]",
 		Short: "Hold a claim on a card while CMD runs",
 		Long: `Claim the card (or the oldest claimable one with --next), start its run and
-move it into the running column — one write — then run CMD while the agent
+move it into the running column, in one write, then run CMD while the agent
 renews the claim. A card that records a run without a verdict (returned to
 the pool, or force-released) has that run resumed: CMD sees its checkpoint
 in LEASEKEEPER_CHECKPOINT (--fresh starts a new run instead). A card in a
