@@ -160,7 +160,7 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 	}
 	// Every component below reaches the store through the metered
 	// wrapper, so the store metrics are counted in one place.
-	a.store = meteredStore{Store: a.store, m: a.metrics}
+	a.store = meteredStore{inner: a.store, m: a.metrics}
 	defer func() {
 		if err != nil {
 			a.hbStop()

@@ -39,7 +39,7 @@ func TestBootSweepDoesNotAdoptAClaimItsHolderMayHaveGivenUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	store.CreateCard(ctx, board.NewCard{ID: "c"})
-	tok, err := store.Claim(ctx, board.ClaimRequest{Card: "c", Marker: marker, Lease: lease})
+	_, tok, err := store.Claim(ctx, board.ClaimRequest{Card: "c", Marker: marker, Lease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}

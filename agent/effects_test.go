@@ -207,7 +207,7 @@ func TestEffectsMachineReasonsFireNothing(t *testing.T) {
 			reason: board.ReasonWatchdog,
 			write: func(t *testing.T, s board.Store, card string) {
 				ctx := context.Background()
-				tok, err := s.Claim(ctx, board.ClaimRequest{Card: card, Marker: board.RecoveryMarker("fxhost-999"), Lease: time.Minute})
+				_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: card, Marker: board.RecoveryMarker("fxhost-999"), Lease: time.Minute})
 				if err != nil {
 					t.Fatal(err)
 				}

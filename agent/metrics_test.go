@@ -180,7 +180,7 @@ func TestMeteredStoreCountsAtTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := newMetrics("v", func() int { return 0 }, func() bool { return false })
-	s := meteredStore{Store: raw, m: m}
+	s := meteredStore{inner: raw, m: m}
 	srv := httptest.NewServer(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	t.Cleanup(srv.Close)
 
@@ -191,14 +191,14 @@ func TestMeteredStoreCountsAtTheStore(t *testing.T) {
 		}
 	}
 	// Claim, release and claim again, so a stale epoch exists.
-	first, err := s.Claim(ctx, board.ClaimRequest{Card: "a", Marker: alice, Lease: time.Minute})
+	_, first, err := s.Claim(ctx, board.ClaimRequest{Card: "a", Marker: alice, Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.ReleaseOwned(ctx, "a", first); err != nil {
 		t.Fatal(err)
 	}
-	tok, err := s.Claim(ctx, board.ClaimRequest{Card: "a", Marker: alice, Lease: time.Minute})
+	_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: "a", Marker: alice, Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,15 +208,15 @@ func TestMeteredStoreCountsAtTheStore(t *testing.T) {
 		wantErr error
 	}{
 		{"bob claims alice's card", func() error {
-			_, err := s.Claim(ctx, board.ClaimRequest{Card: "a", Marker: bob, Lease: time.Minute})
+			_, _, err := s.Claim(ctx, board.ClaimRequest{Card: "a", Marker: bob, Lease: time.Minute})
 			return err
 		}, board.ErrClaimConflict},
 		{"claim an unknown card", func() error {
-			_, err := s.Claim(ctx, board.ClaimRequest{Card: "nope", Marker: bob, Lease: time.Minute})
+			_, _, err := s.Claim(ctx, board.ClaimRequest{Card: "nope", Marker: bob, Lease: time.Minute})
 			return err
 		}, board.ErrNotFound},
 		{"claim with a malformed marker", func() error {
-			_, err := s.Claim(ctx, board.ClaimRequest{Card: "b", Marker: "no-pid-here-", Lease: time.Minute})
+			_, _, err := s.Claim(ctx, board.ClaimRequest{Card: "b", Marker: "no-pid-here-", Lease: time.Minute})
 			return err
 		}, board.ErrInvalidArgument},
 		{"bob claims the next free card", func() error {

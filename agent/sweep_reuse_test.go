@@ -41,7 +41,7 @@ func TestBootSweepDoesNotAdoptAReusedPID(t *testing.T) {
 		// What the socket records for a worker's claim and run.
 		pid, deadStart := pidreuse.Dead(t, nil, func(pid int) {
 			marker := board.WorkerMarker(host, pid)
-			tok, err := store.Claim(ctx, board.ClaimRequest{Card: "c", Marker: marker, Lease: lease})
+			_, tok, err := store.Claim(ctx, board.ClaimRequest{Card: "c", Marker: marker, Lease: lease})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -49,8 +49,8 @@ func TestBootSweepDoesNotAdoptAReusedPID(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := store.CreateRun(ctx, board.Run{ID: "r", Card: "c", Status: board.RunRunning, Owner: marker, Epoch: tok.Epoch,
-				Host: host, PID: pid, PIDStart: id.StartMillis, PIDStartTicks: id.StartTicks, BootID: id.BootID})
+			r, err := store.CreateRun(ctx, board.NewRun{Token: tok, Run: board.Run{ID: "r", Card: "c", Status: board.RunRunning,
+				Host: host, PID: pid, PIDStart: id.StartMillis, PIDStartTicks: id.StartTicks, BootID: id.BootID}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -108,14 +108,14 @@ func TestBootSweep(t *testing.T) {
 		if _, err := store.CreateCard(ctx, board.NewCard{ID: s.card}); err != nil {
 			t.Fatal(err)
 		}
-		tok, err := store.Claim(ctx, board.ClaimRequest{Card: s.card, Marker: s.marker, Lease: lease})
+		_, tok, err := store.Claim(ctx, board.ClaimRequest{Card: s.card, Marker: s.marker, Lease: lease})
 		if err != nil {
 			t.Fatalf("claim %s as %s: %v", s.card, s.marker, err)
 		}
 		if s.run != nil {
 			r := *s.run
 			r.ID, r.Card, r.Status, r.Owner, r.Epoch, r.Host = "run-"+s.card, s.card, board.RunRunning, s.marker, tok.Epoch, host
-			if _, err := store.CreateRun(ctx, r); err != nil {
+			if _, err := store.CreateRun(ctx, board.NewRun{Token: tok, Run: r}); err != nil {
 				t.Fatal(err)
 			}
 			if err := store.SetLastRunOwned(ctx, s.card, tok, r.ID); err != nil {
@@ -237,7 +237,7 @@ func TestBootSweepKeepaliveAdoptsSelfDeclaredWorkers(t *testing.T) {
 	if _, err := store.CreateCard(ctx, board.NewCard{ID: "c"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Claim(ctx, board.ClaimRequest{Card: "c", Marker: marker, Lease: time.Minute}); err != nil {
+	if _, _, err := store.Claim(ctx, board.ClaimRequest{Card: "c", Marker: marker, Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	items, adopted, err := BootSweep(ctx, SweepConfig{
@@ -284,7 +284,7 @@ func TestBootSweepDoesNotReviveAClaimWhoseDeadlineHasPassed(t *testing.T) {
 		if _, err := store.CreateCard(ctx, board.NewCard{ID: card}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := store.Claim(ctx, board.ClaimRequest{Card: card, Marker: marker, Lease: lease}); err != nil {
+		if _, _, err := store.Claim(ctx, board.ClaimRequest{Card: card, Marker: marker, Lease: lease}); err != nil {
 			t.Fatal(err)
 		}
 		c, err := store.GetCard(ctx, card)
@@ -376,7 +376,7 @@ func TestAgentBootDoesNotRenewAnEndedClaim(t *testing.T) {
 			if _, err := s.CreateCard(ctx, board.NewCard{ID: "gave-up"}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.Claim(ctx, board.ClaimRequest{Card: "gave-up", Marker: marker, Lease: 30 * time.Second}); err != nil {
+			if _, _, err := s.Claim(ctx, board.ClaimRequest{Card: "gave-up", Marker: marker, Lease: 30 * time.Second}); err != nil {
 				t.Fatal(err)
 			}
 			if claimed, err = s.GetCard(ctx, "gave-up"); err != nil {
@@ -424,7 +424,7 @@ func TestAgentReclaimAfterBootSweepIsFresh(t *testing.T) {
 			if _, err := s.CreateCard(ctx, board.NewCard{ID: "again"}); err != nil {
 				t.Fatal(err)
 			}
-			if old, err = s.Claim(ctx, board.ClaimRequest{Card: "again", Marker: board.WorkerMarker(host, os.Getpid()), Lease: 30 * time.Second}); err != nil {
+			if _, old, err = s.Claim(ctx, board.ClaimRequest{Card: "again", Marker: board.WorkerMarker(host, os.Getpid()), Lease: 30 * time.Second}); err != nil {
 				t.Fatal(err)
 			}
 		},

@@ -125,7 +125,7 @@ func seedDeadClaim(t *testing.T, s *boltstore.Store) {
 	if _, err := s.CreateCard(ctx, board.NewCard{ID: "orphan", State: "backlog"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Claim(ctx, board.ClaimRequest{Card: "orphan", Marker: board.WorkerMarker(host, deadPID(t)), Lease: time.Hour}); err != nil {
+	if _, _, err := s.Claim(ctx, board.ClaimRequest{Card: "orphan", Marker: board.WorkerMarker(host, deadPID(t)), Lease: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -43,7 +43,7 @@ func BenchmarkClaimCAS(b *testing.B) {
 	marker := board.WorkerMarker("benchhost", 1234)
 	b.ReportAllocs()
 	for b.Loop() {
-		tok, err := st.Claim(ctx, board.ClaimRequest{Card: "c", Marker: marker, Lease: benchLease})
+		_, tok, err := st.Claim(ctx, board.ClaimRequest{Card: "c", Marker: marker, Lease: benchLease})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -61,13 +61,13 @@ func BenchmarkClaimConflict(b *testing.B) {
 	if _, err := st.CreateCard(ctx, board.NewCard{ID: "c"}); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := st.Claim(ctx, board.ClaimRequest{Card: "c", Marker: board.WorkerMarker("benchhost", 1000), Lease: benchLease}); err != nil {
+	if _, _, err := st.Claim(ctx, board.ClaimRequest{Card: "c", Marker: board.WorkerMarker("benchhost", 1000), Lease: benchLease}); err != nil {
 		b.Fatal(err)
 	}
 	other := board.WorkerMarker("benchhost", 2000)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := st.Claim(ctx, board.ClaimRequest{Card: "c", Marker: other, Lease: benchLease}); err == nil {
+		if _, _, err := st.Claim(ctx, board.ClaimRequest{Card: "c", Marker: other, Lease: benchLease}); err == nil {
 			b.Fatal("claim of a held card succeeded")
 		}
 	}
@@ -90,7 +90,7 @@ func BenchmarkRenewClaims(b *testing.B) {
 				if _, err := st.CreateCard(ctx, board.NewCard{ID: id}); err != nil {
 					b.Fatal(err)
 				}
-				tok, err := st.Claim(ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: benchLease})
+				_, tok, err := st.Claim(ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: benchLease})
 				if err != nil {
 					b.Fatal(err)
 				}

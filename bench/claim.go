@@ -257,7 +257,7 @@ func setupInProcess(ctx context.Context, dir string, workers int) (cycleFunc, fu
 	}
 	cycle := func(ctx context.Context, w int) error {
 		marker := board.WorkerMarker("benchhost", 1000+w)
-		tok, err := st.Claim(ctx, board.ClaimRequest{Card: cardID(w), Marker: marker, Lease: benchLease})
+		_, tok, err := st.Claim(ctx, board.ClaimRequest{Card: cardID(w), Marker: marker, Lease: benchLease})
 		if err != nil {
 			return fmt.Errorf("claim: %w", err)
 		}

@@ -158,7 +158,7 @@ func heartbeatChild(ctx context.Context, n, ticks int, dir, prof string) (heartb
 					return
 				}
 				attempt := time.Now()
-				tok, err := st.Claim(ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: benchLease})
+				_, tok, err := st.Claim(ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: benchLease})
 				if err != nil {
 					errs <- err
 					return

@@ -95,7 +95,7 @@ under concurrency through the real driver and wire protocol, and what it costs o
 		}
 		cycle := func(ctx context.Context, w int) error {
 			marker := board.WorkerMarker("benchhost", 1000+w)
-			tok, err := st.Claim(ctx, board.ClaimRequest{Card: cardID(w), Marker: marker, Lease: benchLease})
+			_, tok, err := st.Claim(ctx, board.ClaimRequest{Card: cardID(w), Marker: marker, Lease: benchLease})
 			if err != nil {
 				return fmt.Errorf("claim: %w", err)
 			}

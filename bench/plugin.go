@@ -83,7 +83,7 @@ that the boundary costs at most 30% of the in-process throughput.`)
 		}
 		plCycle := func(ctx context.Context, w int) error {
 			marker := board.WorkerMarker("benchhost", 1000+w)
-			tok, err := proxy.Claim(ctx, board.ClaimRequest{Card: cardID(w), Marker: marker, Lease: benchLease})
+			_, tok, err := proxy.Claim(ctx, board.ClaimRequest{Card: cardID(w), Marker: marker, Lease: benchLease})
 			if err != nil {
 				return fmt.Errorf("claim: %w", err)
 			}

@@ -159,7 +159,7 @@ func deadClaim(ctx context.Context, st *boltstore.Store, id, marker string, stat
 	if _, err := st.CreateCard(ctx, board.NewCard{ID: id}); err != nil {
 		return err
 	}
-	tok, err := st.Claim(ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: benchLease})
+	_, tok, err := st.Claim(ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: benchLease})
 	if err != nil {
 		return err
 	}
@@ -170,7 +170,7 @@ func deadClaim(ctx context.Context, st *boltstore.Store, id, marker string, stat
 	if status == board.RunRunning {
 		run.Checkpoint = "step-3"
 	}
-	if _, err := st.CreateRun(ctx, run); err != nil {
+	if _, err := st.CreateRun(ctx, board.NewRun{Token: tok, Run: run}); err != nil {
 		return err
 	}
 	if _, err := st.SetStateOwned(ctx, board.OwnedMove{Card: id, Token: tok, To: board.StateInProgress}); err != nil {

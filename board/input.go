@@ -386,9 +386,21 @@ func (r Run) Normalize() (Run, error) {
 	return r, nil
 }
 
-// Validate checks a run update: the run id, every status and continuation
-// it names, its failure code, its checkpoint and its actor.
+// Validate checks a run update: the run id, its token, every status and
+// continuation it names, its failure code, its checkpoint and its actor.
 func (u RunUpdate) Validate() error {
+	if err := u.ValidateChange(); err != nil {
+		return err
+	}
+	if err := u.Token.Validate(); err != nil {
+		return fmt.Errorf("run %q: %w", u.ID, err)
+	}
+	return nil
+}
+
+// ValidateChange checks everything of a run update but its token: what a
+// caller can check before it knows the claim the write is made under.
+func (u RunUpdate) ValidateChange() error {
 	if err := ValidateName("run id", u.ID); err != nil {
 		return err
 	}

@@ -301,22 +301,24 @@ func TestRunUpdate(t *testing.T) {
 	cont := func(c Continuation) *Continuation { return &c }
 	str := func(s string) *string { return &s }
 	cur := Run{ID: "r1", Card: "c", Status: RunRunning, Continuation: ContinuationNone}
+	tok := ClaimToken{Marker: "host-100", Epoch: 1}
 
 	t.Run("validate", func(t *testing.T) {
 		for name, u := range map[string]RunUpdate{
-			"unknown if-status":    {ID: "r1", IfStatus: ptr("x")},
-			"unknown status":       {ID: "r1", Status: ptr("x")},
-			"unknown continuation": {ID: "r1", Continuation: cont("x")},
-			"bad failure code":     {ID: "r1", FailureCode: str("a\x00")},
-			"bad actor":            {ID: "r1", Actor: "a\nb"},
-			"checkpoint not utf-8": {ID: "r1", Checkpoint: str("\xff")},
-			"empty id":             {},
+			"unknown if-status":    {ID: "r1", Token: tok, IfStatus: ptr("x")},
+			"unknown status":       {ID: "r1", Token: tok, Status: ptr("x")},
+			"unknown continuation": {ID: "r1", Token: tok, Continuation: cont("x")},
+			"bad failure code":     {ID: "r1", Token: tok, FailureCode: str("a\x00")},
+			"bad actor":            {ID: "r1", Token: tok, Actor: "a\nb"},
+			"checkpoint not utf-8": {ID: "r1", Token: tok, Checkpoint: str("\xff")},
+			"no token":             {ID: "r1", Status: ptr(RunFinished)},
+			"empty id":             {Token: tok},
 		} {
 			if err := u.Validate(); !errors.Is(err, ErrInvalidArgument) {
 				t.Errorf("%s: Validate = %v, want ErrInvalidArgument", name, err)
 			}
 		}
-		if err := (RunUpdate{ID: "r1", Status: ptr(RunFinished)}).Validate(); err != nil {
+		if err := (RunUpdate{ID: "r1", Token: tok, Status: ptr(RunFinished)}).Validate(); err != nil {
 			t.Errorf("a good update: %v", err)
 		}
 	})

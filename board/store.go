@@ -241,7 +241,7 @@ type Store interface {
 	// local (bbolt) twin. The fleet (MongoDB) twin always starts a fresh
 	// run, as if r.Fresh were set, because its watchdog bounds a card's
 	// returns to the pool by counting its runs (the run ceiling,
-	// DESIGN.md#run-ceiling), which a resume would never grow. With
+	// DESIGN.md#twin-repark), which a resume would never grow. With
 	// r.Fresh, such a run is closed in the same write
 	// (status cancelled, failure code FailureRunSuperseded) and a new one
 	// is created, so no run is ever left open with nothing pointing at it.

@@ -319,7 +319,7 @@ func TestTypedErrors(t *testing.T) {
 	if err := a.Store.SetState(ctx, board.Move{Card: "finished", To: board.StateDone}); err != nil {
 		t.Fatal(err)
 	}
-	otherTok, err := a.Store.Claim(ctx, board.ClaimRequest{Card: "held", Marker: "otherhost-999", Lease: time.Hour})
+	_, otherTok, err := a.Store.Claim(ctx, board.ClaimRequest{Card: "held", Marker: "otherhost-999", Lease: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -263,6 +263,9 @@ func TestRunWritesAreFencedByTheClaim(t *testing.T) {
 	if _, err := c.ForceRelease(ctx, "fenced"); err != nil {
 		t.Fatal(err)
 	}
+	// Once the client knows the claim is over, a late write is sent as is
+	// and it is the agent (the store) that refuses it.
+	waitDone(t, cl.Context(), 5*time.Second)
 	finished := board.RunFinished
 	if _, err := cl.UpdateRun(ctx, run.ID, updateStatus(finished)); !errors.Is(err, board.ErrClaimConflict) {
 		t.Fatalf("a released owner's run update: %v, want a conflict", err)

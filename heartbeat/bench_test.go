@@ -48,7 +48,7 @@ func BenchmarkTick10k(b *testing.B) {
 					return
 				}
 				attempt := time.Now()
-				tok, err := st.Claim(ctx, board.ClaimRequest{Card: card, Marker: marker(2 + i), Lease: testLease})
+				_, tok, err := st.Claim(ctx, board.ClaimRequest{Card: card, Marker: marker(2 + i), Lease: testLease})
 				if err != nil {
 					errs <- err
 					return

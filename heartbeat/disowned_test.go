@@ -46,7 +46,7 @@ func TestDisownedRemembersLossesTheStoreMayStillName(t *testing.T) {
 	}
 
 	// Tracked again (a fresh grant): the agent vouches for the card's claim.
-	tok, err := h.store.Claim(h.ctx, board.ClaimRequest{Card: "freed", Marker: marker(702), Lease: testLease})
+	_, tok, err := h.store.Claim(h.ctx, board.ClaimRequest{Card: "freed", Marker: marker(702), Lease: testLease})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -193,7 +193,7 @@ func (h *harness) claim(card, marker string, o Owner) board.Hold {
 	}
 	attempt := h.clock.Now()
 	lease := time.Duration(h.lease.Load())
-	tok, err := h.store.Claim(h.ctx, board.ClaimRequest{Card: card, Marker: marker, Lease: lease})
+	_, tok, err := h.store.Claim(h.ctx, board.ClaimRequest{Card: card, Marker: marker, Lease: lease})
 	if err != nil {
 		h.t.Fatalf("claim %s: %v", card, err)
 	}

@@ -82,7 +82,7 @@ func TestLookupFollowsTheTracker(t *testing.T) {
 
 	// A re-grant of c under a new token replaces the record.
 	h.clock.Advance(1)
-	tok, err := h.store.Claim(h.ctx, board.ClaimRequest{Card: "c", Marker: marker(700), Lease: testLease})
+	_, tok, err := h.store.Claim(h.ctx, board.ClaimRequest{Card: "c", Marker: marker(700), Lease: testLease})
 	if err != nil {
 		t.Fatalf("re-claim c: %v", err)
 	}

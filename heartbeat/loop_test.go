@@ -42,7 +42,7 @@ func claimReal(t *testing.T, l *Loop, st *boltstore.Store, card string, lease ti
 		t.Fatalf("create: %v", err)
 	}
 	attempt := time.Now()
-	tok, err := st.Claim(ctx, board.ClaimRequest{Card: card, Marker: marker(4100), Lease: lease})
+	_, tok, err := st.Claim(ctx, board.ClaimRequest{Card: card, Marker: marker(4100), Lease: lease})
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}

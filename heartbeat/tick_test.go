@@ -186,7 +186,7 @@ func TestConflictStopsTrackingTheClaim(t *testing.T) {
 				if err := h.store.Release(h.ctx, card, tok.Marker, "operator"); err != nil {
 					h.t.Fatalf("force release: %v", err)
 				}
-				if _, err := h.store.Claim(h.ctx, board.ClaimRequest{Card: card, Marker: marker(9999), Lease: testLease}); err != nil {
+				if _, _, err := h.store.Claim(h.ctx, board.ClaimRequest{Card: card, Marker: marker(9999), Lease: testLease}); err != nil {
 					h.t.Fatalf("re-claim by another: %v", err)
 				}
 			},

@@ -136,7 +136,7 @@ func TestRealStoreErrorsCrossTheBoundary(t *testing.T) {
 	if _, err := remote.CreateCard(ctx, board.NewCard{ID: "done1", State: board.StateDone, Actor: "cli"}); err != nil {
 		t.Fatal(err)
 	}
-	tok, err := remote.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: a, Lease: 30 * time.Second})
+	_, tok, err := remote.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: a, Lease: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestRealStoreErrorsCrossTheBoundary(t *testing.T) {
 		call func(s board.Store) error
 	}{
 		{"claim held by another", func(s board.Store) error {
-			_, err := s.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: b, Lease: 30 * time.Second})
+			_, _, err := s.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: b, Lease: 30 * time.Second})
 			return err
 		}},
 		{"stale token", func(s board.Store) error { return s.SetLastRunOwned(ctx, "c1", stale, "r1") }},
@@ -158,7 +158,7 @@ func TestRealStoreErrorsCrossTheBoundary(t *testing.T) {
 			return err
 		}},
 		{"bad marker", func(s board.Store) error {
-			_, err := s.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: "no-pid-", Lease: time.Second})
+			_, _, err := s.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: "no-pid-", Lease: time.Second})
 			return err
 		}},
 		{"leaving a sink", func(s board.Store) error {

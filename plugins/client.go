@@ -84,12 +84,28 @@ func (s *remoteStore) Dependents(ctx context.Context, id string) ([]board.Card, 
 	return cardsFromPB(r), nil
 }
 
-func (s *remoteStore) Claim(ctx context.Context, c board.ClaimRequest) (board.ClaimToken, error) {
+func (s *remoteStore) Claim(ctx context.Context, c board.ClaimRequest) (board.Card, board.ClaimToken, error) {
 	r, err := s.rpc.Claim(ctx, &storepb.ClaimRequest{Card: c.Card, Marker: c.Marker, LeaseNanos: int64(c.Lease)})
 	if err != nil {
-		return board.ClaimToken{}, callError(ctx, "Claim", err)
+		return board.Card{}, board.ClaimToken{}, callError(ctx, "Claim", err)
 	}
-	return tokenFromPB(r.GetToken()), nil
+	return cardFromPB(r.GetCard()), tokenFromPB(r.GetToken()), nil
+}
+
+func (s *remoteStore) Start(ctx context.Context, sr board.StartRequest) (board.Started, error) {
+	r, err := s.rpc.Start(ctx, startToPB(sr))
+	if err != nil {
+		return board.Started{}, callError(ctx, "Start", err)
+	}
+	return startedFromPB(r), nil
+}
+
+func (s *remoteStore) Finish(ctx context.Context, f board.FinishRequest) (board.Finished, error) {
+	r, err := s.rpc.Finish(ctx, finishToPB(f))
+	if err != nil {
+		return board.Finished{}, callError(ctx, "Finish", err)
+	}
+	return finishedFromPB(r), nil
 }
 
 func (s *remoteStore) ClaimNext(ctx context.Context, c board.ClaimNextRequest) (board.Card, board.ClaimToken, error) {
@@ -206,8 +222,8 @@ func (s *remoteStore) SetLabels(ctx context.Context, card string, labels []strin
 	return cardFromPB(r.GetCard()), nil
 }
 
-func (s *remoteStore) CreateRun(ctx context.Context, run board.Run) (board.Run, error) {
-	r, err := s.rpc.CreateRun(ctx, runToPB(run))
+func (s *remoteStore) CreateRun(ctx context.Context, run board.NewRun) (board.Run, error) {
+	r, err := s.rpc.CreateRun(ctx, newRunToPB(run))
 	if err != nil {
 		return board.Run{}, callError(ctx, "CreateRun", err)
 	}
@@ -258,15 +274,15 @@ func (s *remoteStore) ListUnleasedRunningClaims(ctx context.Context, cutoff time
 	return cardsFromPB(r), nil
 }
 
-func (s *remoteStore) ReclaimExpired(ctx context.Context, rc board.Reclaim) (board.ClaimToken, board.Card, error) {
+func (s *remoteStore) ReclaimExpired(ctx context.Context, rc board.Reclaim) (board.Card, board.ClaimToken, error) {
 	r, err := s.rpc.ReclaimExpired(ctx, &storepb.ReclaimExpiredRequest{
 		Card: rc.Card, Prev: tokenToPB(rc.Prev), RecoveryMarker: rc.RecoveryMarker,
 		Cutoff: timeToPB(rc.Cutoff), LeaseNanos: int64(rc.Lease),
 	})
 	if err != nil {
-		return board.ClaimToken{}, board.Card{}, callError(ctx, "ReclaimExpired", err)
+		return board.Card{}, board.ClaimToken{}, callError(ctx, "ReclaimExpired", err)
 	}
-	return tokenFromPB(r.GetToken()), cardFromPB(r.GetCard()), nil
+	return cardFromPB(r.GetCard()), tokenFromPB(r.GetToken()), nil
 }
 
 func (s *remoteStore) Events(ctx context.Context, after int64, limit int) ([]board.Event, error) {

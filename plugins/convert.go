@@ -199,7 +199,7 @@ func runFromPB(r *storepb.RunMessage) board.Run {
 }
 
 func runUpdateToPB(u board.RunUpdate) *storepb.RunUpdateRequest {
-	out := &storepb.RunUpdateRequest{Id: u.ID, FailureCode: u.FailureCode, Checkpoint: u.Checkpoint, Actor: u.Actor}
+	out := &storepb.RunUpdateRequest{Id: u.ID, Token: tokenToPB(u.Token), FailureCode: u.FailureCode, Checkpoint: u.Checkpoint, Actor: u.Actor}
 	if u.IfStatus != nil {
 		s := string(*u.IfStatus)
 		out.IfStatus = &s
@@ -216,7 +216,7 @@ func runUpdateToPB(u board.RunUpdate) *storepb.RunUpdateRequest {
 }
 
 func runUpdateFromPB(u *storepb.RunUpdateRequest) board.RunUpdate {
-	out := board.RunUpdate{ID: u.GetId(), FailureCode: u.FailureCode, Checkpoint: u.Checkpoint, Actor: u.GetActor()}
+	out := board.RunUpdate{ID: u.GetId(), Token: tokenFromPB(u.GetToken()), FailureCode: u.FailureCode, Checkpoint: u.Checkpoint, Actor: u.GetActor()}
 	if u.IfStatus != nil {
 		s := board.RunStatus(*u.IfStatus)
 		out.IfStatus = &s
@@ -264,4 +264,44 @@ func eventFromPB(e *storepb.Event) board.Event {
 			RunID: d.GetRunId(), Status: d.GetStatus(), Value: d.GetValue(),
 		},
 	}
+}
+
+func startToPB(r board.StartRequest) *storepb.StartRequest {
+	return &storepb.StartRequest{Card: r.Card, Next: r.Next, Marker: r.Marker, LeaseNanos: int64(r.Lease), Run: runToPB(r.Run), Fresh: r.Fresh}
+}
+
+func startFromPB(r *storepb.StartRequest) board.StartRequest {
+	return board.StartRequest{Card: r.GetCard(), Next: r.GetNext(), Marker: r.GetMarker(), Lease: time.Duration(r.GetLeaseNanos()), Run: runFromPB(r.GetRun()), Fresh: r.GetFresh()}
+}
+
+func startedToPB(s board.Started) *storepb.StartedReply {
+	return &storepb.StartedReply{Card: cardToPB(s.Card), Token: tokenToPB(s.Token), Run: runToPB(s.Run), Resumed: s.Resumed}
+}
+
+func startedFromPB(s *storepb.StartedReply) board.Started {
+	return board.Started{Card: cardFromPB(s.GetCard()), Token: tokenFromPB(s.GetToken()), Run: runFromPB(s.GetRun()), Resumed: s.GetResumed()}
+}
+
+func finishToPB(r board.FinishRequest) *storepb.FinishRequest {
+	return &storepb.FinishRequest{Card: r.Card, Token: tokenToPB(r.Token), RunId: r.RunID, Status: string(r.Status), FailureCode: r.FailureCode, Checkpoint: r.Checkpoint}
+}
+
+func finishFromPB(r *storepb.FinishRequest) board.FinishRequest {
+	return board.FinishRequest{Card: r.GetCard(), Token: tokenFromPB(r.GetToken()), RunID: r.GetRunId(), Status: board.RunStatus(r.GetStatus()), FailureCode: r.GetFailureCode(), Checkpoint: r.Checkpoint}
+}
+
+func finishedToPB(f board.Finished) *storepb.FinishedReply {
+	return &storepb.FinishedReply{Card: cardToPB(f.Card), Run: runToPB(f.Run)}
+}
+
+func finishedFromPB(f *storepb.FinishedReply) board.Finished {
+	return board.Finished{Card: cardFromPB(f.GetCard()), Run: runFromPB(f.GetRun())}
+}
+
+func newRunToPB(r board.NewRun) *storepb.NewRunRequest {
+	return &storepb.NewRunRequest{Token: tokenToPB(r.Token), Run: runToPB(r.Run)}
+}
+
+func newRunFromPB(r *storepb.NewRunRequest) board.NewRun {
+	return board.NewRun{Token: tokenFromPB(r.GetToken()), Run: runFromPB(r.GetRun())}
 }

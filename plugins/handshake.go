@@ -15,7 +15,7 @@ import (
 // speaks. Bump it (and keep serving the old version in VersionedPlugins for
 // as long as it is supported) whenever proto/store.proto changes in a way an
 // older peer cannot read.
-const ProtocolVersion = 2
+const ProtocolVersion = 3
 
 // PluginName is the name the store is dispensed under.
 const PluginName = "store"

@@ -37,8 +37,20 @@ func (p *Proxy) Dependents(ctx context.Context, id string) ([]board.Card, error)
 	return call(p, "Dependents", func(s *remoteStore) ([]board.Card, error) { return s.Dependents(ctx, id) })
 }
 
-func (p *Proxy) Claim(ctx context.Context, r board.ClaimRequest) (board.ClaimToken, error) {
-	return call(p, "Claim", func(s *remoteStore) (board.ClaimToken, error) { return s.Claim(ctx, r) })
+func (p *Proxy) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, board.ClaimToken, error) {
+	res, err := call(p, "Claim", func(s *remoteStore) (pair[board.Card, board.ClaimToken], error) {
+		x, y, err := s.Claim(ctx, r)
+		return pair[board.Card, board.ClaimToken]{x, y}, err
+	})
+	return res.a, res.b, err
+}
+
+func (p *Proxy) Start(ctx context.Context, r board.StartRequest) (board.Started, error) {
+	return call(p, "Start", func(s *remoteStore) (board.Started, error) { return s.Start(ctx, r) })
+}
+
+func (p *Proxy) Finish(ctx context.Context, r board.FinishRequest) (board.Finished, error) {
+	return call(p, "Finish", func(s *remoteStore) (board.Finished, error) { return s.Finish(ctx, r) })
 }
 
 func (p *Proxy) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.Card, board.ClaimToken, error) {
@@ -116,7 +128,7 @@ func (p *Proxy) SetLabels(ctx context.Context, card string, labels []string, act
 	return call(p, "SetLabels", func(s *remoteStore) (board.Card, error) { return s.SetLabels(ctx, card, labels, actor) })
 }
 
-func (p *Proxy) CreateRun(ctx context.Context, r board.Run) (board.Run, error) {
+func (p *Proxy) CreateRun(ctx context.Context, r board.NewRun) (board.Run, error) {
 	return call(p, "CreateRun", func(s *remoteStore) (board.Run, error) { return s.CreateRun(ctx, r) })
 }
 
@@ -140,10 +152,10 @@ func (p *Proxy) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time,
 	return call(p, "ListUnleasedRunningClaims", func(s *remoteStore) ([]board.Card, error) { return s.ListUnleasedRunningClaims(ctx, cutoff, limit) })
 }
 
-func (p *Proxy) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.ClaimToken, board.Card, error) {
-	res, err := call(p, "ReclaimExpired", func(s *remoteStore) (pair[board.ClaimToken, board.Card], error) {
+func (p *Proxy) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Card, board.ClaimToken, error) {
+	res, err := call(p, "ReclaimExpired", func(s *remoteStore) (pair[board.Card, board.ClaimToken], error) {
 		x, y, err := s.ReclaimExpired(ctx, r)
-		return pair[board.ClaimToken, board.Card]{x, y}, err
+		return pair[board.Card, board.ClaimToken]{x, y}, err
 	})
 	return res.a, res.b, err
 }

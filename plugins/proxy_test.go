@@ -73,7 +73,7 @@ func TestCrashMidCallIsOutcomeUnknownAndThePluginRestarts(t *testing.T) {
 	if _, err := p.CreateCard(ctx, board.NewCard{ID: "c1", Actor: "cli"}); err != nil {
 		t.Fatal(err)
 	}
-	tok, err := p.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: a, Lease: 30 * time.Second})
+	_, tok, err := p.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: a, Lease: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestHostileNamesLeaveThePluginRunning(t *testing.T) {
 	if _, err := p.CreateCard(ctx, board.NewCard{ID: "c1"}); err != nil {
 		t.Fatal(err)
 	}
-	tok, err := p.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: a, Lease: 30 * time.Second})
+	_, tok, err := p.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: a, Lease: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestHostileNamesLeaveThePluginRunning(t *testing.T) {
 			"Dependents": func() error { _, err := p.Dependents(ctx, name); return err },
 			"CreateCard": func() error { _, err := p.CreateCard(ctx, board.NewCard{ID: name}); return err },
 			"Claim": func() error {
-				_, err := p.Claim(ctx, board.ClaimRequest{Card: name, Marker: a, Lease: time.Second})
+				_, _, err := p.Claim(ctx, board.ClaimRequest{Card: name, Marker: a, Lease: time.Second})
 				return err
 			},
 			"SetLastRunOwned": func() error { return p.SetLastRunOwned(ctx, "c1", tok, name) },

@@ -56,12 +56,28 @@ func (s *server) Dependents(ctx context.Context, r *storepb.DependentsRequest) (
 	return cardsToPB(cs), nil
 }
 
-func (s *server) Claim(ctx context.Context, r *storepb.ClaimRequest) (*storepb.TokenReply, error) {
-	tok, err := s.store.Claim(ctx, board.ClaimRequest{Card: r.GetCard(), Marker: r.GetMarker(), Lease: time.Duration(r.GetLeaseNanos())})
+func (s *server) Claim(ctx context.Context, r *storepb.ClaimRequest) (*storepb.CardTokenReply, error) {
+	c, tok, err := s.store.Claim(ctx, board.ClaimRequest{Card: r.GetCard(), Marker: r.GetMarker(), Lease: time.Duration(r.GetLeaseNanos())})
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &storepb.TokenReply{Token: tokenToPB(tok)}, nil
+	return &storepb.CardTokenReply{Card: cardToPB(c), Token: tokenToPB(tok)}, nil
+}
+
+func (s *server) Start(ctx context.Context, r *storepb.StartRequest) (*storepb.StartedReply, error) {
+	st, err := s.store.Start(ctx, startFromPB(r))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return startedToPB(st), nil
+}
+
+func (s *server) Finish(ctx context.Context, r *storepb.FinishRequest) (*storepb.FinishedReply, error) {
+	f, err := s.store.Finish(ctx, finishFromPB(r))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return finishedToPB(f), nil
 }
 
 func (s *server) ClaimNext(ctx context.Context, r *storepb.ClaimNextRequest) (*storepb.CardTokenReply, error) {
@@ -169,8 +185,8 @@ func (s *server) SetLabels(ctx context.Context, r *storepb.SetLabelsRequest) (*s
 	return &storepb.CardReply{Card: cardToPB(c)}, nil
 }
 
-func (s *server) CreateRun(ctx context.Context, r *storepb.RunMessage) (*storepb.RunMessage, error) {
-	run, err := s.store.CreateRun(ctx, runFromPB(r))
+func (s *server) CreateRun(ctx context.Context, r *storepb.NewRunRequest) (*storepb.RunMessage, error) {
+	run, err := s.store.CreateRun(ctx, newRunFromPB(r))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -224,7 +240,7 @@ func (s *server) ListUnleasedRunningClaims(ctx context.Context, r *storepb.ListC
 }
 
 func (s *server) ReclaimExpired(ctx context.Context, r *storepb.ReclaimExpiredRequest) (*storepb.CardTokenReply, error) {
-	tok, c, err := s.store.ReclaimExpired(ctx, board.Reclaim{
+	c, tok, err := s.store.ReclaimExpired(ctx, board.Reclaim{
 		Card: r.GetCard(), Prev: tokenFromPB(r.GetPrev()), RecoveryMarker: r.GetRecoveryMarker(),
 		Cutoff: timeFromPB(r.GetCutoff()), Lease: time.Duration(r.GetLeaseNanos()),
 	})

@@ -102,11 +102,27 @@ func checkBody(r *http.Request, v any) error {
 			return board.Invalid("unknown run status %q", req.Status)
 		}
 		return firstErr(optionalName("run id", req.ID), board.ValidateCheckpoint(req.Checkpoint))
+	case *apitype.StartRequest:
+		if req.Status != "" && req.Status != board.RunRunning && req.Status != board.RunQueued {
+			return board.Invalid("a started run is running or queued, not %q", req.Status)
+		}
+		return firstErr(optionalName("card id", req.Card), optionalName("run id", req.RunID), board.ValidateCheckpoint(req.Checkpoint))
+	case *apitype.FinishRequest:
+		switch req.Status {
+		case board.RunFinished, board.RunFailed, board.RunFailedResumable:
+		default:
+			return board.Invalid("a verdict is finished, failed or failed_resumable, not %q", req.Status)
+		}
+		var cp error
+		if req.Checkpoint != nil {
+			cp = board.ValidateCheckpoint(*req.Checkpoint)
+		}
+		return firstErr(board.ValidateName("run id", req.RunID), board.ValidateText("failure code", req.FailureCode), cp)
 	case *apitype.UpdateRunRequest:
 		return board.RunUpdate{
 			ID: r.PathValue("id"), IfStatus: req.IfStatus, Status: req.Status, Continuation: req.Continuation,
 			FailureCode: req.FailureCode, Checkpoint: req.Checkpoint,
-		}.Validate()
+		}.ValidateChange()
 	case *apitype.CreateCardRequest:
 		nc := *req
 		nc.Actor = "" // the handler sets it from the kernel; the body's is not used

@@ -106,7 +106,7 @@ func (s *spyStore) CreateCard(ctx context.Context, nc board.NewCard) (board.Card
 	return s.Store.CreateCard(ctx, nc)
 }
 
-func (s *spyStore) Claim(ctx context.Context, r board.ClaimRequest) (board.ClaimToken, error) {
+func (s *spyStore) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, board.ClaimToken, error) {
 	s.saw("Claim", "name", r.Card)
 	return s.Store.Claim(ctx, r)
 }

@@ -226,7 +226,7 @@ func (e *env) expiredWorkerClaims(n int) {
 					errs <- err
 					return
 				}
-				if _, err := e.store.Claim(e.ctx, board.ClaimRequest{Card: id, Marker: workerMarker, Lease: lease}); err != nil {
+				if _, _, err := e.store.Claim(e.ctx, board.ClaimRequest{Card: id, Marker: workerMarker, Lease: lease}); err != nil {
 					errs <- err
 					return
 				}
@@ -246,7 +246,7 @@ func (e *env) expiredWorkerClaims(n int) {
 func (e *env) abandon(id string, recoveryLease time.Duration) board.ClaimToken {
 	e.t.Helper()
 	c := e.get(id)
-	tok, _, err := e.store.ReclaimExpired(e.ctx, board.Reclaim{Card: id, Prev: c.Token(), RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: recoveryLease})
+	_, tok, err := e.store.ReclaimExpired(e.ctx, board.Reclaim{Card: id, Prev: c.Token(), RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: recoveryLease})
 	if err != nil {
 		e.t.Fatalf("ReclaimExpired %s: %v", id, err)
 	}

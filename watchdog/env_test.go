@@ -102,11 +102,26 @@ func (e *env) card(id, state string) {
 
 func (e *env) claim(id, marker string) board.ClaimToken {
 	e.t.Helper()
-	tok, err := e.store.Claim(e.ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: lease})
+	_, tok, err := e.store.Claim(e.ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: lease})
 	if err != nil {
 		e.t.Fatalf("Claim %s by %s: %v", id, marker, err)
 	}
 	return tok
+}
+
+// priorRuns records n finished-with-a-resumable-failure runs of earlier
+// claims on the card, then frees it.
+func (e *env) priorRuns(id string, n int) {
+	e.t.Helper()
+	tok := e.claim(id, workerMarker)
+	for i := range n {
+		if _, err := e.store.CreateRun(e.ctx, board.NewRun{Token: tok, Run: board.Run{ID: fmt.Sprintf("old-%d", i), Card: id, Status: board.RunFailedResumable}}); err != nil {
+			e.t.Fatalf("CreateRun: %v", err)
+		}
+	}
+	if err := e.store.ReleaseOwned(e.ctx, id, tok); err != nil {
+		e.t.Fatalf("ReleaseOwned: %v", err)
+	}
 }
 
 // launch is what a worker does: claim the card, move it into the running
@@ -125,7 +140,7 @@ func (e *env) launch(id string, status board.RunStatus, run board.Run) (board.Cl
 	if run.Host == "" {
 		run.Host, run.PID = workerHost, workerPID
 	}
-	created, err := e.store.CreateRun(e.ctx, run)
+	created, err := e.store.CreateRun(e.ctx, board.NewRun{Token: tok, Run: run})
 	if err != nil {
 		e.t.Fatalf("CreateRun for %s: %v", id, err)
 	}

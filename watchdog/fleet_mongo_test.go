@@ -187,7 +187,7 @@ func launch(ctx context.Context, s board.Store, id, state string, pid int, statu
 		return board.ClaimToken{}, fmt.Errorf("CreateCard %s: %w", id, err)
 	}
 	marker := board.WorkerMarker(deadHost, pid)
-	tok, err := s.Claim(ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: fleetLease})
+	_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: fleetLease})
 	if err != nil {
 		return board.ClaimToken{}, fmt.Errorf("Claim %s by %s: %w", id, marker, err)
 	}
@@ -198,7 +198,7 @@ func launch(ctx context.Context, s board.Store, id, state string, pid int, statu
 	if status == board.RunFailedResumable {
 		run.Checkpoint = "step-3"
 	}
-	if _, err := s.CreateRun(ctx, run); err != nil {
+	if _, err := s.CreateRun(ctx, board.NewRun{Token: tok, Run: run}); err != nil {
 		return board.ClaimToken{}, fmt.Errorf("CreateRun %s: %w", run.ID, err)
 	}
 	if err := s.SetLastRunOwned(ctx, id, tok, run.ID); err != nil {
@@ -708,7 +708,7 @@ func TestFleetGateOff(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tok, _, err := other.ReclaimExpired(f.ctx, board.Reclaim{Card: id, Prev: c.Token(), RecoveryMarker: otherReaper, Cutoff: f.serverNow(), Lease: fleetLease})
+		_, tok, err := other.ReclaimExpired(f.ctx, board.Reclaim{Card: id, Prev: c.Token(), RecoveryMarker: otherReaper, Cutoff: f.serverNow(), Lease: fleetLease})
 		if err != nil {
 			t.Fatalf("ReclaimExpired %s: %v", id, err)
 		}
@@ -825,16 +825,23 @@ func TestFleetRunCeiling(t *testing.T) {
 			if _, err := f.s.CreateCard(f.ctx, board.NewCard{ID: "c1", State: board.StateInProgress, Actor: "cli"}); err != nil {
 				t.Fatal(err)
 			}
-			for i := range tc.priorRuns {
-				if _, err := f.s.CreateRun(f.ctx, board.Run{ID: fmt.Sprintf("old-%d", i), Card: "c1", Status: board.RunFailedResumable}); err != nil {
-					t.Fatalf("CreateRun: %v", err)
-				}
-			}
-			tok, err := f.s.Claim(f.ctx, board.ClaimRequest{Card: "c1", Marker: board.WorkerMarker(deadHost, 4242), Lease: fleetLease})
+			_, old, err := f.s.Claim(f.ctx, board.ClaimRequest{Card: "c1", Marker: board.WorkerMarker(deadHost, 4241), Lease: fleetLease})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := f.s.CreateRun(f.ctx, board.Run{ID: "last", Card: "c1", Status: board.RunFailedResumable, Checkpoint: "step-3", Host: deadHost, PID: 4242}); err != nil {
+			for i := range tc.priorRuns {
+				if _, err := f.s.CreateRun(f.ctx, board.NewRun{Token: old, Run: board.Run{ID: fmt.Sprintf("old-%d", i), Card: "c1", Status: board.RunFailedResumable}}); err != nil {
+					t.Fatalf("CreateRun: %v", err)
+				}
+			}
+			if err := f.s.ReleaseOwned(f.ctx, "c1", old); err != nil {
+				t.Fatal(err)
+			}
+			_, tok, err := f.s.Claim(f.ctx, board.ClaimRequest{Card: "c1", Marker: board.WorkerMarker(deadHost, 4242), Lease: fleetLease})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.s.CreateRun(f.ctx, board.NewRun{Token: tok, Run: board.Run{ID: "last", Card: "c1", Status: board.RunFailedResumable, Checkpoint: "step-3", Host: deadHost, PID: 4242}}); err != nil {
 				t.Fatal(err)
 			}
 			if err := f.s.SetLastRunOwned(f.ctx, "c1", tok, "last"); err != nil {

@@ -130,7 +130,7 @@ func (o *Oracle) resolve(ctx context.Context, card board.Card, now time.Time, pr
 	if r.Status != board.RunRunning || !preview {
 		return res
 	}
-	return o.promote(ctx, card, res, now, false)
+	return o.promote(ctx, card, res, now, board.ClaimToken{})
 }
 
 // ResolveAfterTransfer resolves the run of observed — the card as the
@@ -151,13 +151,14 @@ func (o *Oracle) ResolveAfterTransfer(ctx context.Context, listed, observed boar
 	if was, _ := ClaimRun(listed); was != res.Recorded {
 		return res
 	}
-	return o.promote(ctx, listed, res, now, true)
+	return o.promote(ctx, listed, res, now, observed.Token())
 }
 
 // promote promotes res.Run (running) to PROCESS_ORPHANED when orphanProof
-// holds for the judged claim of card; with write false it only returns the
-// run as the promotion would leave it.
-func (o *Oracle) promote(ctx context.Context, card board.Card, res Resolution, now time.Time, write bool) Resolution {
+// holds for the judged claim of card, writing it under the recovery claim
+// tok (the transfer's: the store fences the write on it); with a zero tok
+// it only returns the run as the promotion would leave it.
+func (o *Oracle) promote(ctx context.Context, card board.Card, res Resolution, now time.Time, tok board.ClaimToken) Resolution {
 	r := *res.Run
 	recorded := res.Recorded
 	proof := o.orphanProof(ctx, card, r, now)
@@ -168,14 +169,14 @@ func (o *Oracle) promote(ctx context.Context, card board.Card, res Resolution, n
 	if r.Checkpoint != "" {
 		to = board.RunFailedResumable
 	}
-	if !write {
+	if tok.IsZero() {
 		promoted := r
 		promoted.Status, promoted.FailureCode = to, board.FailureProcessOrphaned
 		return Resolution{Run: &promoted, Recorded: recorded, Proof: proof}
 	}
 	from, code := r.Status, board.FailureProcessOrphaned
 	updated, err := o.Store.UpdateRun(ctx, board.RunUpdate{
-		ID: r.ID, IfStatus: &from, Status: &to, FailureCode: &code, Actor: o.Actor,
+		ID: r.ID, Token: tok, IfStatus: &from, Status: &to, FailureCode: &code, Actor: o.Actor,
 	})
 	if err == nil {
 		o.logger().Warn("watchdog: run promoted to PROCESS_ORPHANED",

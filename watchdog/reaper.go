@@ -508,7 +508,7 @@ func (p *pass) reapOne(ctx context.Context, listed board.Card, m mode) (cr CardR
 	// still exactly the listed token and still expired at the store's time
 	// — so a renewal, an operator or another agent's reaper in between is a
 	// clean skip.
-	tok, observed, err := r.cfg.Store.ReclaimExpired(ctx, board.Reclaim{
+	observed, tok, err := r.cfg.Store.ReclaimExpired(ctx, board.Reclaim{
 		Card: listed.ID, Prev: listed.Token(), RecoveryMarker: r.recovery, Cutoff: p.now, Lease: p.lease,
 	})
 	switch {

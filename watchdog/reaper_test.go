@@ -373,11 +373,7 @@ func TestReaperRunCeiling(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, fleet)
 			e.card("c1", board.StateReady)
-			for i := range tc.priorRuns {
-				if _, err := e.store.CreateRun(e.ctx, board.Run{ID: fmt.Sprintf("old-%d", i), Card: "c1", Status: board.RunFailedResumable}); err != nil {
-					t.Fatalf("CreateRun: %v", err)
-				}
-			}
+			e.priorRuns("c1", tc.priorRuns)
 			e.launch("c1", board.RunFailedResumable, board.Run{Checkpoint: "step-3"})
 			if got := len(e.get("c1").Runs); got != tc.priorRuns+1 {
 				t.Fatalf("card has %d runs, want %d", got, tc.priorRuns+1)
@@ -398,11 +394,7 @@ func TestReaperRunCeiling(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
 		e.card("c1", board.StateReady)
-		for i := range DefaultRunCeiling {
-			if _, err := e.store.CreateRun(e.ctx, board.Run{ID: fmt.Sprintf("old-%d", i), Card: "c1", Status: board.RunFailedResumable}); err != nil {
-				t.Fatalf("CreateRun: %v", err)
-			}
-		}
+		e.priorRuns("c1", DefaultRunCeiling)
 		e.launch("c1", board.RunFailedResumable, board.Run{Checkpoint: "step-3"})
 		e.expire()
 		wantOutcome(t, e.pass("c1"), OutcomeReleased)
@@ -516,7 +508,7 @@ func TestReaperGateOff(t *testing.T) {
 	e.launch("c2", board.RunFinished, board.Run{})
 	e.expire()
 	c2 := e.get("c2")
-	held, _, err := e.store.ReclaimExpired(e.ctx, board.Reclaim{Card: "c2", Prev: c2.Token(), RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: lease})
+	_, held, err := e.store.ReclaimExpired(e.ctx, board.Reclaim{Card: "c2", Prev: c2.Token(), RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: lease})
 	if err != nil {
 		t.Fatalf("ReclaimExpired: %v", err)
 	}

@@ -261,7 +261,7 @@ func TestRecoverySweepReleaseIsFenced(t *testing.T) {
 	var retaken board.ClaimToken
 	e.faults.mu.Lock()
 	e.faults.afterListCards = func() {
-		tok, _, err := e.store.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: first, RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: lease})
+		_, tok, err := e.store.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: first, RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: lease})
 		if err != nil {
 			t.Errorf("the owner's re-take: %v", err)
 		}

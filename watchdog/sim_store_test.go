@@ -17,13 +17,13 @@ import (
 // on its workers' behalf — goes through it, so the simulation can kill the
 // agent between any two of its writes or lose the reply of one.
 //
-// It embeds board.Store, so the verbs it does not override (the reads, and
-// the watchdog's listing, whose signature is the reaper's business) pass
-// through untouched. TestSimStoreCoversEveryVerb keeps the list of what is
-// intercepted honest as the contract grows.
+// It names every verb itself: the ones it does not intercept (the reads,
+// and the watchdog's listing, whose signature is the reaper's business)
+// pass through untouched. TestSimStoreCoversEveryVerb keeps the list of
+// what is intercepted honest as the contract grows.
 type simStore struct {
-	board.Store
-	a *simAgent
+	inner board.Store
+	a     *simAgent
 
 	// crashIn, when ≥ 0, is how many more writes go through before the
 	// agent dies: the next write after them, and every one after that, is
@@ -56,7 +56,7 @@ var (
 // decide which it is (and, for a write, to intercept it below).
 var (
 	simWrites = []string{
-		"CreateCard", "Claim", "ClaimNext", "RenewClaims",
+		"CreateCard", "Claim", "ClaimNext", "Start", "Finish", "RenewClaims",
 		"SetStateOwned", "SetLastRunOwned", "SetAwaitingInputOwned", "SetGaveUpOwned",
 		"ExpireClaimOwned", "ReleaseOwned", "Release", "ReleaseExpired",
 		"SetState", "SetStateFrom", "Reopen", "AdjustLabels", "SetLabels",
@@ -113,8 +113,10 @@ func simStoreOverrides() map[string]bool {
 		out[name] = errors.Is(f(), errAgentKilled)
 	}
 	try("CreateCard", func() error { _, err := s.CreateCard(ctx, board.NewCard{}); return err })
-	try("Claim", func() error { _, err := s.Claim(ctx, board.ClaimRequest{}); return err })
+	try("Claim", func() error { _, _, err := s.Claim(ctx, board.ClaimRequest{}); return err })
 	try("ClaimNext", func() error { _, _, err := s.ClaimNext(ctx, board.ClaimNextRequest{}); return err })
+	try("Start", func() error { _, err := s.Start(ctx, board.StartRequest{}); return err })
+	try("Finish", func() error { _, err := s.Finish(ctx, board.FinishRequest{}); return err })
 	try("RenewClaims", func() error { _, err := s.RenewClaims(ctx, nil, time.Second); return err })
 	try("SetStateOwned", func() error { _, err := s.SetStateOwned(ctx, board.OwnedMove{}); return err })
 	try("SetLastRunOwned", func() error { return s.SetLastRunOwned(ctx, "", board.ClaimToken{}, "") })
@@ -129,7 +131,7 @@ func simStoreOverrides() map[string]bool {
 	try("Reopen", func() error { return s.Reopen(ctx, board.Move{}) })
 	try("AdjustLabels", func() error { _, err := s.AdjustLabels(ctx, board.LabelChange{}); return err })
 	try("SetLabels", func() error { _, err := s.SetLabels(ctx, "", nil, ""); return err })
-	try("CreateRun", func() error { _, err := s.CreateRun(ctx, board.Run{}); return err })
+	try("CreateRun", func() error { _, err := s.CreateRun(ctx, board.NewRun{}); return err })
 	try("UpdateRun", func() error { _, err := s.UpdateRun(ctx, board.RunUpdate{}); return err })
 	try("ReclaimExpired", func() error { _, _, err := s.ReclaimExpired(ctx, board.Reclaim{}); return err })
 	return out
@@ -189,23 +191,46 @@ func (s *simStore) CreateCard(ctx context.Context, c board.NewCard) (board.Card,
 	if err := s.admit("CreateCard", c.ID); err != nil {
 		return board.Card{}, err
 	}
-	out, err := s.Store.CreateCard(ctx, c)
+	out, err := s.inner.CreateCard(ctx, c)
 	if err = s.answer("CreateCard", c.ID, err); err != nil {
 		return board.Card{}, err
 	}
 	return out, nil
 }
 
-func (s *simStore) Claim(ctx context.Context, r board.ClaimRequest) (board.ClaimToken, error) {
+func (s *simStore) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, board.ClaimToken, error) {
 	if err := s.admit("Claim", r.Card); err != nil {
-		return board.ClaimToken{}, err
+		return board.Card{}, board.ClaimToken{}, err
 	}
 	s.stamp()
-	tok, err := s.Store.Claim(ctx, r)
+	c, tok, err := s.inner.Claim(ctx, r)
 	if err = s.answer("Claim", r.Card, err); err != nil {
-		return board.ClaimToken{}, err
+		return board.Card{}, board.ClaimToken{}, err
 	}
-	return tok, nil
+	return c, tok, nil
+}
+
+func (s *simStore) Start(ctx context.Context, r board.StartRequest) (board.Started, error) {
+	if err := s.admit("Start", r.Card); err != nil {
+		return board.Started{}, err
+	}
+	s.stamp()
+	out, err := s.inner.Start(ctx, r)
+	if err = s.answer("Start", r.Card, err); err != nil {
+		return board.Started{}, err
+	}
+	return out, nil
+}
+
+func (s *simStore) Finish(ctx context.Context, r board.FinishRequest) (board.Finished, error) {
+	if err := s.admit("Finish", r.Card); err != nil {
+		return board.Finished{}, err
+	}
+	out, err := s.inner.Finish(ctx, r)
+	if err = s.answer("Finish", r.Card, err); err != nil {
+		return board.Finished{}, err
+	}
+	return out, nil
 }
 
 func (s *simStore) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.Card, board.ClaimToken, error) {
@@ -213,7 +238,7 @@ func (s *simStore) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (boa
 		return board.Card{}, board.ClaimToken{}, err
 	}
 	s.stamp()
-	c, tok, err := s.Store.ClaimNext(ctx, r)
+	c, tok, err := s.inner.ClaimNext(ctx, r)
 	if err = s.answer("ClaimNext", c.ID, err); err != nil {
 		return board.Card{}, board.ClaimToken{}, err
 	}
@@ -225,7 +250,7 @@ func (s *simStore) RenewClaims(ctx context.Context, hs []board.Hold, lease time.
 		return nil, err
 	}
 	s.stamp()
-	out, err := s.Store.RenewClaims(ctx, hs, lease)
+	out, err := s.inner.RenewClaims(ctx, hs, lease)
 	if err == nil && s.a != nil && s.a.w != nil {
 		s.a.w.checkRenewals(s.a, hs, out)
 	}
@@ -239,7 +264,7 @@ func (s *simStore) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, 
 	if err := s.admit("SetStateOwned", m.Card); err != nil {
 		return false, err
 	}
-	changed, err := s.Store.SetStateOwned(ctx, m)
+	changed, err := s.inner.SetStateOwned(ctx, m)
 	if err = s.answer("SetStateOwned", m.Card, err); err != nil {
 		return false, err
 	}
@@ -250,63 +275,63 @@ func (s *simStore) SetLastRunOwned(ctx context.Context, card string, tok board.C
 	if err := s.admit("SetLastRunOwned", card); err != nil {
 		return err
 	}
-	return s.answer("SetLastRunOwned", card, s.Store.SetLastRunOwned(ctx, card, tok, runID))
+	return s.answer("SetLastRunOwned", card, s.inner.SetLastRunOwned(ctx, card, tok, runID))
 }
 
 func (s *simStore) SetAwaitingInputOwned(ctx context.Context, card string, tok board.ClaimToken, awaiting bool) error {
 	if err := s.admit("SetAwaitingInputOwned", card); err != nil {
 		return err
 	}
-	return s.answer("SetAwaitingInputOwned", card, s.Store.SetAwaitingInputOwned(ctx, card, tok, awaiting))
+	return s.answer("SetAwaitingInputOwned", card, s.inner.SetAwaitingInputOwned(ctx, card, tok, awaiting))
 }
 
 func (s *simStore) SetGaveUpOwned(ctx context.Context, card string, tok board.ClaimToken, g *board.GaveUp) error {
 	if err := s.admit("SetGaveUpOwned", card); err != nil {
 		return err
 	}
-	return s.answer("SetGaveUpOwned", card, s.Store.SetGaveUpOwned(ctx, card, tok, g))
+	return s.answer("SetGaveUpOwned", card, s.inner.SetGaveUpOwned(ctx, card, tok, g))
 }
 
 func (s *simStore) ExpireClaimOwned(ctx context.Context, card string, tok board.ClaimToken) error {
 	if err := s.admit("ExpireClaimOwned", card); err != nil {
 		return err
 	}
-	return s.answer("ExpireClaimOwned", card, s.Store.ExpireClaimOwned(ctx, card, tok))
+	return s.answer("ExpireClaimOwned", card, s.inner.ExpireClaimOwned(ctx, card, tok))
 }
 
 func (s *simStore) ReleaseOwned(ctx context.Context, card string, tok board.ClaimToken) error {
 	if err := s.admit("ReleaseOwned", card); err != nil {
 		return err
 	}
-	return s.answer("ReleaseOwned", card, s.Store.ReleaseOwned(ctx, card, tok))
+	return s.answer("ReleaseOwned", card, s.inner.ReleaseOwned(ctx, card, tok))
 }
 
 func (s *simStore) Release(ctx context.Context, card, marker, actor string) error {
 	if err := s.admit("Release", card); err != nil {
 		return err
 	}
-	return s.answer("Release", card, s.Store.Release(ctx, card, marker, actor))
+	return s.answer("Release", card, s.inner.Release(ctx, card, marker, actor))
 }
 
 func (s *simStore) ReleaseExpired(ctx context.Context, r board.ExpiredRelease) error {
 	if err := s.admit("ReleaseExpired", r.Card); err != nil {
 		return err
 	}
-	return s.answer("ReleaseExpired", r.Card, s.Store.ReleaseExpired(ctx, r))
+	return s.answer("ReleaseExpired", r.Card, s.inner.ReleaseExpired(ctx, r))
 }
 
 func (s *simStore) SetState(ctx context.Context, m board.Move) error {
 	if err := s.admit("SetState", m.Card); err != nil {
 		return err
 	}
-	return s.answer("SetState", m.Card, s.Store.SetState(ctx, m))
+	return s.answer("SetState", m.Card, s.inner.SetState(ctx, m))
 }
 
 func (s *simStore) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
 	if err := s.admit("SetStateFrom", m.Card); err != nil {
 		return false, err
 	}
-	changed, err := s.Store.SetStateFrom(ctx, m)
+	changed, err := s.inner.SetStateFrom(ctx, m)
 	if err = s.answer("SetStateFrom", m.Card, err); err != nil {
 		return false, err
 	}
@@ -317,14 +342,14 @@ func (s *simStore) Reopen(ctx context.Context, m board.Move) error {
 	if err := s.admit("Reopen", m.Card); err != nil {
 		return err
 	}
-	return s.answer("Reopen", m.Card, s.Store.Reopen(ctx, m))
+	return s.answer("Reopen", m.Card, s.inner.Reopen(ctx, m))
 }
 
 func (s *simStore) AdjustLabels(ctx context.Context, c board.LabelChange) (board.Card, error) {
 	if err := s.admit("AdjustLabels", c.Card); err != nil {
 		return board.Card{}, err
 	}
-	out, err := s.Store.AdjustLabels(ctx, c)
+	out, err := s.inner.AdjustLabels(ctx, c)
 	if err = s.answer("AdjustLabels", c.Card, err); err != nil {
 		return board.Card{}, err
 	}
@@ -335,19 +360,19 @@ func (s *simStore) SetLabels(ctx context.Context, card string, labels []string, 
 	if err := s.admit("SetLabels", card); err != nil {
 		return board.Card{}, err
 	}
-	out, err := s.Store.SetLabels(ctx, card, labels, actor)
+	out, err := s.inner.SetLabels(ctx, card, labels, actor)
 	if err = s.answer("SetLabels", card, err); err != nil {
 		return board.Card{}, err
 	}
 	return out, nil
 }
 
-func (s *simStore) CreateRun(ctx context.Context, r board.Run) (board.Run, error) {
-	if err := s.admit("CreateRun", r.Card); err != nil {
+func (s *simStore) CreateRun(ctx context.Context, r board.NewRun) (board.Run, error) {
+	if err := s.admit("CreateRun", r.Run.Card); err != nil {
 		return board.Run{}, err
 	}
-	out, err := s.Store.CreateRun(ctx, r)
-	if err = s.answer("CreateRun", r.Card, err); err != nil {
+	out, err := s.inner.CreateRun(ctx, r)
+	if err = s.answer("CreateRun", r.Run.Card, err); err != nil {
 		return board.Run{}, err
 	}
 	return out, nil
@@ -357,7 +382,7 @@ func (s *simStore) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run,
 	if err := s.admit("UpdateRun", u.ID); err != nil {
 		return board.Run{}, err
 	}
-	out, err := s.Store.UpdateRun(ctx, u)
+	out, err := s.inner.UpdateRun(ctx, u)
 	if err = s.answer("UpdateRun", u.ID, err); err != nil {
 		return board.Run{}, err
 	}
@@ -367,14 +392,50 @@ func (s *simStore) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run,
 // ReclaimExpired is intercepted because it is the reaper's first write on a
 // card: killing the agent right after it is what leaves an abandoned
 // recovery claim behind. The request passes through unchanged.
-func (s *simStore) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.ClaimToken, board.Card, error) {
+func (s *simStore) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Card, board.ClaimToken, error) {
 	if err := s.admit("ReclaimExpired", r.Card); err != nil {
-		return board.ClaimToken{}, board.Card{}, err
+		return board.Card{}, board.ClaimToken{}, err
 	}
 	s.stamp()
-	tok, c, err := s.Store.ReclaimExpired(ctx, r)
+	c, tok, err := s.inner.ReclaimExpired(ctx, r)
 	if err = s.answer("ReclaimExpired", r.Card, err); err != nil {
-		return board.ClaimToken{}, board.Card{}, err
+		return board.Card{}, board.ClaimToken{}, err
 	}
-	return tok, c, nil
+	return c, tok, nil
 }
+
+// The verbs passed through on purpose (simPassThrough).
+
+func (s *simStore) Board() board.Board { return s.inner.Board() }
+func (s *simStore) LoadBoard(ctx context.Context) (board.Board, error) {
+	return s.inner.LoadBoard(ctx)
+}
+func (s *simStore) SetBoard(ctx context.Context, expect, next board.Board) (board.Board, bool, error) {
+	return s.inner.SetBoard(ctx, expect, next)
+}
+func (s *simStore) SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error) {
+	return s.inner.SetLabelsFrom(ctx, l)
+}
+func (s *simStore) Now(ctx context.Context) (time.Time, error) { return s.inner.Now(ctx) }
+func (s *simStore) GetCard(ctx context.Context, id string) (board.Card, error) {
+	return s.inner.GetCard(ctx, id)
+}
+func (s *simStore) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
+	return s.inner.ListCards(ctx, f)
+}
+func (s *simStore) Dependents(ctx context.Context, id string) ([]board.Card, error) {
+	return s.inner.Dependents(ctx, id)
+}
+func (s *simStore) GetRun(ctx context.Context, id string) (board.Run, error) {
+	return s.inner.GetRun(ctx, id)
+}
+func (s *simStore) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQuery) (board.ExpiredPage, error) {
+	return s.inner.ListExpiredClaimCandidates(ctx, q)
+}
+func (s *simStore) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
+	return s.inner.ListUnleasedRunningClaims(ctx, cutoff, limit)
+}
+func (s *simStore) Events(ctx context.Context, after int64, limit int) ([]board.Event, error) {
+	return s.inner.Events(ctx, after, limit)
+}
+func (s *simStore) Close() error { return s.inner.Close() }

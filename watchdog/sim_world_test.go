@@ -344,7 +344,7 @@ func (w *simWorld) createCards() {
 func (w *simWorld) startAgent(h *simHost) *simAgent {
 	a := &simAgent{w: w, host: h, pid: h.spawnPID(), starve: map[string]int{}}
 	a.marker = board.WorkerMarker(h.name, a.pid)
-	a.st = &simStore{Store: h.store, a: a, crashIn: -1, trace: w.tracef}
+	a.st = &simStore{inner: h.store, a: a, crashIn: -1, trace: w.tracef}
 	lease := func() time.Duration { return simLease }
 	loop, err := heartbeat.New(heartbeat.Config{
 		Store: a.st, Clock: h.clock, Lease: lease, Prober: h.probe,
@@ -690,7 +690,7 @@ func (w *simWorld) workerStep(k *simWorker) {
 				return
 			}
 			id := ids[w.rng.IntN(len(ids))]
-			tok, err = st.Claim(ctx, board.ClaimRequest{Card: id, Marker: k.marker, Lease: simLease})
+			_, tok, err = st.Claim(ctx, board.ClaimRequest{Card: id, Marker: k.marker, Lease: simLease})
 			if err == nil {
 				c, err = st.GetCard(ctx, id)
 			}
@@ -725,7 +725,7 @@ func (w *simWorld) workerStep(k *simWorker) {
 			run.Checkpoint = "ckpt"
 		}
 		w.m.started(k, run.ID)
-		_, err = st.CreateRun(ctx, run)
+		_, err = st.CreateRun(ctx, board.NewRun{Token: k.tok, Run: run})
 		w.note(k.card, "worker %s@%d CreateRun %s (%s) → %v", k.marker, k.tok.Epoch, run.ID, run.Status, err)
 		if err != nil {
 			w.releaseAndExit(k, "start run failed")

@@ -17,7 +17,7 @@ func exerciseBadInput(t *testing.T, h Harness) {
 		// Unknown card.
 		{"GetCardUnknown", func(e *env, _ board.ClaimToken) error { _, err := e.s.GetCard(e.ctx, "ghost"); return err }, board.ErrNotFound},
 		{"ClaimUnknownCard", func(e *env, _ board.ClaimToken) error {
-			_, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "ghost", Marker: markerB, Lease: lease})
+			_, _, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "ghost", Marker: markerB, Lease: lease})
 			return err
 		}, board.ErrNotFound},
 		{"SetStateUnknownCard", func(e *env, _ board.ClaimToken) error {
@@ -179,22 +179,22 @@ func exerciseBadInput(t *testing.T, h Harness) {
 			return err
 		}, board.ErrInvalidArgument},
 		{"GetRunNotUTF8", func(e *env, _ board.ClaimToken) error { _, err := e.s.GetRun(e.ctx, "\xc0"); return err }, board.ErrInvalidArgument},
-		{"UpdateRunIDNotUTF8", func(e *env, _ board.ClaimToken) error {
+		{"UpdateRunIDNotUTF8", func(e *env, tok board.ClaimToken) error {
 			st := board.RunFailed
-			_, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r\xff", Status: &st})
+			_, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r\xff", Token: tok, Status: &st})
 			return err
 		}, board.ErrInvalidArgument},
-		{"UpdateRunCheckpointNotUTF8", func(e *env, _ board.ClaimToken) error {
+		{"UpdateRunCheckpointNotUTF8", func(e *env, tok board.ClaimToken) error {
 			cp := "step \xe0\x80"
-			_, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "ghost", Checkpoint: &cp})
+			_, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "ghost", Token: tok, Checkpoint: &cp})
 			return err
 		}, board.ErrInvalidArgument},
 		{"CreateRunCheckpointNotUTF8", func(e *env, tok board.ClaimToken) error {
-			_, err := e.s.CreateRun(e.ctx, board.Run{ID: "r9", Card: "c1", Owner: tok.Marker, Epoch: tok.Epoch, Checkpoint: "\xc3"})
+			_, err := e.s.CreateRun(e.ctx, board.NewRun{Token: tok, Run: board.Run{ID: "r9", Card: "c1", Checkpoint: "\xc3"}})
 			return err
 		}, board.ErrInvalidArgument},
 		{"ClaimCardNotUTF8", func(e *env, _ board.ClaimToken) error {
-			_, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "c2\xff", Marker: markerB, Lease: lease})
+			_, _, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "c2\xff", Marker: markerB, Lease: lease})
 			return err
 		}, board.ErrInvalidArgument},
 		{"ClaimMarkerNotUTF8", claimWith("wor\xffker-4242"), board.ErrInvalidArgument},
@@ -285,7 +285,7 @@ func exerciseBadInput(t *testing.T, h Harness) {
 
 func claimWith(marker string) func(e *env, tok board.ClaimToken) error {
 	return func(e *env, _ board.ClaimToken) error {
-		_, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "c2", Marker: marker, Lease: lease})
+		_, _, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "c2", Marker: marker, Lease: lease})
 		return err
 	}
 }

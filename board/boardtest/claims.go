@@ -82,7 +82,7 @@ func exerciseClaims(t *testing.T, h Harness) {
 		before := e.get("c1")
 		seq := e.lastSeq()
 
-		_, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "c1", Marker: markerB, Lease: lease})
+		_, _, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "c1", Marker: markerB, Lease: lease})
 		wantConflict(t, err, markerA, tok.Epoch, "Claim by another marker")
 		e.unchanged(before, "a refused claim")
 		e.noEventsSince(seq, "a refused claim")
@@ -99,7 +99,7 @@ func exerciseClaims(t *testing.T, h Harness) {
 		e.clock.Advance(time.Hour)
 		seq := e.lastSeq()
 
-		_, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "c1", Marker: markerB, Lease: lease})
+		_, _, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "c1", Marker: markerB, Lease: lease})
 		wantConflict(t, err, markerA, tok.Epoch, "Claim over an expired lease")
 		e.unchanged(before, "a refused claim")
 		e.noEventsSince(seq, "a refused claim")

@@ -21,7 +21,7 @@ func exerciseEvents(t *testing.T, h Harness) {
 		}{
 			{"CreateCard", func() error { _, err := e.s.CreateCard(e.ctx, board.NewCard{ID: "c1", Actor: "cli"}); return err }, board.EventCardCreated, "c1"},
 			{"Claim", func() (err error) {
-				tok, err = e.s.Claim(e.ctx, board.ClaimRequest{Card: "c1", Marker: markerA, Lease: lease})
+				_, tok, err = e.s.Claim(e.ctx, board.ClaimRequest{Card: "c1", Marker: markerA, Lease: lease})
 				return err
 			}, board.EventClaimed, "c1"},
 			{"SetStateOwned", func() error {
@@ -29,14 +29,14 @@ func exerciseEvents(t *testing.T, h Harness) {
 				return err
 			}, board.EventState, "c1"},
 			{"CreateRun", func() error {
-				_, err := e.s.CreateRun(e.ctx, board.Run{ID: "r1", Card: "c1", Status: board.RunRunning, Owner: tok.Marker, Epoch: tok.Epoch})
+				_, err := e.s.CreateRun(e.ctx, board.NewRun{Token: tok, Run: board.Run{ID: "r1", Card: "c1", Status: board.RunRunning}})
 				return err
 			}, board.EventRunCreated, "c1"},
-			{"SetLastRunOwned", func() error { return e.s.SetLastRunOwned(e.ctx, "c1", tok, "r1") }, board.EventLastRun, "c1"},
+			{"SetLastRunOwned", func() error { return e.s.SetLastRunOwned(e.ctx, "c1", tok, "r0") }, board.EventLastRun, "c1"},
 			{"SetAwaitingInputOwned", func() error { return e.s.SetAwaitingInputOwned(e.ctx, "c1", tok, true) }, board.EventAwaitingInput, "c1"},
 			{"UpdateRun", func() error {
 				st := board.RunFinished
-				_, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Status: &st})
+				_, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: tok, Status: &st})
 				return err
 			}, board.EventRunUpdated, "c1"},
 			{"SetGaveUpOwned", func() error {
@@ -57,7 +57,7 @@ func exerciseEvents(t *testing.T, h Harness) {
 			}, board.EventState, "c1"},
 			{"Reopen", func() error { return e.s.Reopen(e.ctx, board.Move{Card: "c1", To: board.StateReady, Actor: "uid:0"}) }, board.EventState, "c1"},
 			{"ClaimThenRelease", func() error {
-				if _, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "c1", Marker: markerB, Lease: lease}); err != nil {
+				if _, _, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "c1", Marker: markerB, Lease: lease}); err != nil {
 					return err
 				}
 				return e.s.Release(e.ctx, "c1", markerB, "uid:0")
@@ -71,7 +71,13 @@ func exerciseEvents(t *testing.T, h Harness) {
 				t.Fatalf("%s: %v", st.name, err)
 			}
 			evs := e.eventsAfter(seq)
-			if st.want == "" {
+			if st.name == "CreateRun" {
+				// A fenced run start points the card at the run in the
+				// same write.
+				if len(evs) != 2 || evs[0].Type != board.EventRunCreated || evs[1].Type != board.EventLastRun || evs[1].Card != st.card {
+					t.Errorf("%s logged %s, want run_created then last_run for %s", st.name, fmtEvents(evs), st.card)
+				}
+			} else if st.want == "" {
 				if len(evs) != 2 || evs[0].Type != board.EventClaimed || evs[1].Type != board.EventReleased {
 					t.Errorf("%s logged %s, want claimed then released", st.name, fmtEvents(evs))
 				}

@@ -86,7 +86,7 @@ func exerciseExpired(t *testing.T, h Harness) {
 		}
 		// The owner re-takes the card (a new epoch, a fresh lease): the
 		// release judged on the old token must not touch it.
-		newTok, _, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: tok, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: lease})
+		_, newTok, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: tok, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: lease})
 		if err != nil {
 			t.Fatalf("ReclaimExpired: %v", err)
 		}
@@ -136,7 +136,7 @@ func exerciseExpired(t *testing.T, h Harness) {
 		t.Parallel()
 		e := open(t, h)
 		tok, expired := expiredHold(e)
-		first, _, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: tok, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: time.Millisecond})
+		_, first, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: tok, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: time.Millisecond})
 		if err != nil {
 			t.Fatalf("ReclaimExpired: %v", err)
 		}
@@ -147,7 +147,7 @@ func exerciseExpired(t *testing.T, h Harness) {
 		// A recovery claim taken over from another keeps the worker epoch.
 		e.clock.Advance(time.Second)
 		c = e.expire("c1", first)
-		second, _, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: first, RecoveryMarker: recovery, Cutoff: c.ClaimLeaseUntil, Lease: lease})
+		_, second, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: first, RecoveryMarker: recovery, Cutoff: c.ClaimLeaseUntil, Lease: lease})
 		if err != nil {
 			t.Fatalf("ReclaimExpired of a recovery claim: %v", err)
 		}

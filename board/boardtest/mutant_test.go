@@ -38,21 +38,21 @@ func (m fenceBypass) SetLastRunOwned(ctx context.Context, card string, tok board
 // claimSteals takes a held card from its holder instead of refusing.
 type claimSteals struct{ board.Store }
 
-func (m claimSteals) Claim(ctx context.Context, r board.ClaimRequest) (board.ClaimToken, error) {
-	tok, err := m.Store.Claim(ctx, r)
+func (m claimSteals) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, board.ClaimToken, error) {
+	c, tok, err := m.Store.Claim(ctx, r)
 	if ce, ok := board.AsClaimConflict(err); ok {
 		if err := m.Store.Release(ctx, r.Card, ce.Holder, "mutant"); err != nil {
-			return board.ClaimToken{}, err
+			return board.Card{}, board.ClaimToken{}, err
 		}
 		return m.Store.Claim(ctx, r)
 	}
-	return tok, err
+	return c, tok, err
 }
 
 // reclaimIgnoresLease transfers live leases too.
 type reclaimIgnoresLease struct{ board.Store }
 
-func (m reclaimIgnoresLease) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.ClaimToken, board.Card, error) {
+func (m reclaimIgnoresLease) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Card, board.ClaimToken, error) {
 	r.Cutoff = r.Cutoff.Add(1000 * time.Hour)
 	return m.Store.ReclaimExpired(ctx, r)
 }
@@ -60,12 +60,12 @@ func (m reclaimIgnoresLease) ReclaimExpired(ctx context.Context, r board.Reclaim
 // anonymousConflict refuses claims without naming the holder.
 type anonymousConflict struct{ board.Store }
 
-func (m anonymousConflict) Claim(ctx context.Context, r board.ClaimRequest) (board.ClaimToken, error) {
-	tok, err := m.Store.Claim(ctx, r)
+func (m anonymousConflict) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, board.ClaimToken, error) {
+	c, tok, err := m.Store.Claim(ctx, r)
 	if errors.Is(err, board.ErrClaimConflict) {
-		return tok, fmt.Errorf("card %s: %w", r.Card, board.ErrClaimConflict)
+		return c, tok, fmt.Errorf("card %s: %w", r.Card, board.ErrClaimConflict)
 	}
-	return tok, err
+	return c, tok, err
 }
 
 // sinkLeaks lets SetState leave a terminal state by going through Reopen.
@@ -159,7 +159,61 @@ func (m listingRestarts) ListExpiredClaimCandidates(ctx context.Context, q board
 	return m.Store.ListExpiredClaimCandidates(ctx, q)
 }
 
+// startMintsOnRefusal claims and releases a card in a sink before refusing
+// its Start: the refusal bumps the epoch and logs events.
+type startMintsOnRefusal struct{ board.Store }
+
+func (m startMintsOnRefusal) Start(ctx context.Context, r board.StartRequest) (board.Started, error) {
+	st, err := m.Store.Start(ctx, r)
+	if errors.Is(err, board.ErrTerminalStateExit) {
+		if _, tok, cerr := m.Store.Claim(ctx, board.ClaimRequest{Card: r.Card, Marker: r.Marker, Lease: r.Lease}); cerr == nil {
+			_ = m.Store.ReleaseOwned(ctx, r.Card, tok)
+		}
+	}
+	return st, err
+}
+
+// finishWithoutRunFence files any run the caller names: it points the card
+// at it and reopens a run that already has its verdict before finishing.
+type finishWithoutRunFence struct{ board.Store }
+
+func (m finishWithoutRunFence) Finish(ctx context.Context, r board.FinishRequest) (board.Finished, error) {
+	_ = m.Store.SetLastRunOwned(ctx, r.Card, r.Token, r.RunID)
+	if run, err := m.Store.GetRun(ctx, r.RunID); err == nil && run.Status.Final() {
+		running := board.RunRunning
+		_, _ = m.Store.UpdateRun(ctx, board.RunUpdate{ID: r.RunID, Token: r.Token, Status: &running})
+	}
+	return m.Store.Finish(ctx, r)
+}
+
+// updateRunIgnoresToken writes a run under whatever claim holds its card.
+type updateRunIgnoresToken struct{ board.Store }
+
+func (m updateRunIgnoresToken) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run, error) {
+	if run, err := m.Store.GetRun(ctx, u.ID); err == nil {
+		if c, err := m.Store.GetCard(ctx, run.Card); err == nil && c.Claimed() {
+			u.Token = c.Token()
+		}
+	}
+	return m.Store.UpdateRun(ctx, u)
+}
+
+// releaseLeavesRunOpen force-releases as the holder would release, leaving
+// its run running.
+type releaseLeavesRunOpen struct{ board.Store }
+
+func (m releaseLeavesRunOpen) Release(ctx context.Context, card, marker, actor string) error {
+	if c, err := m.Store.GetCard(ctx, card); err == nil && c.Claim == marker {
+		return m.Store.ReleaseOwned(ctx, card, c.Token())
+	}
+	return m.Store.Release(ctx, card, marker, actor)
+}
+
 var mutants = map[string]func(board.Store) board.Store{
+	"startMintsOnRefusal":    func(s board.Store) board.Store { return startMintsOnRefusal{s} },
+	"finishWithoutRunFence":  func(s board.Store) board.Store { return finishWithoutRunFence{s} },
+	"updateRunIgnoresToken":  func(s board.Store) board.Store { return updateRunIgnoresToken{s} },
+	"releaseLeavesRunOpen":   func(s board.Store) board.Store { return releaseLeavesRunOpen{s} },
 	"releaseExpiredByMarker": func(s board.Store) board.Store { return releaseExpiredByMarker{s} },
 	"listingRestarts":        func(s board.Store) board.Store { return listingRestarts{s} },
 	"fenceBypass":            func(s board.Store) board.Store { return fenceBypass{s} },
@@ -217,6 +271,14 @@ func TestSuiteCatchesMutants(t *testing.T) {
 			[]string{"TestMutantExercise/Expired/ExpiredListingPages"}},
 		{"recoveryListsClaimed", "TestMutantExercise/Watchdog/RecoveryOnlyListing",
 			[]string{"TestMutantExercise/Watchdog/RecoveryOnlyListing"}},
+		{"startMintsOnRefusal", "TestMutantExercise/Lifecycle/RefusalsMintNothing",
+			[]string{"TestMutantExercise/Lifecycle/RefusalsMintNothing"}},
+		{"finishWithoutRunFence", "TestMutantExercise/Lifecycle/FinishFenced/",
+			[]string{"TestMutantExercise/Lifecycle/FinishFenced/RunWithAVerdict", "TestMutantExercise/Lifecycle/FinishFenced/NotTheRecordedRun"}},
+		{"updateRunIgnoresToken", "TestMutantExercise/Lifecycle/RunWritesFenced/UpdateRunWorkerToken",
+			[]string{"TestMutantExercise/Lifecycle/RunWritesFenced/UpdateRunWorkerToken"}},
+		{"releaseLeavesRunOpen", "TestMutantExercise/Lifecycle/ReleaseClosesTheHoldersRun",
+			[]string{"TestMutantExercise/Lifecycle/ReleaseClosesTheHoldersRun"}},
 		{"reopenLastBlockerOnly", "TestMutantExercise/States/ReopenGuard/",
 			[]string{"TestMutantExercise/States/ReopenGuard/EarlierBlocker", "TestMutantExercise/States/ReopenGuard/DependentMovedByHand", "TestMutantExercise/States/ReopenGuard/FinishedDependent"}},
 	}

@@ -92,7 +92,7 @@ var staleScenarios = []staleScenario{
 	{"AfterTransfer", func(e *env) (board.ClaimToken, board.ClaimToken) {
 		t1 := e.claim("c1", markerA)
 		c := e.expire("c1", t1)
-		t2, _, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: t1, RecoveryMarker: recovery, Cutoff: c.ClaimLeaseUntil, Lease: lease})
+		_, t2, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: t1, RecoveryMarker: recovery, Cutoff: c.ClaimLeaseUntil, Lease: lease})
 		if err != nil {
 			e.t.Fatalf("ReclaimExpired: %v", err)
 		}
@@ -300,7 +300,7 @@ func exerciseOwner(t *testing.T, h Harness) {
 		t.Parallel()
 		e := open(t, h)
 		e.card("c1", board.StateReady)
-		tok, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "c1", Marker: markerA, Lease: time.Hour})
+		_, tok, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "c1", Marker: markerA, Lease: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}

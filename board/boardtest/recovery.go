@@ -25,7 +25,7 @@ func exerciseRecoveryListing(t *testing.T, h Harness) {
 	reclaim := func(id, rec string, tok board.ClaimToken) board.ClaimToken {
 		t.Helper()
 		c := e.expire(id, tok)
-		got, _, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: id, Prev: tok, RecoveryMarker: rec, Cutoff: c.ClaimLeaseUntil, Lease: lease})
+		_, got, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: id, Prev: tok, RecoveryMarker: rec, Cutoff: c.ClaimLeaseUntil, Lease: lease})
 		if err != nil {
 			t.Fatalf("ReclaimExpired(%s → %s): %v", id, rec, err)
 		}

@@ -20,12 +20,15 @@ func exerciseRuns(t *testing.T, h Harness) {
 		in := board.Run{ID: "r1", Card: "c1", Status: board.RunRunning, Continuation: board.ContinuationNone,
 			Owner: tok.Marker, Epoch: tok.Epoch, Host: "worker-a", PID: 101, PIDStart: 1_700_000_000_000,
 			PIDStartTicks: 4_200_017, BootID: "6e1f3c2a-9b7d-4e51-8c3f-2d9a0b1c4e7f"}
-		created, err := e.s.CreateRun(e.ctx, in)
+		created, err := e.s.CreateRun(e.ctx, board.NewRun{Token: tok, Run: in})
 		if err != nil {
 			t.Fatalf("CreateRun: %v", err)
 		}
-		ev := e.oneEventSince(seq, board.EventRunCreated, "CreateRun")
-		if ev.Card != "c1" || ev.Data.RunID != "r1" {
+		evs := e.eventsAfter(seq)
+		if len(evs) != 2 || evs[0].Type != board.EventRunCreated || evs[1].Type != board.EventLastRun {
+			t.Fatalf("CreateRun logged %s, want run_created then last_run", fmtEvents(evs))
+		}
+		if ev := evs[0]; ev.Card != "c1" || ev.Data.RunID != "r1" {
 			t.Errorf("run_created event = card %q run %q, want c1 r1", ev.Card, ev.Data.RunID)
 		}
 		got, err := e.s.GetRun(e.ctx, "r1")
@@ -43,8 +46,8 @@ func exerciseRuns(t *testing.T, h Harness) {
 		if got.CreatedAt.IsZero() {
 			t.Errorf("run created_at is zero, want stamped")
 		}
-		if c := e.get("c1"); !slices.Contains(c.Runs, "r1") {
-			t.Errorf("card runs = %q, want the new run r1 recorded", c.Runs)
+		if c := e.get("c1"); !slices.Contains(c.Runs, "r1") || c.LastRunID != "r1" || c.LastRunEpoch != tok.Epoch {
+			t.Errorf("card runs = %q, last run %q epoch %d; want the new run r1 recorded and pointed at under epoch %d", c.Runs, c.LastRunID, c.LastRunEpoch, tok.Epoch)
 		}
 
 		e.clock.Advance(time.Second)
@@ -52,7 +55,7 @@ func exerciseRuns(t *testing.T, h Harness) {
 		status, code, cp := board.RunFailedResumable, board.FailureProcessOrphaned, "step-7"
 		cont := board.ContinuationRetryArmed
 		running := board.RunRunning
-		upd, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", IfStatus: &running, Status: &status, FailureCode: &code, Checkpoint: &cp, Continuation: &cont, Actor: "reaper"})
+		upd, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: tok, IfStatus: &running, Status: &status, FailureCode: &code, Checkpoint: &cp, Continuation: &cont, Actor: "reaper"})
 		if err != nil {
 			t.Fatalf("UpdateRun with a matching IfStatus: %v", err)
 		}
@@ -66,7 +69,7 @@ func exerciseRuns(t *testing.T, h Harness) {
 
 		// Nil fields are left alone.
 		fin := board.RunFinished
-		upd2, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Status: &fin})
+		upd2, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: tok, Status: &fin})
 		if err != nil || upd2.Status != fin || upd2.Checkpoint != cp || upd2.FailureCode != code {
 			t.Errorf("UpdateRun of the status only = %+v, %v; want status finished, other fields kept", upd2, err)
 		}
@@ -79,14 +82,14 @@ func exerciseRuns(t *testing.T, h Harness) {
 		e := open(t, h)
 		e.card("c1", board.StateReady)
 		tok := e.claim("c1", markerA)
-		if _, err := e.s.CreateRun(e.ctx, board.Run{ID: "r1", Card: "c1", Status: board.RunFinished, Owner: tok.Marker, Epoch: tok.Epoch}); err != nil {
+		if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: tok, Run: board.Run{ID: "r1", Card: "c1", Status: board.RunFinished}}); err != nil {
 			t.Fatal(err)
 		}
 		before, _ := e.s.GetRun(e.ctx, "r1")
 		e.clock.Advance(time.Second)
 		seq := e.lastSeq()
 		running, failed, code := board.RunRunning, board.RunFailed, board.FailureProcessOrphaned
-		_, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", IfStatus: &running, Status: &failed, FailureCode: &code})
+		_, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: tok, IfStatus: &running, Status: &failed, FailureCode: &code})
 		if err == nil {
 			t.Fatalf("UpdateRun with IfStatus running on a finished run: nil error, want a refusal")
 		}
@@ -107,7 +110,7 @@ func exerciseRuns(t *testing.T, h Harness) {
 		wantErr(t, err, board.ErrNotFound, "GetRun of an unknown run")
 		st := board.RunFailed
 		seq := e.lastSeq()
-		_, err = e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "nope", Status: &st})
+		_, err = e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "nope", Token: board.ClaimToken{Marker: markerA, Epoch: 1}, Status: &st})
 		wantErr(t, err, board.ErrNotFound, "UpdateRun of an unknown run")
 		e.noEventsSince(seq, "UpdateRun of an unknown run")
 	})
@@ -118,10 +121,10 @@ func exerciseRuns(t *testing.T, h Harness) {
 			run  board.Run
 			want error
 		}{
-			{"UnknownCard", board.Run{ID: "r2", Card: "ghost", Status: board.RunRunning, Owner: markerA, Epoch: 1}, board.ErrNotFound},
-			{"DuplicateID", board.Run{ID: "r1", Card: "c1", Status: board.RunRunning, Owner: markerA, Epoch: 1}, board.ErrInvalidArgument},
-			{"EmptyID", board.Run{ID: "", Card: "c1", Status: board.RunRunning, Owner: markerA, Epoch: 1}, board.ErrInvalidArgument},
-			{"UnknownStatus", board.Run{ID: "r2", Card: "c1", Status: "exploded", Owner: markerA, Epoch: 1}, board.ErrInvalidArgument},
+			{"UnknownCard", board.Run{ID: "r2", Card: "ghost", Status: board.RunRunning}, board.ErrNotFound},
+			{"DuplicateID", board.Run{ID: "r1", Card: "c1", Status: board.RunRunning}, board.ErrInvalidArgument},
+			{"EmptyID", board.Run{ID: "", Card: "c1", Status: board.RunRunning}, board.ErrInvalidArgument},
+			{"UnknownStatus", board.Run{ID: "r2", Card: "c1", Status: "exploded"}, board.ErrInvalidArgument},
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
@@ -129,12 +132,12 @@ func exerciseRuns(t *testing.T, h Harness) {
 				e := open(t, h)
 				e.card("c1", board.StateReady)
 				tok := e.claim("c1", markerA)
-				if _, err := e.s.CreateRun(e.ctx, board.Run{ID: "r1", Card: "c1", Status: board.RunRunning, Owner: tok.Marker, Epoch: tok.Epoch}); err != nil {
+				if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: tok, Run: board.Run{ID: "r1", Card: "c1", Status: board.RunRunning}}); err != nil {
 					t.Fatal(err)
 				}
 				before := e.get("c1")
 				seq := e.lastSeq()
-				_, err := e.s.CreateRun(e.ctx, tc.run)
+				_, err := e.s.CreateRun(e.ctx, board.NewRun{Token: tok, Run: tc.run})
 				wantErr(t, err, tc.want, "CreateRun "+tc.name)
 				e.unchanged(before, "a refused CreateRun")
 				e.noEventsSince(seq, "a refused CreateRun")

@@ -369,11 +369,11 @@ func exerciseStates(t *testing.T, h Harness) {
 			{"SetLabels", func(e *env) error { _, err := e.s.SetLabels(e.ctx, "c1", []string{"y"}, "uid:0"); return err }},
 			{"CreateRunUpdateRun", func(e *env) error {
 				c := e.get("c1")
-				if _, err := e.s.CreateRun(e.ctx, board.Run{ID: "r1", Card: "c1", Status: board.RunRunning, Owner: c.Claim, Epoch: c.ClaimEpoch}); err != nil {
+				if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: c.Token(), Run: board.Run{ID: "r1", Card: "c1", Status: board.RunRunning}}); err != nil {
 					return err
 				}
 				st := board.RunFinished
-				_, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Status: &st})
+				_, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: c.Token(), Status: &st})
 				return err
 			}},
 			{"CreateDependent", func(e *env) error {

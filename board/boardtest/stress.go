@@ -321,7 +321,7 @@ func (w *stressWorker) pick(e *env, card string) (stressInput, func() (stressOut
 	case opClaim:
 		in.Token, in.Marker = board.ClaimToken{}, w.worker
 		return in, func() (stressOutput, error) {
-			got, err := s.Claim(ctx, board.ClaimRequest{Card: card, Marker: w.worker, Lease: lease})
+			_, got, err := s.Claim(ctx, board.ClaimRequest{Card: card, Marker: w.worker, Lease: lease})
 			return stressResult(got, err)
 		}
 	case opWrite:
@@ -384,7 +384,7 @@ func reclaimOp(e *env, card string, prev board.ClaimToken, reaper string, seen b
 	if e.h.Fleet {
 		cutoff = seen.ClaimLeaseUntil
 	}
-	got, _, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: card, Prev: prev, RecoveryMarker: reaper, Cutoff: cutoff, Lease: lease})
+	_, got, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: card, Prev: prev, RecoveryMarker: reaper, Cutoff: cutoff, Lease: lease})
 	return stressResult(got, err)
 }
 

@@ -60,6 +60,7 @@ func Exercise(t *testing.T, h Harness) {
 	t.Run("Events", func(t *testing.T) { exerciseEvents(t, h) })
 	t.Run("BadInput", func(t *testing.T) { exerciseBadInput(t, h) })
 	t.Run("Admin", func(t *testing.T) { ExerciseAdmin(t, h) })
+	t.Run("Lifecycle", func(t *testing.T) { exerciseLifecycle(t, h) })
 }
 
 // Markers used throughout the suite. Two workers, plus the recovery marker
@@ -134,7 +135,7 @@ func (e *env) get(id string) board.Card {
 
 func (e *env) claim(id, marker string) board.ClaimToken {
 	e.t.Helper()
-	tok, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: lease})
+	_, tok, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: lease})
 	if err != nil {
 		e.t.Fatalf("Claim(%q, %q): %v", id, marker, err)
 	}

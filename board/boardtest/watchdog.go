@@ -26,7 +26,7 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 		e.clock.Advance(time.Second)
 		seq := e.lastSeq()
 
-		newTok, observed, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: tok, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: lease})
+		observed, newTok, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: tok, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: lease})
 		if err != nil {
 			t.Fatalf("ReclaimExpired of an expired claim: %v", err)
 		}
@@ -137,7 +137,7 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 		e := open(t, h)
 		tok, expired := expiredHold(e)
 		r := board.Reclaim{Card: "c1", Prev: tok, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: lease}
-		won, _, err := e.s.ReclaimExpired(e.ctx, r)
+		_, won, err := e.s.ReclaimExpired(e.ctx, r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +152,7 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 		t.Parallel()
 		e := open(t, h)
 		dead, expired := expiredHold(e)
-		rec, _, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: dead, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: lease})
+		_, rec, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: dead, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: lease})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,7 +199,7 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 				t.Parallel()
 				e := open(t, h)
 				dead, expired := expiredHold(e)
-				rec, _, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: dead, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: lease})
+				_, rec, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: dead, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: lease})
 				if err != nil {
 					t.Fatal(err)
 				}

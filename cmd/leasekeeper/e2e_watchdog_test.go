@@ -125,7 +125,7 @@ func (e *env) seedRecoveryClaim(card string) {
 	if _, err := st.CreateCard(ctx, board.NewCard{ID: card, State: board.StateInProgress}); err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := st.Claim(ctx, board.ClaimRequest{Card: card, Marker: board.RecoveryMarker("elsewhere-4242"), Lease: time.Millisecond}); err != nil {
+	if _, _, err := st.Claim(ctx, board.ClaimRequest{Card: card, Marker: board.RecoveryMarker("elsewhere-4242"), Lease: time.Millisecond}); err != nil {
 		e.t.Fatal(err)
 	}
 }

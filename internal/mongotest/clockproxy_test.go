@@ -131,7 +131,7 @@ func TestClockProxyDrivesTheStoreClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	const lease = 30 * time.Second
-	tok, err := s.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: "hosta-100", Lease: lease})
+	_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: "hosta-100", Lease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}

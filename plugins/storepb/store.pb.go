@@ -1709,50 +1709,6 @@ func (x *ClaimRequest) GetLeaseNanos() int64 {
 	return 0
 }
 
-type TokenReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Token         *ClaimToken            `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *TokenReply) Reset() {
-	*x = TokenReply{}
-	mi := &file_store_proto_msgTypes[23]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *TokenReply) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*TokenReply) ProtoMessage() {}
-
-func (x *TokenReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[23]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use TokenReply.ProtoReflect.Descriptor instead.
-func (*TokenReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{23}
-}
-
-func (x *TokenReply) GetToken() *ClaimToken {
-	if x != nil {
-		return x.Token
-	}
-	return nil
-}
-
 type ClaimNextRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Marker        string                 `protobuf:"bytes,1,opt,name=marker,proto3" json:"marker,omitempty"`
@@ -1763,7 +1719,7 @@ type ClaimNextRequest struct {
 
 func (x *ClaimNextRequest) Reset() {
 	*x = ClaimNextRequest{}
-	mi := &file_store_proto_msgTypes[24]
+	mi := &file_store_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1775,7 +1731,7 @@ func (x *ClaimNextRequest) String() string {
 func (*ClaimNextRequest) ProtoMessage() {}
 
 func (x *ClaimNextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[24]
+	mi := &file_store_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1788,7 +1744,7 @@ func (x *ClaimNextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimNextRequest.ProtoReflect.Descriptor instead.
 func (*ClaimNextRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{24}
+	return file_store_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ClaimNextRequest) GetMarker() string {
@@ -1815,7 +1771,7 @@ type CardTokenReply struct {
 
 func (x *CardTokenReply) Reset() {
 	*x = CardTokenReply{}
-	mi := &file_store_proto_msgTypes[25]
+	mi := &file_store_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1827,7 +1783,7 @@ func (x *CardTokenReply) String() string {
 func (*CardTokenReply) ProtoMessage() {}
 
 func (x *CardTokenReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[25]
+	mi := &file_store_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1840,7 +1796,7 @@ func (x *CardTokenReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CardTokenReply.ProtoReflect.Descriptor instead.
 func (*CardTokenReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{25}
+	return file_store_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CardTokenReply) GetCard() *Card {
@@ -1868,7 +1824,7 @@ type RenewClaimsRequest struct {
 
 func (x *RenewClaimsRequest) Reset() {
 	*x = RenewClaimsRequest{}
-	mi := &file_store_proto_msgTypes[26]
+	mi := &file_store_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1880,7 +1836,7 @@ func (x *RenewClaimsRequest) String() string {
 func (*RenewClaimsRequest) ProtoMessage() {}
 
 func (x *RenewClaimsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[26]
+	mi := &file_store_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1893,7 +1849,7 @@ func (x *RenewClaimsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewClaimsRequest.ProtoReflect.Descriptor instead.
 func (*RenewClaimsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{26}
+	return file_store_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RenewClaimsRequest) GetHolds() []*Hold {
@@ -1929,7 +1885,7 @@ type RenewResult struct {
 
 func (x *RenewResult) Reset() {
 	*x = RenewResult{}
-	mi := &file_store_proto_msgTypes[27]
+	mi := &file_store_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1941,7 +1897,7 @@ func (x *RenewResult) String() string {
 func (*RenewResult) ProtoMessage() {}
 
 func (x *RenewResult) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[27]
+	mi := &file_store_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1954,7 +1910,7 @@ func (x *RenewResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResult.ProtoReflect.Descriptor instead.
 func (*RenewResult) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{27}
+	return file_store_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RenewResult) GetCard() string {
@@ -1988,7 +1944,7 @@ type RenewClaimsReply struct {
 
 func (x *RenewClaimsReply) Reset() {
 	*x = RenewClaimsReply{}
-	mi := &file_store_proto_msgTypes[28]
+	mi := &file_store_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2000,7 +1956,7 @@ func (x *RenewClaimsReply) String() string {
 func (*RenewClaimsReply) ProtoMessage() {}
 
 func (x *RenewClaimsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[28]
+	mi := &file_store_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2013,7 +1969,7 @@ func (x *RenewClaimsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewClaimsReply.ProtoReflect.Descriptor instead.
 func (*RenewClaimsReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{28}
+	return file_store_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RenewClaimsReply) GetResults() []*RenewResult {
@@ -2043,7 +1999,7 @@ type SetStateOwnedRequest struct {
 
 func (x *SetStateOwnedRequest) Reset() {
 	*x = SetStateOwnedRequest{}
-	mi := &file_store_proto_msgTypes[29]
+	mi := &file_store_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2055,7 +2011,7 @@ func (x *SetStateOwnedRequest) String() string {
 func (*SetStateOwnedRequest) ProtoMessage() {}
 
 func (x *SetStateOwnedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[29]
+	mi := &file_store_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2068,7 +2024,7 @@ func (x *SetStateOwnedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetStateOwnedRequest.ProtoReflect.Descriptor instead.
 func (*SetStateOwnedRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{29}
+	return file_store_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetStateOwnedRequest) GetCard() string {
@@ -2115,7 +2071,7 @@ type ChangedReply struct {
 
 func (x *ChangedReply) Reset() {
 	*x = ChangedReply{}
-	mi := &file_store_proto_msgTypes[30]
+	mi := &file_store_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2083,7 @@ func (x *ChangedReply) String() string {
 func (*ChangedReply) ProtoMessage() {}
 
 func (x *ChangedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[30]
+	mi := &file_store_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2096,7 @@ func (x *ChangedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangedReply.ProtoReflect.Descriptor instead.
 func (*ChangedReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{30}
+	return file_store_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ChangedReply) GetChanged() bool {
@@ -2161,7 +2117,7 @@ type SetLastRunOwnedRequest struct {
 
 func (x *SetLastRunOwnedRequest) Reset() {
 	*x = SetLastRunOwnedRequest{}
-	mi := &file_store_proto_msgTypes[31]
+	mi := &file_store_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2129,7 @@ func (x *SetLastRunOwnedRequest) String() string {
 func (*SetLastRunOwnedRequest) ProtoMessage() {}
 
 func (x *SetLastRunOwnedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[31]
+	mi := &file_store_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2142,7 @@ func (x *SetLastRunOwnedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLastRunOwnedRequest.ProtoReflect.Descriptor instead.
 func (*SetLastRunOwnedRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{31}
+	return file_store_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SetLastRunOwnedRequest) GetCard() string {
@@ -2221,7 +2177,7 @@ type SetAwaitingInputOwnedRequest struct {
 
 func (x *SetAwaitingInputOwnedRequest) Reset() {
 	*x = SetAwaitingInputOwnedRequest{}
-	mi := &file_store_proto_msgTypes[32]
+	mi := &file_store_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +2189,7 @@ func (x *SetAwaitingInputOwnedRequest) String() string {
 func (*SetAwaitingInputOwnedRequest) ProtoMessage() {}
 
 func (x *SetAwaitingInputOwnedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[32]
+	mi := &file_store_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +2202,7 @@ func (x *SetAwaitingInputOwnedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAwaitingInputOwnedRequest.ProtoReflect.Descriptor instead.
 func (*SetAwaitingInputOwnedRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{32}
+	return file_store_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetAwaitingInputOwnedRequest) GetCard() string {
@@ -2282,7 +2238,7 @@ type SetGaveUpOwnedRequest struct {
 
 func (x *SetGaveUpOwnedRequest) Reset() {
 	*x = SetGaveUpOwnedRequest{}
-	mi := &file_store_proto_msgTypes[33]
+	mi := &file_store_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2250,7 @@ func (x *SetGaveUpOwnedRequest) String() string {
 func (*SetGaveUpOwnedRequest) ProtoMessage() {}
 
 func (x *SetGaveUpOwnedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[33]
+	mi := &file_store_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2263,7 @@ func (x *SetGaveUpOwnedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGaveUpOwnedRequest.ProtoReflect.Descriptor instead.
 func (*SetGaveUpOwnedRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{33}
+	return file_store_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetGaveUpOwnedRequest) GetCard() string {
@@ -2341,7 +2297,7 @@ type OwnedCardRequest struct {
 
 func (x *OwnedCardRequest) Reset() {
 	*x = OwnedCardRequest{}
-	mi := &file_store_proto_msgTypes[34]
+	mi := &file_store_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2353,7 +2309,7 @@ func (x *OwnedCardRequest) String() string {
 func (*OwnedCardRequest) ProtoMessage() {}
 
 func (x *OwnedCardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[34]
+	mi := &file_store_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2366,7 +2322,7 @@ func (x *OwnedCardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnedCardRequest.ProtoReflect.Descriptor instead.
 func (*OwnedCardRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{34}
+	return file_store_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *OwnedCardRequest) GetCard() string {
@@ -2394,7 +2350,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_store_proto_msgTypes[35]
+	mi := &file_store_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2406,7 +2362,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[35]
+	mi := &file_store_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2419,7 +2375,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{35}
+	return file_store_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReleaseRequest) GetCard() string {
@@ -2456,7 +2412,7 @@ type MoveRequest struct {
 
 func (x *MoveRequest) Reset() {
 	*x = MoveRequest{}
-	mi := &file_store_proto_msgTypes[36]
+	mi := &file_store_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2468,7 +2424,7 @@ func (x *MoveRequest) String() string {
 func (*MoveRequest) ProtoMessage() {}
 
 func (x *MoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[36]
+	mi := &file_store_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2481,7 +2437,7 @@ func (x *MoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRequest.ProtoReflect.Descriptor instead.
 func (*MoveRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{36}
+	return file_store_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *MoveRequest) GetCard() string {
@@ -2531,7 +2487,7 @@ type AdjustLabelsRequest struct {
 
 func (x *AdjustLabelsRequest) Reset() {
 	*x = AdjustLabelsRequest{}
-	mi := &file_store_proto_msgTypes[37]
+	mi := &file_store_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2543,7 +2499,7 @@ func (x *AdjustLabelsRequest) String() string {
 func (*AdjustLabelsRequest) ProtoMessage() {}
 
 func (x *AdjustLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[37]
+	mi := &file_store_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2556,7 +2512,7 @@ func (x *AdjustLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdjustLabelsRequest.ProtoReflect.Descriptor instead.
 func (*AdjustLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{37}
+	return file_store_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AdjustLabelsRequest) GetCard() string {
@@ -2598,7 +2554,7 @@ type SetLabelsRequest struct {
 
 func (x *SetLabelsRequest) Reset() {
 	*x = SetLabelsRequest{}
-	mi := &file_store_proto_msgTypes[38]
+	mi := &file_store_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2610,7 +2566,7 @@ func (x *SetLabelsRequest) String() string {
 func (*SetLabelsRequest) ProtoMessage() {}
 
 func (x *SetLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[38]
+	mi := &file_store_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2623,7 +2579,7 @@ func (x *SetLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLabelsRequest.ProtoReflect.Descriptor instead.
 func (*SetLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{38}
+	return file_store_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetLabelsRequest) GetCard() string {
@@ -2657,7 +2613,7 @@ type SetBoardRequest struct {
 
 func (x *SetBoardRequest) Reset() {
 	*x = SetBoardRequest{}
-	mi := &file_store_proto_msgTypes[39]
+	mi := &file_store_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2669,7 +2625,7 @@ func (x *SetBoardRequest) String() string {
 func (*SetBoardRequest) ProtoMessage() {}
 
 func (x *SetBoardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[39]
+	mi := &file_store_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2682,7 +2638,7 @@ func (x *SetBoardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBoardRequest.ProtoReflect.Descriptor instead.
 func (*SetBoardRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{39}
+	return file_store_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetBoardRequest) GetExpect() *BoardMessage {
@@ -2709,7 +2665,7 @@ type SetBoardReply struct {
 
 func (x *SetBoardReply) Reset() {
 	*x = SetBoardReply{}
-	mi := &file_store_proto_msgTypes[40]
+	mi := &file_store_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2721,7 +2677,7 @@ func (x *SetBoardReply) String() string {
 func (*SetBoardReply) ProtoMessage() {}
 
 func (x *SetBoardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[40]
+	mi := &file_store_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2734,7 +2690,7 @@ func (x *SetBoardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBoardReply.ProtoReflect.Descriptor instead.
 func (*SetBoardReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{40}
+	return file_store_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetBoardReply) GetBoard() *BoardMessage {
@@ -2764,7 +2720,7 @@ type SetLabelsFromRequest struct {
 
 func (x *SetLabelsFromRequest) Reset() {
 	*x = SetLabelsFromRequest{}
-	mi := &file_store_proto_msgTypes[41]
+	mi := &file_store_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2776,7 +2732,7 @@ func (x *SetLabelsFromRequest) String() string {
 func (*SetLabelsFromRequest) ProtoMessage() {}
 
 func (x *SetLabelsFromRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[41]
+	mi := &file_store_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2789,7 +2745,7 @@ func (x *SetLabelsFromRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLabelsFromRequest.ProtoReflect.Descriptor instead.
 func (*SetLabelsFromRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{41}
+	return file_store_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SetLabelsFromRequest) GetCard() string {
@@ -2837,7 +2793,7 @@ type CardChangedReply struct {
 
 func (x *CardChangedReply) Reset() {
 	*x = CardChangedReply{}
-	mi := &file_store_proto_msgTypes[42]
+	mi := &file_store_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2849,7 +2805,7 @@ func (x *CardChangedReply) String() string {
 func (*CardChangedReply) ProtoMessage() {}
 
 func (x *CardChangedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[42]
+	mi := &file_store_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2862,7 +2818,7 @@ func (x *CardChangedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CardChangedReply.ProtoReflect.Descriptor instead.
 func (*CardChangedReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{42}
+	return file_store_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CardChangedReply) GetCard() *Card {
@@ -2880,21 +2836,23 @@ func (x *CardChangedReply) GetChanged() bool {
 }
 
 type RunUpdateRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	IfStatus      *string                `protobuf:"bytes,2,opt,name=if_status,json=ifStatus,proto3,oneof" json:"if_status,omitempty"`
-	Status        *string                `protobuf:"bytes,3,opt,name=status,proto3,oneof" json:"status,omitempty"`
-	Continuation  *string                `protobuf:"bytes,4,opt,name=continuation,proto3,oneof" json:"continuation,omitempty"`
-	FailureCode   *string                `protobuf:"bytes,5,opt,name=failure_code,json=failureCode,proto3,oneof" json:"failure_code,omitempty"`
-	Checkpoint    *string                `protobuf:"bytes,6,opt,name=checkpoint,proto3,oneof" json:"checkpoint,omitempty"`
-	Actor         string                 `protobuf:"bytes,7,opt,name=actor,proto3" json:"actor,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	IfStatus     *string                `protobuf:"bytes,2,opt,name=if_status,json=ifStatus,proto3,oneof" json:"if_status,omitempty"`
+	Status       *string                `protobuf:"bytes,3,opt,name=status,proto3,oneof" json:"status,omitempty"`
+	Continuation *string                `protobuf:"bytes,4,opt,name=continuation,proto3,oneof" json:"continuation,omitempty"`
+	FailureCode  *string                `protobuf:"bytes,5,opt,name=failure_code,json=failureCode,proto3,oneof" json:"failure_code,omitempty"`
+	Checkpoint   *string                `protobuf:"bytes,6,opt,name=checkpoint,proto3,oneof" json:"checkpoint,omitempty"`
+	Actor        string                 `protobuf:"bytes,7,opt,name=actor,proto3" json:"actor,omitempty"`
+	// The claim the write is made under (board.RunUpdate.Token).
+	Token         *ClaimToken `protobuf:"bytes,8,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunUpdateRequest) Reset() {
 	*x = RunUpdateRequest{}
-	mi := &file_store_proto_msgTypes[43]
+	mi := &file_store_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2906,7 +2864,7 @@ func (x *RunUpdateRequest) String() string {
 func (*RunUpdateRequest) ProtoMessage() {}
 
 func (x *RunUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[43]
+	mi := &file_store_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2919,7 +2877,7 @@ func (x *RunUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunUpdateRequest.ProtoReflect.Descriptor instead.
 func (*RunUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{43}
+	return file_store_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RunUpdateRequest) GetId() string {
@@ -2971,6 +2929,354 @@ func (x *RunUpdateRequest) GetActor() string {
 	return ""
 }
 
+func (x *RunUpdateRequest) GetToken() *ClaimToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+// NewRunRequest is a fenced run start (board.NewRun).
+type NewRunRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         *ClaimToken            `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Run           *RunMessage            `protobuf:"bytes,2,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NewRunRequest) Reset() {
+	*x = NewRunRequest{}
+	mi := &file_store_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NewRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NewRunRequest) ProtoMessage() {}
+
+func (x *NewRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NewRunRequest.ProtoReflect.Descriptor instead.
+func (*NewRunRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *NewRunRequest) GetToken() *ClaimToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *NewRunRequest) GetRun() *RunMessage {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+type StartRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Card          string                 `protobuf:"bytes,1,opt,name=card,proto3" json:"card,omitempty"`
+	Next          bool                   `protobuf:"varint,2,opt,name=next,proto3" json:"next,omitempty"`
+	Marker        string                 `protobuf:"bytes,3,opt,name=marker,proto3" json:"marker,omitempty"`
+	LeaseNanos    int64                  `protobuf:"varint,4,opt,name=lease_nanos,json=leaseNanos,proto3" json:"lease_nanos,omitempty"`
+	Run           *RunMessage            `protobuf:"bytes,5,opt,name=run,proto3" json:"run,omitempty"`
+	Fresh         bool                   `protobuf:"varint,6,opt,name=fresh,proto3" json:"fresh,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartRequest) Reset() {
+	*x = StartRequest{}
+	mi := &file_store_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartRequest) ProtoMessage() {}
+
+func (x *StartRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartRequest.ProtoReflect.Descriptor instead.
+func (*StartRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *StartRequest) GetCard() string {
+	if x != nil {
+		return x.Card
+	}
+	return ""
+}
+
+func (x *StartRequest) GetNext() bool {
+	if x != nil {
+		return x.Next
+	}
+	return false
+}
+
+func (x *StartRequest) GetMarker() string {
+	if x != nil {
+		return x.Marker
+	}
+	return ""
+}
+
+func (x *StartRequest) GetLeaseNanos() int64 {
+	if x != nil {
+		return x.LeaseNanos
+	}
+	return 0
+}
+
+func (x *StartRequest) GetRun() *RunMessage {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+func (x *StartRequest) GetFresh() bool {
+	if x != nil {
+		return x.Fresh
+	}
+	return false
+}
+
+type StartedReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Card          *Card                  `protobuf:"bytes,1,opt,name=card,proto3" json:"card,omitempty"`
+	Token         *ClaimToken            `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	Run           *RunMessage            `protobuf:"bytes,3,opt,name=run,proto3" json:"run,omitempty"`
+	Resumed       bool                   `protobuf:"varint,4,opt,name=resumed,proto3" json:"resumed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartedReply) Reset() {
+	*x = StartedReply{}
+	mi := &file_store_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartedReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartedReply) ProtoMessage() {}
+
+func (x *StartedReply) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartedReply.ProtoReflect.Descriptor instead.
+func (*StartedReply) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *StartedReply) GetCard() *Card {
+	if x != nil {
+		return x.Card
+	}
+	return nil
+}
+
+func (x *StartedReply) GetToken() *ClaimToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *StartedReply) GetRun() *RunMessage {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+func (x *StartedReply) GetResumed() bool {
+	if x != nil {
+		return x.Resumed
+	}
+	return false
+}
+
+type FinishRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Card          string                 `protobuf:"bytes,1,opt,name=card,proto3" json:"card,omitempty"`
+	Token         *ClaimToken            `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	RunId         string                 `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Status        string                 `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	FailureCode   string                 `protobuf:"bytes,5,opt,name=failure_code,json=failureCode,proto3" json:"failure_code,omitempty"`
+	Checkpoint    *string                `protobuf:"bytes,6,opt,name=checkpoint,proto3,oneof" json:"checkpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FinishRequest) Reset() {
+	*x = FinishRequest{}
+	mi := &file_store_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FinishRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FinishRequest) ProtoMessage() {}
+
+func (x *FinishRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FinishRequest.ProtoReflect.Descriptor instead.
+func (*FinishRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *FinishRequest) GetCard() string {
+	if x != nil {
+		return x.Card
+	}
+	return ""
+}
+
+func (x *FinishRequest) GetToken() *ClaimToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *FinishRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *FinishRequest) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *FinishRequest) GetFailureCode() string {
+	if x != nil {
+		return x.FailureCode
+	}
+	return ""
+}
+
+func (x *FinishRequest) GetCheckpoint() string {
+	if x != nil && x.Checkpoint != nil {
+		return *x.Checkpoint
+	}
+	return ""
+}
+
+type FinishedReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Card          *Card                  `protobuf:"bytes,1,opt,name=card,proto3" json:"card,omitempty"`
+	Run           *RunMessage            `protobuf:"bytes,2,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FinishedReply) Reset() {
+	*x = FinishedReply{}
+	mi := &file_store_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FinishedReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FinishedReply) ProtoMessage() {}
+
+func (x *FinishedReply) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FinishedReply.ProtoReflect.Descriptor instead.
+func (*FinishedReply) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *FinishedReply) GetCard() *Card {
+	if x != nil {
+		return x.Card
+	}
+	return nil
+}
+
+func (x *FinishedReply) GetRun() *RunMessage {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
 type GetRunRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2980,7 +3286,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_store_proto_msgTypes[44]
+	mi := &file_store_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2992,7 +3298,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[44]
+	mi := &file_store_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3005,7 +3311,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{44}
+	return file_store_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetRunRequest) GetId() string {
@@ -3028,7 +3334,7 @@ type ReleaseExpiredRequest struct {
 
 func (x *ReleaseExpiredRequest) Reset() {
 	*x = ReleaseExpiredRequest{}
-	mi := &file_store_proto_msgTypes[45]
+	mi := &file_store_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3040,7 +3346,7 @@ func (x *ReleaseExpiredRequest) String() string {
 func (*ReleaseExpiredRequest) ProtoMessage() {}
 
 func (x *ReleaseExpiredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[45]
+	mi := &file_store_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3053,7 +3359,7 @@ func (x *ReleaseExpiredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseExpiredRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseExpiredRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{45}
+	return file_store_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReleaseExpiredRequest) GetCard() string {
@@ -3102,7 +3408,7 @@ type ListExpiredRequest struct {
 
 func (x *ListExpiredRequest) Reset() {
 	*x = ListExpiredRequest{}
-	mi := &file_store_proto_msgTypes[46]
+	mi := &file_store_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3114,7 +3420,7 @@ func (x *ListExpiredRequest) String() string {
 func (*ListExpiredRequest) ProtoMessage() {}
 
 func (x *ListExpiredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[46]
+	mi := &file_store_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3127,7 +3433,7 @@ func (x *ListExpiredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExpiredRequest.ProtoReflect.Descriptor instead.
 func (*ListExpiredRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{46}
+	return file_store_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListExpiredRequest) GetCutoff() *Time {
@@ -3161,7 +3467,7 @@ type ExpiredPageReply struct {
 
 func (x *ExpiredPageReply) Reset() {
 	*x = ExpiredPageReply{}
-	mi := &file_store_proto_msgTypes[47]
+	mi := &file_store_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3173,7 +3479,7 @@ func (x *ExpiredPageReply) String() string {
 func (*ExpiredPageReply) ProtoMessage() {}
 
 func (x *ExpiredPageReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[47]
+	mi := &file_store_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3186,7 +3492,7 @@ func (x *ExpiredPageReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpiredPageReply.ProtoReflect.Descriptor instead.
 func (*ExpiredPageReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{47}
+	return file_store_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ExpiredPageReply) GetCards() []*Card {
@@ -3213,7 +3519,7 @@ type ListCutoffRequest struct {
 
 func (x *ListCutoffRequest) Reset() {
 	*x = ListCutoffRequest{}
-	mi := &file_store_proto_msgTypes[48]
+	mi := &file_store_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3225,7 +3531,7 @@ func (x *ListCutoffRequest) String() string {
 func (*ListCutoffRequest) ProtoMessage() {}
 
 func (x *ListCutoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[48]
+	mi := &file_store_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3238,7 +3544,7 @@ func (x *ListCutoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCutoffRequest.ProtoReflect.Descriptor instead.
 func (*ListCutoffRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{48}
+	return file_store_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListCutoffRequest) GetCutoff() *Time {
@@ -3268,7 +3574,7 @@ type ReclaimExpiredRequest struct {
 
 func (x *ReclaimExpiredRequest) Reset() {
 	*x = ReclaimExpiredRequest{}
-	mi := &file_store_proto_msgTypes[49]
+	mi := &file_store_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3280,7 +3586,7 @@ func (x *ReclaimExpiredRequest) String() string {
 func (*ReclaimExpiredRequest) ProtoMessage() {}
 
 func (x *ReclaimExpiredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[49]
+	mi := &file_store_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3293,7 +3599,7 @@ func (x *ReclaimExpiredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReclaimExpiredRequest.ProtoReflect.Descriptor instead.
 func (*ReclaimExpiredRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{49}
+	return file_store_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReclaimExpiredRequest) GetCard() string {
@@ -3341,7 +3647,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_store_proto_msgTypes[50]
+	mi := &file_store_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3353,7 +3659,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[50]
+	mi := &file_store_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3366,7 +3672,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{50}
+	return file_store_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *EventsRequest) GetAfter() int64 {
@@ -3393,7 +3699,7 @@ type EventsReply struct {
 
 func (x *EventsReply) Reset() {
 	*x = EventsReply{}
-	mi := &file_store_proto_msgTypes[51]
+	mi := &file_store_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3405,7 +3711,7 @@ func (x *EventsReply) String() string {
 func (*EventsReply) ProtoMessage() {}
 
 func (x *EventsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[51]
+	mi := &file_store_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3418,7 +3724,7 @@ func (x *EventsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsReply.ProtoReflect.Descriptor instead.
 func (*EventsReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{51}
+	return file_store_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *EventsReply) GetEvents() []*Event {
@@ -3580,10 +3886,7 @@ const file_store_proto_rawDesc = "" +
 	"\x04card\x18\x01 \x01(\tR\x04card\x12\x16\n" +
 	"\x06marker\x18\x02 \x01(\tR\x06marker\x12\x1f\n" +
 	"\vlease_nanos\x18\x03 \x01(\x03R\n" +
-	"leaseNanos\"D\n" +
-	"\n" +
-	"TokenReply\x126\n" +
-	"\x05token\x18\x01 \x01(\v2 .leasekeeper.store.v1.ClaimTokenR\x05token\"K\n" +
+	"leaseNanos\"K\n" +
 	"\x10ClaimNextRequest\x12\x16\n" +
 	"\x06marker\x18\x01 \x01(\tR\x06marker\x12\x1f\n" +
 	"\vlease_nanos\x18\x02 \x01(\x03R\n" +
@@ -3660,7 +3963,7 @@ const file_store_proto_rawDesc = "" +
 	"\x05actor\x18\x05 \x01(\tR\x05actor\"\\\n" +
 	"\x10CardChangedReply\x12.\n" +
 	"\x04card\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.CardR\x04card\x12\x18\n" +
-	"\achanged\x18\x02 \x01(\bR\achanged\"\xb7\x02\n" +
+	"\achanged\x18\x02 \x01(\bR\achanged\"\xef\x02\n" +
 	"\x10RunUpdateRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
 	"\tif_status\x18\x02 \x01(\tH\x00R\bifStatus\x88\x01\x01\x12\x1b\n" +
@@ -3670,13 +3973,43 @@ const file_store_proto_rawDesc = "" +
 	"\n" +
 	"checkpoint\x18\x06 \x01(\tH\x04R\n" +
 	"checkpoint\x88\x01\x01\x12\x14\n" +
-	"\x05actor\x18\a \x01(\tR\x05actorB\f\n" +
+	"\x05actor\x18\a \x01(\tR\x05actor\x126\n" +
+	"\x05token\x18\b \x01(\v2 .leasekeeper.store.v1.ClaimTokenR\x05tokenB\f\n" +
 	"\n" +
 	"_if_statusB\t\n" +
 	"\a_statusB\x0f\n" +
 	"\r_continuationB\x0f\n" +
 	"\r_failure_codeB\r\n" +
-	"\v_checkpoint\"\x1f\n" +
+	"\v_checkpoint\"{\n" +
+	"\rNewRunRequest\x126\n" +
+	"\x05token\x18\x01 \x01(\v2 .leasekeeper.store.v1.ClaimTokenR\x05token\x122\n" +
+	"\x03run\x18\x02 \x01(\v2 .leasekeeper.store.v1.RunMessageR\x03run\"\xb9\x01\n" +
+	"\fStartRequest\x12\x12\n" +
+	"\x04card\x18\x01 \x01(\tR\x04card\x12\x12\n" +
+	"\x04next\x18\x02 \x01(\bR\x04next\x12\x16\n" +
+	"\x06marker\x18\x03 \x01(\tR\x06marker\x12\x1f\n" +
+	"\vlease_nanos\x18\x04 \x01(\x03R\n" +
+	"leaseNanos\x122\n" +
+	"\x03run\x18\x05 \x01(\v2 .leasekeeper.store.v1.RunMessageR\x03run\x12\x14\n" +
+	"\x05fresh\x18\x06 \x01(\bR\x05fresh\"\xc4\x01\n" +
+	"\fStartedReply\x12.\n" +
+	"\x04card\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.CardR\x04card\x126\n" +
+	"\x05token\x18\x02 \x01(\v2 .leasekeeper.store.v1.ClaimTokenR\x05token\x122\n" +
+	"\x03run\x18\x03 \x01(\v2 .leasekeeper.store.v1.RunMessageR\x03run\x12\x18\n" +
+	"\aresumed\x18\x04 \x01(\bR\aresumed\"\xe1\x01\n" +
+	"\rFinishRequest\x12\x12\n" +
+	"\x04card\x18\x01 \x01(\tR\x04card\x126\n" +
+	"\x05token\x18\x02 \x01(\v2 .leasekeeper.store.v1.ClaimTokenR\x05token\x12\x15\n" +
+	"\x06run_id\x18\x03 \x01(\tR\x05runId\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\tR\x06status\x12!\n" +
+	"\ffailure_code\x18\x05 \x01(\tR\vfailureCode\x12#\n" +
+	"\n" +
+	"checkpoint\x18\x06 \x01(\tH\x00R\n" +
+	"checkpoint\x88\x01\x01B\r\n" +
+	"\v_checkpoint\"s\n" +
+	"\rFinishedReply\x12.\n" +
+	"\x04card\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.CardR\x04card\x122\n" +
+	"\x03run\x18\x02 \x01(\v2 .leasekeeper.store.v1.RunMessageR\x03run\"\x1f\n" +
 	"\rGetRunRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\xc1\x01\n" +
 	"\x15ReleaseExpiredRequest\x12\x12\n" +
@@ -3718,7 +4051,7 @@ const file_store_proto_rawDesc = "" +
 	"\x19ERROR_KIND_ALREADY_EXISTS\x10\x06\x12\x1e\n" +
 	"\x1aERROR_KIND_OUTCOME_UNKNOWN\x10\a\x12\x17\n" +
 	"\x13ERROR_KIND_CANCELED\x10\b\x12 \n" +
-	"\x1cERROR_KIND_DEADLINE_EXCEEDED\x10\t2\x8f\x16\n" +
+	"\x1cERROR_KIND_DEADLINE_EXCEEDED\x10\t2\xbb\x17\n" +
 	"\x05Store\x12M\n" +
 	"\x05Board\x12\".leasekeeper.store.v1.BoardRequest\x1a .leasekeeper.store.v1.BoardReply\x12>\n" +
 	"\x03Now\x12\x1b.leasekeeper.store.v1.Empty\x1a\x1a.leasekeeper.store.v1.Time\x12V\n" +
@@ -3727,10 +4060,12 @@ const file_store_proto_rawDesc = "" +
 	"\aGetCard\x12$.leasekeeper.store.v1.GetCardRequest\x1a\x1f.leasekeeper.store.v1.CardReply\x12U\n" +
 	"\tListCards\x12&.leasekeeper.store.v1.ListCardsRequest\x1a .leasekeeper.store.v1.CardsReply\x12W\n" +
 	"\n" +
-	"Dependents\x12'.leasekeeper.store.v1.DependentsRequest\x1a .leasekeeper.store.v1.CardsReply\x12M\n" +
-	"\x05Claim\x12\".leasekeeper.store.v1.ClaimRequest\x1a .leasekeeper.store.v1.TokenReply\x12Y\n" +
+	"Dependents\x12'.leasekeeper.store.v1.DependentsRequest\x1a .leasekeeper.store.v1.CardsReply\x12Q\n" +
+	"\x05Claim\x12\".leasekeeper.store.v1.ClaimRequest\x1a$.leasekeeper.store.v1.CardTokenReply\x12Y\n" +
 	"\tClaimNext\x12&.leasekeeper.store.v1.ClaimNextRequest\x1a$.leasekeeper.store.v1.CardTokenReply\x12_\n" +
-	"\vRenewClaims\x12(.leasekeeper.store.v1.RenewClaimsRequest\x1a&.leasekeeper.store.v1.RenewClaimsReply\x12_\n" +
+	"\vRenewClaims\x12(.leasekeeper.store.v1.RenewClaimsRequest\x1a&.leasekeeper.store.v1.RenewClaimsReply\x12O\n" +
+	"\x05Start\x12\".leasekeeper.store.v1.StartRequest\x1a\".leasekeeper.store.v1.StartedReply\x12R\n" +
+	"\x06Finish\x12#.leasekeeper.store.v1.FinishRequest\x1a#.leasekeeper.store.v1.FinishedReply\x12_\n" +
 	"\rSetStateOwned\x12*.leasekeeper.store.v1.SetStateOwnedRequest\x1a\".leasekeeper.store.v1.ChangedReply\x12\\\n" +
 	"\x0fSetLastRunOwned\x12,.leasekeeper.store.v1.SetLastRunOwnedRequest\x1a\x1b.leasekeeper.store.v1.Empty\x12h\n" +
 	"\x15SetAwaitingInputOwned\x122.leasekeeper.store.v1.SetAwaitingInputOwnedRequest\x1a\x1b.leasekeeper.store.v1.Empty\x12Z\n" +
@@ -3746,8 +4081,8 @@ const file_store_proto_rawDesc = "" +
 	"\tSetLabels\x12&.leasekeeper.store.v1.SetLabelsRequest\x1a\x1f.leasekeeper.store.v1.CardReply\x12Q\n" +
 	"\tLoadBoard\x12\".leasekeeper.store.v1.BoardRequest\x1a .leasekeeper.store.v1.BoardReply\x12V\n" +
 	"\bSetBoard\x12%.leasekeeper.store.v1.SetBoardRequest\x1a#.leasekeeper.store.v1.SetBoardReply\x12c\n" +
-	"\rSetLabelsFrom\x12*.leasekeeper.store.v1.SetLabelsFromRequest\x1a&.leasekeeper.store.v1.CardChangedReply\x12O\n" +
-	"\tCreateRun\x12 .leasekeeper.store.v1.RunMessage\x1a .leasekeeper.store.v1.RunMessage\x12U\n" +
+	"\rSetLabelsFrom\x12*.leasekeeper.store.v1.SetLabelsFromRequest\x1a&.leasekeeper.store.v1.CardChangedReply\x12R\n" +
+	"\tCreateRun\x12#.leasekeeper.store.v1.NewRunRequest\x1a .leasekeeper.store.v1.RunMessage\x12U\n" +
 	"\tUpdateRun\x12&.leasekeeper.store.v1.RunUpdateRequest\x1a .leasekeeper.store.v1.RunMessage\x12O\n" +
 	"\x06GetRun\x12#.leasekeeper.store.v1.GetRunRequest\x1a .leasekeeper.store.v1.RunMessage\x12n\n" +
 	"\x1aListExpiredClaimCandidates\x12(.leasekeeper.store.v1.ListExpiredRequest\x1a&.leasekeeper.store.v1.ExpiredPageReply\x12f\n" +
@@ -3768,7 +4103,7 @@ func file_store_proto_rawDescGZIP() []byte {
 }
 
 var file_store_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_store_proto_goTypes = []any{
 	(ErrorKind)(0),                       // 0: leasekeeper.store.v1.ErrorKind
 	(*Time)(nil),                         // 1: leasekeeper.store.v1.Time
@@ -3794,35 +4129,39 @@ var file_store_proto_goTypes = []any{
 	(*DependentsRequest)(nil),            // 21: leasekeeper.store.v1.DependentsRequest
 	(*CardsReply)(nil),                   // 22: leasekeeper.store.v1.CardsReply
 	(*ClaimRequest)(nil),                 // 23: leasekeeper.store.v1.ClaimRequest
-	(*TokenReply)(nil),                   // 24: leasekeeper.store.v1.TokenReply
-	(*ClaimNextRequest)(nil),             // 25: leasekeeper.store.v1.ClaimNextRequest
-	(*CardTokenReply)(nil),               // 26: leasekeeper.store.v1.CardTokenReply
-	(*RenewClaimsRequest)(nil),           // 27: leasekeeper.store.v1.RenewClaimsRequest
-	(*RenewResult)(nil),                  // 28: leasekeeper.store.v1.RenewResult
-	(*RenewClaimsReply)(nil),             // 29: leasekeeper.store.v1.RenewClaimsReply
-	(*SetStateOwnedRequest)(nil),         // 30: leasekeeper.store.v1.SetStateOwnedRequest
-	(*ChangedReply)(nil),                 // 31: leasekeeper.store.v1.ChangedReply
-	(*SetLastRunOwnedRequest)(nil),       // 32: leasekeeper.store.v1.SetLastRunOwnedRequest
-	(*SetAwaitingInputOwnedRequest)(nil), // 33: leasekeeper.store.v1.SetAwaitingInputOwnedRequest
-	(*SetGaveUpOwnedRequest)(nil),        // 34: leasekeeper.store.v1.SetGaveUpOwnedRequest
-	(*OwnedCardRequest)(nil),             // 35: leasekeeper.store.v1.OwnedCardRequest
-	(*ReleaseRequest)(nil),               // 36: leasekeeper.store.v1.ReleaseRequest
-	(*MoveRequest)(nil),                  // 37: leasekeeper.store.v1.MoveRequest
-	(*AdjustLabelsRequest)(nil),          // 38: leasekeeper.store.v1.AdjustLabelsRequest
-	(*SetLabelsRequest)(nil),             // 39: leasekeeper.store.v1.SetLabelsRequest
-	(*SetBoardRequest)(nil),              // 40: leasekeeper.store.v1.SetBoardRequest
-	(*SetBoardReply)(nil),                // 41: leasekeeper.store.v1.SetBoardReply
-	(*SetLabelsFromRequest)(nil),         // 42: leasekeeper.store.v1.SetLabelsFromRequest
-	(*CardChangedReply)(nil),             // 43: leasekeeper.store.v1.CardChangedReply
-	(*RunUpdateRequest)(nil),             // 44: leasekeeper.store.v1.RunUpdateRequest
-	(*GetRunRequest)(nil),                // 45: leasekeeper.store.v1.GetRunRequest
-	(*ReleaseExpiredRequest)(nil),        // 46: leasekeeper.store.v1.ReleaseExpiredRequest
-	(*ListExpiredRequest)(nil),           // 47: leasekeeper.store.v1.ListExpiredRequest
-	(*ExpiredPageReply)(nil),             // 48: leasekeeper.store.v1.ExpiredPageReply
-	(*ListCutoffRequest)(nil),            // 49: leasekeeper.store.v1.ListCutoffRequest
-	(*ReclaimExpiredRequest)(nil),        // 50: leasekeeper.store.v1.ReclaimExpiredRequest
-	(*EventsRequest)(nil),                // 51: leasekeeper.store.v1.EventsRequest
-	(*EventsReply)(nil),                  // 52: leasekeeper.store.v1.EventsReply
+	(*ClaimNextRequest)(nil),             // 24: leasekeeper.store.v1.ClaimNextRequest
+	(*CardTokenReply)(nil),               // 25: leasekeeper.store.v1.CardTokenReply
+	(*RenewClaimsRequest)(nil),           // 26: leasekeeper.store.v1.RenewClaimsRequest
+	(*RenewResult)(nil),                  // 27: leasekeeper.store.v1.RenewResult
+	(*RenewClaimsReply)(nil),             // 28: leasekeeper.store.v1.RenewClaimsReply
+	(*SetStateOwnedRequest)(nil),         // 29: leasekeeper.store.v1.SetStateOwnedRequest
+	(*ChangedReply)(nil),                 // 30: leasekeeper.store.v1.ChangedReply
+	(*SetLastRunOwnedRequest)(nil),       // 31: leasekeeper.store.v1.SetLastRunOwnedRequest
+	(*SetAwaitingInputOwnedRequest)(nil), // 32: leasekeeper.store.v1.SetAwaitingInputOwnedRequest
+	(*SetGaveUpOwnedRequest)(nil),        // 33: leasekeeper.store.v1.SetGaveUpOwnedRequest
+	(*OwnedCardRequest)(nil),             // 34: leasekeeper.store.v1.OwnedCardRequest
+	(*ReleaseRequest)(nil),               // 35: leasekeeper.store.v1.ReleaseRequest
+	(*MoveRequest)(nil),                  // 36: leasekeeper.store.v1.MoveRequest
+	(*AdjustLabelsRequest)(nil),          // 37: leasekeeper.store.v1.AdjustLabelsRequest
+	(*SetLabelsRequest)(nil),             // 38: leasekeeper.store.v1.SetLabelsRequest
+	(*SetBoardRequest)(nil),              // 39: leasekeeper.store.v1.SetBoardRequest
+	(*SetBoardReply)(nil),                // 40: leasekeeper.store.v1.SetBoardReply
+	(*SetLabelsFromRequest)(nil),         // 41: leasekeeper.store.v1.SetLabelsFromRequest
+	(*CardChangedReply)(nil),             // 42: leasekeeper.store.v1.CardChangedReply
+	(*RunUpdateRequest)(nil),             // 43: leasekeeper.store.v1.RunUpdateRequest
+	(*NewRunRequest)(nil),                // 44: leasekeeper.store.v1.NewRunRequest
+	(*StartRequest)(nil),                 // 45: leasekeeper.store.v1.StartRequest
+	(*StartedReply)(nil),                 // 46: leasekeeper.store.v1.StartedReply
+	(*FinishRequest)(nil),                // 47: leasekeeper.store.v1.FinishRequest
+	(*FinishedReply)(nil),                // 48: leasekeeper.store.v1.FinishedReply
+	(*GetRunRequest)(nil),                // 49: leasekeeper.store.v1.GetRunRequest
+	(*ReleaseExpiredRequest)(nil),        // 50: leasekeeper.store.v1.ReleaseExpiredRequest
+	(*ListExpiredRequest)(nil),           // 51: leasekeeper.store.v1.ListExpiredRequest
+	(*ExpiredPageReply)(nil),             // 52: leasekeeper.store.v1.ExpiredPageReply
+	(*ListCutoffRequest)(nil),            // 53: leasekeeper.store.v1.ListCutoffRequest
+	(*ReclaimExpiredRequest)(nil),        // 54: leasekeeper.store.v1.ReclaimExpiredRequest
+	(*EventsRequest)(nil),                // 55: leasekeeper.store.v1.EventsRequest
+	(*EventsReply)(nil),                  // 56: leasekeeper.store.v1.EventsReply
 }
 var file_store_proto_depIdxs = []int32{
 	0,  // 0: leasekeeper.store.v1.StoreError.kinds:type_name -> leasekeeper.store.v1.ErrorKind
@@ -3850,105 +4189,118 @@ var file_store_proto_depIdxs = []int32{
 	2,  // 22: leasekeeper.store.v1.CreateCardRequest.depends_on:type_name -> leasekeeper.store.v1.Strings
 	11, // 23: leasekeeper.store.v1.CardReply.card:type_name -> leasekeeper.store.v1.Card
 	11, // 24: leasekeeper.store.v1.CardsReply.cards:type_name -> leasekeeper.store.v1.Card
-	8,  // 25: leasekeeper.store.v1.TokenReply.token:type_name -> leasekeeper.store.v1.ClaimToken
-	11, // 26: leasekeeper.store.v1.CardTokenReply.card:type_name -> leasekeeper.store.v1.Card
-	8,  // 27: leasekeeper.store.v1.CardTokenReply.token:type_name -> leasekeeper.store.v1.ClaimToken
-	9,  // 28: leasekeeper.store.v1.RenewClaimsRequest.holds:type_name -> leasekeeper.store.v1.Hold
-	1,  // 29: leasekeeper.store.v1.RenewResult.lease_until:type_name -> leasekeeper.store.v1.Time
-	4,  // 30: leasekeeper.store.v1.RenewResult.err:type_name -> leasekeeper.store.v1.StoreError
-	28, // 31: leasekeeper.store.v1.RenewClaimsReply.results:type_name -> leasekeeper.store.v1.RenewResult
-	8,  // 32: leasekeeper.store.v1.SetStateOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
-	8,  // 33: leasekeeper.store.v1.SetLastRunOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
-	8,  // 34: leasekeeper.store.v1.SetAwaitingInputOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
-	8,  // 35: leasekeeper.store.v1.SetGaveUpOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
-	10, // 36: leasekeeper.store.v1.SetGaveUpOwnedRequest.gave_up:type_name -> leasekeeper.store.v1.GaveUp
-	8,  // 37: leasekeeper.store.v1.OwnedCardRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
-	2,  // 38: leasekeeper.store.v1.AdjustLabelsRequest.add:type_name -> leasekeeper.store.v1.Strings
-	2,  // 39: leasekeeper.store.v1.AdjustLabelsRequest.remove:type_name -> leasekeeper.store.v1.Strings
-	2,  // 40: leasekeeper.store.v1.SetLabelsRequest.labels:type_name -> leasekeeper.store.v1.Strings
-	7,  // 41: leasekeeper.store.v1.SetBoardRequest.expect:type_name -> leasekeeper.store.v1.BoardMessage
-	7,  // 42: leasekeeper.store.v1.SetBoardRequest.next:type_name -> leasekeeper.store.v1.BoardMessage
-	7,  // 43: leasekeeper.store.v1.SetBoardReply.board:type_name -> leasekeeper.store.v1.BoardMessage
-	2,  // 44: leasekeeper.store.v1.SetLabelsFromRequest.expect:type_name -> leasekeeper.store.v1.Strings
-	2,  // 45: leasekeeper.store.v1.SetLabelsFromRequest.labels:type_name -> leasekeeper.store.v1.Strings
-	11, // 46: leasekeeper.store.v1.CardChangedReply.card:type_name -> leasekeeper.store.v1.Card
-	8,  // 47: leasekeeper.store.v1.ReleaseExpiredRequest.prev:type_name -> leasekeeper.store.v1.ClaimToken
-	1,  // 48: leasekeeper.store.v1.ReleaseExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
-	1,  // 49: leasekeeper.store.v1.ListExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
-	11, // 50: leasekeeper.store.v1.ExpiredPageReply.cards:type_name -> leasekeeper.store.v1.Card
-	1,  // 51: leasekeeper.store.v1.ListCutoffRequest.cutoff:type_name -> leasekeeper.store.v1.Time
-	8,  // 52: leasekeeper.store.v1.ReclaimExpiredRequest.prev:type_name -> leasekeeper.store.v1.ClaimToken
-	1,  // 53: leasekeeper.store.v1.ReclaimExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
-	14, // 54: leasekeeper.store.v1.EventsReply.events:type_name -> leasekeeper.store.v1.Event
-	15, // 55: leasekeeper.store.v1.Store.Board:input_type -> leasekeeper.store.v1.BoardRequest
-	5,  // 56: leasekeeper.store.v1.Store.Now:input_type -> leasekeeper.store.v1.Empty
-	17, // 57: leasekeeper.store.v1.Store.CreateCard:input_type -> leasekeeper.store.v1.CreateCardRequest
-	18, // 58: leasekeeper.store.v1.Store.GetCard:input_type -> leasekeeper.store.v1.GetCardRequest
-	20, // 59: leasekeeper.store.v1.Store.ListCards:input_type -> leasekeeper.store.v1.ListCardsRequest
-	21, // 60: leasekeeper.store.v1.Store.Dependents:input_type -> leasekeeper.store.v1.DependentsRequest
-	23, // 61: leasekeeper.store.v1.Store.Claim:input_type -> leasekeeper.store.v1.ClaimRequest
-	25, // 62: leasekeeper.store.v1.Store.ClaimNext:input_type -> leasekeeper.store.v1.ClaimNextRequest
-	27, // 63: leasekeeper.store.v1.Store.RenewClaims:input_type -> leasekeeper.store.v1.RenewClaimsRequest
-	30, // 64: leasekeeper.store.v1.Store.SetStateOwned:input_type -> leasekeeper.store.v1.SetStateOwnedRequest
-	32, // 65: leasekeeper.store.v1.Store.SetLastRunOwned:input_type -> leasekeeper.store.v1.SetLastRunOwnedRequest
-	33, // 66: leasekeeper.store.v1.Store.SetAwaitingInputOwned:input_type -> leasekeeper.store.v1.SetAwaitingInputOwnedRequest
-	34, // 67: leasekeeper.store.v1.Store.SetGaveUpOwned:input_type -> leasekeeper.store.v1.SetGaveUpOwnedRequest
-	35, // 68: leasekeeper.store.v1.Store.ExpireClaimOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
-	35, // 69: leasekeeper.store.v1.Store.ReleaseOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
-	36, // 70: leasekeeper.store.v1.Store.Release:input_type -> leasekeeper.store.v1.ReleaseRequest
-	46, // 71: leasekeeper.store.v1.Store.ReleaseExpired:input_type -> leasekeeper.store.v1.ReleaseExpiredRequest
-	37, // 72: leasekeeper.store.v1.Store.SetState:input_type -> leasekeeper.store.v1.MoveRequest
-	37, // 73: leasekeeper.store.v1.Store.SetStateFrom:input_type -> leasekeeper.store.v1.MoveRequest
-	37, // 74: leasekeeper.store.v1.Store.Reopen:input_type -> leasekeeper.store.v1.MoveRequest
-	38, // 75: leasekeeper.store.v1.Store.AdjustLabels:input_type -> leasekeeper.store.v1.AdjustLabelsRequest
-	39, // 76: leasekeeper.store.v1.Store.SetLabels:input_type -> leasekeeper.store.v1.SetLabelsRequest
-	15, // 77: leasekeeper.store.v1.Store.LoadBoard:input_type -> leasekeeper.store.v1.BoardRequest
-	40, // 78: leasekeeper.store.v1.Store.SetBoard:input_type -> leasekeeper.store.v1.SetBoardRequest
-	42, // 79: leasekeeper.store.v1.Store.SetLabelsFrom:input_type -> leasekeeper.store.v1.SetLabelsFromRequest
-	12, // 80: leasekeeper.store.v1.Store.CreateRun:input_type -> leasekeeper.store.v1.RunMessage
-	44, // 81: leasekeeper.store.v1.Store.UpdateRun:input_type -> leasekeeper.store.v1.RunUpdateRequest
-	45, // 82: leasekeeper.store.v1.Store.GetRun:input_type -> leasekeeper.store.v1.GetRunRequest
-	47, // 83: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:input_type -> leasekeeper.store.v1.ListExpiredRequest
-	49, // 84: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:input_type -> leasekeeper.store.v1.ListCutoffRequest
-	50, // 85: leasekeeper.store.v1.Store.ReclaimExpired:input_type -> leasekeeper.store.v1.ReclaimExpiredRequest
-	51, // 86: leasekeeper.store.v1.Store.Events:input_type -> leasekeeper.store.v1.EventsRequest
-	16, // 87: leasekeeper.store.v1.Store.Board:output_type -> leasekeeper.store.v1.BoardReply
-	1,  // 88: leasekeeper.store.v1.Store.Now:output_type -> leasekeeper.store.v1.Time
-	19, // 89: leasekeeper.store.v1.Store.CreateCard:output_type -> leasekeeper.store.v1.CardReply
-	19, // 90: leasekeeper.store.v1.Store.GetCard:output_type -> leasekeeper.store.v1.CardReply
-	22, // 91: leasekeeper.store.v1.Store.ListCards:output_type -> leasekeeper.store.v1.CardsReply
-	22, // 92: leasekeeper.store.v1.Store.Dependents:output_type -> leasekeeper.store.v1.CardsReply
-	24, // 93: leasekeeper.store.v1.Store.Claim:output_type -> leasekeeper.store.v1.TokenReply
-	26, // 94: leasekeeper.store.v1.Store.ClaimNext:output_type -> leasekeeper.store.v1.CardTokenReply
-	29, // 95: leasekeeper.store.v1.Store.RenewClaims:output_type -> leasekeeper.store.v1.RenewClaimsReply
-	31, // 96: leasekeeper.store.v1.Store.SetStateOwned:output_type -> leasekeeper.store.v1.ChangedReply
-	5,  // 97: leasekeeper.store.v1.Store.SetLastRunOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 98: leasekeeper.store.v1.Store.SetAwaitingInputOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 99: leasekeeper.store.v1.Store.SetGaveUpOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 100: leasekeeper.store.v1.Store.ExpireClaimOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 101: leasekeeper.store.v1.Store.ReleaseOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 102: leasekeeper.store.v1.Store.Release:output_type -> leasekeeper.store.v1.Empty
-	5,  // 103: leasekeeper.store.v1.Store.ReleaseExpired:output_type -> leasekeeper.store.v1.Empty
-	5,  // 104: leasekeeper.store.v1.Store.SetState:output_type -> leasekeeper.store.v1.Empty
-	31, // 105: leasekeeper.store.v1.Store.SetStateFrom:output_type -> leasekeeper.store.v1.ChangedReply
-	5,  // 106: leasekeeper.store.v1.Store.Reopen:output_type -> leasekeeper.store.v1.Empty
-	19, // 107: leasekeeper.store.v1.Store.AdjustLabels:output_type -> leasekeeper.store.v1.CardReply
-	19, // 108: leasekeeper.store.v1.Store.SetLabels:output_type -> leasekeeper.store.v1.CardReply
-	16, // 109: leasekeeper.store.v1.Store.LoadBoard:output_type -> leasekeeper.store.v1.BoardReply
-	41, // 110: leasekeeper.store.v1.Store.SetBoard:output_type -> leasekeeper.store.v1.SetBoardReply
-	43, // 111: leasekeeper.store.v1.Store.SetLabelsFrom:output_type -> leasekeeper.store.v1.CardChangedReply
-	12, // 112: leasekeeper.store.v1.Store.CreateRun:output_type -> leasekeeper.store.v1.RunMessage
-	12, // 113: leasekeeper.store.v1.Store.UpdateRun:output_type -> leasekeeper.store.v1.RunMessage
-	12, // 114: leasekeeper.store.v1.Store.GetRun:output_type -> leasekeeper.store.v1.RunMessage
-	48, // 115: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:output_type -> leasekeeper.store.v1.ExpiredPageReply
-	22, // 116: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:output_type -> leasekeeper.store.v1.CardsReply
-	26, // 117: leasekeeper.store.v1.Store.ReclaimExpired:output_type -> leasekeeper.store.v1.CardTokenReply
-	52, // 118: leasekeeper.store.v1.Store.Events:output_type -> leasekeeper.store.v1.EventsReply
-	87, // [87:119] is the sub-list for method output_type
-	55, // [55:87] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	11, // 25: leasekeeper.store.v1.CardTokenReply.card:type_name -> leasekeeper.store.v1.Card
+	8,  // 26: leasekeeper.store.v1.CardTokenReply.token:type_name -> leasekeeper.store.v1.ClaimToken
+	9,  // 27: leasekeeper.store.v1.RenewClaimsRequest.holds:type_name -> leasekeeper.store.v1.Hold
+	1,  // 28: leasekeeper.store.v1.RenewResult.lease_until:type_name -> leasekeeper.store.v1.Time
+	4,  // 29: leasekeeper.store.v1.RenewResult.err:type_name -> leasekeeper.store.v1.StoreError
+	27, // 30: leasekeeper.store.v1.RenewClaimsReply.results:type_name -> leasekeeper.store.v1.RenewResult
+	8,  // 31: leasekeeper.store.v1.SetStateOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	8,  // 32: leasekeeper.store.v1.SetLastRunOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	8,  // 33: leasekeeper.store.v1.SetAwaitingInputOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	8,  // 34: leasekeeper.store.v1.SetGaveUpOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	10, // 35: leasekeeper.store.v1.SetGaveUpOwnedRequest.gave_up:type_name -> leasekeeper.store.v1.GaveUp
+	8,  // 36: leasekeeper.store.v1.OwnedCardRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	2,  // 37: leasekeeper.store.v1.AdjustLabelsRequest.add:type_name -> leasekeeper.store.v1.Strings
+	2,  // 38: leasekeeper.store.v1.AdjustLabelsRequest.remove:type_name -> leasekeeper.store.v1.Strings
+	2,  // 39: leasekeeper.store.v1.SetLabelsRequest.labels:type_name -> leasekeeper.store.v1.Strings
+	7,  // 40: leasekeeper.store.v1.SetBoardRequest.expect:type_name -> leasekeeper.store.v1.BoardMessage
+	7,  // 41: leasekeeper.store.v1.SetBoardRequest.next:type_name -> leasekeeper.store.v1.BoardMessage
+	7,  // 42: leasekeeper.store.v1.SetBoardReply.board:type_name -> leasekeeper.store.v1.BoardMessage
+	2,  // 43: leasekeeper.store.v1.SetLabelsFromRequest.expect:type_name -> leasekeeper.store.v1.Strings
+	2,  // 44: leasekeeper.store.v1.SetLabelsFromRequest.labels:type_name -> leasekeeper.store.v1.Strings
+	11, // 45: leasekeeper.store.v1.CardChangedReply.card:type_name -> leasekeeper.store.v1.Card
+	8,  // 46: leasekeeper.store.v1.RunUpdateRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	8,  // 47: leasekeeper.store.v1.NewRunRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	12, // 48: leasekeeper.store.v1.NewRunRequest.run:type_name -> leasekeeper.store.v1.RunMessage
+	12, // 49: leasekeeper.store.v1.StartRequest.run:type_name -> leasekeeper.store.v1.RunMessage
+	11, // 50: leasekeeper.store.v1.StartedReply.card:type_name -> leasekeeper.store.v1.Card
+	8,  // 51: leasekeeper.store.v1.StartedReply.token:type_name -> leasekeeper.store.v1.ClaimToken
+	12, // 52: leasekeeper.store.v1.StartedReply.run:type_name -> leasekeeper.store.v1.RunMessage
+	8,  // 53: leasekeeper.store.v1.FinishRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	11, // 54: leasekeeper.store.v1.FinishedReply.card:type_name -> leasekeeper.store.v1.Card
+	12, // 55: leasekeeper.store.v1.FinishedReply.run:type_name -> leasekeeper.store.v1.RunMessage
+	8,  // 56: leasekeeper.store.v1.ReleaseExpiredRequest.prev:type_name -> leasekeeper.store.v1.ClaimToken
+	1,  // 57: leasekeeper.store.v1.ReleaseExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
+	1,  // 58: leasekeeper.store.v1.ListExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
+	11, // 59: leasekeeper.store.v1.ExpiredPageReply.cards:type_name -> leasekeeper.store.v1.Card
+	1,  // 60: leasekeeper.store.v1.ListCutoffRequest.cutoff:type_name -> leasekeeper.store.v1.Time
+	8,  // 61: leasekeeper.store.v1.ReclaimExpiredRequest.prev:type_name -> leasekeeper.store.v1.ClaimToken
+	1,  // 62: leasekeeper.store.v1.ReclaimExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
+	14, // 63: leasekeeper.store.v1.EventsReply.events:type_name -> leasekeeper.store.v1.Event
+	15, // 64: leasekeeper.store.v1.Store.Board:input_type -> leasekeeper.store.v1.BoardRequest
+	5,  // 65: leasekeeper.store.v1.Store.Now:input_type -> leasekeeper.store.v1.Empty
+	17, // 66: leasekeeper.store.v1.Store.CreateCard:input_type -> leasekeeper.store.v1.CreateCardRequest
+	18, // 67: leasekeeper.store.v1.Store.GetCard:input_type -> leasekeeper.store.v1.GetCardRequest
+	20, // 68: leasekeeper.store.v1.Store.ListCards:input_type -> leasekeeper.store.v1.ListCardsRequest
+	21, // 69: leasekeeper.store.v1.Store.Dependents:input_type -> leasekeeper.store.v1.DependentsRequest
+	23, // 70: leasekeeper.store.v1.Store.Claim:input_type -> leasekeeper.store.v1.ClaimRequest
+	24, // 71: leasekeeper.store.v1.Store.ClaimNext:input_type -> leasekeeper.store.v1.ClaimNextRequest
+	26, // 72: leasekeeper.store.v1.Store.RenewClaims:input_type -> leasekeeper.store.v1.RenewClaimsRequest
+	45, // 73: leasekeeper.store.v1.Store.Start:input_type -> leasekeeper.store.v1.StartRequest
+	47, // 74: leasekeeper.store.v1.Store.Finish:input_type -> leasekeeper.store.v1.FinishRequest
+	29, // 75: leasekeeper.store.v1.Store.SetStateOwned:input_type -> leasekeeper.store.v1.SetStateOwnedRequest
+	31, // 76: leasekeeper.store.v1.Store.SetLastRunOwned:input_type -> leasekeeper.store.v1.SetLastRunOwnedRequest
+	32, // 77: leasekeeper.store.v1.Store.SetAwaitingInputOwned:input_type -> leasekeeper.store.v1.SetAwaitingInputOwnedRequest
+	33, // 78: leasekeeper.store.v1.Store.SetGaveUpOwned:input_type -> leasekeeper.store.v1.SetGaveUpOwnedRequest
+	34, // 79: leasekeeper.store.v1.Store.ExpireClaimOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
+	34, // 80: leasekeeper.store.v1.Store.ReleaseOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
+	35, // 81: leasekeeper.store.v1.Store.Release:input_type -> leasekeeper.store.v1.ReleaseRequest
+	50, // 82: leasekeeper.store.v1.Store.ReleaseExpired:input_type -> leasekeeper.store.v1.ReleaseExpiredRequest
+	36, // 83: leasekeeper.store.v1.Store.SetState:input_type -> leasekeeper.store.v1.MoveRequest
+	36, // 84: leasekeeper.store.v1.Store.SetStateFrom:input_type -> leasekeeper.store.v1.MoveRequest
+	36, // 85: leasekeeper.store.v1.Store.Reopen:input_type -> leasekeeper.store.v1.MoveRequest
+	37, // 86: leasekeeper.store.v1.Store.AdjustLabels:input_type -> leasekeeper.store.v1.AdjustLabelsRequest
+	38, // 87: leasekeeper.store.v1.Store.SetLabels:input_type -> leasekeeper.store.v1.SetLabelsRequest
+	15, // 88: leasekeeper.store.v1.Store.LoadBoard:input_type -> leasekeeper.store.v1.BoardRequest
+	39, // 89: leasekeeper.store.v1.Store.SetBoard:input_type -> leasekeeper.store.v1.SetBoardRequest
+	41, // 90: leasekeeper.store.v1.Store.SetLabelsFrom:input_type -> leasekeeper.store.v1.SetLabelsFromRequest
+	44, // 91: leasekeeper.store.v1.Store.CreateRun:input_type -> leasekeeper.store.v1.NewRunRequest
+	43, // 92: leasekeeper.store.v1.Store.UpdateRun:input_type -> leasekeeper.store.v1.RunUpdateRequest
+	49, // 93: leasekeeper.store.v1.Store.GetRun:input_type -> leasekeeper.store.v1.GetRunRequest
+	51, // 94: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:input_type -> leasekeeper.store.v1.ListExpiredRequest
+	53, // 95: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:input_type -> leasekeeper.store.v1.ListCutoffRequest
+	54, // 96: leasekeeper.store.v1.Store.ReclaimExpired:input_type -> leasekeeper.store.v1.ReclaimExpiredRequest
+	55, // 97: leasekeeper.store.v1.Store.Events:input_type -> leasekeeper.store.v1.EventsRequest
+	16, // 98: leasekeeper.store.v1.Store.Board:output_type -> leasekeeper.store.v1.BoardReply
+	1,  // 99: leasekeeper.store.v1.Store.Now:output_type -> leasekeeper.store.v1.Time
+	19, // 100: leasekeeper.store.v1.Store.CreateCard:output_type -> leasekeeper.store.v1.CardReply
+	19, // 101: leasekeeper.store.v1.Store.GetCard:output_type -> leasekeeper.store.v1.CardReply
+	22, // 102: leasekeeper.store.v1.Store.ListCards:output_type -> leasekeeper.store.v1.CardsReply
+	22, // 103: leasekeeper.store.v1.Store.Dependents:output_type -> leasekeeper.store.v1.CardsReply
+	25, // 104: leasekeeper.store.v1.Store.Claim:output_type -> leasekeeper.store.v1.CardTokenReply
+	25, // 105: leasekeeper.store.v1.Store.ClaimNext:output_type -> leasekeeper.store.v1.CardTokenReply
+	28, // 106: leasekeeper.store.v1.Store.RenewClaims:output_type -> leasekeeper.store.v1.RenewClaimsReply
+	46, // 107: leasekeeper.store.v1.Store.Start:output_type -> leasekeeper.store.v1.StartedReply
+	48, // 108: leasekeeper.store.v1.Store.Finish:output_type -> leasekeeper.store.v1.FinishedReply
+	30, // 109: leasekeeper.store.v1.Store.SetStateOwned:output_type -> leasekeeper.store.v1.ChangedReply
+	5,  // 110: leasekeeper.store.v1.Store.SetLastRunOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 111: leasekeeper.store.v1.Store.SetAwaitingInputOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 112: leasekeeper.store.v1.Store.SetGaveUpOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 113: leasekeeper.store.v1.Store.ExpireClaimOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 114: leasekeeper.store.v1.Store.ReleaseOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 115: leasekeeper.store.v1.Store.Release:output_type -> leasekeeper.store.v1.Empty
+	5,  // 116: leasekeeper.store.v1.Store.ReleaseExpired:output_type -> leasekeeper.store.v1.Empty
+	5,  // 117: leasekeeper.store.v1.Store.SetState:output_type -> leasekeeper.store.v1.Empty
+	30, // 118: leasekeeper.store.v1.Store.SetStateFrom:output_type -> leasekeeper.store.v1.ChangedReply
+	5,  // 119: leasekeeper.store.v1.Store.Reopen:output_type -> leasekeeper.store.v1.Empty
+	19, // 120: leasekeeper.store.v1.Store.AdjustLabels:output_type -> leasekeeper.store.v1.CardReply
+	19, // 121: leasekeeper.store.v1.Store.SetLabels:output_type -> leasekeeper.store.v1.CardReply
+	16, // 122: leasekeeper.store.v1.Store.LoadBoard:output_type -> leasekeeper.store.v1.BoardReply
+	40, // 123: leasekeeper.store.v1.Store.SetBoard:output_type -> leasekeeper.store.v1.SetBoardReply
+	42, // 124: leasekeeper.store.v1.Store.SetLabelsFrom:output_type -> leasekeeper.store.v1.CardChangedReply
+	12, // 125: leasekeeper.store.v1.Store.CreateRun:output_type -> leasekeeper.store.v1.RunMessage
+	12, // 126: leasekeeper.store.v1.Store.UpdateRun:output_type -> leasekeeper.store.v1.RunMessage
+	12, // 127: leasekeeper.store.v1.Store.GetRun:output_type -> leasekeeper.store.v1.RunMessage
+	52, // 128: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:output_type -> leasekeeper.store.v1.ExpiredPageReply
+	22, // 129: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:output_type -> leasekeeper.store.v1.CardsReply
+	25, // 130: leasekeeper.store.v1.Store.ReclaimExpired:output_type -> leasekeeper.store.v1.CardTokenReply
+	56, // 131: leasekeeper.store.v1.Store.Events:output_type -> leasekeeper.store.v1.EventsReply
+	98, // [98:132] is the sub-list for method output_type
+	64, // [64:98] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_store_proto_init() }
@@ -3956,14 +4308,15 @@ func file_store_proto_init() {
 	if File_store_proto != nil {
 		return
 	}
-	file_store_proto_msgTypes[43].OneofWrappers = []any{}
+	file_store_proto_msgTypes[42].OneofWrappers = []any{}
+	file_store_proto_msgTypes[46].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   52,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,6 +33,8 @@ const (
 	Store_Claim_FullMethodName                      = "/leasekeeper.store.v1.Store/Claim"
 	Store_ClaimNext_FullMethodName                  = "/leasekeeper.store.v1.Store/ClaimNext"
 	Store_RenewClaims_FullMethodName                = "/leasekeeper.store.v1.Store/RenewClaims"
+	Store_Start_FullMethodName                      = "/leasekeeper.store.v1.Store/Start"
+	Store_Finish_FullMethodName                     = "/leasekeeper.store.v1.Store/Finish"
 	Store_SetStateOwned_FullMethodName              = "/leasekeeper.store.v1.Store/SetStateOwned"
 	Store_SetLastRunOwned_FullMethodName            = "/leasekeeper.store.v1.Store/SetLastRunOwned"
 	Store_SetAwaitingInputOwned_FullMethodName      = "/leasekeeper.store.v1.Store/SetAwaitingInputOwned"
@@ -69,9 +71,12 @@ type StoreClient interface {
 	GetCard(ctx context.Context, in *GetCardRequest, opts ...grpc.CallOption) (*CardReply, error)
 	ListCards(ctx context.Context, in *ListCardsRequest, opts ...grpc.CallOption) (*CardsReply, error)
 	Dependents(ctx context.Context, in *DependentsRequest, opts ...grpc.CallOption) (*CardsReply, error)
-	Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*TokenReply, error)
+	Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*CardTokenReply, error)
 	ClaimNext(ctx context.Context, in *ClaimNextRequest, opts ...grpc.CallOption) (*CardTokenReply, error)
 	RenewClaims(ctx context.Context, in *RenewClaimsRequest, opts ...grpc.CallOption) (*RenewClaimsReply, error)
+	// The lifecycle writes (board.Store.Start, Finish).
+	Start(ctx context.Context, in *StartRequest, opts ...grpc.CallOption) (*StartedReply, error)
+	Finish(ctx context.Context, in *FinishRequest, opts ...grpc.CallOption) (*FinishedReply, error)
 	SetStateOwned(ctx context.Context, in *SetStateOwnedRequest, opts ...grpc.CallOption) (*ChangedReply, error)
 	SetLastRunOwned(ctx context.Context, in *SetLastRunOwnedRequest, opts ...grpc.CallOption) (*Empty, error)
 	SetAwaitingInputOwned(ctx context.Context, in *SetAwaitingInputOwnedRequest, opts ...grpc.CallOption) (*Empty, error)
@@ -89,7 +94,7 @@ type StoreClient interface {
 	LoadBoard(ctx context.Context, in *BoardRequest, opts ...grpc.CallOption) (*BoardReply, error)
 	SetBoard(ctx context.Context, in *SetBoardRequest, opts ...grpc.CallOption) (*SetBoardReply, error)
 	SetLabelsFrom(ctx context.Context, in *SetLabelsFromRequest, opts ...grpc.CallOption) (*CardChangedReply, error)
-	CreateRun(ctx context.Context, in *RunMessage, opts ...grpc.CallOption) (*RunMessage, error)
+	CreateRun(ctx context.Context, in *NewRunRequest, opts ...grpc.CallOption) (*RunMessage, error)
 	UpdateRun(ctx context.Context, in *RunUpdateRequest, opts ...grpc.CallOption) (*RunMessage, error)
 	GetRun(ctx context.Context, in *GetRunRequest, opts ...grpc.CallOption) (*RunMessage, error)
 	ListExpiredClaimCandidates(ctx context.Context, in *ListExpiredRequest, opts ...grpc.CallOption) (*ExpiredPageReply, error)
@@ -166,9 +171,9 @@ func (c *storeClient) Dependents(ctx context.Context, in *DependentsRequest, opt
 	return out, nil
 }
 
-func (c *storeClient) Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*TokenReply, error) {
+func (c *storeClient) Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*CardTokenReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(TokenReply)
+	out := new(CardTokenReply)
 	err := c.cc.Invoke(ctx, Store_Claim_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -190,6 +195,26 @@ func (c *storeClient) RenewClaims(ctx context.Context, in *RenewClaimsRequest, o
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RenewClaimsReply)
 	err := c.cc.Invoke(ctx, Store_RenewClaims_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storeClient) Start(ctx context.Context, in *StartRequest, opts ...grpc.CallOption) (*StartedReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartedReply)
+	err := c.cc.Invoke(ctx, Store_Start_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storeClient) Finish(ctx context.Context, in *FinishRequest, opts ...grpc.CallOption) (*FinishedReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FinishedReply)
+	err := c.cc.Invoke(ctx, Store_Finish_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -356,7 +381,7 @@ func (c *storeClient) SetLabelsFrom(ctx context.Context, in *SetLabelsFromReques
 	return out, nil
 }
 
-func (c *storeClient) CreateRun(ctx context.Context, in *RunMessage, opts ...grpc.CallOption) (*RunMessage, error) {
+func (c *storeClient) CreateRun(ctx context.Context, in *NewRunRequest, opts ...grpc.CallOption) (*RunMessage, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RunMessage)
 	err := c.cc.Invoke(ctx, Store_CreateRun_FullMethodName, in, out, cOpts...)
@@ -437,9 +462,12 @@ type StoreServer interface {
 	GetCard(context.Context, *GetCardRequest) (*CardReply, error)
 	ListCards(context.Context, *ListCardsRequest) (*CardsReply, error)
 	Dependents(context.Context, *DependentsRequest) (*CardsReply, error)
-	Claim(context.Context, *ClaimRequest) (*TokenReply, error)
+	Claim(context.Context, *ClaimRequest) (*CardTokenReply, error)
 	ClaimNext(context.Context, *ClaimNextRequest) (*CardTokenReply, error)
 	RenewClaims(context.Context, *RenewClaimsRequest) (*RenewClaimsReply, error)
+	// The lifecycle writes (board.Store.Start, Finish).
+	Start(context.Context, *StartRequest) (*StartedReply, error)
+	Finish(context.Context, *FinishRequest) (*FinishedReply, error)
 	SetStateOwned(context.Context, *SetStateOwnedRequest) (*ChangedReply, error)
 	SetLastRunOwned(context.Context, *SetLastRunOwnedRequest) (*Empty, error)
 	SetAwaitingInputOwned(context.Context, *SetAwaitingInputOwnedRequest) (*Empty, error)
@@ -457,7 +485,7 @@ type StoreServer interface {
 	LoadBoard(context.Context, *BoardRequest) (*BoardReply, error)
 	SetBoard(context.Context, *SetBoardRequest) (*SetBoardReply, error)
 	SetLabelsFrom(context.Context, *SetLabelsFromRequest) (*CardChangedReply, error)
-	CreateRun(context.Context, *RunMessage) (*RunMessage, error)
+	CreateRun(context.Context, *NewRunRequest) (*RunMessage, error)
 	UpdateRun(context.Context, *RunUpdateRequest) (*RunMessage, error)
 	GetRun(context.Context, *GetRunRequest) (*RunMessage, error)
 	ListExpiredClaimCandidates(context.Context, *ListExpiredRequest) (*ExpiredPageReply, error)
@@ -492,7 +520,7 @@ func (UnimplementedStoreServer) ListCards(context.Context, *ListCardsRequest) (*
 func (UnimplementedStoreServer) Dependents(context.Context, *DependentsRequest) (*CardsReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Dependents not implemented")
 }
-func (UnimplementedStoreServer) Claim(context.Context, *ClaimRequest) (*TokenReply, error) {
+func (UnimplementedStoreServer) Claim(context.Context, *ClaimRequest) (*CardTokenReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Claim not implemented")
 }
 func (UnimplementedStoreServer) ClaimNext(context.Context, *ClaimNextRequest) (*CardTokenReply, error) {
@@ -500,6 +528,12 @@ func (UnimplementedStoreServer) ClaimNext(context.Context, *ClaimNextRequest) (*
 }
 func (UnimplementedStoreServer) RenewClaims(context.Context, *RenewClaimsRequest) (*RenewClaimsReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method RenewClaims not implemented")
+}
+func (UnimplementedStoreServer) Start(context.Context, *StartRequest) (*StartedReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Start not implemented")
+}
+func (UnimplementedStoreServer) Finish(context.Context, *FinishRequest) (*FinishedReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Finish not implemented")
 }
 func (UnimplementedStoreServer) SetStateOwned(context.Context, *SetStateOwnedRequest) (*ChangedReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetStateOwned not implemented")
@@ -549,7 +583,7 @@ func (UnimplementedStoreServer) SetBoard(context.Context, *SetBoardRequest) (*Se
 func (UnimplementedStoreServer) SetLabelsFrom(context.Context, *SetLabelsFromRequest) (*CardChangedReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetLabelsFrom not implemented")
 }
-func (UnimplementedStoreServer) CreateRun(context.Context, *RunMessage) (*RunMessage, error) {
+func (UnimplementedStoreServer) CreateRun(context.Context, *NewRunRequest) (*RunMessage, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateRun not implemented")
 }
 func (UnimplementedStoreServer) UpdateRun(context.Context, *RunUpdateRequest) (*RunMessage, error) {
@@ -749,6 +783,42 @@ func _Store_RenewClaims_Handler(srv interface{}, ctx context.Context, dec func(i
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(StoreServer).RenewClaims(ctx, req.(*RenewClaimsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Store_Start_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).Start(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_Start_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).Start(ctx, req.(*StartRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Store_Finish_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FinishRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).Finish(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_Finish_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).Finish(ctx, req.(*FinishRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1042,7 +1112,7 @@ func _Store_SetLabelsFrom_Handler(srv interface{}, ctx context.Context, dec func
 }
 
 func _Store_CreateRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(RunMessage)
+	in := new(NewRunRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -1054,7 +1124,7 @@ func _Store_CreateRun_Handler(srv interface{}, ctx context.Context, dec func(int
 		FullMethod: Store_CreateRun_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(StoreServer).CreateRun(ctx, req.(*RunMessage))
+		return srv.(StoreServer).CreateRun(ctx, req.(*NewRunRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1209,6 +1279,14 @@ var Store_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RenewClaims",
 			Handler:    _Store_RenewClaims_Handler,
+		},
+		{
+			MethodName: "Start",
+			Handler:    _Store_Start_Handler,
+		},
+		{
+			MethodName: "Finish",
+			Handler:    _Store_Finish_Handler,
 		},
 		{
 			MethodName: "SetStateOwned",

@@ -18,7 +18,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 	mustCreate(t, s, board.NewCard{ID: "b", DependsOn: []string{"a"}})
 	mustCreate(t, s, board.NewCard{ID: "sink", State: board.StateDone})
 	tok := mustClaim(t, s, "a", "host-100")
-	if _, err := s.CreateRun(ctx, board.Run{ID: "r1", Card: "a"}); err != nil {
+	if _, err := s.CreateRun(ctx, board.NewRun{Token: tok, Run: board.Run{ID: "r1", Card: "a"}}); err != nil {
 		t.Fatal(err)
 	}
 	stale := board.ClaimToken{Marker: tok.Marker, Epoch: tok.Epoch + 7}
@@ -51,17 +51,17 @@ func TestBadInputWritesNothing(t *testing.T) {
 			return err
 		}, board.ErrInvalidArgument},
 		{"claim unknown card", func() error {
-			_, err := s.Claim(ctx, board.ClaimRequest{Card: "ghost", Marker: "host-100", Lease: lease})
+			_, _, err := s.Claim(ctx, board.ClaimRequest{Card: "ghost", Marker: "host-100", Lease: lease})
 			return err
 		}, board.ErrNotFound},
-		{"claim empty marker", func() error { _, err := s.Claim(ctx, board.ClaimRequest{Card: "b", Lease: lease}); return err }, board.ErrInvalidArgument},
+		{"claim empty marker", func() error { _, _, err := s.Claim(ctx, board.ClaimRequest{Card: "b", Lease: lease}); return err }, board.ErrInvalidArgument},
 		{"claim malformed marker", func() error {
-			_, err := s.Claim(ctx, board.ClaimRequest{Card: "b", Marker: "host", Lease: lease})
+			_, _, err := s.Claim(ctx, board.ClaimRequest{Card: "b", Marker: "host", Lease: lease})
 			return err
 		}, board.ErrInvalidArgument},
-		{"claim zero lease", func() error { _, err := s.Claim(ctx, board.ClaimRequest{Card: "b", Marker: "host-100"}); return err }, board.ErrInvalidArgument},
+		{"claim zero lease", func() error { _, _, err := s.Claim(ctx, board.ClaimRequest{Card: "b", Marker: "host-100"}); return err }, board.ErrInvalidArgument},
 		{"claim held by another", func() error {
-			_, err := s.Claim(ctx, board.ClaimRequest{Card: "a", Marker: "host-200", Lease: lease})
+			_, _, err := s.Claim(ctx, board.ClaimRequest{Card: "a", Marker: "host-200", Lease: lease})
 			return err
 		}, board.ErrClaimConflict},
 		{"claim next malformed marker", func() error {
@@ -118,17 +118,26 @@ func TestBadInputWritesNothing(t *testing.T) {
 			return err
 		}, board.ErrInvalidArgument},
 		{"set labels too long", func() error { _, err := s.SetLabels(ctx, "a", []string{"new", longLabel}, ""); return err }, board.ErrInvalidArgument},
-		{"create run duplicate", func() error { _, err := s.CreateRun(ctx, board.Run{ID: "r1", Card: "a"}); return err }, board.ErrAlreadyExists},
-		{"create run unknown card", func() error { _, err := s.CreateRun(ctx, board.Run{ID: "r2", Card: "ghost"}); return err }, board.ErrNotFound},
+		{"create run duplicate", func() error {
+			_, err := s.CreateRun(ctx, board.NewRun{Token: tok, Run: board.Run{ID: "r1", Card: "a"}})
+			return err
+		}, board.ErrAlreadyExists},
+		{"create run unknown card", func() error {
+			_, err := s.CreateRun(ctx, board.NewRun{Token: tok, Run: board.Run{ID: "r2", Card: "ghost"}})
+			return err
+		}, board.ErrNotFound},
 		{"create run unknown status", func() error {
-			_, err := s.CreateRun(ctx, board.Run{ID: "r2", Card: "a", Status: "sleeping"})
+			_, err := s.CreateRun(ctx, board.NewRun{Token: tok, Run: board.Run{ID: "r2", Card: "a", Status: "sleeping"}})
 			return err
 		}, board.ErrInvalidArgument},
 		{"update run status drifted", func() error {
-			_, err := s.UpdateRun(ctx, board.RunUpdate{ID: "r1", IfStatus: &finished, Status: &finished})
+			_, err := s.UpdateRun(ctx, board.RunUpdate{ID: "r1", Token: tok, IfStatus: &finished, Status: &finished})
 			return err
 		}, board.ErrTransitionRejected},
-		{"update run unknown", func() error { _, err := s.UpdateRun(ctx, board.RunUpdate{ID: "ghost", Status: &finished}); return err }, board.ErrNotFound},
+		{"update run unknown", func() error {
+			_, err := s.UpdateRun(ctx, board.RunUpdate{ID: "ghost", Token: tok, Status: &finished})
+			return err
+		}, board.ErrNotFound},
 		{"reclaim a live lease", func() error {
 			_, _, err := s.ReclaimExpired(ctx, board.Reclaim{Card: "a", Prev: tok, RecoveryMarker: "reaper:agent-300", Cutoff: clock.Now(), Lease: lease})
 			return err
@@ -161,7 +170,7 @@ func TestErrorsNameTheCard(t *testing.T) {
 	errs["unknown"] = s.SetState(ctx, board.Move{Card: "missing-card", To: board.StateReady})
 	errs["sink"] = s.SetState(ctx, board.Move{Card: "named-card", To: board.StateReady})
 	_, errs["label"] = s.AdjustLabels(ctx, board.LabelChange{Card: "named-card", Add: []string{"\x00"}})
-	_, errs["claim"] = s.Claim(ctx, board.ClaimRequest{Card: "named-card", Marker: "bad", Lease: lease})
+	_, _, errs["claim"] = s.Claim(ctx, board.ClaimRequest{Card: "named-card", Marker: "bad", Lease: lease})
 	for name, err := range errs {
 		want := "named-card"
 		if name == "unknown" {

@@ -50,7 +50,7 @@ func benchClaimRelease(b *testing.B, mode commitMode, writers int) {
 		// One writer: the idle case, where group commit must add no
 		// latency over a plain Update.
 		for b.Loop() {
-			tok, err := s.Claim(ctx, board.ClaimRequest{Card: "card-0", Marker: "bench-1000", Lease: lease})
+			_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: "card-0", Marker: "bench-1000", Lease: lease})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -73,7 +73,7 @@ func benchClaimRelease(b *testing.B, mode commitMode, writers int) {
 		card := fmt.Sprintf("card-%d", n%int64(writers))
 		marker := board.WorkerMarker("bench", int(1000+n))
 		for pb.Next() {
-			tok, err := s.Claim(ctx, board.ClaimRequest{Card: card, Marker: marker, Lease: lease})
+			_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: card, Marker: marker, Lease: lease})
 			if err != nil {
 				b.Error(err)
 				return
@@ -123,7 +123,7 @@ func benchRenewClaims(b *testing.B, n int) {
 					errs <- err
 					return
 				}
-				tok, err := s.Claim(ctx, board.ClaimRequest{Card: card, Marker: board.WorkerMarker("bench", 1000+i), Lease: lease})
+				_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: card, Marker: board.WorkerMarker("bench", 1000+i), Lease: lease})
 				if err != nil {
 					errs <- err
 					return

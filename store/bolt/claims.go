@@ -40,11 +40,14 @@ func (s *Store) acquire(w *wtx, rec *cardRecord, marker string, lease time.Durat
 }
 
 // Claim acquires a free card or refreshes the same marker's lease.
-func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.ClaimToken, error) {
+func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, board.ClaimToken, error) {
 	if err := r.Validate(); err != nil {
-		return board.ClaimToken{}, err
+		return board.Card{}, board.ClaimToken{}, err
 	}
-	var tok board.ClaimToken
+	var (
+		card board.Card
+		tok  board.ClaimToken
+	)
 	err := s.write(ctx, func(w *wtx) error {
 		rec, err := w.getCard(r.Card)
 		if err != nil {
@@ -53,18 +56,22 @@ func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.ClaimTok
 		switch rec.Claim {
 		case "":
 			tok, err = s.acquire(w, rec, r.Marker, r.Lease, r.Marker)
-			return err
 		case r.Marker:
 			// Idempotent re-claim: refresh the lease only. Same epoch, no
 			// event, no updated_at bump (ADR-096 §1: the epoch is bumped on
 			// fresh acquisitions, never on a same-marker re-claim).
 			tok = rec.Token()
-			return s.extendLease(w, rec, s.now().Add(r.Lease))
+			err = s.extendLease(w, rec, s.now().Add(r.Lease))
 		default:
 			return conflict(rec)
 		}
+		card = rec.Card
+		return err
 	})
-	return tok, err
+	if err != nil {
+		return board.Card{}, board.ClaimToken{}, err
+	}
+	return card, tok, nil
 }
 
 // extendLease pushes the lease to until, never backwards. No event. Only
@@ -94,26 +101,7 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 		tok  board.ClaimToken
 	)
 	err := s.write(ctx, func(w *wtx) error {
-		var best []byte
-		for _, state := range s.brd().PoolStates() {
-			p := statePrefix(state)
-			err := w.scan(bucketIdxState, p, func(k, v []byte) (bool, error) {
-				if bytes.Equal(v, stateClaimed) {
-					return true, nil
-				}
-				if order := k[len(p):]; best == nil || bytes.Compare(order, best) < 0 {
-					best = bytes.Clone(order)
-				}
-				return false, nil
-			})
-			if err != nil {
-				return err
-			}
-		}
-		if best == nil {
-			return fmt.Errorf("no unclaimed card in a pool state: %w", board.ErrNotFound)
-		}
-		rec, err := w.getCard(idFromOrderKey(best))
+		rec, err := s.pickNext(w)
 		if err != nil {
 			return err
 		}
@@ -125,6 +113,31 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 		return board.Card{}, board.ClaimToken{}, err
 	}
 	return card, tok, nil
+}
+
+// pickNext reads the oldest unclaimed card in a pool state, in a write
+// that has not changed the state index yet.
+func (s *Store) pickNext(w *wtx) (*cardRecord, error) {
+	var best []byte
+	for _, state := range s.brd().PoolStates() {
+		p := statePrefix(state)
+		err := w.scan(bucketIdxState, p, func(k, v []byte) (bool, error) {
+			if bytes.Equal(v, stateClaimed) {
+				return true, nil
+			}
+			if order := k[len(p):]; best == nil || bytes.Compare(order, best) < 0 {
+				best = bytes.Clone(order)
+			}
+			return false, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if best == nil {
+		return nil, fmt.Errorf("no unclaimed card in a pool state: %w", board.ErrNotFound)
+	}
+	return w.getCard(idFromOrderKey(best))
 }
 
 // RenewClaims pushes each hold's lease to now+lease, never backwards, in one
@@ -252,24 +265,10 @@ func (s *Store) SetLastRunOwned(ctx context.Context, card string, tok board.Clai
 		return fmt.Errorf("card %q: %w", card, err)
 	}
 	return s.owned(ctx, card, tok, func(w *wtx, rec *cardRecord) error {
-		known := false
-		for _, id := range rec.Runs {
-			known = known || id == runID
-		}
 		// The same pointer stamped again under a new claim (a re-claim that
 		// resumes the recorded run) is a change: the pointer now belongs
 		// to this claim.
-		if rec.LastRunID == runID && known && rec.LastRunEpoch == tok.Epoch {
-			return nil
-		}
-		ev := board.Event{Type: board.EventLastRun, Actor: tok.Marker, Data: board.EventData{RunID: runID}}
-		return w.updateCard(rec, s.now(), ev, func() {
-			rec.LastRunID = runID
-			rec.LastRunEpoch = tok.Epoch
-			if !known {
-				rec.Runs = append(append([]string{}, rec.Runs...), runID)
-			}
-		})
+		return s.pointAt(w, rec, runID, tok, s.now())
 	})
 }
 
@@ -412,8 +411,28 @@ func (s *Store) Release(ctx context.Context, card, marker, actor string) error {
 		if rec.Claim != marker {
 			return conflict(rec)
 		}
+		if err := s.closeReleasedRun(w, rec, actor); err != nil {
+			return err
+		}
 		return s.release(w, rec, actor)
 	})
+}
+
+// closeReleasedRun closes the released claim's own open run, the card's
+// recorded run, as resumable (board.ReleasedRun), in the caller's write.
+func (s *Store) closeReleasedRun(w *wtx, rec *cardRecord, actor string) error {
+	if rec.LastRunID == "" {
+		return nil
+	}
+	run, err := w.getRun(rec.LastRunID)
+	if err != nil || run == nil {
+		return err
+	}
+	next, ok := board.ReleasedRun(rec.Card, *run, s.now())
+	if !ok {
+		return nil
+	}
+	return w.putRun(next, false, actor)
 }
 
 // ListExpiredClaimCandidates walks the lease index from the oldest lease,
@@ -484,15 +503,15 @@ func (s *Store) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time,
 // CAS: the claim must still be exactly Prev (marker and epoch) and its lease
 // set and ended at or before Cutoff. A renewal, an operator or another
 // reaper in between makes it a clean conflict (ADR-096 §3).
-func (s *Store) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.ClaimToken, board.Card, error) {
+func (s *Store) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Card, board.ClaimToken, error) {
 	if err := board.ValidateToken(r.Card, r.Prev); err != nil {
-		return board.ClaimToken{}, board.Card{}, err
+		return board.Card{}, board.ClaimToken{}, err
 	}
 	if err := r.ValidateRecovery(); err != nil {
-		return board.ClaimToken{}, board.Card{}, err
+		return board.Card{}, board.ClaimToken{}, err
 	}
 	if r.Cutoff.IsZero() {
-		return board.ClaimToken{}, board.Card{}, board.Invalid("card %q: zero cutoff", r.Card)
+		return board.Card{}, board.ClaimToken{}, board.Invalid("card %q: zero cutoff", r.Card)
 	}
 	var (
 		tok  board.ClaimToken
@@ -516,7 +535,7 @@ func (s *Store) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Clai
 		return err
 	})
 	if err != nil {
-		return board.ClaimToken{}, board.Card{}, err
+		return board.Card{}, board.ClaimToken{}, err
 	}
-	return tok, card, nil
+	return card, tok, nil
 }

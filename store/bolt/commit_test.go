@@ -107,7 +107,7 @@ func TestGroupCommitBatchesQueuedWritesIntoOneTransaction(t *testing.T) {
 	record := func(dst *[]error, err error) { mu.Lock(); *dst = append(*dst, err); mu.Unlock() }
 	for _, m := range markers {
 		wg.Go(func() {
-			tok, err := s.Claim(ctx, board.ClaimRequest{Card: "x", Marker: m, Lease: lease})
+			_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: "x", Marker: m, Lease: lease})
 			if err == nil {
 				mu.Lock()
 				winners = append(winners, tok)

@@ -134,7 +134,7 @@ func TestReaperOwnedMovesAreStampedWatchdogExceptVerdicts(t *testing.T) {
 			if err := s.ExpireClaimOwned(ctx, "a", prev); err != nil {
 				t.Fatal(err)
 			}
-			tok, observed, err := s.ReclaimExpired(ctx, board.Reclaim{Card: "a", Prev: prev, RecoveryMarker: "reaper:agent-300", Cutoff: clock.Now(), Lease: lease})
+			observed, tok, err := s.ReclaimExpired(ctx, board.Reclaim{Card: "a", Prev: prev, RecoveryMarker: "reaper:agent-300", Cutoff: clock.Now(), Lease: lease})
 			if err != nil {
 				t.Fatal(err)
 			}

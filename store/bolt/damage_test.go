@@ -68,7 +68,7 @@ func TestOpenRefusesDamagedFiles(t *testing.T) {
 				if _, err := s.CreateCard(t.Context(), board.NewCard{ID: id, Title: strings.Repeat("x", 100)}); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := s.Claim(t.Context(), board.ClaimRequest{Card: id, Marker: "host-42", Lease: 30e9}); err != nil {
+				if _, _, err := s.Claim(t.Context(), board.ClaimRequest{Card: id, Marker: "host-42", Lease: 30e9}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -111,7 +111,7 @@ func BenchmarkOpenCheck(b *testing.B) {
 		if _, err := s.CreateCard(b.Context(), board.NewCard{ID: id}); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := s.Claim(b.Context(), board.ClaimRequest{Card: id, Marker: "host-42", Lease: 30e9}); err != nil {
+		if _, _, err := s.Claim(b.Context(), board.ClaimRequest{Card: id, Marker: "host-42", Lease: 30e9}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -168,7 +168,7 @@ const lease = 30 * time.Second
 
 func mustClaim(t testing.TB, s *Store, card, marker string) board.ClaimToken {
 	t.Helper()
-	tok, err := s.Claim(t.Context(), board.ClaimRequest{Card: card, Marker: marker, Lease: lease})
+	_, tok, err := s.Claim(t.Context(), board.ClaimRequest{Card: card, Marker: marker, Lease: lease})
 	if err != nil {
 		t.Fatalf("Claim(%q, %q): %v", card, marker, err)
 	}

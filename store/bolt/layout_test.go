@@ -197,8 +197,11 @@ func TestOrdinaryWritesNeverWriteTheClaimsBucket(t *testing.T) {
 			return err
 		}},
 		{"SetAwaitingInputOwned", func() error { return s.SetAwaitingInputOwned(ctx, "a", tok, true) }},
-		{"CreateRun", func() error { _, err := s.CreateRun(ctx, board.Run{ID: "r1", Card: "a"}); return err }},
-		{"SetLastRunOwned", func() error { return s.SetLastRunOwned(ctx, "a", tok, "r1") }},
+		{"CreateRun", func() error {
+			_, err := s.CreateRun(ctx, board.NewRun{Token: tok, Run: board.Run{ID: "r1", Card: "a"}})
+			return err
+		}},
+		{"SetLastRunOwned", func() error { return s.SetLastRunOwned(ctx, "a", tok, "r0") }},
 		{"SetGaveUpOwned", func() error { return s.SetGaveUpOwned(ctx, "a", tok, &board.GaveUp{Reason: "r"}) }},
 		{"SetStateOwned", func() error {
 			_, err := s.SetStateOwned(ctx, board.OwnedMove{Card: "a", Token: tok, To: board.StateInProgress})

@@ -420,7 +420,7 @@ func recoveryFixture(t *testing.T, s *Store, clock *fakeClock) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tok, _, err := s.ReclaimExpired(ctx, board.Reclaim{Card: id, Prev: c.Token(), RecoveryMarker: "reaper:agent-9", Cutoff: clock.Now(), Lease: l})
+		_, tok, err := s.ReclaimExpired(ctx, board.Reclaim{Card: id, Prev: c.Token(), RecoveryMarker: "reaper:agent-9", Cutoff: clock.Now(), Lease: l})
 		if err != nil {
 			t.Fatalf("ReclaimExpired %s: %v", id, err)
 		}

@@ -4,68 +4,118 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/leasekeeper/leasekeeper/board"
 )
 
-// CreateRun records a run of an existing card and appends it to the card's
-// run pointers. The id is the caller's (the worker names its run before it
-// starts); an empty owner is the card's current claim holder, since a run's
-// owner is the claim holder.
-func (s *Store) CreateRun(ctx context.Context, r board.Run) (board.Run, error) {
+// getRun reads a run through the overlay; nil when there is none.
+func (w *wtx) getRun(id string) (*board.Run, error) {
+	v := w.get(bucketRuns, []byte(id))
+	if v == nil {
+		return nil, nil
+	}
+	return decodeRun(v)
+}
+
+// putRun writes a run and its event (run_created when created, else
+// run_updated) in the caller's write.
+func (w *wtx) putRun(run board.Run, created bool, actor string) error {
+	v, err := json.Marshal(run)
+	if err != nil {
+		return fmt.Errorf("encode run %q: %w", run.ID, err)
+	}
+	w.put(bucketRuns, []byte(run.ID), v)
+	typ := board.EventRunUpdated
+	if created {
+		typ = board.EventRunCreated
+	}
+	w.emit(board.Event{
+		Type: typ, Card: run.Card, Actor: actor, At: run.UpdatedAt,
+		Data: board.EventData{RunID: run.ID, Status: string(run.Status)},
+	})
+	return nil
+}
+
+// createRun records a new run owned by tok on the claimed card rec and
+// points the card at it (LastRunID, LastRunEpoch, Runs), in the caller's
+// write. A duplicate run id is ErrAlreadyExists.
+func (s *Store) createRun(w *wtx, rec *cardRecord, run board.Run, tok board.ClaimToken, now time.Time) (board.Run, error) {
+	if w.get(bucketRuns, []byte(run.ID)) != nil {
+		return board.Run{}, fmt.Errorf("run %q: %w", run.ID, board.ErrAlreadyExists)
+	}
+	run.Card, run.Owner, run.Epoch = rec.ID, tok.Marker, tok.Epoch
+	run.CreatedAt, run.UpdatedAt = now, now
+	if err := w.putRun(run, true, tok.Marker); err != nil {
+		return board.Run{}, err
+	}
+	return run, s.pointAt(w, rec, run.ID, tok, now)
+}
+
+// pointAt stamps the card's run pointer under tok (last_run event),
+// appending the run to Runs when it is new there.
+func (s *Store) pointAt(w *wtx, rec *cardRecord, runID string, tok board.ClaimToken, now time.Time) error {
+	known := slices.Contains(rec.Runs, runID)
+	if rec.LastRunID == runID && known && rec.LastRunEpoch == tok.Epoch {
+		return nil
+	}
+	ev := board.Event{Type: board.EventLastRun, Actor: tok.Marker, Data: board.EventData{RunID: runID}}
+	return w.updateCard(rec, now, ev, func() {
+		rec.LastRunID = runID
+		rec.LastRunEpoch = tok.Epoch
+		if !known {
+			rec.Runs = append(slices.Clone(rec.Runs), runID)
+		}
+	})
+}
+
+// CreateRun starts a run under r.Token and points the card at it, in one
+// write fenced on the token.
+func (s *Store) CreateRun(ctx context.Context, r board.NewRun) (board.Run, error) {
 	r, err := r.Normalize()
 	if err != nil {
 		return board.Run{}, err
 	}
 	var out board.Run
 	err = s.write(ctx, func(w *wtx) error {
-		run := r
-		if w.get(bucketRuns, []byte(run.ID)) != nil {
-			return fmt.Errorf("run %q: %w", run.ID, board.ErrAlreadyExists)
-		}
-		rec, err := w.getCard(run.Card)
+		rec, err := w.getCard(r.Run.Card)
 		if err != nil {
-			return fmt.Errorf("run %q: %w", run.ID, err)
+			return fmt.Errorf("run %q: %w", r.Run.ID, err)
 		}
-		if run.Owner == "" {
-			run.Owner, run.Epoch = rec.Claim, rec.ClaimEpoch
+		if !holds(rec, r.Token) {
+			return conflict(rec)
 		}
-		now := s.now()
-		run.CreatedAt, run.UpdatedAt = now, now
-		v, err := json.Marshal(run)
-		if err != nil {
-			return fmt.Errorf("encode run %q: %w", run.ID, err)
-		}
-		w.put(bucketRuns, []byte(run.ID), v)
-		ev := board.Event{Type: board.EventRunCreated, Actor: run.Owner, Data: board.EventData{RunID: run.ID, Status: string(run.Status)}}
-		err = w.updateCard(rec, now, ev, func() { rec.Runs = append(append([]string{}, rec.Runs...), run.ID) })
-		if err != nil {
-			return err
-		}
-		out = run
-		return nil
+		out, err = s.createRun(w, rec, r.Run, r.Token, s.now())
+		return err
 	})
 	return out, err
 }
 
-// UpdateRun changes a run. With IfStatus it is a CAS on the current status,
-// so a late verdict from a living owner and the liveness oracle's
-// PROCESS_ORPHANED promotion cannot overwrite each other; a miss is
-// ErrTransitionRejected and writes nothing.
+// UpdateRun changes a run, fenced on u.Token (board.RunFence). With
+// IfStatus it is a CAS on the current status, so a late verdict from a
+// living owner and the liveness oracle's PROCESS_ORPHANED promotion cannot
+// overwrite each other; a miss is ErrTransitionRejected and writes nothing.
 func (s *Store) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run, error) {
 	if err := u.Validate(); err != nil {
 		return board.Run{}, err
 	}
 	var out board.Run
 	err := s.write(ctx, func(w *wtx) error {
-		v := w.get(bucketRuns, []byte(u.ID))
-		if v == nil {
+		run, err := w.getRun(u.ID)
+		if err != nil {
+			return err
+		}
+		if run == nil {
 			return board.NotFound("run", u.ID)
 		}
-		run, err := decodeRun(v)
+		rec, err := w.getCard(run.Card)
 		if err != nil {
+			return fmt.Errorf("run %q: %w", u.ID, err)
+		}
+		if err := board.RunFence(rec.Card, *run, u.Token); err != nil {
 			return err
 		}
 		next, changed, err := u.ApplyTo(*run)
@@ -76,19 +126,9 @@ func (s *Store) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run, er
 			out = *run
 			return nil
 		}
-		now := s.now()
-		next.UpdatedAt = now
-		nv, err := json.Marshal(next)
-		if err != nil {
-			return fmt.Errorf("encode run %q: %w", u.ID, err)
-		}
-		w.put(bucketRuns, []byte(u.ID), nv)
-		w.emit(board.Event{
-			Type: board.EventRunUpdated, Card: next.Card, Actor: u.Actor, At: now,
-			Data: board.EventData{RunID: next.ID, Status: string(next.Status)},
-		})
+		next.UpdatedAt = s.now()
 		out = next
-		return nil
+		return w.putRun(next, false, u.Actor)
 	})
 	return out, err
 }

@@ -52,7 +52,7 @@ func (w *randomWorker) step(t *testing.T) error {
 	case 1, 2:
 		c := pick()
 		var tk board.ClaimToken
-		tk, err = w.s.Claim(ctx, board.ClaimRequest{Card: c, Marker: marker, Lease: time.Duration(1+w.rng.IntN(60)) * time.Second})
+		_, tk, err = w.s.Claim(ctx, board.ClaimRequest{Card: c, Marker: marker, Lease: time.Duration(1+w.rng.IntN(60)) * time.Second})
 		if err == nil {
 			w.tokens[c] = tk
 		}
@@ -93,7 +93,7 @@ func (w *randomWorker) step(t *testing.T) error {
 		c := pick()
 		if cur, gerr := w.s.GetCard(ctx, c); gerr == nil && cur.Claimed() {
 			var tk board.ClaimToken
-			tk, _, err = w.s.ReclaimExpired(ctx, board.Reclaim{Card: c, Prev: cur.Token(), RecoveryMarker: board.RecoveryMarker(marker), Cutoff: w.clock.Now(), Lease: lease})
+			_, tk, err = w.s.ReclaimExpired(ctx, board.Reclaim{Card: c, Prev: cur.Token(), RecoveryMarker: board.RecoveryMarker(marker), Cutoff: w.clock.Now(), Lease: lease})
 			if err == nil {
 				w.tokens[c] = tk
 			}
@@ -254,7 +254,7 @@ func TestIndexesStayConsistentUnderARandomWorkload(t *testing.T) {
 	ctx := t.Context()
 	last := w.newCard()
 	mustCreate(t, s, board.NewCard{ID: last})
-	tok, err := s.Claim(ctx, board.ClaimRequest{Card: last, Marker: "h-100", Lease: time.Second})
+	_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: last, Marker: "h-100", Lease: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -35,12 +34,12 @@ func acquireChange(c *cardState, clk serverClock, marker string, lease time.Dura
 }
 
 // Claim acquires a free card or refreshes the same marker's lease.
-func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.ClaimToken, error) {
+func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, board.ClaimToken, error) {
 	if err := r.Validate(); err != nil {
-		return board.ClaimToken{}, err
+		return board.Card{}, board.ClaimToken{}, err
 	}
 	var tok board.ClaimToken
-	_, _, err := s.mutate(ctx, r.Card, func(c *cardState, clk serverClock) (*change, error) {
+	c, _, err := s.mutate(ctx, r.Card, func(c *cardState, clk serverClock) (*change, error) {
 		switch {
 		case c.Claim == "":
 			var ch *change
@@ -60,7 +59,10 @@ func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.ClaimTok
 			return nil, c.conflict()
 		}
 	})
-	return tok, err
+	if err != nil {
+		return board.Card{}, board.ClaimToken{}, err
+	}
+	return c.Card, tok, nil
 }
 
 // ClaimNext claims the oldest unclaimed card in a pool state. Candidates
@@ -245,16 +247,7 @@ func (s *Store) SetLastRunOwned(ctx context.Context, card string, tok board.Clai
 		// The same pointer stamped again under a new claim (a re-claim that
 		// resumes the recorded run) is a change: the pointer now belongs
 		// to this claim.
-		if c.LastRunID == runID && slices.Contains(c.Runs, runID) && c.LastRunEpoch == tok.Epoch {
-			return nil, nil
-		}
-		return &change{
-			set: bson.D{{Key: "last_run_id", Value: runID}, {Key: "last_run_epoch", Value: tok.Epoch},
-				{Key: "updated_at", Value: clk.now}},
-			addToSet: bson.D{{Key: "runs", Value: runID}},
-			events: []outboxEntry{newEvent(board.EventLastRun, card, board.ReasonNone, tok.Marker, clk.now,
-				board.EventData{RunID: runID})},
-		}, nil
+		return pointAtChange(c, clk, runID, tok), nil
 	})
 	return err
 }
@@ -372,6 +365,11 @@ func (s *Store) Release(ctx context.Context, card, marker, actor string) error {
 	if err := board.ValidateText("actor", actor); err != nil {
 		return fmt.Errorf("card %q: %w", card, err)
 	}
+	// The released claim's open run is closed in the same CAS, so it
+	// must be embedded first.
+	if err := s.adoptRecorded(ctx, card); err != nil {
+		return err
+	}
 	_, _, err := s.mutate(ctx, card, func(c *cardState, clk serverClock) (*change, error) {
 		if c.Claim == "" {
 			return nil, nil
@@ -381,6 +379,11 @@ func (s *Store) Release(ctx context.Context, card, marker, actor string) error {
 		}
 		ch := releaseChange(c, clk, actor)
 		ch.cond = bson.D{{Key: "claim", Value: marker}, same(c.raw, "claim_epoch")}
+		if run := c.recordedRun(); run != nil {
+			if next, ok := board.ReleasedRun(c.Card, *run, clk.now); ok {
+				ch = merge(setRun(c, next, board.EventRunUpdated, actor), ch)
+			}
+		}
 		return ch, nil
 	})
 	return err
@@ -572,17 +575,17 @@ func (s *Store) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time,
 // field" (the card reads as epoch 0), which is the only way to transfer a
 // card that refuses every fenced write. The new epoch is floored at the
 // server clock, so the fence stays monotone across the loss.
-func (s *Store) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.ClaimToken, board.Card, error) {
+func (s *Store) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Card, board.ClaimToken, error) {
 	if err := board.ValidateCardID(r.Card); err != nil {
-		return board.ClaimToken{}, board.Card{}, err
+		return board.Card{}, board.ClaimToken{}, err
 	}
 	if err := board.ValidateMarker(r.Prev.Marker); err != nil || r.Prev.Epoch < 0 {
-		return board.ClaimToken{}, board.Card{}, board.Invalid("card %q: bad previous claim token %+v", r.Card, r.Prev)
+		return board.Card{}, board.ClaimToken{}, board.Invalid("card %q: bad previous claim token %+v", r.Card, r.Prev)
 	}
 	// The previous token may carry no epoch on this twin (see above), so
 	// only the recovery side is checked the common way.
 	if err := r.ValidateRecovery(); err != nil {
-		return board.ClaimToken{}, board.Card{}, err
+		return board.Card{}, board.ClaimToken{}, err
 	}
 	// A zero cutoff is not refused as invalid: nothing expired at or
 	// before it, so the CAS refuses with a conflict, which is what a
@@ -620,7 +623,7 @@ func (s *Store) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Clai
 		return ch, nil
 	})
 	if err != nil {
-		return board.ClaimToken{}, board.Card{}, err
+		return board.Card{}, board.ClaimToken{}, err
 	}
-	return tok, c.Card, nil
+	return c.Card, tok, nil
 }

@@ -180,6 +180,10 @@ type cardState struct {
 	// leaseSet is false for a claim with no lease (legacy or stripped).
 	leaseSet bool
 	outbox   []outboxEntry
+	// run is the card's embedded current run (see runs.go), nil when it
+	// has none; runRev its revision.
+	run    *board.Run
+	runRev int64
 }
 
 // holds reports whether tok is the card's current claim, fence included. A
@@ -226,6 +230,14 @@ func decodeCard(raw bson.Raw) (*cardState, error) {
 	c.ClaimLeaseUntil = r.time("claim_lease_until")
 	c.RecoveredEpoch = r.int("recovered_epoch")
 	c.outbox = r.outbox()
+	if d, ok := r.doc(fieldRun); ok {
+		run := &board.Run{ID: d.str("id")}
+		readRunFields(d, run)
+		c.run, c.runRev = run, d.int("rev")
+		if d.err != nil {
+			r.err = d.err
+		}
+	}
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -239,6 +251,7 @@ func decodeCard(raw bson.Raw) (*cardState, error) {
 type runState struct {
 	board.Run
 	raw    bson.Raw
+	rev    int64
 	outbox []outboxEntry
 }
 
@@ -246,6 +259,17 @@ func decodeRun(raw bson.Raw) (*runState, error) {
 	r := newReader(collRuns, raw)
 	run := &runState{raw: raw}
 	run.ID = r.id
+	readRunFields(r, &run.Run)
+	run.rev = r.int("rev")
+	run.outbox = r.outbox()
+	if r.err != nil {
+		return nil, r.err
+	}
+	return run, nil
+}
+
+// readRunFields reads the fields of a run document but its id.
+func readRunFields(r *reader, run *board.Run) {
 	run.Card = r.str("card")
 	run.Status = board.RunStatus(r.str("status"))
 	run.Continuation = board.Continuation(r.str("continuation"))
@@ -261,11 +285,6 @@ func decodeRun(raw bson.Raw) (*runState, error) {
 	run.BootID = r.str("boot_id")
 	run.CreatedAt = r.time("created_at")
 	run.UpdatedAt = r.time("updated_at")
-	run.outbox = r.outbox()
-	if r.err != nil {
-		return nil, r.err
-	}
-	return run, nil
 }
 
 // outbox reads the pending events of a document.

@@ -81,7 +81,7 @@ func (f *fleet) create(id, state string) board.Card {
 
 func (f *fleet) claim(id, marker string) board.ClaimToken {
 	f.t.Helper()
-	tok, err := f.s.Claim(f.ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: testTerm})
+	_, tok, err := f.s.Claim(f.ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: testTerm})
 	if err != nil {
 		f.t.Fatalf("Claim(%q, %q): %v", id, marker, err)
 	}
@@ -188,7 +188,7 @@ func TestStrippedCardRefusesItsLiveHolder(t *testing.T) {
 		call func() error
 	}{
 		{"Claim", func() error {
-			_, err := f.s.Claim(f.ctx, board.ClaimRequest{Card: "c1", Marker: workerA, Lease: testTerm})
+			_, _, err := f.s.Claim(f.ctx, board.ClaimRequest{Card: "c1", Marker: workerA, Lease: testTerm})
 			return err
 		}},
 		{"RenewClaims", func() error {
@@ -247,7 +247,7 @@ func TestStrippedCardRefusesItsLiveHolder(t *testing.T) {
 
 	// It is transferable by naming the missing epoch as 0; the new fence is
 	// floored at the server clock, so it is above the lost one.
-	rec, observed, err := f.s.ReclaimExpired(f.ctx, board.Reclaim{Card: "c1", Prev: board.ClaimToken{Marker: workerA}, RecoveryMarker: reaperR, Cutoff: cutoff, Lease: testTerm})
+	observed, rec, err := f.s.ReclaimExpired(f.ctx, board.Reclaim{Card: "c1", Prev: board.ClaimToken{Marker: workerA}, RecoveryMarker: reaperR, Cutoff: cutoff, Lease: testTerm})
 	if err != nil {
 		t.Fatalf("ReclaimExpired of the stripped claim: %v", err)
 	}
@@ -384,7 +384,7 @@ func TestCorruptFieldIsATypedErrorNamingTheCard(t *testing.T) {
 			check("GetCard", err)
 			_, err = f.s.ListCards(f.ctx, board.CardFilter{})
 			check("ListCards", err)
-			_, err = f.s.Claim(f.ctx, board.ClaimRequest{Card: "bad", Marker: workerA, Lease: testTerm})
+			_, _, err = f.s.Claim(f.ctx, board.ClaimRequest{Card: "bad", Marker: workerA, Lease: testTerm})
 			check("Claim", err)
 			_, err = f.s.AdjustLabels(f.ctx, board.LabelChange{Card: "bad", Add: []string{"x"}})
 			check("AdjustLabels", err)
@@ -392,7 +392,7 @@ func TestCorruptFieldIsATypedErrorNamingTheCard(t *testing.T) {
 				t.Errorf("Events with a corrupt card on the board: %v, want the log still readable", err)
 			}
 			// The healthy card next to it is unaffected.
-			if _, err := f.s.Claim(f.ctx, board.ClaimRequest{Card: "good", Marker: workerA, Lease: testTerm}); err != nil {
+			if _, _, err := f.s.Claim(f.ctx, board.ClaimRequest{Card: "good", Marker: workerA, Lease: testTerm}); err != nil {
 				t.Errorf("Claim of a healthy card next to a corrupt one: %v", err)
 			}
 		})
@@ -849,7 +849,7 @@ func TestNullEpochIsTransferableLikeAMissingOne(t *testing.T) {
 		t.Errorf("a fenced write on a null epoch = %v, want ErrClaimConflict", err)
 	}
 	lease := f.get("c1").ClaimLeaseUntil
-	newTok, _, err := f.s.ReclaimExpired(f.ctx, board.Reclaim{Card: "c1", Prev: board.ClaimToken{Marker: workerA}, RecoveryMarker: reaperR, Cutoff: lease.Add(time.Second), Lease: testTerm})
+	_, newTok, err := f.s.ReclaimExpired(f.ctx, board.Reclaim{Card: "c1", Prev: board.ClaimToken{Marker: workerA}, RecoveryMarker: reaperR, Cutoff: lease.Add(time.Second), Lease: testTerm})
 	if err != nil {
 		t.Fatalf("transfer of an expired claim with a null epoch: %v", err)
 	}

@@ -66,8 +66,14 @@ func (r *roundRobin) ListCards(ctx context.Context, f board.CardFilter) ([]board
 func (r *roundRobin) Dependents(ctx context.Context, id string) ([]board.Card, error) {
 	return r.pick().Dependents(ctx, id)
 }
-func (r *roundRobin) Claim(ctx context.Context, c board.ClaimRequest) (board.ClaimToken, error) {
+func (r *roundRobin) Claim(ctx context.Context, c board.ClaimRequest) (board.Card, board.ClaimToken, error) {
 	return r.pick().Claim(ctx, c)
+}
+func (r *roundRobin) Start(ctx context.Context, sr board.StartRequest) (board.Started, error) {
+	return r.pick().Start(ctx, sr)
+}
+func (r *roundRobin) Finish(ctx context.Context, f board.FinishRequest) (board.Finished, error) {
+	return r.pick().Finish(ctx, f)
 }
 func (r *roundRobin) ClaimNext(ctx context.Context, c board.ClaimNextRequest) (board.Card, board.ClaimToken, error) {
 	return r.pick().ClaimNext(ctx, c)
@@ -109,7 +115,7 @@ func (r *roundRobin) AdjustLabels(ctx context.Context, c board.LabelChange) (boa
 func (r *roundRobin) SetLabels(ctx context.Context, card string, labels []string, actor string) (board.Card, error) {
 	return r.pick().SetLabels(ctx, card, labels, actor)
 }
-func (r *roundRobin) CreateRun(ctx context.Context, run board.Run) (board.Run, error) {
+func (r *roundRobin) CreateRun(ctx context.Context, run board.NewRun) (board.Run, error) {
 	return r.pick().CreateRun(ctx, run)
 }
 func (r *roundRobin) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run, error) {
@@ -130,7 +136,7 @@ func (r *roundRobin) ReleaseExpired(ctx context.Context, rel board.ExpiredReleas
 func (r *roundRobin) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
 	return r.pick().ListUnleasedRunningClaims(ctx, cutoff, limit)
 }
-func (r *roundRobin) ReclaimExpired(ctx context.Context, rc board.Reclaim) (board.ClaimToken, board.Card, error) {
+func (r *roundRobin) ReclaimExpired(ctx context.Context, rc board.Reclaim) (board.Card, board.ClaimToken, error) {
 	return r.pick().ReclaimExpired(ctx, rc)
 }
 func (r *roundRobin) Events(ctx context.Context, after int64, limit int) ([]board.Event, error) {
@@ -195,12 +201,12 @@ func TestClaimBindsEveryClient(t *testing.T) {
 	if _, err := a.CreateCard(ctx, board.NewCard{ID: "c1", State: board.StateReady, Actor: "cli"}); err != nil {
 		t.Fatal(err)
 	}
-	tok, err := a.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: workerA, Lease: testTerm})
+	_, tok, err := a.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: workerA, Lease: testTerm})
 	if err != nil {
 		t.Fatalf("Claim through the first client: %v", err)
 	}
 
-	_, err = b.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: workerB, Lease: testTerm})
+	_, _, err = b.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: workerB, Lease: testTerm})
 	wantConflict(t, err, workerA, tok.Epoch, "Claim through the second client")
 	_, _, err = b.ReclaimExpired(ctx, board.Reclaim{Card: "c1", Prev: tok, RecoveryMarker: reaperR, Cutoff: time.Now().Add(-time.Hour), Lease: testTerm})
 	wantConflict(t, err, workerA, tok.Epoch, "ReclaimExpired of a live claim through the second client")
@@ -211,7 +217,7 @@ func TestClaimBindsEveryClient(t *testing.T) {
 	}
 
 	// The same marker through the other client is the holder: idempotent.
-	again, err := b.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: workerA, Lease: testTerm})
+	_, again, err := b.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: workerA, Lease: testTerm})
 	if err != nil || again != tok {
 		t.Errorf("re-claim by the holder through the second client = %+v, %v; want %+v", again, err, tok)
 	}
@@ -233,10 +239,10 @@ func TestClaimBindsEveryClient(t *testing.T) {
 	wantConflict(t, err, "", tok.Epoch, "the released token through the first client")
 
 	// And the next holder, through the first client, is above the fence.
-	next, err := a.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: workerB, Lease: testTerm})
+	_, next, err := a.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: workerB, Lease: testTerm})
 	if err != nil || next.Epoch <= tok.Epoch {
 		t.Errorf("next claim = %+v, %v; want an epoch above %d", next, err, tok.Epoch)
 	}
-	_, err = b.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: workerA, Lease: testTerm})
+	_, _, err = b.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: workerA, Lease: testTerm})
 	wantConflict(t, err, workerB, next.Epoch, "the old holder's claim through the second client")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -131,4 +132,49 @@ func tokenCond(tok board.ClaimToken) bson.D {
 		{Key: "claim", Value: tok.Marker},
 		{Key: "claim_epoch", Value: bson.D{{Key: "$exists", Value: true}, {Key: "$eq", Value: tok.Epoch}}},
 	}
+}
+
+// merge combines changes planned on the same read of one card into one
+// update: their conditions (one per field: they were all taken from the
+// same read), their operators (a field set twice keeps the later value)
+// and their events, in order. Nil changes are skipped.
+func merge(chs ...*change) *change {
+	out := &change{}
+	for _, ch := range chs {
+		if ch == nil {
+			continue
+		}
+		for _, e := range ch.cond {
+			if !slices.ContainsFunc(out.cond, func(o bson.E) bool { return o.Key == e.Key }) {
+				out.cond = append(out.cond, e)
+			}
+		}
+		out.set = mergeOps(out.set, ch.set)
+		out.max = mergeOps(out.max, ch.max)
+		out.min = mergeOps(out.min, ch.min)
+		out.addToSet = mergeOps(out.addToSet, ch.addToSet)
+		for _, f := range ch.unset {
+			if !slices.Contains(out.unset, f) {
+				out.unset = append(out.unset, f)
+			}
+		}
+		out.events = append(out.events, ch.events...)
+	}
+	// A field both set and unset is set: the later verbs of a lifecycle
+	// write only unset fields the earlier ones did not set.
+	out.unset = slices.DeleteFunc(out.unset, func(f string) bool {
+		return slices.ContainsFunc(out.set, func(e bson.E) bool { return e.Key == f })
+	})
+	return out
+}
+
+func mergeOps(into, more bson.D) bson.D {
+	for _, e := range more {
+		if i := slices.IndexFunc(into, func(o bson.E) bool { return o.Key == e.Key }); i >= 0 {
+			into[i] = e
+		} else {
+			into = append(into, e)
+		}
+	}
+	return into
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -12,39 +13,33 @@ import (
 	"github.com/leasekeeper/leasekeeper/board"
 )
 
-// CreateRun records a run of an existing card and appends it to the card's
-// run pointers. An empty owner is the card's current claim holder.
+// Runs on this twin.
 //
-// Twin divergence: the run document (with its run_created event in its own
-// outbox) and the card's run pointer are two writes. A crash between them
-// leaves a run the card does not point at yet; the run and its event are
-// intact, and the pointer is also set by SetLastRunOwned.
-func (s *Store) CreateRun(ctx context.Context, r board.Run) (board.Run, error) {
-	r, err := r.Normalize()
-	if err != nil {
-		return board.Run{}, err
-	}
-	card, err := s.readCard(ctx, r.Card)
-	if err != nil {
-		return board.Run{}, fmt.Errorf("run %q: %w", r.ID, err)
-	}
-	if err := s.runs.FindOne(ctx, bson.D{{Key: "_id", Value: r.ID}}).Err(); err == nil {
-		return board.Run{}, fmt.Errorf("run %q: %w", r.ID, board.ErrAlreadyExists)
-	} else if !errors.Is(err, mongo.ErrNoDocuments) {
-		return board.Run{}, fmt.Errorf("mongostore: read run %q: %w", r.ID, err)
-	}
-	if r.Owner == "" {
-		r.Owner, r.Epoch = card.Claim, card.ClaimEpoch
-	}
-	clk, err := s.serverNow(ctx)
-	if err != nil {
-		return board.Run{}, err
-	}
-	r.CreatedAt, r.UpdatedAt = clk.now, clk.now
-	ev := newEvent(board.EventRunCreated, r.Card, board.ReasonNone, r.Owner, clk.now,
-		board.EventData{RunID: r.ID, Status: string(r.Status)})
-	doc := bson.D{
-		{Key: "_id", Value: r.ID},
+// MongoDB writes one document atomically and FerretDB has no transactions,
+// so a run write cannot be fenced on the card's claim while the run lives
+// in a document of its own. The card's current run is therefore EMBEDDED
+// in the card document (fieldRun): every write of it — Start, Finish,
+// CreateRun, UpdateRun, Release closing it — is one compare-and-set on the
+// card that checks the claim and epoch and the run as read in the same
+// update, with its events in the card's outbox.
+//
+// The runs collection keeps the runs that are no longer current (archive
+// copies) and runs an older version wrote there. When a write makes
+// another run current, the displaced run is first upserted into the
+// collection (archiveRun: idempotent, and never over a newer copy: every
+// embedded write bumps its rev), then the card is CASed on the embedded
+// run as read, so a run that changed after its archive copy was taken
+// makes the CAS retry. A run that is only in the collection is adopted
+// into its card (the same two steps) before any write to it, so a run
+// an older agent recorded is written fenced like any other. GetRun reads
+// the embedded run first (index run_id), then the collection.
+const fieldRun = "run"
+
+// runDoc is the stored form of a run, embedded (with its id under "id") or
+// archived (under "_id").
+func runDoc(r board.Run, idKey string, rev int64) bson.D {
+	return bson.D{
+		{Key: idKey, Value: r.ID},
 		{Key: "card", Value: r.Card},
 		{Key: "status", Value: string(r.Status)},
 		{Key: "continuation", Value: string(r.Continuation)},
@@ -57,29 +52,55 @@ func (s *Store) CreateRun(ctx context.Context, r board.Run) (board.Run, error) {
 		{Key: "pid_start", Value: r.PIDStart},
 		{Key: "pid_start_ticks", Value: r.PIDStartTicks},
 		{Key: "boot_id", Value: r.BootID},
-		{Key: "created_at", Value: clk.now},
-		{Key: "updated_at", Value: clk.now},
-		{Key: fieldOutbox, Value: []outboxEntry{ev}},
+		{Key: "created_at", Value: r.CreatedAt},
+		{Key: "updated_at", Value: r.UpdatedAt},
+		{Key: "rev", Value: rev},
 	}
-	if _, err := s.runs.InsertOne(ctx, doc); err != nil {
-		if mongo.IsDuplicateKeyError(err) {
-			return board.Run{}, fmt.Errorf("run %q: %w", r.ID, board.ErrAlreadyExists)
-		}
-		return board.Run{}, writeErr(fmt.Sprintf("mongostore: create run %q", r.ID), err)
-	}
-	_ = s.relay(ctx, s.runs, r.ID, []outboxEntry{ev})
-	// The run pointer is an ordinary write: $addToSet keeps the pointers
-	// append-only and unique; the claim family is not touched.
-	if _, err := s.cards.UpdateOne(ctx, bson.D{{Key: "_id", Value: r.Card}}, bson.D{
-		{Key: "$addToSet", Value: bson.D{{Key: "runs", Value: r.ID}}},
-		{Key: "$set", Value: bson.D{{Key: "updated_at", Value: clk.now}}},
-	}); err != nil {
-		return board.Run{}, writeErr(fmt.Sprintf("mongostore: record run %q on card %q", r.ID, r.Card), err)
-	}
-	return r, nil
 }
 
-func (s *Store) readRun(ctx context.Context, id string) (*runState, error) {
+// runEvent is the outbox entry of a run write.
+func runEvent(typ board.EventType, r board.Run, actor string) outboxEntry {
+	return newEvent(typ, r.Card, board.ReasonNone, actor, r.UpdatedAt,
+		board.EventData{RunID: r.ID, Status: string(r.Status)})
+}
+
+// setRun makes next the card's embedded run, conditioned on the embedded
+// run as read (absent included), with its event.
+func setRun(c *cardState, next board.Run, typ board.EventType, actor string) *change {
+	return &change{
+		cond:   bson.D{same(c.raw, fieldRun)},
+		set:    bson.D{{Key: fieldRun, Value: runDoc(next, "id", c.runRev+1)}},
+		events: []outboxEntry{runEvent(typ, next, actor)},
+	}
+}
+
+// archiveRun upserts the archive copy of a run at revision rev. It never
+// replaces a newer copy (a higher rev): that upsert matches nothing and
+// its insert collides on _id, which is the answer "already archived".
+func (s *Store) archiveRun(ctx context.Context, r board.Run, rev int64) error {
+	doc := runDoc(r, "_id", rev)[1:]
+	filter := bson.D{{Key: "_id", Value: r.ID}, {Key: "$or", Value: bson.A{
+		bson.D{{Key: "rev", Value: bson.D{{Key: "$lte", Value: rev}}}},
+		bson.D{{Key: "rev", Value: bson.D{{Key: "$exists", Value: false}}}},
+	}}}
+	_, err := s.runs.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: doc}}, options.UpdateOne().SetUpsert(true))
+	if err != nil && !mongo.IsDuplicateKeyError(err) {
+		return writeErr(fmt.Sprintf("mongostore: archive run %q", r.ID), err)
+	}
+	return nil
+}
+
+// displace archives the card's embedded run, if any, before a write that
+// replaces it with another run.
+func (s *Store) displace(ctx context.Context, c *cardState, runID string) error {
+	if c.run == nil || c.run.ID == runID {
+		return nil
+	}
+	return s.archiveRun(ctx, *c.run, c.runRev)
+}
+
+// readArchivedRun reads a run from the runs collection.
+func (s *Store) readArchivedRun(ctx context.Context, id string) (*runState, error) {
 	raw, err := s.runs.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, board.NotFound("run", id)
@@ -90,71 +111,202 @@ func (s *Store) readRun(ctx context.Context, id string) (*runState, error) {
 	return decodeRun(raw)
 }
 
-// UpdateRun changes a run. With IfStatus it is a CAS on the current status,
-// so a late verdict from a living owner and the liveness oracle's
-// PROCESS_ORPHANED promotion cannot overwrite each other; a miss is
-// ErrTransitionRejected and writes nothing.
+// cardOfRun reads the card whose embedded run is id; nil when none is.
+func (s *Store) cardOfRun(ctx context.Context, id string) (*cardState, error) {
+	raw, err := s.cards.FindOne(ctx, bson.D{{Key: fieldRun + ".id", Value: id}}).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mongostore: read the card of run %q: %w", id, err)
+	}
+	return decodeCard(raw)
+}
+
+// runExists reports whether a run id is taken, embedded or archived.
+func (s *Store) runExists(ctx context.Context, id string) (bool, error) {
+	c, err := s.cardOfRun(ctx, id)
+	if err != nil || c != nil {
+		return c != nil, err
+	}
+	_, err = s.readArchivedRun(ctx, id)
+	if errors.Is(err, board.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// adopt makes the archived run id the embedded run of its card, archiving
+// the run it displaces first. A run already embedded is left alone.
+func (s *Store) adopt(ctx context.Context, id string) error {
+	run, err := s.readArchivedRun(ctx, id)
+	if err != nil {
+		return err
+	}
+	rev := run.rev
+	_, _, err = s.mutate(ctx, run.Card, func(c *cardState, clk serverClock) (*change, error) {
+		if c.run != nil && c.run.ID == id {
+			return nil, nil
+		}
+		if err := s.displace(ctx, c, id); err != nil {
+			return nil, err
+		}
+		return &change{
+			cond: bson.D{same(c.raw, fieldRun)},
+			set:  bson.D{{Key: fieldRun, Value: runDoc(run.Run, "id", max(rev, c.runRev)+1)}},
+		}, nil
+	})
+	return err
+}
+
+// adoptRecorded adopts the card's recorded run when it is only in the
+// runs collection (recorded by an older version, or displaced since), so
+// a write that decides on it finds it embedded. Nothing to adopt is nil.
+func (s *Store) adoptRecorded(ctx context.Context, card string) error {
+	c, err := s.readCard(ctx, card)
+	if err != nil {
+		return err
+	}
+	if c.LastRunID == "" || (c.run != nil && c.run.ID == c.LastRunID) {
+		return nil
+	}
+	if err := s.adopt(ctx, c.LastRunID); err != nil && !errors.Is(err, board.ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// recordedRun is the card's recorded run when it is embedded, nil when
+// the card records none (or one that no longer exists).
+func (c *cardState) recordedRun() *board.Run {
+	if c.LastRunID == "" || c.run == nil || c.run.ID != c.LastRunID {
+		return nil
+	}
+	return c.run
+}
+
+// pointAtChange stamps the card's run pointer under tok (last_run event).
+func pointAtChange(c *cardState, clk serverClock, runID string, tok board.ClaimToken) *change {
+	if c.LastRunID == runID && slices.Contains(c.Runs, runID) && c.LastRunEpoch == tok.Epoch {
+		return nil
+	}
+	return &change{
+		set: bson.D{{Key: "last_run_id", Value: runID}, {Key: "last_run_epoch", Value: tok.Epoch},
+			{Key: "updated_at", Value: clk.now}},
+		addToSet: bson.D{{Key: "runs", Value: runID}},
+		events: []outboxEntry{newEvent(board.EventLastRun, c.ID, board.ReasonNone, tok.Marker, clk.now,
+			board.EventData{RunID: runID})},
+	}
+}
+
+// CreateRun starts a run under r.Token and points the card at it: one CAS
+// on the card, fenced on the token, that embeds the run.
+func (s *Store) CreateRun(ctx context.Context, r board.NewRun) (board.Run, error) {
+	r, err := r.Normalize()
+	if err != nil {
+		return board.Run{}, err
+	}
+	if taken, err := s.runExists(ctx, r.Run.ID); err != nil {
+		return board.Run{}, err
+	} else if taken {
+		return board.Run{}, fmt.Errorf("run %q: %w", r.Run.ID, board.ErrAlreadyExists)
+	}
+	var out board.Run
+	_, _, err = s.owned(ctx, r.Run.Card, r.Token, func(c *cardState, clk serverClock) (*change, error) {
+		if err := s.displace(ctx, c, r.Run.ID); err != nil {
+			return nil, err
+		}
+		run := r.Run
+		run.CreatedAt, run.UpdatedAt = clk.now, clk.now
+		out = run
+		return merge(setRun(c, run, board.EventRunCreated, r.Token.Marker), pointAtChange(c, clk, run.ID, r.Token)), nil
+	})
+	if err != nil {
+		return board.Run{}, fmt.Errorf("run %q: %w", r.Run.ID, err)
+	}
+	return out, nil
+}
+
+// UpdateRun changes a run, fenced on u.Token (board.RunFence): one CAS on
+// its card that checks the claim and the run as read. With IfStatus it is
+// a CAS on the current status as well; a miss is ErrTransitionRejected and
+// writes nothing.
 func (s *Store) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run, error) {
 	if err := u.Validate(); err != nil {
 		return board.Run{}, err
 	}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		clk, err := s.serverNow(ctx)
+		c, err := s.cardOfRun(ctx, u.ID)
 		if err != nil {
 			return board.Run{}, err
 		}
-		cur, err := s.readRun(ctx, u.ID)
-		if err != nil {
-			return board.Run{}, err
+		if c == nil {
+			// Not embedded: adopt it into its card first (a run only in
+			// the collection is written fenced like any other) — unless
+			// the fence refuses the write anyway, which must write nothing.
+			old, err := s.readArchivedRun(ctx, u.ID)
+			if err != nil {
+				return board.Run{}, err
+			}
+			card, err := s.readCard(ctx, old.Card)
+			if err != nil {
+				return board.Run{}, fmt.Errorf("run %q: %w", u.ID, err)
+			}
+			if err := board.RunFence(card.Card, old.Run, u.Token); err != nil {
+				return board.Run{}, err
+			}
+			if err := s.adopt(ctx, u.ID); err != nil {
+				return board.Run{}, err
+			}
+			continue
 		}
-		next, changed, err := u.ApplyTo(cur.Run)
-		if err != nil {
-			return board.Run{}, err
-		}
-		if !changed {
-			return cur.Run, nil
-		}
-		next.UpdatedAt = clk.now
-		ev := newEvent(board.EventRunUpdated, next.Card, board.ReasonNone, u.Actor, clk.now,
-			board.EventData{RunID: next.ID, Status: string(next.Status)})
-		// CAS on every field the update computed from, so two concurrent
-		// updates cannot both claim the same transition.
-		filter := bson.D{{Key: "_id", Value: u.ID}}
-		for _, f := range []string{"status", "continuation", "failure_code", "checkpoint"} {
-			filter = append(filter, same(cur.raw, f))
-		}
-		raw, err := s.runs.FindOneAndUpdate(ctx, filter, bson.D{
-			{Key: "$set", Value: bson.D{
-				{Key: "status", Value: string(next.Status)},
-				{Key: "continuation", Value: string(next.Continuation)},
-				{Key: "failure_code", Value: next.FailureCode},
-				{Key: "checkpoint", Value: next.Checkpoint},
-				{Key: "updated_at", Value: clk.now},
-			}},
-			{Key: "$push", Value: bson.D{{Key: fieldOutbox, Value: bson.D{{Key: "$each", Value: []outboxEntry{ev}}}}}},
-		}, options.FindOneAndUpdate().SetReturnDocument(options.After)).Raw()
-		if errors.Is(err, mongo.ErrNoDocuments) {
+		var out board.Run
+		after, _, err := s.mutate(ctx, c.ID, func(c *cardState, clk serverClock) (*change, error) {
+			if c.run == nil || c.run.ID != u.ID {
+				return nil, errRunMoved
+			}
+			if err := board.RunFence(c.Card, *c.run, u.Token); err != nil {
+				return nil, err
+			}
+			next, changed, err := u.ApplyTo(*c.run)
+			if err != nil || !changed {
+				out = *c.run
+				return nil, err
+			}
+			next.UpdatedAt = clk.now
+			out = next
+			ch := setRun(c, next, board.EventRunUpdated, u.Actor)
+			ch.cond = append(ch.cond, tokenCond(u.Token)...)
+			return ch, nil
+		})
+		if errors.Is(err, errRunMoved) {
 			continue
 		}
 		if err != nil {
-			return board.Run{}, writeErr(fmt.Sprintf("mongostore: update run %q", u.ID), err)
-		}
-		after, err := decodeRun(raw)
-		if err != nil {
 			return board.Run{}, err
 		}
-		_ = s.relay(ctx, s.runs, u.ID, after.outbox)
-		return after.Run, nil
+		_ = after
+		return out, nil
 	}
 	return board.Run{}, fmt.Errorf("mongostore: run %q: %w", u.ID, ErrContention)
 }
 
-// GetRun reads one run.
+// errRunMoved: the run was displaced from the card between two reads.
+var errRunMoved = errors.New("run moved")
+
+// GetRun reads one run: the embedded one first, then the collection.
 func (s *Store) GetRun(ctx context.Context, id string) (board.Run, error) {
 	if err := board.ValidateName("run id", id); err != nil {
 		return board.Run{}, err
 	}
-	r, err := s.readRun(ctx, id)
+	c, err := s.cardOfRun(ctx, id)
+	if err != nil {
+		return board.Run{}, err
+	}
+	if c != nil && c.run != nil && c.run.ID == id {
+		return *c.run, nil
+	}
+	r, err := s.readArchivedRun(ctx, id)
 	if err != nil {
 		return board.Run{}, err
 	}

@@ -220,6 +220,8 @@ func (s *Store) createIndexes(ctx context.Context) error {
 			// the marker, a range of this index).
 			{name: "claim", keys: []string{"claim"}},
 			{name: "depends_on", keys: []string{"depends_on"}},
+			// GetRun and the run writes find a run embedded in its card.
+			{name: "run_id", keys: []string{fieldRun + ".id"}},
 			// The relay sweep finds documents with a pending outbox.
 			{name: "outbox", keys: []string{fieldOutbox + ".id"}},
 		}},

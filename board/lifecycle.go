@@ -1,0 +1,243 @@
+package board
+
+import (
+	"fmt"
+	"time"
+)
+
+// The decisions Start, Finish, the fenced run writes and Release make once
+// a store has read the card and its run. They depend only on the board and
+// on what was read, so every store makes them here; reading and writing
+// atomically is the store's own business.
+
+// Final reports whether s is a final verdict: finished, failed or
+// cancelled. Any other status leaves the run open to a resume.
+func (s RunStatus) Final() bool {
+	return s == RunFinished || s == RunFailed || s == RunCancelled
+}
+
+// Open reports whether a run in status s still awaits its verdict from its
+// owner (running, queued or paused): the runs Finish accepts.
+func (s RunStatus) Open() bool {
+	switch s {
+	case RunRunning, RunQueued, RunPausedWaitingHuman, RunPausedOperator:
+		return true
+	}
+	return false
+}
+
+// Normalize validates a Start request and fills its defaults: an empty run
+// status is running. The run's Card, Owner and Epoch are the store's to
+// set; Card is filled from r.Card when it is named.
+func (r StartRequest) Normalize() (StartRequest, error) {
+	if r.Next == (r.Card != "") {
+		return StartRequest{}, Invalid("start: name exactly one of a card and next")
+	}
+	if r.Card != "" {
+		if err := ValidateCardID(r.Card); err != nil {
+			return StartRequest{}, err
+		}
+	}
+	if err := ValidateMarker(r.Marker); err != nil {
+		return StartRequest{}, inCard(r.Card, err)
+	}
+	if err := ValidateLease(r.Card, r.Lease); err != nil {
+		return StartRequest{}, err
+	}
+	if r.Run.Card != "" && r.Run.Card != r.Card {
+		return StartRequest{}, Invalid("start: run %q names card %q, the request %q", r.Run.ID, r.Run.Card, r.Card)
+	}
+	run := r.Run
+	run.Card = r.Card
+	if run.Card == "" {
+		run.Card = "next" // a placeholder for validation only
+	}
+	run.Owner, run.Epoch = "", 0
+	run, err := run.Normalize()
+	if err != nil {
+		return StartRequest{}, err
+	}
+	if run.Status != RunRunning && run.Status != RunQueued {
+		return StartRequest{}, Invalid("start: run %q: status %q (want running or queued)", run.ID, run.Status)
+	}
+	run.Card = r.Card
+	r.Run = run
+	return r, nil
+}
+
+// Validate checks a Finish request: the card, the token, the run id, the
+// verdict, the failure code and the checkpoint.
+func (r FinishRequest) Validate() error {
+	if err := ValidateToken(r.Card, r.Token); err != nil {
+		return err
+	}
+	if err := ValidateName("run id", r.RunID); err != nil {
+		return inCard(r.Card, err)
+	}
+	switch r.Status {
+	case RunFinished, RunFailed, RunFailedResumable:
+	default:
+		return Invalid("card %q: finish run %q with status %q (want finished, failed or failed_resumable)", r.Card, r.RunID, r.Status)
+	}
+	if err := ValidateText("failure code", r.FailureCode); err != nil {
+		return inCard(r.Card, err)
+	}
+	if r.Checkpoint != nil {
+		if err := ValidateCheckpoint(*r.Checkpoint); err != nil {
+			return inCard(r.Card, err)
+		}
+	}
+	return nil
+}
+
+// Normalize validates a fenced run start and fills its run's defaults. The
+// run's Owner and Epoch become the token's.
+func (r NewRun) Normalize() (NewRun, error) {
+	if err := ValidateToken(r.Run.Card, r.Token); err != nil {
+		return NewRun{}, err
+	}
+	run := r.Run
+	run.Owner, run.Epoch = "", 0
+	run, err := run.Normalize()
+	if err != nil {
+		return NewRun{}, err
+	}
+	run.Owner, run.Epoch = r.Token.Marker, r.Token.Epoch
+	r.Run = run
+	return r, nil
+}
+
+// RunFence decides whether tok may write run on card c (the fence of
+// UpdateRun): c must be claimed by exactly tok, and the run must be that
+// claim's — for a worker token, its Owner and Epoch are the token's; for a
+// recovery token, it is the card's recorded run and its Epoch is the claim
+// the recovery claim judges. The error is ErrClaimConflict.
+func RunFence(c Card, run Run, tok ClaimToken) error {
+	if c.Token() != tok || run.Card != c.ID {
+		return Conflict(c.ID, c.Claim, c.ClaimEpoch)
+	}
+	if IsRecoveryMarker(tok.Marker) {
+		if c.LastRunID != run.ID || run.Epoch != c.RecoveredEpoch {
+			return fmt.Errorf("run %q was not started by the claim %s judges (epoch %d): %w",
+				run.ID, tok.Marker, c.RecoveredEpoch, Conflict(c.ID, c.Claim, c.ClaimEpoch))
+		}
+		return nil
+	}
+	if run.Owner != tok.Marker || run.Epoch != tok.Epoch {
+		return fmt.Errorf("run %q belongs to %s epoch %d: %w", run.ID, run.Owner, run.Epoch, Conflict(c.ID, c.Claim, c.ClaimEpoch))
+	}
+	return nil
+}
+
+// FinishFence decides whether Finish may record its verdict on run for
+// card c: c is claimed by exactly r.Token (ErrClaimConflict), run is the
+// card's recorded run started or resumed under r.Token (ErrClaimConflict)
+// and still open (ErrTransitionRejected).
+func FinishFence(c Card, run Run, r FinishRequest) error {
+	if c.Token() != r.Token {
+		return Conflict(c.ID, c.Claim, c.ClaimEpoch)
+	}
+	if c.LastRunID != r.RunID || run.ID != r.RunID || run.Owner != r.Token.Marker || run.Epoch != r.Token.Epoch {
+		return fmt.Errorf("card %q: run %q is not the run its claim %s epoch %d started: %w",
+			c.ID, r.RunID, r.Token.Marker, r.Token.Epoch, Conflict(c.ID, c.Claim, c.ClaimEpoch))
+	}
+	if !run.Status.Open() {
+		return fmt.Errorf("card %q: run %q already has its verdict %s: %w", c.ID, run.ID, run.Status, ErrTransitionRejected)
+	}
+	return nil
+}
+
+// FinishCheck refuses a Finish the board cannot file, before anything is
+// read: a failed verdict on a board without the failed state.
+func (b Board) FinishCheck(r FinishRequest) error {
+	if r.Status == RunFailed && !b.Has(StateFailed) {
+		return Invalid("card %q: run failed, but this board has no %q state to file it in", r.Card, StateFailed)
+	}
+	return nil
+}
+
+// FinishFiling decides where Finish files a card read in state cur: the
+// target state and the reason, or to == "" when the card is not moved
+// (an operator put it in a terminal state, or, for a resumable failure,
+// anywhere but the running column).
+func (b Board) FinishFiling(cur string, status RunStatus) (to string, reason Reason) {
+	switch status {
+	case RunFinished:
+		to, reason = b.Completion(), ReasonRunFinished
+	case RunFailed:
+		to, reason = StateFailed, ReasonRunFailed
+	case RunFailedResumable:
+		if !b.IsRunning(cur) || b.IsPool(cur) {
+			return "", ReasonNone
+		}
+		to = b.FirstPool()
+	}
+	if b.IsTerminal(cur) || cur == to {
+		return "", ReasonNone
+	}
+	return to, reason
+}
+
+// StartRefusal refuses a Start on a card read as c: a card in a terminal
+// state (ErrTerminalStateExit), or one claimed by anyone
+// (ErrClaimConflict naming the holder).
+func (b Board) StartRefusal(c Card) error {
+	if b.IsTerminal(c.State) {
+		return fmt.Errorf("card %q: start in terminal state %q: %w", c.ID, c.State, ErrTerminalStateExit)
+	}
+	if c.Claimed() {
+		return Conflict(c.ID, c.Claim, c.ClaimEpoch)
+	}
+	return nil
+}
+
+// StartAnswered reports whether Start r already landed on card c, read at
+// now: c is claimed by r.Marker with a lease that has not ended and points
+// at r.Run.ID under that claim's epoch. The retry returns that state again.
+func StartAnswered(c Card, r StartRequest, now time.Time) bool {
+	return c.Claim == r.Marker && c.ClaimLeaseUntil.After(now) &&
+		c.LastRunID == r.Run.ID && c.LastRunEpoch == c.ClaimEpoch
+}
+
+// Resumable reports whether a Start should take over the card's recorded
+// run rec instead of creating one: it has no final verdict.
+func Resumable(rec Run) bool { return !rec.Status.Final() }
+
+// Resume is the run a Start makes of the recorded run cur: owned by the new
+// claim tok, with the new owner's identity and status from in, its ID,
+// checkpoint and continuation kept, its failure code cleared.
+func Resume(cur, in Run, tok ClaimToken, now time.Time) Run {
+	next := cur
+	next.Status = in.Status
+	next.FailureCode = ""
+	next.Owner, next.Epoch = tok.Marker, tok.Epoch
+	next.Host, next.PID, next.PIDStart, next.PIDStartTicks, next.BootID = in.Host, in.PID, in.PIDStart, in.PIDStartTicks, in.BootID
+	next.UpdatedAt = now
+	return next
+}
+
+// Supersede is the recorded run cur closed by a fresh Start.
+func Supersede(cur Run, now time.Time) Run {
+	next := cur
+	next.Status = RunCancelled
+	next.FailureCode = FailureRunSuperseded
+	next.UpdatedAt = now
+	return next
+}
+
+// ReleasedRun reports whether Release of card c (read before the release)
+// closes run, the card's recorded run: it belongs to the released claim
+// and is running or queued. The closed run is returned.
+func ReleasedRun(c Card, run Run, now time.Time) (Run, bool) {
+	if run.ID != c.LastRunID || run.Owner != c.Claim || run.Epoch != c.ClaimEpoch {
+		return run, false
+	}
+	if run.Status != RunRunning && run.Status != RunQueued {
+		return run, false
+	}
+	next := run
+	next.Status = RunFailedResumable
+	next.FailureCode = FailureClaimReleased
+	next.UpdatedAt = now
+	return next, true
+}

@@ -1,0 +1,153 @@
+package boltstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+// Start claims a card, starts (or resumes) its run and moves it into the
+// running column in one write: one transaction, one durable commit, with
+// every event of the verbs it stands for (claimed, run_created or
+// run_updated, last_run, state). A refusal writes nothing, so no epoch is
+// minted.
+func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started, error) {
+	r, err := r.Normalize()
+	if err != nil {
+		return board.Started{}, err
+	}
+	brd := s.brd()
+	running := brd.Running()
+	var out board.Started
+	err = s.write(ctx, func(w *wtx) error {
+		out = board.Started{}
+		// A retry of a Start that landed is answered from what it wrote.
+		if run, err := w.getRun(r.Run.ID); err != nil {
+			return err
+		} else if run != nil && (r.Next || run.Card == r.Card) {
+			prev, err := w.getCard(run.Card)
+			if err != nil {
+				return err
+			}
+			if board.StartAnswered(prev.Card, r, s.now()) && run.Owner == prev.Claim && run.Epoch == prev.ClaimEpoch {
+				out = board.Started{Card: prev.Card, Token: prev.Token(), Run: *run}
+				return nil
+			}
+		}
+		var rec *cardRecord
+		if r.Next {
+			rec, err = s.pickNext(w)
+		} else {
+			rec, err = w.getCard(r.Card)
+		}
+		if err != nil {
+			return err
+		}
+		if err := brd.StartRefusal(rec.Card); err != nil {
+			return err
+		}
+		var recorded *board.Run
+		if rec.LastRunID != "" {
+			if recorded, err = w.getRun(rec.LastRunID); err != nil {
+				return err
+			}
+		}
+		tok, err := s.acquire(w, rec, r.Marker, r.Lease, r.Marker)
+		if err != nil {
+			return err
+		}
+		now := s.now()
+		switch {
+		case recorded != nil && board.Resumable(*recorded) && !r.Fresh:
+			run := board.Resume(*recorded, r.Run, tok, now)
+			if err := w.putRun(run, false, tok.Marker); err != nil {
+				return err
+			}
+			if err := s.pointAt(w, rec, run.ID, tok, now); err != nil {
+				return err
+			}
+			out.Run, out.Resumed = run, true
+		default:
+			if recorded != nil && board.Resumable(*recorded) {
+				if err := w.putRun(board.Supersede(*recorded, now), false, tok.Marker); err != nil {
+					return err
+				}
+			}
+			run, err := s.createRun(w, rec, r.Run, tok, now)
+			if err != nil {
+				return err
+			}
+			out.Run = run
+		}
+		if rec.State != running {
+			if err := s.move(w, rec, running, board.ReasonNone, tok.Marker); err != nil {
+				return err
+			}
+		}
+		out.Card, out.Token = rec.Card, tok
+		return nil
+	})
+	if err != nil {
+		return board.Started{}, err
+	}
+	return out, nil
+}
+
+// Finish records the run's verdict, files the card by the board and
+// releases the claim, in one write fenced on the token and on the run. The
+// filing is the same move SetStateOwned makes, so a completion promotes
+// dependents exactly as any completion does.
+func (s *Store) Finish(ctx context.Context, r board.FinishRequest) (board.Finished, error) {
+	if err := r.Validate(); err != nil {
+		return board.Finished{}, err
+	}
+	brd := s.brd()
+	if err := brd.FinishCheck(r); err != nil {
+		return board.Finished{}, err
+	}
+	var out board.Finished
+	err := s.write(ctx, func(w *wtx) error {
+		rec, err := w.getCard(r.Card)
+		if err != nil {
+			return err
+		}
+		if !holds(rec, r.Token) {
+			return conflict(rec)
+		}
+		run, err := w.getRun(r.RunID)
+		if err != nil {
+			return err
+		}
+		if run == nil {
+			return fmt.Errorf("card %q: %w", r.Card, board.NotFound("run", r.RunID))
+		}
+		if err := board.FinishFence(rec.Card, *run, r); err != nil {
+			return err
+		}
+		now := s.now()
+		next := *run
+		next.Status, next.FailureCode, next.UpdatedAt = r.Status, r.FailureCode, now
+		if r.Checkpoint != nil {
+			next.Checkpoint = *r.Checkpoint
+		}
+		if err := w.putRun(next, false, r.Token.Marker); err != nil {
+			return err
+		}
+		if to, reason := brd.FinishFiling(rec.State, r.Status); to != "" {
+			m := board.OwnedMove{Token: r.Token, Reason: reason}
+			if err := s.move(w, rec, to, m.StampedReason(), r.Token.Marker); err != nil {
+				return err
+			}
+		}
+		if err := s.release(w, rec, r.Token.Marker); err != nil {
+			return err
+		}
+		out = board.Finished{Card: rec.Card, Run: next}
+		return nil
+	})
+	if err != nil {
+		return board.Finished{}, err
+	}
+	return out, nil
+}

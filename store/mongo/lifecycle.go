@@ -1,0 +1,191 @@
+package mongostore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+// Start claims a card, starts (or resumes) its run and moves it into the
+// running column as ONE compare-and-set on the card document: the claim,
+// the embedded run, the run pointer and the state all as read, with every
+// event (claimed, run_created or run_updated, last_run, state) in the
+// card's outbox. A refusal writes nothing, so no epoch is minted.
+//
+// Before the CAS, a run the new one displaces is archived, and the card's
+// recorded run is adopted when only the runs collection holds it: both
+// are idempotent steps that change nothing a reader of the run sees.
+func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started, error) {
+	r, err := r.Normalize()
+	if err != nil {
+		return board.Started{}, err
+	}
+	// A retry of a Start that landed is answered from what it wrote.
+	if c, err := s.cardOfRun(ctx, r.Run.ID); err != nil {
+		return board.Started{}, err
+	} else if c != nil && (r.Next || c.ID == r.Card) {
+		clk, err := s.serverNow(ctx)
+		if err != nil {
+			return board.Started{}, err
+		}
+		if board.StartAnswered(c.Card, r, clk.now) && c.run.Owner == c.Claim && c.run.Epoch == c.ClaimEpoch {
+			return board.Started{Card: c.Card, Token: c.Token(), Run: *c.run}, nil
+		}
+	}
+	if !r.Next {
+		st, _, err := s.startOn(ctx, r.Card, r)
+		return st, err
+	}
+	filter := bson.D{
+		{Key: "state", Value: bson.D{{Key: "$in", Value: s.cachedBoard().PoolStates()}}},
+		{Key: "claim", Value: bson.D{{Key: "$in", Value: bson.A{"", nil}}}},
+	}
+	for round := 0; round < maxAttempts; round++ {
+		cands, err := s.findCards(ctx, filter, options.Find().SetSort(creationOrder).SetLimit(8))
+		if err != nil {
+			return board.Started{}, err
+		}
+		if len(cands) == 0 {
+			return board.Started{}, fmt.Errorf("no unclaimed card in a pool state: %w", board.ErrNotFound)
+		}
+		for _, cand := range cands {
+			st, wrote, err := s.startOn(ctx, cand.ID, r)
+			var ce *board.ClaimConflictError
+			switch {
+			case wrote:
+				return st, nil
+			case errors.Is(err, errNotPool), errors.As(err, &ce):
+				continue // taken or moved in between: the next candidate
+			case err != nil:
+				return board.Started{}, err
+			}
+		}
+	}
+	return board.Started{}, fmt.Errorf("mongostore: start next: %w", ErrContention)
+}
+
+// errNotPool: a Next candidate left the pool before it was started.
+var errNotPool = errors.New("not in a pool state")
+
+// startOn plans and writes Start on one card.
+func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest) (board.Started, bool, error) {
+	if err := s.adoptRecorded(ctx, id); err != nil {
+		return board.Started{}, false, err
+	}
+	brd := s.cachedBoard()
+	running := brd.Running()
+	var out board.Started
+	after, wrote, err := s.mutate(ctx, id, func(c *cardState, clk serverClock) (*change, error) {
+		out = board.Started{}
+		if err := brd.StartRefusal(c.Card); err != nil {
+			return nil, err
+		}
+		if r.Next && !brd.IsPool(c.State) {
+			return nil, errNotPool
+		}
+		acq, tok := acquireChange(c, clk, r.Marker, r.Lease)
+		recorded := c.recordedRun()
+		var runCh *change
+		if recorded != nil && board.Resumable(*recorded) && !r.Fresh {
+			run := board.Resume(*recorded, r.Run, tok, clk.now)
+			runCh = setRun(c, run, board.EventRunUpdated, tok.Marker)
+			out.Run, out.Resumed = run, true
+		} else {
+			if taken, err := s.runExists(ctx, r.Run.ID); err != nil {
+				return nil, err
+			} else if taken {
+				return nil, fmt.Errorf("run %q: %w", r.Run.ID, board.ErrAlreadyExists)
+			}
+			var closed *change
+			if recorded != nil && board.Resumable(*recorded) {
+				// The superseded run is archived already closed: the CAS
+				// below displaces it from the card.
+				old := board.Supersede(*recorded, clk.now)
+				if err := s.archiveRun(ctx, old, c.runRev+1); err != nil {
+					return nil, err
+				}
+				closed = &change{events: []outboxEntry{runEvent(board.EventRunUpdated, old, tok.Marker)}}
+			} else if err := s.displace(ctx, c, r.Run.ID); err != nil {
+				return nil, err
+			}
+			run := r.Run
+			run.Card, run.Owner, run.Epoch = c.ID, tok.Marker, tok.Epoch
+			run.CreatedAt, run.UpdatedAt = clk.now, clk.now
+			runCh = merge(closed, setRun(c, run, board.EventRunCreated, tok.Marker))
+			out.Run = run
+		}
+		var move *change
+		if c.State != running {
+			move = moveChange(c, clk, running, board.ReasonNone, tok.Marker)
+		}
+		out.Token = tok
+		return merge(acq, runCh, pointAtChange(c, clk, out.Run.ID, tok), move), nil
+	})
+	if err != nil || !wrote {
+		return board.Started{}, false, err
+	}
+	out.Card = after.Card
+	return out, true, nil
+}
+
+// Finish records the run's verdict, files the card by the board and
+// releases the claim as ONE compare-and-set on the card, fenced on the
+// token and on the embedded run as read. The filing is the same move
+// SetStateOwned makes; dependents a completion unblocks are promoted after
+// it by the same code (see promoteDependents for that twin divergence).
+func (s *Store) Finish(ctx context.Context, r board.FinishRequest) (board.Finished, error) {
+	if err := r.Validate(); err != nil {
+		return board.Finished{}, err
+	}
+	brd := s.cachedBoard()
+	if err := brd.FinishCheck(r); err != nil {
+		return board.Finished{}, err
+	}
+	if err := s.adoptRecorded(ctx, r.Card); err != nil {
+		return board.Finished{}, err
+	}
+	var (
+		out   board.Finished
+		moved bool
+	)
+	after, _, err := s.owned(ctx, r.Card, r.Token, func(c *cardState, clk serverClock) (*change, error) {
+		moved = false
+		run := c.recordedRun()
+		if run == nil || run.ID != r.RunID {
+			if c.LastRunID == r.RunID {
+				return nil, fmt.Errorf("card %q: %w", r.Card, board.NotFound("run", r.RunID))
+			}
+			return nil, board.FinishFence(c.Card, board.Run{ID: r.RunID}, r)
+		}
+		if err := board.FinishFence(c.Card, *run, r); err != nil {
+			return nil, err
+		}
+		next := *run
+		next.Status, next.FailureCode, next.UpdatedAt = r.Status, r.FailureCode, clk.now
+		if r.Checkpoint != nil {
+			next.Checkpoint = *r.Checkpoint
+		}
+		out.Run = next
+		var move *change
+		if to, reason := brd.FinishFiling(c.State, r.Status); to != "" {
+			m := board.OwnedMove{Token: r.Token, Reason: reason}
+			move = moveChange(c, clk, to, m.StampedReason(), r.Token.Marker)
+			moved = true
+		}
+		return merge(setRun(c, next, board.EventRunUpdated, r.Token.Marker), move, releaseChange(c, clk, r.Token.Marker)), nil
+	})
+	if err != nil {
+		return board.Finished{}, err
+	}
+	out.Card = after.Card
+	if err := s.afterMove(ctx, after, moved, r.Token.Marker); err != nil {
+		return out, err
+	}
+	return out, nil
+}
