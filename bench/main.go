@@ -40,7 +40,7 @@ func (c config) args() string {
 	return strings.Join(parts, " ")
 }
 
-var allScenarios = []string{"claim", "heartbeat", "reaper", "claimlost", "plugin", "mongo"}
+var allScenarios = []string{"claim", "heartbeat", "reaper", "claimlost", "plugin", "mongo", "lifecycle"}
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == childFlag {
@@ -137,6 +137,7 @@ func run(ctx context.Context, cfg config) error {
 		"claimlost": runClaimLost,
 		"plugin":    runPlugin,
 		"mongo":     runMongo,
+		"lifecycle": runLifecycle,
 	}
 	for _, name := range allScenarios {
 		if !slices.Contains(cfg.scenarios, name) {

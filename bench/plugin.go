@@ -22,6 +22,7 @@ func pluginMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "usage: bench", pluginFlag, "FILE")
 		return 2
 	}
+	serveProfileSignals(args[0])
 	err := plugins.Serve(func(context.Context) (board.Store, error) {
 		return boltstore.Open(args[0], boltstore.Options{})
 	})
