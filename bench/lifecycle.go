@@ -87,7 +87,7 @@ a job queue's equivalent of a card's life, and less work than the others (no car
 			defer v.stop()
 			cursors[i] = &lifeCursor{v: v}
 			// Warm up, and learn the rate that sizes the first count.
-			if rates[i], err = cursors[i].measureLives(ctx, workers, 4*workers); err != nil {
+			if rates[i], err = cursors[i].measureLives(ctx, workers, cfg.lifeMinPerWkr*workers); err != nil {
 				return fmt.Errorf("%s warm-up: %w", d.name, err)
 			}
 		}
@@ -105,7 +105,7 @@ a job queue's equivalent of a card's life, and less work than the others (no car
 				if err != nil {
 					return err
 				}
-				v, err := cursors[i].measureLives(ctx, workers, livesFor(rates[i], cfg.duration, workers))
+				v, err := cursors[i].measureLives(ctx, workers, livesFor(rates[i], cfg.duration, workers, cfg.lifeMinPerWkr))
 				stopProfile()
 				if err != nil {
 					return fmt.Errorf("%s, %d workers: %w", d.name, workers, err)

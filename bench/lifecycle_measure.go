@@ -84,10 +84,10 @@ func (c *lifeCursor) measureLives(ctx context.Context, workers, n int) (float64,
 }
 
 // livesFor is how many lifecycles fill about d at rate (lifecycles/s),
-// at least a few per worker.
-func livesFor(rate float64, d time.Duration, workers int) int {
+// at least perWorker per worker.
+func livesFor(rate float64, d time.Duration, workers, perWorker int) int {
 	n := int(rate * d.Seconds())
-	return max(n, 4*workers)
+	return max(n, perWorker*workers)
 }
 
 // prepareParallel runs make for every i in [from, from+n) on a few
