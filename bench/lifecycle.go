@@ -61,7 +61,9 @@ run on a card never used before. Figures are lifecycles per second across all wo
 measurement's count is sized from the variant's previous one to last about the -duration. The anchor is
 leasekeeper as shipped with Start + Finish: >1 means the other variant is faster. River's cycle is a
 producer per worker that inserts a job and waits until it is completed, with a worker that does nothing:
-a job queue's equivalent of a card's life, and less work than the others (no card, no run record).`)
+a job queue's equivalent of a card's life, and less work than the others (no card, no run record).
+River's client is started before and stopped after each of its measurements (untimed), so its pollers
+take no CPU from the variants measured beside it.`)
 	var pg *pgServer
 	switch bin := findPostgres(); {
 	case cfg.smoke && !explicit(flag.CommandLine, "scenarios"):

@@ -18,7 +18,12 @@ type lifeVariant struct {
 	prepare func(ctx context.Context, from, n int) error
 	// life runs lifecycle i (its own card, never used again) as worker w.
 	life func(ctx context.Context, w, i int) error
-	stop func()
+	// resume and pause, when set, bracket each measurement (untimed): a
+	// variant with background work of its own (River's pollers and
+	// maintenance) runs it only while it is measured, not while the
+	// variants beside it are.
+	resume, pause func(ctx context.Context) error
+	stop          func()
 }
 
 // lifeDriver sets a variant up on its own store.
@@ -49,6 +54,16 @@ func (c *lifeCursor) measureLives(ctx context.Context, workers, n int) (float64,
 		return 0, fmt.Errorf("prepare: %w", err)
 	}
 	c.next += n
+	if c.v.resume != nil {
+		if err := c.v.resume(ctx); err != nil {
+			return 0, fmt.Errorf("resume: %w", err)
+		}
+		defer func() {
+			if c.v.pause != nil {
+				_ = c.v.pause(context.WithoutCancel(ctx))
+			}
+		}()
+	}
 	var (
 		wg    sync.WaitGroup
 		taken atomic.Int64

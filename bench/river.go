@@ -162,28 +162,9 @@ func riverConfig(workers int, w *river.Workers, tuned bool) *river.Config {
 	return cfg
 }
 
-// riverVariant starts client and wires the producer's cycle; with
+// riverVariant wires the producer's cycle around client; with
 // subscribe the completions come from River's event subscription.
 func riverVariant[TTx any](ctx context.Context, cl *river.Client[TTx], done *riverDone, subscribe bool, closeDB func()) (*lifeVariant, error) {
-	var unsubscribe func()
-	if subscribe {
-		events, cancel := cl.SubscribeConfig(&river.SubscribeConfig{Kinds: []river.EventKind{river.EventKindJobCompleted}, ChanSize: 100_000})
-		unsubscribe = cancel
-		go func() {
-			for ev := range events {
-				if ev.Job != nil {
-					done.complete(ev.Job.ID)
-				}
-			}
-		}()
-	}
-	if err := cl.Start(ctx); err != nil {
-		if unsubscribe != nil {
-			unsubscribe()
-		}
-		closeDB()
-		return nil, fmt.Errorf("start river client: %w", err)
-	}
 	life := func(ctx context.Context, _, i int) error {
 		res, err := cl.Insert(ctx, riverArgs{Seq: i}, nil)
 		if err != nil {
@@ -191,17 +172,41 @@ func riverVariant[TTx any](ctx context.Context, cl *river.Client[TTx], done *riv
 		}
 		return done.wait(ctx, res.Job.ID)
 	}
-	stop := func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// The client runs only while its variant is measured: started, its
+	// producers and maintenance poll the database every few milliseconds,
+	// which would take CPU from the variants measured beside it.
+	// River closes its subscriptions when the client stops, so each run
+	// of the client subscribes anew.
+	var unsubscribe func()
+	resume := func(ctx context.Context) error {
+		if subscribe {
+			events, cancel := cl.SubscribeConfig(&river.SubscribeConfig{Kinds: []river.EventKind{river.EventKindJobCompleted}, ChanSize: 100_000})
+			unsubscribe = cancel
+			go func() {
+				for ev := range events {
+					if ev.Job != nil {
+						done.complete(ev.Job.ID)
+					}
+				}
+			}()
+		}
+		if err := cl.Start(ctx); err != nil {
+			return fmt.Errorf("start river client: %w", err)
+		}
+		return nil
+	}
+	pause := func(ctx context.Context) error {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		_ = cl.Stop(sctx)
+		err := cl.Stop(sctx)
 		if unsubscribe != nil {
 			unsubscribe()
+			unsubscribe = nil
 		}
-		closeDB()
+		return err
 	}
 	nothing := func(context.Context, int, int) error { return nil }
-	return &lifeVariant{prepare: nothing, life: life, stop: stop}, nil
+	return &lifeVariant{prepare: nothing, life: life, resume: resume, pause: pause, stop: closeDB}, nil
 }
 
 func migrateRiver[TTx any](ctx context.Context, d riverdriver.Driver[TTx]) error {
