@@ -232,7 +232,7 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 		Lease:           live.Lease,
 		OrphanGrace:     live.OrphanGrace,
 		Enabled:         live.ReaperEnabled,
-		Fleet:           cfg.Store.Backend == BackendMongo,
+		Fleet:           a.store.Traits().Shared, // declared by the store (DESIGN.md#twins)
 		UnleasedHorizon: cfg.UnleasedHorizon,
 		Prober:          a.prober,
 		Logger:          log.With("component", "reaper"),

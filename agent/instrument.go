@@ -145,6 +145,9 @@ func (s meteredStore) Finish(ctx context.Context, r board.FinishRequest) (board.
 
 func (s meteredStore) Board() board.Board { return s.inner.Board() }
 
+// Traits are the wrapped store's: a declaration, not a store call.
+func (s meteredStore) Traits() board.Traits { return s.inner.Traits() }
+
 func (s meteredStore) LoadBoard(ctx context.Context) (board.Board, error) {
 	out, err := s.inner.LoadBoard(ctx)
 	s.done("load_board", err)

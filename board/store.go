@@ -175,6 +175,24 @@ type ExpiredRelease struct {
 	Actor string `json:"actor"`
 }
 
+// Traits are what a store declares about itself. The agent decides by
+// them, never by a backend's name, so an external plugin is treated as what
+// it says it is.
+type Traits struct {
+	// Shared: several agents, on several hosts, write this store (the
+	// fleet twin). Their workers' claims are not this host's to probe, and
+	// a foreign writer may strip a lease, so the watchdog runs the fleet's
+	// sweeps (DESIGN.md#twins).
+	Shared bool `json:"shared"`
+	// ServerClock: Now reads a clock other than this host's (a server's),
+	// as a lower bound (DESIGN.md#store-clock).
+	ServerClock bool `json:"server_clock"`
+	// Outbox: a write's events are relayed to the event log after the
+	// write, not in its own transaction (they are never lost, but a reader
+	// of the log may see them a moment later than the write).
+	Outbox bool `json:"outbox"`
+}
+
 // Store is the contract every backend honours (bbolt, MongoDB, the plugin
 // proxy). Package boardtest holds the conformance suite that pins it.
 //
@@ -189,6 +207,10 @@ type Store interface {
 	// BoardAdmin).
 	Board() Board
 	BoardAdmin
+
+	// Traits are the store's declaration of what it is (see Traits). They
+	// do not change while the store is open.
+	Traits() Traits
 
 	// Now is the store's clock: the time its own lease, claimed_at and
 	// updated_at stamps are taken from, as a lower bound (the MongoDB twin
@@ -233,9 +255,10 @@ type Store interface {
 	// status is not finished, failed or cancelled: a resumable failure, or
 	// a run whose claim ended without one) and r.Fresh is false, that run
 	// is taken over instead of creating one (a card's free claim cannot
-	// have a live owner writing it: the fence refuses the old epoch): its ID and checkpoint are kept, its status
-	// becomes r.Run.Status (running by default), its failure code is
-	// cleared, and its owner, epoch and identity become the new claim's.
+	// have a live owner writing it: the fence refuses the old epoch): its
+	// ID, checkpoint and continuation are kept, its status becomes
+	// r.Run.Status (running by default), its failure code is cleared, and
+	// its owner, epoch and identity become the new claim's.
 	// Runs does not grow (a resumed run is not a new one). r.Run.ID is
 	// then unused. Only a store whose board resumes runs does this: the
 	// local (bbolt) twin. The fleet (MongoDB) twin always starts a fresh
@@ -249,7 +272,12 @@ type Store interface {
 	// A retry after an unknown outcome is answered, not repeated: when the
 	// card is already claimed by r.Marker with a lease that has not ended
 	// and points at r.Run.ID under that claim's epoch (the write landed),
-	// Start returns that state again, writing nothing.
+	// Start returns that state again, writing nothing. With r.Next, the
+	// card is the one whose run is r.Run.ID. A Start that resumed a run
+	// wrote no run named r.Run.ID, so its retry cannot be told from a
+	// second Start by the same marker: it is ErrClaimConflict naming
+	// r.Marker, and the caller reads the card (its claim and LastRunID)
+	// to recover the answer.
 	Start(ctx context.Context, r StartRequest) (Started, error)
 	// Finish is a card's last lifecycle write, fenced on r.Token (CAS on
 	// the card's claim and epoch) and on the run: r.RunID must be the

@@ -19,8 +19,9 @@ import (
 type remoteStore struct {
 	rpc storepb.StoreClient
 
-	mu    sync.Mutex
-	board board.Board
+	mu     sync.Mutex
+	board  board.Board
+	traits board.Traits
 }
 
 var _ board.Store = (*remoteStore)(nil)
@@ -37,10 +38,19 @@ func (s *remoteStore) load(ctx context.Context) (board.Board, error) {
 		return board.Board{}, callError(ctx, "Board", err)
 	}
 	b := boardFromPB(r.GetBoard())
+	t := r.GetTraits()
 	s.mu.Lock()
 	s.board = b
+	s.traits = board.Traits{Shared: t.GetShared(), ServerClock: t.GetServerClock(), Outbox: t.GetOutbox()}
 	s.mu.Unlock()
 	return b, nil
+}
+
+// Traits are what the plugin declared in its first Board reply.
+func (s *remoteStore) Traits() board.Traits {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.traits
 }
 
 func (s *remoteStore) Board() board.Board {

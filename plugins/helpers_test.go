@@ -192,9 +192,11 @@ type scripted struct {
 	getCard     func(ctx context.Context, id string) (board.Card, error)
 	renewClaims func(ctx context.Context, holds []board.Hold, lease time.Duration) ([]board.RenewResult, error)
 	listCards   func(ctx context.Context, f board.CardFilter) ([]board.Card, error)
+	traits      board.Traits
 }
 
-func (s *scripted) Board() board.Board { return board.DefaultBoard(true) }
+func (s *scripted) Board() board.Board   { return board.DefaultBoard(true) }
+func (s *scripted) Traits() board.Traits { return s.traits }
 
 func (s *scripted) GetCard(ctx context.Context, id string) (board.Card, error) {
 	return s.getCard(ctx, id)

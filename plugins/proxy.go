@@ -101,7 +101,8 @@ type Proxy struct {
 	mu      sync.Mutex
 	cur     *instance // nil while down
 	board   board.Board
-	boardAt time.Time // when board was read (admin.go)
+	traits  board.Traits // declared by the plugin at its first start
+	boardAt time.Time    // when board was read (admin.go)
 	status  Status
 	changed chan struct{} // closed and replaced on every change of state
 	closed  bool
@@ -145,6 +146,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Proxy, error) {
 		return nil, err
 	}
 	p.cur, p.board, p.boardAt = inst, b, time.Now()
+	p.traits = inst.store.Traits()
 	p.changed = make(chan struct{})
 	p.status = Status{State: StateUp, PID: inst.runner.pid, ProtocolVersion: inst.client.NegotiatedVersion(), Since: time.Now()}
 	go p.supervise(inst)
@@ -334,6 +336,7 @@ func (p *Proxy) markUp(inst *instance, b board.Board) bool {
 		return false
 	}
 	p.cur, p.board, p.boardAt = inst, b, time.Now()
+	p.traits = inst.store.Traits()
 	p.status.State = StateUp
 	p.status.PID = inst.runner.pid
 	p.status.ProtocolVersion = inst.client.NegotiatedVersion()

@@ -21,6 +21,14 @@ func (p *Proxy) Board() board.Board {
 	return b
 }
 
+// Traits are what the plugin declared at its handshake (its first Board
+// reply); a restarted plugin declares them again.
+func (p *Proxy) Traits() board.Traits {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.traits
+}
+
 func (p *Proxy) CreateCard(ctx context.Context, c board.NewCard) (board.Card, error) {
 	return call(p, "CreateCard", func(s *remoteStore) (board.Card, error) { return s.CreateCard(ctx, c) })
 }

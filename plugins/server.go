@@ -18,7 +18,10 @@ type server struct {
 }
 
 func (s *server) Board(_ context.Context, _ *storepb.BoardRequest) (*storepb.BoardReply, error) {
-	return &storepb.BoardReply{Board: boardToPB(s.store.Board())}, nil
+	t := s.store.Traits()
+	return &storepb.BoardReply{Board: boardToPB(s.store.Board()), Traits: &storepb.TraitsMessage{
+		Shared: t.Shared, ServerClock: t.ServerClock, Outbox: t.Outbox,
+	}}, nil
 }
 
 func (s *server) CreateCard(ctx context.Context, r *storepb.CreateCardRequest) (*storepb.CardReply, error) {

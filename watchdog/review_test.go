@@ -77,14 +77,7 @@ func TestNoPromotionFromAStaleListing(t *testing.T) {
 			t.Fatalf("B's pass on c1: %s (%s), want released", cr.Outcome, cr.Decision.Rule)
 		}
 		// W2 re-claims and resumes the recorded run.
-		tok2 = e.claim("c1", w2)
-		from, to := board.RunFailedResumable, board.RunRunning
-		if _, err := e.store.UpdateRun(e.ctx, board.RunUpdate{ID: run.ID, IfStatus: &from, Status: &to, Actor: w2}); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.store.SetLastRunOwned(e.ctx, "c1", tok2, run.ID); err != nil {
-			t.Fatal(err)
-		}
+		tok2 = e.resume("c1", w2, run.ID)
 	}
 	a := e.reaperOn(hs, agentMarker)
 	res, err := a.RunOnce(e.ctx, false)
@@ -164,9 +157,8 @@ func TestGateOffSweepNeverAppliesTheRunCeiling(t *testing.T) {
 	}
 }
 
-// A run keeps the owner and epoch of the claim that started it; a later
-// claim that resumes it re-stamps the pointer, so it is the judged claim's
-// run, and the grace runs from that claim's own lease — not from a bound
+// A later claim that resumes a run (Start) takes it over and re-stamps the
+// pointer, so it is the judged claim's run, and the grace runs from that claim's own lease — not from a bound
 // derived from the first owner's — so the promotion waits out the grace
 // after the live driver's lease ends.
 func TestResumedRunKeepsTheGrace(t *testing.T) {
@@ -177,14 +169,7 @@ func TestResumedRunKeepsTheGrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	w2 := "workerhost-777"
-	tok2 := e.claim("c1", w2)
-	from, to := board.RunFailedResumable, board.RunRunning
-	if _, err := e.store.UpdateRun(e.ctx, board.RunUpdate{ID: run.ID, IfStatus: &from, Status: &to, Actor: w2}); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.store.SetLastRunOwned(e.ctx, "c1", tok2, run.ID); err != nil {
-		t.Fatal(err)
-	}
+	tok2 := e.resume("c1", w2, run.ID)
 	// W2 heartbeats for 5 leases, then its last lease ends 1 s ago.
 	for range 5 {
 		e.clock.Advance(lease / 3)
@@ -198,4 +183,17 @@ func TestResumedRunKeepsTheGrace(t *testing.T) {
 		t.Errorf("run promoted to %s 1s after its live driver's lease ended (grace %s); outcome %s rule %s",
 			got.Status, lease/3, cr.Outcome, cr.Decision.Rule)
 	}
+}
+
+// resume is a worker's Start that takes over the card's recorded run.
+func (e *env) resume(id, marker, runID string) board.ClaimToken {
+	e.t.Helper()
+	st, err := e.store.Start(e.ctx, board.StartRequest{Card: id, Marker: marker, Lease: lease, Run: board.Run{ID: runID + "-unused"}})
+	if err != nil {
+		e.t.Fatalf("Start %s by %s: %v", id, marker, err)
+	}
+	if !st.Resumed || st.Run.ID != runID {
+		e.t.Fatalf("Start %s by %s = resumed %v run %q, want %s resumed", id, marker, st.Resumed, st.Run.ID, runID)
+	}
+	return st.Token
 }

@@ -407,6 +407,7 @@ func (s *simStore) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.C
 // The verbs passed through on purpose (simPassThrough).
 
 func (s *simStore) Board() board.Board { return s.inner.Board() }
+func (s *simStore) Traits() board.Traits { return s.inner.Traits() }
 func (s *simStore) LoadBoard(ctx context.Context) (board.Board, error) {
 	return s.inner.LoadBoard(ctx)
 }

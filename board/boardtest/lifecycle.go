@@ -190,6 +190,20 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 				r := startReq("c1", markerB, "r2")
 				r.Run.PID = 5151
 				st := e.start(r)
+				if !e.local() {
+					// The fleet twin never resumes: the run is superseded
+					// and a fresh one started, so its run ceiling counts it.
+					if st.Resumed || st.Run.ID != "r2" {
+						t.Fatalf("fleet Start over a recorded run without a verdict = resumed %v run %q, want a fresh r2", st.Resumed, st.Run.ID)
+					}
+					if old := e.run("r1"); old.Status != board.RunCancelled || old.FailureCode != board.FailureRunSuperseded || old.Checkpoint != cp {
+						t.Errorf("fleet: the superseded run = %s, want cancelled with %s, its checkpoint kept", fmtRun(old), board.FailureRunSuperseded)
+					}
+					if c := e.get("c1"); !slices.Equal(c.Runs, []string{"r1", "r2"}) || c.LastRunID != "r2" {
+						t.Errorf("fleet card after a Start: runs %q last %q, want [r1 r2] pointing at r2", c.Runs, c.LastRunID)
+					}
+					return
+				}
 				if !st.Resumed || st.Run.ID != "r1" {
 					t.Fatalf("Start over a recorded run without a verdict = resumed %v run %q, want r1 resumed", st.Resumed, st.Run.ID)
 				}
@@ -414,8 +428,8 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 			seq := e.lastSeq()
 			cp := "late"
 			for name, tok := range map[string]board.ClaimToken{
-				"another epoch":    {Marker: markerA, Epoch: st.Token.Epoch + 1},
-				"another marker":   {Marker: markerB, Epoch: st.Token.Epoch},
+				"another epoch":  {Marker: markerA, Epoch: st.Token.Epoch + 1},
+				"another marker": {Marker: markerB, Epoch: st.Token.Epoch},
 			} {
 				_, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: tok, Checkpoint: &cp})
 				wantErr(t, err, board.ErrClaimConflict, "UpdateRun under "+name)

@@ -1,24 +1,40 @@
 // Command go-worker is an example leasekeeper worker written against the Go
-// client package. It takes the oldest claimable card, records a run, does
-// its work, records the run's verdict, files the card and releases the
-// claim, then takes the next one, until the pool is empty.
+// client package. Each card's life is two calls:
+//
+//   - client.StartNext claims the oldest claimable card, starts its run and
+//     moves the card into the running column, in one atomic write. When the
+//     card records a run without a final verdict (one this worker or
+//     another left resumable, or one whose claim an operator broke), the
+//     local bbolt store resumes that run instead: same run id, its
+//     checkpoint handed back (Claim.Resumed, Claim.Run().Checkpoint), so
+//     the work goes on from where it stopped.
+//   - Claim.Finish records the run's verdict, has the board file the card
+//     (finished: the completion state; failed: failed; failed_resumable:
+//     back to the pool) and releases the claim, in one fenced write.
 //
 // Its "work" is a wait of -work per card, standing in for a build or a
-// batch job; a card labelled "fail" stands for work that fails. What the
-// example is about is everything around the work:
+// batch job; a card labelled "fail" stands for work that fails. Progress is
+// kept as the run's checkpoint ("worked-ms=N"): a resumed run only waits
+// what is left. What the example is about is everything around the work:
 //
 //   - The work runs under the claim's Context. The client cancels it when
 //     the agent reports the claim lost (an operator force-released it, the
 //     lease could not be renewed) and, by itself, when it stops hearing the
-//     agent before the lease it last vouched for runs out. A worker that
-//     keeps working past that point is working toward writes the fence will
-//     refuse, and the watchdog relies on holders stopping on their own
-//     (ADR-096 §2), so the worker drops the card at once and writes nothing
-//     more for it.
+//     agent before the lease it last vouched for runs out (the client also
+//     pings in keepalive liveness mode, and opens the watch stream before
+//     it asks for the claim). A worker that keeps working past that point
+//     is working toward writes the fence will refuse, and the watchdog
+//     relies on holders stopping on their own, so the worker stops at once.
+//   - Once stopped, it sends its verdict one last time, bounded: the fence,
+//     not the worker, knows whether the claim is over. After a claim_lost
+//     it is refused and writes nothing; after the worker stopped because
+//     the agent went quiet, the agent may still hold the claim, and then
+//     the card goes back to the pool with the progress made.
 //   - Every write is fenced by the claim token; a refused write
 //     (board.ErrClaimConflict) also ends the claim.
-//   - SIGINT or SIGTERM stops the current card's work, records the run as
-//     failed_resumable and hands the card back to the pool, then exits.
+//   - SIGINT or SIGTERM stops the current card's work and finishes its run
+//     as failed_resumable at the progress made, which hands the card back
+//     to the pool for the next Start to resume, then exits.
 //
 // Usage:
 //
@@ -37,25 +53,18 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
-	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/client"
 )
 
-// The columns the worker moves a card through: the default board's names.
-// The socket does not publish the board, so a board that renames them
-// needs these flags changed too.
-type columns struct {
-	running, done, failed string
-}
-
 type worker struct {
 	c    *client.Client
 	work time.Duration
-	cols columns
 	out  io.Writer
 }
 
@@ -64,51 +73,61 @@ type outcome int
 
 const (
 	outcomeFiled       outcome = iota // the run's verdict is recorded and the card filed
-	outcomeLost                       // the claim was lost; nothing more was written
+	outcomeLost                       // the claim was lost; the fence has the last word
 	outcomeInterrupted                // stopped by a signal; the card was handed back
+)
+
+const (
+	// writeTimeout bounds Start and Finish.
+	writeTimeout = 30 * time.Second
+	// lateWriteTimeout bounds the verdict sent after the claim ended: the
+	// agent may be the reason it ended, and the worker must go on (or
+	// exit) in bounded time even when the agent is frozen.
+	lateWriteTimeout = 2 * time.Second
 )
 
 func main() {
 	socket := flag.String("socket", "", "agent socket (default: LEASEKEEPER_SOCKET or the runtime directory)")
 	work := flag.Duration("work", 2*time.Second, "how long the simulated work on one card takes")
 	maxCards := flag.Int("max", 0, "stop after this many claimed cards (0: until the pool is empty)")
-	running := flag.String("running-state", board.StateInProgress, "the board's running column")
-	done := flag.String("done-state", board.StateDone, "the board's completion state")
-	failed := flag.String("failed-state", board.StateFailed, "the state a failed run's card is filed to")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	w := &worker{
-		c:    &client.Client{Socket: *socket},
-		work: *work,
-		cols: columns{running: *running, done: *done, failed: *failed},
-		out:  os.Stdout,
-	}
+	w := &worker{c: &client.Client{Socket: *socket}, work: *work, out: os.Stdout}
 	if err := w.loop(ctx, *maxCards); err != nil {
 		fmt.Fprintln(os.Stderr, "go-worker:", err)
 		os.Exit(1)
 	}
 }
 
-// loop claims and handles cards until the pool is empty, max cards were
+// loop starts and handles cards until the pool is empty, max cards were
 // handled, or ctx ends.
 func (w *worker) loop(ctx context.Context, maxCards int) error {
 	for n := 0; maxCards == 0 || n < maxCards; n++ {
 		if ctx.Err() != nil {
 			return nil
 		}
-		cl, err := w.c.ClaimNext(ctx)
+		// Detached from the signal: a Start cut off mid-request may still
+		// land, and would leave the card claimed by a worker that never
+		// heard the answer. A signal that arrives now is seen by handle,
+		// which hands the card straight back.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+		// The checkpoint marks the run resumable: should this process die,
+		// the watchdog returns the card to the pool rather than failing it.
+		// A resumed run keeps its own checkpoint.
+		cl, err := w.c.StartNext(sctx, client.StartOptions{Checkpoint: checkpoint(0)})
+		cancel()
 		switch {
 		case errors.Is(err, board.ErrNotFound):
 			fmt.Fprintln(w.out, "pool empty: nothing left to claim")
 			return nil
 		case errors.Is(err, board.ErrClaimConflict):
-			// Another worker took the card between the listing and the
-			// grant: simply ask again.
+			// Another worker took the card between the pick and the grant:
+			// nothing was written; simply ask again.
 			continue
 		case err != nil:
-			return fmt.Errorf("claim next: %w", err)
+			return fmt.Errorf("start next: %w", err)
 		}
 		o, err := w.handle(ctx, cl)
 		if err != nil {
@@ -121,102 +140,126 @@ func (w *worker) loop(ctx context.Context, maxCards int) error {
 	return nil
 }
 
-// handle works one claimed card. Writes use a context detached from the
-// signal context (a SIGTERM must not leave the card half-routed) but bounded
-// in time.
+// handle works one started card and finishes it. Finish uses a context
+// detached from the signal context (a SIGTERM must not leave the card
+// half-routed) but bounded in time.
 func (w *worker) handle(ctx context.Context, cl *client.Claim) (outcome, error) {
-	card, tok := cl.Card(), cl.Token()
-	fmt.Fprintf(w.out, "claimed %s at epoch %d as %s\n", card.ID, tok.Epoch, tok.Marker)
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	card, tok, run := cl.Card(), cl.Token(), cl.Run()
+	if cl.Resumed() {
+		fmt.Fprintf(w.out, "claimed %s at epoch %d as %s; resumed run %s at checkpoint %q\n", card.ID, tok.Epoch, tok.Marker, run.ID, run.Checkpoint)
+	} else {
+		fmt.Fprintf(w.out, "claimed %s at epoch %d as %s; started run %s\n", card.ID, tok.Epoch, tok.Marker, run.ID)
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
 
-	// lost reports whether err (or the claim's context) says the claim is
-	// gone; the client has already cancelled the claim's Context then.
-	lost := func(step string, err error) (outcome, error) {
-		if errors.Is(err, board.ErrClaimConflict) || cl.Context().Err() != nil {
-			fmt.Fprintf(w.out, "claim on %s lost during %s: %v\n", card.ID, step, context.Cause(cl.Context()))
-			return outcomeLost, nil
-		}
-		// Anything else (the agent unreachable, a store error) is a
-		// failure of this worker; the claim stays until its lease runs out
-		// and the watchdog rules on it.
-		return 0, fmt.Errorf("%s on %s: %w", step, card.ID, err)
-	}
-
-	run, err := cl.StartRun(wctx, client.RunSpec{})
-	if err != nil {
-		return lost("start run", err)
-	}
-	if card.State != w.cols.running {
-		if _, err := cl.SetState(wctx, w.cols.running); err != nil {
-			return lost("move to "+w.cols.running, err)
-		}
-	}
-	fmt.Fprintf(w.out, "working on %s (run %s)\n", card.ID, run.ID)
-
-	workErr := w.doWork(ctx, cl)
+	worked, workErr := w.doWork(ctx, cl, workedSoFar(run.Checkpoint))
+	progress := checkpoint(worked)
 	switch {
 	case cl.Context().Err() != nil:
-		// The claim ended while working: stop here. Recording the run or
-		// filing the card would be a late write that the fence refuses.
+		// The claim ended while working: stop here.
 		fmt.Fprintf(w.out, "claim on %s lost while working: %v; stopped\n", card.ID, context.Cause(cl.Context()))
+		w.lateVerdict(ctx, cl, progress)
 		return outcomeLost, nil
 	case ctx.Err() != nil:
-		// Interrupted by a signal: the run may be restarted, so it is
-		// resumable and the card goes back to the pool.
-		if err := w.closeRun(wctx, cl, run.ID, board.RunFailedResumable); err != nil {
-			return lost("record run failed_resumable", err)
+		// Interrupted by a signal: the work may go on later, so the run is
+		// resumable at the progress made and the card goes back to the pool.
+		f, err := cl.Finish(wctx, client.Verdict{Status: board.RunFailedResumable, FailureCode: "INTERRUPTED", Checkpoint: &progress})
+		if err != nil {
+			return w.refused(cl, "hand back", err)
 		}
-		if err := cl.Release(wctx); err != nil {
-			return lost("release", err)
-		}
-		fmt.Fprintf(w.out, "interrupted: %s handed back to the pool\n", card.ID)
+		fmt.Fprintf(w.out, "interrupted: %s handed back to the pool in %s; run %s resumable at checkpoint %q\n", card.ID, f.Card.State, run.ID, progress)
 		return outcomeInterrupted, nil
 	}
 
-	// Route the card the way the watchdog would route a dead owner's
+	// The board files the card as the watchdog would file a dead owner's
 	// (rows 9 and 10 of its decision table), so the two always agree.
-	status, target, reason := board.RunFinished, w.cols.done, board.ReasonRunFinished
+	v := client.Verdict{Status: board.RunFinished}
 	if workErr != nil {
-		status, target, reason = board.RunFailed, w.cols.failed, board.ReasonRunFailed
+		v = client.Verdict{Status: board.RunFailed, FailureCode: "WORK_FAILED"}
 	}
-	if err := w.closeRun(wctx, cl, run.ID, status); err != nil {
-		return lost("record run "+string(status), err)
+	f, err := cl.Finish(wctx, v)
+	if err != nil {
+		return w.refused(cl, "finish", err)
 	}
-	if _, err := cl.SetState(wctx, target, client.WithReason(reason)); err != nil {
-		return lost("file to "+target, err)
-	}
-	if err := cl.Release(wctx); err != nil {
-		return lost("release", err)
-	}
-	fmt.Fprintf(w.out, "%s: run %s %s, card filed to %s\n", card.ID, run.ID, status, target)
+	fmt.Fprintf(w.out, "%s: run %s %s, card filed to %s\n", card.ID, run.ID, f.Run.Status, f.Card.State)
 	return outcomeFiled, nil
+}
+
+// refused sorts out a Finish that failed. A claim conflict is the fence
+// refusing it: the claim was lost before the verdict landed, and the whole
+// write was refused, so nothing of it (verdict, filing, release) happened.
+// Anything else (the agent unreachable, a store error) is a failure of this
+// worker; the claim stays until its lease runs out and the watchdog rules
+// on it.
+func (w *worker) refused(cl *client.Claim, step string, err error) (outcome, error) {
+	if errors.Is(err, board.ErrClaimConflict) {
+		fmt.Fprintf(w.out, "claim on %s lost before its verdict landed (%s refused, nothing written): %v\n", cl.Card().ID, step, err)
+		return outcomeLost, nil
+	}
+	return 0, fmt.Errorf("%s on %s: %w", step, cl.Card().ID, err)
+}
+
+// lateVerdict sends the verdict of a claim that ended on this side, once.
+// Whether the claim is over at the agent is the fence's to say: after a
+// claim_lost the agent already let the claim go (a force-release closed
+// the run resumable itself), so the Finish is refused and writes nothing;
+// when the client stopped because the agent went quiet, the agent may still
+// hold the claim for this process, and then the Finish lands and returns
+// the card to the pool with the progress made. It gets a short timeout on
+// a context of its own: the agent may be the reason the claim ended.
+func (w *worker) lateVerdict(ctx context.Context, cl *client.Claim, progress string) {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateWriteTimeout)
+	defer cancel()
+	f, err := cl.Finish(lctx, client.Verdict{Status: board.RunFailedResumable, FailureCode: "CLAIM_LOST", Checkpoint: &progress})
+	switch {
+	case err == nil:
+		fmt.Fprintf(w.out, "late verdict on %s landed: card back in %s, run %s resumable\n", cl.Card().ID, f.Card.State, f.Run.ID)
+	case errors.Is(err, board.ErrClaimConflict):
+		fmt.Fprintf(w.out, "late verdict on %s refused by the fence, nothing written: %v\n", cl.Card().ID, err)
+	default:
+		fmt.Fprintf(w.out, "late verdict on %s not answered: %v\n", cl.Card().ID, err)
+	}
 }
 
 var errWorkFailed = errors.New("the work failed")
 
-// doWork stands in for real work. It honours both contexts: the claim's
-// (the claim is gone) and the process's (a signal).
-func (w *worker) doWork(ctx context.Context, cl *client.Claim) error {
-	t := time.NewTimer(w.work)
+// doWork stands in for real work, of which done is already behind it (a
+// resumed run). It honours both contexts: the claim's (the claim is gone)
+// and the process's (a signal). worked is the progress made in all, what
+// a resumable verdict records.
+func (w *worker) doWork(ctx context.Context, cl *client.Claim, done time.Duration) (worked time.Duration, err error) {
+	left := max(w.work-done, 0)
+	began := time.Now()
+	t := time.NewTimer(left)
 	defer t.Stop()
 	select {
 	case <-t.C:
 	case <-cl.Context().Done():
-		return context.Cause(cl.Context())
+		return done + min(time.Since(began), left), context.Cause(cl.Context())
 	case <-ctx.Done():
-		return ctx.Err()
+		return done + min(time.Since(began), left), ctx.Err()
 	}
 	if slices.Contains(cl.Card().Labels, "fail") {
-		return errWorkFailed
+		return done + left, errWorkFailed
 	}
-	return nil
+	return done + left, nil
 }
 
-// closeRun records the run's verdict, compare-and-set on running so a
-// verdict the watchdog already wrote is never overwritten.
-func (w *worker) closeRun(ctx context.Context, cl *client.Claim, runID string, status board.RunStatus) error {
-	running := board.RunRunning
-	_, err := cl.UpdateRun(ctx, runID, apitype.UpdateRunRequest{IfStatus: &running, Status: &status})
-	return err
+// checkpointPrefix starts the checkpoints this worker records: how much
+// of the work is behind the run.
+const checkpointPrefix = "worked-ms="
+
+func checkpoint(worked time.Duration) string {
+	return checkpointPrefix + strconv.FormatInt(worked.Milliseconds(), 10)
+}
+
+// workedSoFar reads a checkpoint this worker recorded; any other (a run
+// started by another program) means the work starts over.
+func workedSoFar(cp string) time.Duration {
+	ms, err := strconv.ParseInt(strings.TrimPrefix(cp, checkpointPrefix), 10, 64)
+	if !strings.HasPrefix(cp, checkpointPrefix) || err != nil || ms < 0 {
+		return 0
+	}
+	return time.Duration(ms) * time.Millisecond
 }

@@ -78,7 +78,7 @@ func (p *workerProc) wait(t *testing.T, bound time.Duration) {
 }
 
 // TestDrainsThePool: every card ends filed with a recorded verdict, owned by
-// the worker process, and no claim is left behind.
+// the worker process, one run per card, and no claim is left behind.
 func TestDrainsThePool(t *testing.T) {
 	t.Parallel()
 	a := agentproc.New(t, leasekeeperBin, "")
@@ -99,11 +99,12 @@ func TestDrainsThePool(t *testing.T) {
 		wantState  string
 		wantReason board.Reason
 		wantRun    board.RunStatus
+		wantCode   string
 	}{
-		{"build-1", board.StateDone, board.ReasonRunFinished, board.RunFinished},
-		{"build-2", board.StateDone, board.ReasonRunFinished, board.RunFinished},
-		{"build-3", board.StateDone, board.ReasonRunFinished, board.RunFinished},
-		{"broken", board.StateFailed, board.ReasonRunFailed, board.RunFailed},
+		{"build-1", board.StateDone, board.ReasonRunFinished, board.RunFinished, ""},
+		{"build-2", board.StateDone, board.ReasonRunFinished, board.RunFinished, ""},
+		{"build-3", board.StateDone, board.ReasonRunFinished, board.RunFinished, ""},
+		{"broken", board.StateFailed, board.ReasonRunFailed, board.RunFailed, "WORK_FAILED"},
 	} {
 		t.Run(tc.card, func(t *testing.T) {
 			c := a.Card(tc.card)
@@ -113,12 +114,12 @@ func TestDrainsThePool(t *testing.T) {
 			if c.Claim != "" || c.ClaimEpoch != 1 {
 				t.Errorf("card %s claim %q epoch %d, want released after one claim (epoch 1)", tc.card, c.Claim, c.ClaimEpoch)
 			}
-			if c.LastRunID == "" {
-				t.Fatalf("card %s records no run", tc.card)
+			if c.LastRunID == "" || len(c.Runs) != 1 {
+				t.Fatalf("card %s records run %q of runs %v, want exactly one", tc.card, c.LastRunID, c.Runs)
 			}
 			run := a.GetRun(c.LastRunID)
-			if run.Status != tc.wantRun {
-				t.Errorf("run %s status %s, want %s", run.ID, run.Status, tc.wantRun)
+			if run.Status != tc.wantRun || run.FailureCode != tc.wantCode {
+				t.Errorf("run %s status %s (failure %q), want %s (failure %q)", run.ID, run.Status, run.FailureCode, tc.wantRun, tc.wantCode)
 			}
 			if got, want := run.PID, w.cmd.Process.Pid; got != want {
 				t.Errorf("run %s owned by pid %d, want the worker's pid %d", run.ID, got, want)
@@ -130,10 +131,46 @@ func TestDrainsThePool(t *testing.T) {
 	}
 }
 
+// startedRun waits for a worker to have started card's run in the running
+// column, and returns the card as it then is.
+func startedRun(t *testing.T, a *agentproc.Agent, card string) board.Card {
+	t.Helper()
+	var c board.Card
+	a.WaitFor(30*time.Second, "the worker to start its run", func() bool {
+		c = a.Card(card)
+		return c.State == board.StateInProgress && c.LastRunID != "" && c.Claimed()
+	})
+	return c
+}
+
+// writesAfterRelease lists the events marker wrote on card after an
+// operator's force-release of its claim.
+func writesAfterRelease(t *testing.T, a *agentproc.Agent, card, marker string) []board.Event {
+	t.Helper()
+	var after []board.Event
+	released := false
+	for _, ev := range a.Events() {
+		if ev.Card != card {
+			continue
+		}
+		switch {
+		case ev.Type == board.EventReleased && strings.HasPrefix(ev.Actor, "uid:") && ev.Data.Marker == marker:
+			released = true
+		case released && ev.Actor == marker:
+			after = append(after, ev)
+		}
+	}
+	if !released {
+		t.Fatalf("no force-release of %s's claim on %s in the event log", marker, card)
+	}
+	return after
+}
+
 // TestStopsWhenTheClaimIsLost: an operator steals the claim mid-work; the
-// worker's claim Context is cancelled, it stops at once and writes nothing
-// more for the card (no verdict, no filing), and another worker can take
-// the card over at a higher epoch.
+// worker's claim Context is cancelled and it stops at once. Its one late
+// Finish is refused by the fence and writes nothing: the run stays as the
+// force-release closed it (resumable, CLAIM_RELEASED), the card where it
+// was. The next worker's Start resumes that same run at a higher epoch.
 func TestStopsWhenTheClaimIsLost(t *testing.T) {
 	t.Parallel()
 	a := agentproc.New(t, leasekeeperBin, "")
@@ -141,53 +178,63 @@ func TestStopsWhenTheClaimIsLost(t *testing.T) {
 	a.MustRun("card", "create", "long-job")
 
 	w := startWorker(t, a, "-work", "10m", "-max", "1")
-	var runID string
-	a.WaitFor(30*time.Second, "the worker to start its run", func() bool {
-		c := a.Card("long-job")
-		runID = c.LastRunID
-		return c.State == board.StateInProgress && runID != ""
-	})
+	started := startedRun(t, a, "long-job")
+	runID, marker := started.LastRunID, started.Claim
 	a.MustRun("card", "release", "long-job", "--force")
 
 	// -work 10m: only the cancelled claim Context can end the work this
 	// soon.
 	w.wait(t, 30*time.Second)
 	out := w.out.String()
-	if !strings.Contains(out, "lost while working") || !strings.Contains(out, "force_released") {
-		t.Errorf("worker output does not report the force-release:\n%s", out)
+	for _, want := range []string{"lost while working", "force_released", "refused by the fence"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("worker output lacks %q:\n%s", want, out)
+		}
 	}
 	c := a.Card("long-job")
-	if c.State != board.StateInProgress || c.Claimed() {
-		t.Errorf("card in %s claimed by %q; want it left in %s, unclaimed (the worker must not file it)", c.State, c.Claim, board.StateInProgress)
+	if c.State != board.StateInProgress || c.Claimed() || c.StateReason != board.ReasonNone {
+		t.Errorf("card in %s (reason %q) claimed by %q; want it left in %s, unclaimed (the worker must not file it)", c.State, c.StateReason, c.Claim, board.StateInProgress)
 	}
-	if run := a.GetRun(runID); run.Status != board.RunRunning {
-		t.Errorf("run %s status %s; the worker wrote after losing its claim", runID, run.Status)
+	run := a.GetRun(runID)
+	if run.Status != board.RunFailedResumable || run.FailureCode != board.FailureClaimReleased || run.Checkpoint != "worked-ms=0" {
+		t.Errorf("run %s status %s, failure %q, checkpoint %q; want %s, %q, %q as the force-release left it (the late Finish must write nothing)",
+			runID, run.Status, run.FailureCode, run.Checkpoint, board.RunFailedResumable, board.FailureClaimReleased, "worked-ms=0")
+	}
+	if evs := writesAfterRelease(t, a, "long-job", marker); len(evs) != 0 {
+		t.Errorf("the worker wrote after losing its claim: %+v", evs)
 	}
 
-	// The running column is a pool state on the local twin: a fresh worker
-	// resumes the card under a new epoch.
+	// The running column is a pool state on the local store: a fresh
+	// worker's Start takes the card under a new epoch and resumes its run.
 	w2 := startWorker(t, a, "-work", "20ms")
 	w2.wait(t, 60*time.Second)
+	if want := fmt.Sprintf("resumed run %s at checkpoint %q", runID, "worked-ms=0"); !strings.Contains(w2.out.String(), want) {
+		t.Errorf("second worker output lacks %q:\n%s", want, w2.out.String())
+	}
 	c = a.Card("long-job")
-	if c.State != board.StateDone || c.ClaimEpoch != 2 {
-		t.Errorf("after a second worker: card in %s at epoch %d, want %s at epoch 2", c.State, c.ClaimEpoch, board.StateDone)
+	if c.State != board.StateDone || c.ClaimEpoch != 2 || c.LastRunID != runID || len(c.Runs) != 1 {
+		t.Errorf("after a second worker: card in %s at epoch %d, run %s of %v; want %s at epoch 2, run %s alone",
+			c.State, c.ClaimEpoch, c.LastRunID, c.Runs, board.StateDone, runID)
+	}
+	run = a.GetRun(runID)
+	if run.Status != board.RunFinished || run.Epoch != 2 || run.PID != w2.cmd.Process.Pid {
+		t.Errorf("resumed run %s: status %s, epoch %d, pid %d; want %s, epoch 2, the second worker's pid %d",
+			runID, run.Status, run.Epoch, run.PID, board.RunFinished, w2.cmd.Process.Pid)
 	}
 }
 
-// TestSIGTERMHandsTheCardBack: a stopped worker records its run as
-// resumable and releases the card instead of leaving it to the watchdog.
-func TestSIGTERMHandsTheCardBack(t *testing.T) {
+// TestSIGTERMHandsTheCardBackToBeResumed: a stopped worker finishes its run
+// as resumable with the progress it made as checkpoint, which releases the
+// card instead of leaving it to the watchdog; the next worker's Start
+// resumes that run, checkpoint and all.
+func TestSIGTERMHandsTheCardBackToBeResumed(t *testing.T) {
 	t.Parallel()
 	a := agentproc.New(t, leasekeeperBin, "")
 	a.Start()
 	a.MustRun("card", "create", "job")
 
 	w := startWorker(t, a, "-work", "10m")
-	var runID string
-	a.WaitFor(30*time.Second, "the worker to start its run", func() bool {
-		runID = a.Card("job").LastRunID
-		return runID != ""
-	})
+	runID := startedRun(t, a, "job").LastRunID
 	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -196,10 +243,77 @@ func TestSIGTERMHandsTheCardBack(t *testing.T) {
 		t.Errorf("worker output does not report the hand-back:\n%s", out)
 	}
 	c := a.Card("job")
-	if c.Claimed() {
-		t.Errorf("card still claimed by %s after SIGTERM", c.Claim)
+	if c.Claimed() || c.State != board.StateInProgress {
+		t.Errorf("card in %s claimed by %q after SIGTERM; want it released in the pool state %s", c.State, c.Claim, board.StateInProgress)
 	}
-	if run := a.GetRun(runID); run.Status != board.RunFailedResumable {
-		t.Errorf("run status %s, want %s", run.Status, board.RunFailedResumable)
+	run := a.GetRun(runID)
+	if run.Status != board.RunFailedResumable || run.FailureCode != "INTERRUPTED" || !strings.HasPrefix(run.Checkpoint, "worked-ms=") {
+		t.Fatalf("run status %s, failure %q, checkpoint %q; want %s, INTERRUPTED, the progress made", run.Status, run.FailureCode, run.Checkpoint, board.RunFailedResumable)
+	}
+	if want := fmt.Sprintf("run %s resumable at checkpoint %q", runID, run.Checkpoint); !strings.Contains(w.out.String(), want) {
+		t.Errorf("worker output lacks %q:\n%s", want, w.out.String())
+	}
+
+	w2 := startWorker(t, a, "-work", "20ms")
+	w2.wait(t, 60*time.Second)
+	if want := fmt.Sprintf("resumed run %s at checkpoint %q", runID, run.Checkpoint); !strings.Contains(w2.out.String(), want) {
+		t.Errorf("second worker output lacks %q:\n%s", want, w2.out.String())
+	}
+	c = a.Card("job")
+	if c.State != board.StateDone || c.ClaimEpoch != 2 || c.LastRunID != runID || len(c.Runs) != 1 {
+		t.Errorf("after a second worker: card in %s at epoch %d, run %s of %v; want %s at epoch 2, run %s alone",
+			c.State, c.ClaimEpoch, c.LastRunID, c.Runs, board.StateDone, runID)
+	}
+	if run := a.GetRun(runID); run.Status != board.RunFinished || run.FailureCode != "" || run.PID != w2.cmd.Process.Pid {
+		t.Errorf("resumed run %s: status %s, failure %q, pid %d; want %s, none, the second worker's pid %d",
+			runID, run.Status, run.FailureCode, run.PID, board.RunFinished, w2.cmd.Process.Pid)
+	}
+}
+
+// TestStopsAtTheTrustedDeadline: when the agent goes away mid-work, the
+// worker hears nothing more and must stop by itself once the lease the
+// agent last vouched for runs out (the watchdog's orphan proof relies on
+// it), and its late Finish, unanswered, must not keep it from exiting.
+func TestStopsAtTheTrustedDeadline(t *testing.T) {
+	t.Parallel()
+	a := agentproc.New(t, leasekeeperBin, "lease: 3s\n")
+	agentPID := a.Start().Pid()
+	a.MustRun("card", "create", "orphan")
+
+	w := startWorker(t, a, "-work", "10m", "-max", "1")
+	startedRun(t, a, "orphan")
+	// SIGSTOP, not SIGTERM: a stopped agent neither answers nor says
+	// goodbye, which is what a hung or partitioned agent looks like.
+	if err := syscall.Kill(agentPID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Kill(agentPID, syscall.SIGCONT) }()
+	w.wait(t, 30*time.Second)
+	out := w.out.String()
+	for _, want := range []string{"no word from the agent", "late verdict on orphan not answered"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("worker output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestKeepaliveMode: against an agent in keepalive liveness mode the client
+// pings for the worker, so a card whose work outlasts the lease (and the
+// keepalive window of two heartbeat intervals) is renewed throughout and
+// filed by the same claim.
+func TestKeepaliveMode(t *testing.T) {
+	t.Parallel()
+	a := agentproc.New(t, leasekeeperBin, "lease: 3s\nliveness: keepalive\n")
+	a.Start()
+	a.MustRun("card", "create", "keepalive")
+
+	w := startWorker(t, a, "-work", "5s")
+	w.wait(t, 60*time.Second)
+	c := a.Card("keepalive")
+	if c.State != board.StateDone || c.ClaimEpoch != 1 {
+		t.Errorf("card in %s at epoch %d, want %s at epoch 1 (one claim, renewed throughout)", c.State, c.ClaimEpoch, board.StateDone)
+	}
+	if strings.Contains(w.out.String(), "lost") {
+		t.Errorf("worker lost its claim in keepalive mode:\n%s", w.out.String())
 	}
 }

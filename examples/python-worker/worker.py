@@ -7,30 +7,43 @@ any language:
 
 1. Open the watch stream (GET /v1/watch) BEFORE claiming, so a claim_lost
    pushed right after the grant cannot be missed.
-2. Claim the oldest claimable card (POST /v1/claims {"next": true}).
-3. Record a run (POST /v1/claims/{card}/runs) and move the card into the
-   running column (PUT /v1/claims/{card}/state).
-4. Work, while watching for either of the two reasons to stop at once:
+2. Start the oldest claimable card (POST /v1/starts {"next": true}): the
+   claim, its run and the move into the running column, in one atomic
+   write. When the card records a run without a final verdict (one left
+   resumable, or one whose claim an operator broke), the local bbolt store
+   resumes that run instead ("resumed": true): same run id, and its
+   checkpoint tells the worker where the work stopped.
+3. Work, while watching for either of the two reasons to stop at once:
    a claim_lost frame for this card and epoch, or the time the agent last
    said it trusts the lease running out (every ping frame carries it as
    trusted_ms). The second one matters: the watchdog may declare the run
    orphaned once the lease has expired, and that is only safe because every
    holder stops by its lease deadline on its own, even when it can no longer
-   hear the agent (ADR-096 section 2).
-5. Record the run's verdict (PATCH /v1/runs/{id}), file the card
-   (PUT .../state with reason run_finished or run_failed) and release the
-   claim (DELETE /v1/claims/{card}?epoch=N).
-6. When the hello frame says the agent runs in keepalive liveness mode,
+   hear the agent.
+4. Finish (POST /v1/claims/{card}/finish): the run's verdict, the card
+   filed by the board (finished: the completion state; failed: failed;
+   failed_resumable: back to the pool) and the claim released, in one
+   fenced write. A claim_conflict answer means the claim was lost before
+   the verdict landed, and then none of it was written.
+5. When the hello frame says the agent runs in keepalive liveness mode,
    POST /v1/keepalive every ping_ms: the agent then renews a claim only
    while its holder pings.
+
+A worker that stopped because its claim ended sends its verdict one last
+time, bounded: the fence, not the worker, knows whether the claim is over.
+After a claim_lost it is refused and writes nothing; after the worker
+stopped because the agent went quiet, the agent may still hold the claim,
+and then the card goes back to the pool with the progress made.
 
 The agent learns who is calling from the kernel (SO_PEERCRED): the claim's
 marker is "<host>-<pid>" of THIS process, so every request must come from
 it. Bodies carry the epoch only.
 
 The "work" is a wait of --work seconds; a card labelled "fail" stands for
-work that fails. SIGTERM / SIGINT stop the work, record the run as
-failed_resumable and hand the card back to the pool.
+work that fails. Progress is kept as the run's checkpoint ("worked-ms=N"):
+a resumed run only waits what is left. SIGTERM / SIGINT stop the work and
+finish the run as failed_resumable at the progress made, which hands the
+card back to the pool for the next start to resume.
 
 Usage: worker.py [--socket PATH] [--work SECONDS] [--max N]
 """
@@ -61,6 +74,28 @@ class AgentError(Exception):
 # handed back (Worker.give_back): the agent may not know the worker stopped.
 UNTRUSTED = "lease no longer trusted: no word from the agent"
 LOST_AT_GRANT = "reported lost as it was granted"
+
+# Bounds the verdict sent after the claim ended: the agent may be the reason
+# it ended, and the worker must go on (or exit) even when the agent is frozen.
+LATE_WRITE_TIMEOUT = 2
+
+# The checkpoints this worker records: how much of the work is behind the run.
+CHECKPOINT_PREFIX = "worked-ms="
+
+
+def checkpoint(worked):
+    return "%s%d" % (CHECKPOINT_PREFIX, int(worked * 1000))
+
+
+def worked_so_far(cp):
+    """Seconds of work a checkpoint of this worker records; any other (a run
+    started by another program) means the work starts over."""
+    if not cp or not cp.startswith(CHECKPOINT_PREFIX):
+        return 0.0
+    try:
+        return max(int(cp[len(CHECKPOINT_PREFIX):]), 0) / 1000.0
+    except ValueError:
+        return 0.0
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -275,9 +310,8 @@ class Watch(threading.Thread):
 
 
 class Worker:
-    def __init__(self, agent, watch, work, running, done, failed, out):
+    def __init__(self, agent, watch, work, out):
         self.agent, self.watch, self.work = agent, watch, work
-        self.running, self.done, self.failed = running, done, failed
         self.out = out
         self.stop = threading.Event()
 
@@ -290,15 +324,18 @@ class Worker:
             n += 1
             sent = time.monotonic()
             try:
-                grant = self.agent.request("POST", "/v1/claims", {"next": True})
+                # The checkpoint marks the run resumable: should this process
+                # die, the watchdog returns the card to the pool rather than
+                # failing it. A resumed run keeps its own checkpoint.
+                started = self.agent.request("POST", "/v1/starts", {"next": True, "checkpoint": checkpoint(0)})
             except AgentError as e:
                 if e.code == "not_found":
                     self.say("pool empty: nothing left to claim")
                     return 0
                 if e.code == "claim_conflict":
-                    continue  # another worker won the card: ask again
+                    continue  # another worker won the card; nothing was written: ask again
                 raise
-            if self.handle(grant, sent) == "interrupted":
+            if self.handle(started, sent) == "interrupted":
                 return 0
         return 0
 
@@ -311,90 +348,111 @@ class Worker:
             raise TimeoutError("lease no longer trusted: no word from the agent")
         return min(left, 30)
 
-    def owned(self, method, suffix, body=None, query=None):
-        return self.agent.request(method, "/v1/claims/" + urllib.parse.quote(self.card, safe="") + suffix,
-                                  body, query, timeout=self.trusted_left())
+    def finish(self, status, failure_code="", progress=None, timeout=None):
+        """POST /v1/claims/{card}/finish: verdict, filing and release."""
+        body = {"epoch": self.epoch, "run_id": self.run_id, "status": status}
+        if failure_code:
+            body["failure_code"] = failure_code
+        if progress is not None:
+            body["checkpoint"] = checkpoint(progress)
+        return self.agent.request("POST", "/v1/claims/" + urllib.parse.quote(self.card, safe="") + "/finish",
+                                  body, timeout=self.trusted_left() if timeout is None else timeout)
 
-    def handle(self, grant, sent):
-        card, token = grant["card"], grant["token"]
-        self.card, self.epoch = card["id"], token["epoch"]
-        self.watch.hold(self.card, self.epoch, grant["trusted_ms"], sent)
-        self.say("claimed %s at epoch %d as %s" % (self.card, self.epoch, token["marker"]))
+    def handle(self, started, sent):
+        card, token, run = started["card"], started["token"], started["run"]
+        self.card, self.epoch, self.run_id = card["id"], token["epoch"], run["id"]
+        self.watch.hold(self.card, self.epoch, started["trusted_ms"], sent)
+        if started.get("resumed"):
+            self.say("claimed %s at epoch %d as %s; resumed run %s at checkpoint %s"
+                     % (self.card, self.epoch, token["marker"], self.run_id, json.dumps(run.get("checkpoint", ""))))
+        else:
+            self.say("claimed %s at epoch %d as %s; started run %s" % (self.card, self.epoch, token["marker"], self.run_id))
+        self.worked = worked_so_far(run.get("checkpoint"))
         try:
-            return self.handle_claimed(card)
+            return self.handle_started(card)
         except AgentError as e:
             if e.code == "claim_conflict":
-                # The fence refused a write: someone else holds the card now.
-                self.say("claim on %s lost: %s" % (self.card, e))
+                # The fence refused the Finish: someone else holds the card
+                # now, and none of the verdict, filing or release happened.
+                self.say("claim on %s lost before its verdict landed (refused, nothing written): %s" % (self.card, e))
                 return "lost"
             raise
         except TimeoutError:
-            # The agent did not answer before the trusted deadline: stop
-            # and write nothing more.
+            # The agent did not answer before the trusted deadline: stop.
             self.say("claim on %s lost: %s; stopped" % (self.card, UNTRUSTED))
-            self.give_back()
+            self.late_verdict()
             return "lost"
         finally:
             self.watch.drop()
 
-    def handle_claimed(self, card):
-        run = self.owned("POST", "/runs", {"epoch": self.epoch})
-        if card["state"] != self.running:
-            self.owned("PUT", "/state", {"epoch": self.epoch, "to": self.running})
-        self.say("working on %s (run %s)" % (self.card, run["id"]))
-
+    def handle_started(self, card):
         # The work: wake on the end of the work, a lost claim, or a signal.
-        end = time.monotonic() + self.work
+        left = max(self.work - self.worked, 0)
+        began = time.monotonic()
+        end = began + left
         lost = None
         while not self.stop.is_set():
-            left = end - time.monotonic()
-            if left <= 0:
+            now = time.monotonic()
+            if now >= end:
                 break
-            lost = self.watch.wait_lost(min(left, 0.1))
+            lost = self.watch.wait_lost(min(end - now, 0.1))
             if lost:
                 break
+        self.worked += min(time.monotonic() - began, left)
         if lost:
-            # Stop now and write nothing more: any write would be refused by
-            # the fence, and the watchdog counts on the holder stopping.
+            # Stop now: the watchdog counts on the holder stopping.
             self.say("claim on %s lost while working: %s; stopped" % (self.card, lost))
-            if lost in (UNTRUSTED, LOST_AT_GRANT):
-                self.give_back()
+            self.late_verdict()
             return "lost"
         if self.stop.is_set():
-            self.close_run(run["id"], "failed_resumable")
-            self.owned("DELETE", "", query={"epoch": self.epoch})
-            self.say("interrupted: %s handed back to the pool" % self.card)
+            f = self.finish("failed_resumable", "INTERRUPTED", self.worked)
+            self.say("interrupted: %s handed back to the pool in %s; run %s resumable at checkpoint %s"
+                     % (self.card, f["card"]["state"], self.run_id, json.dumps(f["run"].get("checkpoint", ""))))
             return "interrupted"
 
-        # Route the card as the watchdog would route a dead owner's.
+        # The board files the card as the watchdog would file a dead owner's.
         if "fail" in (card.get("labels") or []):
-            status, target, reason = "failed", self.failed, "run_failed"
+            f = self.finish("failed", "WORK_FAILED")
         else:
-            status, target, reason = "finished", self.done, "run_finished"
-        self.close_run(run["id"], status)
-        self.owned("PUT", "/state", {"epoch": self.epoch, "to": target, "reason": reason})
-        self.owned("DELETE", "", query={"epoch": self.epoch})
-        self.say("%s: run %s %s, card filed to %s" % (self.card, run["id"], status, target))
+            f = self.finish("finished")
+        self.say("%s: run %s %s, card filed to %s" % (self.card, self.run_id, f["run"]["status"], f["card"]["state"]))
         return "filed"
 
+    def late_verdict(self):
+        # The verdict of a claim that ended on this side, sent once. Whether
+        # the claim is over at the agent is the fence's to say: after a
+        # claim_lost the agent already let it go (a force-release closed the
+        # run resumable itself), so the Finish is refused and writes nothing;
+        # when this worker stopped because the agent went quiet, the agent
+        # may still hold the claim, and then the card goes back to the pool
+        # with the progress made. A fresh short timeout, not the expired
+        # deadline: the agent may be the reason the claim ended.
+        try:
+            f = self.finish("failed_resumable", "CLAIM_LOST", self.worked, timeout=LATE_WRITE_TIMEOUT)
+            self.say("late verdict on %s landed: card back in %s, run %s resumable" % (self.card, f["card"]["state"], self.run_id))
+            return
+        except AgentError as e:
+            if e.code == "claim_conflict":
+                self.say("late verdict on %s refused by the fence, nothing written: %s" % (self.card, e))
+                return
+            err = e
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            err = e
+        self.say("late verdict on %s not answered: %s" % (self.card, err))
+        self.give_back()
+
     def give_back(self):
-        # A claim this worker gives up by itself (its trusted deadline passed,
-        # or the agent reported its epoch lost as it granted it) is handed
-        # back, best effort and bounded: the agent may not know the worker
-        # stopped (in pid mode it renews a claim for as long as the pid
-        # lives) and would keep the card held for nobody. A fresh timeout,
-        # not the expired deadline; the fence makes a stale release harmless.
+        # A claim this worker gave up by itself, and whose late verdict got
+        # no answer, is handed back, best effort and bounded: the agent may
+        # not know the worker stopped (in pid mode it renews a claim for as
+        # long as the pid lives) and would keep the card held for nobody. A
+        # fresh timeout, not the expired deadline; the fence makes a stale
+        # release harmless.
         try:
             self.agent.request("DELETE", "/v1/claims/" + urllib.parse.quote(self.card, safe=""),
                                query={"epoch": self.epoch}, timeout=5)
         except (OSError, http.client.HTTPException, ValueError, AgentError):
             pass  # the agent is gone or hung: its own rules end the claim
-
-    def close_run(self, run_id, status):
-        # Compare-and-set on running, so a verdict the watchdog already
-        # wrote is never overwritten.
-        self.agent.request("PATCH", "/v1/runs/" + urllib.parse.quote(run_id, safe=""),
-                           {"if_status": "running", "status": status}, timeout=self.trusted_left())
 
 
 def default_socket():
@@ -410,9 +468,6 @@ def main():
     p.add_argument("--socket", default=default_socket(), help="agent socket (default: LEASEKEEPER_SOCKET or the runtime directory)")
     p.add_argument("--work", type=float, default=2.0, help="seconds of simulated work per card")
     p.add_argument("--max", type=int, default=0, help="stop after this many claimed cards (0: until the pool is empty)")
-    p.add_argument("--running-state", default="in_progress")
-    p.add_argument("--done-state", default="done")
-    p.add_argument("--failed-state", default="failed")
     args = p.parse_args()
 
     agent = Agent(args.socket)
@@ -421,7 +476,7 @@ def main():
     if not watch.ready.wait(30) or watch.error is not None:
         print("python-worker: cannot open the watch stream at %s: %s" % (args.socket, watch.error), file=sys.stderr)
         return 1
-    w = Worker(agent, watch, args.work, args.running_state, args.done_state, args.failed_state, sys.stdout)
+    w = Worker(agent, watch, args.work, sys.stdout)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: w.stop.set())
     try:

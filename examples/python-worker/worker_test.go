@@ -89,8 +89,9 @@ func (p *workerProc) wait(t *testing.T, bound time.Duration) {
 	}
 }
 
-// TestDrainsThePool: the Python worker claims every card, records a run
-// owned by its own pid, files the card by the run's verdict and releases.
+// TestDrainsThePool: the Python worker starts every card, its run owned by
+// its own pid, finishes it by the run's verdict (the board files it and the
+// claim is released), one run per card.
 func TestDrainsThePool(t *testing.T) {
 	t.Parallel()
 	python3(t)
@@ -111,11 +112,12 @@ func TestDrainsThePool(t *testing.T) {
 		wantState  string
 		wantReason board.Reason
 		wantRun    board.RunStatus
+		wantCode   string
 	}{
-		{"py-1", board.StateDone, board.ReasonRunFinished, board.RunFinished},
-		{"py-2", board.StateDone, board.ReasonRunFinished, board.RunFinished},
-		{"py-3", board.StateDone, board.ReasonRunFinished, board.RunFinished},
-		{"py-broken", board.StateFailed, board.ReasonRunFailed, board.RunFailed},
+		{"py-1", board.StateDone, board.ReasonRunFinished, board.RunFinished, ""},
+		{"py-2", board.StateDone, board.ReasonRunFinished, board.RunFinished, ""},
+		{"py-3", board.StateDone, board.ReasonRunFinished, board.RunFinished, ""},
+		{"py-broken", board.StateFailed, board.ReasonRunFailed, board.RunFailed, "WORK_FAILED"},
 	} {
 		t.Run(tc.card, func(t *testing.T) {
 			c := a.Card(tc.card)
@@ -125,12 +127,12 @@ func TestDrainsThePool(t *testing.T) {
 			if c.Claimed() || c.ClaimEpoch != 1 {
 				t.Errorf("card %s claim %q epoch %d, want released after one claim (epoch 1)", tc.card, c.Claim, c.ClaimEpoch)
 			}
-			if c.LastRunID == "" {
-				t.Fatalf("card %s records no run", tc.card)
+			if c.LastRunID == "" || len(c.Runs) != 1 {
+				t.Fatalf("card %s records run %q of runs %v, want exactly one", tc.card, c.LastRunID, c.Runs)
 			}
 			run := a.GetRun(c.LastRunID)
-			if run.Status != tc.wantRun {
-				t.Errorf("run %s status %s, want %s", run.ID, run.Status, tc.wantRun)
+			if run.Status != tc.wantRun || run.FailureCode != tc.wantCode {
+				t.Errorf("run %s status %s (failure %q), want %s (failure %q)", run.ID, run.Status, run.FailureCode, tc.wantRun, tc.wantCode)
 			}
 			if got, want := run.PID, w.cmd.Process.Pid; got != want {
 				t.Errorf("run %s owned by pid %d, want the Python process's pid %d", run.ID, got, want)
@@ -142,9 +144,46 @@ func TestDrainsThePool(t *testing.T) {
 	}
 }
 
+// startedRun waits for a worker to have started card's run in the running
+// column, and returns the card as it then is.
+func startedRun(t *testing.T, a *agentproc.Agent, card string) board.Card {
+	t.Helper()
+	var c board.Card
+	a.WaitFor(30*time.Second, "the worker to start its run", func() bool {
+		c = a.Card(card)
+		return c.State == board.StateInProgress && c.LastRunID != "" && c.Claimed()
+	})
+	return c
+}
+
+// writesAfterRelease lists the events marker wrote on card after an
+// operator's force-release of its claim.
+func writesAfterRelease(t *testing.T, a *agentproc.Agent, card, marker string) []board.Event {
+	t.Helper()
+	var after []board.Event
+	released := false
+	for _, ev := range a.Events() {
+		if ev.Card != card {
+			continue
+		}
+		switch {
+		case ev.Type == board.EventReleased && strings.HasPrefix(ev.Actor, "uid:") && ev.Data.Marker == marker:
+			released = true
+		case released && ev.Actor == marker:
+			after = append(after, ev)
+		}
+	}
+	if !released {
+		t.Fatalf("no force-release of %s's claim on %s in the event log", marker, card)
+	}
+	return after
+}
+
 // TestNoticesClaimLost: an operator's force-release reaches the Python
-// worker on its watch stream; it stops working at once and writes nothing
-// more for the card.
+// worker on its watch stream; it stops working at once. Its one late
+// Finish is refused by the fence and writes nothing: the run stays as the
+// force-release closed it, the card where it was. The next worker's start
+// resumes that same run at a higher epoch.
 func TestNoticesClaimLost(t *testing.T) {
 	t.Parallel()
 	python3(t)
@@ -153,32 +192,51 @@ func TestNoticesClaimLost(t *testing.T) {
 	a.MustRun("card", "create", "py-long")
 
 	w := startWorker(t, a, "--work", "600", "--max", "1")
-	var runID string
-	a.WaitFor(30*time.Second, "the worker to start its run", func() bool {
-		c := a.Card("py-long")
-		runID = c.LastRunID
-		return c.State == board.StateInProgress && runID != ""
-	})
+	started := startedRun(t, a, "py-long")
+	runID, marker := started.LastRunID, started.Claim
 	a.MustRun("card", "release", "py-long", "--force")
 
 	// --work 600: only the claim_lost frame can end the work this soon.
 	w.wait(t, 30*time.Second)
 	out := w.out.String()
-	if !strings.Contains(out, "lost while working") || !strings.Contains(out, "force_released") {
-		t.Errorf("worker output does not report the claim_lost frame:\n%s", out)
+	for _, want := range []string{"lost while working", "force_released", "refused by the fence"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("worker output lacks %q:\n%s", want, out)
+		}
 	}
 	c := a.Card("py-long")
-	if c.State != board.StateInProgress || c.Claimed() {
-		t.Errorf("card in %s claimed by %q; want it left in %s, unclaimed", c.State, c.Claim, board.StateInProgress)
+	if c.State != board.StateInProgress || c.Claimed() || c.StateReason != board.ReasonNone {
+		t.Errorf("card in %s (reason %q) claimed by %q; want it left in %s, unclaimed", c.State, c.StateReason, c.Claim, board.StateInProgress)
 	}
-	if run := a.GetRun(runID); run.Status != board.RunRunning {
-		t.Errorf("run %s status %s; the worker wrote after losing its claim", runID, run.Status)
+	run := a.GetRun(runID)
+	if run.Status != board.RunFailedResumable || run.FailureCode != board.FailureClaimReleased || run.Checkpoint != "worked-ms=0" {
+		t.Errorf("run %s status %s, failure %q, checkpoint %q; want %s, %q, %q as the force-release left it (the late Finish must write nothing)",
+			runID, run.Status, run.FailureCode, run.Checkpoint, board.RunFailedResumable, board.FailureClaimReleased, "worked-ms=0")
+	}
+	if evs := writesAfterRelease(t, a, "py-long", marker); len(evs) != 0 {
+		t.Errorf("the worker wrote after losing its claim: %+v", evs)
+	}
+
+	w2 := startWorker(t, a, "--work", "0.02")
+	w2.wait(t, 60*time.Second)
+	if want := fmt.Sprintf("resumed run %s at checkpoint %q", runID, "worked-ms=0"); !strings.Contains(w2.out.String(), want) {
+		t.Errorf("second worker output lacks %q:\n%s", want, w2.out.String())
+	}
+	c = a.Card("py-long")
+	if c.State != board.StateDone || c.ClaimEpoch != 2 || c.LastRunID != runID || len(c.Runs) != 1 {
+		t.Errorf("after a second worker: card in %s at epoch %d, run %s of %v; want %s at epoch 2, run %s alone",
+			c.State, c.ClaimEpoch, c.LastRunID, c.Runs, board.StateDone, runID)
+	}
+	if run := a.GetRun(runID); run.Status != board.RunFinished || run.Epoch != 2 || run.PID != w2.cmd.Process.Pid {
+		t.Errorf("resumed run %s: status %s, epoch %d, pid %d; want %s, epoch 2, the second worker's pid %d",
+			runID, run.Status, run.Epoch, run.PID, board.RunFinished, w2.cmd.Process.Pid)
 	}
 }
 
 // TestStopsAtTheTrustedDeadline: when the agent goes away mid-work, the
 // worker hears nothing more and must stop by itself once the lease the agent
-// last vouched for runs out (the orphan proof of the watchdog relies on it).
+// last vouched for runs out (the orphan proof of the watchdog relies on it),
+// and its late Finish, unanswered, must not keep it from exiting.
 func TestStopsAtTheTrustedDeadline(t *testing.T) {
 	t.Parallel()
 	python3(t)
@@ -187,9 +245,7 @@ func TestStopsAtTheTrustedDeadline(t *testing.T) {
 	a.MustRun("card", "create", "py-orphan")
 
 	w := startWorker(t, a, "--work", "600", "--max", "1")
-	a.WaitFor(30*time.Second, "the worker to start its run", func() bool {
-		return a.Card("py-orphan").LastRunID != ""
-	})
+	startedRun(t, a, "py-orphan")
 	// SIGSTOP, not SIGTERM: a stopped agent neither answers nor says
 	// goodbye, which is what a hung or partitioned agent looks like.
 	if err := syscall.Kill(agentPID, syscall.SIGSTOP); err != nil {
@@ -197,8 +253,11 @@ func TestStopsAtTheTrustedDeadline(t *testing.T) {
 	}
 	defer func() { _ = syscall.Kill(agentPID, syscall.SIGCONT) }()
 	w.wait(t, 30*time.Second)
-	if out := w.out.String(); !strings.Contains(out, "no word from the agent") {
-		t.Errorf("worker did not stop on its own deadline:\n%s", out)
+	out := w.out.String()
+	for _, want := range []string{"no word from the agent", "late verdict on py-orphan not answered"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("worker output lacks %q:\n%s", want, out)
+		}
 	}
 }
 
@@ -224,9 +283,10 @@ func TestKeepaliveMode(t *testing.T) {
 	}
 }
 
-// TestSIGTERMHandsTheCardBack: a stopped worker records its run as
-// resumable and releases the card.
-func TestSIGTERMHandsTheCardBack(t *testing.T) {
+// TestSIGTERMHandsTheCardBackToBeResumed: a stopped worker finishes its run
+// as resumable with the progress it made as checkpoint, which releases the
+// card; the next worker's start resumes that run, checkpoint and all.
+func TestSIGTERMHandsTheCardBackToBeResumed(t *testing.T) {
 	t.Parallel()
 	python3(t)
 	a := agentproc.New(t, leasekeeperBin, "")
@@ -234,11 +294,7 @@ func TestSIGTERMHandsTheCardBack(t *testing.T) {
 	a.MustRun("card", "create", "py-job")
 
 	w := startWorker(t, a, "--work", "600")
-	var runID string
-	a.WaitFor(30*time.Second, "the worker to start its run", func() bool {
-		runID = a.Card("py-job").LastRunID
-		return runID != ""
-	})
+	runID := startedRun(t, a, "py-job").LastRunID
 	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -246,10 +302,30 @@ func TestSIGTERMHandsTheCardBack(t *testing.T) {
 	if out := w.out.String(); !strings.Contains(out, "handed back") {
 		t.Errorf("worker output does not report the hand-back:\n%s", out)
 	}
-	if c := a.Card("py-job"); c.Claimed() {
-		t.Errorf("card still claimed by %s after SIGTERM", c.Claim)
+	c := a.Card("py-job")
+	if c.Claimed() || c.State != board.StateInProgress {
+		t.Errorf("card in %s claimed by %q after SIGTERM; want it released in the pool state %s", c.State, c.Claim, board.StateInProgress)
 	}
-	if run := a.GetRun(runID); run.Status != board.RunFailedResumable {
-		t.Errorf("run status %s, want %s", run.Status, board.RunFailedResumable)
+	run := a.GetRun(runID)
+	if run.Status != board.RunFailedResumable || run.FailureCode != "INTERRUPTED" || !strings.HasPrefix(run.Checkpoint, "worked-ms=") {
+		t.Fatalf("run status %s, failure %q, checkpoint %q; want %s, INTERRUPTED, the progress made", run.Status, run.FailureCode, run.Checkpoint, board.RunFailedResumable)
+	}
+	if want := fmt.Sprintf("run %s resumable at checkpoint %q", runID, run.Checkpoint); !strings.Contains(w.out.String(), want) {
+		t.Errorf("worker output lacks %q:\n%s", want, w.out.String())
+	}
+
+	w2 := startWorker(t, a, "--work", "0.02")
+	w2.wait(t, 60*time.Second)
+	if want := fmt.Sprintf("resumed run %s at checkpoint %q", runID, run.Checkpoint); !strings.Contains(w2.out.String(), want) {
+		t.Errorf("second worker output lacks %q:\n%s", want, w2.out.String())
+	}
+	c = a.Card("py-job")
+	if c.State != board.StateDone || c.ClaimEpoch != 2 || c.LastRunID != runID || len(c.Runs) != 1 {
+		t.Errorf("after a second worker: card in %s at epoch %d, run %s of %v; want %s at epoch 2, run %s alone",
+			c.State, c.ClaimEpoch, c.LastRunID, c.Runs, board.StateDone, runID)
+	}
+	if run := a.GetRun(runID); run.Status != board.RunFinished || run.FailureCode != "" || run.PID != w2.cmd.Process.Pid {
+		t.Errorf("resumed run %s: status %s, failure %q, pid %d; want %s, none, the second worker's pid %d",
+			runID, run.Status, run.FailureCode, run.PID, board.RunFinished, w2.cmd.Process.Pid)
 	}
 }

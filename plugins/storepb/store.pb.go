@@ -1266,8 +1266,11 @@ func (*BoardRequest) Descriptor() ([]byte, []int) {
 }
 
 type BoardReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Board         *BoardMessage          `protobuf:"bytes,1,opt,name=board,proto3" json:"board,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Board *BoardMessage          `protobuf:"bytes,1,opt,name=board,proto3" json:"board,omitempty"`
+	// traits: the store's declaration of what it is (board.Traits). The
+	// first Board call after the handshake carries it to the agent.
+	Traits        *TraitsMessage `protobuf:"bytes,2,opt,name=traits,proto3" json:"traits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1309,6 +1312,73 @@ func (x *BoardReply) GetBoard() *BoardMessage {
 	return nil
 }
 
+func (x *BoardReply) GetTraits() *TraitsMessage {
+	if x != nil {
+		return x.Traits
+	}
+	return nil
+}
+
+type TraitsMessage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Shared        bool                   `protobuf:"varint,1,opt,name=shared,proto3" json:"shared,omitempty"`
+	ServerClock   bool                   `protobuf:"varint,2,opt,name=server_clock,json=serverClock,proto3" json:"server_clock,omitempty"`
+	Outbox        bool                   `protobuf:"varint,3,opt,name=outbox,proto3" json:"outbox,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TraitsMessage) Reset() {
+	*x = TraitsMessage{}
+	mi := &file_store_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TraitsMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TraitsMessage) ProtoMessage() {}
+
+func (x *TraitsMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TraitsMessage.ProtoReflect.Descriptor instead.
+func (*TraitsMessage) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *TraitsMessage) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
+}
+
+func (x *TraitsMessage) GetServerClock() bool {
+	if x != nil {
+		return x.ServerClock
+	}
+	return false
+}
+
+func (x *TraitsMessage) GetOutbox() bool {
+	if x != nil {
+		return x.Outbox
+	}
+	return false
+}
+
 type CreateCardRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1323,7 +1393,7 @@ type CreateCardRequest struct {
 
 func (x *CreateCardRequest) Reset() {
 	*x = CreateCardRequest{}
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1335,7 +1405,7 @@ func (x *CreateCardRequest) String() string {
 func (*CreateCardRequest) ProtoMessage() {}
 
 func (x *CreateCardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1348,7 +1418,7 @@ func (x *CreateCardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateCardRequest.ProtoReflect.Descriptor instead.
 func (*CreateCardRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{16}
+	return file_store_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateCardRequest) GetId() string {
@@ -1402,7 +1472,7 @@ type GetCardRequest struct {
 
 func (x *GetCardRequest) Reset() {
 	*x = GetCardRequest{}
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +1484,7 @@ func (x *GetCardRequest) String() string {
 func (*GetCardRequest) ProtoMessage() {}
 
 func (x *GetCardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +1497,7 @@ func (x *GetCardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCardRequest.ProtoReflect.Descriptor instead.
 func (*GetCardRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{17}
+	return file_store_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetCardRequest) GetId() string {
@@ -1446,7 +1516,7 @@ type CardReply struct {
 
 func (x *CardReply) Reset() {
 	*x = CardReply{}
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1528,7 @@ func (x *CardReply) String() string {
 func (*CardReply) ProtoMessage() {}
 
 func (x *CardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1541,7 @@ func (x *CardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CardReply.ProtoReflect.Descriptor instead.
 func (*CardReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{18}
+	return file_store_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CardReply) GetCard() *Card {
@@ -1495,7 +1565,7 @@ type ListCardsRequest struct {
 
 func (x *ListCardsRequest) Reset() {
 	*x = ListCardsRequest{}
-	mi := &file_store_proto_msgTypes[19]
+	mi := &file_store_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1577,7 @@ func (x *ListCardsRequest) String() string {
 func (*ListCardsRequest) ProtoMessage() {}
 
 func (x *ListCardsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[19]
+	mi := &file_store_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1590,7 @@ func (x *ListCardsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCardsRequest.ProtoReflect.Descriptor instead.
 func (*ListCardsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{19}
+	return file_store_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListCardsRequest) GetState() string {
@@ -1560,7 +1630,7 @@ type DependentsRequest struct {
 
 func (x *DependentsRequest) Reset() {
 	*x = DependentsRequest{}
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +1642,7 @@ func (x *DependentsRequest) String() string {
 func (*DependentsRequest) ProtoMessage() {}
 
 func (x *DependentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +1655,7 @@ func (x *DependentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DependentsRequest.ProtoReflect.Descriptor instead.
 func (*DependentsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{20}
+	return file_store_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DependentsRequest) GetId() string {
@@ -1607,7 +1677,7 @@ type CardsReply struct {
 
 func (x *CardsReply) Reset() {
 	*x = CardsReply{}
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +1689,7 @@ func (x *CardsReply) String() string {
 func (*CardsReply) ProtoMessage() {}
 
 func (x *CardsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +1702,7 @@ func (x *CardsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CardsReply.ProtoReflect.Descriptor instead.
 func (*CardsReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{21}
+	return file_store_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CardsReply) GetCards() []*Card {
@@ -1660,7 +1730,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1672,7 +1742,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1685,7 +1755,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{22}
+	return file_store_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ClaimRequest) GetCard() string {
@@ -1719,7 +1789,7 @@ type ClaimNextRequest struct {
 
 func (x *ClaimNextRequest) Reset() {
 	*x = ClaimNextRequest{}
-	mi := &file_store_proto_msgTypes[23]
+	mi := &file_store_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1731,7 +1801,7 @@ func (x *ClaimNextRequest) String() string {
 func (*ClaimNextRequest) ProtoMessage() {}
 
 func (x *ClaimNextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[23]
+	mi := &file_store_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1744,7 +1814,7 @@ func (x *ClaimNextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimNextRequest.ProtoReflect.Descriptor instead.
 func (*ClaimNextRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{23}
+	return file_store_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ClaimNextRequest) GetMarker() string {
@@ -1771,7 +1841,7 @@ type CardTokenReply struct {
 
 func (x *CardTokenReply) Reset() {
 	*x = CardTokenReply{}
-	mi := &file_store_proto_msgTypes[24]
+	mi := &file_store_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +1853,7 @@ func (x *CardTokenReply) String() string {
 func (*CardTokenReply) ProtoMessage() {}
 
 func (x *CardTokenReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[24]
+	mi := &file_store_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +1866,7 @@ func (x *CardTokenReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CardTokenReply.ProtoReflect.Descriptor instead.
 func (*CardTokenReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{24}
+	return file_store_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CardTokenReply) GetCard() *Card {
@@ -1824,7 +1894,7 @@ type RenewClaimsRequest struct {
 
 func (x *RenewClaimsRequest) Reset() {
 	*x = RenewClaimsRequest{}
-	mi := &file_store_proto_msgTypes[25]
+	mi := &file_store_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1836,7 +1906,7 @@ func (x *RenewClaimsRequest) String() string {
 func (*RenewClaimsRequest) ProtoMessage() {}
 
 func (x *RenewClaimsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[25]
+	mi := &file_store_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1849,7 +1919,7 @@ func (x *RenewClaimsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewClaimsRequest.ProtoReflect.Descriptor instead.
 func (*RenewClaimsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{25}
+	return file_store_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RenewClaimsRequest) GetHolds() []*Hold {
@@ -1885,7 +1955,7 @@ type RenewResult struct {
 
 func (x *RenewResult) Reset() {
 	*x = RenewResult{}
-	mi := &file_store_proto_msgTypes[26]
+	mi := &file_store_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1897,7 +1967,7 @@ func (x *RenewResult) String() string {
 func (*RenewResult) ProtoMessage() {}
 
 func (x *RenewResult) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[26]
+	mi := &file_store_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1910,7 +1980,7 @@ func (x *RenewResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResult.ProtoReflect.Descriptor instead.
 func (*RenewResult) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{26}
+	return file_store_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RenewResult) GetCard() string {
@@ -1944,7 +2014,7 @@ type RenewClaimsReply struct {
 
 func (x *RenewClaimsReply) Reset() {
 	*x = RenewClaimsReply{}
-	mi := &file_store_proto_msgTypes[27]
+	mi := &file_store_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1956,7 +2026,7 @@ func (x *RenewClaimsReply) String() string {
 func (*RenewClaimsReply) ProtoMessage() {}
 
 func (x *RenewClaimsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[27]
+	mi := &file_store_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1969,7 +2039,7 @@ func (x *RenewClaimsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewClaimsReply.ProtoReflect.Descriptor instead.
 func (*RenewClaimsReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{27}
+	return file_store_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RenewClaimsReply) GetResults() []*RenewResult {
@@ -1999,7 +2069,7 @@ type SetStateOwnedRequest struct {
 
 func (x *SetStateOwnedRequest) Reset() {
 	*x = SetStateOwnedRequest{}
-	mi := &file_store_proto_msgTypes[28]
+	mi := &file_store_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2081,7 @@ func (x *SetStateOwnedRequest) String() string {
 func (*SetStateOwnedRequest) ProtoMessage() {}
 
 func (x *SetStateOwnedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[28]
+	mi := &file_store_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2094,7 @@ func (x *SetStateOwnedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetStateOwnedRequest.ProtoReflect.Descriptor instead.
 func (*SetStateOwnedRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{28}
+	return file_store_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SetStateOwnedRequest) GetCard() string {
@@ -2071,7 +2141,7 @@ type ChangedReply struct {
 
 func (x *ChangedReply) Reset() {
 	*x = ChangedReply{}
-	mi := &file_store_proto_msgTypes[29]
+	mi := &file_store_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2083,7 +2153,7 @@ func (x *ChangedReply) String() string {
 func (*ChangedReply) ProtoMessage() {}
 
 func (x *ChangedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[29]
+	mi := &file_store_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2096,7 +2166,7 @@ func (x *ChangedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangedReply.ProtoReflect.Descriptor instead.
 func (*ChangedReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{29}
+	return file_store_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ChangedReply) GetChanged() bool {
@@ -2117,7 +2187,7 @@ type SetLastRunOwnedRequest struct {
 
 func (x *SetLastRunOwnedRequest) Reset() {
 	*x = SetLastRunOwnedRequest{}
-	mi := &file_store_proto_msgTypes[30]
+	mi := &file_store_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2129,7 +2199,7 @@ func (x *SetLastRunOwnedRequest) String() string {
 func (*SetLastRunOwnedRequest) ProtoMessage() {}
 
 func (x *SetLastRunOwnedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[30]
+	mi := &file_store_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2142,7 +2212,7 @@ func (x *SetLastRunOwnedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLastRunOwnedRequest.ProtoReflect.Descriptor instead.
 func (*SetLastRunOwnedRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{30}
+	return file_store_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetLastRunOwnedRequest) GetCard() string {
@@ -2177,7 +2247,7 @@ type SetAwaitingInputOwnedRequest struct {
 
 func (x *SetAwaitingInputOwnedRequest) Reset() {
 	*x = SetAwaitingInputOwnedRequest{}
-	mi := &file_store_proto_msgTypes[31]
+	mi := &file_store_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2189,7 +2259,7 @@ func (x *SetAwaitingInputOwnedRequest) String() string {
 func (*SetAwaitingInputOwnedRequest) ProtoMessage() {}
 
 func (x *SetAwaitingInputOwnedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[31]
+	mi := &file_store_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2202,7 +2272,7 @@ func (x *SetAwaitingInputOwnedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAwaitingInputOwnedRequest.ProtoReflect.Descriptor instead.
 func (*SetAwaitingInputOwnedRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{31}
+	return file_store_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetAwaitingInputOwnedRequest) GetCard() string {
@@ -2238,7 +2308,7 @@ type SetGaveUpOwnedRequest struct {
 
 func (x *SetGaveUpOwnedRequest) Reset() {
 	*x = SetGaveUpOwnedRequest{}
-	mi := &file_store_proto_msgTypes[32]
+	mi := &file_store_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +2320,7 @@ func (x *SetGaveUpOwnedRequest) String() string {
 func (*SetGaveUpOwnedRequest) ProtoMessage() {}
 
 func (x *SetGaveUpOwnedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[32]
+	mi := &file_store_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +2333,7 @@ func (x *SetGaveUpOwnedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGaveUpOwnedRequest.ProtoReflect.Descriptor instead.
 func (*SetGaveUpOwnedRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{32}
+	return file_store_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetGaveUpOwnedRequest) GetCard() string {
@@ -2297,7 +2367,7 @@ type OwnedCardRequest struct {
 
 func (x *OwnedCardRequest) Reset() {
 	*x = OwnedCardRequest{}
-	mi := &file_store_proto_msgTypes[33]
+	mi := &file_store_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2379,7 @@ func (x *OwnedCardRequest) String() string {
 func (*OwnedCardRequest) ProtoMessage() {}
 
 func (x *OwnedCardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[33]
+	mi := &file_store_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2392,7 @@ func (x *OwnedCardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnedCardRequest.ProtoReflect.Descriptor instead.
 func (*OwnedCardRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{33}
+	return file_store_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *OwnedCardRequest) GetCard() string {
@@ -2350,7 +2420,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_store_proto_msgTypes[34]
+	mi := &file_store_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2362,7 +2432,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[34]
+	mi := &file_store_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2375,7 +2445,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{34}
+	return file_store_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReleaseRequest) GetCard() string {
@@ -2412,7 +2482,7 @@ type MoveRequest struct {
 
 func (x *MoveRequest) Reset() {
 	*x = MoveRequest{}
-	mi := &file_store_proto_msgTypes[35]
+	mi := &file_store_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2424,7 +2494,7 @@ func (x *MoveRequest) String() string {
 func (*MoveRequest) ProtoMessage() {}
 
 func (x *MoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[35]
+	mi := &file_store_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2437,7 +2507,7 @@ func (x *MoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRequest.ProtoReflect.Descriptor instead.
 func (*MoveRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{35}
+	return file_store_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *MoveRequest) GetCard() string {
@@ -2487,7 +2557,7 @@ type AdjustLabelsRequest struct {
 
 func (x *AdjustLabelsRequest) Reset() {
 	*x = AdjustLabelsRequest{}
-	mi := &file_store_proto_msgTypes[36]
+	mi := &file_store_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2499,7 +2569,7 @@ func (x *AdjustLabelsRequest) String() string {
 func (*AdjustLabelsRequest) ProtoMessage() {}
 
 func (x *AdjustLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[36]
+	mi := &file_store_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2512,7 +2582,7 @@ func (x *AdjustLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdjustLabelsRequest.ProtoReflect.Descriptor instead.
 func (*AdjustLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{36}
+	return file_store_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AdjustLabelsRequest) GetCard() string {
@@ -2554,7 +2624,7 @@ type SetLabelsRequest struct {
 
 func (x *SetLabelsRequest) Reset() {
 	*x = SetLabelsRequest{}
-	mi := &file_store_proto_msgTypes[37]
+	mi := &file_store_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2566,7 +2636,7 @@ func (x *SetLabelsRequest) String() string {
 func (*SetLabelsRequest) ProtoMessage() {}
 
 func (x *SetLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[37]
+	mi := &file_store_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2579,7 +2649,7 @@ func (x *SetLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLabelsRequest.ProtoReflect.Descriptor instead.
 func (*SetLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{37}
+	return file_store_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetLabelsRequest) GetCard() string {
@@ -2613,7 +2683,7 @@ type SetBoardRequest struct {
 
 func (x *SetBoardRequest) Reset() {
 	*x = SetBoardRequest{}
-	mi := &file_store_proto_msgTypes[38]
+	mi := &file_store_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2625,7 +2695,7 @@ func (x *SetBoardRequest) String() string {
 func (*SetBoardRequest) ProtoMessage() {}
 
 func (x *SetBoardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[38]
+	mi := &file_store_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2638,7 +2708,7 @@ func (x *SetBoardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBoardRequest.ProtoReflect.Descriptor instead.
 func (*SetBoardRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{38}
+	return file_store_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetBoardRequest) GetExpect() *BoardMessage {
@@ -2665,7 +2735,7 @@ type SetBoardReply struct {
 
 func (x *SetBoardReply) Reset() {
 	*x = SetBoardReply{}
-	mi := &file_store_proto_msgTypes[39]
+	mi := &file_store_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2677,7 +2747,7 @@ func (x *SetBoardReply) String() string {
 func (*SetBoardReply) ProtoMessage() {}
 
 func (x *SetBoardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[39]
+	mi := &file_store_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2690,7 +2760,7 @@ func (x *SetBoardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBoardReply.ProtoReflect.Descriptor instead.
 func (*SetBoardReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{39}
+	return file_store_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SetBoardReply) GetBoard() *BoardMessage {
@@ -2720,7 +2790,7 @@ type SetLabelsFromRequest struct {
 
 func (x *SetLabelsFromRequest) Reset() {
 	*x = SetLabelsFromRequest{}
-	mi := &file_store_proto_msgTypes[40]
+	mi := &file_store_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2732,7 +2802,7 @@ func (x *SetLabelsFromRequest) String() string {
 func (*SetLabelsFromRequest) ProtoMessage() {}
 
 func (x *SetLabelsFromRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[40]
+	mi := &file_store_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2745,7 +2815,7 @@ func (x *SetLabelsFromRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLabelsFromRequest.ProtoReflect.Descriptor instead.
 func (*SetLabelsFromRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{40}
+	return file_store_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SetLabelsFromRequest) GetCard() string {
@@ -2793,7 +2863,7 @@ type CardChangedReply struct {
 
 func (x *CardChangedReply) Reset() {
 	*x = CardChangedReply{}
-	mi := &file_store_proto_msgTypes[41]
+	mi := &file_store_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2805,7 +2875,7 @@ func (x *CardChangedReply) String() string {
 func (*CardChangedReply) ProtoMessage() {}
 
 func (x *CardChangedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[41]
+	mi := &file_store_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2818,7 +2888,7 @@ func (x *CardChangedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CardChangedReply.ProtoReflect.Descriptor instead.
 func (*CardChangedReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{41}
+	return file_store_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CardChangedReply) GetCard() *Card {
@@ -2852,7 +2922,7 @@ type RunUpdateRequest struct {
 
 func (x *RunUpdateRequest) Reset() {
 	*x = RunUpdateRequest{}
-	mi := &file_store_proto_msgTypes[42]
+	mi := &file_store_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2864,7 +2934,7 @@ func (x *RunUpdateRequest) String() string {
 func (*RunUpdateRequest) ProtoMessage() {}
 
 func (x *RunUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[42]
+	mi := &file_store_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2877,7 +2947,7 @@ func (x *RunUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunUpdateRequest.ProtoReflect.Descriptor instead.
 func (*RunUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{42}
+	return file_store_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RunUpdateRequest) GetId() string {
@@ -2947,7 +3017,7 @@ type NewRunRequest struct {
 
 func (x *NewRunRequest) Reset() {
 	*x = NewRunRequest{}
-	mi := &file_store_proto_msgTypes[43]
+	mi := &file_store_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2959,7 +3029,7 @@ func (x *NewRunRequest) String() string {
 func (*NewRunRequest) ProtoMessage() {}
 
 func (x *NewRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[43]
+	mi := &file_store_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2972,7 +3042,7 @@ func (x *NewRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewRunRequest.ProtoReflect.Descriptor instead.
 func (*NewRunRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{43}
+	return file_store_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *NewRunRequest) GetToken() *ClaimToken {
@@ -3003,7 +3073,7 @@ type StartRequest struct {
 
 func (x *StartRequest) Reset() {
 	*x = StartRequest{}
-	mi := &file_store_proto_msgTypes[44]
+	mi := &file_store_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3015,7 +3085,7 @@ func (x *StartRequest) String() string {
 func (*StartRequest) ProtoMessage() {}
 
 func (x *StartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[44]
+	mi := &file_store_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3028,7 +3098,7 @@ func (x *StartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRequest.ProtoReflect.Descriptor instead.
 func (*StartRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{44}
+	return file_store_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StartRequest) GetCard() string {
@@ -3085,7 +3155,7 @@ type StartedReply struct {
 
 func (x *StartedReply) Reset() {
 	*x = StartedReply{}
-	mi := &file_store_proto_msgTypes[45]
+	mi := &file_store_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3097,7 +3167,7 @@ func (x *StartedReply) String() string {
 func (*StartedReply) ProtoMessage() {}
 
 func (x *StartedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[45]
+	mi := &file_store_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3110,7 +3180,7 @@ func (x *StartedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartedReply.ProtoReflect.Descriptor instead.
 func (*StartedReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{45}
+	return file_store_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *StartedReply) GetCard() *Card {
@@ -3155,7 +3225,7 @@ type FinishRequest struct {
 
 func (x *FinishRequest) Reset() {
 	*x = FinishRequest{}
-	mi := &file_store_proto_msgTypes[46]
+	mi := &file_store_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3167,7 +3237,7 @@ func (x *FinishRequest) String() string {
 func (*FinishRequest) ProtoMessage() {}
 
 func (x *FinishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[46]
+	mi := &file_store_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3180,7 +3250,7 @@ func (x *FinishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRequest.ProtoReflect.Descriptor instead.
 func (*FinishRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{46}
+	return file_store_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *FinishRequest) GetCard() string {
@@ -3235,7 +3305,7 @@ type FinishedReply struct {
 
 func (x *FinishedReply) Reset() {
 	*x = FinishedReply{}
-	mi := &file_store_proto_msgTypes[47]
+	mi := &file_store_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3247,7 +3317,7 @@ func (x *FinishedReply) String() string {
 func (*FinishedReply) ProtoMessage() {}
 
 func (x *FinishedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[47]
+	mi := &file_store_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3260,7 +3330,7 @@ func (x *FinishedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishedReply.ProtoReflect.Descriptor instead.
 func (*FinishedReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{47}
+	return file_store_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FinishedReply) GetCard() *Card {
@@ -3286,7 +3356,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_store_proto_msgTypes[48]
+	mi := &file_store_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3298,7 +3368,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[48]
+	mi := &file_store_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3311,7 +3381,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{48}
+	return file_store_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetRunRequest) GetId() string {
@@ -3334,7 +3404,7 @@ type ReleaseExpiredRequest struct {
 
 func (x *ReleaseExpiredRequest) Reset() {
 	*x = ReleaseExpiredRequest{}
-	mi := &file_store_proto_msgTypes[49]
+	mi := &file_store_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3346,7 +3416,7 @@ func (x *ReleaseExpiredRequest) String() string {
 func (*ReleaseExpiredRequest) ProtoMessage() {}
 
 func (x *ReleaseExpiredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[49]
+	mi := &file_store_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3359,7 +3429,7 @@ func (x *ReleaseExpiredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseExpiredRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseExpiredRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{49}
+	return file_store_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReleaseExpiredRequest) GetCard() string {
@@ -3408,7 +3478,7 @@ type ListExpiredRequest struct {
 
 func (x *ListExpiredRequest) Reset() {
 	*x = ListExpiredRequest{}
-	mi := &file_store_proto_msgTypes[50]
+	mi := &file_store_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3420,7 +3490,7 @@ func (x *ListExpiredRequest) String() string {
 func (*ListExpiredRequest) ProtoMessage() {}
 
 func (x *ListExpiredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[50]
+	mi := &file_store_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3433,7 +3503,7 @@ func (x *ListExpiredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExpiredRequest.ProtoReflect.Descriptor instead.
 func (*ListExpiredRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{50}
+	return file_store_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListExpiredRequest) GetCutoff() *Time {
@@ -3467,7 +3537,7 @@ type ExpiredPageReply struct {
 
 func (x *ExpiredPageReply) Reset() {
 	*x = ExpiredPageReply{}
-	mi := &file_store_proto_msgTypes[51]
+	mi := &file_store_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3479,7 +3549,7 @@ func (x *ExpiredPageReply) String() string {
 func (*ExpiredPageReply) ProtoMessage() {}
 
 func (x *ExpiredPageReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[51]
+	mi := &file_store_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3492,7 +3562,7 @@ func (x *ExpiredPageReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpiredPageReply.ProtoReflect.Descriptor instead.
 func (*ExpiredPageReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{51}
+	return file_store_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ExpiredPageReply) GetCards() []*Card {
@@ -3519,7 +3589,7 @@ type ListCutoffRequest struct {
 
 func (x *ListCutoffRequest) Reset() {
 	*x = ListCutoffRequest{}
-	mi := &file_store_proto_msgTypes[52]
+	mi := &file_store_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3531,7 +3601,7 @@ func (x *ListCutoffRequest) String() string {
 func (*ListCutoffRequest) ProtoMessage() {}
 
 func (x *ListCutoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[52]
+	mi := &file_store_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3544,7 +3614,7 @@ func (x *ListCutoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCutoffRequest.ProtoReflect.Descriptor instead.
 func (*ListCutoffRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{52}
+	return file_store_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListCutoffRequest) GetCutoff() *Time {
@@ -3574,7 +3644,7 @@ type ReclaimExpiredRequest struct {
 
 func (x *ReclaimExpiredRequest) Reset() {
 	*x = ReclaimExpiredRequest{}
-	mi := &file_store_proto_msgTypes[53]
+	mi := &file_store_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3586,7 +3656,7 @@ func (x *ReclaimExpiredRequest) String() string {
 func (*ReclaimExpiredRequest) ProtoMessage() {}
 
 func (x *ReclaimExpiredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[53]
+	mi := &file_store_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3599,7 +3669,7 @@ func (x *ReclaimExpiredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReclaimExpiredRequest.ProtoReflect.Descriptor instead.
 func (*ReclaimExpiredRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{53}
+	return file_store_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReclaimExpiredRequest) GetCard() string {
@@ -3647,7 +3717,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_store_proto_msgTypes[54]
+	mi := &file_store_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3659,7 +3729,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[54]
+	mi := &file_store_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3672,7 +3742,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{54}
+	return file_store_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *EventsRequest) GetAfter() int64 {
@@ -3699,7 +3769,7 @@ type EventsReply struct {
 
 func (x *EventsReply) Reset() {
 	*x = EventsReply{}
-	mi := &file_store_proto_msgTypes[55]
+	mi := &file_store_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3711,7 +3781,7 @@ func (x *EventsReply) String() string {
 func (*EventsReply) ProtoMessage() {}
 
 func (x *EventsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[55]
+	mi := &file_store_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3724,7 +3794,7 @@ func (x *EventsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsReply.ProtoReflect.Descriptor instead.
 func (*EventsReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{55}
+	return file_store_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *EventsReply) GetEvents() []*Event {
@@ -3855,10 +3925,15 @@ const file_store_proto_rawDesc = "" +
 	"\x05actor\x18\x05 \x01(\tR\x05actor\x12*\n" +
 	"\x02at\x18\x06 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\x02at\x123\n" +
 	"\x04data\x18\a \x01(\v2\x1f.leasekeeper.store.v1.EventDataR\x04data\"\x0e\n" +
-	"\fBoardRequest\"F\n" +
+	"\fBoardRequest\"\x83\x01\n" +
 	"\n" +
 	"BoardReply\x128\n" +
-	"\x05board\x18\x01 \x01(\v2\".leasekeeper.store.v1.BoardMessageR\x05board\"\xda\x01\n" +
+	"\x05board\x18\x01 \x01(\v2\".leasekeeper.store.v1.BoardMessageR\x05board\x12;\n" +
+	"\x06traits\x18\x02 \x01(\v2#.leasekeeper.store.v1.TraitsMessageR\x06traits\"b\n" +
+	"\rTraitsMessage\x12\x16\n" +
+	"\x06shared\x18\x01 \x01(\bR\x06shared\x12!\n" +
+	"\fserver_clock\x18\x02 \x01(\bR\vserverClock\x12\x16\n" +
+	"\x06outbox\x18\x03 \x01(\bR\x06outbox\"\xda\x01\n" +
 	"\x11CreateCardRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12\x14\n" +
@@ -4103,7 +4178,7 @@ func file_store_proto_rawDescGZIP() []byte {
 }
 
 var file_store_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_store_proto_goTypes = []any{
 	(ErrorKind)(0),                       // 0: leasekeeper.store.v1.ErrorKind
 	(*Time)(nil),                         // 1: leasekeeper.store.v1.Time
@@ -4122,46 +4197,47 @@ var file_store_proto_goTypes = []any{
 	(*Event)(nil),                        // 14: leasekeeper.store.v1.Event
 	(*BoardRequest)(nil),                 // 15: leasekeeper.store.v1.BoardRequest
 	(*BoardReply)(nil),                   // 16: leasekeeper.store.v1.BoardReply
-	(*CreateCardRequest)(nil),            // 17: leasekeeper.store.v1.CreateCardRequest
-	(*GetCardRequest)(nil),               // 18: leasekeeper.store.v1.GetCardRequest
-	(*CardReply)(nil),                    // 19: leasekeeper.store.v1.CardReply
-	(*ListCardsRequest)(nil),             // 20: leasekeeper.store.v1.ListCardsRequest
-	(*DependentsRequest)(nil),            // 21: leasekeeper.store.v1.DependentsRequest
-	(*CardsReply)(nil),                   // 22: leasekeeper.store.v1.CardsReply
-	(*ClaimRequest)(nil),                 // 23: leasekeeper.store.v1.ClaimRequest
-	(*ClaimNextRequest)(nil),             // 24: leasekeeper.store.v1.ClaimNextRequest
-	(*CardTokenReply)(nil),               // 25: leasekeeper.store.v1.CardTokenReply
-	(*RenewClaimsRequest)(nil),           // 26: leasekeeper.store.v1.RenewClaimsRequest
-	(*RenewResult)(nil),                  // 27: leasekeeper.store.v1.RenewResult
-	(*RenewClaimsReply)(nil),             // 28: leasekeeper.store.v1.RenewClaimsReply
-	(*SetStateOwnedRequest)(nil),         // 29: leasekeeper.store.v1.SetStateOwnedRequest
-	(*ChangedReply)(nil),                 // 30: leasekeeper.store.v1.ChangedReply
-	(*SetLastRunOwnedRequest)(nil),       // 31: leasekeeper.store.v1.SetLastRunOwnedRequest
-	(*SetAwaitingInputOwnedRequest)(nil), // 32: leasekeeper.store.v1.SetAwaitingInputOwnedRequest
-	(*SetGaveUpOwnedRequest)(nil),        // 33: leasekeeper.store.v1.SetGaveUpOwnedRequest
-	(*OwnedCardRequest)(nil),             // 34: leasekeeper.store.v1.OwnedCardRequest
-	(*ReleaseRequest)(nil),               // 35: leasekeeper.store.v1.ReleaseRequest
-	(*MoveRequest)(nil),                  // 36: leasekeeper.store.v1.MoveRequest
-	(*AdjustLabelsRequest)(nil),          // 37: leasekeeper.store.v1.AdjustLabelsRequest
-	(*SetLabelsRequest)(nil),             // 38: leasekeeper.store.v1.SetLabelsRequest
-	(*SetBoardRequest)(nil),              // 39: leasekeeper.store.v1.SetBoardRequest
-	(*SetBoardReply)(nil),                // 40: leasekeeper.store.v1.SetBoardReply
-	(*SetLabelsFromRequest)(nil),         // 41: leasekeeper.store.v1.SetLabelsFromRequest
-	(*CardChangedReply)(nil),             // 42: leasekeeper.store.v1.CardChangedReply
-	(*RunUpdateRequest)(nil),             // 43: leasekeeper.store.v1.RunUpdateRequest
-	(*NewRunRequest)(nil),                // 44: leasekeeper.store.v1.NewRunRequest
-	(*StartRequest)(nil),                 // 45: leasekeeper.store.v1.StartRequest
-	(*StartedReply)(nil),                 // 46: leasekeeper.store.v1.StartedReply
-	(*FinishRequest)(nil),                // 47: leasekeeper.store.v1.FinishRequest
-	(*FinishedReply)(nil),                // 48: leasekeeper.store.v1.FinishedReply
-	(*GetRunRequest)(nil),                // 49: leasekeeper.store.v1.GetRunRequest
-	(*ReleaseExpiredRequest)(nil),        // 50: leasekeeper.store.v1.ReleaseExpiredRequest
-	(*ListExpiredRequest)(nil),           // 51: leasekeeper.store.v1.ListExpiredRequest
-	(*ExpiredPageReply)(nil),             // 52: leasekeeper.store.v1.ExpiredPageReply
-	(*ListCutoffRequest)(nil),            // 53: leasekeeper.store.v1.ListCutoffRequest
-	(*ReclaimExpiredRequest)(nil),        // 54: leasekeeper.store.v1.ReclaimExpiredRequest
-	(*EventsRequest)(nil),                // 55: leasekeeper.store.v1.EventsRequest
-	(*EventsReply)(nil),                  // 56: leasekeeper.store.v1.EventsReply
+	(*TraitsMessage)(nil),                // 17: leasekeeper.store.v1.TraitsMessage
+	(*CreateCardRequest)(nil),            // 18: leasekeeper.store.v1.CreateCardRequest
+	(*GetCardRequest)(nil),               // 19: leasekeeper.store.v1.GetCardRequest
+	(*CardReply)(nil),                    // 20: leasekeeper.store.v1.CardReply
+	(*ListCardsRequest)(nil),             // 21: leasekeeper.store.v1.ListCardsRequest
+	(*DependentsRequest)(nil),            // 22: leasekeeper.store.v1.DependentsRequest
+	(*CardsReply)(nil),                   // 23: leasekeeper.store.v1.CardsReply
+	(*ClaimRequest)(nil),                 // 24: leasekeeper.store.v1.ClaimRequest
+	(*ClaimNextRequest)(nil),             // 25: leasekeeper.store.v1.ClaimNextRequest
+	(*CardTokenReply)(nil),               // 26: leasekeeper.store.v1.CardTokenReply
+	(*RenewClaimsRequest)(nil),           // 27: leasekeeper.store.v1.RenewClaimsRequest
+	(*RenewResult)(nil),                  // 28: leasekeeper.store.v1.RenewResult
+	(*RenewClaimsReply)(nil),             // 29: leasekeeper.store.v1.RenewClaimsReply
+	(*SetStateOwnedRequest)(nil),         // 30: leasekeeper.store.v1.SetStateOwnedRequest
+	(*ChangedReply)(nil),                 // 31: leasekeeper.store.v1.ChangedReply
+	(*SetLastRunOwnedRequest)(nil),       // 32: leasekeeper.store.v1.SetLastRunOwnedRequest
+	(*SetAwaitingInputOwnedRequest)(nil), // 33: leasekeeper.store.v1.SetAwaitingInputOwnedRequest
+	(*SetGaveUpOwnedRequest)(nil),        // 34: leasekeeper.store.v1.SetGaveUpOwnedRequest
+	(*OwnedCardRequest)(nil),             // 35: leasekeeper.store.v1.OwnedCardRequest
+	(*ReleaseRequest)(nil),               // 36: leasekeeper.store.v1.ReleaseRequest
+	(*MoveRequest)(nil),                  // 37: leasekeeper.store.v1.MoveRequest
+	(*AdjustLabelsRequest)(nil),          // 38: leasekeeper.store.v1.AdjustLabelsRequest
+	(*SetLabelsRequest)(nil),             // 39: leasekeeper.store.v1.SetLabelsRequest
+	(*SetBoardRequest)(nil),              // 40: leasekeeper.store.v1.SetBoardRequest
+	(*SetBoardReply)(nil),                // 41: leasekeeper.store.v1.SetBoardReply
+	(*SetLabelsFromRequest)(nil),         // 42: leasekeeper.store.v1.SetLabelsFromRequest
+	(*CardChangedReply)(nil),             // 43: leasekeeper.store.v1.CardChangedReply
+	(*RunUpdateRequest)(nil),             // 44: leasekeeper.store.v1.RunUpdateRequest
+	(*NewRunRequest)(nil),                // 45: leasekeeper.store.v1.NewRunRequest
+	(*StartRequest)(nil),                 // 46: leasekeeper.store.v1.StartRequest
+	(*StartedReply)(nil),                 // 47: leasekeeper.store.v1.StartedReply
+	(*FinishRequest)(nil),                // 48: leasekeeper.store.v1.FinishRequest
+	(*FinishedReply)(nil),                // 49: leasekeeper.store.v1.FinishedReply
+	(*GetRunRequest)(nil),                // 50: leasekeeper.store.v1.GetRunRequest
+	(*ReleaseExpiredRequest)(nil),        // 51: leasekeeper.store.v1.ReleaseExpiredRequest
+	(*ListExpiredRequest)(nil),           // 52: leasekeeper.store.v1.ListExpiredRequest
+	(*ExpiredPageReply)(nil),             // 53: leasekeeper.store.v1.ExpiredPageReply
+	(*ListCutoffRequest)(nil),            // 54: leasekeeper.store.v1.ListCutoffRequest
+	(*ReclaimExpiredRequest)(nil),        // 55: leasekeeper.store.v1.ReclaimExpiredRequest
+	(*EventsRequest)(nil),                // 56: leasekeeper.store.v1.EventsRequest
+	(*EventsReply)(nil),                  // 57: leasekeeper.store.v1.EventsReply
 }
 var file_store_proto_depIdxs = []int32{
 	0,  // 0: leasekeeper.store.v1.StoreError.kinds:type_name -> leasekeeper.store.v1.ErrorKind
@@ -4185,122 +4261,123 @@ var file_store_proto_depIdxs = []int32{
 	1,  // 18: leasekeeper.store.v1.Event.at:type_name -> leasekeeper.store.v1.Time
 	13, // 19: leasekeeper.store.v1.Event.data:type_name -> leasekeeper.store.v1.EventData
 	7,  // 20: leasekeeper.store.v1.BoardReply.board:type_name -> leasekeeper.store.v1.BoardMessage
-	2,  // 21: leasekeeper.store.v1.CreateCardRequest.labels:type_name -> leasekeeper.store.v1.Strings
-	2,  // 22: leasekeeper.store.v1.CreateCardRequest.depends_on:type_name -> leasekeeper.store.v1.Strings
-	11, // 23: leasekeeper.store.v1.CardReply.card:type_name -> leasekeeper.store.v1.Card
-	11, // 24: leasekeeper.store.v1.CardsReply.cards:type_name -> leasekeeper.store.v1.Card
-	11, // 25: leasekeeper.store.v1.CardTokenReply.card:type_name -> leasekeeper.store.v1.Card
-	8,  // 26: leasekeeper.store.v1.CardTokenReply.token:type_name -> leasekeeper.store.v1.ClaimToken
-	9,  // 27: leasekeeper.store.v1.RenewClaimsRequest.holds:type_name -> leasekeeper.store.v1.Hold
-	1,  // 28: leasekeeper.store.v1.RenewResult.lease_until:type_name -> leasekeeper.store.v1.Time
-	4,  // 29: leasekeeper.store.v1.RenewResult.err:type_name -> leasekeeper.store.v1.StoreError
-	27, // 30: leasekeeper.store.v1.RenewClaimsReply.results:type_name -> leasekeeper.store.v1.RenewResult
-	8,  // 31: leasekeeper.store.v1.SetStateOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
-	8,  // 32: leasekeeper.store.v1.SetLastRunOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
-	8,  // 33: leasekeeper.store.v1.SetAwaitingInputOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
-	8,  // 34: leasekeeper.store.v1.SetGaveUpOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
-	10, // 35: leasekeeper.store.v1.SetGaveUpOwnedRequest.gave_up:type_name -> leasekeeper.store.v1.GaveUp
-	8,  // 36: leasekeeper.store.v1.OwnedCardRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
-	2,  // 37: leasekeeper.store.v1.AdjustLabelsRequest.add:type_name -> leasekeeper.store.v1.Strings
-	2,  // 38: leasekeeper.store.v1.AdjustLabelsRequest.remove:type_name -> leasekeeper.store.v1.Strings
-	2,  // 39: leasekeeper.store.v1.SetLabelsRequest.labels:type_name -> leasekeeper.store.v1.Strings
-	7,  // 40: leasekeeper.store.v1.SetBoardRequest.expect:type_name -> leasekeeper.store.v1.BoardMessage
-	7,  // 41: leasekeeper.store.v1.SetBoardRequest.next:type_name -> leasekeeper.store.v1.BoardMessage
-	7,  // 42: leasekeeper.store.v1.SetBoardReply.board:type_name -> leasekeeper.store.v1.BoardMessage
-	2,  // 43: leasekeeper.store.v1.SetLabelsFromRequest.expect:type_name -> leasekeeper.store.v1.Strings
-	2,  // 44: leasekeeper.store.v1.SetLabelsFromRequest.labels:type_name -> leasekeeper.store.v1.Strings
-	11, // 45: leasekeeper.store.v1.CardChangedReply.card:type_name -> leasekeeper.store.v1.Card
-	8,  // 46: leasekeeper.store.v1.RunUpdateRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
-	8,  // 47: leasekeeper.store.v1.NewRunRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
-	12, // 48: leasekeeper.store.v1.NewRunRequest.run:type_name -> leasekeeper.store.v1.RunMessage
-	12, // 49: leasekeeper.store.v1.StartRequest.run:type_name -> leasekeeper.store.v1.RunMessage
-	11, // 50: leasekeeper.store.v1.StartedReply.card:type_name -> leasekeeper.store.v1.Card
-	8,  // 51: leasekeeper.store.v1.StartedReply.token:type_name -> leasekeeper.store.v1.ClaimToken
-	12, // 52: leasekeeper.store.v1.StartedReply.run:type_name -> leasekeeper.store.v1.RunMessage
-	8,  // 53: leasekeeper.store.v1.FinishRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
-	11, // 54: leasekeeper.store.v1.FinishedReply.card:type_name -> leasekeeper.store.v1.Card
-	12, // 55: leasekeeper.store.v1.FinishedReply.run:type_name -> leasekeeper.store.v1.RunMessage
-	8,  // 56: leasekeeper.store.v1.ReleaseExpiredRequest.prev:type_name -> leasekeeper.store.v1.ClaimToken
-	1,  // 57: leasekeeper.store.v1.ReleaseExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
-	1,  // 58: leasekeeper.store.v1.ListExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
-	11, // 59: leasekeeper.store.v1.ExpiredPageReply.cards:type_name -> leasekeeper.store.v1.Card
-	1,  // 60: leasekeeper.store.v1.ListCutoffRequest.cutoff:type_name -> leasekeeper.store.v1.Time
-	8,  // 61: leasekeeper.store.v1.ReclaimExpiredRequest.prev:type_name -> leasekeeper.store.v1.ClaimToken
-	1,  // 62: leasekeeper.store.v1.ReclaimExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
-	14, // 63: leasekeeper.store.v1.EventsReply.events:type_name -> leasekeeper.store.v1.Event
-	15, // 64: leasekeeper.store.v1.Store.Board:input_type -> leasekeeper.store.v1.BoardRequest
-	5,  // 65: leasekeeper.store.v1.Store.Now:input_type -> leasekeeper.store.v1.Empty
-	17, // 66: leasekeeper.store.v1.Store.CreateCard:input_type -> leasekeeper.store.v1.CreateCardRequest
-	18, // 67: leasekeeper.store.v1.Store.GetCard:input_type -> leasekeeper.store.v1.GetCardRequest
-	20, // 68: leasekeeper.store.v1.Store.ListCards:input_type -> leasekeeper.store.v1.ListCardsRequest
-	21, // 69: leasekeeper.store.v1.Store.Dependents:input_type -> leasekeeper.store.v1.DependentsRequest
-	23, // 70: leasekeeper.store.v1.Store.Claim:input_type -> leasekeeper.store.v1.ClaimRequest
-	24, // 71: leasekeeper.store.v1.Store.ClaimNext:input_type -> leasekeeper.store.v1.ClaimNextRequest
-	26, // 72: leasekeeper.store.v1.Store.RenewClaims:input_type -> leasekeeper.store.v1.RenewClaimsRequest
-	45, // 73: leasekeeper.store.v1.Store.Start:input_type -> leasekeeper.store.v1.StartRequest
-	47, // 74: leasekeeper.store.v1.Store.Finish:input_type -> leasekeeper.store.v1.FinishRequest
-	29, // 75: leasekeeper.store.v1.Store.SetStateOwned:input_type -> leasekeeper.store.v1.SetStateOwnedRequest
-	31, // 76: leasekeeper.store.v1.Store.SetLastRunOwned:input_type -> leasekeeper.store.v1.SetLastRunOwnedRequest
-	32, // 77: leasekeeper.store.v1.Store.SetAwaitingInputOwned:input_type -> leasekeeper.store.v1.SetAwaitingInputOwnedRequest
-	33, // 78: leasekeeper.store.v1.Store.SetGaveUpOwned:input_type -> leasekeeper.store.v1.SetGaveUpOwnedRequest
-	34, // 79: leasekeeper.store.v1.Store.ExpireClaimOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
-	34, // 80: leasekeeper.store.v1.Store.ReleaseOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
-	35, // 81: leasekeeper.store.v1.Store.Release:input_type -> leasekeeper.store.v1.ReleaseRequest
-	50, // 82: leasekeeper.store.v1.Store.ReleaseExpired:input_type -> leasekeeper.store.v1.ReleaseExpiredRequest
-	36, // 83: leasekeeper.store.v1.Store.SetState:input_type -> leasekeeper.store.v1.MoveRequest
-	36, // 84: leasekeeper.store.v1.Store.SetStateFrom:input_type -> leasekeeper.store.v1.MoveRequest
-	36, // 85: leasekeeper.store.v1.Store.Reopen:input_type -> leasekeeper.store.v1.MoveRequest
-	37, // 86: leasekeeper.store.v1.Store.AdjustLabels:input_type -> leasekeeper.store.v1.AdjustLabelsRequest
-	38, // 87: leasekeeper.store.v1.Store.SetLabels:input_type -> leasekeeper.store.v1.SetLabelsRequest
-	15, // 88: leasekeeper.store.v1.Store.LoadBoard:input_type -> leasekeeper.store.v1.BoardRequest
-	39, // 89: leasekeeper.store.v1.Store.SetBoard:input_type -> leasekeeper.store.v1.SetBoardRequest
-	41, // 90: leasekeeper.store.v1.Store.SetLabelsFrom:input_type -> leasekeeper.store.v1.SetLabelsFromRequest
-	44, // 91: leasekeeper.store.v1.Store.CreateRun:input_type -> leasekeeper.store.v1.NewRunRequest
-	43, // 92: leasekeeper.store.v1.Store.UpdateRun:input_type -> leasekeeper.store.v1.RunUpdateRequest
-	49, // 93: leasekeeper.store.v1.Store.GetRun:input_type -> leasekeeper.store.v1.GetRunRequest
-	51, // 94: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:input_type -> leasekeeper.store.v1.ListExpiredRequest
-	53, // 95: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:input_type -> leasekeeper.store.v1.ListCutoffRequest
-	54, // 96: leasekeeper.store.v1.Store.ReclaimExpired:input_type -> leasekeeper.store.v1.ReclaimExpiredRequest
-	55, // 97: leasekeeper.store.v1.Store.Events:input_type -> leasekeeper.store.v1.EventsRequest
-	16, // 98: leasekeeper.store.v1.Store.Board:output_type -> leasekeeper.store.v1.BoardReply
-	1,  // 99: leasekeeper.store.v1.Store.Now:output_type -> leasekeeper.store.v1.Time
-	19, // 100: leasekeeper.store.v1.Store.CreateCard:output_type -> leasekeeper.store.v1.CardReply
-	19, // 101: leasekeeper.store.v1.Store.GetCard:output_type -> leasekeeper.store.v1.CardReply
-	22, // 102: leasekeeper.store.v1.Store.ListCards:output_type -> leasekeeper.store.v1.CardsReply
-	22, // 103: leasekeeper.store.v1.Store.Dependents:output_type -> leasekeeper.store.v1.CardsReply
-	25, // 104: leasekeeper.store.v1.Store.Claim:output_type -> leasekeeper.store.v1.CardTokenReply
-	25, // 105: leasekeeper.store.v1.Store.ClaimNext:output_type -> leasekeeper.store.v1.CardTokenReply
-	28, // 106: leasekeeper.store.v1.Store.RenewClaims:output_type -> leasekeeper.store.v1.RenewClaimsReply
-	46, // 107: leasekeeper.store.v1.Store.Start:output_type -> leasekeeper.store.v1.StartedReply
-	48, // 108: leasekeeper.store.v1.Store.Finish:output_type -> leasekeeper.store.v1.FinishedReply
-	30, // 109: leasekeeper.store.v1.Store.SetStateOwned:output_type -> leasekeeper.store.v1.ChangedReply
-	5,  // 110: leasekeeper.store.v1.Store.SetLastRunOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 111: leasekeeper.store.v1.Store.SetAwaitingInputOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 112: leasekeeper.store.v1.Store.SetGaveUpOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 113: leasekeeper.store.v1.Store.ExpireClaimOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 114: leasekeeper.store.v1.Store.ReleaseOwned:output_type -> leasekeeper.store.v1.Empty
-	5,  // 115: leasekeeper.store.v1.Store.Release:output_type -> leasekeeper.store.v1.Empty
-	5,  // 116: leasekeeper.store.v1.Store.ReleaseExpired:output_type -> leasekeeper.store.v1.Empty
-	5,  // 117: leasekeeper.store.v1.Store.SetState:output_type -> leasekeeper.store.v1.Empty
-	30, // 118: leasekeeper.store.v1.Store.SetStateFrom:output_type -> leasekeeper.store.v1.ChangedReply
-	5,  // 119: leasekeeper.store.v1.Store.Reopen:output_type -> leasekeeper.store.v1.Empty
-	19, // 120: leasekeeper.store.v1.Store.AdjustLabels:output_type -> leasekeeper.store.v1.CardReply
-	19, // 121: leasekeeper.store.v1.Store.SetLabels:output_type -> leasekeeper.store.v1.CardReply
-	16, // 122: leasekeeper.store.v1.Store.LoadBoard:output_type -> leasekeeper.store.v1.BoardReply
-	40, // 123: leasekeeper.store.v1.Store.SetBoard:output_type -> leasekeeper.store.v1.SetBoardReply
-	42, // 124: leasekeeper.store.v1.Store.SetLabelsFrom:output_type -> leasekeeper.store.v1.CardChangedReply
-	12, // 125: leasekeeper.store.v1.Store.CreateRun:output_type -> leasekeeper.store.v1.RunMessage
-	12, // 126: leasekeeper.store.v1.Store.UpdateRun:output_type -> leasekeeper.store.v1.RunMessage
-	12, // 127: leasekeeper.store.v1.Store.GetRun:output_type -> leasekeeper.store.v1.RunMessage
-	52, // 128: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:output_type -> leasekeeper.store.v1.ExpiredPageReply
-	22, // 129: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:output_type -> leasekeeper.store.v1.CardsReply
-	25, // 130: leasekeeper.store.v1.Store.ReclaimExpired:output_type -> leasekeeper.store.v1.CardTokenReply
-	56, // 131: leasekeeper.store.v1.Store.Events:output_type -> leasekeeper.store.v1.EventsReply
-	98, // [98:132] is the sub-list for method output_type
-	64, // [64:98] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	17, // 21: leasekeeper.store.v1.BoardReply.traits:type_name -> leasekeeper.store.v1.TraitsMessage
+	2,  // 22: leasekeeper.store.v1.CreateCardRequest.labels:type_name -> leasekeeper.store.v1.Strings
+	2,  // 23: leasekeeper.store.v1.CreateCardRequest.depends_on:type_name -> leasekeeper.store.v1.Strings
+	11, // 24: leasekeeper.store.v1.CardReply.card:type_name -> leasekeeper.store.v1.Card
+	11, // 25: leasekeeper.store.v1.CardsReply.cards:type_name -> leasekeeper.store.v1.Card
+	11, // 26: leasekeeper.store.v1.CardTokenReply.card:type_name -> leasekeeper.store.v1.Card
+	8,  // 27: leasekeeper.store.v1.CardTokenReply.token:type_name -> leasekeeper.store.v1.ClaimToken
+	9,  // 28: leasekeeper.store.v1.RenewClaimsRequest.holds:type_name -> leasekeeper.store.v1.Hold
+	1,  // 29: leasekeeper.store.v1.RenewResult.lease_until:type_name -> leasekeeper.store.v1.Time
+	4,  // 30: leasekeeper.store.v1.RenewResult.err:type_name -> leasekeeper.store.v1.StoreError
+	28, // 31: leasekeeper.store.v1.RenewClaimsReply.results:type_name -> leasekeeper.store.v1.RenewResult
+	8,  // 32: leasekeeper.store.v1.SetStateOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	8,  // 33: leasekeeper.store.v1.SetLastRunOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	8,  // 34: leasekeeper.store.v1.SetAwaitingInputOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	8,  // 35: leasekeeper.store.v1.SetGaveUpOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	10, // 36: leasekeeper.store.v1.SetGaveUpOwnedRequest.gave_up:type_name -> leasekeeper.store.v1.GaveUp
+	8,  // 37: leasekeeper.store.v1.OwnedCardRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	2,  // 38: leasekeeper.store.v1.AdjustLabelsRequest.add:type_name -> leasekeeper.store.v1.Strings
+	2,  // 39: leasekeeper.store.v1.AdjustLabelsRequest.remove:type_name -> leasekeeper.store.v1.Strings
+	2,  // 40: leasekeeper.store.v1.SetLabelsRequest.labels:type_name -> leasekeeper.store.v1.Strings
+	7,  // 41: leasekeeper.store.v1.SetBoardRequest.expect:type_name -> leasekeeper.store.v1.BoardMessage
+	7,  // 42: leasekeeper.store.v1.SetBoardRequest.next:type_name -> leasekeeper.store.v1.BoardMessage
+	7,  // 43: leasekeeper.store.v1.SetBoardReply.board:type_name -> leasekeeper.store.v1.BoardMessage
+	2,  // 44: leasekeeper.store.v1.SetLabelsFromRequest.expect:type_name -> leasekeeper.store.v1.Strings
+	2,  // 45: leasekeeper.store.v1.SetLabelsFromRequest.labels:type_name -> leasekeeper.store.v1.Strings
+	11, // 46: leasekeeper.store.v1.CardChangedReply.card:type_name -> leasekeeper.store.v1.Card
+	8,  // 47: leasekeeper.store.v1.RunUpdateRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	8,  // 48: leasekeeper.store.v1.NewRunRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	12, // 49: leasekeeper.store.v1.NewRunRequest.run:type_name -> leasekeeper.store.v1.RunMessage
+	12, // 50: leasekeeper.store.v1.StartRequest.run:type_name -> leasekeeper.store.v1.RunMessage
+	11, // 51: leasekeeper.store.v1.StartedReply.card:type_name -> leasekeeper.store.v1.Card
+	8,  // 52: leasekeeper.store.v1.StartedReply.token:type_name -> leasekeeper.store.v1.ClaimToken
+	12, // 53: leasekeeper.store.v1.StartedReply.run:type_name -> leasekeeper.store.v1.RunMessage
+	8,  // 54: leasekeeper.store.v1.FinishRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	11, // 55: leasekeeper.store.v1.FinishedReply.card:type_name -> leasekeeper.store.v1.Card
+	12, // 56: leasekeeper.store.v1.FinishedReply.run:type_name -> leasekeeper.store.v1.RunMessage
+	8,  // 57: leasekeeper.store.v1.ReleaseExpiredRequest.prev:type_name -> leasekeeper.store.v1.ClaimToken
+	1,  // 58: leasekeeper.store.v1.ReleaseExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
+	1,  // 59: leasekeeper.store.v1.ListExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
+	11, // 60: leasekeeper.store.v1.ExpiredPageReply.cards:type_name -> leasekeeper.store.v1.Card
+	1,  // 61: leasekeeper.store.v1.ListCutoffRequest.cutoff:type_name -> leasekeeper.store.v1.Time
+	8,  // 62: leasekeeper.store.v1.ReclaimExpiredRequest.prev:type_name -> leasekeeper.store.v1.ClaimToken
+	1,  // 63: leasekeeper.store.v1.ReclaimExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
+	14, // 64: leasekeeper.store.v1.EventsReply.events:type_name -> leasekeeper.store.v1.Event
+	15, // 65: leasekeeper.store.v1.Store.Board:input_type -> leasekeeper.store.v1.BoardRequest
+	5,  // 66: leasekeeper.store.v1.Store.Now:input_type -> leasekeeper.store.v1.Empty
+	18, // 67: leasekeeper.store.v1.Store.CreateCard:input_type -> leasekeeper.store.v1.CreateCardRequest
+	19, // 68: leasekeeper.store.v1.Store.GetCard:input_type -> leasekeeper.store.v1.GetCardRequest
+	21, // 69: leasekeeper.store.v1.Store.ListCards:input_type -> leasekeeper.store.v1.ListCardsRequest
+	22, // 70: leasekeeper.store.v1.Store.Dependents:input_type -> leasekeeper.store.v1.DependentsRequest
+	24, // 71: leasekeeper.store.v1.Store.Claim:input_type -> leasekeeper.store.v1.ClaimRequest
+	25, // 72: leasekeeper.store.v1.Store.ClaimNext:input_type -> leasekeeper.store.v1.ClaimNextRequest
+	27, // 73: leasekeeper.store.v1.Store.RenewClaims:input_type -> leasekeeper.store.v1.RenewClaimsRequest
+	46, // 74: leasekeeper.store.v1.Store.Start:input_type -> leasekeeper.store.v1.StartRequest
+	48, // 75: leasekeeper.store.v1.Store.Finish:input_type -> leasekeeper.store.v1.FinishRequest
+	30, // 76: leasekeeper.store.v1.Store.SetStateOwned:input_type -> leasekeeper.store.v1.SetStateOwnedRequest
+	32, // 77: leasekeeper.store.v1.Store.SetLastRunOwned:input_type -> leasekeeper.store.v1.SetLastRunOwnedRequest
+	33, // 78: leasekeeper.store.v1.Store.SetAwaitingInputOwned:input_type -> leasekeeper.store.v1.SetAwaitingInputOwnedRequest
+	34, // 79: leasekeeper.store.v1.Store.SetGaveUpOwned:input_type -> leasekeeper.store.v1.SetGaveUpOwnedRequest
+	35, // 80: leasekeeper.store.v1.Store.ExpireClaimOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
+	35, // 81: leasekeeper.store.v1.Store.ReleaseOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
+	36, // 82: leasekeeper.store.v1.Store.Release:input_type -> leasekeeper.store.v1.ReleaseRequest
+	51, // 83: leasekeeper.store.v1.Store.ReleaseExpired:input_type -> leasekeeper.store.v1.ReleaseExpiredRequest
+	37, // 84: leasekeeper.store.v1.Store.SetState:input_type -> leasekeeper.store.v1.MoveRequest
+	37, // 85: leasekeeper.store.v1.Store.SetStateFrom:input_type -> leasekeeper.store.v1.MoveRequest
+	37, // 86: leasekeeper.store.v1.Store.Reopen:input_type -> leasekeeper.store.v1.MoveRequest
+	38, // 87: leasekeeper.store.v1.Store.AdjustLabels:input_type -> leasekeeper.store.v1.AdjustLabelsRequest
+	39, // 88: leasekeeper.store.v1.Store.SetLabels:input_type -> leasekeeper.store.v1.SetLabelsRequest
+	15, // 89: leasekeeper.store.v1.Store.LoadBoard:input_type -> leasekeeper.store.v1.BoardRequest
+	40, // 90: leasekeeper.store.v1.Store.SetBoard:input_type -> leasekeeper.store.v1.SetBoardRequest
+	42, // 91: leasekeeper.store.v1.Store.SetLabelsFrom:input_type -> leasekeeper.store.v1.SetLabelsFromRequest
+	45, // 92: leasekeeper.store.v1.Store.CreateRun:input_type -> leasekeeper.store.v1.NewRunRequest
+	44, // 93: leasekeeper.store.v1.Store.UpdateRun:input_type -> leasekeeper.store.v1.RunUpdateRequest
+	50, // 94: leasekeeper.store.v1.Store.GetRun:input_type -> leasekeeper.store.v1.GetRunRequest
+	52, // 95: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:input_type -> leasekeeper.store.v1.ListExpiredRequest
+	54, // 96: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:input_type -> leasekeeper.store.v1.ListCutoffRequest
+	55, // 97: leasekeeper.store.v1.Store.ReclaimExpired:input_type -> leasekeeper.store.v1.ReclaimExpiredRequest
+	56, // 98: leasekeeper.store.v1.Store.Events:input_type -> leasekeeper.store.v1.EventsRequest
+	16, // 99: leasekeeper.store.v1.Store.Board:output_type -> leasekeeper.store.v1.BoardReply
+	1,  // 100: leasekeeper.store.v1.Store.Now:output_type -> leasekeeper.store.v1.Time
+	20, // 101: leasekeeper.store.v1.Store.CreateCard:output_type -> leasekeeper.store.v1.CardReply
+	20, // 102: leasekeeper.store.v1.Store.GetCard:output_type -> leasekeeper.store.v1.CardReply
+	23, // 103: leasekeeper.store.v1.Store.ListCards:output_type -> leasekeeper.store.v1.CardsReply
+	23, // 104: leasekeeper.store.v1.Store.Dependents:output_type -> leasekeeper.store.v1.CardsReply
+	26, // 105: leasekeeper.store.v1.Store.Claim:output_type -> leasekeeper.store.v1.CardTokenReply
+	26, // 106: leasekeeper.store.v1.Store.ClaimNext:output_type -> leasekeeper.store.v1.CardTokenReply
+	29, // 107: leasekeeper.store.v1.Store.RenewClaims:output_type -> leasekeeper.store.v1.RenewClaimsReply
+	47, // 108: leasekeeper.store.v1.Store.Start:output_type -> leasekeeper.store.v1.StartedReply
+	49, // 109: leasekeeper.store.v1.Store.Finish:output_type -> leasekeeper.store.v1.FinishedReply
+	31, // 110: leasekeeper.store.v1.Store.SetStateOwned:output_type -> leasekeeper.store.v1.ChangedReply
+	5,  // 111: leasekeeper.store.v1.Store.SetLastRunOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 112: leasekeeper.store.v1.Store.SetAwaitingInputOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 113: leasekeeper.store.v1.Store.SetGaveUpOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 114: leasekeeper.store.v1.Store.ExpireClaimOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 115: leasekeeper.store.v1.Store.ReleaseOwned:output_type -> leasekeeper.store.v1.Empty
+	5,  // 116: leasekeeper.store.v1.Store.Release:output_type -> leasekeeper.store.v1.Empty
+	5,  // 117: leasekeeper.store.v1.Store.ReleaseExpired:output_type -> leasekeeper.store.v1.Empty
+	5,  // 118: leasekeeper.store.v1.Store.SetState:output_type -> leasekeeper.store.v1.Empty
+	31, // 119: leasekeeper.store.v1.Store.SetStateFrom:output_type -> leasekeeper.store.v1.ChangedReply
+	5,  // 120: leasekeeper.store.v1.Store.Reopen:output_type -> leasekeeper.store.v1.Empty
+	20, // 121: leasekeeper.store.v1.Store.AdjustLabels:output_type -> leasekeeper.store.v1.CardReply
+	20, // 122: leasekeeper.store.v1.Store.SetLabels:output_type -> leasekeeper.store.v1.CardReply
+	16, // 123: leasekeeper.store.v1.Store.LoadBoard:output_type -> leasekeeper.store.v1.BoardReply
+	41, // 124: leasekeeper.store.v1.Store.SetBoard:output_type -> leasekeeper.store.v1.SetBoardReply
+	43, // 125: leasekeeper.store.v1.Store.SetLabelsFrom:output_type -> leasekeeper.store.v1.CardChangedReply
+	12, // 126: leasekeeper.store.v1.Store.CreateRun:output_type -> leasekeeper.store.v1.RunMessage
+	12, // 127: leasekeeper.store.v1.Store.UpdateRun:output_type -> leasekeeper.store.v1.RunMessage
+	12, // 128: leasekeeper.store.v1.Store.GetRun:output_type -> leasekeeper.store.v1.RunMessage
+	53, // 129: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:output_type -> leasekeeper.store.v1.ExpiredPageReply
+	23, // 130: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:output_type -> leasekeeper.store.v1.CardsReply
+	26, // 131: leasekeeper.store.v1.Store.ReclaimExpired:output_type -> leasekeeper.store.v1.CardTokenReply
+	57, // 132: leasekeeper.store.v1.Store.Events:output_type -> leasekeeper.store.v1.EventsReply
+	99, // [99:133] is the sub-list for method output_type
+	65, // [65:99] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_store_proto_init() }
@@ -4308,15 +4385,15 @@ func file_store_proto_init() {
 	if File_store_proto != nil {
 		return
 	}
-	file_store_proto_msgTypes[42].OneofWrappers = []any{}
-	file_store_proto_msgTypes[46].OneofWrappers = []any{}
+	file_store_proto_msgTypes[43].OneofWrappers = []any{}
+	file_store_proto_msgTypes[47].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   56,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

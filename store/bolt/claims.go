@@ -539,3 +539,7 @@ func (s *Store) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Card
 	}
 	return card, tok, nil
 }
+
+// Traits: one host's embedded file, written by this agent alone, on this
+// host's clock, its events in the same transaction as their write.
+func (s *Store) Traits() board.Traits { return board.Traits{} }

@@ -11,9 +11,11 @@
 // Collections:
 //
 //	cards     one document per card: the card's fields under their JSON
-//	          names, created_seq (creation order), and outbox (events of
+//	          names, created_seq (creation order), run (the card's
+//	          current run, embedded; see runs.go) and outbox (events of
 //	          writes not yet copied to the event log)
-//	runs      one document per run, with its own outbox
+//	runs      archive copies of runs that are no longer a card's current
+//	          run, and runs an older version wrote (with their outbox)
 //	events    the event log: _id is the sequence number, key the outbox
 //	          entry id (unique), so relaying an entry twice is harmless
 //	counters  the card creation sequence
@@ -39,7 +41,14 @@
 //   - No multi-document atomicity: every write changes one document. Its
 //     events ride in that document's outbox, set by the same update, and
 //     are relayed to the event log afterwards, idempotently. A blocker's
-//     completion and its dependents' promotions are separate writes.
+//     completion and its dependents' promotions are separate writes (a
+//     Finish that completes a card included). Because a card's current
+//     run is embedded in the card, Start, Finish and every run write are
+//     still one fenced write; the archive copy of a run a new one
+//     displaces, and the adoption of a run only the runs collection holds,
+//     are idempotent steps before it. A run id is checked for uniqueness
+//     before the write, not by an index: two Starts racing with one new
+//     run id on two cards could both create it.
 //   - Writes are scoped $set / $unset, never a whole-document replace, so a
 //     write can never erase a field it did not mean to touch (ADR-096 §9).
 package mongostore

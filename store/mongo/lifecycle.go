@@ -92,11 +92,12 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest) (b
 		acq, tok := acquireChange(c, clk, r.Marker, r.Lease)
 		recorded := c.recordedRun()
 		var runCh *change
-		if recorded != nil && board.Resumable(*recorded) && !r.Fresh {
-			run := board.Resume(*recorded, r.Run, tok, clk.now)
-			runCh = setRun(c, run, board.EventRunUpdated, tok.Marker)
-			out.Run, out.Resumed = run, true
-		} else {
+		// The fleet twin never resumes a recorded run (board.Store.Start):
+		// every Start is a fresh run, so the watchdog's run ceiling, which
+		// counts them, bounds a card's returns to the pool
+		// (DESIGN.md#twin-repark). A recorded run without a verdict is
+		// superseded.
+		{
 			if taken, err := s.runExists(ctx, r.Run.ID); err != nil {
 				return nil, err
 			} else if taken {

@@ -48,6 +48,7 @@ func (r *roundRobin) Board() board.Board { return r.stores[0].Board() }
 func (r *roundRobin) LoadBoard(ctx context.Context) (board.Board, error) {
 	return r.pick().LoadBoard(ctx)
 }
+func (r *roundRobin) Traits() board.Traits { return r.stores[0].Traits() }
 func (r *roundRobin) SetBoard(ctx context.Context, expect, next board.Board) (board.Board, bool, error) {
 	return r.pick().SetBoard(ctx, expect, next)
 }

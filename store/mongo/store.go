@@ -342,3 +342,9 @@ func (c serverClock) leaseUntil(lease time.Duration) time.Time {
 func (c serverClock) epochAfter(stored int64) int64 {
 	return max(stored+1, c.now.UnixMilli())
 }
+
+// Traits: a fleet's shared store, on the server's clock, its events relayed
+// from each document's outbox after the write.
+func (s *Store) Traits() board.Traits {
+	return board.Traits{Shared: true, ServerClock: true, Outbox: true}
+}
