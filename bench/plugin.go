@@ -22,6 +22,7 @@ func pluginMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "usage: bench", pluginFlag, "FILE")
 		return 2
 	}
+	serveProfileSignals(args[0])
 	err := plugins.Serve(func(context.Context) (board.Store, error) {
 		return boltstore.Open(args[0], boltstore.Options{})
 	})
@@ -59,8 +60,8 @@ func runPlugin(ctx context.Context, cfg config, rep *report) error {
 	sec := rep.section("5. The plugin boundary",
 		`Claim + release cycles (as in scenario 1) against the same bbolt store twice: in this process, and
 through the go-plugin gRPC boundary (plugins.Launch; the store served by a child process, this binary
-re-executed, as the agent does for its built-in stores). Interleaved within each repeat. The goal is
-that the boundary costs at most 30% of the in-process throughput.`)
+re-executed, as the agent does for its built-in stores). Interleaved within each repeat. The goal (at 8
+workers) is that the boundary costs at most 15% of the in-process throughput.`)
 	for _, workers := range cfg.workers {
 		dir := filepath.Join(cfg.tmp, fmt.Sprintf("plugin-%d", workers))
 		inCycle, inStop, err := setupInProcess(ctx, filepath.Join(dir, "inproc"), workers)
@@ -112,8 +113,12 @@ that the boundary costs at most 30% of the in-process throughput.`)
 			pl.vals = append(pl.vals, v)
 		}
 		m, lo, hi := pl.ratio()
-		rep.goal("5. plugin", fmt.Sprintf("boundary costs ≤ 30%% of in-process throughput, %d workers", workers),
-			fmt.Sprintf("plugin/in-process = %s× (%s–%s): cost %s%%", num(m), num(lo), num(hi), num((1-m)*100)), m >= 0.7)
+		measured := fmt.Sprintf("plugin/in-process = %s× (%s–%s): cost %s%%", num(m), num(lo), num(hi), num((1-m)*100))
+		if workers == 8 {
+			rep.goal("5. plugin", "boundary costs ≤ 15% of in-process throughput, 8 workers", measured, m >= 0.85)
+		} else {
+			sec.notef("%d workers (no goal): %s.", workers, measured)
+		}
 	}
 	return nil
 }
