@@ -94,7 +94,7 @@ type Store struct {
 var _ board.Store = (*Store)(nil)
 
 // Open connects, checks the server answers, and creates the indexes. No
-// error it returns carries the connection string's secrets (RedactURI).
+// error it returns carries the connection string's secrets (see package connstr).
 func Open(ctx context.Context, opts Options) (*Store, error) {
 	s, err := open(ctx, opts)
 	return s, scrub(err, opts.URI)
