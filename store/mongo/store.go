@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -87,8 +86,6 @@ type Store struct {
 	boardMu sync.Mutex
 	board   board.Board
 	boardAt time.Time
-	// refreshing is set while Board's background re-read runs.
-	refreshing atomic.Bool
 }
 
 var _ board.Store = (*Store)(nil)
