@@ -45,10 +45,11 @@ func newBoardCache(load func(ctx context.Context) (board.Board, error), ttl time
 	return &boardCache{load: load, ttl: ttl, now: time.Now, reading: make(chan struct{}, 1)}
 }
 
-// Board returns the board definition, as read from the store at most the
-// TTL ago. A failed re-read is an error (the store did not answer); a
-// cancelled ctx returns its error at once, even while another caller's
-// read is in flight. The result must not be modified.
+// Board returns the board definition, as read from the store less than
+// the TTL ago. A copy that old is re-read under ctx: a failed re-read is
+// an error (the store did not answer), and a caller that has to wait —
+// for the store, or for another caller's re-read in flight — returns
+// ctx's error as soon as ctx ends. The result must not be modified.
 func (c *boardCache) Board(ctx context.Context) (board.Board, error) {
 	if b, ok := c.fresh(); ok {
 		return b, nil
