@@ -39,6 +39,9 @@ type boardCache struct {
 	b  board.Board
 	at time.Time
 	ok bool
+	// writes counts the boards written through this agent (written): a
+	// re-read that started before one must not replace what it wrote.
+	writes uint64
 }
 
 func newBoardCache(load func(ctx context.Context) (board.Board, error), ttl time.Duration) *boardCache {
@@ -64,11 +67,21 @@ func (c *boardCache) Board(ctx context.Context) (board.Board, error) {
 	if b, ok := c.fresh(); ok {
 		return b, nil
 	}
+	c.mu.Lock()
+	writes := c.writes
+	c.mu.Unlock()
 	b, err := c.load(ctx)
 	if err != nil {
 		return board.Board{}, fmt.Errorf("read the board definition: %w", err)
 	}
-	c.observe(b)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.writes != writes {
+		// This agent wrote the board while the read was in flight: what
+		// it wrote is at least as new as what the read found.
+		return c.b, nil
+	}
+	c.set(b)
 	return b, nil
 }
 
@@ -78,16 +91,20 @@ func (c *boardCache) fresh() (board.Board, bool) {
 	return c.b, c.ok && c.now().Sub(c.at) < c.ttl
 }
 
-// observe records b, just read from or written to the store, as the
-// current definition. A nil cache ignores it.
-func (c *boardCache) observe(b board.Board) {
+// written records b, the stored board a write through this agent left
+// (SetBoard, whether it changed it or found another), as the current
+// definition. A nil cache ignores it.
+func (c *boardCache) written(b board.Board) {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.b, c.at, c.ok = b.Clone(), c.now(), true
+	c.writes++
+	c.set(b)
 }
+
+func (c *boardCache) set(b board.Board) { c.b, c.at, c.ok = b.Clone(), c.now(), true }
 
 // warnBoardDrift says so, at start, when the states this agent was
 // configured with differ from the board definition stored in its store.

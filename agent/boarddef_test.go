@@ -143,6 +143,58 @@ func TestBoardCacheSeesThisAgentsOwnChangeAtOnce(t *testing.T) {
 	}
 }
 
+// TestBoardCacheReReadDoesNotUndoThisAgentsChange: a re-read that read
+// the store before this agent's own state sweep wrote the board, and
+// returns after it, must not put the old board back.
+func TestBoardCacheReReadDoesNotUndoThisAgentsChange(t *testing.T) {
+	t.Parallel()
+	raw, err := OpenBuiltinStore(t.Context(), storespec.Spec{
+		Backend: BackendBolt, Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true),
+	}, board.SystemClock{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = raw.Close() })
+	s := meteredStore{inner: raw, m: newMetrics("v", func() int { return 0 }, func() bool { return false })}
+	var hold atomic.Bool
+	readOld, release := make(chan struct{}), make(chan struct{})
+	clock := &testNow{t: time.Unix(1_700_000_000, 0)}
+	cache := newBoardCache(func(ctx context.Context) (board.Board, error) {
+		b, err := s.LoadBoard(ctx)
+		if hold.Load() {
+			close(readOld)
+			<-release
+		}
+		return b, err
+	}, BoardTTL)
+	cache.now = clock.Now
+	s.boards = cache
+	mustBoard(t, cache)
+
+	clock.advance(BoardTTL)
+	hold.Store(true)
+	reread := make(chan board.Board, 1)
+	go func() {
+		b, _ := cache.Board(context.Background())
+		reread <- b
+	}()
+	<-readOld
+	admin, err := boardadmin.New(boardadmin.Config{Store: s, Actor: "operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RenameState(t.Context(), board.StateBacklog, "icebox"); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if b := <-reread; b.Has(board.StateBacklog) {
+		t.Errorf("the re-read in flight returned the board from before this agent's change: %s", b)
+	}
+	if b := mustBoard(t, cache); b.Has(board.StateBacklog) || !b.Has("icebox") {
+		t.Errorf("board after the re-read = %s, want this agent's change", b)
+	}
+}
+
 // TestBoardCacheReadHonoursItsContext: while the store does not answer (a
 // connection that stops passing bytes), a caller whose context is
 // cancelled, or whose deadline passes, returns at once with its

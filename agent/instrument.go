@@ -17,9 +17,9 @@ import (
 // store: an embedded store would let a new verb through uncounted, and
 // TestStoreWrappersImplementEveryVerb fails on one).
 //
-// Every board definition it sees pass (a LoadBoard, a SetBoard) is handed
-// to boards, the agent's board cache, so a change made through this agent
-// is what its components decide by at once.
+// The stored board every SetBoard through it leaves is handed to boards,
+// the agent's board cache, so a change made through this agent is what
+// its components decide by at once.
 type meteredStore struct {
 	inner  board.Store
 	m      *metrics
@@ -166,9 +166,6 @@ func (s meteredStore) Traits() board.Traits { return s.inner.Traits() }
 func (s meteredStore) LoadBoard(ctx context.Context) (board.Board, error) {
 	out, err := s.inner.LoadBoard(ctx)
 	s.done("load_board", err)
-	if err == nil {
-		s.boards.observe(out)
-	}
 	return out, err
 }
 
@@ -178,7 +175,7 @@ func (s meteredStore) SetBoard(ctx context.Context, expect, next board.Board) (b
 	if err == nil {
 		// The stored board, written or found on a miss: either way the
 		// freshest there is.
-		s.boards.observe(out)
+		s.boards.written(out)
 	}
 	return out, changed, err
 }
