@@ -14,13 +14,11 @@ import (
 // remoteStore is a board.Store whose every verb is one RPC to a store
 // plugin. Each method hands the caller's ctx to the RPC: gRPC carries its
 // deadline to the plugin and cancels the plugin's handler when it is
-// cancelled. The board is read once, by load, because Board() has no
-// context to call with.
+// cancelled.
 type remoteStore struct {
 	rpc storepb.StoreClient
 
 	mu     sync.Mutex
-	board  board.Board
 	traits board.Traits
 }
 
@@ -30,20 +28,19 @@ func newRemoteStore(conn grpc.ClientConnInterface) *remoteStore {
 	return &remoteStore{rpc: storepb.NewStoreClient(sendableConn{conn})}
 }
 
-// load reads the board from the plugin. It doubles as the first round trip
-// that proves the plugin serves the store.
-func (s *remoteStore) load(ctx context.Context) (board.Board, error) {
+// load is the first round trip, the one that proves the plugin serves the
+// store (its reply carries the stored board): it reads the traits the
+// plugin declares.
+func (s *remoteStore) load(ctx context.Context) error {
 	r, err := s.rpc.Board(ctx, &storepb.BoardRequest{})
 	if err != nil {
-		return board.Board{}, callError(ctx, "Board", err)
+		return callError(ctx, "Board", err)
 	}
-	b := boardFromPB(r.GetBoard())
 	t := r.GetTraits()
 	s.mu.Lock()
-	s.board = b
 	s.traits = board.Traits{Shared: t.GetShared(), ServerClock: t.GetServerClock(), Outbox: t.GetOutbox()}
 	s.mu.Unlock()
-	return b, nil
+	return nil
 }
 
 // Traits are what the plugin declared in its first Board reply.
@@ -51,12 +48,6 @@ func (s *remoteStore) Traits() board.Traits {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.traits
-}
-
-func (s *remoteStore) Board() board.Board {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.board
 }
 
 func (s *remoteStore) CreateCard(ctx context.Context, c board.NewCard) (board.Card, error) {

@@ -61,7 +61,7 @@ func (p *StorePlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 	return nil
 }
 
-// GRPCClient returns a board.Store over the connection. Its Board() is
+// GRPCClient returns a board.Store over the connection. Its Traits are
 // empty until the first round trip: use Launch, which does it, rather than
 // dispensing by hand.
 func (p *StorePlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {

@@ -10,17 +10,6 @@ import (
 // The board.Store verbs of Proxy: each one fails fast while the plugin is
 // down, and otherwise is one RPC carrying the caller's ctx.
 
-// Board returns the board the plugin serves, as last read (at its start,
-// or by a LoadBoard or SetBoard through this Proxy; a stale one is re-read
-// in the background, see refreshBoard in admin.go).
-func (p *Proxy) Board() board.Board {
-	p.mu.Lock()
-	b, stale := p.board, time.Since(p.boardAt) > boardRefresh
-	p.mu.Unlock()
-	p.refreshBoard(stale)
-	return b
-}
-
 // Traits are what the plugin declared at its handshake (its first Board
 // reply); a restarted plugin declares them again.
 func (p *Proxy) Traits() board.Traits {
