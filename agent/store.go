@@ -154,22 +154,26 @@ const maxSocketDirLen = 107 - len("/plugin-dir") - len("/plugin") - 2*10
 
 // pluginSocketDir picks the directory under which the store plugin's
 // socket is made: the temporary directory (TMPDIR, else /tmp) when the
-// agent can write there, or else the agent's state directory — the bbolt
-// file's directory, or the directory of the agent's own socket for other
-// stores — which it must be able to write anyway. A scratch or distroless
-// image with a read-only root has no writable /tmp unless one is mounted;
-// with the fallback it needs none. When neither directory serves, the
-// error names both and why.
+// agent can write there, or else, for bbolt, the directory of the store
+// file, which the agent must be able to write anyway and which is its own.
+// A scratch or distroless image with a read-only root has no writable /tmp
+// unless one is mounted; with the fallback a bbolt agent needs none. Other
+// stores have no such directory: the one the agent's own socket lives in
+// is shared with the workers (a socket volume), and the plugin's socket
+// there would hand any worker running as root, or as the agent's uid, the
+// store's verbs unfenced. When no directory serves, the error names them
+// and why.
 func pluginSocketDir(cfg Config, log *slog.Logger) (string, error) {
 	tmp := os.TempDir()
-	state := filepath.Dir(cfg.Socket)
-	if cfg.Store.Backend == BackendBolt {
-		state = filepath.Dir(cfg.Store.Path)
-	}
 	tmpErr := probeSocketDir(tmp)
 	if tmpErr == nil {
 		return tmp, nil
 	}
+	if cfg.Store.Backend != BackendBolt {
+		return "", fmt.Errorf("%w: %v: mount a writable /tmp (a tmpfs) or set TMPDIR to a writable directory of the agent's own",
+			ErrNoSocketDir, tmpErr)
+	}
+	state := filepath.Dir(cfg.Store.Path)
 	stateErr := probeSocketDir(state)
 	if stateErr != nil {
 		return "", fmt.Errorf("%w: %v; %v: mount a writable /tmp (a tmpfs) or set TMPDIR to a writable directory",

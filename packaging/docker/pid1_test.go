@@ -115,3 +115,39 @@ func TestNoWritableSocketDir(t *testing.T) {
 		}
 	}
 }
+
+// TestNoSocketFallbackIntoTheWorkersVolume: a store other than bbolt has no
+// private state directory, and the directory of the agent's own socket is
+// the one workers share: the plugin's socket (an unauthenticated gRPC
+// server) must never land there. With no usable temporary directory the
+// agent refuses to start instead, and leaves nothing in the socket's
+// directory.
+func TestNoSocketFallbackIntoTheWorkersVolume(t *testing.T) {
+	t.Parallel()
+	a := agentproc.New(t, staticBin, "")
+	cfg := "socket: " + a.Socket + "\nstore: {backend: mongo, uri: \"mongodb://127.0.0.1:1\", database: lk}\n"
+	if err := os.WriteFile(a.Config, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, staticBin, "agent", "--config", a.Config)
+	cmd.Env = append(a.Environ(), "TMPDIR="+filepath.Join(a.Dir, "no-such-dir"))
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ctx.Err() != nil {
+		t.Fatalf("agent: %v (want it to exit non-zero at once)\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "no writable directory for the store plugin's socket") {
+		t.Errorf("the agent did not say why it refused; output:\n%s", out)
+	}
+	entries, err := os.ReadDir(filepath.Dir(a.Socket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "plugin") || strings.HasPrefix(e.Name(), ".leasekeeper-probe-") {
+			t.Errorf("the agent made %s in the workers' socket directory", e.Name())
+		}
+	}
+}
