@@ -12,9 +12,10 @@ import (
 )
 
 // remoteStore is a board.Store whose every verb is one RPC to a store
-// plugin. Each method hands the caller's ctx to the RPC: gRPC carries its
-// deadline to the plugin and cancels the plugin's handler when it is
-// cancelled. The board is read once, by load, because Board() has no
+// plugin, carried on the Calls stream with the calls made at the same time
+// (callConn), or on its own with protocol 3. Each method hands the caller's
+// ctx to the RPC: its deadline reaches the plugin, and the plugin's handler
+// is cancelled when it is cancelled. The board is read once, by load, because Board() has no
 // context to call with.
 type remoteStore struct {
 	rpc storepb.StoreClient
@@ -26,7 +27,13 @@ type remoteStore struct {
 
 var _ board.Store = (*remoteStore)(nil)
 
+// newRemoteStore is the store over conn's Calls stream (protocol 4).
 func newRemoteStore(conn grpc.ClientConnInterface) *remoteStore {
+	return newUnaryRemoteStore(newCallConn(conn))
+}
+
+// newUnaryRemoteStore sends every call as its own RPC on conn (protocol 3).
+func newUnaryRemoteStore(conn grpc.ClientConnInterface) *remoteStore {
 	return &remoteStore{rpc: storepb.NewStoreClient(sendableConn{conn})}
 }
 

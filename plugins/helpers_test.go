@@ -40,7 +40,7 @@ var (
 // testPluginBinary builds internal/testplugin (without the race detector:
 // the plugin's side is a separate process, and the build is faster) and
 // returns its path.
-func testPluginBinary(t *testing.T) string {
+func testPluginBinary(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(binDir, "testplugin")
 	buildOnce.Do(func() {
@@ -54,7 +54,7 @@ func testPluginBinary(t *testing.T) string {
 }
 
 // testPluginCmd returns a Cmd func running the test plugin in mode.
-func testPluginCmd(t *testing.T, mode string, env ...string) func() *exec.Cmd {
+func testPluginCmd(t testing.TB, mode string, env ...string) func() *exec.Cmd {
 	bin := testPluginBinary(t)
 	return func() *exec.Cmd {
 		c := exec.Command(bin)

@@ -44,6 +44,12 @@ type LaunchConfig struct {
 	// MaxBackoff, and restarts from MinBackoff otherwise.
 	// Defaults 100ms and 30s.
 	MinBackoff, MaxBackoff time.Duration
+	// Protocols, when set, are the protocol versions offered to the plugin
+	// (of those this build speaks); the highest both speak is used. Empty
+	// offers every version: ProtocolVersion and the unary protocol 3 before
+	// it, in which each call is its own RPC rather than sharing a message
+	// on the Calls stream.
+	Protocols []int
 }
 
 func (c *LaunchConfig) setDefaults() error {
@@ -61,6 +67,11 @@ func (c *LaunchConfig) setDefaults() error {
 	}
 	if c.MaxBackoff < c.MinBackoff {
 		c.MaxBackoff = max(30*time.Second, c.MinBackoff)
+	}
+	for _, v := range c.Protocols {
+		if _, ok := VersionedPlugins(nil)[v]; !ok {
+			return fmt.Errorf("store plugin: LaunchConfig.Protocols: this build does not speak protocol version %d", v)
+		}
 	}
 	return nil
 }
@@ -180,7 +191,7 @@ func (p *Proxy) start(ctx context.Context) (*instance, board.Board, error) {
 	tail := &tailBuffer{max: 4096}
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  Handshake,
-		VersionedPlugins: VersionedPlugins(nil),
+		VersionedPlugins: p.offered(),
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		// go-plugin's placeholder command carries only its own variables
 		// (magic cookie, protocol versions, socket directory): the plugin's
@@ -226,6 +237,21 @@ func (p *Proxy) start(ctx context.Context) (*instance, board.Board, error) {
 		return fail(err)
 	}
 	return &instance{client: client, runner: r, store: store, started: time.Now()}, b, nil
+}
+
+// offered is the plugin set of the protocol versions cfg.Protocols names.
+func (p *Proxy) offered() map[int]plugin.PluginSet {
+	all := VersionedPlugins(nil)
+	if len(p.cfg.Protocols) == 0 {
+		return all
+	}
+	out := make(map[int]plugin.PluginSet, len(p.cfg.Protocols))
+	for _, v := range p.cfg.Protocols {
+		if set, ok := all[v]; ok {
+			out[v] = set
+		}
+	}
+	return out
 }
 
 // startError says why a plugin did not start, in terms of what to fix.

@@ -1,0 +1,52 @@
+package plugins
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+// BenchmarkClaimReleaseThroughThePlugin runs claim + release cycles on
+// distinct cards from concurrent goroutines against a bbolt store served by
+// the test plugin in its own process: the cost of the boundary under load.
+//
+//	go test -run '^$' -bench ClaimRelease -cpu 8,32 ./plugins/
+func BenchmarkClaimReleaseThroughThePlugin(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := Launch(ctx, LaunchConfig{
+		Cmd:   testPluginCmd(b, ""),
+		Child: &ChildConfig{Backend: "bolt", Path: filepath.Join(b.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
+	})
+	if err != nil {
+		b.Fatalf("Launch: %v", err)
+	}
+	defer p.Close()
+	var next atomic.Int64
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		id := fmt.Sprintf("bench-%d", next.Add(1))
+		if _, err := p.CreateCard(ctx, board.NewCard{ID: id}); err != nil {
+			b.Error(err)
+			return
+		}
+		marker := board.WorkerMarker("benchhost", int(next.Load()))
+		for pb.Next() {
+			_, tok, err := p.Claim(ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: 30 * time.Second})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := p.ReleaseOwned(ctx, id, tok); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
