@@ -206,3 +206,28 @@ func (s *scripted) ListCards(ctx context.Context, f board.CardFilter) ([]board.C
 }
 
 func (s *scripted) Close() error { return nil }
+
+// waitCount blocks until n logged lines contain substr, or fails t after d.
+func (w *logWatch) waitCount(t *testing.T, substr string, n int, d time.Duration) {
+	t.Helper()
+	timeout := time.After(d)
+	for {
+		w.mu.Lock()
+		got := 0
+		for _, l := range w.lines {
+			if strings.Contains(l, substr) {
+				got++
+			}
+		}
+		ch := w.changed
+		w.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timeout:
+			t.Fatalf("%d log lines containing %q within %s, want %d", got, substr, d, n)
+		}
+	}
+}
