@@ -41,6 +41,7 @@ type callConn struct {
 	mu     sync.Mutex
 	sess   *callSession // nil before the first call and after a failure
 	nextID uint64
+	closed bool
 
 	// Test hooks, nil in production: queued runs (with mu held) after a
 	// call is queued, with the number of calls waiting to be sent; sending
@@ -145,6 +146,9 @@ func decodeResult(codec encoding.CodecV2, r callResult, reply any) error {
 func (c *callConn) enqueue(call *storepb.Call) (*callSession, chan callResult, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		return nil, nil, status.Error(codes.Unavailable, "store plugin: the call stream is closed")
+	}
 	if c.sess == nil {
 		sess, err := c.open()
 		if err != nil {
@@ -273,6 +277,18 @@ func (c *callConn) receive(s *callSession) {
 			}
 		}
 		c.mu.Unlock()
+	}
+}
+
+// close ends the stream; calls still waiting on it fail as on a
+// connection that closed, and later calls fail at once.
+func (c *callConn) close() {
+	c.mu.Lock()
+	s := c.sess
+	c.sess, c.closed = nil, true
+	c.mu.Unlock()
+	if s != nil {
+		s.cancel()
 	}
 }
 

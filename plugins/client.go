@@ -18,7 +18,8 @@ import (
 // is cancelled when it is cancelled. The board is read once, by load, because Board() has no
 // context to call with.
 type remoteStore struct {
-	rpc storepb.StoreClient
+	rpc   storepb.StoreClient
+	calls *callConn // nil with protocol 3
 
 	mu     sync.Mutex
 	board  board.Board
@@ -29,7 +30,10 @@ var _ board.Store = (*remoteStore)(nil)
 
 // newRemoteStore is the store over conn's Calls stream (protocol 4).
 func newRemoteStore(conn grpc.ClientConnInterface) *remoteStore {
-	return newUnaryRemoteStore(newCallConn(conn))
+	cc := newCallConn(conn)
+	rs := newUnaryRemoteStore(cc)
+	rs.calls = cc
+	return rs
 }
 
 // newUnaryRemoteStore sends every call as its own RPC on conn (protocol 3).
@@ -317,9 +321,15 @@ func (s *remoteStore) Events(ctx context.Context, after int64, limit int) ([]boa
 	return out, nil
 }
 
-// Close does nothing: the connection belongs to the plugin client, and the
-// plugin process closes its store when it is stopped (Proxy.Close).
-func (s *remoteStore) Close() error { return nil }
+// Close ends the Calls stream, if any. The connection belongs to the
+// plugin client, and the plugin process closes its store when it is
+// stopped (Proxy.Close).
+func (s *remoteStore) Close() error {
+	if s.calls != nil {
+		s.calls.close()
+	}
+	return nil
+}
 
 func rpcErr(ctx context.Context, verb string, err error) error {
 	if err == nil {
