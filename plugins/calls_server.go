@@ -41,18 +41,15 @@ var unaryHandlers = func() map[string]grpc.MethodHandler {
 // own deadline, so the calls of one message reach the store together (and
 // the bbolt store commits their writes in one transaction). Each reply is
 // sent when its call returns, gathered with whatever other replies are
-// ready. The stream ends when the agent closes its side (after the last
-// replies) or the connection goes.
+// ready (see replyOutbox). The stream ends when the agent closes its side
+// (after the last replies) or the connection goes.
 func (s *server) Calls(stream storepb.Store_CallsServer) error {
 	var (
 		mu      sync.Mutex
 		running = map[uint64]context.CancelFunc{}
 		wg      sync.WaitGroup
 	)
-	replies := make(chan *storepb.Reply, 64)
-	sent := make(chan error, 1)
-	go func() { sent <- sendReplies(stream, replies) }()
-
+	out := &replyOutbox{stream: stream}
 	var recvErr error
 	for {
 		b, err := stream.Recv()
@@ -76,7 +73,7 @@ func (s *server) Calls(stream storepb.Store_CallsServer) error {
 				delete(running, c.GetId())
 				mu.Unlock()
 				cancel()
-				replies <- r
+				out.put(r)
 			}()
 		}
 		mu.Lock()
@@ -91,8 +88,7 @@ func (s *server) Calls(stream storepb.Store_CallsServer) error {
 	// and are answered. Otherwise the stream's context is done, and so is
 	// every call's.
 	wg.Wait()
-	close(replies)
-	if err := <-sent; err != nil {
+	if err := out.failure(); err != nil {
 		return err
 	}
 	if recvErr == io.EOF {
@@ -101,32 +97,52 @@ func (s *server) Calls(stream storepb.Store_CallsServer) error {
 	return recvErr
 }
 
-// sendReplies sends the replies as they come, every message carrying all
-// that are ready (up to maxBatchBytes). After a failed send it keeps
-// draining, so no call's goroutine is left blocked, and returns the error.
-func sendReplies(stream storepb.Store_CallsServer, replies <-chan *storepb.Reply) error {
-	var failed error
-	for r := range replies {
-		batch := &storepb.ReplyBatch{Replies: []*storepb.Reply{r}}
-		size := proto.Size(r)
-	gather:
-		for size < maxBatchBytes {
-			select {
-			case more, ok := <-replies:
-				if !ok {
-					break gather
-				}
-				batch.Replies = append(batch.Replies, more)
-				size += proto.Size(more)
-			default:
-				break gather
-			}
+// replyOutbox sends the replies of a Calls stream. The goroutine of a call
+// that finishes while no message is being sent sends its reply itself, and
+// then whatever replies became ready meanwhile, many to a message (up to
+// maxBatchBytes), until none is left.
+type replyOutbox struct {
+	stream storepb.Store_CallsServer
+
+	mu      sync.Mutex
+	ready   []*storepb.Reply
+	sending bool
+	failed  error // the first failed send; later replies are dropped
+}
+
+func (o *replyOutbox) put(r *storepb.Reply) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ready = append(o.ready, r)
+	if o.sending {
+		return
+	}
+	o.sending = true
+	for len(o.ready) > 0 {
+		batch := &storepb.ReplyBatch{}
+		size := 0
+		for len(o.ready) > 0 && (len(batch.Replies) == 0 || size < maxBatchBytes) {
+			size += proto.Size(o.ready[0])
+			batch.Replies = append(batch.Replies, o.ready[0])
+			o.ready = o.ready[1:]
 		}
-		if failed == nil {
-			failed = stream.Send(batch)
+		if o.failed != nil {
+			continue
+		}
+		o.mu.Unlock()
+		err := o.stream.Send(batch)
+		o.mu.Lock()
+		if err != nil {
+			o.failed = err
 		}
 	}
-	return failed
+	o.sending = false
+}
+
+func (o *replyOutbox) failure() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.failed
 }
 
 // runCall runs one call as gRPC would run the unary RPC: the request is
