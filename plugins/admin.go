@@ -53,32 +53,44 @@ func (s *remoteStore) cache(b board.Board) {
 	s.mu.Unlock()
 }
 
-func (s *remoteStore) LoadBoard(ctx context.Context) (board.Board, error) {
+func (s *verbs) LoadBoard(ctx context.Context) (board.Board, error) {
 	r, err := s.rpc.LoadBoard(ctx, &storepb.BoardRequest{})
 	if err != nil {
-		return board.Board{}, callError(ctx, "LoadBoard", err)
+		return board.Board{}, err
 	}
-	b := boardFromPB(r.GetBoard())
-	s.cache(b)
-	return b, nil
+	return boardFromPB(r.GetBoard()), nil
+}
+
+func (s *verbs) SetBoard(ctx context.Context, expect, next board.Board) (board.Board, bool, error) {
+	r, err := s.rpc.SetBoard(ctx, &storepb.SetBoardRequest{Expect: boardToPB(expect), Next: boardToPB(next)})
+	if err != nil {
+		return board.Board{}, false, err
+	}
+	return boardFromPB(r.GetBoard()), r.GetChanged(), nil
+}
+
+func (s *remoteStore) LoadBoard(ctx context.Context) (board.Board, error) {
+	b, err := s.verbs.LoadBoard(ctx)
+	if err == nil {
+		s.cache(b)
+	}
+	return b, err
 }
 
 func (s *remoteStore) SetBoard(ctx context.Context, expect, next board.Board) (board.Board, bool, error) {
-	r, err := s.rpc.SetBoard(ctx, &storepb.SetBoardRequest{Expect: boardToPB(expect), Next: boardToPB(next)})
-	if err != nil {
-		return board.Board{}, false, callError(ctx, "SetBoard", err)
+	b, changed, err := s.verbs.SetBoard(ctx, expect, next)
+	if err == nil {
+		s.cache(b)
 	}
-	b := boardFromPB(r.GetBoard())
-	s.cache(b)
-	return b, r.GetChanged(), nil
+	return b, changed, err
 }
 
-func (s *remoteStore) SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error) {
+func (s *verbs) SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error) {
 	r, err := s.rpc.SetLabelsFrom(ctx, &storepb.SetLabelsFromRequest{
 		Card: l.Card, Expect: stringsToPB(l.Expect), Labels: stringsToPB(l.Labels), Reason: string(l.Reason), Actor: l.Actor,
 	})
 	if err != nil {
-		return board.Card{}, false, callError(ctx, "SetLabelsFrom", err)
+		return board.Card{}, false, err
 	}
 	return cardFromPB(r.GetCard()), r.GetChanged(), nil
 }
@@ -112,7 +124,7 @@ func (p *Proxy) refreshBoard(stale bool) {
 }
 
 func (p *Proxy) LoadBoard(ctx context.Context) (board.Board, error) {
-	b, err := call(p, "LoadBoard", func(s *remoteStore) (board.Board, error) { return s.LoadBoard(ctx) })
+	b, err := p.verbs.LoadBoard(ctx)
 	if err == nil {
 		p.cacheBoard(b)
 	}
@@ -120,20 +132,9 @@ func (p *Proxy) LoadBoard(ctx context.Context) (board.Board, error) {
 }
 
 func (p *Proxy) SetBoard(ctx context.Context, expect, next board.Board) (board.Board, bool, error) {
-	res, err := call(p, "SetBoard", func(s *remoteStore) (pair[board.Board, bool], error) {
-		b, changed, err := s.SetBoard(ctx, expect, next)
-		return pair[board.Board, bool]{b, changed}, err
-	})
+	b, changed, err := p.verbs.SetBoard(ctx, expect, next)
 	if err == nil {
-		p.cacheBoard(res.a)
+		p.cacheBoard(b)
 	}
-	return res.a, res.b, err
-}
-
-func (p *Proxy) SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error) {
-	res, err := call(p, "SetLabelsFrom", func(s *remoteStore) (pair[board.Card, bool], error) {
-		c, changed, err := s.SetLabelsFrom(ctx, l)
-		return pair[board.Card, bool]{c, changed}, err
-	})
-	return res.a, res.b, err
+	return b, changed, err
 }
