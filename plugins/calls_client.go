@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime"
 	"sync"
 	"time"
 
@@ -24,10 +25,12 @@ import (
 // connection itself, and each Invoke fails with the gRPC status the unary
 // RPC would have failed with, so callError classifies it the same way.
 //
-// Batching is natural: one goroutine sends, and every call queued while it
-// was sending the previous message goes in the next one. A lone call is
-// sent at once; concurrent calls share messages, and the plugin runs them
-// together (so the bbolt store commits their writes in one transaction).
+// Batching is natural, with no timer: one goroutine sends, and every call
+// queued while it was sending the previous message, or while the
+// goroutines ready to run when it woke ran first, goes in the next one. A
+// lone call is sent at once; concurrent calls share messages, and the
+// plugin runs them together (so the bbolt store commits their writes in
+// one transaction).
 //
 // A caller that gives up (its ctx ends) returns at once, as a unary RPC
 // does; a call not yet sent is dropped, one already sent is cancelled in the
@@ -225,6 +228,11 @@ func (c *callConn) send(s *callSession) {
 		case <-s.done:
 			return
 		}
+		// Let the goroutines that are ready to run go first: callers woken
+		// together (by the replies of one commit) queue their next calls
+		// now, and share this message instead of one each. With nothing
+		// else ready, this returns at once.
+		runtime.Gosched()
 		c.mu.Lock()
 		batch := &storepb.CallBatch{Cancel: s.cancels}
 		s.cancels = nil

@@ -3,6 +3,7 @@ package plugins
 import (
 	"context"
 	"io"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -98,9 +99,10 @@ func (s *server) Calls(stream storepb.Store_CallsServer) error {
 }
 
 // replyOutbox sends the replies of a Calls stream. The goroutine of a call
-// that finishes while no message is being sent sends its reply itself, and
-// then whatever replies became ready meanwhile, many to a message (up to
-// maxBatchBytes), until none is left.
+// that finishes while no message is being sent sends its reply itself,
+// with those of the calls that finished with it, and then whatever replies
+// became ready meanwhile, many to a message (up to maxBatchBytes), until
+// none is left.
 type replyOutbox struct {
 	stream storepb.Store_CallsServer
 
@@ -118,6 +120,13 @@ func (o *replyOutbox) put(r *storepb.Reply) {
 		return
 	}
 	o.sending = true
+	// Let the goroutines that are ready to run go first: the calls one
+	// commit finished together put their replies now, and share this
+	// message instead of one each. With nothing else ready, this returns
+	// at once.
+	o.mu.Unlock()
+	runtime.Gosched()
+	o.mu.Lock()
 	for len(o.ready) > 0 {
 		batch := &storepb.ReplyBatch{}
 		size := 0
