@@ -110,7 +110,7 @@ func (c *callConn) Invoke(ctx context.Context, method string, args, reply any, o
 		call.TimeoutNanos = int64(left)
 	}
 
-	sess, res, err := c.enqueue(call)
+	sess, res, err := c.enqueue(ctx, call)
 	if err != nil {
 		return err
 	}
@@ -146,14 +146,14 @@ func decodeResult(codec encoding.CodecV2, r callResult, reply any) error {
 
 // enqueue queues call on the current stream, opening one if there is none,
 // and returns where its result will arrive.
-func (c *callConn) enqueue(call *storepb.Call) (*callSession, chan callResult, error) {
+func (c *callConn) enqueue(ctx context.Context, call *storepb.Call) (*callSession, chan callResult, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return nil, nil, status.Error(codes.Unavailable, "store plugin: the call stream is closed")
 	}
 	if c.sess == nil {
-		sess, err := c.open()
+		sess, err := c.open(ctx)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -174,10 +174,17 @@ func (c *callConn) enqueue(call *storepb.Call) (*callSession, chan callResult, e
 
 // open starts a Calls stream and its sending and receiving goroutines.
 // c.mu is held. The stream lives until it fails or the connection closes,
-// not as long as any one caller's ctx.
-func (c *callConn) open() (*callSession, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := storepb.NewStoreClient(c.conn).Calls(ctx)
+// not as long as the caller's ctx; but a caller giving up while the stream
+// is being opened (gRPC waits for a connection that is still being made)
+// abandons the open, and with it the stream.
+func (c *callConn) open(ctx context.Context) (*callSession, error) {
+	life, cancel := context.WithCancel(context.Background())
+	stop := context.AfterFunc(ctx, cancel)
+	stream, err := storepb.NewStoreClient(c.conn).Calls(life)
+	if !stop() {
+		cancel()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
 	if err != nil {
 		cancel()
 		return nil, err

@@ -526,3 +526,61 @@ func TestProtocolThreeClientSendsEachCallAlone(t *testing.T) {
 		t.Errorf("the protocol 3 client sent %d messages on the Calls stream, want none", messages)
 	}
 }
+
+// TestCallerGivesUpWhileTheStreamOpens: the stream is opened by the first
+// call; a caller whose deadline passes while gRPC still waits for the
+// connection (here a peer that accepts and never speaks) returns on time,
+// and the stream it abandoned is not left behind for the next call.
+func TestCallerGivesUpWhileTheStreamOpens(t *testing.T) {
+	t.Parallel()
+	sock := filepath.Join(t.TempDir(), "mute.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn // accepted, held open, never answered
+	accepting := make(chan struct{})
+	go func() {
+		defer close(accepting)
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	defer func() {
+		lis.Close()
+		<-accepting
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cc := newCallConn(conn)
+	rs := newUnaryRemoteStore(cc)
+
+	for range 2 {
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		start := time.Now()
+		_, err := rs.GetCard(ctx, "c1")
+		cancel()
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("GetCard returned %s after its 200ms deadline", took)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, board.ErrOutcomeUnknown) || brokenPlugin(err) {
+			t.Errorf("GetCard past its deadline while the stream opened: %v, want the caller's DeadlineExceeded", err)
+		}
+		cc.mu.Lock()
+		sess := cc.sess
+		cc.mu.Unlock()
+		if sess != nil {
+			t.Error("the abandoned stream was kept for the next call")
+		}
+	}
+}
