@@ -356,9 +356,11 @@ func TestDeadlineOfOneCallInABatch(t *testing.T) {
 		t.Errorf("GetCard(fast) next to a call with a deadline: %v", err)
 	}
 	<-plug
+	// Either deadline may fire first: the caller's (outcome unknown) or
+	// the plugin's copy of it, and then the store's own answer crosses.
 	err := <-slow
-	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, board.ErrOutcomeUnknown) || brokenPlugin(err) {
-		t.Errorf("the call past its deadline: %v, want DeadlineExceeded and ErrOutcomeUnknown, the plugin not condemned", err)
+	if !errors.Is(err, context.DeadlineExceeded) || brokenPlugin(err) {
+		t.Errorf("the call past its deadline: %v, want DeadlineExceeded, the plugin not condemned", err)
 	}
 	dl := <-b.dl
 	if dl.IsZero() || dl.After(callerDL.Add(deadlineSkew)) {
