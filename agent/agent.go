@@ -65,7 +65,9 @@ type Agent struct {
 	started time.Time
 	prober  *pidprobe.Local
 
-	store   board.Store
+	store board.Store
+	// boards is the agent's one copy of the board definition (boarddef.go).
+	boards  *boardCache
 	closeFn func() error
 	backend apitype.Backend // what the status reports as the store
 	// plugin is the store plugin's supervisor; nil when the store runs in
@@ -156,14 +158,16 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 	if err := a.openStoreRetrying(ctx, cfg); err != nil {
 		return nil, err
 	}
-	warnBoardDrift(log, cfg.Board, a.store.Board()) // boarddef.go
 	if p, ok := a.store.(*plugins.Proxy); ok {
 		a.plugin = p
 		a.metrics.watchPlugin(p)
 	}
 	// Every component below reaches the store through the metered
 	// wrapper, so the store metrics are counted in one place.
-	a.store = meteredStore{inner: a.store, m: a.metrics}
+	metered := meteredStore{inner: a.store, m: a.metrics}
+	a.boards = newBoardCache(metered.LoadBoard, BoardTTL)
+	metered.boards = a.boards
+	a.store = metered
 	defer func() {
 		if err != nil {
 			a.hbStop()
@@ -179,6 +183,17 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 			_ = a.closeFn()
 		}
 	}()
+
+	// The stored board wins over the configured states; say so when they
+	// differ (boarddef.go). A board the watchdog cannot work on fails here.
+	stored, err := a.boards.Board(ctx)
+	if err != nil {
+		return nil, err
+	}
+	warnBoardDrift(log, cfg.Board, stored)
+	if err := watchdog.CheckBoard(stored); err != nil {
+		return nil, fmt.Errorf("reaper: %w", err)
+	}
 
 	a.hb, err = heartbeat.New(heartbeat.Config{
 		Store:  a.store,
@@ -228,6 +243,7 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 
 	a.reaper, err = watchdog.New(watchdog.Config{
 		Store:           a.store,
+		Board:           a.boards.Board,
 		Marker:          a.marker,
 		Host:            host,
 		Interval:        cfg.Reaper.Interval,

@@ -18,15 +18,15 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/leasekeeper/leasekeeper/board"
-	mongostore "github.com/leasekeeper/leasekeeper/store/mongo"
+	"github.com/leasekeeper/leasekeeper/storespec"
 	"github.com/leasekeeper/leasekeeper/watchdog"
 )
 
 // Store backends the agent knows by name. Any other value of store.backend
 // is the path of a plugin binary.
 const (
-	BackendBolt  = "bolt"
-	BackendMongo = "mongo"
+	BackendBolt  = storespec.Bolt
+	BackendMongo = storespec.Mongo
 )
 
 // Liveness modes (DESIGN.md#liveness).
@@ -59,8 +59,10 @@ var ErrConfig = errors.New("invalid config")
 type Config struct {
 	// Socket is the Unix socket the agent serves workers and operators on.
 	Socket string
-	// Store selects and addresses the storage backend.
-	Store StoreConfig
+	// Store selects and addresses the storage backend: the store.* keys.
+	// Its Board, Lease and UnleasedHorizon are zero; StoreSpec fills them
+	// from the keys of their own.
+	Store storespec.Spec
 	// BoardName names the board; it picks the default bbolt file and the
 	// default MongoDB database.
 	BoardName string
@@ -93,14 +95,6 @@ type Config struct {
 	raw []byte
 }
 
-// StoreConfig is the store.* block.
-type StoreConfig struct {
-	Backend  string
-	Path     string
-	URI      string
-	Database string
-}
-
 // ReaperConfig is the reaper.* block.
 type ReaperConfig struct {
 	Enabled  bool
@@ -111,9 +105,10 @@ type ReaperConfig struct {
 // HeartbeatInterval is the renewal cadence: a third of the lease (DESIGN.md#heartbeat).
 func (c Config) HeartbeatInterval() time.Duration { return c.Lease / 3 }
 
-// IsPlugin reports whether the backend names a plugin binary.
-func (s StoreConfig) IsPlugin() bool {
-	return s.Backend != BackendBolt && s.Backend != BackendMongo
+// StoreSpec is the spec the agent opens its store with: the store.* keys
+// with the board, the lease and the unleased horizon.
+func (c Config) StoreSpec() storespec.Spec {
+	return c.Store.With(c.Board, c.Lease, c.UnleasedHorizon)
 }
 
 // The file* types mirror the YAML document. Pointers tell "absent" from
@@ -346,7 +341,7 @@ func (fc fileConfig) resolve(env Environment) (Config, error) {
 		Liveness:        LivenessPID,
 		UnleasedHorizon: DefaultUnleasedHorizon,
 		Reaper:          ReaperConfig{Interval: DefaultReaperInterval, Batch: DefaultReaperBatch},
-		Store:           StoreConfig{Backend: BackendBolt},
+		Store:           storespec.Spec{Backend: BackendBolt},
 	}
 	if fc.Board != nil {
 		if err := board.ValidateName("board", *fc.Board); err != nil || strings.ContainsAny(*fc.Board, `/\`) {
@@ -366,40 +361,31 @@ func (fc fileConfig) resolve(env Environment) (Config, error) {
 		cfg.Store.URI = deref(s.URI)
 		cfg.Store.Database = deref(s.Database)
 	}
+	// Defaults that depend on the environment and the board's name; the
+	// spec's own rules are storespec's (Validate).
 	switch cfg.Store.Backend {
 	case BackendBolt:
-		if cfg.Store.URI != "" || cfg.Store.Database != "" {
-			return Config{}, keyErr("store.uri", "set, but store.backend is bolt (store.uri and store.database are for mongo)")
-		}
-		if cfg.Store.Path == "" {
+		if cfg.Store.Path == "" && cfg.Store.URI == "" && cfg.Store.Database == "" {
 			cfg.Store.Path = filepath.Join(env.stateDir(), cfg.BoardName+".db")
 		}
 	case BackendMongo:
-		if cfg.Store.Path != "" {
-			return Config{}, keyErr("store.path", "set, but store.backend is mongo (store.path is for bolt)")
-		}
-		if cfg.Store.URI == "" {
+		if cfg.Store.URI == "" && cfg.Store.Path == "" {
 			cfg.Store.URI = DefaultMongoURI
-		}
-		if !strings.HasPrefix(cfg.Store.URI, "mongodb://") && !strings.HasPrefix(cfg.Store.URI, "mongodb+srv://") {
-			return Config{}, keyErr("store.uri", "%q is not a mongodb:// or mongodb+srv:// URI", mongostore.RedactURI(cfg.Store.URI))
 		}
 		if cfg.Store.Database == "" {
 			cfg.Store.Database = cfg.BoardName
 		}
 	default:
-		// A plugin binary: it must exist and be executable now, so a typo
-		// fails at start rather than at the first store call.
-		fi, err := os.Stat(cfg.Store.Backend)
-		if err != nil {
-			return Config{}, keyErr("store.backend", "%q is neither bolt, mongo nor a plugin binary: %v", cfg.Store.Backend, err)
-		}
-		if fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
-			return Config{}, keyErr("store.backend", "plugin %q is not an executable file", cfg.Store.Backend)
-		}
 		if cfg.Store.Path == "" && cfg.Store.URI == "" {
 			cfg.Store.Path = filepath.Join(env.stateDir(), cfg.BoardName+".db")
 		}
+	}
+	if err := cfg.Store.Validate(); err != nil {
+		var ke *storespec.KeyError
+		if errors.As(err, &ke) {
+			return Config{}, keyErr(ke.Key, "%s", ke.Problem)
+		}
+		return Config{}, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 
 	if fc.States != nil {
@@ -546,7 +532,7 @@ func ReloadableDiff(old, next Config) (restart []string) {
 	if old.Socket != next.Socket {
 		restart = append(restart, "socket")
 	}
-	if old.Store != next.Store {
+	if !old.Store.Equal(next.Store) {
 		restart = append(restart, "store")
 	}
 	if old.BoardName != next.BoardName {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/storespec"
 )
 
 func testEnv(vars map[string]string) Environment {
@@ -56,7 +57,7 @@ func TestConfigDefaultsWithNoFile(t *testing.T) {
 			if got, want := cfg.Socket, tc.wantSocket; got != want {
 				t.Errorf("socket = %q, want %q", got, want)
 			}
-			if got, want := cfg.Store, (StoreConfig{Backend: BackendBolt, Path: tc.wantPath}); got != want {
+			if got, want := cfg.Store, (storespec.Spec{Backend: BackendBolt, Path: tc.wantPath}); !got.Equal(want) {
 				t.Errorf("store = %+v, want %+v", got, want)
 			}
 			if got, want := cfg.Lease, 30*time.Second; got != want {
@@ -134,7 +135,7 @@ log: debug
 	}
 	want := Config{
 		Socket:          "/tmp/lk/agent.sock",
-		Store:           StoreConfig{Backend: BackendMongo, URI: "mongodb://db.example:27017", Database: "fleet"},
+		Store:           storespec.Spec{Backend: BackendMongo, URI: "mongodb://db.example:27017", Database: "fleet"},
 		BoardName:       "builds",
 		Lease:           45 * time.Second,
 		Liveness:        LivenessKeepalive,
@@ -148,7 +149,7 @@ log: debug
 	if got := cfg.Socket; got != want.Socket {
 		t.Errorf("socket = %q, want %q", got, want.Socket)
 	}
-	if cfg.Store != want.Store {
+	if !cfg.Store.Equal(want.Store) {
 		t.Errorf("store = %+v, want %+v", cfg.Store, want.Store)
 	}
 	if cfg.BoardName != want.BoardName || cfg.Lease != want.Lease || cfg.Liveness != want.Liveness ||
@@ -170,7 +171,7 @@ func TestConfigMongoDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ParseConfig: %v", err)
 	}
-	if got, want := cfg.Store, (StoreConfig{Backend: BackendMongo, URI: DefaultMongoURI, Database: DefaultBoardName}); got != want {
+	if got, want := cfg.Store, (storespec.Spec{Backend: BackendMongo, URI: DefaultMongoURI, Database: DefaultBoardName}); !got.Equal(want) {
 		t.Errorf("store = %+v, want %+v", got, want)
 	}
 	// The fleet board returns cards to ready through a repark, so its

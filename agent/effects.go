@@ -36,6 +36,9 @@ const EffectsActorPrefix = "effects:"
 type EffectsConfig struct {
 	// Store is the store whose event log is tailed.
 	Store board.Store
+	// Board reads the board definition the launch states are decided by:
+	// the agent's cache of it. Nil reads Store.LoadBoard.
+	Board func(ctx context.Context) (board.Board, error)
 	// Notify pushes a launch frame onto this agent's watch stream.
 	Notify func(apitype.Frame)
 	// Marker is this agent's own marker; consumptions are recorded with the
@@ -121,6 +124,9 @@ func NewEffects(cfg EffectsConfig) (*Effects, error) {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("effects config: %w", err)
+	}
+	if cfg.Board == nil && cfg.Store != nil {
+		cfg.Board = cfg.Store.LoadBoard
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = 500 * time.Millisecond
@@ -250,7 +256,10 @@ func (e *Effects) apply(ctx context.Context, ev board.Event, p *EffectsPass) err
 	if !ev.FiresEffects() {
 		return nil
 	}
-	b := e.cfg.Store.Board()
+	b, err := e.cfg.Board(ctx)
+	if err != nil {
+		return err
+	}
 	var armed []string // one-shots this event fires
 	launchTo := ""
 	switch ev.Type {
@@ -341,6 +350,7 @@ func oneShots(labels []string) []string {
 func (a *Agent) initEffects(ctx context.Context) error {
 	fx, err := NewEffects(EffectsConfig{
 		Store:  a.store,
+		Board:  a.boards.Board,
 		Marker: a.marker,
 		Notify: func(f apitype.Frame) {
 			if srv := a.srv.Load(); srv != nil {

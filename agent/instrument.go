@@ -16,9 +16,14 @@ import (
 // It names every verb of the contract itself (it does not embed the
 // store: an embedded store would let a new verb through uncounted, and
 // TestStoreWrappersImplementEveryVerb fails on one).
+//
+// The stored board every SetBoard through it leaves is handed to boards,
+// the agent's board cache, so a change made through this agent is what
+// its components decide by at once.
 type meteredStore struct {
-	inner board.Store
-	m     *metrics
+	inner  board.Store
+	m      *metrics
+	boards *boardCache // nil: none to keep current
 }
 
 var _ board.Store = meteredStore{}
@@ -155,8 +160,6 @@ func (s meteredStore) Finish(ctx context.Context, r board.FinishRequest) (board.
 	return out, err
 }
 
-func (s meteredStore) Board() board.Board { return s.inner.Board() }
-
 // Traits are the wrapped store's: a declaration, not a store call.
 func (s meteredStore) Traits() board.Traits { return s.inner.Traits() }
 
@@ -169,6 +172,11 @@ func (s meteredStore) LoadBoard(ctx context.Context) (board.Board, error) {
 func (s meteredStore) SetBoard(ctx context.Context, expect, next board.Board) (board.Board, bool, error) {
 	out, changed, err := s.inner.SetBoard(ctx, expect, next)
 	s.done("set_board", err)
+	if err == nil {
+		// The stored board, written or found on a miss: either way the
+		// freshest there is.
+		s.boards.written(out)
+	}
 	return out, changed, err
 }
 

@@ -7,6 +7,8 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/board"
 	mongostore "github.com/leasekeeper/leasekeeper/store/mongo"
+	"github.com/leasekeeper/leasekeeper/store/mongo/connstr"
+	"github.com/leasekeeper/leasekeeper/storespec"
 )
 
 // MongoConnectTimeout bounds connecting to MongoDB at start, so an agent
@@ -14,7 +16,7 @@ import (
 // hanging before it ever serves.
 const MongoConnectTimeout = 30 * time.Second
 
-func openMongo(ctx context.Context, spec StoreSpec, clock board.Clock) (board.Store, error) {
+func openMongo(ctx context.Context, spec storespec.Spec, clock board.Clock) (board.Store, error) {
 	ctx, cancel := context.WithTimeout(ctx, MongoConnectTimeout)
 	defer cancel()
 	s, err := mongostore.Open(ctx, mongostore.Options{
@@ -26,7 +28,7 @@ func openMongo(ctx context.Context, spec StoreSpec, clock board.Clock) (board.St
 		UnleasedHorizon: spec.UnleasedHorizon,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("open mongo store %s/%s: %w", mongostore.RedactURI(spec.URI), spec.Database, err)
+		return nil, fmt.Errorf("open mongo store %s/%s: %w", connstr.Redact(spec.URI), spec.Database, err)
 	}
 	return s, nil
 }

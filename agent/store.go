@@ -14,6 +14,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/plugins"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
+	"github.com/leasekeeper/leasekeeper/storespec"
 )
 
 // StoreLockTimeout bounds the wait for the bbolt file lock. bbolt waits
@@ -21,34 +22,12 @@ import (
 // still hold the lock for a moment (DESIGN.md#bolt-lock, DESIGN.md#parent-death).
 const StoreLockTimeout = 10 * time.Second
 
-// StoreSpec is everything needed to open a built-in store; the plugin
-// child receives the same values.
-type StoreSpec struct {
-	Backend         string
-	Path            string
-	URI             string
-	Database        string
-	Board           board.Board
-	Lease           time.Duration
-	UnleasedHorizon time.Duration
-}
-
-// SpecOf extracts the store settings of cfg.
-func SpecOf(cfg Config) StoreSpec {
-	return StoreSpec{
-		Backend:         cfg.Store.Backend,
-		Path:            cfg.Store.Path,
-		URI:             cfg.Store.URI,
-		Database:        cfg.Store.Database,
-		Board:           cfg.Board,
-		Lease:           cfg.Lease,
-		UnleasedHorizon: cfg.UnleasedHorizon,
-	}
-}
-
 // OpenBuiltinStore opens bolt or mongo in this process. The agent calls it
 // in the plugin child (the hidden subcommand) or in-process.
-func OpenBuiltinStore(ctx context.Context, spec StoreSpec, clock board.Clock) (board.Store, error) {
+func OpenBuiltinStore(ctx context.Context, spec storespec.Spec, clock board.Clock) (board.Store, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
 	switch spec.Backend {
 	case BackendBolt:
 		if dir := filepath.Dir(spec.Path); dir != "" {
@@ -94,8 +73,8 @@ func (a *Agent) openStoreRetrying(ctx context.Context, cfg Config) error {
 		if err == nil || cfg.Store.Backend != BackendMongo || errors.Is(err, ErrConfig) || errors.Is(err, ErrNoSocketDir) {
 			return err
 		}
-		a.log.Error("store unreachable: not serving until it answers", "backend", cfg.Store.Backend,
-			"database", cfg.Store.Database, "attempt", attempt, "retry_in", wait, "err", err)
+		a.log.Error("store unreachable: not serving until it answers", "store", cfg.Store,
+			"attempt", attempt, "retry_in", wait, "err", err)
 		select {
 		case <-ctx.Done():
 			a.log.Info("stopped while waiting for the store, before serving", "attempts", attempt)
@@ -120,7 +99,7 @@ func (a *Agent) openStore(ctx context.Context, cfg Config) error {
 	if len(argv) > 0 {
 		return a.launchPlugin(ctx, cfg, argv)
 	}
-	s, err := OpenBuiltinStore(ctx, SpecOf(cfg), a.clock)
+	s, err := OpenBuiltinStore(ctx, cfg.StoreSpec(), a.clock)
 	if err != nil {
 		return err
 	}
@@ -145,16 +124,8 @@ func (a *Agent) launchPlugin(ctx context.Context, cfg Config, argv []string) err
 	proxy, err := plugins.Launch(ctx, plugins.LaunchConfig{
 		Cmd:       func() *exec.Cmd { return exec.Command(argv[0], argv[1:]...) },
 		SocketDir: sockDir,
-		Child: &plugins.ChildConfig{
-			Backend:         cfg.Store.Backend,
-			Path:            cfg.Store.Path,
-			URI:             cfg.Store.URI,
-			Database:        cfg.Store.Database,
-			Board:           cfg.Board,
-			Lease:           cfg.Lease,
-			UnleasedHorizon: cfg.UnleasedHorizon,
-		},
-		Logger: a.log.With("component", "store-plugin"),
+		Child:     new(cfg.StoreSpec()),
+		Logger:    a.log.With("component", "store-plugin"),
 	})
 	if err != nil {
 		var d interface{ Detail() string }

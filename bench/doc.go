@@ -2,7 +2,7 @@
 // instead, side by side in one run on one machine, and writes the table to
 // docs/BENCHMARKS.md.
 //
-//	cd bench && go run . [-scenarios claim,heartbeat,reaper,claimlost] [-repeat 5] [-out ../docs/BENCHMARKS.md]
+//	cd bench && go run . [-scenarios claim,heartbeat,reaper,claimlost,plugin,mongo,lifecycle] [-repeat 5] [-out ../docs/BENCHMARKS.md]
 //	cd bench && go run . -smoke   # seconds; prints the table, writes nothing
 //
 // It lives in its own module so that the embedded etcd it compares against,

@@ -77,12 +77,14 @@ tick × 3 ticks a minute (lease/3 cadence) ÷ 60 s. RSS is VmRSS after the ticks
 		}
 		rss := sec.add(fmt.Sprintf("RSS after the ticks, %d claims", n), "MiB", nil)
 		rss.vals = sample{float64(res.RSS) / (1 << 20)}
+		anon := sec.add(fmt.Sprintf("anonymous RSS after the ticks, %d claims", n), "MiB", nil)
+		anon.vals = sample{float64(res.RSSAnon) / (1 << 20)}
 		sec.notef("%d claims: setting them up (create + claim, durable) took %.1f s; peak RSS of the child during setup and ticks %.1f MiB; after the ticks %.1f MiB anonymous (Go heap, stacks) + %.1f MiB file-backed (the executable's code and the bbolt file's mmap, both reclaimable by the kernel).", n, res.Setup, float64(res.PeakRSS)/(1<<20), float64(res.RSSAnon)/(1<<20), float64(res.RSSFile)/(1<<20))
 		if n == 10_000 || cfg.smoke {
-			t, c, r := tick.vals.median(), share.vals.median(), rss.vals.median()
-			rep.goal("2. heartbeat", fmt.Sprintf("%d-claim tick ≤ 100 ms", n), fmt.Sprintf("%s ms (%s–%s) = %s× the budget", num(t), num(tick.vals.min()), num(tick.vals.max()), num(t/100)), t <= 100)
+			t, c, r := tick.vals.median(), share.vals.median(), anon.vals.median()
+			rep.goal("2. heartbeat", fmt.Sprintf("%d-claim tick ≤ 50 ms", n), fmt.Sprintf("%s ms (%s–%s) = %s× the budget", num(t), num(tick.vals.min()), num(tick.vals.max()), num(t/50)), t <= 50)
 			rep.goal("2. heartbeat", fmt.Sprintf("%d claims: ≤ 1%% of a core on average", n), fmt.Sprintf("%s%% (computed from CPU per tick)", num(c)), c <= 1)
-			rep.goal("2. heartbeat", fmt.Sprintf("%d claims: ≤ 64 MiB RSS", n), fmt.Sprintf("%s MiB", num(r)), r <= 64)
+			rep.goal("2. heartbeat", fmt.Sprintf("%d claims: anonymous RSS ≤ 32 MiB", n), fmt.Sprintf("%s MiB anonymous (%s MiB RSS in all, the rest file-backed)", num(r), num(rss.vals.median())), r <= 32)
 		}
 	}
 	return nil

@@ -29,6 +29,7 @@ type config struct {
 	heartbeatClaims []int
 	reaperCards     int
 	lostSamples     int
+	lifeMinPerWkr   int // the fewest lifecycles a measurement gives each worker
 }
 
 // args reconstructs the flags that matter for a reader of the report.
@@ -40,7 +41,7 @@ func (c config) args() string {
 	return strings.Join(parts, " ")
 }
 
-var allScenarios = []string{"claim", "heartbeat", "reaper", "claimlost", "plugin", "mongo"}
+var allScenarios = []string{"claim", "heartbeat", "reaper", "claimlost", "plugin", "mongo", "lifecycle"}
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == childFlag {
@@ -80,12 +81,14 @@ func main() {
 	cfg.heartbeatClaims = []int{1_000, 10_000}
 	cfg.reaperCards = 10_000
 	cfg.lostSamples = 200
+	cfg.lifeMinPerWkr = 4
 	if cfg.smoke {
 		cfg.repeat = 1
 		cfg.duration = 150 * time.Millisecond
 		cfg.heartbeatClaims = []int{200}
 		cfg.reaperCards = 300
 		cfg.lostSamples = 5
+		cfg.lifeMinPerWkr = 1
 		cfg.out = ""
 		// The FerretDB test server takes minutes to compile when it is not
 		// cached yet; a smoke run is seconds, so it leaves the twin out
@@ -137,6 +140,7 @@ func run(ctx context.Context, cfg config) error {
 		"claimlost": runClaimLost,
 		"plugin":    runPlugin,
 		"mongo":     runMongo,
+		"lifecycle": runLifecycle,
 	}
 	for _, name := range allScenarios {
 		if !slices.Contains(cfg.scenarios, name) {

@@ -22,6 +22,7 @@ func pluginMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "usage: bench", pluginFlag, "FILE")
 		return 2
 	}
+	serveProfileSignals(args[0])
 	err := plugins.Serve(func(context.Context) (board.Store, error) {
 		return boltstore.Open(args[0], boltstore.Options{})
 	})
@@ -64,8 +65,8 @@ func runPlugin(ctx context.Context, cfg config, rep *report) error {
 through the go-plugin gRPC boundary (plugins.Launch; the store served by a child process, this binary
 re-executed, as the agent does for its built-in stores). The boundary as shipped carries concurrent
 calls on one gRPC stream, many to a message; the third row offers the plugin only protocol 3, one
-RPC per call, as the boundary was before. Interleaved within each repeat. The goal is that the
-boundary costs at most 30% of the in-process throughput.`)
+RPC per call, as the boundary was before. Interleaved within each repeat. The goal (at 8 workers) is
+that the boundary costs at most 15% of the in-process throughput.`)
 	for _, workers := range cfg.workers {
 		dir := filepath.Join(cfg.tmp, fmt.Sprintf("plugin-%d", workers))
 		inCycle, inStop, err := setupInProcess(ctx, filepath.Join(dir, "inproc"), workers)
@@ -107,8 +108,12 @@ boundary costs at most 30% of the in-process throughput.`)
 			}
 		}
 		m, lo, hi := pl.ratio()
-		rep.goal("5. plugin", fmt.Sprintf("boundary costs ≤ 30%% of in-process throughput, %d workers", workers),
-			fmt.Sprintf("plugin/in-process = %s× (%s–%s): cost %s%%", num(m), num(lo), num(hi), num((1-m)*100)), m >= 0.7)
+		measured := fmt.Sprintf("plugin/in-process = %s× (%s–%s): cost %s%%", num(m), num(lo), num(hi), num((1-m)*100))
+		if workers == 8 {
+			rep.goal("5. plugin", "boundary costs ≤ 15% of in-process throughput, 8 workers", measured, m >= 0.85)
+		} else {
+			sec.notef("%d workers (no goal): %s.", workers, measured)
+		}
 	}
 	return nil
 }

@@ -29,9 +29,10 @@ type LabelsFrom struct {
 
 // BoardAdmin is the part of the Store contract that administers the board.
 type BoardAdmin interface {
-	// LoadBoard reads the stored board definition, refreshing what Board()
-	// returns. A store seeds the definition from its configuration when
-	// the store is first created; after that the stored one wins.
+	// LoadBoard reads the stored board definition. A store seeds the
+	// definition from its configuration when the store is first created;
+	// after that the stored one wins. Another writer of a shared store may
+	// change it at any time: the result is as of the read.
 	LoadBoard(ctx context.Context) (Board, error)
 	// SetBoard replaces the stored definition with next while it is still
 	// exactly expect (a compare-and-set). On a miss nothing is written and

@@ -201,11 +201,11 @@ type Traits struct {
 // claim_lease_until). Every owner write is a compare-and-set on
 // (claim, claim_epoch) and is refused with ErrClaimConflict for a stale
 // token, even when it would change nothing.
+//
+// The board definition is read with LoadBoard, under the caller's
+// context: the store keeps no copy for its callers to read without one
+// (the agent caches it, with a bound on how stale it may be).
 type Store interface {
-	// Board returns the board definition as stored (seeded from the
-	// store's configuration when the store was first created; see
-	// BoardAdmin).
-	Board() Board
 	BoardAdmin
 
 	// Traits are the store's declaration of what it is (see Traits). They

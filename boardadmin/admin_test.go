@@ -182,7 +182,7 @@ func TestStateLeftRetiringIsFinishedByARerun(t *testing.T) {
 	if !slices.Equal(rep.Changed, []string{"c1"}) || !slices.Equal(rep.Contended, []string{"c2"}) || len(rep.Notes) == 0 {
 		t.Errorf("report %+v, want changed [c1], contended [c2] and a note", rep)
 	}
-	b := s.Board()
+	b := mustLoadBoard(t, s)
 	if st, ok := b.State(board.StateBacklog); !ok || st.RetiringInto != "icebox" || !b.Has("icebox") {
 		t.Fatalf("board after an unfinished rename = %s, want backlog retiring into icebox", b)
 	}
@@ -197,10 +197,19 @@ func TestStateLeftRetiringIsFinishedByARerun(t *testing.T) {
 	if !slices.Equal(rep.Changed, []string{"c2"}) || len(rep.Contended) != 0 {
 		t.Errorf("re-run report %+v, want changed [c2]", rep)
 	}
-	if b := s.Board(); b.Has(board.StateBacklog) || !b.Has("icebox") {
+	if b := mustLoadBoard(t, s); b.Has(board.StateBacklog) || !b.Has("icebox") {
 		t.Errorf("board after the re-run = %s, want icebox in backlog's place", b)
 	}
 	if _, err := newAdmin(t, boardadmin.Config{Store: s}).RenameState(t.Context(), board.StateBacklog, "other"); !errors.Is(err, board.ErrInvalidArgument) {
 		t.Errorf("renaming a state that no longer exists: got %v, want ErrInvalidArgument", err)
 	}
+}
+
+func mustLoadBoard(t *testing.T, s board.Store) board.Board {
+	t.Helper()
+	b, err := s.LoadBoard(t.Context())
+	if err != nil {
+		t.Fatalf("LoadBoard: %v", err)
+	}
+	return b
 }

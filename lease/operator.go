@@ -113,9 +113,17 @@ func (s *Service) ForceRelease(ctx context.Context, actor, card string) (board.C
 	if err := s.cfg.Store.Release(ctx, card, c.Claim, actor); err != nil {
 		return board.ClaimToken{}, err
 	}
-	s.cfg.Claims.RemoveHold(card, c.Token())
-	s.cfg.Logger.Info("claim force-released", "card", card, "holder", c.Claim, "epoch", c.ClaimEpoch, "actor", actor)
-	return c.Token(), nil
+	// The store released the marker's claim at whatever epoch it held by
+	// then: its holder may have finished and started again since the read.
+	// The claim this agent tracks for that marker is the one released, so
+	// it is the one to stop renewing and to report lost.
+	released := c.Token()
+	if h, ok := s.cfg.Claims.Lookup(card); ok && h.Hold.Token.Marker == c.Claim && h.Hold.Token.Epoch >= released.Epoch {
+		released = h.Hold.Token
+	}
+	s.cfg.Claims.RemoveHold(card, released)
+	s.cfg.Logger.Info("claim force-released", "card", card, "holder", released.Marker, "epoch", released.Epoch, "actor", actor)
+	return released, nil
 }
 
 // Admin is a board-administration walker over the store acting for actor.

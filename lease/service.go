@@ -96,15 +96,15 @@ type Service struct {
 func New(cfg Config) (*Service, error) {
 	var errs []error
 	if cfg.Store == nil {
-		errs = append(errs, errors.New("Store is nil"))
+		errs = append(errs, errors.New("field Store is nil"))
 	}
 	if cfg.Claims == nil {
-		errs = append(errs, errors.New("Claims is nil"))
+		errs = append(errs, errors.New("field Claims is nil"))
 	}
 	if cfg.Lease == nil {
-		errs = append(errs, errors.New("Lease is nil"))
+		errs = append(errs, errors.New("field Lease is nil"))
 	} else if cfg.Lease() <= 0 {
-		errs = append(errs, fmt.Errorf("Lease is %v, want > 0", cfg.Lease()))
+		errs = append(errs, fmt.Errorf("field Lease is %v, want > 0", cfg.Lease()))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("lease config: %w", err)

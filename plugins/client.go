@@ -22,8 +22,7 @@ type verbs struct {
 
 // remoteStore is a board.Store over one connection to a store plugin: the
 // verbs, carried on the Calls stream with the calls made at the same time
-// (callConn), or on their own with protocol 3. The board is read once, by
-// load, because Board() has no context to call with.
+// (callConn), or on their own with protocol 3.
 type remoteStore struct {
 	*verbs
 	calls *callConn // nil with protocol 3
@@ -32,7 +31,6 @@ type remoteStore struct {
 	conn grpc.ClientConnInterface
 
 	mu     sync.Mutex
-	board  board.Board
 	traits board.Traits
 }
 
@@ -56,20 +54,19 @@ func newVerbs(conn grpc.ClientConnInterface) *verbs {
 	return &verbs{rpc: storepb.NewStoreClient(conn)}
 }
 
-// load reads the board from the plugin. It doubles as the first round trip
-// that proves the plugin serves the store.
-func (s *remoteStore) load(ctx context.Context) (board.Board, error) {
+// load is the first round trip, the one that proves the plugin serves the
+// store (its reply carries the stored board): it reads the traits the
+// plugin declares.
+func (s *remoteStore) load(ctx context.Context) error {
 	r, err := s.rpc.Board(ctx, &storepb.BoardRequest{})
 	if err != nil {
-		return board.Board{}, err
+		return err
 	}
-	b := boardFromPB(r.GetBoard())
 	t := r.GetTraits()
 	s.mu.Lock()
-	s.board = b
 	s.traits = board.Traits{Shared: t.GetShared(), ServerClock: t.GetServerClock(), Outbox: t.GetOutbox()}
 	s.mu.Unlock()
-	return b, nil
+	return nil
 }
 
 // Traits are what the plugin declared in its first Board reply.
@@ -77,12 +74,6 @@ func (s *remoteStore) Traits() board.Traits {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.traits
-}
-
-func (s *remoteStore) Board() board.Board {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.board
 }
 
 func (s *verbs) CreateCard(ctx context.Context, c board.NewCard) (board.Card, error) {

@@ -72,8 +72,7 @@ func (p *StorePlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 
 // GRPCClient returns a board.Store over the connection: its calls ride on
 // the Calls stream, or are one RPC each when the plugin speaks only the
-// previous protocol. Its Board() is
-// empty until the first round trip: use Launch, which does it, rather than
+// previous protocol. Its Traits are empty until the first round trip: use Launch, which does it, rather than
 // dispensing by hand.
 func (p *StorePlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
 	if p.unary {

@@ -99,7 +99,7 @@ func inProcess(t *testing.T, store board.Store) *remoteStore {
 	if !ok {
 		t.Fatalf("Dispense returned %T, want *remoteStore", raw)
 	}
-	if _, err := rs.load(t.Context()); err != nil {
+	if err := rs.load(t.Context()); err != nil {
 		t.Fatalf("load: %v", err)
 	}
 	return rs
@@ -190,7 +190,9 @@ type scripted struct {
 	traits      board.Traits
 }
 
-func (s *scripted) Board() board.Board   { return board.DefaultBoard(true) }
+func (s *scripted) LoadBoard(context.Context) (board.Board, error) {
+	return board.DefaultBoard(true), nil
+}
 func (s *scripted) Traits() board.Traits { return s.traits }
 
 func (s *scripted) GetCard(ctx context.Context, id string) (board.Card, error) {

@@ -119,15 +119,11 @@ type Proxy struct {
 	supervised chan struct{} // closed when the supervisor returns
 
 	mu      sync.Mutex
-	cur     *instance // nil while down
-	board   board.Board
+	cur     *instance    // nil while down
 	traits  board.Traits // declared by the plugin at its first start
-	boardAt time.Time    // when board was read (admin.go)
 	status  Status
 	changed chan struct{} // closed and replaced on every change of state
 	closed  bool
-
-	refreshing atomic.Bool // a background board re-read runs (admin.go)
 }
 
 var _ board.Store = (*Proxy)(nil)
@@ -161,12 +157,12 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Proxy, error) {
 	life, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p := &Proxy{cfg: cfg, log: cfg.Logger, ctx: life, cancel: cancel, supervised: make(chan struct{})}
 	p.verbs = newVerbs(supervisor{p})
-	inst, b, err := p.start(ctx)
+	inst, err := p.start(ctx)
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	p.cur, p.board, p.boardAt = inst, b, time.Now()
+	p.cur = inst
 	p.traits = inst.store.Traits()
 	p.changed = make(chan struct{})
 	p.status = Status{State: StateUp, PID: inst.runner.pid, ProtocolVersion: inst.client.NegotiatedVersion(), Since: time.Now()}
@@ -175,10 +171,10 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Proxy, error) {
 }
 
 // start runs one plugin process and makes its first round trip.
-func (p *Proxy) start(ctx context.Context) (*instance, board.Board, error) {
+func (p *Proxy) start(ctx context.Context) (*instance, error) {
 	cmd := p.cfg.Cmd()
 	if cmd == nil {
-		return nil, board.Board{}, fmt.Errorf("%w: LaunchConfig.Cmd returned nil", ErrStart)
+		return nil, fmt.Errorf("%w: LaunchConfig.Cmd returned nil", ErrStart)
 	}
 	name := cmd.Path
 	env := cmd.Env
@@ -189,7 +185,7 @@ func (p *Proxy) start(ctx context.Context) (*instance, board.Board, error) {
 	if p.cfg.Child != nil {
 		kv, err := p.cfg.Child.Environ()
 		if err != nil {
-			return nil, board.Board{}, fmt.Errorf("%w: %v", ErrStart, err)
+			return nil, fmt.Errorf("%w: %v", ErrStart, err)
 		}
 		env = append(env, kv)
 	}
@@ -213,9 +209,9 @@ func (p *Proxy) start(ctx context.Context) (*instance, board.Board, error) {
 		Logger:           hclogFor(p.log),
 	})
 
-	fail := func(err error) (*instance, board.Board, error) {
+	fail := func(err error) (*instance, error) {
 		client.Kill()
-		return nil, board.Board{}, startError(name, err, tail.String())
+		return nil, startError(name, err, tail.String())
 	}
 	// A cancelled ctx kills the child, which ends a start in progress.
 	stop := context.AfterFunc(ctx, func() { _ = r.kill() })
@@ -238,11 +234,10 @@ func (p *Proxy) start(ctx context.Context) (*instance, board.Board, error) {
 	}
 	loadCtx, cancel := context.WithTimeout(ctx, p.cfg.StartTimeout)
 	defer cancel()
-	b, err := store.load(loadCtx)
-	if err != nil {
+	if err := store.load(loadCtx); err != nil {
 		return fail(err)
 	}
-	return &instance{client: client, runner: r, store: store, started: time.Now()}, b, nil
+	return &instance{client: client, runner: r, store: store, started: time.Now()}, nil
 }
 
 // offered is the plugin set of the protocol versions cfg.Protocols names.
@@ -349,7 +344,7 @@ func (p *Proxy) supervise(inst *instance) {
 				return
 			}
 			backoff = min(backoff*2, p.cfg.MaxBackoff)
-			next, b, err := p.start(p.ctx)
+			next, err := p.start(p.ctx)
 			if err != nil {
 				if p.ctx.Err() != nil {
 					return
@@ -358,7 +353,7 @@ func (p *Proxy) supervise(inst *instance) {
 				p.log.Error("store plugin restart failed", "error", err, "next_attempt_in", backoff)
 				continue
 			}
-			if !p.markUp(next, b) {
+			if !p.markUp(next) {
 				next.client.Kill() // closed meanwhile
 				return
 			}
@@ -389,13 +384,13 @@ func (p *Proxy) recordError(err error) {
 }
 
 // markUp installs a restarted plugin; false when the proxy was closed.
-func (p *Proxy) markUp(inst *instance, b board.Board) bool {
+func (p *Proxy) markUp(inst *instance) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return false
 	}
-	p.cur, p.board, p.boardAt = inst, b, time.Now()
+	p.cur = inst
 	p.traits = inst.store.Traits()
 	p.status.State = StateUp
 	p.status.PID = inst.runner.pid

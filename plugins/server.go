@@ -17,9 +17,13 @@ type server struct {
 	store board.Store
 }
 
-func (s *server) Board(_ context.Context, _ *storepb.BoardRequest) (*storepb.BoardReply, error) {
+func (s *server) Board(ctx context.Context, _ *storepb.BoardRequest) (*storepb.BoardReply, error) {
+	b, err := s.store.LoadBoard(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
 	t := s.store.Traits()
-	return &storepb.BoardReply{Board: boardToPB(s.store.Board()), Traits: &storepb.TraitsMessage{
+	return &storepb.BoardReply{Board: boardToPB(b), Traits: &storepb.TraitsMessage{
 		Shared: t.Shared, ServerClock: t.ServerClock, Outbox: t.Outbox,
 	}}, nil
 }

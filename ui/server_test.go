@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -30,21 +29,7 @@ import (
 
 var binary string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "leasekeeper-ui-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "leasekeeper")
-	if err := agentproc.Build("./cmd/leasekeeper", binary); err != nil {
-		fmt.Fprintln(os.Stderr, "building leasekeeper:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { agentproc.Main(m, map[string]*string{"./cmd/leasekeeper": &binary}) }
 
 // fixture is an agent, a UI server in front of it and the server's
 // address.

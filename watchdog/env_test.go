@@ -93,7 +93,7 @@ func (e *env) card(id, state string) {
 	if _, err := e.store.CreateCard(e.ctx, board.NewCard{ID: id, Actor: "cli"}); err != nil {
 		e.t.Fatalf("CreateCard %s: %v", id, err)
 	}
-	if b := e.store.Board(); state != b.FirstPool() {
+	if b := loadBoard(e.t, e.store); state != b.FirstPool() {
 		if err := e.store.SetState(e.ctx, board.Move{Card: id, To: state, Actor: "cli"}); err != nil {
 			e.t.Fatalf("SetState %s → %s: %v", id, state, err)
 		}
@@ -388,4 +388,14 @@ func (f *faultStore) GetRun(ctx context.Context, id string) (board.Run, error) {
 		return *stale, nil
 	}
 	return f.Store.GetRun(ctx, id)
+}
+
+// loadBoard reads the stored board definition.
+func loadBoard(t testing.TB, s board.Store) board.Board {
+	t.Helper()
+	b, err := s.LoadBoard(context.Background())
+	if err != nil {
+		t.Fatalf("LoadBoard: %v", err)
+	}
+	return b
 }

@@ -258,7 +258,10 @@ func TestFleetReapersTransferEachCardExactlyOnce(t *testing.T) {
 		perKind = 16
 	}
 	f := newMongoFleet(t)
-	b := f.s.Board()
+	b, err := f.s.LoadBoard(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
 	kinds := []fleetKind{
 		{name: "finished", state: board.StateInProgress, status: board.RunFinished,
 			outcome: watchdog.OutcomeFiled, finalState: board.StateDone,

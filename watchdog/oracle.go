@@ -123,6 +123,12 @@ func (o *Oracle) resolve(ctx context.Context, card board.Card, now time.Time, pr
 	if err != nil {
 		return Resolution{Recorded: recorded, Err: fmt.Errorf("read run %q of card %q: %w", recorded, card.ID, err)}
 	}
+	if r.Card != "" && r.Card != card.ID {
+		// The pointer names another card's run (two runs created with one
+		// id on a store that cannot index it): its verdict is not this
+		// card's to act on. A read error conserves (row 1).
+		return Resolution{Recorded: recorded, Err: fmt.Errorf("run %q recorded on card %q belongs to card %q", recorded, card.ID, r.Card)}
+	}
 	if check && r.Epoch != 0 && r.Epoch != card.JudgedEpoch() {
 		return Resolution{} // an earlier claim's run
 	}

@@ -282,6 +282,7 @@ func TestOracleReadErrorIsAnError(t *testing.T) {
 	e.card("c1", board.StateReady)
 	e.launch("c1", board.RunRunning, board.Run{})
 	c := e.get("c1")
+	b := loadBoard(t, e.store)
 	if err := e.store.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -289,7 +290,7 @@ func TestOracleReadErrorIsAnError(t *testing.T) {
 	if got != nil || err == nil || errors.Is(err, board.ErrNotFound) {
 		t.Errorf("Resolve on a closed store = %+v, %v; want a read error", got, err)
 	}
-	if d := DecideStuckCard(StuckCard{Run: got, RunErr: err, Card: c, Board: e.store.Board(), Now: e.clock.Now(), Lease: lease}); d.Row != 1 {
+	if d := DecideStuckCard(StuckCard{Run: got, RunErr: err, Card: c, Board: b, Now: e.clock.Now(), Lease: lease}); d.Row != 1 {
 		t.Errorf("decision on the read error = row %d (%s), want row 1", d.Row, d.Rule)
 	}
 }

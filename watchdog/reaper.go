@@ -27,6 +27,10 @@ const (
 // Config configures a Reaper. Zero fields take the defaults above.
 type Config struct {
 	Store board.Store
+	// Board reads the board definition a pass decides by, once at the
+	// start of each pass: the agent's cache of it, which follows another
+	// agent's state sweep within a bound. Nil reads Store.LoadBoard.
+	Board func(ctx context.Context) (board.Board, error)
 	// Marker is this agent's own marker (<host>-<pid>); the reaper holds
 	// what it reclaims under board.RecoveryMarker(Marker).
 	Marker string
@@ -82,6 +86,9 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.Store == nil {
 		return out, fmt.Errorf("%w: no store", ErrInvalidConfig)
 	}
+	if out.Board == nil {
+		out.Board = out.Store.LoadBoard
+	}
 	if board.IsRecoveryMarker(out.Marker) {
 		return out, fmt.Errorf("%w: agent marker %q is already a recovery marker", ErrInvalidConfig, out.Marker)
 	}
@@ -122,12 +129,18 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
-	// Rows 2 and 10 file into the failed column by name; a board without
-	// one cannot honour the table.
-	if !out.Store.Board().Has(board.StateFailed) {
-		return out, fmt.Errorf("%w: the board has no %q state for the watchdog to file into", ErrInvalidConfig, board.StateFailed)
-	}
 	return out, nil
+}
+
+// CheckBoard reports whether the watchdog can work on b: rows 2 and 10 file
+// into the failed column by name, and a board without one cannot honour
+// the table. Every pass checks the board it read; the agent checks the
+// stored board at start, so a board without one fails there.
+func CheckBoard(b board.Board) error {
+	if !b.Has(board.StateFailed) {
+		return fmt.Errorf("%w: the board has no %q state for the watchdog to file into", ErrInvalidConfig, board.StateFailed)
+	}
+	return nil
 }
 
 // Outcome is what a pass did with one card.
@@ -339,7 +352,14 @@ func (r *Reaper) RunOnce(ctx context.Context, dryRun bool) (PassResult, error) {
 		return res, fmt.Errorf("read the store's clock: %w", err)
 	}
 	res.At = now
-	p := &pass{r: r, now: now, lease: r.cfg.Lease(), board: r.cfg.Store.Board(), dryRun: dryRun}
+	b, err := r.cfg.Board(ctx)
+	if err != nil {
+		return res, fmt.Errorf("read the board definition: %w", err)
+	}
+	if err := CheckBoard(b); err != nil {
+		return res, err
+	}
+	p := &pass{r: r, now: now, lease: r.cfg.Lease(), board: b, dryRun: dryRun}
 	var errs []error
 	if res.Enabled || dryRun {
 		listed, err := p.listExpired(ctx)
@@ -630,7 +650,7 @@ func (p *pass) act(ctx context.Context, cr *CardResult, c board.Card, tok board.
 		if r.cfg.Fleet || Strands(p.board, c.State) {
 			target := p.board.FirstPool()
 			if r.cfg.Fleet && len(c.Runs) >= r.cfg.RunCeiling {
-				target = r.ceilingState()
+				target = p.ceilingState()
 			}
 			if !p.file(ctx, cr, c, tok, target, board.ReasonWatchdog) {
 				return
@@ -645,8 +665,8 @@ func (p *pass) act(ctx context.Context, cr *CardResult, c board.Card, tok board.
 
 // ceilingState is where the run ceiling files a card: blocked, or failed on
 // a board that has no blocked column.
-func (r *Reaper) ceilingState() string {
-	if r.cfg.Store.Board().Has(board.StateBlocked) {
+func (p *pass) ceilingState() string {
+	if p.board.Has(board.StateBlocked) {
 		return board.StateBlocked
 	}
 	return board.StateFailed

@@ -815,3 +815,40 @@ func TestPassResultMarshals(t *testing.T) {
 		t.Errorf("marshalled pass = %s", out)
 	}
 }
+
+// TestPassReadsTheBoardItDecidesBy: a pass decides by the board
+// Config.Board returns, read once per pass under the pass's context; a
+// board without a failed column fails the pass before anything is
+// decided, and a board that cannot be read fails it too.
+func TestPassReadsTheBoardItDecidesBy(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	noFailed := board.Board{}
+	for _, s := range board.DefaultBoard(true).States {
+		if s.Name != board.StateFailed {
+			noFailed.States = append(noFailed.States, s)
+		}
+	}
+	readErr := errors.New("store down")
+	var reads int
+	for _, tc := range []struct {
+		name string
+		read func(context.Context) (board.Board, error)
+		want error
+	}{
+		{"no failed column", func(context.Context) (board.Board, error) { reads++; return noFailed, nil }, ErrInvalidConfig},
+		{"unreadable", func(context.Context) (board.Board, error) { reads++; return board.Board{}, readErr }, readErr},
+	} {
+		r, err := New(Config{Store: e.store, Marker: agentMarker, Board: tc.read})
+		if err != nil {
+			t.Fatalf("%s: New: %v", tc.name, err)
+		}
+		before := reads
+		if _, err := r.RunOnce(e.ctx, true); !errors.Is(err, tc.want) {
+			t.Errorf("%s: RunOnce = %v, want %v", tc.name, err, tc.want)
+		}
+		if reads != before+1 {
+			t.Errorf("%s: the pass read the board %d times, want once", tc.name, reads-before)
+		}
+	}
+}

@@ -121,7 +121,7 @@ func TestRecoverySweepReleaseHoldsTheJudgedState(t *testing.T) {
 	}
 	t.Logf("sweeps: %+v", res.Sweeps)
 	c := e.get("c1")
-	if !c.Claimed() && Strands(e.store.Board(), c.State) {
+	if !c.Claimed() && Strands(loadBoard(t, e.store), c.State) {
 		t.Errorf("card left free in %q (a running column that is not a pool state) by the recovery sweep's release", c.State)
 	}
 }

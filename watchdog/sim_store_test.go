@@ -63,10 +63,10 @@ var (
 		"CreateRun", "UpdateRun", "ReclaimExpired",
 	}
 	simPassThrough = []string{
-		"Board", "LoadBoard", "GetCard", "ListCards", "Dependents", "GetRun", "Events", "Close",
+		"LoadBoard", "GetCard", "ListCards", "Dependents", "GetRun", "Events", "Close",
 		"ListExpiredClaimCandidates", "ListUnleasedRunningClaims",
-		// The store's clock is a read.
-		"Now",
+		// The store's clock is a read; its traits are a declaration.
+		"Now", "Traits",
 		// Board administration: no simulated component edits the board.
 		"SetBoard", "SetLabelsFrom",
 	}
@@ -406,7 +406,6 @@ func (s *simStore) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.C
 
 // The verbs passed through on purpose (simPassThrough).
 
-func (s *simStore) Board() board.Board   { return s.inner.Board() }
 func (s *simStore) Traits() board.Traits { return s.inner.Traits() }
 func (s *simStore) LoadBoard(ctx context.Context) (board.Board, error) {
 	return s.inner.LoadBoard(ctx)

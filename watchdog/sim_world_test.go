@@ -262,7 +262,11 @@ func newSimWorld(t *testing.T, v simVariant, seed uint64, steps int) *simWorld {
 	case simMongo:
 		w.setupMongo()
 	}
-	w.b = w.truth.Board()
+	b, err := w.truth.LoadBoard(w.ctx)
+	if err != nil {
+		t.Fatalf("LoadBoard: %v", err)
+	}
+	w.b = b
 	w.tracef("profile: %d cards, batch %d, reaper every %s, agent clock skew up to %s, faults ×%.2f, lingering workers %.0f%%",
 		w.prof.cards, w.prof.batch, w.prof.interval, w.prof.skew, w.prof.faults, 100*w.prof.linger)
 	for _, h := range w.hosts {

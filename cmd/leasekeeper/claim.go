@@ -24,26 +24,31 @@ type claimOpts struct {
 	fresh     bool
 	// grace is how long CMD has to stop after claim itself is sent SIGINT
 	// or SIGTERM, capped by the deadline the agent still vouches for.
-	grace   time.Duration
-	command []string
+	grace time.Duration
+	// heldExit and lostExit are the codes for a held card and a lost claim
+	// (claimExitHeld, claimExitLost unless moved).
+	heldExit, lostExit int
+	command            []string
 }
 
-// Exit codes of `claim`, after the practice of timeout(1): CMD's own status
-// passes through (0 filed the card to completion, anything else to failed
-// or, with --resumable, back to the pool), so claim's own outcomes sit
-// above any status a command normally returns.
+// Exit codes of `claim`. CMD's own status passes through (0 filed the card
+// to completion, anything else to failed or, with --resumable, back to the
+// pool). A held card and a lost claim keep the codes scripts rely on, 3 and
+// 4; a CMD that itself exits 3 or 4 can have them moved with --held-exit
+// and --lost-exit, as flock(1) -E does. claim's other outcomes sit above any
+// status a command normally returns, as timeout(1)'s do.
 const (
+	// claimExitHeld: the card is held by someone else; nothing was written.
+	claimExitHeld = 3
+	// claimExitLost: the claim was lost while CMD ran; CMD was stopped.
+	claimExitLost = 4
 	// claimExitUsage: bad flags or arguments.
 	claimExitUsage = 120
-	// claimExitHeld: the card is held by someone else; nothing was written.
-	claimExitHeld = 121
 	// claimExitNothing: --next found no claimable card.
 	claimExitNothing = 122
 	// claimExitSink: the card is in a terminal state; nothing was written
 	// (reopen it first).
 	claimExitSink = 123
-	// claimExitLost: the claim was lost while CMD ran; CMD was stopped.
-	claimExitLost = 124
 	// claimExitError: leasekeeper failed (agent unreachable, request
 	// refused, store failure).
 	claimExitError = 125
@@ -55,11 +60,11 @@ const (
 
 const claimExitCodesHelp = `Exit codes:
   CMD's status  CMD ran; its own exit status (128+N if a signal N killed it)
+  3    the card is held by someone else (nothing was written; --held-exit)
+  4    the claim was lost while CMD ran; CMD was stopped (--lost-exit)
   120  usage error
-  121  the card is held by someone else (nothing was written)
   122  --next found no claimable card
   123  the card is in a terminal state (nothing was written; reopen it first)
-  124  the claim was lost while CMD ran; CMD was stopped
   125  leasekeeper failed: agent unreachable, request refused, store failure
   126  CMD could not be executed
   127  CMD was not found`
@@ -165,9 +170,9 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 	case err == nil:
 	case errors.Is(err, board.ErrClaimConflict):
 		if ce, ok := board.AsClaimConflict(err); ok && ce.Holder != "" {
-			return withCode(claimExitHeld, fmt.Errorf("card %s is held by %s (epoch %d)", ce.Card, ce.Holder, ce.Epoch))
+			return withCode(o.heldExit, fmt.Errorf("card %s is held by %s (epoch %d)", ce.Card, ce.Holder, ce.Epoch))
 		}
-		return withCode(claimExitHeld, err)
+		return withCode(o.heldExit, err)
 	case errors.Is(err, board.ErrTerminalStateExit):
 		return withCode(claimExitSink, err)
 	case o.next && errors.Is(err, board.ErrNotFound):
@@ -199,7 +204,7 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 			code = claimExitNotFound
 		}
 		// Nothing ran: the card goes back to the pool, its run resumable.
-		finish(work, env, cl, board.RunFailedResumable, "CMD_NOT_STARTED")
+		_, _ = finish(work, env, cl, board.RunFailedResumable, "CMD_NOT_STARTED")
 		return withCode(code, err)
 	}
 
@@ -220,14 +225,19 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 			fmt.Fprintf(env.stderr, "leasekeeper: the command did not stop within its grace: killing it\n")
 			go child.Terminate(0)
 		case <-cl.Context().Done():
-			return claimLost(work, env, cl, child)
+			return claimLost(work, env, cl, child, o.lostExit)
 		case <-child.Done():
+			if cl.Context().Err() != nil {
+				// The claim ended as CMD did (both were ready): it is lost,
+				// whatever CMD's status says.
+				return claimLost(work, env, cl, child, o.lostExit)
+			}
 			code, _ := child.Wait(work)
 			reportTree(env, child)
 			if interrupted != nil {
 				return interruptedExit(work, env, cl, code, interrupted)
 			}
-			return routeExit(work, env, cl, code, o.resumable)
+			return routeExit(work, env, cl, code, o.resumable, o.lostExit)
 		}
 	}
 }
@@ -266,7 +276,7 @@ func reportTree(env *cli, child *supervise.Child) {
 // its own — the watchdog's orphan proof relies on it
 // (DESIGN.md#trusted-deadline). There is no grace beyond that deadline: by
 // the time a claim is lost, the agent no longer vouches for it.
-func claimLost(ctx context.Context, env *cli, cl *client.Claim, child *supervise.Child) error {
+func claimLost(ctx context.Context, env *cli, cl *client.Claim, child *supervise.Child, lostExit int) error {
 	cause := context.Cause(cl.Context())
 	fmt.Fprintf(env.stderr, "leasekeeper: claim on %s lost: %v; stopping the command\n", cl.Card().ID, cause)
 	grace := min(max(time.Until(cl.TrustedUntil())-killMargin, 0), maxKillGrace)
@@ -285,25 +295,76 @@ func claimLost(ctx context.Context, env *cli, cl *client.Claim, child *supervise
 	if _, err := cl.Finish(lctx, client.Verdict{Status: board.RunFailedResumable, FailureCode: "CLAIM_LOST"}); err != nil {
 		fmt.Fprintf(env.stderr, "leasekeeper: late write refused, as it must be: %v\n", err)
 	}
-	return withCode(claimExitLost, fmt.Errorf("claim on %s lost: %w", cl.Card().ID, cause))
+	return withCode(lostExit, fmt.Errorf("claim on %s lost: %w", cl.Card().ID, cause))
 }
 
-// finish is Finish with the outcome told on stderr. A refused fence means
-// the claim ended on its own (an operator, the watchdog): the verdict is
+// finish is Finish, bounded and retried: the agent gets until the trusted
+// deadline, plus lateWriteTimeout, and no more, so claim exits in bounded
+// time even when its agent is frozen. A Finish whose answer was lost (the
+// agent or the store went away mid-call) is sent again; when the retry is
+// refused because the claim is gone, the run is read to learn whether the
+// first one landed — the card released and the run carrying exactly this
+// verdict under this claim's epoch. A refused fence otherwise means the
+// claim ended on its own (an operator, the watchdog): the verdict is
 // theirs to write now.
 func finish(ctx context.Context, env *cli, cl *client.Claim, status board.RunStatus, code string) (apitype.FinishResponse, error) {
-	f, err := cl.Finish(ctx, client.Verdict{Status: status, FailureCode: code})
-	if err != nil {
-		fmt.Fprintf(env.stderr, "leasekeeper: recording %s on %s: %v\n", status, cl.Card().ID, err)
+	ctx, cancel := context.WithDeadline(ctx, cl.TrustedUntil().Add(lateWriteTimeout))
+	defer cancel()
+	v := client.Verdict{Status: status, FailureCode: code}
+	wait, uncertain := 100*time.Millisecond, false
+	for {
+		f, err := cl.Finish(ctx, v)
+		if err == nil {
+			return f, nil
+		}
+		if uncertain && errors.Is(err, board.ErrClaimConflict) {
+			if f, ok := finishLanded(ctx, env, cl, status); ok {
+				return f, nil
+			}
+		}
+		if !finishRetryable(err) || ctx.Err() != nil {
+			fmt.Fprintf(env.stderr, "leasekeeper: recording %s on %s: %v\n", status, cl.Card().ID, err)
+			return f, err
+		}
+		uncertain = true
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
 	}
-	return f, err
+}
+
+// finishRetryable reports whether a failed Finish may not have been answered by
+// the store at all: anything but the store's and the agent's own verdicts.
+func finishRetryable(err error) bool {
+	for _, answer := range []error{board.ErrClaimConflict, board.ErrInvalidArgument, board.ErrTransitionRejected, board.ErrNotFound, apitype.ErrForbidden} {
+		if errors.Is(err, answer) {
+			return false
+		}
+	}
+	return true
+}
+
+// finishLanded reads whether an earlier Finish of cl with status landed.
+func finishLanded(ctx context.Context, env *cli, cl *client.Claim, status board.RunStatus) (apitype.FinishResponse, bool) {
+	c := env.client()
+	run, err := c.GetRun(ctx, cl.Run().ID)
+	if err != nil || run.Status != status || run.Epoch != cl.Token().Epoch {
+		return apitype.FinishResponse{}, false
+	}
+	card, err := c.GetCard(ctx, cl.Card().ID)
+	if err != nil || card.Token() == cl.Token() {
+		return apitype.FinishResponse{}, false
+	}
+	return apitype.FinishResponse{Card: card, Run: run}, true
 }
 
 // routeExit records the run's verdict, files the card and releases the
 // claim in one Finish: what the watchdog would do for a run that ended so
 // (rows 9–11 of its table, DESIGN.md#decision-table). CMD's status is
 // claim's.
-func routeExit(ctx context.Context, env *cli, cl *client.Claim, code int, resumable bool) error {
+func routeExit(ctx context.Context, env *cli, cl *client.Claim, code int, resumable bool, lostExit int) error {
 	id := cl.Card().ID
 	status, failure := board.RunFinished, ""
 	switch {
@@ -316,7 +377,7 @@ func routeExit(ctx context.Context, env *cli, cl *client.Claim, code int, resuma
 	f, err := finish(ctx, env, cl, status, failure)
 	if err != nil {
 		if errors.Is(err, board.ErrClaimConflict) || cl.Context().Err() != nil && !errors.Is(context.Cause(cl.Context()), client.ErrReleased) {
-			return withCode(claimExitLost, fmt.Errorf("claim on %s lost before its verdict landed: %w", id, err))
+			return withCode(lostExit, fmt.Errorf("claim on %s lost before its verdict landed: %w", id, err))
 		}
 		return withCode(claimExitError, err)
 	}

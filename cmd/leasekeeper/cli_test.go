@@ -34,6 +34,7 @@ func TestUsageErrors(t *testing.T) {
 		{"claim with two ids", []string{"claim", "c1", "c2", "--", "true"}, claimExitUsage, "exactly one card ID"},
 		{"claim with a bad flag value", []string{"claim", "c1", "--grace", "soon", "--", "true"}, claimExitUsage, "invalid duration"},
 		{"claim with a negative grace", []string{"claim", "c1", "--grace", "-1s", "--", "true"}, claimExitUsage, "must not be negative"},
+		{"claim with an exit code out of range", []string{"claim", "c1", "--lost-exit", "256", "--", "true"}, claimExitUsage, "between 1 and 255"},
 		{"release without --force", []string{"card", "release", "c1"}, exitUsage, "--force"},
 		{"label --set with --add", []string{"card", "label", "c1", "--set", "a,b", "--add", "c"}, exitUsage, "cannot be combined"},
 		{"label with nothing to do", []string{"card", "label", "c1"}, exitUsage, "nothing to do"},
@@ -75,8 +76,8 @@ func TestHelpDocumentsExitCodes(t *testing.T) {
 	}{
 		{[]string{"--help"}, []string{"2  usage error", "claim has codes of its own"}},
 		{[]string{"claim", "--help"}, []string{
-			"CMD's status", "120  usage error", "121  the card is held by someone else", "122  --next found no claimable card",
-			"123  the card is in a terminal state", "124  the claim was lost", "125  leasekeeper failed",
+			"CMD's status", "3    the card is held by someone else", "4    the claim was lost", "120  usage error",
+			"122  --next found no claimable card", "123  the card is in a terminal state", "125  leasekeeper failed",
 		}},
 	} {
 		var out, errb bytes.Buffer
@@ -106,7 +107,7 @@ func TestEveryDocumentedCommandExists(t *testing.T) {
 	}
 	flags := map[string][]string{
 		"agent":   {"config"},
-		"claim":   {"next", "resumable", "fresh", "grace"},
+		"claim":   {"next", "resumable", "fresh", "grace", "held-exit", "lost-exit"},
 		"status":  {"json"},
 		"events":  {"follow", "json"},
 		"ls":      {"state", "json"},

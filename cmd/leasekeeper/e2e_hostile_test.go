@@ -60,6 +60,8 @@ type routeInput struct {
 // fails the tests, so a new route cannot go unexercised.
 var routeInputs = map[string]routeInput{
 	"POST /v1/claims":                      {body: `{"card":%[1]s}`, good: []string{`"nope"`}},
+	"POST /v1/starts":                      {body: `{"card":%[1]s,"run_id":%[2]s,"checkpoint":%[3]s}`, good: []string{`"nope"`, `"r1"`, `"k"`}},
+	"POST /v1/claims/{card}/finish":        {body: `{"epoch":1,"run_id":%[1]s,"status":%[2]s,"failure_code":%[3]s}`, good: []string{`"r1"`, `"finished"`, `"E1"`}},
 	"DELETE /v1/claims/{card}":             {query: map[string]string{"epoch": "1"}},
 	"PUT /v1/claims/{card}/state":          {body: `{"epoch":1,"to":%[1]s,"from":%[2]s,"reason":%[3]s}`, good: []string{`"done"`, `"in_progress"`, `"run_finished"`}},
 	"PUT /v1/claims/{card}/last-run":       {body: `{"epoch":1,"run_id":%[1]s}`, good: []string{`"r1"`}},

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -143,5 +145,33 @@ func TestE2EClaimExitsWhileItsAgentIsFrozen(t *testing.T) {
 	t.Logf("claim exited %s after its agent froze", time.Since(frozen).Round(time.Millisecond))
 	if !dead(pid) {
 		t.Errorf("CMD %d outlived the lost claim", pid)
+	}
+}
+
+// TestE2EClaimOnAHeldCard: a card held by someone else exits 3 (scripts
+// rely on it), writes nothing, and --held-exit moves the code out of CMD's
+// way, as flock -E does.
+func TestE2EClaimOnAHeldCard(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "lease: 3s\n")
+	e.Start()
+	e.MustRun("card", "create", "held")
+	holder := e.startClaim("held", "--", "sh", "-c", workerScript, "sh", "worker.pid")
+	e.workerPID("worker.pid")
+	before := e.Card("held")
+	if _, stderr, code := e.Run("claim", "held", "--", "true"); code != claimExitHeld {
+		t.Fatalf("claim on a held card exited %d, want %d; stderr:\n%s", code, claimExitHeld, stderr)
+	}
+	if _, stderr, code := e.Run("claim", "held", "--held-exit", "75", "--", "true"); code != 75 {
+		t.Fatalf("claim --held-exit 75 on a held card exited %d; stderr:\n%s", code, stderr)
+	}
+	if after := e.Card("held"); after.Token() != before.Token() || after.LastRunID != before.LastRunID {
+		t.Errorf("refused claims changed the card: %+v, was %+v", after, before)
+	}
+	if err := os.WriteFile(filepath.Join(e.Dir, "finish"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := holder.wait(t, 10*time.Second); got != 0 {
+		t.Errorf("the holder exited %d, want 0; output:\n%s", got, holder.output.String())
 	}
 }

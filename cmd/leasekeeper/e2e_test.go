@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -30,21 +29,7 @@ import (
 
 var binary string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "leasekeeper-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "leasekeeper")
-	if err := agentproc.Build("./cmd/leasekeeper", binary); err != nil {
-		fmt.Fprintln(os.Stderr, "building leasekeeper:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { agentproc.Main(m, map[string]*string{"./cmd/leasekeeper": &binary}) }
 
 // env is one test's sandbox (an agentproc.Agent: the config, the socket
 // and the store in a short temporary directory) and the test it serves.

@@ -308,7 +308,7 @@ func newClaimCmd(env *cli) *cobra.Command {
 		Use:   "claim (ID | --next) [--resumable] [--grace D] -- CMD [ARGS...]",
 		Short: "Hold a claim on a card while CMD runs",
 		Long: `Claim the card (or the oldest claimable one with --next), start its run and
-move it into the running column — one write — then run CMD while the agent
+move it into the running column, in one write, then run CMD while the agent
 renews the claim. A card that records a run without a verdict (returned to
 the pool, or force-released) has that run resumed: CMD sees its checkpoint
 in LEASEKEEPER_CHECKPOINT (--fresh starts a new run instead). A card in a
@@ -332,8 +332,9 @@ past the deadline the agent vouches for) before it is killed; the card goes
 back to the pool with its run resumable, never into a sink, and claim exits
 with CMD's status (128+N if it had to be killed). If the claim is lost while
 CMD runs (an operator force-release, a lapsed lease), CMD gets SIGTERM, then
-SIGKILL before the lease deadline, and claim exits 124 within a bounded
-time even when the agent is frozen.
+SIGKILL before the lease deadline, and claim exits 4 within a bounded
+time even when the agent is frozen. The verdict's write is retried, within
+the trusted deadline, when its answer was lost.
 
 However the claim ends (CMD exits, the claim is lost, claim itself is
 killed, even with SIGKILL), every process CMD started is killed with it:
@@ -363,6 +364,8 @@ filing it to failed.
 				return claimUsage("give exactly one card ID (or --next) before --")
 			case o.grace < 0:
 				return claimUsage("--grace must not be negative")
+			case o.heldExit < 1 || o.heldExit > 255 || o.lostExit < 1 || o.lostExit > 255:
+				return claimUsage("--held-exit and --lost-exit must be between 1 and 255")
 			case !o.next:
 				o.card = args[0]
 			}
@@ -374,6 +377,8 @@ filing it to failed.
 	c.Flags().BoolVar(&o.resumable, "resumable", false, "a failed CMD is safe to restart: return the card to the pool")
 	c.Flags().BoolVar(&o.fresh, "fresh", false, "start a new run even when the card records one without a verdict")
 	c.Flags().DurationVar(&o.grace, "grace", defaultGrace, "after SIGINT/SIGTERM, how long CMD has to stop before it is killed (capped by the trusted deadline)")
+	c.Flags().IntVar(&o.heldExit, "held-exit", claimExitHeld, "exit code when the card is held by someone else")
+	c.Flags().IntVar(&o.lostExit, "lost-exit", claimExitLost, "exit code when the claim is lost while CMD runs")
 	// claim's usage errors have claim's own code: CMD's status owns 2.
 	c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return withCode(claimExitUsage, err) })
 	return c

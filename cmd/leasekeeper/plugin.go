@@ -6,6 +6,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/agent"
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/plugins"
+	"github.com/leasekeeper/leasekeeper/storespec"
 )
 
 // runStorePlugin is the hidden subcommand: the agent re-executes its own
@@ -13,18 +14,10 @@ import (
 // go-plugin plugin, the way Nomad runs its executor.
 func runStorePlugin(_ context.Context, _ *cli) error {
 	return plugins.Serve(func(ctx context.Context) (board.Store, error) {
-		cc, err := plugins.ChildConfigFromEnv()
+		spec, err := storespec.FromEnv()
 		if err != nil {
 			return nil, err
 		}
-		return agent.OpenBuiltinStore(ctx, agent.StoreSpec{
-			Backend:         cc.Backend,
-			Path:            cc.Path,
-			URI:             cc.URI,
-			Database:        cc.Database,
-			Board:           cc.Board,
-			Lease:           cc.Lease,
-			UnleasedHorizon: cc.UnleasedHorizon,
-		}, board.SystemClock{})
+		return agent.OpenBuiltinStore(ctx, spec, board.SystemClock{})
 	})
 }

@@ -2,9 +2,7 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,22 +17,7 @@ import (
 var leasekeeperBin, workerBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "go-worker-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	leasekeeperBin = filepath.Join(dir, "leasekeeper")
-	workerBin = filepath.Join(dir, "go-worker")
-	for pkg, out := range map[string]string{"./cmd/leasekeeper": leasekeeperBin, "./examples/go-worker": workerBin} {
-		if err := agentproc.Build(pkg, out); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-	}
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	agentproc.Main(m, map[string]*string{"./cmd/leasekeeper": &leasekeeperBin, "./examples/go-worker": &workerBin})
 }
 
 // workerProc is a running go-worker.
@@ -131,41 +114,6 @@ func TestDrainsThePool(t *testing.T) {
 	}
 }
 
-// startedRun waits for a worker to have started card's run in the running
-// column, and returns the card as it then is.
-func startedRun(t *testing.T, a *agentproc.Agent, card string) board.Card {
-	t.Helper()
-	var c board.Card
-	a.WaitFor(30*time.Second, "the worker to start its run", func() bool {
-		c = a.Card(card)
-		return c.State == board.StateInProgress && c.LastRunID != "" && c.Claimed()
-	})
-	return c
-}
-
-// writesAfterRelease lists the events marker wrote on card after an
-// operator's force-release of its claim.
-func writesAfterRelease(t *testing.T, a *agentproc.Agent, card, marker string) []board.Event {
-	t.Helper()
-	var after []board.Event
-	released := false
-	for _, ev := range a.Events() {
-		if ev.Card != card {
-			continue
-		}
-		switch {
-		case ev.Type == board.EventReleased && strings.HasPrefix(ev.Actor, "uid:") && ev.Data.Marker == marker:
-			released = true
-		case released && ev.Actor == marker:
-			after = append(after, ev)
-		}
-	}
-	if !released {
-		t.Fatalf("no force-release of %s's claim on %s in the event log", marker, card)
-	}
-	return after
-}
-
 // TestStopsWhenTheClaimIsLost: an operator steals the claim mid-work; the
 // worker's claim Context is cancelled and it stops at once. Its one late
 // Finish is refused by the fence and writes nothing: the run stays as the
@@ -178,7 +126,7 @@ func TestStopsWhenTheClaimIsLost(t *testing.T) {
 	a.MustRun("card", "create", "long-job")
 
 	w := startWorker(t, a, "-work", "10m", "-max", "1")
-	started := startedRun(t, a, "long-job")
+	started := a.StartedRun("long-job")
 	runID, marker := started.LastRunID, started.Claim
 	a.MustRun("card", "release", "long-job", "--force")
 
@@ -200,7 +148,7 @@ func TestStopsWhenTheClaimIsLost(t *testing.T) {
 		t.Errorf("run %s status %s, failure %q, checkpoint %q; want %s, %q, %q as the force-release left it (the late Finish must write nothing)",
 			runID, run.Status, run.FailureCode, run.Checkpoint, board.RunFailedResumable, board.FailureClaimReleased, "worked-ms=0")
 	}
-	if evs := writesAfterRelease(t, a, "long-job", marker); len(evs) != 0 {
+	if evs := a.WritesAfterRelease("long-job", marker); len(evs) != 0 {
 		t.Errorf("the worker wrote after losing its claim: %+v", evs)
 	}
 
@@ -234,7 +182,7 @@ func TestSIGTERMHandsTheCardBackToBeResumed(t *testing.T) {
 	a.MustRun("card", "create", "job")
 
 	w := startWorker(t, a, "-work", "10m")
-	runID := startedRun(t, a, "job").LastRunID
+	runID := a.StartedRun("job").LastRunID
 	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +229,13 @@ func TestStopsAtTheTrustedDeadline(t *testing.T) {
 	a.MustRun("card", "create", "orphan")
 
 	w := startWorker(t, a, "-work", "10m", "-max", "1")
-	startedRun(t, a, "orphan")
+	a.StartedRun("orphan")
+	// The worker must hold the grant before the agent stops: a Start that
+	// landed but whose answer was never sent is another story (the worker
+	// never learns it holds the card).
+	a.WaitFor(30*time.Second, "the worker to report its claim", func() bool {
+		return strings.Contains(w.out.String(), "claimed orphan")
+	})
 	// SIGSTOP, not SIGTERM: a stopped agent neither answers nor says
 	// goodbye, which is what a hung or partitioned agent looks like.
 	if err := syscall.Kill(agentPID, syscall.SIGSTOP); err != nil {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,19 +19,7 @@ import (
 var leasekeeperBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "python-worker-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	leasekeeperBin = filepath.Join(dir, "leasekeeper")
-	if err := agentproc.Build("./cmd/leasekeeper", leasekeeperBin); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	agentproc.Main(m, map[string]*string{"./cmd/leasekeeper": &leasekeeperBin})
 }
 
 // python3 finds the interpreter. A machine without one skips these tests,
@@ -144,41 +131,6 @@ func TestDrainsThePool(t *testing.T) {
 	}
 }
 
-// startedRun waits for a worker to have started card's run in the running
-// column, and returns the card as it then is.
-func startedRun(t *testing.T, a *agentproc.Agent, card string) board.Card {
-	t.Helper()
-	var c board.Card
-	a.WaitFor(30*time.Second, "the worker to start its run", func() bool {
-		c = a.Card(card)
-		return c.State == board.StateInProgress && c.LastRunID != "" && c.Claimed()
-	})
-	return c
-}
-
-// writesAfterRelease lists the events marker wrote on card after an
-// operator's force-release of its claim.
-func writesAfterRelease(t *testing.T, a *agentproc.Agent, card, marker string) []board.Event {
-	t.Helper()
-	var after []board.Event
-	released := false
-	for _, ev := range a.Events() {
-		if ev.Card != card {
-			continue
-		}
-		switch {
-		case ev.Type == board.EventReleased && strings.HasPrefix(ev.Actor, "uid:") && ev.Data.Marker == marker:
-			released = true
-		case released && ev.Actor == marker:
-			after = append(after, ev)
-		}
-	}
-	if !released {
-		t.Fatalf("no force-release of %s's claim on %s in the event log", marker, card)
-	}
-	return after
-}
-
 // TestNoticesClaimLost: an operator's force-release reaches the Python
 // worker on its watch stream; it stops working at once. Its one late
 // Finish is refused by the fence and writes nothing: the run stays as the
@@ -192,7 +144,7 @@ func TestNoticesClaimLost(t *testing.T) {
 	a.MustRun("card", "create", "py-long")
 
 	w := startWorker(t, a, "--work", "600", "--max", "1")
-	started := startedRun(t, a, "py-long")
+	started := a.StartedRun("py-long")
 	runID, marker := started.LastRunID, started.Claim
 	a.MustRun("card", "release", "py-long", "--force")
 
@@ -213,7 +165,7 @@ func TestNoticesClaimLost(t *testing.T) {
 		t.Errorf("run %s status %s, failure %q, checkpoint %q; want %s, %q, %q as the force-release left it (the late Finish must write nothing)",
 			runID, run.Status, run.FailureCode, run.Checkpoint, board.RunFailedResumable, board.FailureClaimReleased, "worked-ms=0")
 	}
-	if evs := writesAfterRelease(t, a, "py-long", marker); len(evs) != 0 {
+	if evs := a.WritesAfterRelease("py-long", marker); len(evs) != 0 {
 		t.Errorf("the worker wrote after losing its claim: %+v", evs)
 	}
 
@@ -245,7 +197,13 @@ func TestStopsAtTheTrustedDeadline(t *testing.T) {
 	a.MustRun("card", "create", "py-orphan")
 
 	w := startWorker(t, a, "--work", "600", "--max", "1")
-	startedRun(t, a, "py-orphan")
+	a.StartedRun("py-orphan")
+	// The worker must hold the grant before the agent stops: a Start that
+	// landed but whose answer was never sent is another story (the worker
+	// never learns it holds the card).
+	a.WaitFor(30*time.Second, "the worker to report its claim", func() bool {
+		return strings.Contains(w.out.String(), "claimed py-orphan")
+	})
 	// SIGSTOP, not SIGTERM: a stopped agent neither answers nor says
 	// goodbye, which is what a hung or partitioned agent looks like.
 	if err := syscall.Kill(agentPID, syscall.SIGSTOP); err != nil {
@@ -294,7 +252,7 @@ func TestSIGTERMHandsTheCardBackToBeResumed(t *testing.T) {
 	a.MustRun("card", "create", "py-job")
 
 	w := startWorker(t, a, "--work", "600")
-	runID := startedRun(t, a, "py-job").LastRunID
+	runID := a.StartedRun("py-job").LastRunID
 	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

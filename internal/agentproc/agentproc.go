@@ -328,3 +328,63 @@ func (b *Buffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// Main is the TestMain of a package whose tests run built binaries: it
+// builds each package of pkgs (module-relative, "./cmd/leasekeeper") into a
+// temporary directory, stores each binary's path where pkgs points, runs
+// the tests and removes the directory.
+func Main(m *testing.M, pkgs map[string]*string) {
+	dir, err := os.MkdirTemp("", "leasekeeper-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		defer os.RemoveAll(dir)
+		for pkg, out := range pkgs {
+			*out = filepath.Join(dir, filepath.Base(pkg))
+			if err := Build(pkg, *out); err != nil {
+				fmt.Fprintf(os.Stderr, "building %s: %v\n", pkg, err)
+				return 1
+			}
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// StartedRun waits for a worker to have started card's run in the running
+// column, and returns the card as it then is.
+func (a *Agent) StartedRun(card string) board.Card {
+	a.t.Helper()
+	var c board.Card
+	a.WaitFor(30*time.Second, "the worker to start its run", func() bool {
+		c = a.Card(card)
+		return c.State == board.StateInProgress && c.LastRunID != "" && c.Claimed()
+	})
+	return c
+}
+
+// WritesAfterRelease lists the events marker wrote on card after an
+// operator's force-release of its claim; the test fails when there was no
+// such release.
+func (a *Agent) WritesAfterRelease(card, marker string) []board.Event {
+	a.t.Helper()
+	var after []board.Event
+	released := false
+	for _, ev := range a.Events() {
+		if ev.Card != card {
+			continue
+		}
+		switch {
+		case ev.Type == board.EventReleased && strings.HasPrefix(ev.Actor, "uid:") && ev.Data.Marker == marker:
+			released = true
+		case released && ev.Actor == marker:
+			after = append(after, ev)
+		}
+	}
+	if !released {
+		a.t.Fatalf("no force-release of %s's claim on %s in the event log", marker, card)
+	}
+	return after
+}

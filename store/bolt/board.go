@@ -44,9 +44,6 @@ func decodeBoard(raw []byte) (board.Board, error) {
 	return b, nil
 }
 
-// Board returns the stored board definition.
-func (s *Store) Board() board.Board { return *s.def.Load() }
-
 // brd is the current definition, for validation inside the verbs. This
 // process is the file's only writer (DESIGN.md#twin-unleased), so the cache is always
 // what is stored.

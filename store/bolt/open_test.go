@@ -204,8 +204,8 @@ func TestOpenValidatesBoardAndStampsNewFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := s.Board().String(), board.DefaultBoard(true).String(); got != want {
-		t.Errorf("Board() = %s, want %s", got, want)
+	if got, err := s.LoadBoard(t.Context()); err != nil || got.String() != board.DefaultBoard(true).String() {
+		t.Errorf("LoadBoard() = %s, %v; want %s", got, err, board.DefaultBoard(true))
 	}
 	_ = s.Close()
 	if !strings.Contains(rawDump(t, path), fmt.Sprintf("%q=%q", keySchema, strconv.Itoa(SchemaVersion))) {

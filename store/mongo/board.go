@@ -21,8 +21,9 @@ const (
 	collMeta = "meta"
 	boardID  = "board"
 
-	// boardTTL is how long a cached definition is trusted before a write
-	// re-reads it. Another agent's state sweep changes the definition under
+	// boardTTL is how long the store's own copy of the definition (what
+	// its writes validate against) is trusted before a write re-reads it,
+	// under the write's context. Another agent's state sweep changes the definition under
 	// this one; the TTL bounds how long this agent keeps validating against
 	// the old one. A name the cache does not know is re-read at once.
 	boardTTL = 2 * time.Second
@@ -96,39 +97,11 @@ func (s *Store) seedBoard(ctx context.Context, b board.Board) (board.Board, erro
 	return stored, err
 }
 
-func (s *Store) cachedBoard() board.Board {
-	s.boardMu.Lock()
-	defer s.boardMu.Unlock()
-	return s.board
-}
-
 func (s *Store) cacheBoard(b board.Board) {
 	s.boardMu.Lock()
 	defer s.boardMu.Unlock()
 	s.board = b
 	s.boardAt = time.Now()
-}
-
-// Board returns the stored board definition as last read. When that read
-// is older than boardTTL it starts one re-read in the background and
-// returns the cached definition at once: Board has no context to wait
-// with, and its callers (the effects layer, the watchdog) only need to
-// follow another agent's state sweep within a few seconds.
-func (s *Store) Board() board.Board {
-	s.boardMu.Lock()
-	b, stale := s.board, time.Since(s.boardAt) > boardTTL
-	s.boardMu.Unlock()
-	if stale && s.refreshing.CompareAndSwap(false, true) {
-		go func() {
-			defer s.refreshing.Store(false)
-			// No caller's context exists here; the re-read is bounded on
-			// its own and fails harmlessly once the store is closed.
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_, _ = s.LoadBoard(ctx)
-		}()
-	}
-	return b
 }
 
 // LoadBoard reads the stored definition and refreshes the cache.
@@ -144,8 +117,8 @@ func (s *Store) LoadBoard(ctx context.Context) (board.Board, error) {
 	return b, nil
 }
 
-// freshBoard returns the cached definition, re-reading it first when it is
-// older than boardTTL. A failed re-read keeps the cached one: the write
+// freshBoard returns the definition the store's writes decide by: the
+// cached one, re-read first (under ctx) when it is older than boardTTL. A failed re-read keeps the cached one: the write
 // that asked will meet the same failure on its own and report it.
 func (s *Store) freshBoard(ctx context.Context) board.Board {
 	s.boardMu.Lock()

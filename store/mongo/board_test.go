@@ -19,14 +19,14 @@ func TestStoredBoardIsSharedByTheFleet(t *testing.T) {
 	uri, db := mongotest.URI(t), mongotest.Database(t)
 	first := openStore(t, mongostore.Options{URI: uri, Database: db})
 	seeded := board.DefaultBoard(false)
-	if got := first.Board(); !got.Equal(seeded) {
+	if got := loadBoard(t, first); !got.Equal(seeded) {
 		t.Fatalf("board of the first agent = %s, want the default it seeded %s", got, seeded)
 	}
 
 	custom := seeded.Clone()
 	custom.States = append(custom.States, board.State{Name: "parked"})
 	second := openStore(t, mongostore.Options{URI: uri, Database: db, Board: custom})
-	if got := second.Board(); !got.Equal(seeded) {
+	if got := loadBoard(t, second); !got.Equal(seeded) {
 		t.Errorf("board of an agent configured differently = %s, want the stored %s", got, seeded)
 	}
 
@@ -40,7 +40,7 @@ func TestStoredBoardIsSharedByTheFleet(t *testing.T) {
 	if _, err := second.CreateCard(t.Context(), board.NewCard{ID: "c1", State: "queued"}); err != nil {
 		t.Errorf("CreateCard in a state another agent added: %v", err)
 	}
-	if got := second.Board(); !got.Equal(renamed) {
+	if got := loadBoard(t, second); !got.Equal(renamed) {
 		t.Errorf("board of the other agent after the change = %s, want %s", got, renamed)
 	}
 	if _, err := second.CreateCard(t.Context(), board.NewCard{ID: "c2", State: board.StateReady}); !errors.Is(err, board.ErrInvalidArgument) {
@@ -48,32 +48,59 @@ func TestStoredBoardIsSharedByTheFleet(t *testing.T) {
 	}
 
 	third := openStore(t, mongostore.Options{URI: uri, Database: db})
-	if got := third.Board(); !got.Equal(renamed) {
+	if got := loadBoard(t, third); !got.Equal(renamed) {
 		t.Errorf("board of an agent started after the change = %s, want %s", got, renamed)
 	}
 }
 
-// TestBoardFollowsAnotherAgentsChange: Board() has no context, so a stale
-// cache is re-read in the background; an agent that only reads (its
-// effects layer deciding launch states) still follows another agent's
-// state sweep within seconds. The wait polls, bounded, because it waits on
-// the server and on wall-clock staleness, not on anything in this process.
-func TestBoardFollowsAnotherAgentsChange(t *testing.T) {
+// TestWritesFollowAnotherAgentsBoardChange: the definition a store's
+// writes decide by is re-read, under the write's context, once it is
+// older than its bound; a store that never reads the board itself still
+// follows another agent's state sweep. Here the other agent renames the
+// pool state and files a card there: the reader's ClaimNext must take it,
+// which it can only do once it knows the new name is a pool state. The
+// wait polls, bounded, because it waits on wall-clock staleness, not on
+// anything in this process.
+func TestWritesFollowAnotherAgentsBoardChange(t *testing.T) {
 	t.Parallel()
 	uri, db := mongotest.URI(t), mongotest.Database(t)
 	admin := openStore(t, mongostore.Options{URI: uri, Database: db})
 	reader := openStore(t, mongostore.Options{URI: uri, Database: db})
-	seeded := admin.Board()
+	seeded := loadBoard(t, admin)
 	next := seeded.Clone()
-	next.States[1].Name = "queued"
+	pool := next.FirstPool()
+	for i := range next.States {
+		if next.States[i].Name == pool {
+			next.States[i].Name = "queued"
+		}
+	}
 	if _, changed, err := admin.SetBoard(t.Context(), seeded, next); err != nil || !changed {
 		t.Fatalf("SetBoard = %v, %v", changed, err)
 	}
+	if _, err := admin.CreateCard(t.Context(), board.NewCard{ID: "c1", State: "queued"}); err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(15 * time.Second)
-	for !reader.Board().Equal(next) {
+	for {
+		c, _, err := reader.ClaimNext(t.Context(), board.ClaimNextRequest{Marker: "host-4242", Lease: time.Minute})
+		if err == nil && c.ID == "c1" {
+			return
+		}
+		if !errors.Is(err, board.ErrNotFound) {
+			t.Fatalf("ClaimNext = %+v, %v", c, err)
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("Board() of the other agent is still %s, want %s", reader.Board(), next)
+			t.Fatalf("the other agent's ClaimNext still finds no card in the renamed pool state after 15s")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+func loadBoard(t *testing.T, s *mongostore.Store) board.Board {
+	t.Helper()
+	b, err := s.LoadBoard(t.Context())
+	if err != nil {
+		t.Fatalf("LoadBoard: %v", err)
+	}
+	return b
 }

@@ -242,7 +242,7 @@ func moveChange(c *cardState, clk serverClock, to string, reason board.Reason, a
 // afterMove promotes dependents when a move completed the card
 // (board.Board.Promotes).
 func (s *Store) afterMove(ctx context.Context, c *cardState, moved bool, actor string) error {
-	if !moved || !s.cachedBoard().Promotes(c.State, c.StateReason) {
+	if !moved || !s.freshBoard(ctx).Promotes(c.State, c.StateReason) {
 		return nil
 	}
 	return s.promoteDependents(ctx, c.ID, actor)
@@ -258,7 +258,7 @@ func (s *Store) afterMove(ctx context.Context, c *cardState, moved bool, actor s
 // blockers are done; the next completion of any of its blockers (a
 // refiling into the completion state) promotes it then.
 func (s *Store) promoteDependents(ctx context.Context, id, actor string) error {
-	if !s.cachedBoard().Has(board.StateWaitingDeps) {
+	if !s.freshBoard(ctx).Has(board.StateWaitingDeps) {
 		return nil
 	}
 	deps, err := s.findCards(ctx, bson.D{{Key: "depends_on", Value: id}, {Key: "state", Value: board.StateWaitingDeps}},
@@ -287,7 +287,7 @@ func (s *Store) promoteDependents(ctx context.Context, id, actor string) error {
 // promote moves a waiting dependent to the first pool state, if it is
 // still waiting.
 func (s *Store) promote(ctx context.Context, id, blocker, actor string) (bool, error) {
-	pool := s.cachedBoard().FirstPool()
+	pool := s.freshBoard(ctx).FirstPool()
 	_, wrote, err := s.mutate(ctx, id, func(c *cardState, clk serverClock) (*change, error) {
 		if c.State != board.StateWaitingDeps {
 			return nil, nil
@@ -311,7 +311,7 @@ func (s *Store) SetState(ctx context.Context, m board.Move) error {
 	}
 	c, moved, err := s.mutate(ctx, m.Card, func(c *cardState, clk serverClock) (*change, error) {
 		// An operator move declares no source: m.From is SetStateFrom's.
-		if move, err := s.cachedBoard().DecideMove(m.Card, c.State, "", m.To); err != nil || !move {
+		if move, err := s.freshBoard(ctx).DecideMove(m.Card, c.State, "", m.To); err != nil || !move {
 			return nil, err
 		}
 		return moveChange(c, clk, m.To, m.Reason, m.Actor), nil
@@ -337,7 +337,7 @@ func (s *Store) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
 		return false, fmt.Errorf("card %q: from: %w", m.Card, err)
 	}
 	c, moved, err := s.mutate(ctx, m.Card, func(c *cardState, clk serverClock) (*change, error) {
-		if move, err := s.cachedBoard().DecideMove(m.Card, c.State, m.From, m.To); err != nil || !move {
+		if move, err := s.freshBoard(ctx).DecideMove(m.Card, c.State, m.From, m.To); err != nil || !move {
 			return nil, err
 		}
 		return moveChange(c, clk, m.To, m.Reason, m.Actor), nil
@@ -372,7 +372,7 @@ func (s *Store) Reopen(ctx context.Context, m board.Move) error {
 			return fmt.Errorf("card %q: from: %w", m.Card, err)
 		}
 	}
-	b := s.cachedBoard()
+	b := s.freshBoard(ctx)
 	_, _, err = s.mutate(ctx, m.Card, func(c *cardState, clk serverClock) (*change, error) {
 		if err := b.CheckReopen(m.Card, c.State, m.From); err != nil {
 			return nil, err

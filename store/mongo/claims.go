@@ -73,7 +73,7 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 		return board.Card{}, board.ClaimToken{}, err
 	}
 	filter := bson.D{
-		{Key: "state", Value: bson.D{{Key: "$in", Value: s.cachedBoard().PoolStates()}}},
+		{Key: "state", Value: bson.D{{Key: "$in", Value: s.freshBoard(ctx).PoolStates()}}},
 		{Key: "claim", Value: bson.D{{Key: "$in", Value: bson.A{"", nil}}}},
 	}
 	for round := 0; round < maxAttempts; round++ {
@@ -87,7 +87,7 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 		for _, cand := range cands {
 			var tok board.ClaimToken
 			c, wrote, err := s.mutate(ctx, cand.ID, func(c *cardState, clk serverClock) (*change, error) {
-				if c.Claim != "" || !s.cachedBoard().IsPool(c.State) {
+				if c.Claim != "" || !s.freshBoard(ctx).IsPool(c.State) {
 					return nil, nil
 				}
 				var ch *change
@@ -226,7 +226,7 @@ func (s *Store) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, err
 	}
 	reason := m.StampedReason()
 	c, moved, err := s.owned(ctx, m.Card, m.Token, func(c *cardState, clk serverClock) (*change, error) {
-		if move, err := s.cachedBoard().DecideMove(m.Card, c.State, m.From, m.To); err != nil || !move {
+		if move, err := s.freshBoard(ctx).DecideMove(m.Card, c.State, m.From, m.To); err != nil || !move {
 			return nil, err
 		}
 		return moveChange(c, clk, m.To, reason, m.Token.Marker), nil
@@ -558,7 +558,7 @@ func (s *Store) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time,
 	return s.findCards(ctx, bson.D{
 		claimedCond,
 		{Key: "claim_lease_until", Value: nil},
-		{Key: "state", Value: s.cachedBoard().Running()},
+		{Key: "state", Value: s.freshBoard(ctx).Running()},
 		{Key: "last_run_id", Value: bson.D{{Key: "$gt", Value: ""}}},
 		{Key: "updated_at", Value: bson.D{{Key: "$lte", Value: cutoff}}},
 	}, opts)

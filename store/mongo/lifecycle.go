@@ -43,7 +43,7 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 		return st, err
 	}
 	filter := bson.D{
-		{Key: "state", Value: bson.D{{Key: "$in", Value: s.cachedBoard().PoolStates()}}},
+		{Key: "state", Value: bson.D{{Key: "$in", Value: s.freshBoard(ctx).PoolStates()}}},
 		{Key: "claim", Value: bson.D{{Key: "$in", Value: bson.A{"", nil}}}},
 	}
 	for round := 0; round < maxAttempts; round++ {
@@ -78,7 +78,7 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest) (b
 	if err := s.adoptRecorded(ctx, id); err != nil {
 		return board.Started{}, false, err
 	}
-	brd := s.cachedBoard()
+	brd := s.freshBoard(ctx)
 	running := brd.Running()
 	var out board.Started
 	after, wrote, err := s.mutate(ctx, id, func(c *cardState, clk serverClock) (*change, error) {
@@ -144,7 +144,7 @@ func (s *Store) Finish(ctx context.Context, r board.FinishRequest) (board.Finish
 	if err := r.Validate(); err != nil {
 		return board.Finished{}, err
 	}
-	brd := s.cachedBoard()
+	brd := s.freshBoard(ctx)
 	if err := brd.FinishCheck(r); err != nil {
 		return board.Finished{}, err
 	}

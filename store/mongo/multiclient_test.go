@@ -44,7 +44,6 @@ func (r *roundRobin) pick() board.Store {
 
 var _ board.Store = (*roundRobin)(nil)
 
-func (r *roundRobin) Board() board.Board { return r.stores[0].Board() }
 func (r *roundRobin) LoadBoard(ctx context.Context) (board.Board, error) {
 	return r.pick().LoadBoard(ctx)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -87,14 +86,12 @@ type Store struct {
 	boardMu sync.Mutex
 	board   board.Board
 	boardAt time.Time
-	// refreshing is set while Board's background re-read runs.
-	refreshing atomic.Bool
 }
 
 var _ board.Store = (*Store)(nil)
 
 // Open connects, checks the server answers, and creates the indexes. No
-// error it returns carries the connection string's secrets (RedactURI).
+// error it returns carries the connection string's secrets (see package connstr).
 func Open(ctx context.Context, opts Options) (*Store, error) {
 	s, err := open(ctx, opts)
 	return s, scrub(err, opts.URI)
