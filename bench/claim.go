@@ -95,7 +95,7 @@ each repeat. The socket variant is the product path with the store in the agent'
 standard-library client (one Client per worker, as a worker process has), HTTP over a real Unix socket
 with kernel peer credentials, the socketapi server, the heartbeat loop tracking the claim, and the bbolt
 store's group commit. "As shipped" adds what the agent binary does by default: the store served by its
-go-plugin child process, every store call a gRPC round trip.`)
+go-plugin child process, its calls crossing the gRPC boundary on one stream, many to a message.`)
 	dir := filepath.Join(cfg.tmp, "claim")
 	disk, err := fsyncRate(ctx, dir, cfg.duration)
 	if err != nil {

@@ -8,9 +8,9 @@ import (
 )
 
 // The board-administration verbs (board.BoardAdmin) on every layer of the
-// boundary: the plugin's server, the agent's remoteStore, and the Proxy.
-// None of them keeps a copy of the board: each read is one RPC under the
-// caller's context (the agent caches the board above the store).
+// boundary: the plugin's server, and the verbs that remoteStore and Proxy
+// share. None of them keeps a copy of the board: each read is one RPC
+// under the caller's context (the agent caches the board above the store).
 
 var (
 	_ board.BoardAdmin = (*remoteStore)(nil)
@@ -44,48 +44,28 @@ func (s *server) SetLabelsFrom(ctx context.Context, r *storepb.SetLabelsFromRequ
 	return &storepb.CardChangedReply{Card: cardToPB(c), Changed: changed}, nil
 }
 
-func (s *remoteStore) LoadBoard(ctx context.Context) (board.Board, error) {
+func (s *verbs) LoadBoard(ctx context.Context) (board.Board, error) {
 	r, err := s.rpc.LoadBoard(ctx, &storepb.BoardRequest{})
 	if err != nil {
-		return board.Board{}, callError(ctx, "LoadBoard", err)
+		return board.Board{}, err
 	}
 	return boardFromPB(r.GetBoard()), nil
 }
 
-func (s *remoteStore) SetBoard(ctx context.Context, expect, next board.Board) (board.Board, bool, error) {
+func (s *verbs) SetBoard(ctx context.Context, expect, next board.Board) (board.Board, bool, error) {
 	r, err := s.rpc.SetBoard(ctx, &storepb.SetBoardRequest{Expect: boardToPB(expect), Next: boardToPB(next)})
 	if err != nil {
-		return board.Board{}, false, callError(ctx, "SetBoard", err)
+		return board.Board{}, false, err
 	}
 	return boardFromPB(r.GetBoard()), r.GetChanged(), nil
 }
 
-func (s *remoteStore) SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error) {
+func (s *verbs) SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error) {
 	r, err := s.rpc.SetLabelsFrom(ctx, &storepb.SetLabelsFromRequest{
 		Card: l.Card, Expect: stringsToPB(l.Expect), Labels: stringsToPB(l.Labels), Reason: string(l.Reason), Actor: l.Actor,
 	})
 	if err != nil {
-		return board.Card{}, false, callError(ctx, "SetLabelsFrom", err)
+		return board.Card{}, false, err
 	}
 	return cardFromPB(r.GetCard()), r.GetChanged(), nil
-}
-
-func (p *Proxy) LoadBoard(ctx context.Context) (board.Board, error) {
-	return call(p, "LoadBoard", func(s *remoteStore) (board.Board, error) { return s.LoadBoard(ctx) })
-}
-
-func (p *Proxy) SetBoard(ctx context.Context, expect, next board.Board) (board.Board, bool, error) {
-	res, err := call(p, "SetBoard", func(s *remoteStore) (pair[board.Board, bool], error) {
-		b, changed, err := s.SetBoard(ctx, expect, next)
-		return pair[board.Board, bool]{b, changed}, err
-	})
-	return res.a, res.b, err
-}
-
-func (p *Proxy) SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error) {
-	res, err := call(p, "SetLabelsFrom", func(s *remoteStore) (pair[board.Card, bool], error) {
-		c, changed, err := s.SetLabelsFrom(ctx, l)
-		return pair[board.Card, bool]{c, changed}, err
-	})
-	return res.a, res.b, err
 }

@@ -11,12 +11,24 @@ import (
 	"github.com/leasekeeper/leasekeeper/plugins/storepb"
 )
 
-// remoteStore is a board.Store whose every verb is one RPC to a store
-// plugin. Each method hands the caller's ctx to the RPC: gRPC carries its
-// deadline to the plugin and cancels the plugin's handler when it is
-// cancelled.
-type remoteStore struct {
+// verbs are the board.Store verbs as RPCs to a store plugin, one RPC per
+// verb. Each hands the caller's ctx to the RPC: its deadline reaches the
+// plugin, and the plugin's handler is cancelled when it is cancelled. The
+// connection under them classifies every failed call (classified), so a
+// verb returns the error it is given: remoteStore and Proxy share them.
+type verbs struct {
 	rpc storepb.StoreClient
+}
+
+// remoteStore is a board.Store over one connection to a store plugin: the
+// verbs, carried on the Calls stream with the calls made at the same time
+// (callConn), or on their own with protocol 3.
+type remoteStore struct {
+	*verbs
+	calls *callConn // nil with protocol 3
+	// conn is the classified connection under the verbs, for the Proxy's
+	// supervisor to call through.
+	conn grpc.ClientConnInterface
 
 	mu     sync.Mutex
 	traits board.Traits
@@ -24,8 +36,22 @@ type remoteStore struct {
 
 var _ board.Store = (*remoteStore)(nil)
 
+// newRemoteStore is the store over conn's Calls stream (protocol 4).
 func newRemoteStore(conn grpc.ClientConnInterface) *remoteStore {
-	return &remoteStore{rpc: storepb.NewStoreClient(sendableConn{conn})}
+	cc := newCallConn(conn)
+	rs := newUnaryRemoteStore(cc)
+	rs.calls = cc
+	return rs
+}
+
+// newUnaryRemoteStore sends every call as its own RPC on conn (protocol 3).
+func newUnaryRemoteStore(conn grpc.ClientConnInterface) *remoteStore {
+	c := classified{sendableConn{conn}}
+	return &remoteStore{verbs: newVerbs(c), conn: c}
+}
+
+func newVerbs(conn grpc.ClientConnInterface) *verbs {
+	return &verbs{rpc: storepb.NewStoreClient(conn)}
 }
 
 // load is the first round trip, the one that proves the plugin serves the
@@ -34,7 +60,7 @@ func newRemoteStore(conn grpc.ClientConnInterface) *remoteStore {
 func (s *remoteStore) load(ctx context.Context) error {
 	r, err := s.rpc.Board(ctx, &storepb.BoardRequest{})
 	if err != nil {
-		return callError(ctx, "Board", err)
+		return err
 	}
 	t := r.GetTraits()
 	s.mu.Lock()
@@ -50,81 +76,81 @@ func (s *remoteStore) Traits() board.Traits {
 	return s.traits
 }
 
-func (s *remoteStore) CreateCard(ctx context.Context, c board.NewCard) (board.Card, error) {
+func (s *verbs) CreateCard(ctx context.Context, c board.NewCard) (board.Card, error) {
 	r, err := s.rpc.CreateCard(ctx, &storepb.CreateCardRequest{
 		Id: c.ID, Title: c.Title, State: c.State,
 		Labels: stringsToPB(c.Labels), DependsOn: stringsToPB(c.DependsOn), Actor: c.Actor,
 	})
 	if err != nil {
-		return board.Card{}, callError(ctx, "CreateCard", err)
+		return board.Card{}, err
 	}
 	return cardFromPB(r.GetCard()), nil
 }
 
-func (s *remoteStore) GetCard(ctx context.Context, id string) (board.Card, error) {
+func (s *verbs) GetCard(ctx context.Context, id string) (board.Card, error) {
 	r, err := s.rpc.GetCard(ctx, &storepb.GetCardRequest{Id: id})
 	if err != nil {
-		return board.Card{}, callError(ctx, "GetCard", err)
+		return board.Card{}, err
 	}
 	return cardFromPB(r.GetCard()), nil
 }
 
-func (s *remoteStore) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
+func (s *verbs) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
 	r, err := s.rpc.ListCards(ctx, &storepb.ListCardsRequest{State: f.State, Limit: int64(f.Limit), ClaimedOnly: f.ClaimedOnly, RecoveryOnly: f.RecoveryOnly})
 	if err != nil {
-		return nil, callError(ctx, "ListCards", err)
+		return nil, err
 	}
 	return cardsFromPB(r), nil
 }
 
-func (s *remoteStore) Dependents(ctx context.Context, id string) ([]board.Card, error) {
+func (s *verbs) Dependents(ctx context.Context, id string) ([]board.Card, error) {
 	r, err := s.rpc.Dependents(ctx, &storepb.DependentsRequest{Id: id})
 	if err != nil {
-		return nil, callError(ctx, "Dependents", err)
+		return nil, err
 	}
 	return cardsFromPB(r), nil
 }
 
-func (s *remoteStore) Claim(ctx context.Context, c board.ClaimRequest) (board.Card, board.ClaimToken, error) {
+func (s *verbs) Claim(ctx context.Context, c board.ClaimRequest) (board.Card, board.ClaimToken, error) {
 	r, err := s.rpc.Claim(ctx, &storepb.ClaimRequest{Card: c.Card, Marker: c.Marker, LeaseNanos: int64(c.Lease)})
 	if err != nil {
-		return board.Card{}, board.ClaimToken{}, callError(ctx, "Claim", err)
+		return board.Card{}, board.ClaimToken{}, err
 	}
 	return cardFromPB(r.GetCard()), tokenFromPB(r.GetToken()), nil
 }
 
-func (s *remoteStore) Start(ctx context.Context, sr board.StartRequest) (board.Started, error) {
+func (s *verbs) Start(ctx context.Context, sr board.StartRequest) (board.Started, error) {
 	r, err := s.rpc.Start(ctx, startToPB(sr))
 	if err != nil {
-		return board.Started{}, callError(ctx, "Start", err)
+		return board.Started{}, err
 	}
 	return startedFromPB(r), nil
 }
 
-func (s *remoteStore) Finish(ctx context.Context, f board.FinishRequest) (board.Finished, error) {
+func (s *verbs) Finish(ctx context.Context, f board.FinishRequest) (board.Finished, error) {
 	r, err := s.rpc.Finish(ctx, finishToPB(f))
 	if err != nil {
-		return board.Finished{}, callError(ctx, "Finish", err)
+		return board.Finished{}, err
 	}
 	return finishedFromPB(r), nil
 }
 
-func (s *remoteStore) ClaimNext(ctx context.Context, c board.ClaimNextRequest) (board.Card, board.ClaimToken, error) {
+func (s *verbs) ClaimNext(ctx context.Context, c board.ClaimNextRequest) (board.Card, board.ClaimToken, error) {
 	r, err := s.rpc.ClaimNext(ctx, &storepb.ClaimNextRequest{Marker: c.Marker, LeaseNanos: int64(c.Lease)})
 	if err != nil {
-		return board.Card{}, board.ClaimToken{}, callError(ctx, "ClaimNext", err)
+		return board.Card{}, board.ClaimToken{}, err
 	}
 	return cardFromPB(r.GetCard()), tokenFromPB(r.GetToken()), nil
 }
 
-func (s *remoteStore) RenewClaims(ctx context.Context, holds []board.Hold, lease time.Duration) ([]board.RenewResult, error) {
+func (s *verbs) RenewClaims(ctx context.Context, holds []board.Hold, lease time.Duration) ([]board.RenewResult, error) {
 	req := &storepb.RenewClaimsRequest{LeaseNanos: int64(lease), Nil: holds == nil, Holds: make([]*storepb.Hold, 0, len(holds))}
 	for _, h := range holds {
 		req.Holds = append(req.Holds, &storepb.Hold{Card: h.Card, Token: tokenToPB(h.Token)})
 	}
 	r, err := s.rpc.RenewClaims(ctx, req)
 	if err != nil {
-		return nil, callError(ctx, "RenewClaims", err)
+		return nil, err
 	}
 	if r.GetNil() {
 		return nil, nil
@@ -136,129 +162,129 @@ func (s *remoteStore) RenewClaims(ctx context.Context, holds []board.Hold, lease
 	return out, nil
 }
 
-func (s *remoteStore) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, error) {
+func (s *verbs) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, error) {
 	r, err := s.rpc.SetStateOwned(ctx, &storepb.SetStateOwnedRequest{
 		Card: m.Card, Token: tokenToPB(m.Token), To: m.To, From: m.From, Reason: string(m.Reason),
 	})
 	if err != nil {
-		return false, callError(ctx, "SetStateOwned", err)
+		return false, err
 	}
 	return r.GetChanged(), nil
 }
 
-func (s *remoteStore) SetLastRunOwned(ctx context.Context, card string, tok board.ClaimToken, runID string) error {
+func (s *verbs) SetLastRunOwned(ctx context.Context, card string, tok board.ClaimToken, runID string) error {
 	_, err := s.rpc.SetLastRunOwned(ctx, &storepb.SetLastRunOwnedRequest{Card: card, Token: tokenToPB(tok), RunId: runID})
-	return rpcErr(ctx, "SetLastRunOwned", err)
+	return err
 }
 
-func (s *remoteStore) SetAwaitingInputOwned(ctx context.Context, card string, tok board.ClaimToken, awaiting bool) error {
+func (s *verbs) SetAwaitingInputOwned(ctx context.Context, card string, tok board.ClaimToken, awaiting bool) error {
 	_, err := s.rpc.SetAwaitingInputOwned(ctx, &storepb.SetAwaitingInputOwnedRequest{Card: card, Token: tokenToPB(tok), Awaiting: awaiting})
-	return rpcErr(ctx, "SetAwaitingInputOwned", err)
+	return err
 }
 
-func (s *remoteStore) SetGaveUpOwned(ctx context.Context, card string, tok board.ClaimToken, g *board.GaveUp) error {
+func (s *verbs) SetGaveUpOwned(ctx context.Context, card string, tok board.ClaimToken, g *board.GaveUp) error {
 	_, err := s.rpc.SetGaveUpOwned(ctx, &storepb.SetGaveUpOwnedRequest{Card: card, Token: tokenToPB(tok), GaveUp: gaveUpToPB(g)})
-	return rpcErr(ctx, "SetGaveUpOwned", err)
+	return err
 }
 
-func (s *remoteStore) ExpireClaimOwned(ctx context.Context, card string, tok board.ClaimToken) error {
+func (s *verbs) ExpireClaimOwned(ctx context.Context, card string, tok board.ClaimToken) error {
 	_, err := s.rpc.ExpireClaimOwned(ctx, &storepb.OwnedCardRequest{Card: card, Token: tokenToPB(tok)})
-	return rpcErr(ctx, "ExpireClaimOwned", err)
+	return err
 }
 
-func (s *remoteStore) ReleaseOwned(ctx context.Context, card string, tok board.ClaimToken) error {
+func (s *verbs) ReleaseOwned(ctx context.Context, card string, tok board.ClaimToken) error {
 	_, err := s.rpc.ReleaseOwned(ctx, &storepb.OwnedCardRequest{Card: card, Token: tokenToPB(tok)})
-	return rpcErr(ctx, "ReleaseOwned", err)
+	return err
 }
 
-func (s *remoteStore) Release(ctx context.Context, card, marker, actor string) error {
+func (s *verbs) Release(ctx context.Context, card, marker, actor string) error {
 	_, err := s.rpc.Release(ctx, &storepb.ReleaseRequest{Card: card, Marker: marker, Actor: actor})
-	return rpcErr(ctx, "Release", err)
+	return err
 }
 
-func (s *remoteStore) ReleaseExpired(ctx context.Context, r board.ExpiredRelease) error {
+func (s *verbs) ReleaseExpired(ctx context.Context, r board.ExpiredRelease) error {
 	_, err := s.rpc.ReleaseExpired(ctx, &storepb.ReleaseExpiredRequest{
 		Card: r.Card, Prev: tokenToPB(r.Prev), Cutoff: timeToPB(r.Cutoff), Actor: r.Actor, State: r.State,
 	})
-	return rpcErr(ctx, "ReleaseExpired", err)
+	return err
 }
 
 func moveToPB(m board.Move) *storepb.MoveRequest {
 	return &storepb.MoveRequest{Card: m.Card, To: m.To, From: m.From, Reason: string(m.Reason), Actor: m.Actor}
 }
 
-func (s *remoteStore) SetState(ctx context.Context, m board.Move) error {
+func (s *verbs) SetState(ctx context.Context, m board.Move) error {
 	_, err := s.rpc.SetState(ctx, moveToPB(m))
-	return rpcErr(ctx, "SetState", err)
+	return err
 }
 
-func (s *remoteStore) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
+func (s *verbs) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
 	r, err := s.rpc.SetStateFrom(ctx, moveToPB(m))
 	if err != nil {
-		return false, callError(ctx, "SetStateFrom", err)
+		return false, err
 	}
 	return r.GetChanged(), nil
 }
 
-func (s *remoteStore) Reopen(ctx context.Context, m board.Move) error {
+func (s *verbs) Reopen(ctx context.Context, m board.Move) error {
 	_, err := s.rpc.Reopen(ctx, moveToPB(m))
-	return rpcErr(ctx, "Reopen", err)
+	return err
 }
 
-func (s *remoteStore) AdjustLabels(ctx context.Context, c board.LabelChange) (board.Card, error) {
+func (s *verbs) AdjustLabels(ctx context.Context, c board.LabelChange) (board.Card, error) {
 	r, err := s.rpc.AdjustLabels(ctx, &storepb.AdjustLabelsRequest{
 		Card: c.Card, Add: stringsToPB(c.Add), Remove: stringsToPB(c.Remove), Actor: c.Actor,
 	})
 	if err != nil {
-		return board.Card{}, callError(ctx, "AdjustLabels", err)
+		return board.Card{}, err
 	}
 	return cardFromPB(r.GetCard()), nil
 }
 
-func (s *remoteStore) SetLabels(ctx context.Context, card string, labels []string, actor string) (board.Card, error) {
+func (s *verbs) SetLabels(ctx context.Context, card string, labels []string, actor string) (board.Card, error) {
 	r, err := s.rpc.SetLabels(ctx, &storepb.SetLabelsRequest{Card: card, Labels: stringsToPB(labels), Actor: actor})
 	if err != nil {
-		return board.Card{}, callError(ctx, "SetLabels", err)
+		return board.Card{}, err
 	}
 	return cardFromPB(r.GetCard()), nil
 }
 
-func (s *remoteStore) CreateRun(ctx context.Context, run board.NewRun) (board.Run, error) {
+func (s *verbs) CreateRun(ctx context.Context, run board.NewRun) (board.Run, error) {
 	r, err := s.rpc.CreateRun(ctx, newRunToPB(run))
 	if err != nil {
-		return board.Run{}, callError(ctx, "CreateRun", err)
+		return board.Run{}, err
 	}
 	return runFromPB(r), nil
 }
 
-func (s *remoteStore) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run, error) {
+func (s *verbs) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run, error) {
 	r, err := s.rpc.UpdateRun(ctx, runUpdateToPB(u))
 	if err != nil {
-		return board.Run{}, callError(ctx, "UpdateRun", err)
+		return board.Run{}, err
 	}
 	return runFromPB(r), nil
 }
 
-func (s *remoteStore) GetRun(ctx context.Context, id string) (board.Run, error) {
+func (s *verbs) GetRun(ctx context.Context, id string) (board.Run, error) {
 	r, err := s.rpc.GetRun(ctx, &storepb.GetRunRequest{Id: id})
 	if err != nil {
-		return board.Run{}, callError(ctx, "GetRun", err)
+		return board.Run{}, err
 	}
 	return runFromPB(r), nil
 }
 
-func (s *remoteStore) Now(ctx context.Context) (time.Time, error) {
+func (s *verbs) Now(ctx context.Context) (time.Time, error) {
 	r, err := s.rpc.Now(ctx, &storepb.Empty{})
 	if err != nil {
-		return time.Time{}, callError(ctx, "Now", err)
+		return time.Time{}, err
 	}
 	return timeFromPB(r), nil
 }
 
-func (s *remoteStore) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQuery) (board.ExpiredPage, error) {
+func (s *verbs) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQuery) (board.ExpiredPage, error) {
 	r, err := s.rpc.ListExpiredClaimCandidates(ctx, &storepb.ListExpiredRequest{Cutoff: timeToPB(q.Cutoff), Limit: int64(q.Limit), After: q.After})
 	if err != nil {
-		return board.ExpiredPage{}, callError(ctx, "ListExpiredClaimCandidates", err)
+		return board.ExpiredPage{}, err
 	}
 	page := board.ExpiredPage{Next: r.GetNext()}
 	for _, c := range r.GetCards() {
@@ -267,29 +293,29 @@ func (s *remoteStore) ListExpiredClaimCandidates(ctx context.Context, q board.Ex
 	return page, nil
 }
 
-func (s *remoteStore) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
+func (s *verbs) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
 	r, err := s.rpc.ListUnleasedRunningClaims(ctx, &storepb.ListCutoffRequest{Cutoff: timeToPB(cutoff), Limit: int64(limit)})
 	if err != nil {
-		return nil, callError(ctx, "ListUnleasedRunningClaims", err)
+		return nil, err
 	}
 	return cardsFromPB(r), nil
 }
 
-func (s *remoteStore) ReclaimExpired(ctx context.Context, rc board.Reclaim) (board.Card, board.ClaimToken, error) {
+func (s *verbs) ReclaimExpired(ctx context.Context, rc board.Reclaim) (board.Card, board.ClaimToken, error) {
 	r, err := s.rpc.ReclaimExpired(ctx, &storepb.ReclaimExpiredRequest{
 		Card: rc.Card, Prev: tokenToPB(rc.Prev), RecoveryMarker: rc.RecoveryMarker,
 		Cutoff: timeToPB(rc.Cutoff), LeaseNanos: int64(rc.Lease),
 	})
 	if err != nil {
-		return board.Card{}, board.ClaimToken{}, callError(ctx, "ReclaimExpired", err)
+		return board.Card{}, board.ClaimToken{}, err
 	}
 	return cardFromPB(r.GetCard()), tokenFromPB(r.GetToken()), nil
 }
 
-func (s *remoteStore) Events(ctx context.Context, after int64, limit int) ([]board.Event, error) {
+func (s *verbs) Events(ctx context.Context, after int64, limit int) ([]board.Event, error) {
 	r, err := s.rpc.Events(ctx, &storepb.EventsRequest{After: after, Limit: int64(limit)})
 	if err != nil {
-		return nil, callError(ctx, "Events", err)
+		return nil, err
 	}
 	if r.GetNil() {
 		return nil, nil
@@ -301,13 +327,12 @@ func (s *remoteStore) Events(ctx context.Context, after int64, limit int) ([]boa
 	return out, nil
 }
 
-// Close does nothing: the connection belongs to the plugin client, and the
-// plugin process closes its store when it is stopped (Proxy.Close).
-func (s *remoteStore) Close() error { return nil }
-
-func rpcErr(ctx context.Context, verb string, err error) error {
-	if err == nil {
-		return nil
+// Close ends the Calls stream, if any. The connection belongs to the
+// plugin client, and the plugin process closes its store when it is
+// stopped (Proxy.Close).
+func (s *remoteStore) Close() error {
+	if s.calls != nil {
+		s.calls.close()
 	}
-	return callError(ctx, verb, err)
+	return nil
 }

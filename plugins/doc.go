@@ -11,6 +11,14 @@
 // error crosses it too, so errors.Is and board.AsClaimConflict keep working
 // on the agent's side.
 //
+// The RPCs do not cross one by one: the agent carries them on one
+// long-lived Calls stream, and every call made while the previous message
+// was being sent goes in the next one. The plugin runs the calls of a
+// message at once, so the bbolt store commits their writes together, and
+// answers each as it finishes, many replies to a message. A lone call is
+// sent at once; one call's failure, cancellation or deadline is its own.
+// Protocol 3, one RPC per call, is still spoken both ways.
+//
 // A plugin call that was in flight when the plugin died fails with an error
 // wrapping board.ErrOutcomeUnknown: the write may or may not have landed,
 // and a heartbeat must not count it as a renewal. Calls made while the

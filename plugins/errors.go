@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -212,6 +214,20 @@ func transportFailure(st *status.Status) bool {
 			strings.HasPrefix(msg, "server closed the stream without sending trailers")
 	}
 	return false
+}
+
+// classified is the connection under the store's verbs: every call that
+// fails returns what callError makes of its error, so the verbs, and the
+// Proxy's supervisor above them, see errors already classified.
+type classified struct {
+	grpc.ClientConnInterface
+}
+
+func (c classified) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	if err := c.ClientConnInterface.Invoke(ctx, method, args, reply, opts...); err != nil {
+		return callError(ctx, path.Base(method), err)
+	}
+	return nil
 }
 
 // callFailure is a call that failed between the agent and the store, not

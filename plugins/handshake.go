@@ -15,7 +15,12 @@ import (
 // speaks. Bump it (and keep serving the old version in VersionedPlugins for
 // as long as it is supported) whenever proto/store.proto changes in a way an
 // older peer cannot read.
-const ProtocolVersion = 3
+const ProtocolVersion = 4
+
+// unaryProtocolVersion is the previous protocol, still spoken: the same
+// service, each call its own RPC. Version 4 added the Calls stream, on which
+// the agent sends the same calls many to a message.
+const unaryProtocolVersion = 3
 
 // PluginName is the name the store is dispensed under.
 const PluginName = "store"
@@ -37,7 +42,8 @@ var Handshake = plugin.HandshakeConfig{
 // a client passes nil.
 func VersionedPlugins(store board.Store) map[int]plugin.PluginSet {
 	return map[int]plugin.PluginSet{
-		ProtocolVersion: {PluginName: &StorePlugin{Store: store}},
+		ProtocolVersion:      {PluginName: &StorePlugin{Store: store}},
+		unaryProtocolVersion: {PluginName: &StorePlugin{Store: store, unary: true}},
 	}
 }
 
@@ -48,6 +54,9 @@ type StorePlugin struct {
 	plugin.NetRPCUnsupportedPlugin
 	// Store is the backend served by the plugin side; nil on the agent side.
 	Store board.Store
+	// unary: the agent side sends each call as its own RPC (protocol 3)
+	// rather than on the Calls stream.
+	unary bool
 }
 
 var _ plugin.GRPCPlugin = (*StorePlugin)(nil)
@@ -61,9 +70,13 @@ func (p *StorePlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 	return nil
 }
 
-// GRPCClient returns a board.Store over the connection. Its Traits are
-// empty until the first round trip: use Launch, which does it, rather than
+// GRPCClient returns a board.Store over the connection: its calls ride on
+// the Calls stream, or are one RPC each when the plugin speaks only the
+// previous protocol. Its Traits are empty until the first round trip: use Launch, which does it, rather than
 // dispensing by hand.
 func (p *StorePlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
+	if p.unary {
+		return newUnaryRemoteStore(c), nil
+	}
 	return newRemoteStore(c), nil
 }

@@ -40,7 +40,7 @@ var (
 // testPluginBinary builds internal/testplugin (without the race detector:
 // the plugin's side is a separate process, and the build is faster) and
 // returns its path.
-func testPluginBinary(t *testing.T) string {
+func testPluginBinary(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(binDir, "testplugin")
 	buildOnce.Do(func() {
@@ -54,7 +54,7 @@ func testPluginBinary(t *testing.T) string {
 }
 
 // testPluginCmd returns a Cmd func running the test plugin in mode.
-func testPluginCmd(t *testing.T, mode string, env ...string) func() *exec.Cmd {
+func testPluginCmd(t testing.TB, mode string, env ...string) func() *exec.Cmd {
 	bin := testPluginBinary(t)
 	return func() *exec.Cmd {
 		c := exec.Command(bin)
@@ -208,3 +208,28 @@ func (s *scripted) ListCards(ctx context.Context, f board.CardFilter) ([]board.C
 }
 
 func (s *scripted) Close() error { return nil }
+
+// waitCount blocks until n logged lines contain substr, or fails t after d.
+func (w *logWatch) waitCount(t *testing.T, substr string, n int, d time.Duration) {
+	t.Helper()
+	timeout := time.After(d)
+	for {
+		w.mu.Lock()
+		got := 0
+		for _, l := range w.lines {
+			if strings.Contains(l, substr) {
+				got++
+			}
+		}
+		ch := w.changed
+		w.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timeout:
+			t.Fatalf("%d log lines containing %q within %s, want %d", got, substr, d, n)
+		}
+	}
+}

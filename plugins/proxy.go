@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 	"github.com/hashicorp/go-plugin/runner"
+	"google.golang.org/grpc"
 
 	"github.com/leasekeeper/leasekeeper/board"
 )
@@ -44,6 +46,12 @@ type LaunchConfig struct {
 	// MaxBackoff, and restarts from MinBackoff otherwise.
 	// Defaults 100ms and 30s.
 	MinBackoff, MaxBackoff time.Duration
+	// Protocols, when set, are the protocol versions offered to the plugin
+	// (of those this build speaks); the highest both speak is used. Empty
+	// offers every version: ProtocolVersion and the unary protocol 3 before
+	// it, in which each call is its own RPC rather than sharing a message
+	// on the Calls stream.
+	Protocols []int
 }
 
 func (c *LaunchConfig) setDefaults() error {
@@ -61,6 +69,11 @@ func (c *LaunchConfig) setDefaults() error {
 	}
 	if c.MaxBackoff < c.MinBackoff {
 		c.MaxBackoff = max(30*time.Second, c.MinBackoff)
+	}
+	for _, v := range c.Protocols {
+		if _, ok := VersionedPlugins(nil)[v]; !ok {
+			return fmt.Errorf("store plugin: LaunchConfig.Protocols: this build does not speak protocol version %d", v)
+		}
 	}
 	return nil
 }
@@ -94,6 +107,9 @@ type Status struct {
 // ErrUnavailable, and the plugin is restarted with a bounded exponential
 // backoff.
 type Proxy struct {
+	// verbs are the store's verbs through the supervisor (supervised).
+	*verbs
+
 	cfg LaunchConfig
 	log *slog.Logger
 
@@ -140,6 +156,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) (*Proxy, error) {
 	// The supervisor outlives Launch's ctx but keeps its values.
 	life, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p := &Proxy{cfg: cfg, log: cfg.Logger, ctx: life, cancel: cancel, supervised: make(chan struct{})}
+	p.verbs = newVerbs(supervisor{p})
 	inst, err := p.start(ctx)
 	if err != nil {
 		cancel()
@@ -176,7 +193,7 @@ func (p *Proxy) start(ctx context.Context) (*instance, error) {
 	tail := &tailBuffer{max: 4096}
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  Handshake,
-		VersionedPlugins: VersionedPlugins(nil),
+		VersionedPlugins: p.offered(),
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		// go-plugin's placeholder command carries only its own variables
 		// (magic cookie, protocol versions, socket directory): the plugin's
@@ -221,6 +238,21 @@ func (p *Proxy) start(ctx context.Context) (*instance, error) {
 		return fail(err)
 	}
 	return &instance{client: client, runner: r, store: store, started: time.Now()}, nil
+}
+
+// offered is the plugin set of the protocol versions cfg.Protocols names.
+func (p *Proxy) offered() map[int]plugin.PluginSet {
+	all := VersionedPlugins(nil)
+	if len(p.cfg.Protocols) == 0 {
+		return all
+	}
+	out := make(map[int]plugin.PluginSet, len(p.cfg.Protocols))
+	for _, v := range p.cfg.Protocols {
+		if set, ok := all[v]; ok {
+			out[v] = set
+		}
+	}
+	return out
 }
 
 // startError says why a plugin did not start, in terms of what to fix.
@@ -447,27 +479,37 @@ func (p *Proxy) use(verb string) (*instance, error) {
 	return p.cur, nil
 }
 
-// call runs one verb on the running plugin. A call whose transport failed
-// (not by the caller's ctx, and not an RPC the plugin answered or a request
-// that could not be encoded: see callError) condemns the plugin: it is
-// killed, so the supervisor restarts it, and calls fail fast meanwhile
-// instead of each finding out the hard way.
-func call[T any](p *Proxy, verb string, f func(s *remoteStore) (T, error)) (T, error) {
-	inst, err := p.use(verb)
+// supervisor is the connection under the Proxy's verbs: every call goes
+// to the running plugin, or fails fast while it is down. A call whose
+// transport failed (not by the caller's ctx, and not an RPC the plugin
+// answered or a request that could not be encoded: see callError)
+// condemns the plugin: it is killed, so the supervisor restarts it, and
+// calls fail fast meanwhile instead of each finding out the hard way.
+type supervisor struct {
+	p *Proxy
+}
+
+func (s supervisor) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	verb := path.Base(method)
+	inst, err := s.p.use(verb)
 	if err != nil {
-		var zero T
-		return zero, err
+		return err
 	}
-	v, err := f(inst.store)
+	err = inst.store.conn.Invoke(ctx, method, args, reply, opts...)
 	if err != nil && brokenPlugin(err) && !inst.broken.Swap(true) {
-		p.log.Warn("store plugin call failed in transit; replacing the plugin", "verb", verb, "pid", inst.runner.pid, "error", err)
+		s.p.log.Warn("store plugin call failed in transit; replacing the plugin", "verb", verb, "pid", inst.runner.pid, "error", err)
 		_ = inst.runner.kill()
-		p.mu.Lock()
-		if p.cur == inst {
-			p.status.LastError = verb + " failed in transit: " + err.Error()
-			p.notifyLocked()
+		s.p.mu.Lock()
+		if s.p.cur == inst {
+			s.p.status.LastError = verb + " failed in transit: " + err.Error()
+			s.p.notifyLocked()
 		}
-		p.mu.Unlock()
+		s.p.mu.Unlock()
 	}
-	return v, err
+	return err
+}
+
+// NewStream is not offered: the Store service's RPCs are all unary.
+func (supervisor) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+	return nil, errors.New("store plugin: the supervisor carries no streams")
 }

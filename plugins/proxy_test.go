@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -349,5 +350,37 @@ func TestFailedRestartsAreRetried(t *testing.T) {
 	}
 	if _, err := p.GetCard(ctx, "nope"); !errors.Is(err, board.ErrNotFound) {
 		t.Errorf("call after recovery: got %v, want ErrNotFound", err)
+	}
+}
+
+// TestEveryVerbGoesThroughTheSupervisor: every board.Store and
+// board.BoardAdmin verb of the Proxy with a context fails fast once the
+// proxy is closed: each goes through the one supervisor, none past it.
+func TestEveryVerbGoesThroughTheSupervisor(t *testing.T) {
+	t.Parallel()
+	p := launchBolt(t, newLogWatch(), 10*time.Millisecond)
+	p.Close()
+	pv := reflect.ValueOf(p)
+	ctxType := reflect.TypeFor[context.Context]()
+	checked := 0
+	for _, it := range []reflect.Type{reflect.TypeFor[board.Store](), reflect.TypeFor[board.BoardAdmin]()} {
+		for m := range it.Methods() {
+			if m.Type.NumIn() == 0 || m.Type.In(0) != ctxType {
+				continue // Board, Traits, Close: no call to the plugin
+			}
+			args := []reflect.Value{reflect.ValueOf(t.Context())}
+			for i := 1; i < m.Type.NumIn(); i++ {
+				args = append(args, reflect.Zero(m.Type.In(i)))
+			}
+			out := pv.MethodByName(m.Name).Call(args)
+			err, _ := out[len(out)-1].Interface().(error)
+			if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), m.Name) {
+				t.Errorf("%s on a closed proxy: %v, want ErrUnavailable naming the verb", m.Name, err)
+			}
+			checked++
+		}
+	}
+	if checked < 30 {
+		t.Errorf("checked %d verbs; the store has more", checked)
 	}
 }
