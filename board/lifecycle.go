@@ -167,7 +167,7 @@ func (b Board) FinishFiling(cur string, status RunStatus) (to string, reason Rea
 	case RunFailed:
 		to, reason = StateFailed, ReasonRunFailed
 	case RunFailedResumable:
-		if !b.IsRunning(cur) || b.IsPool(cur) {
+		if !b.Strands(cur) {
 			return "", ReasonNone
 		}
 		to = b.FirstPool()
@@ -225,9 +225,28 @@ func Supersede(cur Run, now time.Time) Run {
 	return next
 }
 
-// ReleasedRun reports whether Release of card c (read before the release)
-// closes run, the card's recorded run: it belongs to the released claim
-// and is running or queued. The closed run is returned.
+// Strands reports whether a free card in state would sit where nothing
+// picks it up: the running column, when it is not itself a pool state
+// (the fleet board's). A claim is never left to end there.
+func (b Board) Strands(state string) bool { return b.IsRunning(state) && !b.IsPool(state) }
+
+// ReleaseFiling decides where a release files a card read in state cur
+// (Release and ReleaseOwned): out of a running column that would strand it
+// (Strands) to the first pool state, as a resumable Finish files it, or
+// to == "" when the card stays where it is. The move carries no reason:
+// it is the hand-back itself, not a verdict.
+func (b Board) ReleaseFiling(cur string) (to string) {
+	if !b.Strands(cur) {
+		return ""
+	}
+	return b.FirstPool()
+}
+
+// ReleasedRun reports whether a release of card c (read before the
+// release; Release or ReleaseOwned) closes run, the card's recorded run:
+// it belongs to the released claim and is running or queued. The closed
+// run is returned. A recovery claim owns no run, so its release closes
+// none.
 func ReleasedRun(c Card, run Run, now time.Time) (Run, bool) {
 	if run.ID != c.LastRunID || run.Owner != c.Claim || run.Epoch != c.ClaimEpoch {
 		return run, false

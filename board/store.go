@@ -315,8 +315,14 @@ type Store interface {
 	// ExpireClaimOwned sets the lease to now, so the watchdog may rule on the
 	// card at once instead of waiting out the TTL (a dead worker's claims).
 	ExpireClaimOwned(ctx context.Context, card string, tok ClaimToken) error
-	// ReleaseOwned clears claim, claimed_at and lease and keeps the epoch.
-	// Releasing a free card is nil.
+	// ReleaseOwned clears claim, claimed_at and lease and keeps the epoch:
+	// the holder's hand-back. Releasing a free card is nil. In the same
+	// write, as Release does, it closes the released claim's own open run
+	// (RunFailedResumable, FailureClaimReleased; a recovery claim owns no
+	// run) and files a card that would be left free in a running column
+	// that is not a pool state (Board.Strands: the fleet board's) to the
+	// first pool state, with no reason and the move's state event, so
+	// nothing is left where no worker picks it up.
 	ReleaseOwned(ctx context.Context, card string, tok ClaimToken) error
 	// ReleaseExpired clears an abandoned claim in one CAS on its whole
 	// precondition (see ExpiredRelease). A free card is ErrClaimConflict:
@@ -330,7 +336,9 @@ type Store interface {
 	// the released claim's and its status is running or queued — as
 	// RunFailedResumable with failure code FailureClaimReleased, so the
 	// next Start resumes it and the released holder's late run writes are
-	// refused by the fence.
+	// refused by the fence — and a card that would be left free in a
+	// running column that is not a pool state is filed to the first pool
+	// state (as ReleaseOwned; Board.ReleaseFiling).
 	Release(ctx context.Context, card, marker, actor string) error
 
 	// SetState is an operator move. Leaving a terminal state is

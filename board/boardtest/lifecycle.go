@@ -472,27 +472,74 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 		})
 	})
 
-	t.Run("ReleaseClosesTheHoldersRun", func(t *testing.T) {
-		t.Parallel()
-		e := open(t, h)
-		e.card("c1", board.StateReady)
-		st := e.start(startReq("c1", markerA, "r1"))
-		seq := e.lastSeq()
-		if err := e.s.Release(e.ctx, "c1", markerA, "uid:0"); err != nil {
-			t.Fatal(err)
+	t.Run("ReleaseHandsTheCardBack", func(t *testing.T) {
+		for _, end := range []string{"Release", "ReleaseOwned"} {
+			t.Run(end, func(t *testing.T) {
+				t.Parallel()
+				e := open(t, h)
+				e.card("c1", board.StateReady)
+				st := e.start(startReq("c1", markerA, "r1"))
+				seq := e.lastSeq()
+				if end == "Release" {
+					if err := e.s.Release(e.ctx, "c1", markerA, "uid:0"); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					e.release("c1", st.Token)
+				}
+				r := e.run("r1")
+				if r.Status != board.RunFailedResumable || r.FailureCode != board.FailureClaimReleased {
+					t.Errorf("run after %s = %s, want failed_resumable with %s", end, fmtRun(r), board.FailureClaimReleased)
+				}
+				c := e.get("c1")
+				want := []board.EventType{board.EventRunUpdated, board.EventReleased}
+				wantState := board.StateInProgress
+				if e.b.Strands(board.StateInProgress) {
+					// The fleet board's running column is no pool state:
+					// a free card there is picked up by nobody.
+					wantState = e.b.FirstPool()
+					want = []board.EventType{board.EventRunUpdated, board.EventState, board.EventReleased}
+				}
+				if c.Claimed() || c.ClaimEpoch != st.Token.Epoch || c.State != wantState || c.StateReason != board.ReasonNone {
+					t.Errorf("card after %s = %s (reason %q), want free in %s, the epoch kept", end, fmtCard(c), c.StateReason, wantState)
+				}
+				wantTypes(t, e.eventsAfter(seq), end+" of a Start-made claim", want...)
+				// The released holder's late writes are refused by the fence.
+				fin := board.RunFinished
+				if _, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: st.Token, Status: &fin}); !errors.Is(err, board.ErrClaimConflict) {
+					t.Errorf("the released holder's late UpdateRun = %v, want ErrClaimConflict", err)
+				}
+				if _, err := e.s.Finish(e.ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFinished}); !errors.Is(err, board.ErrClaimConflict) {
+					t.Errorf("the released holder's late Finish = %v, want ErrClaimConflict", err)
+				}
+				// The card is where the next worker finds it.
+				r2 := startReq("", markerB, "r2")
+				r2.Next = true
+				if got := e.start(r2); got.Card.ID != "c1" {
+					t.Errorf("Start next after %s took %q, want c1", end, got.Card.ID)
+				}
+			})
 		}
-		r := e.run("r1")
-		if r.Status != board.RunFailedResumable || r.FailureCode != board.FailureClaimReleased {
-			t.Errorf("run after a force-release = %s, want failed_resumable with %s", fmtRun(r), board.FailureClaimReleased)
-		}
-		wantTypes(t, e.eventsAfter(seq), "Release of a card with an open run", board.EventRunUpdated, board.EventReleased)
-		fin := board.RunFinished
-		if _, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: st.Token, Status: &fin}); !errors.Is(err, board.ErrClaimConflict) {
-			t.Errorf("the released holder's late UpdateRun = %v, want ErrClaimConflict", err)
-		}
-		if _, err := e.s.Finish(e.ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFinished}); !errors.Is(err, board.ErrClaimConflict) {
-			t.Errorf("the released holder's late Finish = %v, want ErrClaimConflict", err)
-		}
+		t.Run("RecoveryClaimClosesNoRun", func(t *testing.T) {
+			t.Parallel()
+			e := open(t, h)
+			e.card("c1", board.StateReady)
+			st := e.start(startReq("c1", markerA, "r1"))
+			c := e.expire("c1", st.Token)
+			_, rec, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: st.Token, RecoveryMarker: recovery, Cutoff: c.ClaimLeaseUntil, Lease: lease})
+			if err != nil {
+				t.Fatalf("ReclaimExpired: %v", err)
+			}
+			e.setState("c1", e.b.FirstPool())
+			before := e.run("r1")
+			e.release("c1", rec)
+			if d := diffRuns(e.run("r1"), before); d != "" {
+				t.Errorf("the release of a recovery claim changed the run: %s", d)
+			}
+			if c := e.get("c1"); c.Claimed() || c.State != e.b.FirstPool() {
+				t.Errorf("card after the recovery claim's release = %s, want free in %s", fmtCard(c), e.b.FirstPool())
+			}
+		})
 	})
 
 	t.Run("RacingLifecycles", func(t *testing.T) { raceLifecycles(t, h) })

@@ -356,8 +356,24 @@ func (s *Store) ReleaseOwned(ctx context.Context, card string, tok board.ClaimTo
 		if !holds(rec, tok) {
 			return conflict(rec)
 		}
-		return s.release(w, rec, tok.Marker)
+		return s.handBack(w, rec, tok.Marker)
 	})
+}
+
+// handBack is the release of Release and ReleaseOwned, in the caller's
+// write: the released claim's own open run closed (board.ReleasedRun), the
+// card filed out of a column that would strand it (board.ReleaseFiling),
+// the claim cleared.
+func (s *Store) handBack(w *wtx, rec *cardRecord, actor string) error {
+	if err := s.closeReleasedRun(w, rec, actor); err != nil {
+		return err
+	}
+	if to := s.brd().ReleaseFiling(rec.State); to != "" {
+		if err := s.move(w, rec, to, board.ReasonNone, actor); err != nil {
+			return err
+		}
+	}
+	return s.release(w, rec, actor)
 }
 
 // ReleaseExpired releases a claim that is still exactly r.Prev and still
@@ -411,10 +427,7 @@ func (s *Store) Release(ctx context.Context, card, marker, actor string) error {
 		if rec.Claim != marker {
 			return conflict(rec)
 		}
-		if err := s.closeReleasedRun(w, rec, actor); err != nil {
-			return err
-		}
-		return s.release(w, rec, actor)
+		return s.handBack(w, rec, actor)
 	})
 }
 

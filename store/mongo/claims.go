@@ -337,6 +337,11 @@ func (s *Store) ReleaseOwned(ctx context.Context, card string, tok board.ClaimTo
 	if err := board.ValidateToken(card, tok); err != nil {
 		return err
 	}
+	// The released claim's open run is closed in the same CAS, so it
+	// must be embedded first.
+	if err := s.adoptRecorded(ctx, card); err != nil {
+		return err
+	}
 	_, _, err := s.mutate(ctx, card, func(c *cardState, clk serverClock) (*change, error) {
 		if c.Claim == "" {
 			return nil, nil
@@ -344,11 +349,30 @@ func (s *Store) ReleaseOwned(ctx context.Context, card string, tok board.ClaimTo
 		if !c.holds(tok) {
 			return nil, c.conflict()
 		}
-		ch := releaseChange(c, clk, tok.Marker)
-		ch.cond = tokenCond(tok)
+		ch := s.handBack(c, clk, tok.Marker)
+		ch.cond = append(ch.cond, tokenCond(tok)...)
 		return ch, nil
 	})
 	return err
+}
+
+// handBack is the change of Release and ReleaseOwned on the card as read:
+// the released claim's own open run closed (board.ReleasedRun), the card
+// filed out of a column that would strand it (board.ReleaseFiling), the
+// claim cleared. Its conditions are the embedded run and the state as
+// read; the caller adds the claim's.
+func (s *Store) handBack(c *cardState, clk serverClock, actor string) *change {
+	var closed, move *change
+	if run := c.recordedRun(); run != nil {
+		if next, ok := board.ReleasedRun(c.Card, *run, clk.now); ok {
+			closed = setRun(c, next, board.EventRunUpdated, actor)
+		}
+	}
+	if to := s.cachedBoard().ReleaseFiling(c.State); to != "" {
+		move = moveChange(c, clk, to, board.ReasonNone, actor)
+	}
+	asRead := &change{cond: bson.D{same(c.raw, "state"), same(c.raw, fieldRun)}}
+	return merge(asRead, closed, move, releaseChange(c, clk, actor))
 }
 
 // Release clears a claim held by exactly marker, whatever its epoch — even
@@ -377,13 +401,8 @@ func (s *Store) Release(ctx context.Context, card, marker, actor string) error {
 		if c.Claim != marker {
 			return nil, c.conflict()
 		}
-		ch := releaseChange(c, clk, actor)
-		ch.cond = bson.D{{Key: "claim", Value: marker}, same(c.raw, "claim_epoch")}
-		if run := c.recordedRun(); run != nil {
-			if next, ok := board.ReleasedRun(c.Card, *run, clk.now); ok {
-				ch = merge(setRun(c, next, board.EventRunUpdated, actor), ch)
-			}
-		}
+		ch := s.handBack(c, clk, actor)
+		ch.cond = append(ch.cond, bson.E{Key: "claim", Value: marker}, same(c.raw, "claim_epoch"))
 		return ch, nil
 	})
 	return err
