@@ -272,7 +272,11 @@ type Store interface {
 	// A retry after an unknown outcome is answered, not repeated: when the
 	// card is already claimed by r.Marker with a lease that has not ended
 	// and points at r.Run.ID under that claim's epoch (the write landed),
-	// Start returns that state again, writing nothing. With r.Next, the
+	// Start returns that state again. It refreshes the lease as an
+	// idempotent same-marker Claim does (now+r.Lease, never backwards; same
+	// epoch, no event, no updated_at bump) — the caller counts the claim
+	// from the retry, so the stored lease must reach as far — and writes
+	// nothing else. With r.Next, the
 	// card is the one whose run is r.Run.ID. A Start that resumed a run
 	// wrote no run named r.Run.ID, so its retry cannot be told from a
 	// second Start by the same marker: it is ErrClaimConflict naming

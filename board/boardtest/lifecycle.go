@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
 )
@@ -155,12 +156,36 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 		first := e.start(startReq("c1", markerA, "r1"))
 		before := e.get("c1")
 		seq := e.lastSeq()
-		again := e.start(startReq("c1", markerA, "r1"))
+		// The retry comes later, and asks for a longer lease: the caller
+		// counts the claim from the retry, so the store's lease must
+		// reach as far (as an idempotent re-claim's does).
+		e.clock.Advance(25 * time.Second)
+		retry := startReq("c1", markerA, "r1")
+		retry.Lease = 2 * time.Minute
+		again := e.start(retry)
 		if again.Token != first.Token || again.Run.ID != "r1" || again.Card.ClaimEpoch != first.Token.Epoch {
 			t.Errorf("retried Start = token %+v run %q, want the first answer %+v r1", again.Token, again.Run.ID, first.Token)
 		}
-		e.unchanged(before, "a retried Start")
+		c := e.get("c1")
+		if d := diffCards(c, again.Card); d != "" {
+			t.Errorf("the retry's Started.Card differs from the stored card: %s", d)
+		}
+		if e.local() && !c.ClaimLeaseUntil.Equal(e.clock.Now().Add(retry.Lease)) {
+			t.Errorf("lease after a retried Start = %s, want the retry's now+lease = %s", fmtTime(c.ClaimLeaseUntil), fmtTime(e.clock.Now().Add(retry.Lease)))
+		}
+		if !e.local() && !c.ClaimLeaseUntil.After(before.ClaimLeaseUntil.Add(retry.Lease-lease-10*time.Second)) {
+			t.Errorf("lease after a retried Start = %s, want about the retry's now+lease (the first was %s)", fmtTime(c.ClaimLeaseUntil), fmtTime(before.ClaimLeaseUntil))
+		}
+		// Only the lease moved: same epoch, no event, nothing else written.
+		want := before
+		want.ClaimLeaseUntil = c.ClaimLeaseUntil
+		e.unchanged(want, "a retried Start")
 		e.noEventsSince(seq, "a retried Start")
+		// A shorter lease in a later retry never moves it back.
+		e.start(startReq("c1", markerA, "r1"))
+		if got := e.get("c1").ClaimLeaseUntil; got.Before(c.ClaimLeaseUntil) {
+			t.Errorf("a retry with a shorter lease moved the lease back: %s, was %s", fmtTime(got), fmtTime(c.ClaimLeaseUntil))
+		}
 	})
 
 	t.Run("ResumeRecordedRun", func(t *testing.T) {

@@ -31,6 +31,11 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 				return err
 			}
 			if board.StartAnswered(prev.Card, r, s.now()) && run.Owner == prev.Claim && run.Epoch == prev.ClaimEpoch {
+				// The lease is refreshed as an idempotent re-claim's is:
+				// the caller counts it from this attempt.
+				if err := s.extendLease(w, prev, s.now().Add(r.Lease)); err != nil {
+					return err
+				}
 				out = board.Started{Card: prev.Card, Token: prev.Token(), Run: *run}
 				return nil
 			}

@@ -30,12 +30,8 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 	if c, err := s.cardOfRun(ctx, r.Run.ID); err != nil {
 		return board.Started{}, err
 	} else if c != nil && (r.Next || c.ID == r.Card) {
-		clk, err := s.serverNow(ctx)
-		if err != nil {
-			return board.Started{}, err
-		}
-		if board.StartAnswered(c.Card, r, clk.now) && c.run.Owner == c.Claim && c.run.Epoch == c.ClaimEpoch {
-			return board.Started{Card: c.Card, Token: c.Token(), Run: *c.run}, nil
+		if st, ok, err := s.answerStart(ctx, c.ID, r); err != nil || ok {
+			return st, err
 		}
 	}
 	if !r.Next {
@@ -68,6 +64,31 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 		}
 	}
 	return board.Started{}, fmt.Errorf("mongostore: start next: %w", ErrContention)
+}
+
+// answerStart answers a retry of Start r on card id when the first
+// attempt landed (board.StartAnswered): the lease is refreshed as an
+// idempotent re-claim's is (server-now + lease, never backwards, same
+// epoch, no event), fenced on the claim and the run, and the state the
+// first attempt wrote is returned. ok is false when it did not land.
+func (s *Store) answerStart(ctx context.Context, id string, r board.StartRequest) (st board.Started, ok bool, err error) {
+	after, _, err := s.mutate(ctx, id, func(c *cardState, clk serverClock) (*change, error) {
+		ok = false
+		if c.run == nil || c.run.ID != r.Run.ID || !board.StartAnswered(c.Card, r, clk.now) ||
+			c.run.Owner != c.Claim || c.run.Epoch != c.ClaimEpoch {
+			return nil, nil
+		}
+		ok = true
+		ch := &change{
+			cond: append(bson.D{same(c.raw, fieldRun)}, tokenCond(c.Token())...),
+			max:  bson.D{{Key: "claim_lease_until", Value: clk.leaseUntil(r.Lease)}},
+		}
+		return ch, nil
+	})
+	if err != nil || !ok {
+		return board.Started{}, false, err
+	}
+	return board.Started{Card: after.Card, Token: after.Token(), Run: *after.run}, true, nil
 }
 
 // errNotPool: a Next candidate left the pool before it was started.
