@@ -147,7 +147,11 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest) (b
 			move = moveChange(c, clk, running, board.ReasonNone, tok.Marker)
 		}
 		out.Token = tok
-		return merge(acq, runCh, pointAtChange(c, clk, out.Run.ID, tok), move), nil
+		// The state as read is part of the CAS whether the card moves or
+		// not: an operator's move in between (to a sink, say) was not
+		// judged by StartRefusal.
+		asRead := &change{cond: bson.D{same(c.raw, "state")}}
+		return merge(asRead, acq, runCh, pointAtChange(c, clk, out.Run.ID, tok), move), nil
 	})
 	if err != nil || !wrote {
 		return board.Started{}, false, err
@@ -200,7 +204,10 @@ func (s *Store) Finish(ctx context.Context, r board.FinishRequest) (board.Finish
 			move = moveChange(c, clk, to, m.StampedReason(), r.Token.Marker)
 			moved = true
 		}
-		return merge(setRun(c, next, board.EventRunUpdated, r.Token.Marker), move, releaseChange(c, clk, r.Token.Marker)), nil
+		// The state as read is part of the CAS whether the filing moves
+		// the card or not: the filing was decided on it.
+		asRead := &change{cond: bson.D{same(c.raw, "state")}}
+		return merge(asRead, setRun(c, next, board.EventRunUpdated, r.Token.Marker), move, releaseChange(c, clk, r.Token.Marker)), nil
 	})
 	if err != nil {
 		return board.Finished{}, err
