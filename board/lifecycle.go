@@ -26,6 +26,12 @@ func (s RunStatus) Open() bool {
 	return false
 }
 
+// Paused reports whether s is a hold on the run: an operator's
+// (paused_operator) or one waiting on a person (paused_waiting_human).
+func (s RunStatus) Paused() bool {
+	return s == RunPausedOperator || s == RunPausedWaitingHuman
+}
+
 // Normalize validates a Start request and fills its defaults: an empty run
 // status is running. The run's Card, Owner and Epoch are the store's to
 // set; Card is filled from r.Card when it is named.
@@ -191,6 +197,18 @@ func (b Board) StartRefusal(c Card) error {
 	return nil
 }
 
+// StartRunRefusal refuses a Start on card c whose recorded run is rec
+// (nil: none): a paused run is a hold someone put on it, and a Start
+// neither resumes nor supersedes it (ErrTransitionRejected naming the run
+// and its status). Refused before anything is written.
+func StartRunRefusal(c Card, rec *Run) error {
+	if rec != nil && rec.ID == c.LastRunID && rec.Status.Paused() {
+		return fmt.Errorf("card %q: start: its run %q is %s: a paused run is parked, and a Start neither resumes nor supersedes it: %w",
+			c.ID, rec.ID, rec.Status, ErrTransitionRejected)
+	}
+	return nil
+}
+
 // StartAnswered reports whether Start r already landed on card c, read at
 // now: c is claimed by r.Marker with a lease that has not ended and points
 // at r.Run.ID under that claim's epoch. The retry returns that state again.
@@ -200,8 +218,9 @@ func StartAnswered(c Card, r StartRequest, now time.Time) bool {
 }
 
 // Resumable reports whether a Start should take over the card's recorded
-// run rec instead of creating one: it has no final verdict.
-func Resumable(rec Run) bool { return !rec.Status.Final() }
+// run rec instead of creating one: it has no final verdict and is not
+// paused (a paused run refuses the Start: StartRunRefusal).
+func Resumable(rec Run) bool { return !rec.Status.Final() && !rec.Status.Paused() }
 
 // Resume is the run a Start makes of the recorded run cur: owned by the new
 // claim tok, with the new owner's identity and status from in, its ID,

@@ -248,12 +248,17 @@ type Store interface {
 	// Refused up front, minting nothing (no epoch, no run, no event): a
 	// card in a terminal state (ErrTerminalStateExit), a card claimed by
 	// anyone, the same marker included (ErrClaimConflict naming the
-	// holder), an invalid run or request (ErrInvalidArgument); with Next,
-	// no claimable card is ErrNotFound.
+	// holder), a card whose recorded run is paused (paused_operator or
+	// paused_waiting_human: the parking brake, which a Start neither
+	// resumes nor supersedes, with r.Fresh neither; ErrTransitionRejected
+	// naming the run and its status), an invalid run or request
+	// (ErrInvalidArgument); with Next, a card whose run is paused is
+	// passed over as a held one is, and no claimable card is ErrNotFound.
 	//
 	// Resume: when the card records a run that has no final verdict (its
 	// status is not finished, failed or cancelled: a resumable failure, or
-	// a run whose claim ended without one) and r.Fresh is false, that run
+	// a run whose claim ended without one) and is not paused, and r.Fresh
+	// is false, that run
 	// is taken over instead of creating one (a card's free claim cannot
 	// have a live owner writing it: the fence refuses the old epoch): its
 	// ID, checkpoint and continuation are kept, its status becomes

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -252,6 +253,51 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 				if _, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: first.Token, Status: &st2}); !errors.Is(err, board.ErrClaimConflict) {
 					t.Errorf("the earlier holder's UpdateRun of the resumed run = %v, want ErrClaimConflict", err)
 				}
+			})
+		}
+	})
+
+	t.Run("PausedRunRefusesStart", func(t *testing.T) {
+		for _, paused := range []board.RunStatus{board.RunPausedOperator, board.RunPausedWaitingHuman} {
+			t.Run(string(paused), func(t *testing.T) {
+				t.Parallel()
+				e := open(t, h)
+				e.card("c1", board.StateReady)
+				first := e.start(startReq("c1", markerA, "r1"))
+				if _, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: first.Token, Status: &paused}); err != nil {
+					t.Fatal(err)
+				}
+				e.release("c1", first.Token)
+				parked := e.run("r1")
+				if parked.Status != paused {
+					t.Fatalf("run after the holder's release = %s, want still %s (a release closes only a running or queued run)", fmtRun(parked), paused)
+				}
+				e.card("c2", board.StateReady)
+				// A Start on the card, fresh or not, neither resumes nor
+				// supersedes the parked run.
+				for _, fresh := range []bool{false, true} {
+					r := startReq("c1", markerB, "r2")
+					r.Fresh = fresh
+					err := e.refusedStart(r, board.ErrTransitionRejected, fmt.Sprintf("Start (fresh %v) of a card whose run is %s", fresh, paused))
+					if err != nil && (!strings.Contains(err.Error(), `"r1"`) || !strings.Contains(err.Error(), string(paused))) {
+						t.Errorf("the refusal %q does not name the run r1 and its status %s", err, paused)
+					}
+				}
+				if d := diffRuns(e.run("r1"), parked); d != "" {
+					t.Errorf("the refused Starts changed the parked run: %s", d)
+				}
+				// Start next passes the card over, as it does a held one.
+				next := startReq("", markerB, "r3")
+				next.Next = true
+				if st := e.start(next); st.Card.ID != "c2" {
+					t.Errorf("Start next took %q, want c2 (c1's run is %s)", st.Card.ID, paused)
+				}
+				next = startReq("", markerB, "r4")
+				next.Next = true
+				seq := e.lastSeq()
+				_, err := e.s.Start(e.ctx, next)
+				wantErr(t, err, board.ErrNotFound, "Start next with only a parked card free")
+				e.noEventsSince(seq, "a Start next that found only a parked card")
 			})
 		}
 	})

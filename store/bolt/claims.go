@@ -101,7 +101,7 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 		tok  board.ClaimToken
 	)
 	err := s.write(ctx, func(w *wtx) error {
-		rec, err := s.pickNext(w)
+		rec, err := s.pickNext(w, nil)
 		if err != nil {
 			return err
 		}
@@ -116,18 +116,34 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 }
 
 // pickNext reads the oldest unclaimed card in a pool state, in a write
-// that has not changed the state index yet.
-func (s *Store) pickNext(w *wtx) (*cardRecord, error) {
-	var best []byte
+// that has not changed the state index yet. A free card skip reports true
+// for is passed over (nil: none is).
+func (s *Store) pickNext(w *wtx, skip func(*cardRecord) (bool, error)) (*cardRecord, error) {
+	var (
+		best    []byte
+		bestRec *cardRecord
+	)
 	for _, state := range s.brd().PoolStates() {
 		p := statePrefix(state)
 		err := w.scan(bucketIdxState, p, func(k, v []byte) (bool, error) {
 			if bytes.Equal(v, stateClaimed) {
 				return true, nil
 			}
-			if order := k[len(p):]; best == nil || bytes.Compare(order, best) < 0 {
-				best = bytes.Clone(order)
+			order := k[len(p):]
+			if best != nil && bytes.Compare(order, best) >= 0 {
+				return false, nil // this state's index is in creation order
 			}
+			var rec *cardRecord
+			if skip != nil {
+				var err error
+				if rec, err = w.getCard(idFromOrderKey(order)); err != nil {
+					return false, err
+				}
+				if skipped, err := skip(rec); err != nil || skipped {
+					return err == nil, err
+				}
+			}
+			best, bestRec = bytes.Clone(order), rec
 			return false, nil
 		})
 		if err != nil {
@@ -136,6 +152,9 @@ func (s *Store) pickNext(w *wtx) (*cardRecord, error) {
 	}
 	if best == nil {
 		return nil, fmt.Errorf("no unclaimed card in a pool state: %w", board.ErrNotFound)
+	}
+	if bestRec != nil {
+		return bestRec, nil
 	}
 	return w.getCard(idFromOrderKey(best))
 }

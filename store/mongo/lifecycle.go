@@ -41,6 +41,10 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 	filter := bson.D{
 		{Key: "state", Value: bson.D{{Key: "$in", Value: s.cachedBoard().PoolStates()}}},
 		{Key: "claim", Value: bson.D{{Key: "$in", Value: bson.A{"", nil}}}},
+		// Cards whose run is paused are passed over in the query, so
+		// they cannot fill every page of candidates.
+		{Key: fieldRun + ".status", Value: bson.D{{Key: "$nin", Value: bson.A{
+			string(board.RunPausedOperator), string(board.RunPausedWaitingHuman)}}}},
 	}
 	for round := 0; round < maxAttempts; round++ {
 		cands, err := s.findCards(ctx, filter, options.Find().SetSort(creationOrder).SetLimit(8))
@@ -56,7 +60,7 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 			switch {
 			case wrote:
 				return st, nil
-			case errors.Is(err, errNotPool), errors.As(err, &ce):
+			case errors.Is(err, errNotPool), errors.Is(err, errParked), errors.As(err, &ce):
 				continue // taken or moved in between: the next candidate
 			case err != nil:
 				return board.Started{}, err
@@ -94,6 +98,10 @@ func (s *Store) answerStart(ctx context.Context, id string, r board.StartRequest
 // errNotPool: a Next candidate left the pool before it was started.
 var errNotPool = errors.New("not in a pool state")
 
+// errParked: a Next candidate's recorded run is paused
+// (board.StartRunRefusal); it is passed over, as a held card is.
+var errParked = errors.New("its run is paused")
+
 // startOn plans and writes Start on one card.
 func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest) (board.Started, bool, error) {
 	if err := s.adoptRecorded(ctx, id); err != nil {
@@ -110,8 +118,14 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest) (b
 		if r.Next && !brd.IsPool(c.State) {
 			return nil, errNotPool
 		}
-		acq, tok := acquireChange(c, clk, r.Marker, r.Lease)
 		recorded := c.recordedRun()
+		if err := board.StartRunRefusal(c.Card, recorded); err != nil {
+			if r.Next {
+				return nil, errParked
+			}
+			return nil, err
+		}
+		acq, tok := acquireChange(c, clk, r.Marker, r.Lease)
 		var runCh *change
 		// The fleet twin never resumes a recorded run (board.Store.Start):
 		// every Start is a fresh run, so the watchdog's run ceiling, which
