@@ -135,6 +135,20 @@ func RunFence(c Card, run Run, tok ClaimToken) error {
 	return nil
 }
 
+// PointFence decides whether tok may point its card at run
+// (SetLastRunOwned): a run that has no final verdict must be tok's own
+// (its Owner and Epoch), so the pointer epoch of an open run is always
+// the run's own epoch and RunFence and the watchdog agree on whose it
+// is. Taking over another claim's open run is Start's resume. The error
+// is ErrInvalidArgument.
+func PointFence(card string, run Run, tok ClaimToken) error {
+	if run.Status.Final() || (run.Owner == tok.Marker && run.Epoch == tok.Epoch) {
+		return nil
+	}
+	return Invalid("card %q: run %q is %s under %s epoch %d, not this claim's (%s epoch %d): use Start to resume a run",
+		card, run.ID, run.Status, run.Owner, run.Epoch, tok.Marker, tok.Epoch)
+}
+
 // FinishFence decides whether Finish may record its verdict on run for
 // card c: c is claimed by exactly r.Token (ErrClaimConflict), run is the
 // card's recorded run started or resumed under r.Token (ErrClaimConflict)

@@ -317,7 +317,11 @@ type Store interface {
 	SetStateOwned(ctx context.Context, m OwnedMove) (changed bool, err error)
 	// SetLastRunOwned points the card at runID and records tok's epoch as
 	// the pointer's (Card.LastRunEpoch), also when the pointer is already
-	// runID but was stamped by an earlier claim (a resumed run).
+	// runID but was stamped by an earlier claim. A run that has no final
+	// verdict must be tok's own (its Owner and Epoch): pointing at another
+	// claim's open run is ErrInvalidArgument and writes nothing — taking
+	// it over is Start's resume — so an open run's pointer epoch is always
+	// its own (board.PointFence).
 	SetLastRunOwned(ctx context.Context, card string, tok ClaimToken, runID string) error
 	SetAwaitingInputOwned(ctx context.Context, card string, tok ClaimToken, awaiting bool) error
 	SetGaveUpOwned(ctx context.Context, card string, tok ClaimToken, g *GaveUp) error

@@ -543,6 +543,51 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 		})
 	})
 
+	t.Run("PointerAtAnotherClaimsOpenRunRefused", func(t *testing.T) {
+		t.Parallel()
+		e := open(t, h)
+		e.card("c1", board.StateReady)
+		tokA := e.claim("c1", markerA)
+		if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: tokA, Run: board.Run{ID: "r1", Card: "c1", Checkpoint: "ck"}}); err != nil {
+			t.Fatal(err)
+		}
+		e.release("c1", tokA)
+		tokB := e.claim("c1", markerB)
+		before := e.get("c1")
+		seq := e.lastSeq()
+		// r1 has no verdict (the release left it resumable) and is not
+		// tokB's: stamping the pointer under tokB would make the card's
+		// pointer epoch disagree with the run's, so neither tokB nor a
+		// watchdog judging tokB could write it. Taking it over is Start's.
+		err := e.s.SetLastRunOwned(e.ctx, "c1", tokB, "r1")
+		wantErr(t, err, board.ErrInvalidArgument, "SetLastRunOwned at another claim's open run")
+		if err != nil && !strings.Contains(err.Error(), "use Start to resume a run") {
+			t.Errorf("the refusal %q does not point at Start", err)
+		}
+		e.unchanged(before, "a refused SetLastRunOwned")
+		e.noEventsSince(seq, "a refused SetLastRunOwned")
+		// A run that has its verdict may be pointed at by any claim, and
+		// the claim's own run always.
+		if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: tokB, Run: board.Run{ID: "r2", Card: "c1"}}); err != nil {
+			t.Fatal(err)
+		}
+		fin := board.RunFinished
+		if _, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r2", Token: tokB, Status: &fin}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.s.SetLastRunOwned(e.ctx, "c1", tokB, "r2"); err != nil {
+			t.Errorf("SetLastRunOwned at the claim's own run: %v", err)
+		}
+		e.release("c1", tokB)
+		tokC := e.claim("c1", markerA)
+		if err := e.s.SetLastRunOwned(e.ctx, "c1", tokC, "r2"); err != nil {
+			t.Errorf("SetLastRunOwned at an earlier claim's finished run: %v", err)
+		}
+		if c := e.get("c1"); c.LastRunID != "r2" || c.LastRunEpoch != tokC.Epoch {
+			t.Errorf("pointer = %s at epoch %d, want r2 at %d", c.LastRunID, c.LastRunEpoch, tokC.Epoch)
+		}
+	})
+
 	t.Run("ReleaseHandsTheCardBack", func(t *testing.T) {
 		for _, end := range []string{"Release", "ReleaseOwned"} {
 			t.Run(end, func(t *testing.T) {

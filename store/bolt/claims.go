@@ -284,9 +284,16 @@ func (s *Store) SetLastRunOwned(ctx context.Context, card string, tok board.Clai
 		return fmt.Errorf("card %q: %w", card, err)
 	}
 	return s.owned(ctx, card, tok, func(w *wtx, rec *cardRecord) error {
-		// The same pointer stamped again under a new claim (a re-claim that
-		// resumes the recorded run) is a change: the pointer now belongs
-		// to this claim.
+		if run, err := w.getRun(runID); err != nil {
+			return err
+		} else if run != nil {
+			if err := board.PointFence(card, *run, tok); err != nil {
+				return err
+			}
+		}
+		// The same pointer stamped again under a new claim (a run that
+		// has its verdict) is a change: the pointer now belongs to this
+		// claim.
 		return s.pointAt(w, rec, runID, tok, s.now())
 	})
 }

@@ -244,10 +244,27 @@ func (s *Store) SetLastRunOwned(ctx context.Context, card string, tok board.Clai
 		return fmt.Errorf("card %q: %w", card, err)
 	}
 	_, _, err := s.owned(ctx, card, tok, func(c *cardState, clk serverClock) (*change, error) {
-		// The same pointer stamped again under a new claim (a re-claim that
-		// resumes the recorded run) is a change: the pointer now belongs
-		// to this claim.
-		return pointAtChange(c, clk, runID, tok), nil
+		ch := pointAtChange(c, clk, runID, tok)
+		if c.run != nil && c.run.ID == runID {
+			if err := board.PointFence(card, *c.run, tok); err != nil {
+				return nil, err
+			}
+			// The embedded run as read is what the fence judged.
+			if ch != nil {
+				ch.cond = append(ch.cond, same(c.raw, fieldRun))
+			}
+		} else if old, err := s.readArchivedRun(ctx, runID); err == nil {
+			// An archived run's owner and epoch no longer change.
+			if err := board.PointFence(card, old.Run, tok); err != nil {
+				return nil, err
+			}
+		} else if !errors.Is(err, board.ErrNotFound) {
+			return nil, err
+		}
+		// The same pointer stamped again under a new claim (a run that
+		// has its verdict) is a change: the pointer now belongs to this
+		// claim.
+		return ch, nil
 	})
 	return err
 }
