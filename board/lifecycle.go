@@ -275,6 +275,17 @@ func (b Board) ReleaseFiling(cur string) (to string) {
 	return b.FirstPool()
 }
 
+// DisplacedRun reports whether a fenced run start (CreateRun) closes cur,
+// the card's recorded run it displaces: cur has no final verdict, and
+// with the pointer moved on nothing would lead to it any more. The closed
+// run is cur superseded (Supersede).
+func DisplacedRun(cur Run, newID string, now time.Time) (Run, bool) {
+	if cur.ID == newID || cur.Status.Final() {
+		return cur, false
+	}
+	return Supersede(cur, now), true
+}
+
 // ReleasedRun reports whether a release of card c (read before the
 // release; Release or ReleaseOwned) closes run, the card's recorded run:
 // it belongs to the released claim and is running or queued. The closed

@@ -380,8 +380,11 @@ type Store interface {
 	// verbs: fenced on r.Token (the card r.Run.Card must be claimed by
 	// exactly it), the run created owned by the token (Owner, Epoch) and
 	// the card pointed at it (LastRunID, LastRunEpoch, Runs) in ONE write.
-	// A stale token is ErrClaimConflict and creates nothing; a duplicate
-	// run id is ErrInvalidArgument.
+	// The card's recorded run it displaces, when that has no final verdict,
+	// is closed in the same write (status cancelled, failure code
+	// FailureRunSuperseded, as a fresh Start closes it), so no run is left
+	// open with nothing pointing at it. A stale token is ErrClaimConflict
+	// and writes nothing; a duplicate run id is ErrInvalidArgument.
 	CreateRun(ctx context.Context, r NewRun) (Run, error)
 	// UpdateRun is fenced on u.Token, which is required: the run's card
 	// must be claimed by exactly u.Token, and the run must be that claim's

@@ -588,6 +588,47 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("CreateRunClosesTheRunItDisplaces", func(t *testing.T) {
+		t.Parallel()
+		e := open(t, h)
+		e.card("c1", board.StateReady)
+		st := e.start(startReq("c1", markerA, "r1"))
+		seq := e.lastSeq()
+		if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: st.Token, Run: board.Run{ID: "r2", Card: "c1"}}); err != nil {
+			t.Fatal(err)
+		}
+		if old := e.run("r1"); old.Status != board.RunCancelled || old.FailureCode != board.FailureRunSuperseded || old.Checkpoint != "step-0" {
+			t.Errorf("the displaced open run = %s, want cancelled with %s, its checkpoint kept", fmtRun(old), board.FailureRunSuperseded)
+		}
+		wantTypes(t, e.eventsAfter(seq), "CreateRun over an open run", board.EventRunUpdated, board.EventRunCreated, board.EventLastRun)
+		if c := e.get("c1"); c.LastRunID != "r2" || !slices.Equal(c.Runs, []string{"r1", "r2"}) {
+			t.Errorf("card after CreateRun: last %q runs %q, want r2, [r1 r2]", c.LastRunID, c.Runs)
+		}
+		// A displaced run that has its verdict keeps it.
+		fin := board.RunFinished
+		if _, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r2", Token: st.Token, Status: &fin}); err != nil {
+			t.Fatal(err)
+		}
+		done := e.run("r2")
+		seq = e.lastSeq()
+		if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: st.Token, Run: board.Run{ID: "r3", Card: "c1"}}); err != nil {
+			t.Fatal(err)
+		}
+		if d := diffRuns(e.run("r2"), done); d != "" {
+			t.Errorf("CreateRun changed the finished run it displaced: %s", d)
+		}
+		wantTypes(t, e.eventsAfter(seq), "CreateRun over a finished run", board.EventRunCreated, board.EventLastRun)
+		// A refused CreateRun closes nothing.
+		r3 := e.run("r3")
+		stale := board.ClaimToken{Marker: markerB, Epoch: st.Token.Epoch}
+		if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: stale, Run: board.Run{ID: "r4", Card: "c1"}}); !errors.Is(err, board.ErrClaimConflict) {
+			t.Errorf("CreateRun under another marker's token = %v, want ErrClaimConflict", err)
+		}
+		if d := diffRuns(e.run("r3"), r3); d != "" {
+			t.Errorf("a refused CreateRun changed the open run: %s", d)
+		}
+	})
+
 	t.Run("ReleaseHandsTheCardBack", func(t *testing.T) {
 		for _, end := range []string{"Release", "ReleaseOwned"} {
 			t.Run(end, func(t *testing.T) {

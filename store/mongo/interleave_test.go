@@ -126,3 +126,62 @@ func TestFinishFilesACardMovedBackMidWrite(t *testing.T) {
 		t.Errorf("run after Finish = %+v, %v; want failed_resumable", r, err)
 	}
 }
+
+// A Start that means to supersede the card's recorded run archives it,
+// closed, before its CAS; when the CAS is refused (another worker claimed
+// the card in between) the run stays embedded, unchanged. The closed copy
+// must not become the run's state when a later write displaces the run as
+// it is: the run then reads as the card held it, and as the event log
+// last said, not cancelled by a Start that never happened.
+func TestRefusedSupersedeDoesNotShadowTheRun(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	a, b, in := interleavedPair(t)
+	if _, err := b.CreateCard(ctx, board.NewCard{ID: "c1", State: board.StateReady}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := b.Start(ctx, board.StartRequest{Card: "c1", Marker: interleavedWorker, Lease: 30 * time.Second, Run: board.Run{ID: "r1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Finish(ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFailedResumable}); err != nil {
+		t.Fatal(err)
+	}
+	var tokB board.ClaimToken
+	in.before(func() {
+		var err error
+		if _, tokB, err = b.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: "hostb-777", Lease: 30 * time.Second}); err != nil {
+			t.Errorf("the other worker's Claim: %v", err)
+		}
+	})
+	if _, err := a.Start(ctx, board.StartRequest{Card: "c1", Marker: "hostc-888", Lease: 30 * time.Second, Run: board.Run{ID: "r2"}}); !errors.Is(err, board.ErrClaimConflict) {
+		t.Fatalf("Start racing a Claim = %v, want ErrClaimConflict", err)
+	}
+	if r, err := b.GetRun(ctx, "r1"); err != nil || r.Status != board.RunFailedResumable {
+		t.Fatalf("r1 after the refused Start = %+v, %v; want failed_resumable", r, err)
+	}
+	// The holder points the card elsewhere and starts a run: r1 is
+	// displaced as it is.
+	if err := b.SetLastRunOwned(ctx, "c1", tokB, "r-elsewhere"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CreateRun(ctx, board.NewRun{Token: tokB, Run: board.Run{ID: "r3", Card: "c1"}}); err != nil {
+		t.Fatal(err)
+	}
+	r1, err := b.GetRun(ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r1.Status != board.RunFailedResumable || r1.FailureCode == board.FailureRunSuperseded {
+		t.Errorf("r1 after its displacement = %s/%s, want failed_resumable as the card held it (the supersede was refused)", r1.Status, r1.FailureCode)
+	}
+	evs, err := b.Events(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		if ev.Data.RunID == "r1" && ev.Data.Status == string(board.RunCancelled) {
+			t.Errorf("the log records r1 cancelled (%+v) though no write that cancelled it landed", ev)
+		}
+	}
+}

@@ -109,9 +109,12 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest) (b
 	}
 	brd := s.cachedBoard()
 	running := brd.Running()
-	var out board.Started
+	var (
+		out   board.Started
+		moved *archived
+	)
 	after, wrote, err := s.mutate(ctx, id, func(c *cardState, clk serverClock) (*change, error) {
-		out = board.Started{}
+		out, moved = board.Started{}, nil
 		if err := brd.StartRefusal(c.Card); err != nil {
 			return nil, err
 		}
@@ -138,7 +141,10 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest) (b
 			} else if taken {
 				return nil, fmt.Errorf("run %q: %w", r.Run.ID, board.ErrAlreadyExists)
 			}
-			var closed *change
+			var (
+				closed *change
+				err    error
+			)
 			if recorded != nil && board.Resumable(*recorded) {
 				// The superseded run is archived already closed: the CAS
 				// below displaces it from the card.
@@ -147,7 +153,7 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest) (b
 					return nil, err
 				}
 				closed = &change{events: []outboxEntry{runEvent(board.EventRunUpdated, old, tok.Marker)}}
-			} else if err := s.displace(ctx, c, r.Run.ID); err != nil {
+			} else if moved, err = s.displace(ctx, c, r.Run.ID); err != nil {
 				return nil, err
 			}
 			run := r.Run
@@ -171,6 +177,9 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest) (b
 		return board.Started{}, false, err
 	}
 	out.Card = after.Card
+	if err := s.settle(ctx, moved); err != nil {
+		return out, true, err
+	}
 	return out, true, nil
 }
 
