@@ -65,8 +65,8 @@ var (
 	simPassThrough = []string{
 		"Board", "LoadBoard", "GetCard", "ListCards", "Dependents", "GetRun", "Events", "Close",
 		"ListExpiredClaimCandidates", "ListUnleasedRunningClaims",
-		// The store's clock is a read.
-		"Now",
+		// The store's clock is a read, and its traits a declaration.
+		"Now", "Traits",
 		// Board administration: no simulated component edits the board.
 		"SetBoard", "SetLabelsFrom",
 	}
