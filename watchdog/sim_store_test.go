@@ -63,10 +63,10 @@ var (
 		"CreateRun", "UpdateRun", "ReclaimExpired",
 	}
 	simPassThrough = []string{
-		"Board", "LoadBoard", "GetCard", "ListCards", "Dependents", "GetRun", "Events", "Close",
+		"Board", "Traits", "LoadBoard", "GetCard", "ListCards", "Dependents", "GetRun", "Events", "Close",
 		"ListExpiredClaimCandidates", "ListUnleasedRunningClaims",
-		// The store's clock is a read, and its traits a declaration.
-		"Now", "Traits",
+		// The store's clock is a read.
+		"Now",
 		// Board administration: no simulated component edits the board.
 		"SetBoard", "SetLabelsFrom",
 	}
