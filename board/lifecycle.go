@@ -26,6 +26,12 @@ func (s RunStatus) Open() bool {
 	return false
 }
 
+// Paused reports whether s is a hold on the run: an operator's
+// (paused_operator) or one waiting on a person (paused_waiting_human).
+func (s RunStatus) Paused() bool {
+	return s == RunPausedOperator || s == RunPausedWaitingHuman
+}
+
 // Normalize validates a Start request and fills its defaults: an empty run
 // status is running. The run's Card, Owner and Epoch are the store's to
 // set; Card is filled from r.Card when it is named.
@@ -129,6 +135,20 @@ func RunFence(c Card, run Run, tok ClaimToken) error {
 	return nil
 }
 
+// PointFence decides whether tok may point its card at run
+// (SetLastRunOwned): a run that has no final verdict must be tok's own
+// (its Owner and Epoch), so the pointer epoch of an open run is always
+// the run's own epoch and RunFence and the watchdog agree on whose it
+// is. Taking over another claim's open run is Start's resume. The error
+// is ErrInvalidArgument.
+func PointFence(card string, run Run, tok ClaimToken) error {
+	if run.Status.Final() || (run.Owner == tok.Marker && run.Epoch == tok.Epoch) {
+		return nil
+	}
+	return Invalid("card %q: run %q is %s under %s epoch %d, not this claim's (%s epoch %d): use Start to resume a run",
+		card, run.ID, run.Status, run.Owner, run.Epoch, tok.Marker, tok.Epoch)
+}
+
 // FinishFence decides whether Finish may record its verdict on run for
 // card c: c is claimed by exactly r.Token (ErrClaimConflict), run is the
 // card's recorded run started or resumed under r.Token (ErrClaimConflict)
@@ -167,7 +187,7 @@ func (b Board) FinishFiling(cur string, status RunStatus) (to string, reason Rea
 	case RunFailed:
 		to, reason = StateFailed, ReasonRunFailed
 	case RunFailedResumable:
-		if !b.IsRunning(cur) || b.IsPool(cur) {
+		if !b.Strands(cur) {
 			return "", ReasonNone
 		}
 		to = b.FirstPool()
@@ -191,6 +211,18 @@ func (b Board) StartRefusal(c Card) error {
 	return nil
 }
 
+// StartRunRefusal refuses a Start on card c whose recorded run is rec
+// (nil: none): a paused run is a hold someone put on it, and a Start
+// neither resumes nor supersedes it (ErrTransitionRejected naming the run
+// and its status). Refused before anything is written.
+func StartRunRefusal(c Card, rec *Run) error {
+	if rec != nil && rec.ID == c.LastRunID && rec.Status.Paused() {
+		return fmt.Errorf("card %q: start: its run %q is %s: a paused run is parked, and a Start neither resumes nor supersedes it: %w",
+			c.ID, rec.ID, rec.Status, ErrTransitionRejected)
+	}
+	return nil
+}
+
 // StartAnswered reports whether Start r already landed on card c, read at
 // now: c is claimed by r.Marker with a lease that has not ended and points
 // at r.Run.ID under that claim's epoch. The retry returns that state again.
@@ -200,8 +232,9 @@ func StartAnswered(c Card, r StartRequest, now time.Time) bool {
 }
 
 // Resumable reports whether a Start should take over the card's recorded
-// run rec instead of creating one: it has no final verdict.
-func Resumable(rec Run) bool { return !rec.Status.Final() }
+// run rec instead of creating one: it has no final verdict and is not
+// paused (a paused run refuses the Start: StartRunRefusal).
+func Resumable(rec Run) bool { return !rec.Status.Final() && !rec.Status.Paused() }
 
 // Resume is the run a Start makes of the recorded run cur: owned by the new
 // claim tok, with the new owner's identity and status from in, its ID,
@@ -225,9 +258,39 @@ func Supersede(cur Run, now time.Time) Run {
 	return next
 }
 
-// ReleasedRun reports whether Release of card c (read before the release)
-// closes run, the card's recorded run: it belongs to the released claim
-// and is running or queued. The closed run is returned.
+// Strands reports whether a free card in state would sit where nothing
+// picks it up: the running column, when it is not itself a pool state
+// (the fleet board's). A claim is never left to end there.
+func (b Board) Strands(state string) bool { return b.IsRunning(state) && !b.IsPool(state) }
+
+// ReleaseFiling decides where a release files a card read in state cur
+// (Release and ReleaseOwned): out of a running column that would strand it
+// (Strands) to the first pool state, as a resumable Finish files it, or
+// to == "" when the card stays where it is. The move carries no reason:
+// it is the hand-back itself, not a verdict.
+func (b Board) ReleaseFiling(cur string) (to string) {
+	if !b.Strands(cur) {
+		return ""
+	}
+	return b.FirstPool()
+}
+
+// DisplacedRun reports whether a fenced run start (CreateRun) closes cur,
+// the card's recorded run it displaces: cur has no final verdict, and
+// with the pointer moved on nothing would lead to it any more. The closed
+// run is cur superseded (Supersede).
+func DisplacedRun(cur Run, newID string, now time.Time) (Run, bool) {
+	if cur.ID == newID || cur.Status.Final() {
+		return cur, false
+	}
+	return Supersede(cur, now), true
+}
+
+// ReleasedRun reports whether a release of card c (read before the
+// release; Release or ReleaseOwned) closes run, the card's recorded run:
+// it belongs to the released claim and is running or queued. The closed
+// run is returned. A recovery claim owns no run, so its release closes
+// none.
 func ReleasedRun(c Card, run Run, now time.Time) (Run, bool) {
 	if run.ID != c.LastRunID || run.Owner != c.Claim || run.Epoch != c.ClaimEpoch {
 		return run, false

@@ -248,12 +248,17 @@ type Store interface {
 	// Refused up front, minting nothing (no epoch, no run, no event): a
 	// card in a terminal state (ErrTerminalStateExit), a card claimed by
 	// anyone, the same marker included (ErrClaimConflict naming the
-	// holder), an invalid run or request (ErrInvalidArgument); with Next,
-	// no claimable card is ErrNotFound.
+	// holder), a card whose recorded run is paused (paused_operator or
+	// paused_waiting_human: the parking brake, which a Start neither
+	// resumes nor supersedes, with r.Fresh neither; ErrTransitionRejected
+	// naming the run and its status), an invalid run or request
+	// (ErrInvalidArgument); with Next, a card whose run is paused is
+	// passed over as a held one is, and no claimable card is ErrNotFound.
 	//
 	// Resume: when the card records a run that has no final verdict (its
 	// status is not finished, failed or cancelled: a resumable failure, or
-	// a run whose claim ended without one) and r.Fresh is false, that run
+	// a run whose claim ended without one) and is not paused, and r.Fresh
+	// is false, that run
 	// is taken over instead of creating one (a card's free claim cannot
 	// have a live owner writing it: the fence refuses the old epoch): its
 	// ID, checkpoint and continuation are kept, its status becomes
@@ -272,7 +277,11 @@ type Store interface {
 	// A retry after an unknown outcome is answered, not repeated: when the
 	// card is already claimed by r.Marker with a lease that has not ended
 	// and points at r.Run.ID under that claim's epoch (the write landed),
-	// Start returns that state again, writing nothing. With r.Next, the
+	// Start returns that state again. It refreshes the lease as an
+	// idempotent same-marker Claim does (now+r.Lease, never backwards; same
+	// epoch, no event, no updated_at bump) — the caller counts the claim
+	// from the retry, so the stored lease must reach as far — and writes
+	// nothing else. With r.Next, the
 	// card is the one whose run is r.Run.ID. A Start that resumed a run
 	// wrote no run named r.Run.ID, so its retry cannot be told from a
 	// second Start by the same marker: it is ErrClaimConflict naming
@@ -308,15 +317,25 @@ type Store interface {
 	SetStateOwned(ctx context.Context, m OwnedMove) (changed bool, err error)
 	// SetLastRunOwned points the card at runID and records tok's epoch as
 	// the pointer's (Card.LastRunEpoch), also when the pointer is already
-	// runID but was stamped by an earlier claim (a resumed run).
+	// runID but was stamped by an earlier claim. A run that has no final
+	// verdict must be tok's own (its Owner and Epoch): pointing at another
+	// claim's open run is ErrInvalidArgument and writes nothing — taking
+	// it over is Start's resume — so an open run's pointer epoch is always
+	// its own (board.PointFence).
 	SetLastRunOwned(ctx context.Context, card string, tok ClaimToken, runID string) error
 	SetAwaitingInputOwned(ctx context.Context, card string, tok ClaimToken, awaiting bool) error
 	SetGaveUpOwned(ctx context.Context, card string, tok ClaimToken, g *GaveUp) error
 	// ExpireClaimOwned sets the lease to now, so the watchdog may rule on the
 	// card at once instead of waiting out the TTL (a dead worker's claims).
 	ExpireClaimOwned(ctx context.Context, card string, tok ClaimToken) error
-	// ReleaseOwned clears claim, claimed_at and lease and keeps the epoch.
-	// Releasing a free card is nil.
+	// ReleaseOwned clears claim, claimed_at and lease and keeps the epoch:
+	// the holder's hand-back. Releasing a free card is nil. In the same
+	// write, as Release does, it closes the released claim's own open run
+	// (RunFailedResumable, FailureClaimReleased; a recovery claim owns no
+	// run) and files a card that would be left free in a running column
+	// that is not a pool state (Board.Strands: the fleet board's) to the
+	// first pool state, with no reason and the move's state event, so
+	// nothing is left where no worker picks it up.
 	ReleaseOwned(ctx context.Context, card string, tok ClaimToken) error
 	// ReleaseExpired clears an abandoned claim in one CAS on its whole
 	// precondition (see ExpiredRelease). A free card is ErrClaimConflict:
@@ -330,7 +349,9 @@ type Store interface {
 	// the released claim's and its status is running or queued — as
 	// RunFailedResumable with failure code FailureClaimReleased, so the
 	// next Start resumes it and the released holder's late run writes are
-	// refused by the fence.
+	// refused by the fence — and a card that would be left free in a
+	// running column that is not a pool state is filed to the first pool
+	// state (as ReleaseOwned; Board.ReleaseFiling).
 	Release(ctx context.Context, card, marker, actor string) error
 
 	// SetState is an operator move. Leaving a terminal state is
@@ -359,8 +380,11 @@ type Store interface {
 	// verbs: fenced on r.Token (the card r.Run.Card must be claimed by
 	// exactly it), the run created owned by the token (Owner, Epoch) and
 	// the card pointed at it (LastRunID, LastRunEpoch, Runs) in ONE write.
-	// A stale token is ErrClaimConflict and creates nothing; a duplicate
-	// run id is ErrInvalidArgument.
+	// The card's recorded run it displaces, when that has no final verdict,
+	// is closed in the same write (status cancelled, failure code
+	// FailureRunSuperseded, as a fresh Start closes it), so no run is left
+	// open with nothing pointing at it. A stale token is ErrClaimConflict
+	// and writes nothing; a duplicate run id is ErrInvalidArgument.
 	CreateRun(ctx context.Context, r NewRun) (Run, error)
 	// UpdateRun is fenced on u.Token, which is required: the run's card
 	// must be claimed by exactly u.Token, and the run must be that claim's

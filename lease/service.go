@@ -458,7 +458,8 @@ func (s *Service) SetState(ctx context.Context, w Worker, card string, epoch int
 
 // SetLastRun points the card at one of its own runs, fenced on the
 // caller's claim. A run id that names no run, or a run of another card, is
-// refused before anything is written.
+// refused before anything is written, and so, by the store, is an open run
+// another claim started (board.PointFence).
 func (s *Service) SetLastRun(ctx context.Context, w Worker, card string, epoch int64, runID string) error {
 	tok, err := s.ownedToken(ctx, w, card, epoch)
 	if err != nil {

@@ -282,9 +282,7 @@ func AfterTransfer(d Decision, prevMarker string, strands bool) Decision {
 // fleet's board). Pool states are claimed by ClaimNext, terminal states
 // are settled, and every other column is one a person parks cards in on
 // purpose. No watchdog path may leave a card free in a stranding column.
-func Strands(b board.Board, state string) bool {
-	return b.IsRunning(state) && !b.IsPool(state)
-}
+func Strands(b board.Board, state string) bool { return b.Strands(state) }
 
 // NeedsFiling reports whether filing card into target writes anything. The
 // watchdog never files into the running column (it is where a launch puts a

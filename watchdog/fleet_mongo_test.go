@@ -843,6 +843,11 @@ func TestFleetRunCeiling(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// The release filed the card out of the running column; the
+			// worker that claimed it again launches it back there.
+			if _, err := f.s.SetStateOwned(f.ctx, board.OwnedMove{Card: "c1", Token: tok, To: board.StateInProgress}); err != nil {
+				t.Fatal(err)
+			}
 			if _, err := f.s.CreateRun(f.ctx, board.NewRun{Token: tok, Run: board.Run{ID: "last", Card: "c1", Status: board.RunFailedResumable, Checkpoint: "step-3", Host: deadHost, PID: 4242}}); err != nil {
 				t.Fatal(err)
 			}

@@ -25,7 +25,9 @@ func exerciseEvents(t *testing.T, h Harness) {
 				return err
 			}, board.EventClaimed, "c1"},
 			{"SetStateOwned", func() error {
-				_, err := e.s.SetStateOwned(e.ctx, board.OwnedMove{Card: "c1", Token: tok, To: board.StateInProgress})
+				// Not the running column: a release files a card out of
+				// the fleet's, which is a second event (see Lifecycle).
+				_, err := e.s.SetStateOwned(e.ctx, board.OwnedMove{Card: "c1", Token: tok, To: board.StateAwaitingInput})
 				return err
 			}, board.EventState, "c1"},
 			{"CreateRun", func() error {

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
 )
@@ -155,12 +157,36 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 		first := e.start(startReq("c1", markerA, "r1"))
 		before := e.get("c1")
 		seq := e.lastSeq()
-		again := e.start(startReq("c1", markerA, "r1"))
+		// The retry comes later, and asks for a longer lease: the caller
+		// counts the claim from the retry, so the store's lease must
+		// reach as far (as an idempotent re-claim's does).
+		e.clock.Advance(25 * time.Second)
+		retry := startReq("c1", markerA, "r1")
+		retry.Lease = 2 * time.Minute
+		again := e.start(retry)
 		if again.Token != first.Token || again.Run.ID != "r1" || again.Card.ClaimEpoch != first.Token.Epoch {
 			t.Errorf("retried Start = token %+v run %q, want the first answer %+v r1", again.Token, again.Run.ID, first.Token)
 		}
-		e.unchanged(before, "a retried Start")
+		c := e.get("c1")
+		if d := diffCards(c, again.Card); d != "" {
+			t.Errorf("the retry's Started.Card differs from the stored card: %s", d)
+		}
+		if e.local() && !c.ClaimLeaseUntil.Equal(e.clock.Now().Add(retry.Lease)) {
+			t.Errorf("lease after a retried Start = %s, want the retry's now+lease = %s", fmtTime(c.ClaimLeaseUntil), fmtTime(e.clock.Now().Add(retry.Lease)))
+		}
+		if !e.local() && !c.ClaimLeaseUntil.After(before.ClaimLeaseUntil.Add(retry.Lease-lease-10*time.Second)) {
+			t.Errorf("lease after a retried Start = %s, want about the retry's now+lease (the first was %s)", fmtTime(c.ClaimLeaseUntil), fmtTime(before.ClaimLeaseUntil))
+		}
+		// Only the lease moved: same epoch, no event, nothing else written.
+		want := before
+		want.ClaimLeaseUntil = c.ClaimLeaseUntil
+		e.unchanged(want, "a retried Start")
 		e.noEventsSince(seq, "a retried Start")
+		// A shorter lease in a later retry never moves it back.
+		e.start(startReq("c1", markerA, "r1"))
+		if got := e.get("c1").ClaimLeaseUntil; got.Before(c.ClaimLeaseUntil) {
+			t.Errorf("a retry with a shorter lease moved the lease back: %s, was %s", fmtTime(got), fmtTime(c.ClaimLeaseUntil))
+		}
 	})
 
 	t.Run("ResumeRecordedRun", func(t *testing.T) {
@@ -227,6 +253,51 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 				if _, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: first.Token, Status: &st2}); !errors.Is(err, board.ErrClaimConflict) {
 					t.Errorf("the earlier holder's UpdateRun of the resumed run = %v, want ErrClaimConflict", err)
 				}
+			})
+		}
+	})
+
+	t.Run("PausedRunRefusesStart", func(t *testing.T) {
+		for _, paused := range []board.RunStatus{board.RunPausedOperator, board.RunPausedWaitingHuman} {
+			t.Run(string(paused), func(t *testing.T) {
+				t.Parallel()
+				e := open(t, h)
+				e.card("c1", board.StateReady)
+				first := e.start(startReq("c1", markerA, "r1"))
+				if _, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: first.Token, Status: &paused}); err != nil {
+					t.Fatal(err)
+				}
+				e.release("c1", first.Token)
+				parked := e.run("r1")
+				if parked.Status != paused {
+					t.Fatalf("run after the holder's release = %s, want still %s (a release closes only a running or queued run)", fmtRun(parked), paused)
+				}
+				e.card("c2", board.StateReady)
+				// A Start on the card, fresh or not, neither resumes nor
+				// supersedes the parked run.
+				for _, fresh := range []bool{false, true} {
+					r := startReq("c1", markerB, "r2")
+					r.Fresh = fresh
+					err := e.refusedStart(r, board.ErrTransitionRejected, fmt.Sprintf("Start (fresh %v) of a card whose run is %s", fresh, paused))
+					if err != nil && (!strings.Contains(err.Error(), `"r1"`) || !strings.Contains(err.Error(), string(paused))) {
+						t.Errorf("the refusal %q does not name the run r1 and its status %s", err, paused)
+					}
+				}
+				if d := diffRuns(e.run("r1"), parked); d != "" {
+					t.Errorf("the refused Starts changed the parked run: %s", d)
+				}
+				// Start next passes the card over, as it does a held one.
+				next := startReq("", markerB, "r3")
+				next.Next = true
+				if st := e.start(next); st.Card.ID != "c2" {
+					t.Errorf("Start next took %q, want c2 (c1's run is %s)", st.Card.ID, paused)
+				}
+				next = startReq("", markerB, "r4")
+				next.Next = true
+				seq := e.lastSeq()
+				_, err := e.s.Start(e.ctx, next)
+				wantErr(t, err, board.ErrNotFound, "Start next with only a parked card free")
+				e.noEventsSince(seq, "a Start next that found only a parked card")
 			})
 		}
 	})
@@ -472,27 +543,160 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 		})
 	})
 
-	t.Run("ReleaseClosesTheHoldersRun", func(t *testing.T) {
+	t.Run("PointerAtAnotherClaimsOpenRunRefused", func(t *testing.T) {
+		t.Parallel()
+		e := open(t, h)
+		e.card("c1", board.StateReady)
+		tokA := e.claim("c1", markerA)
+		if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: tokA, Run: board.Run{ID: "r1", Card: "c1", Checkpoint: "ck"}}); err != nil {
+			t.Fatal(err)
+		}
+		e.release("c1", tokA)
+		tokB := e.claim("c1", markerB)
+		before := e.get("c1")
+		seq := e.lastSeq()
+		// r1 has no verdict (the release left it resumable) and is not
+		// tokB's: stamping the pointer under tokB would make the card's
+		// pointer epoch disagree with the run's, so neither tokB nor a
+		// watchdog judging tokB could write it. Taking it over is Start's.
+		err := e.s.SetLastRunOwned(e.ctx, "c1", tokB, "r1")
+		wantErr(t, err, board.ErrInvalidArgument, "SetLastRunOwned at another claim's open run")
+		if err != nil && !strings.Contains(err.Error(), "use Start to resume a run") {
+			t.Errorf("the refusal %q does not point at Start", err)
+		}
+		e.unchanged(before, "a refused SetLastRunOwned")
+		e.noEventsSince(seq, "a refused SetLastRunOwned")
+		// A run that has its verdict may be pointed at by any claim, and
+		// the claim's own run always.
+		if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: tokB, Run: board.Run{ID: "r2", Card: "c1"}}); err != nil {
+			t.Fatal(err)
+		}
+		fin := board.RunFinished
+		if _, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r2", Token: tokB, Status: &fin}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.s.SetLastRunOwned(e.ctx, "c1", tokB, "r2"); err != nil {
+			t.Errorf("SetLastRunOwned at the claim's own run: %v", err)
+		}
+		e.release("c1", tokB)
+		tokC := e.claim("c1", markerA)
+		if err := e.s.SetLastRunOwned(e.ctx, "c1", tokC, "r2"); err != nil {
+			t.Errorf("SetLastRunOwned at an earlier claim's finished run: %v", err)
+		}
+		if c := e.get("c1"); c.LastRunID != "r2" || c.LastRunEpoch != tokC.Epoch {
+			t.Errorf("pointer = %s at epoch %d, want r2 at %d", c.LastRunID, c.LastRunEpoch, tokC.Epoch)
+		}
+	})
+
+	t.Run("CreateRunClosesTheRunItDisplaces", func(t *testing.T) {
 		t.Parallel()
 		e := open(t, h)
 		e.card("c1", board.StateReady)
 		st := e.start(startReq("c1", markerA, "r1"))
 		seq := e.lastSeq()
-		if err := e.s.Release(e.ctx, "c1", markerA, "uid:0"); err != nil {
+		if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: st.Token, Run: board.Run{ID: "r2", Card: "c1"}}); err != nil {
 			t.Fatal(err)
 		}
-		r := e.run("r1")
-		if r.Status != board.RunFailedResumable || r.FailureCode != board.FailureClaimReleased {
-			t.Errorf("run after a force-release = %s, want failed_resumable with %s", fmtRun(r), board.FailureClaimReleased)
+		if old := e.run("r1"); old.Status != board.RunCancelled || old.FailureCode != board.FailureRunSuperseded || old.Checkpoint != "step-0" {
+			t.Errorf("the displaced open run = %s, want cancelled with %s, its checkpoint kept", fmtRun(old), board.FailureRunSuperseded)
 		}
-		wantTypes(t, e.eventsAfter(seq), "Release of a card with an open run", board.EventRunUpdated, board.EventReleased)
+		wantTypes(t, e.eventsAfter(seq), "CreateRun over an open run", board.EventRunUpdated, board.EventRunCreated, board.EventLastRun)
+		if c := e.get("c1"); c.LastRunID != "r2" || !slices.Equal(c.Runs, []string{"r1", "r2"}) {
+			t.Errorf("card after CreateRun: last %q runs %q, want r2, [r1 r2]", c.LastRunID, c.Runs)
+		}
+		// A displaced run that has its verdict keeps it.
 		fin := board.RunFinished
-		if _, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: st.Token, Status: &fin}); !errors.Is(err, board.ErrClaimConflict) {
-			t.Errorf("the released holder's late UpdateRun = %v, want ErrClaimConflict", err)
+		if _, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r2", Token: st.Token, Status: &fin}); err != nil {
+			t.Fatal(err)
 		}
-		if _, err := e.s.Finish(e.ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFinished}); !errors.Is(err, board.ErrClaimConflict) {
-			t.Errorf("the released holder's late Finish = %v, want ErrClaimConflict", err)
+		done := e.run("r2")
+		seq = e.lastSeq()
+		if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: st.Token, Run: board.Run{ID: "r3", Card: "c1"}}); err != nil {
+			t.Fatal(err)
 		}
+		if d := diffRuns(e.run("r2"), done); d != "" {
+			t.Errorf("CreateRun changed the finished run it displaced: %s", d)
+		}
+		wantTypes(t, e.eventsAfter(seq), "CreateRun over a finished run", board.EventRunCreated, board.EventLastRun)
+		// A refused CreateRun closes nothing.
+		r3 := e.run("r3")
+		stale := board.ClaimToken{Marker: markerB, Epoch: st.Token.Epoch}
+		if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: stale, Run: board.Run{ID: "r4", Card: "c1"}}); !errors.Is(err, board.ErrClaimConflict) {
+			t.Errorf("CreateRun under another marker's token = %v, want ErrClaimConflict", err)
+		}
+		if d := diffRuns(e.run("r3"), r3); d != "" {
+			t.Errorf("a refused CreateRun changed the open run: %s", d)
+		}
+	})
+
+	t.Run("ReleaseHandsTheCardBack", func(t *testing.T) {
+		for _, end := range []string{"Release", "ReleaseOwned"} {
+			t.Run(end, func(t *testing.T) {
+				t.Parallel()
+				e := open(t, h)
+				e.card("c1", board.StateReady)
+				st := e.start(startReq("c1", markerA, "r1"))
+				seq := e.lastSeq()
+				if end == "Release" {
+					if err := e.s.Release(e.ctx, "c1", markerA, "uid:0"); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					e.release("c1", st.Token)
+				}
+				r := e.run("r1")
+				if r.Status != board.RunFailedResumable || r.FailureCode != board.FailureClaimReleased {
+					t.Errorf("run after %s = %s, want failed_resumable with %s", end, fmtRun(r), board.FailureClaimReleased)
+				}
+				c := e.get("c1")
+				want := []board.EventType{board.EventRunUpdated, board.EventReleased}
+				wantState := board.StateInProgress
+				if e.b.Strands(board.StateInProgress) {
+					// The fleet board's running column is no pool state:
+					// a free card there is picked up by nobody.
+					wantState = e.b.FirstPool()
+					want = []board.EventType{board.EventRunUpdated, board.EventState, board.EventReleased}
+				}
+				if c.Claimed() || c.ClaimEpoch != st.Token.Epoch || c.State != wantState || c.StateReason != board.ReasonNone {
+					t.Errorf("card after %s = %s (reason %q), want free in %s, the epoch kept", end, fmtCard(c), c.StateReason, wantState)
+				}
+				wantTypes(t, e.eventsAfter(seq), end+" of a Start-made claim", want...)
+				// The released holder's late writes are refused by the fence.
+				fin := board.RunFinished
+				if _, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: st.Token, Status: &fin}); !errors.Is(err, board.ErrClaimConflict) {
+					t.Errorf("the released holder's late UpdateRun = %v, want ErrClaimConflict", err)
+				}
+				if _, err := e.s.Finish(e.ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFinished}); !errors.Is(err, board.ErrClaimConflict) {
+					t.Errorf("the released holder's late Finish = %v, want ErrClaimConflict", err)
+				}
+				// The card is where the next worker finds it.
+				r2 := startReq("", markerB, "r2")
+				r2.Next = true
+				if got := e.start(r2); got.Card.ID != "c1" {
+					t.Errorf("Start next after %s took %q, want c1", end, got.Card.ID)
+				}
+			})
+		}
+		t.Run("RecoveryClaimClosesNoRun", func(t *testing.T) {
+			t.Parallel()
+			e := open(t, h)
+			e.card("c1", board.StateReady)
+			st := e.start(startReq("c1", markerA, "r1"))
+			c := e.expire("c1", st.Token)
+			_, rec, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: st.Token, RecoveryMarker: recovery, Cutoff: c.ClaimLeaseUntil, Lease: lease})
+			if err != nil {
+				t.Fatalf("ReclaimExpired: %v", err)
+			}
+			e.setState("c1", e.b.FirstPool())
+			before := e.run("r1")
+			e.release("c1", rec)
+			if d := diffRuns(e.run("r1"), before); d != "" {
+				t.Errorf("the release of a recovery claim changed the run: %s", d)
+			}
+			if c := e.get("c1"); c.Claimed() || c.State != e.b.FirstPool() {
+				t.Errorf("card after the recovery claim's release = %s, want free in %s", fmtCard(c), e.b.FirstPool())
+			}
+		})
 	})
 
 	t.Run("RacingLifecycles", func(t *testing.T) { raceLifecycles(t, h) })

@@ -198,15 +198,33 @@ func (m updateRunIgnoresToken) UpdateRun(ctx context.Context, u board.RunUpdate)
 	return m.Store.UpdateRun(ctx, u)
 }
 
-// releaseLeavesRunOpen force-releases as the holder would release, leaving
-// its run running.
+// releaseLeavesRunOpen releases only the claim, as the expiry sweep does:
+// the holder's run is left open and the card where it was.
 type releaseLeavesRunOpen struct{ board.Store }
+
+func (m releaseLeavesRunOpen) claimOnly(ctx context.Context, card string, tok board.ClaimToken) error {
+	if err := m.Store.ExpireClaimOwned(ctx, card, tok); err != nil {
+		return err
+	}
+	now, err := m.Store.Now(ctx)
+	if err != nil {
+		return err
+	}
+	return m.Store.ReleaseExpired(ctx, board.ExpiredRelease{Card: card, Prev: tok, Cutoff: now, Actor: "mutant"})
+}
 
 func (m releaseLeavesRunOpen) Release(ctx context.Context, card, marker, actor string) error {
 	if c, err := m.Store.GetCard(ctx, card); err == nil && c.Claim == marker {
-		return m.Store.ReleaseOwned(ctx, card, c.Token())
+		return m.claimOnly(ctx, card, c.Token())
 	}
 	return m.Store.Release(ctx, card, marker, actor)
+}
+
+func (m releaseLeavesRunOpen) ReleaseOwned(ctx context.Context, card string, tok board.ClaimToken) error {
+	if c, err := m.Store.GetCard(ctx, card); err == nil && c.Token() == tok {
+		return m.claimOnly(ctx, card, tok)
+	}
+	return m.Store.ReleaseOwned(ctx, card, tok)
 }
 
 var mutants = map[string]func(board.Store) board.Store{
@@ -277,8 +295,8 @@ func TestSuiteCatchesMutants(t *testing.T) {
 			[]string{"TestMutantExercise/Lifecycle/FinishFenced/RunWithAVerdict", "TestMutantExercise/Lifecycle/FinishFenced/NotTheRecordedRun"}},
 		{"updateRunIgnoresToken", "TestMutantExercise/Lifecycle/RunWritesFenced/UpdateRunWorkerToken",
 			[]string{"TestMutantExercise/Lifecycle/RunWritesFenced/UpdateRunWorkerToken"}},
-		{"releaseLeavesRunOpen", "TestMutantExercise/Lifecycle/ReleaseClosesTheHoldersRun",
-			[]string{"TestMutantExercise/Lifecycle/ReleaseClosesTheHoldersRun"}},
+		{"releaseLeavesRunOpen", "TestMutantExercise/Lifecycle/ReleaseHandsTheCardBack/",
+			[]string{"TestMutantExercise/Lifecycle/ReleaseHandsTheCardBack/Release", "TestMutantExercise/Lifecycle/ReleaseHandsTheCardBack/ReleaseOwned"}},
 		{"reopenLastBlockerOnly", "TestMutantExercise/States/ReopenGuard/",
 			[]string{"TestMutantExercise/States/ReopenGuard/EarlierBlocker", "TestMutantExercise/States/ReopenGuard/DependentMovedByHand", "TestMutantExercise/States/ReopenGuard/FinishedDependent"}},
 	}

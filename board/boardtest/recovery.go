@@ -18,8 +18,10 @@ import (
 func exerciseRecoveryListing(t *testing.T, h Harness) {
 	t.Parallel()
 	e := open(t, h)
+	// Awaiting input: a column a released card stays in on either board (a
+	// release files a card out of the fleet's running column).
 	for _, id := range []string{"c1", "c2", "c3", "c4"} {
-		e.card(id, board.StateInProgress)
+		e.card(id, board.StateAwaitingInput)
 	}
 	// reclaim ends the holder's lease and transfers the claim to rec.
 	reclaim := func(id, rec string, tok board.ClaimToken) board.ClaimToken {

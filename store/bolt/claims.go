@@ -101,7 +101,7 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 		tok  board.ClaimToken
 	)
 	err := s.write(ctx, func(w *wtx) error {
-		rec, err := s.pickNext(w)
+		rec, err := s.pickNext(w, nil)
 		if err != nil {
 			return err
 		}
@@ -116,18 +116,34 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 }
 
 // pickNext reads the oldest unclaimed card in a pool state, in a write
-// that has not changed the state index yet.
-func (s *Store) pickNext(w *wtx) (*cardRecord, error) {
-	var best []byte
+// that has not changed the state index yet. A free card skip reports true
+// for is passed over (nil: none is).
+func (s *Store) pickNext(w *wtx, skip func(*cardRecord) (bool, error)) (*cardRecord, error) {
+	var (
+		best    []byte
+		bestRec *cardRecord
+	)
 	for _, state := range s.brd().PoolStates() {
 		p := statePrefix(state)
 		err := w.scan(bucketIdxState, p, func(k, v []byte) (bool, error) {
 			if bytes.Equal(v, stateClaimed) {
 				return true, nil
 			}
-			if order := k[len(p):]; best == nil || bytes.Compare(order, best) < 0 {
-				best = bytes.Clone(order)
+			order := k[len(p):]
+			if best != nil && bytes.Compare(order, best) >= 0 {
+				return false, nil // this state's index is in creation order
 			}
+			var rec *cardRecord
+			if skip != nil {
+				var err error
+				if rec, err = w.getCard(idFromOrderKey(order)); err != nil {
+					return false, err
+				}
+				if skipped, err := skip(rec); err != nil || skipped {
+					return err == nil, err
+				}
+			}
+			best, bestRec = bytes.Clone(order), rec
 			return false, nil
 		})
 		if err != nil {
@@ -136,6 +152,9 @@ func (s *Store) pickNext(w *wtx) (*cardRecord, error) {
 	}
 	if best == nil {
 		return nil, fmt.Errorf("no unclaimed card in a pool state: %w", board.ErrNotFound)
+	}
+	if bestRec != nil {
+		return bestRec, nil
 	}
 	return w.getCard(idFromOrderKey(best))
 }
@@ -265,9 +284,16 @@ func (s *Store) SetLastRunOwned(ctx context.Context, card string, tok board.Clai
 		return fmt.Errorf("card %q: %w", card, err)
 	}
 	return s.owned(ctx, card, tok, func(w *wtx, rec *cardRecord) error {
-		// The same pointer stamped again under a new claim (a re-claim that
-		// resumes the recorded run) is a change: the pointer now belongs
-		// to this claim.
+		if run, err := w.getRun(runID); err != nil {
+			return err
+		} else if run != nil {
+			if err := board.PointFence(card, *run, tok); err != nil {
+				return err
+			}
+		}
+		// The same pointer stamped again under a new claim (a run that
+		// has its verdict) is a change: the pointer now belongs to this
+		// claim.
 		return s.pointAt(w, rec, runID, tok, s.now())
 	})
 }
@@ -356,8 +382,24 @@ func (s *Store) ReleaseOwned(ctx context.Context, card string, tok board.ClaimTo
 		if !holds(rec, tok) {
 			return conflict(rec)
 		}
-		return s.release(w, rec, tok.Marker)
+		return s.handBack(w, rec, tok.Marker)
 	})
+}
+
+// handBack is the release of Release and ReleaseOwned, in the caller's
+// write: the released claim's own open run closed (board.ReleasedRun), the
+// card filed out of a column that would strand it (board.ReleaseFiling),
+// the claim cleared.
+func (s *Store) handBack(w *wtx, rec *cardRecord, actor string) error {
+	if err := s.closeReleasedRun(w, rec, actor); err != nil {
+		return err
+	}
+	if to := s.brd().ReleaseFiling(rec.State); to != "" {
+		if err := s.move(w, rec, to, board.ReasonNone, actor); err != nil {
+			return err
+		}
+	}
+	return s.release(w, rec, actor)
 }
 
 // ReleaseExpired releases a claim that is still exactly r.Prev and still
@@ -411,10 +453,7 @@ func (s *Store) Release(ctx context.Context, card, marker, actor string) error {
 		if rec.Claim != marker {
 			return conflict(rec)
 		}
-		if err := s.closeReleasedRun(w, rec, actor); err != nil {
-			return err
-		}
-		return s.release(w, rec, actor)
+		return s.handBack(w, rec, actor)
 	})
 }
 

@@ -31,13 +31,22 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 				return err
 			}
 			if board.StartAnswered(prev.Card, r, s.now()) && run.Owner == prev.Claim && run.Epoch == prev.ClaimEpoch {
+				// The lease is refreshed as an idempotent re-claim's is:
+				// the caller counts it from this attempt.
+				if err := s.extendLease(w, prev, s.now().Add(r.Lease)); err != nil {
+					return err
+				}
 				out = board.Started{Card: prev.Card, Token: prev.Token(), Run: *run}
 				return nil
 			}
 		}
 		var rec *cardRecord
 		if r.Next {
-			rec, err = s.pickNext(w)
+			// A card whose run is paused is passed over, as a held one is.
+			rec, err = s.pickNext(w, func(c *cardRecord) (bool, error) {
+				run, err := recordedRun(w, c)
+				return board.StartRunRefusal(c.Card, run) != nil, err
+			})
 		} else {
 			rec, err = w.getCard(r.Card)
 		}
@@ -47,11 +56,12 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 		if err := brd.StartRefusal(rec.Card); err != nil {
 			return err
 		}
-		var recorded *board.Run
-		if rec.LastRunID != "" {
-			if recorded, err = w.getRun(rec.LastRunID); err != nil {
-				return err
-			}
+		recorded, err := recordedRun(w, rec)
+		if err != nil {
+			return err
+		}
+		if err := board.StartRunRefusal(rec.Card, recorded); err != nil {
+			return err
 		}
 		tok, err := s.acquire(w, rec, r.Marker, r.Lease, r.Marker)
 		if err != nil {
@@ -92,6 +102,15 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 		return board.Started{}, err
 	}
 	return out, nil
+}
+
+// recordedRun reads the card's recorded run; nil when it records none
+// (or one that no longer exists).
+func recordedRun(w *wtx, rec *cardRecord) (*board.Run, error) {
+	if rec.LastRunID == "" {
+		return nil, nil
+	}
+	return w.getRun(rec.LastRunID)
 }
 
 // Finish records the run's verdict, files the card by the board and

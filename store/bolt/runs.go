@@ -88,7 +88,19 @@ func (s *Store) CreateRun(ctx context.Context, r board.NewRun) (board.Run, error
 		if !holds(rec, r.Token) {
 			return conflict(rec)
 		}
-		out, err = s.createRun(w, rec, r.Run, r.Token, s.now())
+		now := s.now()
+		// The run it displaces is closed in the same write when it is
+		// still open: nothing would point at it any more.
+		if cur, err := recordedRun(w, rec); err != nil {
+			return err
+		} else if cur != nil {
+			if closed, ok := board.DisplacedRun(*cur, r.Run.ID, now); ok {
+				if err := w.putRun(closed, false, r.Token.Marker); err != nil {
+					return err
+				}
+			}
+		}
+		out, err = s.createRun(w, rec, r.Run, r.Token, now)
 		return err
 	})
 	return out, err

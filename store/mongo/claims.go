@@ -244,10 +244,27 @@ func (s *Store) SetLastRunOwned(ctx context.Context, card string, tok board.Clai
 		return fmt.Errorf("card %q: %w", card, err)
 	}
 	_, _, err := s.owned(ctx, card, tok, func(c *cardState, clk serverClock) (*change, error) {
-		// The same pointer stamped again under a new claim (a re-claim that
-		// resumes the recorded run) is a change: the pointer now belongs
-		// to this claim.
-		return pointAtChange(c, clk, runID, tok), nil
+		ch := pointAtChange(c, clk, runID, tok)
+		if c.run != nil && c.run.ID == runID {
+			if err := board.PointFence(card, *c.run, tok); err != nil {
+				return nil, err
+			}
+			// The embedded run as read is what the fence judged.
+			if ch != nil {
+				ch.cond = append(ch.cond, same(c.raw, fieldRun))
+			}
+		} else if old, err := s.readArchivedRun(ctx, runID); err == nil {
+			// An archived run's owner and epoch no longer change.
+			if err := board.PointFence(card, old.Run, tok); err != nil {
+				return nil, err
+			}
+		} else if !errors.Is(err, board.ErrNotFound) {
+			return nil, err
+		}
+		// The same pointer stamped again under a new claim (a run that
+		// has its verdict) is a change: the pointer now belongs to this
+		// claim.
+		return ch, nil
 	})
 	return err
 }
@@ -337,6 +354,12 @@ func (s *Store) ReleaseOwned(ctx context.Context, card string, tok board.ClaimTo
 	if err := board.ValidateToken(card, tok); err != nil {
 		return err
 	}
+	// The released claim's open run is closed in the same CAS, so it
+	// must be embedded first.
+	if err := s.adoptRecorded(ctx, card); err != nil {
+		return err
+	}
+	b := s.freshBoard(ctx)
 	_, _, err := s.mutate(ctx, card, func(c *cardState, clk serverClock) (*change, error) {
 		if c.Claim == "" {
 			return nil, nil
@@ -344,11 +367,30 @@ func (s *Store) ReleaseOwned(ctx context.Context, card string, tok board.ClaimTo
 		if !c.holds(tok) {
 			return nil, c.conflict()
 		}
-		ch := releaseChange(c, clk, tok.Marker)
-		ch.cond = tokenCond(tok)
+		ch := s.handBack(b, c, clk, tok.Marker)
+		ch.cond = append(ch.cond, tokenCond(tok)...)
 		return ch, nil
 	})
 	return err
+}
+
+// handBack is the change of Release and ReleaseOwned on the card as read:
+// the released claim's own open run closed (board.ReleasedRun), the card
+// filed out of a column that would strand it (board.ReleaseFiling), the
+// claim cleared. Its conditions are the embedded run and the state as
+// read; the caller adds the claim's.
+func (s *Store) handBack(b board.Board, c *cardState, clk serverClock, actor string) *change {
+	var closed, move *change
+	if run := c.recordedRun(); run != nil {
+		if next, ok := board.ReleasedRun(c.Card, *run, clk.now); ok {
+			closed = setRun(c, next, board.EventRunUpdated, actor)
+		}
+	}
+	if to := b.ReleaseFiling(c.State); to != "" {
+		move = moveChange(c, clk, to, board.ReasonNone, actor)
+	}
+	asRead := &change{cond: bson.D{same(c.raw, "state"), same(c.raw, fieldRun)}}
+	return merge(asRead, closed, move, releaseChange(c, clk, actor))
 }
 
 // Release clears a claim held by exactly marker, whatever its epoch — even
@@ -370,6 +412,7 @@ func (s *Store) Release(ctx context.Context, card, marker, actor string) error {
 	if err := s.adoptRecorded(ctx, card); err != nil {
 		return err
 	}
+	b := s.freshBoard(ctx)
 	_, _, err := s.mutate(ctx, card, func(c *cardState, clk serverClock) (*change, error) {
 		if c.Claim == "" {
 			return nil, nil
@@ -377,13 +420,8 @@ func (s *Store) Release(ctx context.Context, card, marker, actor string) error {
 		if c.Claim != marker {
 			return nil, c.conflict()
 		}
-		ch := releaseChange(c, clk, actor)
-		ch.cond = bson.D{{Key: "claim", Value: marker}, same(c.raw, "claim_epoch")}
-		if run := c.recordedRun(); run != nil {
-			if next, ok := board.ReleasedRun(c.Card, *run, clk.now); ok {
-				ch = merge(setRun(c, next, board.EventRunUpdated, actor), ch)
-			}
-		}
+		ch := s.handBack(b, c, clk, actor)
+		ch.cond = append(ch.cond, bson.E{Key: "claim", Value: marker}, same(c.raw, "claim_epoch"))
 		return ch, nil
 	})
 	return err

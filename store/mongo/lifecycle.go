@@ -30,12 +30,8 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 	if c, err := s.cardOfRun(ctx, r.Run.ID); err != nil {
 		return board.Started{}, err
 	} else if c != nil && (r.Next || c.ID == r.Card) {
-		clk, err := s.serverNow(ctx)
-		if err != nil {
-			return board.Started{}, err
-		}
-		if board.StartAnswered(c.Card, r, clk.now) && c.run.Owner == c.Claim && c.run.Epoch == c.ClaimEpoch {
-			return board.Started{Card: c.Card, Token: c.Token(), Run: *c.run}, nil
+		if st, ok, err := s.answerStart(ctx, c.ID, r); err != nil || ok {
+			return st, err
 		}
 	}
 	if !r.Next {
@@ -45,6 +41,10 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 	filter := bson.D{
 		{Key: "state", Value: bson.D{{Key: "$in", Value: s.freshBoard(ctx).PoolStates()}}},
 		{Key: "claim", Value: bson.D{{Key: "$in", Value: bson.A{"", nil}}}},
+		// Cards whose run is paused are passed over in the query, so
+		// they cannot fill every page of candidates.
+		{Key: fieldRun + ".status", Value: bson.D{{Key: "$nin", Value: bson.A{
+			string(board.RunPausedOperator), string(board.RunPausedWaitingHuman)}}}},
 	}
 	for round := 0; round < maxAttempts; round++ {
 		cands, err := s.findCards(ctx, filter, options.Find().SetSort(creationOrder).SetLimit(8))
@@ -60,7 +60,7 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 			switch {
 			case wrote:
 				return st, nil
-			case errors.Is(err, errNotPool), errors.As(err, &ce):
+			case errors.Is(err, errNotPool), errors.Is(err, errParked), errors.As(err, &ce):
 				continue // taken or moved in between: the next candidate
 			case err != nil:
 				return board.Started{}, err
@@ -70,8 +70,37 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 	return board.Started{}, fmt.Errorf("mongostore: start next: %w", ErrContention)
 }
 
+// answerStart answers a retry of Start r on card id when the first
+// attempt landed (board.StartAnswered): the lease is refreshed as an
+// idempotent re-claim's is (server-now + lease, never backwards, same
+// epoch, no event), fenced on the claim and the run, and the state the
+// first attempt wrote is returned. ok is false when it did not land.
+func (s *Store) answerStart(ctx context.Context, id string, r board.StartRequest) (st board.Started, ok bool, err error) {
+	after, _, err := s.mutate(ctx, id, func(c *cardState, clk serverClock) (*change, error) {
+		ok = false
+		if c.run == nil || c.run.ID != r.Run.ID || !board.StartAnswered(c.Card, r, clk.now) ||
+			c.run.Owner != c.Claim || c.run.Epoch != c.ClaimEpoch {
+			return nil, nil
+		}
+		ok = true
+		ch := &change{
+			cond: append(bson.D{same(c.raw, fieldRun)}, tokenCond(c.Token())...),
+			max:  bson.D{{Key: "claim_lease_until", Value: clk.leaseUntil(r.Lease)}},
+		}
+		return ch, nil
+	})
+	if err != nil || !ok {
+		return board.Started{}, false, err
+	}
+	return board.Started{Card: after.Card, Token: after.Token(), Run: *after.run}, true, nil
+}
+
 // errNotPool: a Next candidate left the pool before it was started.
 var errNotPool = errors.New("not in a pool state")
+
+// errParked: a Next candidate's recorded run is paused
+// (board.StartRunRefusal); it is passed over, as a held card is.
+var errParked = errors.New("its run is paused")
 
 // startOn plans and writes Start on one card.
 func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest) (board.Started, bool, error) {
@@ -80,17 +109,26 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest) (b
 	}
 	brd := s.freshBoard(ctx)
 	running := brd.Running()
-	var out board.Started
+	var (
+		out   board.Started
+		moved *archived
+	)
 	after, wrote, err := s.mutate(ctx, id, func(c *cardState, clk serverClock) (*change, error) {
-		out = board.Started{}
+		out, moved = board.Started{}, nil
 		if err := brd.StartRefusal(c.Card); err != nil {
 			return nil, err
 		}
 		if r.Next && !brd.IsPool(c.State) {
 			return nil, errNotPool
 		}
-		acq, tok := acquireChange(c, clk, r.Marker, r.Lease)
 		recorded := c.recordedRun()
+		if err := board.StartRunRefusal(c.Card, recorded); err != nil {
+			if r.Next {
+				return nil, errParked
+			}
+			return nil, err
+		}
+		acq, tok := acquireChange(c, clk, r.Marker, r.Lease)
 		var runCh *change
 		// The fleet twin never resumes a recorded run (board.Store.Start):
 		// every Start is a fresh run, so the watchdog's run ceiling, which
@@ -103,7 +141,10 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest) (b
 			} else if taken {
 				return nil, fmt.Errorf("run %q: %w", r.Run.ID, board.ErrAlreadyExists)
 			}
-			var closed *change
+			var (
+				closed *change
+				err    error
+			)
 			if recorded != nil && board.Resumable(*recorded) {
 				// The superseded run is archived already closed: the CAS
 				// below displaces it from the card.
@@ -112,7 +153,7 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest) (b
 					return nil, err
 				}
 				closed = &change{events: []outboxEntry{runEvent(board.EventRunUpdated, old, tok.Marker)}}
-			} else if err := s.displace(ctx, c, r.Run.ID); err != nil {
+			} else if moved, err = s.displace(ctx, c, r.Run.ID); err != nil {
 				return nil, err
 			}
 			run := r.Run
@@ -126,12 +167,19 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest) (b
 			move = moveChange(c, clk, running, board.ReasonNone, tok.Marker)
 		}
 		out.Token = tok
-		return merge(acq, runCh, pointAtChange(c, clk, out.Run.ID, tok), move), nil
+		// The state as read is part of the CAS whether the card moves or
+		// not: an operator's move in between (to a sink, say) was not
+		// judged by StartRefusal.
+		asRead := &change{cond: bson.D{same(c.raw, "state")}}
+		return merge(asRead, acq, runCh, pointAtChange(c, clk, out.Run.ID, tok), move), nil
 	})
 	if err != nil || !wrote {
 		return board.Started{}, false, err
 	}
 	out.Card = after.Card
+	if err := s.settle(ctx, moved); err != nil {
+		return out, true, err
+	}
 	return out, true, nil
 }
 
@@ -179,7 +227,10 @@ func (s *Store) Finish(ctx context.Context, r board.FinishRequest) (board.Finish
 			move = moveChange(c, clk, to, m.StampedReason(), r.Token.Marker)
 			moved = true
 		}
-		return merge(setRun(c, next, board.EventRunUpdated, r.Token.Marker), move, releaseChange(c, clk, r.Token.Marker)), nil
+		// The state as read is part of the CAS whether the filing moves
+		// the card or not: the filing was decided on it.
+		asRead := &change{cond: bson.D{same(c.raw, "state")}}
+		return merge(asRead, setRun(c, next, board.EventRunUpdated, r.Token.Marker), move, releaseChange(c, clk, r.Token.Marker)), nil
 	})
 	if err != nil {
 		return board.Finished{}, err

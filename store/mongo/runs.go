@@ -90,13 +90,45 @@ func (s *Store) archiveRun(ctx context.Context, r board.Run, rev int64) error {
 	return nil
 }
 
+// archived is the archive copy of a run a card write displaces, written
+// before the write's CAS.
+type archived struct {
+	run board.Run
+	rev int64
+}
+
 // displace archives the card's embedded run, if any, before a write that
-// replaces it with another run.
-func (s *Store) displace(ctx context.Context, c *cardState, runID string) error {
+// replaces it with another run. The copy is returned for settle.
+func (s *Store) displace(ctx context.Context, c *cardState, runID string) (*archived, error) {
 	if c.run == nil || c.run.ID == runID {
+		return nil, nil
+	}
+	a := &archived{run: *c.run, rev: c.runRev}
+	return a, s.archiveRun(ctx, a.run, a.rev)
+}
+
+// settle rewrites the archive copy of a run displaced as is, once the CAS
+// that displaced it has landed, over a copy a refused write left one
+// revision above it. The CAS checked that the card still embedded the run
+// at a.rev, so a copy at a.rev+1 can only be the closed copy a Start or
+// CreateRun archived before a CAS that was then refused (one that landed
+// would have displaced the run first, and a run adopted again is embedded
+// above any archived copy); left there, it would shadow the run's real
+// state. A nil a is nothing to settle.
+func (s *Store) settle(ctx context.Context, a *archived) error {
+	if a == nil {
 		return nil
 	}
-	return s.archiveRun(ctx, *c.run, c.runRev)
+	doc := runDoc(a.run, "_id", a.rev)[1:]
+	filter := bson.D{{Key: "_id", Value: a.run.ID}, {Key: "$or", Value: bson.A{
+		bson.D{{Key: "rev", Value: bson.D{{Key: "$lte", Value: a.rev + 1}}}},
+		bson.D{{Key: "rev", Value: bson.D{{Key: "$exists", Value: false}}}},
+	}}}
+	_, err := s.runs.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: doc}}, options.UpdateOne().SetUpsert(true))
+	if err != nil && !mongo.IsDuplicateKeyError(err) {
+		return writeErr(fmt.Sprintf("mongostore: archive run %q", a.run.ID), err)
+	}
+	return nil
 }
 
 // readArchivedRun reads a run from the runs collection.
@@ -144,11 +176,14 @@ func (s *Store) adopt(ctx context.Context, id string) error {
 		return err
 	}
 	rev := run.rev
-	_, _, err = s.mutate(ctx, run.Card, func(c *cardState, clk serverClock) (*change, error) {
+	var moved *archived
+	_, wrote, err := s.mutate(ctx, run.Card, func(c *cardState, clk serverClock) (*change, error) {
+		moved = nil
 		if c.run != nil && c.run.ID == id {
 			return nil, nil
 		}
-		if err := s.displace(ctx, c, id); err != nil {
+		var err error
+		if moved, err = s.displace(ctx, c, id); err != nil {
 			return nil, err
 		}
 		return &change{
@@ -156,7 +191,10 @@ func (s *Store) adopt(ctx context.Context, id string) error {
 			set:  bson.D{{Key: fieldRun, Value: runDoc(run.Run, "id", max(rev, c.runRev)+1)}},
 		}, nil
 	})
-	return err
+	if err != nil || !wrote {
+		return err
+	}
+	return s.settle(ctx, moved)
 }
 
 // adoptRecorded adopts the card's recorded run when it is only in the
@@ -211,18 +249,46 @@ func (s *Store) CreateRun(ctx context.Context, r board.NewRun) (board.Run, error
 	} else if taken {
 		return board.Run{}, fmt.Errorf("run %q: %w", r.Run.ID, board.ErrAlreadyExists)
 	}
-	var out board.Run
-	_, _, err = s.owned(ctx, r.Run.Card, r.Token, func(c *cardState, clk serverClock) (*change, error) {
-		if err := s.displace(ctx, c, r.Run.ID); err != nil {
-			return nil, err
+	// The run it displaces is closed in the same CAS when it is still
+	// open, so the card's recorded run must be embedded first.
+	if err := s.adoptRecorded(ctx, r.Run.Card); err != nil {
+		return board.Run{}, fmt.Errorf("run %q: %w", r.Run.ID, err)
+	}
+	var (
+		out   board.Run
+		moved *archived
+	)
+	_, wrote, err := s.owned(ctx, r.Run.Card, r.Token, func(c *cardState, clk serverClock) (*change, error) {
+		moved = nil
+		var closed *change
+		if cur := c.recordedRun(); cur != nil {
+			if next, ok := board.DisplacedRun(*cur, r.Run.ID, clk.now); ok {
+				// Archived already closed: the CAS below displaces it
+				// from the card (as Start's supersede).
+				if err := s.archiveRun(ctx, next, c.runRev+1); err != nil {
+					return nil, err
+				}
+				closed = &change{events: []outboxEntry{runEvent(board.EventRunUpdated, next, r.Token.Marker)}}
+			}
+		}
+		if closed == nil {
+			var err error
+			if moved, err = s.displace(ctx, c, r.Run.ID); err != nil {
+				return nil, err
+			}
 		}
 		run := r.Run
 		run.CreatedAt, run.UpdatedAt = clk.now, clk.now
 		out = run
-		return merge(setRun(c, run, board.EventRunCreated, r.Token.Marker), pointAtChange(c, clk, run.ID, r.Token)), nil
+		return merge(closed, setRun(c, run, board.EventRunCreated, r.Token.Marker), pointAtChange(c, clk, run.ID, r.Token)), nil
 	})
 	if err != nil {
 		return board.Run{}, fmt.Errorf("run %q: %w", r.Run.ID, err)
+	}
+	if wrote {
+		if err := s.settle(ctx, moved); err != nil {
+			return out, err
+		}
 	}
 	return out, nil
 }

@@ -1,0 +1,187 @@
+package mongostore_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/event"
+
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/internal/mongotest"
+	mongostore "github.com/leasekeeper/leasekeeper/store/mongo"
+)
+
+// interleaver runs a write through a second store between a card write's
+// read and its compare-and-set: once armed, just before the next
+// findAndModify on the cards collection is sent.
+type interleaver struct {
+	armed atomic.Bool
+	fn    func()
+}
+
+func (in *interleaver) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName != "findAndModify" {
+			return
+		}
+		if v, err := e.Command.LookupErr("findAndModify"); err != nil || v.StringValue() != "cards" {
+			return
+		}
+		if in.armed.CompareAndSwap(true, false) {
+			in.fn()
+		}
+	}}
+}
+
+// before arms fn for the next card CAS.
+func (in *interleaver) before(fn func()) {
+	in.fn = fn
+	in.armed.Store(true)
+}
+
+// interleavedPair opens two stores on one database: the first one's card
+// writes can be interleaved with the second one's.
+func interleavedPair(t *testing.T) (*mongostore.Store, *mongostore.Store, *interleaver) {
+	t.Helper()
+	in := &interleaver{}
+	uri, db := mongotest.URI(t), mongotest.Database(t)
+	a := openStore(t, mongostore.Options{URI: uri, Database: db, Monitor: in.monitor()})
+	b := openStore(t, mongostore.Options{URI: uri, Database: db})
+	return a, b, in
+}
+
+const interleavedWorker = "hosta-4242"
+
+// An operator files a free card to a sink between Start's read and its
+// CAS. The card does not move (it is in the running column already), but
+// the state as read is part of the CAS all the same: Start is refused as
+// on a card read in the sink, and mints nothing.
+func TestStartRefusesACardFiledToASinkMidWrite(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	a, b, in := interleavedPair(t)
+	if _, err := b.CreateCard(ctx, board.NewCard{ID: "c1", State: board.StateInProgress}); err != nil {
+		t.Fatal(err)
+	}
+	in.before(func() {
+		if err := b.SetState(ctx, board.Move{Card: "c1", To: board.StateDone, Actor: "uid:0"}); err != nil {
+			t.Errorf("the operator's SetState: %v", err)
+		}
+	})
+	_, err := a.Start(ctx, board.StartRequest{Card: "c1", Marker: interleavedWorker, Lease: 30 * time.Second, Run: board.Run{ID: "r1"}})
+	if !errors.Is(err, board.ErrTerminalStateExit) {
+		t.Errorf("Start racing a filing to done = %v, want ErrTerminalStateExit", err)
+	}
+	c, err := b.GetCard(ctx, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.State != board.StateDone || c.Claimed() || c.LastRunID != "" {
+		t.Errorf("card after the refused Start = %s claimed by %q last run %q, want done, free, no run", c.State, c.Claim, c.LastRunID)
+	}
+	if _, err := b.GetRun(ctx, "r1"); !errors.Is(err, board.ErrNotFound) {
+		t.Errorf("GetRun(r1) after the refused Start = %v, want ErrNotFound", err)
+	}
+}
+
+// An operator moved the card out of the running column while its run went
+// on, and moves it back between Finish's read and its CAS. A resumable
+// verdict read in awaiting_input would leave the card there; the CAS on
+// the state as read makes Finish decide again, on the running column, and
+// file the card to the pool instead of leaving it free where nothing picks
+// it up.
+func TestFinishFilesACardMovedBackMidWrite(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	a, b, in := interleavedPair(t)
+	if _, err := b.CreateCard(ctx, board.NewCard{ID: "c1", State: board.StateReady}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.Start(ctx, board.StartRequest{Card: "c1", Marker: interleavedWorker, Lease: 30 * time.Second, Run: board.Run{ID: "r1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetState(ctx, board.Move{Card: "c1", To: board.StateAwaitingInput, Actor: "uid:0"}); err != nil {
+		t.Fatal(err)
+	}
+	in.before(func() {
+		if err := b.SetState(ctx, board.Move{Card: "c1", To: board.StateInProgress, Actor: "uid:0"}); err != nil {
+			t.Errorf("the operator's move back: %v", err)
+		}
+	})
+	if _, err := a.Finish(ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFailedResumable}); err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	c, err := b.GetCard(ctx, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Claimed() || c.State != board.StateReady {
+		t.Errorf("card after Finish = %s claimed by %q, want free in ready (filed out of the running column)", c.State, c.Claim)
+	}
+	if r, err := b.GetRun(ctx, "r1"); err != nil || r.Status != board.RunFailedResumable {
+		t.Errorf("run after Finish = %+v, %v; want failed_resumable", r, err)
+	}
+}
+
+// A Start that means to supersede the card's recorded run archives it,
+// closed, before its CAS; when the CAS is refused (another worker claimed
+// the card in between) the run stays embedded, unchanged. The closed copy
+// must not become the run's state when a later write displaces the run as
+// it is: the run then reads as the card held it, and as the event log
+// last said, not cancelled by a Start that never happened.
+func TestRefusedSupersedeDoesNotShadowTheRun(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	a, b, in := interleavedPair(t)
+	if _, err := b.CreateCard(ctx, board.NewCard{ID: "c1", State: board.StateReady}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := b.Start(ctx, board.StartRequest{Card: "c1", Marker: interleavedWorker, Lease: 30 * time.Second, Run: board.Run{ID: "r1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Finish(ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFailedResumable}); err != nil {
+		t.Fatal(err)
+	}
+	var tokB board.ClaimToken
+	in.before(func() {
+		var err error
+		if _, tokB, err = b.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: "hostb-777", Lease: 30 * time.Second}); err != nil {
+			t.Errorf("the other worker's Claim: %v", err)
+		}
+	})
+	if _, err := a.Start(ctx, board.StartRequest{Card: "c1", Marker: "hostc-888", Lease: 30 * time.Second, Run: board.Run{ID: "r2"}}); !errors.Is(err, board.ErrClaimConflict) {
+		t.Fatalf("Start racing a Claim = %v, want ErrClaimConflict", err)
+	}
+	if r, err := b.GetRun(ctx, "r1"); err != nil || r.Status != board.RunFailedResumable {
+		t.Fatalf("r1 after the refused Start = %+v, %v; want failed_resumable", r, err)
+	}
+	// The holder points the card elsewhere and starts a run: r1 is
+	// displaced as it is.
+	if err := b.SetLastRunOwned(ctx, "c1", tokB, "r-elsewhere"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CreateRun(ctx, board.NewRun{Token: tokB, Run: board.Run{ID: "r3", Card: "c1"}}); err != nil {
+		t.Fatal(err)
+	}
+	r1, err := b.GetRun(ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r1.Status != board.RunFailedResumable || r1.FailureCode == board.FailureRunSuperseded {
+		t.Errorf("r1 after its displacement = %s/%s, want failed_resumable as the card held it (the supersede was refused)", r1.Status, r1.FailureCode)
+	}
+	evs, err := b.Events(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		if ev.Data.RunID == "r1" && ev.Data.Status == string(board.RunCancelled) {
+			t.Errorf("the log records r1 cancelled (%+v) though no write that cancelled it landed", ev)
+		}
+	}
+}
