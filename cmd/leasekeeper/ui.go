@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"html"
 	"log/slog"
+	"os"
 	"os/exec"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -60,12 +63,50 @@ func runUI(ctx context.Context, env *cli, o uiOpts) error {
 	fmt.Fprintf(env.stderr, "leasekeeper: serving the board for the agent at %s; open (Ctrl-C stops):\n", c.SocketPath())
 	fmt.Fprintln(env.stdout, srv.URL())
 	if o.open {
-		opener := exec.Command("xdg-open", srv.URL())
-		if err := opener.Start(); err != nil {
+		argv, cleanup, err := openerArgv(srv.URL())
+		if err != nil {
 			fmt.Fprintf(env.stderr, "leasekeeper: could not open a browser (%v): open the URL above yourself\n", err)
 		} else {
-			go func() { _ = opener.Wait() }()
+			defer cleanup()
+			opener := exec.Command(argv[0], argv[1:]...)
+			if err := opener.Start(); err != nil {
+				fmt.Fprintf(env.stderr, "leasekeeper: could not open a browser (%v): open the URL above yourself\n", err)
+			} else {
+				go func() { _ = opener.Wait() }()
+			}
 		}
 	}
 	return srv.Serve(ctx)
+}
+
+// openerArgv prepares what --open runs: not the URL, whose token any local
+// user could read in the process list, but a page that redirects to it,
+// written to a fresh directory only this user can enter. cleanup removes
+// the directory; call it once the browser has had its chance (at exit).
+func openerArgv(url string) (argv []string, cleanup func(), err error) {
+	dir, err := os.MkdirTemp("", "leasekeeper-ui-") // mode 0700
+	if err != nil {
+		return nil, nil, err
+	}
+	cleanup = func() { _ = os.RemoveAll(dir) }
+	// One navigation only (a meta refresh, no script as well): the token
+	// opens one session, and a second request for it is refused.
+	page := "<!doctype html>\n<meta charset=\"utf-8\">\n" +
+		"<meta name=\"referrer\" content=\"no-referrer\">\n" +
+		"<meta http-equiv=\"refresh\" content=\"0;url=" + html.EscapeString(url) + "\">\n" +
+		"<title>leasekeeper ui</title>\n" +
+		"<p>Opening the board…</p>\n"
+	name := filepath.Join(dir, "open.html")
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		_, err = f.WriteString(page)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	return []string{"xdg-open", name}, cleanup, nil
 }
