@@ -32,14 +32,15 @@ agent's health. The page updates live from the agent's event stream.
 
 The UI talks to the agent over its socket as you, so it shows what you could
 read with the CLI; the preview needs an operator uid. It listens on loopback
-only and prints a URL with a token minted at start: the page is served only
-to a browser that opened that URL. Reach it from another machine through an
+only and prints a URL with a token minted at start, good for one use: the
+page is served only to the browser that opened that URL first (restart the
+command for a new one). Reach it from another machine through an
 SSH tunnel (ssh -L 8080:127.0.0.1:8080 host).`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error { return runUI(cmd.Context(), env, o) },
 	}
 	c.Flags().StringVar(&o.listen, "listen", ui.DefaultListen, "loopback address to serve on (port 0: any free port)")
-	c.Flags().BoolVar(&o.open, "open", false, "open the URL in the desktop's browser (xdg-open)")
+	c.Flags().BoolVar(&o.open, "open", false, "open the board in the desktop's browser (xdg-open, through a private page: the token stays out of the process list)")
 	return c
 }
 
