@@ -15,11 +15,13 @@
 // browser that has it open, and another local user must not be able to
 // read it through the loopback port. So the server
 //
-//   - listens on a loopback address only (New refuses any other);
+//   - listens on a loopback address only (Listen refuses any other, and
+//     checks the address it bound);
 //   - requires a random token minted when it starts: the printed URL
-//     carries it once, the server trades it for an HttpOnly,
-//     SameSite=Strict cookie scoped to its port and redirects to the bare
-//     URL;
+//     carries it, the first request that brings it consumes it (a second
+//     is refused), and the server sets an HttpOnly, SameSite=Strict
+//     cookie named after its port that carries a secret of its own, minted
+//     then, and redirects to the bare path on its own origin;
 //   - refuses a request whose Host is not its listen address or
 //     localhost on its port (DNS rebinding);
 //   - sends no CORS headers, and requires the preview's POST to come from
@@ -27,6 +29,10 @@
 //   - sends a Content-Security-Policy that allows only its own script and
 //     style, and renders every name through html/template, so a hostile
 //     card title is text.
+//
+// Cookies are scoped by host, not port: another server on the same
+// loopback address, opened in the same browser, receives the cookie too.
+// Listening on a loopback address of one's own (127.x.y.z) separates.
 //
 // Templates, script and style are embedded: there is nothing to build or
 // install.

@@ -16,8 +16,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
@@ -40,8 +42,9 @@ type Config struct {
 	// Listen is a loopback host:port (default DefaultListen); port 0
 	// picks a free one.
 	Listen string
-	// Token is what the URL must carry; empty mints a random one, which is
-	// what the command does.
+	// Token is what the URL must carry, once: the first request that
+	// brings it consumes it. Empty mints a random one, which is what the
+	// command does.
 	Token  string
 	Logger *slog.Logger
 	// Now is the clock countdowns are computed against (default
@@ -55,6 +58,10 @@ type Server struct {
 	ln     net.Listener
 	token  string
 	cookie string
+	// mu guards session: empty until the URL's token is traded, then the
+	// secret the cookie carries (minted at that trade, never the token).
+	mu      sync.Mutex
+	session string
 	// hosts are the Host header values accepted: the bound address and
 	// localhost, each on the bound port.
 	hosts map[string]bool
@@ -89,9 +96,7 @@ func Listen(cfg Config) (*Server, error) {
 	}
 	token := cfg.Token
 	if token == "" {
-		b := make([]byte, 32)
-		_, _ = rand.Read(b) // crypto/rand.Read never fails
-		token = base64.RawURLEncoding.EncodeToString(b)
+		token = randomSecret()
 	}
 	pages, err := parsePages()
 	if err != nil {
@@ -100,6 +105,12 @@ func Listen(cfg Config) (*Server, error) {
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("ui: %w", err)
+	}
+	// The name checked above may resolve elsewhere (a resolver that maps
+	// localhost to another address): what counts is the address bound.
+	if err := checkBound(ln.Addr()); err != nil {
+		_ = ln.Close()
+		return nil, err
 	}
 	addr := ln.Addr().(*net.TCPAddr)
 	port := strconv.Itoa(addr.Port)
@@ -138,6 +149,22 @@ func CheckListen(addr string) error {
 	return nil
 }
 
+// checkBound says whether a, the address a listener bound, is a loopback
+// TCP address.
+func checkBound(a net.Addr) error {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok || !ta.IP.IsLoopback() {
+		return fmt.Errorf("%w: bound %s, which is not a loopback address", ErrNotLoopback, a)
+	}
+	return nil
+}
+
+func randomSecret() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
 func isLoopback(host string) bool {
 	if host == "localhost" {
 		return true
@@ -150,7 +177,8 @@ func isLoopback(host string) bool {
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
 // URL is the address to open: it carries the token, which the server
-// trades for a cookie on the first request.
+// trades for a cookie on the first request that brings it; the URL is
+// good for that one request only.
 func (s *Server) URL() string {
 	return "http://" + s.ln.Addr().String() + "/?token=" + url.QueryEscape(s.token)
 }
@@ -229,26 +257,74 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "unauthorized: wrong token", http.StatusUnauthorized)
 			return
 		}
+		secret, ok := s.exchange()
+		if !ok {
+			s.render(w, "error", "page", nil, errTokenUsed)
+			return
+		}
 		http.SetCookie(w, &http.Cookie{
-			Name: s.cookie, Value: s.token, Path: "/",
+			Name: s.cookie, Value: secret, Path: "/",
 			HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		})
-		// Drop the token from the address bar and the history.
+		// Drop the token from the address bar and the history; stay on
+		// this origin whatever the path looked like.
 		q := r.URL.Query()
 		q.Del("token")
-		dest := url.URL{Path: r.URL.Path, RawQuery: q.Encode()}
+		dest := url.URL{Path: localPath(r.URL.Path), RawQuery: q.Encode()}
 		http.Redirect(w, r, dest.String(), http.StatusSeeOther)
 		return
 	}
-	if c, err := r.Cookie(s.cookie); err != nil || !s.tokenOK(c.Value) {
+	if c, err := r.Cookie(s.cookie); err != nil || !s.sessionOK(c.Value) {
 		http.Error(w, "unauthorized: open the URL (with its token) that leasekeeper ui printed", http.StatusUnauthorized)
 		return
 	}
 	s.mux.ServeHTTP(w, r)
 }
 
+// errTokenUsed is the answer to the URL's token brought a second time.
+var errTokenUsed = &statusError{
+	code: http.StatusUnauthorized,
+	msg: "unauthorized: this URL's token has been used already (it opens one browser session, once). " +
+		"Use the tab it opened, or restart leasekeeper ui for a new URL.",
+}
+
+type statusError struct {
+	code int
+	msg  string
+}
+
+func (e *statusError) Error() string { return e.msg }
+
+// exchange consumes the URL's token: the first call mints the session
+// secret and returns it, every later one returns false.
+func (s *Server) exchange() (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.session != "" {
+		return "", false
+	}
+	s.session = randomSecret()
+	return s.session, true
+}
+
 func (s *Server) tokenOK(got string) bool {
 	return subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) == 1
+}
+
+func (s *Server) sessionOK(got string) bool {
+	s.mu.Lock()
+	secret := s.session
+	s.mu.Unlock()
+	return secret != "" && subtle.ConstantTimeCompare([]byte(got), []byte(secret)) == 1
+}
+
+// localPath is p made a path of this origin: one leading slash, no
+// backslash (a browser reads one as a slash), cleaned; "/" when p is none.
+func localPath(p string) string {
+	if !strings.HasPrefix(p, "/") {
+		return "/"
+	}
+	return path.Clean(strings.ReplaceAll(p, "\\", "/"))
 }
 
 func filterOf(r *http.Request) filter {
@@ -310,8 +386,12 @@ func previewError(err error) string {
 func (s *Server) render(w http.ResponseWriter, page, name string, data any, loadErr error) {
 	if loadErr != nil {
 		code := http.StatusBadGateway
-		if errors.Is(loadErr, board.ErrNotFound) {
+		var se *statusError
+		switch {
+		case errors.Is(loadErr, board.ErrNotFound):
 			code = http.StatusNotFound
+		case errors.As(loadErr, &se):
+			code = se.code
 		}
 		var buf bytes.Buffer
 		if err := s.pages["error"].ExecuteTemplate(&buf, name, errorView{Err: loadErr.Error(), Code: code}); err != nil {

@@ -94,6 +94,22 @@ func (f *fixture) login(c *http.Client) {
 	}
 }
 
+// sessionCookie trades the printed URL's token for the session cookie and
+// returns it.
+func (f *fixture) sessionCookie() *http.Cookie {
+	f.t.Helper()
+	resp, err := browser(f.t).Get(f.srv.URL())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	resp.Body.Close()
+	cs := resp.Cookies()
+	if resp.StatusCode != http.StatusSeeOther || len(cs) != 1 {
+		f.t.Fatalf("GET the printed URL: %d with cookies %v, want 303 and one cookie", resp.StatusCode, cs)
+	}
+	return cs[0]
+}
+
 type answer struct {
 	code int
 	body string
@@ -179,8 +195,17 @@ func TestTokenIsRequired(t *testing.T) {
 	if len(cookies) != 1 {
 		t.Fatalf("cookies set: %v, want one", cookies)
 	}
-	if c := cookies[0]; !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Value != f.token || c.Path != "/" {
-		t.Errorf("cookie = %+v, want the token, HttpOnly, SameSite=Strict, Path=/", c)
+	if c := cookies[0]; !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Value == "" || c.Path != "/" {
+		t.Errorf("cookie = %+v, want a value, HttpOnly, SameSite=Strict, Path=/", c)
+	}
+	if c := cookies[0]; c.Value == f.token {
+		t.Errorf("the cookie's value is the URL's token; want a secret of its own")
+	}
+	// The URL's token under the cookie's own name is no entry: only the
+	// secret minted at the trade is.
+	asToken := &http.Cookie{Name: cookies[0].Name, Value: f.token}
+	if got := f.do(anon, "GET", "/", map[string]string{"Cookie": asToken.String()}); got.code != http.StatusUnauthorized {
+		t.Errorf("GET / with the URL's token as the cookie: %d, want 401", got.code)
 	}
 	if loc := resp.Header.Get("Location"); strings.Contains(loc, "token") {
 		t.Errorf("redirect to %q keeps the token in the address", loc)
@@ -219,7 +244,7 @@ func TestWrongHostIsRefused(t *testing.T) {
 	}
 	// The cookie jar files cookies by host name; set the cookie by hand
 	// so every Host below carries it.
-	cookie := (&http.Cookie{Name: "leasekeeper_ui_" + port, Value: f.token}).String()
+	cookie := f.sessionCookie().String()
 	for _, tc := range tests {
 		if got := f.do(b, "GET", "/board", map[string]string{"Host": tc.host, "Cookie": cookie}); got.code != tc.want {
 			t.Errorf("GET /board with Host %q: %d, want %d", tc.host, got.code, tc.want)
