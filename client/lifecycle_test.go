@@ -15,6 +15,26 @@ import (
 // The lifecycle verbs end to end: a real socket, a real bbolt store, the
 // real heartbeat. Each test states the rule it pins.
 
+// lifecycleEnv starts a real agent with the given cards and a client of it.
+func lifecycleEnv(t *testing.T, cards ...string) (*socketapitest.Agent, *client.Client, context.Context) {
+	t.Helper()
+	a := socketapitest.Start(t, socketapitest.Options{})
+	for _, id := range cards {
+		a.Card(t, id)
+	}
+	return a, &client.Client{Socket: a.Path}, testCtx(t)
+}
+
+// mustStart is Start that fails the test on an error.
+func mustStart(t *testing.T, ctx context.Context, c *client.Client, card string, o client.StartOptions) *client.Claim {
+	t.Helper()
+	cl, err := c.Start(ctx, card, o)
+	if err != nil {
+		t.Fatalf("Start %s: %v", card, err)
+	}
+	return cl
+}
+
 func eventsSince(t *testing.T, a *socketapitest.Agent, after int64) []board.Event {
 	t.Helper()
 	evs, err := a.Store.Events(context.Background(), after, 1000)
@@ -57,14 +77,8 @@ func getRun(t *testing.T, a *socketapitest.Agent, id string) board.Run {
 // The heartbeat renews the claim in between and forgets it after.
 func TestStartThenFinish(t *testing.T) {
 	t.Parallel()
-	a := socketapitest.Start(t, socketapitest.Options{})
-	a.Card(t, "life")
-	ctx := testCtx(t)
-	c := &client.Client{Socket: a.Path}
-	cl, err := c.Start(ctx, "life", client.StartOptions{Checkpoint: "step-0"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, c, ctx := lifecycleEnv(t, "life")
+	cl := mustStart(t, ctx, c, "life", client.StartOptions{Checkpoint: "step-0"})
 	run := cl.Run()
 	if run.ID == "" || run.Status != board.RunRunning || run.Owner != cl.Token().Marker || run.Epoch != cl.Token().Epoch {
 		t.Fatalf("Start's run = %+v, want running, owned by %+v", run, cl.Token())
@@ -142,14 +156,8 @@ func TestStartRefusalsMintNothing(t *testing.T) {
 // owner and epoch — instead of starting another.
 func TestForceReleaseLeavesTheRunResumable(t *testing.T) {
 	t.Parallel()
-	a := socketapitest.Start(t, socketapitest.Options{})
-	a.Card(t, "steal")
-	ctx := testCtx(t)
-	c := &client.Client{Socket: a.Path}
-	first, err := c.Start(ctx, "steal", client.StartOptions{Checkpoint: "halfway"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, c, ctx := lifecycleEnv(t, "steal")
+	first := mustStart(t, ctx, c, "steal", client.StartOptions{Checkpoint: "halfway"})
 	if _, err := c.ForceRelease(ctx, "steal"); err != nil {
 		t.Fatal(err)
 	}
@@ -165,10 +173,7 @@ func TestForceReleaseLeavesTheRunResumable(t *testing.T) {
 		t.Fatalf("the refused Finish filed or claimed the card: %+v", got)
 	}
 
-	second, err := c.Start(ctx, "steal", client.StartOptions{Checkpoint: "ignored on resume"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	second := mustStart(t, ctx, c, "steal", client.StartOptions{Checkpoint: "ignored on resume"})
 	run := second.Run()
 	if !second.Resumed() || run.ID != first.Run().ID || run.Checkpoint != "halfway" || run.Epoch != second.Token().Epoch || run.Status != board.RunRunning || run.FailureCode != "" {
 		t.Fatalf("the next Start got run %+v (resumed %v), want %s resumed at checkpoint halfway under epoch %d", run, second.Resumed(), first.Run().ID, second.Token().Epoch)
@@ -189,14 +194,8 @@ func TestForceReleaseLeavesTheRunResumable(t *testing.T) {
 // no run is left open with nothing pointing at it.
 func TestFreshStartClosesTheSupersededRun(t *testing.T) {
 	t.Parallel()
-	a := socketapitest.Start(t, socketapitest.Options{})
-	a.Card(t, "anew")
-	ctx := testCtx(t)
-	c := &client.Client{Socket: a.Path}
-	first, err := c.Start(ctx, "anew", client.StartOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, c, ctx := lifecycleEnv(t, "anew")
+	first := mustStart(t, ctx, c, "anew", client.StartOptions{})
 	if _, err := first.Finish(ctx, client.Verdict{Status: board.RunFailedResumable}); err != nil {
 		t.Fatal(err)
 	}
@@ -216,11 +215,7 @@ func TestFreshStartClosesTheSupersededRun(t *testing.T) {
 // refused for a run id that names no run, or a run of another card.
 func TestLastRunMustNameARunOfThisCard(t *testing.T) {
 	t.Parallel()
-	a := socketapitest.Start(t, socketapitest.Options{})
-	a.Card(t, "mine")
-	a.Card(t, "theirs")
-	ctx := testCtx(t)
-	c := &client.Client{Socket: a.Path}
+	a, c, ctx := lifecycleEnv(t, "mine", "theirs")
 	other, err := c.Start(ctx, "theirs", client.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -245,10 +240,7 @@ func TestLastRunMustNameARunOfThisCard(t *testing.T) {
 // stale token), although it started the run.
 func TestRunWritesAreFencedByTheClaim(t *testing.T) {
 	t.Parallel()
-	a := socketapitest.Start(t, socketapitest.Options{})
-	a.Card(t, "fenced")
-	ctx := testCtx(t)
-	c := &client.Client{Socket: a.Path}
+	a, c, ctx := lifecycleEnv(t, "fenced")
 	cl, err := c.Claim(ctx, "fenced")
 	if err != nil {
 		t.Fatal(err)
