@@ -166,7 +166,7 @@ func newMetrics(version string, held func() int, reaperEnabled func() bool) *met
 			m.decisions.WithLabelValues(string(a), string(o))
 		}
 	}
-	for _, a := range []SweepAction{SweepReleased, SweepExpired, SweepAdopted, SweepKept, SweepFailed} {
+	for _, a := range []SweepAction{SweepReleased, SweepExpired, SweepDisowned, SweepAdopted, SweepKept, SweepFailed} {
 		m.sweeps.WithLabelValues(sweepBoot, string(a))
 	}
 	for _, sw := range []watchdog.Sweep{watchdog.SweepRecovery, watchdog.SweepUnleased} {

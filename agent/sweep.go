@@ -20,11 +20,15 @@ const (
 	// SweepReleased: the owner is provably dead and the claim had no lease
 	// (a legacy claim): it was released.
 	SweepReleased SweepAction = "released"
-	// SweepExpired: the owner is provably dead, or alive but its claim is
-	// already over (its trusted deadline passed while no agent renewed it):
-	// its lease was expired at once so the reaper may rule on the card
-	// without waiting out the TTL.
+	// SweepExpired: the owner is provably dead: its lease was expired at
+	// once so the reaper may rule on the card without waiting out the TTL.
 	SweepExpired SweepAction = "expired"
+	// SweepDisowned: the owner is alive but its claim may already be over
+	// (its holder may have passed its trusted deadline while no agent
+	// renewed it): the claim is not adopted and its stored lease is left
+	// to run its course, because the holder may still trust it until that
+	// lease less a margin (DESIGN.md#boot-sweep).
+	SweepDisowned SweepAction = "disowned"
 	// SweepAdopted: the owner is alive and its claim still has time left:
 	// the claim was renewed and handed to the heartbeat, so the worker never
 	// notices the agent restarted.
@@ -103,10 +107,12 @@ type SweepConfig struct {
 //   - adopts the claim of a live worker: renews it and returns it for the
 //     heartbeat, so restarting the agent under running workers loses
 //     nothing;
-//   - but expires, and does not adopt, a live worker's claim that is
-//     already over: its lease ended (or ends within two margins) while no
-//     agent renewed it, so its holder has passed its trusted deadline and
-//     given the claim up (see over).
+//   - but disowns, and does not adopt, a live worker's claim that may
+//     already be over: its holder may have passed its trusted deadline
+//     and given the claim up (see over). Its lease is left as stored: the
+//     holder may still trust the claim until that lease less a margin, so
+//     moving the lease earlier would let the watchdog's orphan grace run
+//     out while the holder may still work (DESIGN.md#boot-sweep).
 //
 // Anything it cannot prove is left alone. The returned adoptions were
 // renewed successfully; the caller must hand them to the heartbeat.
@@ -196,14 +202,10 @@ func BootSweep(ctx context.Context, cfg SweepConfig) ([]SweepItem, []Adoption, e
 			renew = append(renew, l)
 			continue
 		}
-		item := SweepItem{Card: l.card.ID, Marker: l.card.Claim, Epoch: l.card.ClaimEpoch}
-		item.Action, item.Why, item.Err = cfg.expire(ctx, l.card)
-		if item.Action == SweepExpired {
-			item.Lost = heartbeat.LostUnconfirmed
-		}
-		item.Why = fmt.Sprintf("%s, but the claim is over: its lease ends at %s, not %v after now (%s), so its holder has passed its trusted deadline and given it up; not adopted; %s",
-			l.why, l.card.ClaimLeaseUntil.Format(time.RFC3339Nano), cfg.overAhead(), storeNow.Format(time.RFC3339Nano), item.Why)
-		items = append(items, item)
+		items = append(items, SweepItem{Card: l.card.ID, Marker: l.card.Claim, Epoch: l.card.ClaimEpoch,
+			Action: SweepDisowned, Lost: heartbeat.LostUnconfirmed,
+			Why: fmt.Sprintf("%s, but the claim may be over: its lease ends at %s, not %v after now (%s), so its holder may have passed its trusted deadline and given it up; not adopted, its lease left to run out",
+				l.why, l.card.ClaimLeaseUntil.Format(time.RFC3339Nano), cfg.overAhead(), storeNow.Format(time.RFC3339Nano))})
 	}
 	live = renew
 	if len(live) == 0 {
@@ -314,8 +316,13 @@ func (cfg SweepConfig) judge(ctx context.Context, c board.Card, m board.Marker) 
 // below) is treated as given up. Adopting it would not bring the holder
 // back: the agent would renew, for as long as the pid lives, a card nobody
 // works on (and re-grant its epoch to the next claim of that process). The
-// claim is expired instead, so the watchdog may rule on it at once. The
-// price: an agent must be back within about lease/2 of its last renewal
+// claim is disowned instead, and its stored lease left alone: "may have
+// given it up" is the earliest moment, and the holder may equally be
+// counting from the latest renewal and keep working until the stored lease
+// less one margin. The watchdog's orphan grace counts from the stored
+// lease, so it runs out only after every holder has stopped; expiring the
+// lease now would let a reaper file the run PROCESS_ORPHANED and hand the
+// card on while the holder may still work. The price: an agent must be back within about lease/2 of its last renewal
 // (15 s for a 30 s lease) for its live workers' claims to be adopted.
 //
 // Whose clock. The lease was stamped by the store, so now is the store's
@@ -325,7 +332,7 @@ func (cfg SweepConfig) judge(ctx context.Context, c board.Card, m board.Marker) 
 // absorbs, together with the store round trip between a renewal's attempt
 // and the store's stamp. The error directions:
 //
-//   - Judging a claim over too early expires a live holder's claim. The
+//   - Judging a claim over too early disowns a live holder's claim. The
 //     agent does not adopt it, so the holder hears no more pings and stops
 //     at its own trusted deadline, having lost the claim: a loss every
 //     holder must tolerate anyway (an operator can break any claim).

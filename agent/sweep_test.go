@@ -257,10 +257,11 @@ func TestBootSweepKeepaliveAdoptsSelfDeclaredWorkers(t *testing.T) {
 
 // TestBootSweepDoesNotReviveAClaimWhoseDeadlineHasPassed: after an agent
 // outage longer than the lease, a live worker's claim is over — its client
-// cancelled it by itself at its trusted deadline — so the sweep expires it
+// cancelled it by itself at its trusted deadline — so the sweep disowns it
 // instead of adopting it, in either liveness mode. A claim whose lease ends
-// within the heartbeat margin is over too: no holder trusts a claim past its
-// lease less that margin. A claim with time left is still adopted.
+// within the heartbeat margin may be over too. A disowned claim's lease is
+// left exactly as stored, never moved: its holder may trust it until that
+// lease less a margin. A claim with time left is still adopted.
 func TestBootSweepDoesNotReviveAClaimWhoseDeadlineHasPassed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -313,13 +314,14 @@ func TestBootSweepDoesNotReviveAClaimWhoseDeadlineHasPassed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]SweepAction{"over": SweepExpired, "over-keepalive": SweepExpired, "ending": SweepExpired, "fresh": SweepAdopted}
+	want := map[string]SweepAction{"over": SweepDisowned, "over-keepalive": SweepDisowned, "ending": SweepDisowned, "fresh": SweepAdopted}
 	got := map[string]SweepAction{}
 	for _, it := range items {
 		got[it.Card] = it.Action
-		// An expired claim is one the agent does not vouch for: the
-		// caller disowns it, so its worker's re-claim is a fresh one.
-		if wantLost := map[SweepAction]heartbeat.LostReason{SweepExpired: heartbeat.LostUnconfirmed}[it.Action]; it.Lost != wantLost {
+		// A disowned claim is one the agent does not vouch for: the
+		// caller hands it to the heartbeat's Disown, so its worker's
+		// re-claim is a fresh one.
+		if wantLost := map[SweepAction]heartbeat.LostReason{SweepDisowned: heartbeat.LostUnconfirmed}[it.Action]; it.Lost != wantLost {
 			t.Errorf("card %s (%s): Lost = %q, want %q", it.Card, it.Action, it.Lost, wantLost)
 		}
 	}
@@ -331,7 +333,6 @@ func TestBootSweepDoesNotReviveAClaimWhoseDeadlineHasPassed(t *testing.T) {
 	if len(adopted) != 1 || adopted[0].Hold.Card != "fresh" {
 		t.Errorf("adopted %+v, want only the claim with time left", adopted)
 	}
-	now := clock.Now()
 	for card, w := range want {
 		c, err := store.GetCard(ctx, card)
 		if err != nil {
@@ -341,10 +342,10 @@ func TestBootSweepDoesNotReviveAClaimWhoseDeadlineHasPassed(t *testing.T) {
 			t.Errorf("card %s: token %+v, want %+v untouched", card, c.Token(), before[card].Token())
 		}
 		switch w {
-		case SweepExpired:
-			// Expired, not renewed: the watchdog may rule on it at once.
-			if !c.LeaseExpired(now) {
-				t.Errorf("card %s: lease %v, want expired at or before %v", card, c.ClaimLeaseUntil, now)
+		case SweepDisowned:
+			// Neither renewed nor moved earlier: the lease runs its course.
+			if !c.ClaimLeaseUntil.Equal(before[card].ClaimLeaseUntil) {
+				t.Errorf("card %s: lease %v, want it left at %v", card, c.ClaimLeaseUntil, before[card].ClaimLeaseUntil)
 			}
 		case SweepAdopted:
 			if !c.ClaimLeaseUntil.After(before[card].ClaimLeaseUntil) {
@@ -399,12 +400,12 @@ func TestAgentBootDoesNotRenewAnEndedClaim(t *testing.T) {
 		t.Errorf("card after boot: %s@%d lease %v; want %s@%d with its lease left at %v (expired, not renewed)",
 			c.Claim, c.ClaimEpoch, c.ClaimLeaseUntil, claimed.Claim, claimed.ClaimEpoch, claimed.ClaimLeaseUntil)
 	}
-	if !strings.Contains(r.logs.String(), "action=expired") {
-		t.Errorf("agent log does not report the claim expired by the boot sweep:\n%s", r.logs.String())
+	if !strings.Contains(r.logs.String(), "action=disowned") {
+		t.Errorf("agent log does not report the claim disowned by the boot sweep:\n%s", r.logs.String())
 	}
 }
 
-// TestAgentReclaimAfterBootSweepIsFresh: a claim the boot sweep expired
+// TestAgentReclaimAfterBootSweepIsFresh: a claim the boot sweep buried
 // instead of adopting is not handed back by the next claim of the same
 // marker: the worker gets the card at a higher epoch. The marker here names
 // the test process, which is also the agent's (the agent runs in it), so
