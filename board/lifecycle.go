@@ -225,10 +225,11 @@ func StartRunRefusal(c Card, rec *Run) error {
 
 // StartAnswered reports whether Start r already landed on card c, read at
 // now: c is claimed by r.Marker with a lease that has not ended and points
-// at r.Run.ID under that claim's epoch. The retry returns that state again.
-func StartAnswered(c Card, r StartRequest, now time.Time) bool {
+// under that claim's epoch at runID, the run the Start wrote (r.Run.ID, or
+// the recorded run it resumed). The retry returns that state again.
+func StartAnswered(c Card, r StartRequest, runID string, now time.Time) bool {
 	return c.Claim == r.Marker && c.ClaimLeaseUntil.After(now) &&
-		c.LastRunID == r.Run.ID && c.LastRunEpoch == c.ClaimEpoch
+		c.LastRunID == runID && c.LastRunEpoch == c.ClaimEpoch
 }
 
 // Resumable reports whether a Start should take over the card's recorded

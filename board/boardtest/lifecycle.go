@@ -248,6 +248,22 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 				if len(evs) < 3 || evs[0].Type != board.EventClaimed || evs[1].Type != board.EventRunUpdated || evs[2].Type != board.EventLastRun {
 					t.Errorf("resuming Start logged %s, want claimed, run_updated, last_run", fmtEvents(evs))
 				}
+				// A retry of the resuming Start (its answer lost) names
+				// the run id it asked for, by card or by next: it is
+				// answered with what the first attempt wrote, and claims
+				// nothing else.
+				e.card("c2", board.StateReady)
+				byNext := r
+				byNext.Card, byNext.Next = "", true
+				for _, retry := range []board.StartRequest{r, byNext} {
+					again, err := e.s.Start(e.ctx, retry)
+					if err != nil || !again.Resumed || again.Run.ID != "r1" || again.Token != st.Token || again.Card.ID != "c1" {
+						t.Errorf("retry (next %v) of a resuming Start = card %q token %+v run %q resumed %v, %v; want c1 %+v r1 resumed", retry.Next, again.Card.ID, again.Token, again.Run.ID, again.Resumed, err, st.Token)
+					}
+				}
+				if c2 := e.get("c2"); c2.Claimed() {
+					t.Errorf("a retried resuming Start claimed c2 (%s@%d)", c2.Claim, c2.ClaimEpoch)
+				}
 				// The earlier holder's late writes are refused by the fence.
 				st2 := board.RunFinished
 				if _, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: first.Token, Status: &st2}); !errors.Is(err, board.ErrClaimConflict) {

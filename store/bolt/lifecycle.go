@@ -22,21 +22,22 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 	var out board.Started
 	err = s.write(ctx, func(w *wtx) error {
 		out = board.Started{}
-		// A retry of a Start that landed is answered from what it wrote.
-		if run, err := w.getRun(r.Run.ID); err != nil {
+		// A retry of a Start that landed is answered from what it wrote,
+		// whether it created the run it names or resumed a recorded one.
+		if run, err := w.startedRun(r.Run.ID); err != nil {
 			return err
 		} else if run != nil && (r.Next || run.Card == r.Card) {
 			prev, err := w.getCard(run.Card)
 			if err != nil {
 				return err
 			}
-			if board.StartAnswered(prev.Card, r, s.now()) && run.Owner == prev.Claim && run.Epoch == prev.ClaimEpoch {
+			if board.StartAnswered(prev.Card, r, run.ID, s.now()) && run.Owner == prev.Claim && run.Epoch == prev.ClaimEpoch {
 				// The lease is refreshed as an idempotent re-claim's is:
 				// the caller counts it from this attempt.
 				if err := s.extendLease(w, prev, s.now().Add(r.Lease)); err != nil {
 					return err
 				}
-				out = board.Started{Card: prev.Card, Token: prev.Token(), Run: *run}
+				out = board.Started{Card: prev.Card, Token: prev.Token(), Run: *run, Resumed: run.ID != r.Run.ID}
 				return nil
 			}
 		}
@@ -77,6 +78,7 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 			if err := s.pointAt(w, rec, run.ID, tok, now); err != nil {
 				return err
 			}
+			w.nameResume(run.ID, r.Run.ID)
 			out.Run, out.Resumed = run, true
 		default:
 			if recorded != nil && board.Resumable(*recorded) {

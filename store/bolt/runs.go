@@ -21,6 +21,38 @@ func (w *wtx) getRun(id string) (*board.Run, error) {
 	return decodeRun(v)
 }
 
+// The runs bucket also holds, under keys no run id can take (they start
+// with sep, which board.ValidateName refuses), the name a Start that
+// resumed a run asked for: resumeKey(start id) -> run id, and
+// resumedByKey(run id) -> start id, so a run has at most one such name.
+// A retry of that Start names the id it asked for, not the recorded run's,
+// and must still be answered from what the Start wrote
+// (DESIGN.md#resume).
+func resumeKey(startID string) []byte  { return append([]byte{sep, 's', sep}, startID...) }
+func resumedByKey(runID string) []byte { return append([]byte{sep, 'r', sep}, runID...) }
+
+// startedRun reads the run a Start naming id wrote: the run of that id, or
+// the recorded run a Start asking for id resumed. Nil when there is none.
+func (w *wtx) startedRun(id string) (*board.Run, error) {
+	if run, err := w.getRun(id); err != nil || run != nil {
+		return run, err
+	}
+	if alias := w.get(bucketRuns, resumeKey(id)); len(alias) > 0 {
+		return w.getRun(string(alias))
+	}
+	return nil, nil
+}
+
+// nameResume records that the Start asking for startID resumed run runID,
+// replacing the name an earlier resume of the run left.
+func (w *wtx) nameResume(runID, startID string) {
+	if old := w.get(bucketRuns, resumedByKey(runID)); len(old) > 0 {
+		w.del(bucketRuns, resumeKey(string(old)))
+	}
+	w.put(bucketRuns, resumeKey(startID), []byte(runID))
+	w.put(bucketRuns, resumedByKey(runID), []byte(startID))
+}
+
 // putRun writes a run and its event (run_created when created, else
 // run_updated) in the caller's write.
 func (w *wtx) putRun(run board.Run, created bool, actor string) error {

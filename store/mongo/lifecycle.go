@@ -78,7 +78,7 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 func (s *Store) answerStart(ctx context.Context, id string, r board.StartRequest) (st board.Started, ok bool, err error) {
 	after, _, err := s.mutate(ctx, id, func(c *cardState, clk serverClock) (*change, error) {
 		ok = false
-		if c.run == nil || c.run.ID != r.Run.ID || !board.StartAnswered(c.Card, r, clk.now) ||
+		if c.run == nil || c.run.ID != r.Run.ID || !board.StartAnswered(c.Card, r, r.Run.ID, clk.now) ||
 			c.run.Owner != c.Claim || c.run.Epoch != c.ClaimEpoch {
 			return nil, nil
 		}
