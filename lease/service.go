@@ -415,9 +415,19 @@ func (s *Service) Finish(ctx context.Context, w Worker, card string, epoch int64
 // a no-op, as in the store; only the caller's own claim stops being renewed.
 func (s *Service) Release(ctx context.Context, w Worker, card string, epoch int64) error {
 	tok, err := s.ownedToken(ctx, w, card, epoch)
-	if ce, ok := board.AsClaimConflict(err); ok && ce.Holder == "" {
-		s.cfg.Claims.RemoveHold(card, board.ClaimToken{Marker: w.Marker, Epoch: epoch})
-		return nil
+	if ce, ok := board.AsClaimConflict(err); ok {
+		switch {
+		case ce.Holder == "":
+			s.cfg.Claims.RemoveHold(card, board.ClaimToken{Marker: w.Marker, Epoch: epoch})
+			return nil
+		case ce.Holder == w.Marker && ce.Epoch == epoch:
+			// The store still names the caller's own claim, which the agent
+			// no longer vouches for (declared lost, or disowned at boot). A
+			// release only gives the card up, so the holder may still hand
+			// it back; the store's compare-and-set on (claim, epoch)
+			// decides, as for any release (DESIGN.md#claim-lost).
+			tok, err = board.ClaimToken{Marker: w.Marker, Epoch: epoch}, nil
+		}
 	}
 	if err != nil {
 		return err

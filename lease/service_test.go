@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -58,5 +59,82 @@ func TestRetriedStartIsNotTrustedPastTheStoredLease(t *testing.T) {
 	if h.TrustedUntil.After(card.ClaimLeaseUntil) {
 		t.Errorf("the agent trusts the claim until %s, %s past the lease the store holds (%s)",
 			h.TrustedUntil.Format(time.TimeOnly), h.TrustedUntil.Sub(card.ClaimLeaseUntil), card.ClaimLeaseUntil.Format(time.TimeOnly))
+	}
+}
+
+// A holder may always hand back its own claim, even one the agent stopped
+// vouching for while the store still names it: declared lost when no
+// renewal was confirmed by its trusted deadline, or disowned by the boot
+// sweep. A release only gives the card up. Every other owner write on such
+// a claim stays refused: the agent no longer vouches for it.
+func TestHolderMayReleaseAClaimTheAgentDisowned(t *testing.T) {
+	for _, how := range []string{"unconfirmed", "boot-sweep"} {
+		t.Run(how, func(t *testing.T) {
+			ctx := context.Background()
+			clk := boardtest.NewManualClock(time.Date(2031, 9, 2, 12, 0, 0, 0, time.UTC))
+			s, err := boltstore.Open(filepath.Join(t.TempDir(), "board.db"), boltstore.Options{Clock: clk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			const term = 30 * time.Second
+			hb, err := heartbeat.New(heartbeat.Config{Store: s, Clock: clk, Lease: func() time.Duration { return term },
+				Mode: func() heartbeat.Mode { return heartbeat.ModeKeepalive }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			svc, err := lease.New(lease.Config{Store: s, Claims: hb, Clock: clk, Lease: func() time.Duration { return term }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.CreateCard(ctx, board.NewCard{ID: "c1", State: board.StateReady}); err != nil {
+				t.Fatal(err)
+			}
+			w := lease.Worker{Marker: "hosta-4242", Owner: heartbeat.Owner{KeepaliveID: "hosta-4242"}}
+			var epoch int64
+			switch how {
+			case "unconfirmed":
+				g, err := svc.Claim(ctx, w, "c1", false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				epoch = g.Token.Epoch
+				// The holder keeps pinging, but no renewal is confirmed
+				// before its trusted deadline: the agent declares it lost.
+				clk.Advance(term)
+				hb.Ping(w.Owner.KeepaliveID)
+				hb.RunOnce(ctx)
+				if _, held := hb.Lookup("c1"); held {
+					t.Fatal("setup: the claim is still tracked past its trusted deadline")
+				}
+			case "boot-sweep":
+				_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: w.Marker, Lease: term})
+				if err != nil {
+					t.Fatal(err)
+				}
+				epoch = tok.Epoch
+				hb.Disown(heartbeat.Lost{Card: "c1", Epoch: epoch, Marker: w.Marker, Reason: heartbeat.LostUnconfirmed})
+			}
+			if c, err := s.GetCard(ctx, "c1"); err != nil || c.Claim != w.Marker || c.ClaimEpoch != epoch {
+				t.Fatalf("setup: card %+v, %v; want the store still naming %s@%d", c, err, w.Marker, epoch)
+			}
+			if _, err := svc.SetState(ctx, w, "c1", epoch, lease.Move{To: board.StateBacklog}); !errors.Is(err, board.ErrClaimConflict) {
+				t.Errorf("owner move on a claim the agent disowned = %v, want ErrClaimConflict", err)
+			}
+			if err := svc.Release(ctx, w, "c1", epoch); err != nil {
+				t.Fatalf("the holder's release of its own disowned claim: %v", err)
+			}
+			if c, err := s.GetCard(ctx, "c1"); err != nil || c.Claimed() {
+				t.Errorf("card after the release: %s@%d, %v; want it free", c.Claim, c.ClaimEpoch, err)
+			}
+			if _, ok := hb.Disowned("c1"); ok {
+				t.Error("the released claim is still remembered as disowned")
+			}
+			// Another process naming that epoch, now stale, is still
+			// answered by the fence: the card is free, nothing to do.
+			if err := svc.Release(ctx, lease.Worker{Marker: "hosta-5151", Owner: heartbeat.Owner{KeepaliveID: "hosta-5151"}}, "c1", epoch); err != nil {
+				t.Errorf("a stale release of a free card = %v, want nil", err)
+			}
+		})
 	}
 }
