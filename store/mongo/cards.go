@@ -93,10 +93,8 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 		// the check above and the insert, and its completion then promoted
 		// nobody, because this card was not there yet. Check again now that
 		// it is, and promote it the way that completion would have.
-		if done, err := s.blockersComplete(ctx, nc.ID, deps); err == nil && done {
-			if _, err := s.promote(ctx, nc.ID, deps[len(deps)-1], nc.Actor); err != nil {
-				return board.Card{}, err
-			}
+		if _, err := s.promote(ctx, nc.ID, deps[len(deps)-1], nc.Actor); err != nil {
+			return board.Card{}, err
 		}
 	}
 	c, err := s.readCard(ctx, nc.ID)
@@ -267,16 +265,6 @@ func (s *Store) promoteDependents(ctx context.Context, id, actor string) error {
 		return err
 	}
 	for _, d := range deps {
-		done, err := s.blockersComplete(ctx, d.ID, d.DependsOn)
-		if errors.Is(err, board.ErrInvalidArgument) {
-			continue // a blocker is gone: the dependent cannot be unblocked by this one
-		}
-		if err != nil {
-			return err
-		}
-		if !done {
-			continue
-		}
 		if _, err := s.promote(ctx, d.ID, id, actor); err != nil {
 			return err
 		}
@@ -284,19 +272,44 @@ func (s *Store) promoteDependents(ctx context.Context, id, actor string) error {
 	return nil
 }
 
-// promote moves a waiting dependent to the first pool state, if it is
-// still waiting.
+// promote moves a waiting dependent to the first pool state if every one
+// of its blockers is complete. The blockers are read after the dependent,
+// and the move is conditioned on the dependent's reopen holds and
+// generation as read, so a Reopen of a blocker either lands before the
+// read (and the blocker is not complete) or is broken
+// (DESIGN.md#reopen-promotion). A blocker that is gone leaves the
+// dependent waiting.
 func (s *Store) promote(ctx context.Context, id, blocker, actor string) (bool, error) {
 	pool := s.freshBoard(ctx).FirstPool()
-	_, wrote, err := s.mutate(ctx, id, func(c *cardState, clk serverClock) (*change, error) {
-		if c.State != board.StateWaitingDeps {
-			return nil, nil
+	for range maxReopenAttempts {
+		_, wrote, err := s.mutate(ctx, id, func(c *cardState, clk serverClock) (*change, error) {
+			if c.State != board.StateWaitingDeps {
+				return nil, nil
+			}
+			if len(c.reopenHolds) > 0 {
+				return nil, &heldError{tokens: c.reopenHolds}
+			}
+			done, err := s.blockersComplete(ctx, c.ID, c.DependsOn)
+			if errors.Is(err, board.ErrInvalidArgument) || (err == nil && !done) {
+				return nil, nil
+			}
+			if err != nil {
+				return nil, err
+			}
+			ch := moveChange(c, clk, pool, board.ReasonUnblocked, actor)
+			ch.cond = append(ch.cond, same(c.raw, fieldReopenHolds), same(c.raw, fieldReopenGen))
+			ch.set = append(ch.set, bson.E{Key: "promoted_by", Value: blocker})
+			return ch, nil
+		})
+		var held *heldError
+		if !errors.As(err, &held) {
+			return wrote, err
 		}
-		ch := moveChange(c, clk, pool, board.ReasonUnblocked, actor)
-		ch.set = append(ch.set, bson.E{Key: "promoted_by", Value: blocker})
-		return ch, nil
-	})
-	return wrote, err
+		if err := s.breakReopens(ctx, id, held.tokens); err != nil {
+			return false, err
+		}
+	}
+	return false, fmt.Errorf("mongostore: promote %q: %w", id, ErrContention)
 }
 
 // SetState is the operator's move. Terminal → working is refused; terminal
@@ -352,10 +365,10 @@ func (s *Store) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
 // refused while any card that names this one as a blocker is outside
 // waiting_deps (board.Board.ReopenBlockedBy).
 //
-// Twin divergence: the check for such a dependent and the move are two
-// steps here (no multi-document atomicity); a dependent that leaves
-// waiting_deps in between is the same race as an operator reopening a
-// moment earlier.
+// Twin divergence: the check of the dependents and the move are separate
+// writes here (no multi-document atomicity), made to exclude a racing
+// promotion by holds on the dependents (reopenOnce,
+// DESIGN.md#reopen-promotion).
 func (s *Store) Reopen(ctx context.Context, m board.Move) error {
 	if err := m.Validate(); err != nil {
 		return err
@@ -373,33 +386,13 @@ func (s *Store) Reopen(ctx context.Context, m board.Move) error {
 		}
 	}
 	b := s.freshBoard(ctx)
-	_, _, err = s.mutate(ctx, m.Card, func(c *cardState, clk serverClock) (*change, error) {
-		if err := b.CheckReopen(m.Card, c.State, m.From); err != nil {
-			return nil, err
+	for range maxReopenAttempts {
+		done, err := s.reopenOnce(ctx, m, b)
+		if done || err != nil {
+			return err
 		}
-		// The oldest blocking dependent, so the refusal names the same
-		// card as the bbolt twin's, which walks them oldest first.
-		raw, err := s.cards.FindOne(ctx, bson.D{
-			{Key: "depends_on", Value: m.Card},
-			{Key: "state", Value: bson.D{{Key: "$ne", Value: board.StateWaitingDeps}}},
-		}, options.FindOne().SetSort(creationOrder)).Raw()
-		switch {
-		case err == nil:
-			// The query selected exactly the dependents that block the
-			// reopen; ReopenBlockedBy words the refusal.
-			d, derr := decodeCard(raw)
-			if derr != nil {
-				return nil, derr
-			}
-			if err := b.ReopenBlockedBy(m.Card, d.Card); err != nil {
-				return nil, err
-			}
-		case !errors.Is(err, mongo.ErrNoDocuments):
-			return nil, fmt.Errorf("mongostore: read dependents of %q: %w", m.Card, err)
-		}
-		return moveChange(c, clk, m.To, m.Reason, m.Actor), nil
-	})
-	return err
+	}
+	return fmt.Errorf("mongostore: reopen %q: %w", m.Card, ErrContention)
 }
 
 // AdjustLabels applies a relative label change in one atomic step: a

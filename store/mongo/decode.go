@@ -184,6 +184,11 @@ type cardState struct {
 	// has none; runRev its revision.
 	run    *board.Run
 	runRev int64
+	// reopenPending and reopenHolds are the Reopen/promotion exclusion's
+	// bookkeeping (reopenOnce): the token of a Reopen of this card in
+	// flight, and the tokens of Reopens of its blockers holding it.
+	reopenPending string
+	reopenHolds   []string
 }
 
 // holds reports whether tok is the card's current claim, fence included. A
@@ -229,6 +234,8 @@ func decodeCard(raw bson.Raw) (*cardState, error) {
 	c.leaseSet = r.has("claim_lease_until")
 	c.ClaimLeaseUntil = r.time("claim_lease_until")
 	c.RecoveredEpoch = r.int("recovered_epoch")
+	c.reopenPending = r.str(fieldReopenPending)
+	c.reopenHolds = r.strs(fieldReopenHolds)
 	c.outbox = r.outbox()
 	if d, ok := r.doc(fieldRun); ok {
 		run := &board.Run{ID: d.str("id")}

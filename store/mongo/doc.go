@@ -3,7 +3,7 @@
 //
 // It is written against what both MongoDB (4.4 and later) and FerretDB v1
 // support, because the tests run on FerretDB: single-document updates with
-// $set, $unset, $inc, $max, $min, $push/$each, $pop and $addToSet, plain
+// $set, $unset, $inc, $max, $min, $push/$each, $pop, $addToSet and $pull, plain
 // query filters, upserts and compound indexes. It never uses aggregation
 // pipeline updates, $$NOW, $expr, transactions, change streams,
 // partial or TTL indexes, or findAndModify projections.
@@ -12,8 +12,10 @@
 //
 //	cards     one document per card: the card's fields under their JSON
 //	          names, created_seq (creation order), run (the card's
-//	          current run, embedded; see runs.go) and outbox (events of
-//	          writes not yet copied to the event log)
+//	          current run, embedded; see runs.go), outbox (events of
+//	          writes not yet copied to the event log), and reopen_pending,
+//	          reopen_holds and reopen_gen (a Reopen racing a promotion;
+//	          see reopen.go)
 //	runs      archive copies of runs that are no longer a card's current
 //	          run, and runs an older version wrote (with their outbox)
 //	events    the event log: _id is the sequence number, key the outbox
@@ -41,7 +43,9 @@
 //     events ride in that document's outbox, set by the same update, and
 //     are relayed to the event log afterwards, idempotently. A blocker's
 //     completion and its dependents' promotions are separate writes (a
-//     Finish that completes a card included). Because a card's current
+//     Finish that completes a card included), made to exclude a racing
+//     Reopen by holds on the dependents (DESIGN.md#reopen-promotion).
+//     Because a card's current
 //     run is embedded in the card, Start, Finish and every run write are
 //     still one fenced write; the archive copy of a run a new one
 //     displaces, and the adoption of a run only the runs collection holds,

@@ -3,10 +3,12 @@ package mongostore_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
 
 	"github.com/leasekeeper/leasekeeper/board"
@@ -183,5 +185,167 @@ func TestRefusedSupersedeDoesNotShadowTheRun(t *testing.T) {
 		if ev.Data.RunID == "r1" && ev.Data.Status == string(board.RunCancelled) {
 			t.Errorf("the log records r1 cancelled (%+v) though no write that cancelled it landed", ev)
 		}
+	}
+}
+
+// beforeMove arms fn for the next card CAS that moves card id (a
+// findAndModify on it whose update sets its state).
+func (in *interleaver) beforeMove(id string, fn func()) *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName != "findAndModify" {
+			return
+		}
+		if v, err := e.Command.LookupErr("query", "_id"); err != nil || v.StringValue() != id {
+			return
+		}
+		if _, err := e.Command.LookupErr("update", "$set", "state"); err != nil {
+			return
+		}
+		if in.armed.CompareAndSwap(true, false) {
+			fn()
+		}
+	}}
+}
+
+// movePair is interleavedPair with fn run just before the first store's
+// next move of card id.
+func movePair(t *testing.T, id string) (*mongostore.Store, *mongostore.Store, *interleaver) {
+	t.Helper()
+	in := &interleaver{}
+	uri, db := mongotest.URI(t), mongotest.Database(t)
+	a := openStore(t, mongostore.Options{URI: uri, Database: db, Monitor: in.beforeMove(id, func() { in.fn() })})
+	b := openStore(t, mongostore.Options{URI: uri, Database: db})
+	return a, b, in
+}
+
+// A Reopen and a promotion exclude each other (DESIGN.md#reopen-promotion).
+// D waits on B and C. Each case runs the other operator's write in the
+// window between one side's reads and its compare-and-set; whichever wins,
+// the board never ends with D let go while a blocker of D is back in a
+// working state.
+func TestReopenAndPromotionExcludeEachOther(t *testing.T) {
+	t.Parallel()
+	setup := func(t *testing.T, a *mongostore.Store) {
+		t.Helper()
+		ctx := t.Context()
+		for _, nc := range []board.NewCard{
+			{ID: "B", State: board.StateDone}, {ID: "C", State: board.StateReady},
+			{ID: "D", DependsOn: []string{"B", "C"}},
+		} {
+			if _, err := a.CreateCard(ctx, nc); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	check := func(t *testing.T, s *mongostore.Store) (b, d board.Card) {
+		t.Helper()
+		var err error
+		if b, err = s.GetCard(t.Context(), "B"); err != nil {
+			t.Fatal(err)
+		}
+		if d, err = s.GetCard(t.Context(), "D"); err != nil {
+			t.Fatal(err)
+		}
+		if d.State != board.StateWaitingDeps && b.State != board.StateDone {
+			t.Errorf("D is in %s (promoted by %q) while its blocker B is back in %s: the reopen guard was defeated", d.State, d.PromotedBy, b.State)
+		}
+		return b, d
+	}
+
+	// The promotion, made by completing C, has read D and its blockers
+	// (B done) when B is reopened: the promotion must not land.
+	t.Run("ReopenInsidePromotion", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		a, other, in := movePair(t, "D")
+		setup(t, a)
+		in.before(func() {
+			if err := other.Reopen(ctx, board.Move{Card: "B", To: board.StateReady, Actor: "uid:0"}); err != nil {
+				t.Errorf("the operator's Reopen of B: %v", err)
+			}
+		})
+		if err := a.SetState(ctx, board.Move{Card: "C", To: board.StateDone, Actor: "uid:0"}); err != nil {
+			t.Fatal(err)
+		}
+		if in.armed.Load() {
+			t.Fatal("setup: no promotion of D was attempted")
+		}
+		if b, d := check(t, a); b.State != board.StateReady || d.State != board.StateWaitingDeps {
+			t.Errorf("B %s, D %s; want the Reopen to land (B ready) and D to keep waiting", b.State, d.State)
+		}
+	})
+
+	// The Reopen of B has checked its dependents (D waiting) when C's
+	// completion promotes D: the Reopen must not land.
+	t.Run("PromotionInsideReopen", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		a, other, in := movePair(t, "B")
+		setup(t, a)
+		in.before(func() {
+			if err := other.SetState(ctx, board.Move{Card: "C", To: board.StateDone, Actor: "uid:0"}); err != nil {
+				t.Errorf("completing C: %v", err)
+			}
+		})
+		err := a.Reopen(ctx, board.Move{Card: "B", To: board.StateReady, Actor: "uid:0"})
+		if in.armed.Load() {
+			t.Fatal("setup: the Reopen never tried to move B")
+		}
+		b, d := check(t, a)
+		if d.State == board.StateWaitingDeps {
+			t.Errorf("D still waiting after C completed with B done: %+v", d)
+		}
+		if !errors.Is(err, board.ErrTransitionRejected) || !strings.Contains(err.Error(), `"D"`) || b.State != board.StateDone {
+			t.Errorf("Reopen racing the promotion = %v, B %s; want refused naming D, B left done", err, b.State)
+		}
+	})
+}
+
+// A Reopen that died between holding its blocker's dependents and moving
+// the blocker leaves its pending token and its holds behind. They hold
+// nothing up: the next promotion of a held dependent breaks them, and the
+// next Reopen of the blocker replaces the token.
+func TestAReopenThatDiedHoldsNothingUp(t *testing.T) {
+	t.Parallel()
+	f := openFleet(t, mongostore.Options{URI: mongotest.URI(t)})
+	f.create("B", board.StateDone)
+	f.create("C", board.StateReady)
+	f.create("E", board.StateReady)
+	f.create("G", board.StateReady)
+	for _, nc := range []board.NewCard{{ID: "D", DependsOn: []string{"B", "C"}}, {ID: "F", DependsOn: []string{"E", "G"}}} {
+		if _, err := f.s.CreateCard(f.ctx, nc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.s.SetState(f.ctx, board.Move{Card: "E", To: board.StateDone, Actor: "uid:0"}); err != nil {
+		t.Fatal(err)
+	}
+	// What two dead Reopens left: of B (holding D), and of E (holding F).
+	f.foreign("B", bson.D{{Key: "$set", Value: bson.D{{Key: "reopen_pending", Value: "dead01:B"}}}})
+	f.foreign("D", bson.D{{Key: "$set", Value: bson.D{{Key: "reopen_holds", Value: bson.A{"dead01:B"}}, {Key: "reopen_gen", Value: int64(1)}}}})
+	f.foreign("E", bson.D{{Key: "$set", Value: bson.D{{Key: "reopen_pending", Value: "dead02:E"}}}})
+	f.foreign("F", bson.D{{Key: "$set", Value: bson.D{{Key: "reopen_holds", Value: bson.A{"dead02:E"}}, {Key: "reopen_gen", Value: int64(1)}}}})
+
+	if err := f.s.SetState(f.ctx, board.Move{Card: "C", To: board.StateDone, Actor: "uid:0"}); err != nil {
+		t.Fatal(err)
+	}
+	if d := f.get("D"); d.State != board.StateReady {
+		t.Errorf("D after its last blocker completed = %s, want promoted to ready past the dead Reopen's hold", d.State)
+	}
+	if err := f.s.Reopen(f.ctx, board.Move{Card: "E", To: board.StateReady, Actor: "uid:0"}); err != nil {
+		t.Errorf("Reopen of E after a dead Reopen of it: %v", err)
+	}
+	if e, fc := f.get("E"), f.get("F"); e.State != board.StateReady || fc.State != board.StateWaitingDeps {
+		t.Errorf("E %s, F %s; want E reopened and F waiting", e.State, fc.State)
+	}
+	// F still carries the dead Reopen's hold; the completion of both its
+	// blockers breaks it and promotes F.
+	for _, id := range []string{"G", "E"} {
+		if err := f.s.SetState(f.ctx, board.Move{Card: id, To: board.StateDone, Actor: "uid:0"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fc := f.get("F"); fc.State != board.StateReady {
+		t.Errorf("F after E completed again = %s, want promoted to ready", fc.State)
 	}
 }
