@@ -59,9 +59,17 @@ func (s *server) Calls(stream storepb.Store_CallsServer) error {
 			break
 		}
 		for _, c := range b.GetCalls() {
-			ctx, cancel := context.WithCancel(stream.Context())
+			// One context per call, cancelled when the call ends: a
+			// context derived and dropped would hang off the stream's,
+			// which lives as long as the plugin.
+			var (
+				ctx    context.Context
+				cancel context.CancelFunc
+			)
 			if d := c.GetTimeoutNanos(); d > 0 {
 				ctx, cancel = context.WithTimeout(stream.Context(), time.Duration(d))
+			} else {
+				ctx, cancel = context.WithCancel(stream.Context())
 			}
 			mu.Lock()
 			running[c.GetId()] = cancel

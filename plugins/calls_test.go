@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -39,7 +40,15 @@ func (c *streamCounts) snapshot() (messages int, calls []int, cancels int) {
 
 type countingStream struct {
 	grpc.ServerStream
-	c *streamCounts
+	c   *streamCounts
+	ctx context.Context // the stream's context the handler sees, if not nil
+}
+
+func (s countingStream) Context() context.Context {
+	if s.ctx != nil {
+		return s.ctx
+	}
+	return s.ServerStream.Context()
 }
 
 func (s countingStream) RecvMsg(m any) error {
@@ -69,9 +78,20 @@ func (s countingStream) SendMsg(m any) error {
 // connection to it.
 func servePair(t testing.TB, store board.Store) (*grpc.ClientConn, *streamCounts) {
 	t.Helper()
+	return servePairCtx(t, store, nil)
+}
+
+// servePairCtx is servePair, the plugin's Calls handler seeing the
+// context streamCtx makes of its stream's own (if streamCtx is not nil).
+func servePairCtx(t testing.TB, store board.Store, streamCtx func(context.Context) context.Context) (*grpc.ClientConn, *streamCounts) {
+	t.Helper()
 	counts := &streamCounts{}
 	srv := grpc.NewServer(grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		return h(srv, countingStream{ss, counts})
+		cs := countingStream{ServerStream: ss, c: counts}
+		if streamCtx != nil {
+			cs.ctx = streamCtx(ss.Context())
+		}
+		return h(srv, cs)
 	}))
 	storepb.RegisterStoreServer(srv, &server{store: store})
 	sock := filepath.Join(t.TempDir(), "store.sock")
@@ -368,6 +388,99 @@ func TestDeadlineOfOneCallInABatch(t *testing.T) {
 	}
 	if ended := <-b.ended; ended == nil {
 		t.Error("the plugin's ctx of the call did not end")
+	}
+}
+
+// childCounter is a stream's context that counts the contexts derived from
+// it still waiting for it to end. Its Done is a channel of its own, so the
+// context package does not find the stream's cancelCtx under it and
+// registers every child through its AfterFunc method instead, withdrawing
+// it (calling stop) when the child is cancelled.
+type childCounter struct {
+	context.Context // the stream's: its values and deadline
+	done            chan struct{}
+	live            atomic.Int64
+}
+
+func newChildCounter(parent context.Context) *childCounter {
+	c := &childCounter{Context: parent, done: make(chan struct{})}
+	context.AfterFunc(parent, func() { close(c.done) })
+	return c
+}
+
+func (c *childCounter) Done() <-chan struct{} { return c.done }
+
+func (c *childCounter) Err() error {
+	select {
+	case <-c.done:
+		return c.Context.Err()
+	default:
+		return nil
+	}
+}
+
+func (c *childCounter) AfterFunc(f func()) (stop func() bool) {
+	c.live.Add(1)
+	var gone sync.Once
+	forget := func() { gone.Do(func() { c.live.Add(-1) }) }
+	stopParent := context.AfterFunc(c.Context, func() {
+		<-c.done // f reads Err, which is nil until then
+		forget()
+		f()
+	})
+	return func() bool {
+		stopped := stopParent()
+		if stopped {
+			forget()
+		}
+		return stopped
+	}
+}
+
+// TestCallContextsEndWithTheirCalls: every context the plugin derives from
+// the Calls stream's for a call, with a deadline or without, is cancelled
+// when the call is answered, so none stays hanging off the stream's (which
+// lives as long as the plugin).
+func TestCallContextsEndWithTheirCalls(t *testing.T) {
+	t.Parallel()
+	b := newBlocking()
+	var streamCtx *childCounter
+	made := make(chan struct{})
+	conn, _ := servePairCtx(t, b.store(), func(ctx context.Context) context.Context {
+		streamCtx = newChildCounter(ctx)
+		close(made)
+		return streamCtx
+	})
+	rs := newUnaryRemoteStore(newCallConn(conn))
+	ctx := t.Context()
+
+	// The counter sees a running call's context: the test can fail.
+	slowCtx, cancelSlow := context.WithTimeout(ctx, time.Hour)
+	defer cancelSlow()
+	slow := make(chan error, 1)
+	go func() { _, err := rs.GetCard(slowCtx, "slow"); slow <- err }()
+	<-b.entered
+	<-made
+	if n := streamCtx.live.Load(); n < 1 {
+		t.Fatalf("%d contexts derived from the stream's while a call runs; the counter sees nothing", n)
+	}
+	cancelSlow()
+	<-slow
+
+	const n = 50
+	for i := range n {
+		callCtx, cancel := ctx, context.CancelFunc(func() {})
+		if i%2 == 0 {
+			callCtx, cancel = context.WithTimeout(ctx, time.Hour)
+		}
+		if _, err := rs.GetCard(callCtx, fmt.Sprintf("c%d", i)); err != nil {
+			t.Fatalf("GetCard: %v", err)
+		}
+		cancel()
+	}
+	// The plugin cancels a call's context before it sends the answer.
+	if live := streamCtx.live.Load(); live != 0 {
+		t.Errorf("%d contexts still derived from the stream's after %d answered calls (%d with a deadline), want 0", live, n+1, n/2+1)
 	}
 }
 

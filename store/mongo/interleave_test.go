@@ -89,6 +89,43 @@ func TestStartRefusesACardFiledToASinkMidWrite(t *testing.T) {
 	}
 }
 
+// An operator files the first free card to a sink between Start-next's
+// listing and its CAS on that card. The sink refuses a Start by id, but
+// for Start-next the card is only a candidate that left the pool: it is
+// passed over and the next free card is started.
+func TestStartNextPassesOverACardFiledToASinkMidWrite(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	a, b, in := interleavedPair(t)
+	for _, id := range []string{"c1", "c2"} {
+		if _, err := b.CreateCard(ctx, board.NewCard{ID: id, State: board.StateReady}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in.before(func() {
+		if err := b.SetState(ctx, board.Move{Card: "c1", To: board.StateDone, Actor: "uid:0"}); err != nil {
+			t.Errorf("the operator's SetState: %v", err)
+		}
+	})
+	st, err := a.Start(ctx, board.StartRequest{Next: true, Marker: interleavedWorker, Lease: 30 * time.Second, Run: board.Run{ID: "r1"}})
+	if err != nil {
+		t.Fatalf("Start next racing a filing of the first candidate to done = %v, want c2 started", err)
+	}
+	if in.armed.Load() {
+		t.Fatal("no card CAS was interleaved: the case tests nothing")
+	}
+	if st.Card.ID != "c2" || st.Run.ID != "r1" || st.Token.Marker != interleavedWorker {
+		t.Errorf("Start next = card %q run %q token %+v, want c2, r1, %s", st.Card.ID, st.Run.ID, st.Token, interleavedWorker)
+	}
+	c1, err := b.GetCard(ctx, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c1.State != board.StateDone || c1.Claimed() || c1.LastRunID != "" {
+		t.Errorf("c1 after Start next = %s claimed by %q last run %q, want done, free, no run", c1.State, c1.Claim, c1.LastRunID)
+	}
+}
+
 // An operator moved the card out of the running column while its run went
 // on, and moves it back between Finish's read and its CAS. A resumable
 // verdict read in awaiting_input would leave the card there; the CAS on

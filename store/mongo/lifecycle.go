@@ -115,11 +115,14 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest) (b
 	)
 	after, wrote, err := s.mutate(ctx, id, func(c *cardState, clk serverClock) (*change, error) {
 		out, moved = board.Started{}, nil
-		if err := brd.StartRefusal(c.Card); err != nil {
-			return nil, err
-		}
+		// A Next candidate that left the pool since the listing (filed
+		// to a sink, say) is passed over before StartRefusal judges it:
+		// only a Start by id is refused a sink (DESIGN.md#start-next).
 		if r.Next && !brd.IsPool(c.State) {
 			return nil, errNotPool
+		}
+		if err := brd.StartRefusal(c.Card); err != nil {
+			return nil, err
 		}
 		recorded := c.recordedRun()
 		if err := board.StartRunRefusal(c.Card, recorded); err != nil {
