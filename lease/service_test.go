@@ -138,3 +138,63 @@ func TestHolderMayReleaseAClaimTheAgentDisowned(t *testing.T) {
 		})
 	}
 }
+
+// The agent committed and tracked a Start, and its answer never reached the
+// worker (its connection broke). The worker's retry, with the same run id,
+// gets the very grant the agent holds: one claim, one epoch, one run.
+func TestStartWhoseAnswerWasLostIsAnsweredAgain(t *testing.T) {
+	ctx := context.Background()
+	clk := boardtest.NewManualClock(time.Date(2031, 9, 2, 12, 0, 0, 0, time.UTC))
+	s, err := boltstore.Open(filepath.Join(t.TempDir(), "board.db"), boltstore.Options{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	const term = 30 * time.Second
+	hb, err := heartbeat.New(heartbeat.Config{Store: s, Clock: clk, Lease: func() time.Duration { return term },
+		Mode: func() heartbeat.Mode { return heartbeat.ModeKeepalive }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := lease.New(lease.Config{Store: s, Claims: hb, Clock: clk, Lease: func() time.Duration { return term }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"c1", "c2"} {
+		if _, err := s.CreateCard(ctx, board.NewCard{ID: id, State: board.StateReady}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := lease.Worker{Marker: "hosta-4242", Owner: heartbeat.Owner{KeepaliveID: "hosta-4242"}}
+	for _, req := range []lease.StartRequest{{Card: "c1", RunID: "run-1"}, {Next: true, RunID: "run-2"}} {
+		first, err := svc.Start(ctx, w, req) // the answer the worker never saw
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Second)
+		again, err := svc.Start(ctx, w, req)
+		if err != nil {
+			t.Fatalf("retry of %+v: %v", req, err)
+		}
+		if again.Token != first.Token || again.Card.ID != first.Card.ID || again.Run.ID != first.Run.ID {
+			t.Errorf("retry of %+v granted %s %+v run %s, want the first answer's %s %+v run %s",
+				req, again.Card.ID, again.Token, again.Run.ID, first.Card.ID, first.Token, first.Run.ID)
+		}
+	}
+	if held := hb.Held(); len(held) != 2 {
+		t.Errorf("the heartbeat holds %d claims, want 2 (one per Start, retries included)", len(held))
+	}
+	evs, err := s.Events(ctx, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := 0
+	for _, e := range evs {
+		if e.Type == board.EventClaimed {
+			claims++
+		}
+	}
+	if claims != 2 {
+		t.Errorf("event log holds %d claims, want 2", claims)
+	}
+}

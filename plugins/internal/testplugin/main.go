@@ -8,6 +8,10 @@
 //	launcher       play the agent: Launch this binary as a plugin, print
 //	               "child <pid>" and wait to be killed (the parent-death test)
 //
+// With TESTPLUGIN_DIE_AFTER_START set to a file path that does not exist
+// yet, the first Start that commits creates that file and kills the plugin
+// before it answers: a crash between the store's commit and its reply.
+//
 // With TESTPLUGIN_CLOCK set to a Unix socket, the store's clock is read from
 // the test over that socket, so the conformance suite's manual clock crosses
 // the process boundary.
@@ -23,6 +27,7 @@ import (
 	"os/exec"
 	"runtime"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-plugin"
@@ -127,7 +132,7 @@ func openBolt(ctx context.Context) (board.Store, error) {
 		return nil, err
 	}
 	// Keep the real stderr: go-plugin redirects os.Stderr once serving.
-	return &hangStore{Store: s, stderr: os.Stderr}, nil
+	return &hangStore{Store: s, stderr: os.Stderr, dieAfterStart: os.Getenv("TESTPLUGIN_DIE_AFTER_START")}, nil
 }
 
 // unused stands in for a store no call reaches.
@@ -136,7 +141,22 @@ type unused struct{ board.Store }
 // hangStore blocks GetCard(HangCard) until the caller's ctx ends.
 type hangStore struct {
 	board.Store
-	stderr *os.File
+	stderr        *os.File
+	dieAfterStart string
+}
+
+// Start dies after the commit, before the answer, once (see
+// TESTPLUGIN_DIE_AFTER_START).
+func (h *hangStore) Start(ctx context.Context, r board.StartRequest) (board.Started, error) {
+	st, err := h.Store.Start(ctx, r)
+	if err == nil && h.dieAfterStart != "" {
+		if f, ferr := os.OpenFile(h.dieAfterStart, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600); ferr == nil {
+			_ = f.Close()
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // the signal is on its way
+		}
+	}
+	return st, err
 }
 
 func (h *hangStore) GetCard(ctx context.Context, id string) (board.Card, error) {
