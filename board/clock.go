@@ -10,18 +10,8 @@ type Clock interface {
 	Now() time.Time
 }
 
-// SystemClock is the real clock, steady while the process runs.
+// SystemClock is the real wall clock.
 type SystemClock struct{}
 
-// processStart anchors SystemClock: the wall time when the process started,
-// with its monotonic reading.
-var processStart = time.Now()
-
-// Now returns the wall time at the process's start advanced by the
-// monotonic time elapsed since. A step of the host's wall clock while the
-// process runs (an operator's date, an NTP step) therefore moves no lease
-// the bbolt store stamps, no expiry the reaper judges and no deadline the
-// heartbeat keeps; the next process reads the stepped clock afresh
-// (DESIGN.md#clock-steps). The readings carry the monotonic clock too, so
-// the differences between them are monotonic.
-func (SystemClock) Now() time.Time { return processStart.Add(time.Since(processStart)) }
+// Now returns the current time.
+func (SystemClock) Now() time.Time { return time.Now() }
