@@ -377,7 +377,7 @@ func (a *Agent) bootSweep(ctx context.Context, cfg Config) error {
 	}
 	for _, it := range items {
 		if it.Lost != "" {
-			a.hb.Disown(heartbeat.Lost{Card: it.Card, Epoch: it.Epoch, Marker: it.Marker, Reason: it.Lost})
+			a.hb.Disown(heartbeat.Lost{Card: it.Card, Epoch: it.Epoch, Marker: it.Marker, Reason: it.Lost, Owner: it.Owner})
 		}
 	}
 	for _, ad := range adopted {

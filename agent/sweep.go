@@ -56,6 +56,9 @@ type SweepItem struct {
 	// heartbeat's Disown, so a re-claim by the same marker is a fresh
 	// acquisition and not that token back. Empty otherwise.
 	Lost heartbeat.LostReason
+	// Owner, for a claim the sweep disowned, is its live holder's identity:
+	// only that process may still hand the claim back.
+	Owner heartbeat.Owner
 }
 
 // Adoption is a live worker's claim the sweep renewed; the caller hands it
@@ -203,7 +206,7 @@ func BootSweep(ctx context.Context, cfg SweepConfig) ([]SweepItem, []Adoption, e
 			continue
 		}
 		items = append(items, SweepItem{Card: l.card.ID, Marker: l.card.Claim, Epoch: l.card.ClaimEpoch,
-			Action: SweepDisowned, Lost: heartbeat.LostUnconfirmed,
+			Action: SweepDisowned, Lost: heartbeat.LostUnconfirmed, Owner: l.owner,
 			Why: fmt.Sprintf("%s, but the claim may be over: its lease ends at %s, not %v after now (%s), so its holder may have passed its trusted deadline and given it up; not adopted, its lease left to run out",
 				l.why, l.card.ClaimLeaseUntil.Format(time.RFC3339Nano), cfg.overAhead(), storeNow.Format(time.RFC3339Nano))})
 	}

@@ -420,7 +420,7 @@ func (s *Service) Release(ctx context.Context, w Worker, card string, epoch int6
 		case ce.Holder == "":
 			s.cfg.Claims.RemoveHold(card, board.ClaimToken{Marker: w.Marker, Epoch: epoch})
 			return nil
-		case ce.Holder == w.Marker && ce.Epoch == epoch:
+		case ce.Holder == w.Marker && ce.Epoch == epoch && s.disownedFrom(w, card, epoch):
 			// The store still names the caller's own claim, which the agent
 			// no longer vouches for (declared lost, or disowned at boot). A
 			// release only gives the card up, so the holder may still hand
@@ -437,6 +437,18 @@ func (s *Service) Release(ctx context.Context, w Worker, card string, epoch int6
 	}
 	s.cfg.Claims.RemoveHold(card, tok)
 	return nil
+}
+
+// disownedFrom reports whether the claim (card, epoch) the agent stopped
+// vouching for was w's own: the same marker and epoch, and the same
+// process by its identity when the agent recorded one. A process that got
+// the holder's pid since owns nothing of it (DESIGN.md#pid-identity).
+func (s *Service) disownedFrom(w Worker, card string, epoch int64) bool {
+	d, ok := s.cfg.Claims.Disowned(card)
+	if !ok || d.Marker != w.Marker || d.Epoch != epoch {
+		return false
+	}
+	return SameProcess(heartbeat.Claim{Hold: board.Hold{Card: card, Token: board.ClaimToken{Marker: d.Marker, Epoch: d.Epoch}}, Owner: d.Owner}, w)
 }
 
 // workerReasons are the reasons a worker may give a state move. Machine

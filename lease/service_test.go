@@ -11,6 +11,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/board/boardtest"
 	"github.com/leasekeeper/leasekeeper/heartbeat"
 	"github.com/leasekeeper/leasekeeper/lease"
+	"github.com/leasekeeper/leasekeeper/pidprobe"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
 )
 
@@ -68,7 +69,7 @@ func TestRetriedStartIsNotTrustedPastTheStoredLease(t *testing.T) {
 // sweep. A release only gives the card up. Every other owner write on such
 // a claim stays refused: the agent no longer vouches for it.
 func TestHolderMayReleaseAClaimTheAgentDisowned(t *testing.T) {
-	for _, how := range []string{"unconfirmed", "boot-sweep"} {
+	for _, how := range []string{"unconfirmed", "boot-sweep", "reused-pid"} {
 		t.Run(how, func(t *testing.T) {
 			ctx := context.Background()
 			clk := boardtest.NewManualClock(time.Date(2031, 9, 2, 12, 0, 0, 0, time.UTC))
@@ -107,19 +108,35 @@ func TestHolderMayReleaseAClaimTheAgentDisowned(t *testing.T) {
 				if _, held := hb.Lookup("c1"); held {
 					t.Fatal("setup: the claim is still tracked past its trusted deadline")
 				}
-			case "boot-sweep":
+			case "boot-sweep", "reused-pid":
 				_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: w.Marker, Lease: term})
 				if err != nil {
 					t.Fatal(err)
 				}
 				epoch = tok.Epoch
-				hb.Disown(heartbeat.Lost{Card: "c1", Epoch: epoch, Marker: w.Marker, Reason: heartbeat.LostUnconfirmed})
+				lost := heartbeat.Lost{Card: "c1", Epoch: epoch, Marker: w.Marker, Reason: heartbeat.LostUnconfirmed}
+				if how == "reused-pid" {
+					// The holder had an identity the caller does not:
+					// the caller got its pid since, and owns nothing.
+					lost.Owner = heartbeat.Owner{PID: 4242, Start: pidprobe.Identity{BootID: "boot-1", StartTicks: 100}}
+					w.Owner = heartbeat.Owner{PID: 4242, Start: pidprobe.Identity{BootID: "boot-1", StartTicks: 900}}
+				}
+				hb.Disown(lost)
 			}
 			if c, err := s.GetCard(ctx, "c1"); err != nil || c.Claim != w.Marker || c.ClaimEpoch != epoch {
 				t.Fatalf("setup: card %+v, %v; want the store still naming %s@%d", c, err, w.Marker, epoch)
 			}
 			if _, err := svc.SetState(ctx, w, "c1", epoch, lease.Move{To: board.StateBacklog}); !errors.Is(err, board.ErrClaimConflict) {
 				t.Errorf("owner move on a claim the agent disowned = %v, want ErrClaimConflict", err)
+			}
+			if how == "reused-pid" {
+				if err := svc.Release(ctx, w, "c1", epoch); !errors.Is(err, board.ErrClaimConflict) {
+					t.Errorf("release by a process that reused the holder's pid = %v, want ErrClaimConflict", err)
+				}
+				if c, err := s.GetCard(ctx, "c1"); err != nil || c.Claim != w.Marker {
+					t.Errorf("card after the refused release: %+v, %v; want still claimed", c, err)
+				}
+				return
 			}
 			if err := svc.Release(ctx, w, "c1", epoch); err != nil {
 				t.Fatalf("the holder's release of its own disowned claim: %v", err)

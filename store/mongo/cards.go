@@ -264,12 +264,15 @@ func (s *Store) promoteDependents(ctx context.Context, id, actor string) error {
 	if err != nil {
 		return err
 	}
+	// One dependent that cannot be promoted now (contention with a Reopen,
+	// a store error) does not hold back the others.
+	var errs []error
 	for _, d := range deps {
 		if _, err := s.promote(ctx, d.ID, id, actor); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // promote moves a waiting dependent to the first pool state if every one
