@@ -254,6 +254,7 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 		Fleet:           a.store.Traits().Shared, // declared by the store (DESIGN.md#twins)
 		UnleasedHorizon: cfg.UnleasedHorizon,
 		Prober:          a.prober,
+		Steady:          a.clock.Now,
 		Logger:          log.With("component", "reaper"),
 		OnPass:          a.recordPass,
 	})
@@ -525,14 +526,15 @@ func (a *Agent) recordPass(res watchdog.PassResult) {
 // passToAPI flattens a watchdog pass into the socket's report.
 func passToAPI(res watchdog.PassResult, took time.Duration) apitype.ReaperPass {
 	p := apitype.ReaperPass{
-		DryRun:     res.DryRun,
-		Gated:      !res.Enabled,
-		StartedAt:  res.At,
-		Examined:   len(res.Cards) + len(res.Sweeps),
-		Decisions:  []apitype.ReaperDecision{},
-		DurationMS: millis(took),
-		Actions:    map[string]int{},
-		Sweeps:     map[string]int{},
+		DryRun:      res.DryRun,
+		Gated:       !res.Enabled,
+		StartedAt:   res.At,
+		Examined:    len(res.Cards) + len(res.Sweeps),
+		Decisions:   []apitype.ReaperDecision{},
+		DurationMS:  millis(took),
+		Actions:     map[string]int{},
+		Sweeps:      map[string]int{},
+		ClockWaitMS: millis(res.ClockWait),
 	}
 	for _, c := range res.Cards {
 		p.Actions[string(c.Decision.Action)]++

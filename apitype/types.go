@@ -343,6 +343,10 @@ type ReaperPass struct {
 	// Sweeps counts the claims the repair sweeps handled, keyed
 	// "<sweep>: <outcome>" (e.g. "recovery: released").
 	Sweeps map[string]int `json:"sweeps"`
+	// ClockWaitMS, when present, is how much longer the reaper watches the
+	// store's clock before it decides by it (it has just started, or the
+	// clock stepped): this pass decided nothing (DESIGN.md#clock-steps).
+	ClockWaitMS float64 `json:"clock_wait_ms,omitempty"`
 }
 
 // ReaperDecision is what the watchdog decided (or would decide, dry run)

@@ -57,6 +57,10 @@ const (
 	// conserves: a run that cannot be read, a live run, or a card that a
 	// release would leave free in a column nothing picks up.
 	RuleRecoveryConserve Rule = "recovery_conserve"
+	// RuleClockUnsteady is not a row of the table either: a pass that does
+	// not yet trust the store's clock keeps every card but those whose
+	// owner is provably dead by its pid (DESIGN.md#clock-steps).
+	RuleClockUnsteady Rule = "clock_unsteady"
 )
 
 // Decision is the verdict on one stuck card.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/pidprobe"
 )
 
 // Defaults of the reaper (the documented config defaults, docs/CONFIG.md).
@@ -76,7 +77,13 @@ type Config struct {
 	// lease: a missing lease is an absence, not positive evidence.
 	UnleasedHorizon time.Duration
 	Prober          Prober
-	Logger          *slog.Logger
+	// Steady is this agent's monotonic clock (time.Now, whose readings
+	// carry the monotonic clock), against which the reaper watches the
+	// store's clock for steps before it decides by it
+	// (DESIGN.md#clock-steps). Nil turns the watch off: for tests that
+	// move the store's clock by hand and mean every pass to decide.
+	Steady func() time.Time
+	Logger *slog.Logger
 	// OnPass, when set, is called after every pass with its result.
 	OnPass func(PassResult)
 }
@@ -215,8 +222,13 @@ type PassResult struct {
 	// At is the store's time the pass judged by (Store.Now).
 	At time.Time `json:"at"`
 	// Took is how long the pass ran, on this agent's monotonic clock.
-	Took   time.Duration `json:"took"`
-	DryRun bool          `json:"dry_run"`
+	Took time.Duration `json:"took"`
+	// ClockWait, when not zero, is how much longer this reaper watches the
+	// store's clock before it trusts it: the pass kept every card but
+	// those whose owner is provably dead by its pid
+	// (DESIGN.md#clock-steps). A dry run decides all the same.
+	ClockWait time.Duration `json:"clock_wait,omitempty"`
+	DryRun    bool          `json:"dry_run"`
 	// Enabled is the gate as this pass read it; off, no card was decided.
 	Enabled bool `json:"enabled"`
 	// Cards and Sweeps are sorted by card (the cards of a pass are
@@ -249,6 +261,9 @@ type Reaper struct {
 	// same kept cards first on every pass; paging on reaches every expired
 	// claim within ceil(expired/Batch)+1 passes however many are kept.
 	cursor string
+	// steady watches the store's clock against Config.Steady (guarded by
+	// passMu).
+	steady steadiness
 
 	lifeMu sync.Mutex
 	cancel context.CancelFunc
@@ -352,6 +367,14 @@ func (r *Reaper) RunOnce(ctx context.Context, dryRun bool) (PassResult, error) {
 		return res, fmt.Errorf("read the store's clock: %w", err)
 	}
 	res.At = now
+	if r.cfg.Steady != nil {
+		wait, step := r.steady.observe(now, r.cfg.Steady(), r.cfg.Lease(), r.oracle.grace())
+		if step != 0 {
+			r.cfg.Logger.Warn("watchdog: the store's clock stepped against this agent's; no decisions until it has run steadily for a lease and the orphan grace",
+				"step", step, "wait", wait)
+		}
+		res.ClockWait = wait
+	}
 	b, err := r.cfg.Board(ctx)
 	if err != nil {
 		return res, fmt.Errorf("read the board definition: %w", err)
@@ -361,6 +384,7 @@ func (r *Reaper) RunOnce(ctx context.Context, dryRun bool) (PassResult, error) {
 	}
 	p := &pass{r: r, now: now, lease: r.cfg.Lease(), board: b, dryRun: dryRun}
 	var errs []error
+	p.unsteady = res.ClockWait > 0
 	if res.Enabled || dryRun {
 		listed, err := p.listExpired(ctx)
 		if err != nil {
@@ -410,6 +434,22 @@ type pass struct {
 	lease  time.Duration
 	board  board.Board
 	dryRun bool
+	// unsteady: the reaper does not trust the store's clock yet
+	// (DESIGN.md#clock-steps), so the pass decides only cards whose owner
+	// is provably dead by its pid, a proof no clock enters.
+	unsteady bool
+}
+
+// holderGone reports whether the process the listed claim names ran on
+// this agent's host and no process has its pid any more: whoever held the
+// claim has stopped, whatever the clocks say. A pid that names a process,
+// the claim's holder or one that took the pid since, proves nothing.
+func (p *pass) holderGone(ctx context.Context, c board.Card) bool {
+	m, err := board.ParseMarker(c.Claim)
+	if err != nil || m.Host != p.r.cfg.Host || p.r.cfg.Prober == nil {
+		return false
+	}
+	return p.r.cfg.Prober.Probe(ctx, m.PID, pidprobe.Identity{}) == pidprobe.Dead
 }
 
 // listExpired lists what this pass decides. A gated pass takes one page,
@@ -510,6 +550,11 @@ func (p *pass) reapOne(ctx context.Context, listed board.Card, m mode) (cr CardR
 		if m == modePreview {
 			cr.Outcome = OutcomeDecided
 		}
+		return cr
+	}
+	if p.unsteady && m == modeDecide && res.Proof != ProofPIDDead && !p.holderGone(ctx, listed) {
+		cr.Decision, cr.Outcome = Decision{Action: ActionKeep, Rule: RuleClockUnsteady,
+			Reason: "the store's clock is not trusted yet (the reaper has just started, or the clock stepped): only a pid proof decides"}, OutcomeKept
 		return cr
 	}
 	if m == modePreview {
