@@ -63,6 +63,7 @@ type Child struct {
 	// Set by watch before done is closed.
 	code          int
 	killed        bool
+	expired       bool
 	survivors     []Survivor
 	supervisorErr error
 }
@@ -144,6 +145,8 @@ func (c *Child) watch(l Launcher, st *os.File, first chan<- string) {
 			if n, err := strconv.Atoi(p); err == nil {
 				c.survivors = append(c.survivors, Survivor{PID: n, Err: errors.New(msg)})
 			}
+		case "expired":
+			c.expired = true
 		case "done":
 			reported, c.killed = true, arg == "1"
 		}
@@ -229,6 +232,30 @@ func (c *Child) Terminate(grace time.Duration) (killed bool) {
 	c.tell("terminate %d", max(grace, 0).Nanoseconds())
 	<-c.done
 	return c.killed
+}
+
+// KillBy hands the supervisor the instant by which the command's tree must
+// be gone unless a later KillBy moves it: the supervisor sends SIGTERM to
+// the command's first process grace before it and, at it, SIGKILL to the
+// first process and then to the whole tree. Each call replaces the last,
+// later or earlier. It is how a claim's trusted deadline is kept by a
+// process that is not the claimer, so it holds while the claimer cannot
+// run (stopped, starved): the claimer hands over every deadline it
+// confirms (DESIGN.md#process-tree). t must carry a monotonic clock
+// reading (time.Now() and what is derived from it do): it crosses to the
+// supervisor as a reading of CLOCK_MONOTONIC, the clock Go's monotonic
+// readings come from and the same in both processes, so no transit time
+// stretches it.
+func (c *Child) KillBy(t time.Time, grace time.Duration) {
+	c.tell("killby %d %d", monoOf(t), max(grace, 0).Nanoseconds())
+}
+
+// Expired reports whether the supervisor stopped the command because an
+// instant given to KillBy passed with no later one given. Valid once Done
+// is closed.
+func (c *Child) Expired() bool {
+	<-c.done
+	return c.expired
 }
 
 // Survivors lists the processes of the command's tree that refused to be

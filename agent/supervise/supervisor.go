@@ -33,10 +33,14 @@ import (
 // It talks to the claimer over two pipes, passed as fds 3 and 4 (the
 // protocol is private to this package: both ends are the same build):
 //
-//	claimer → supervisor (fd 3):  "signal N" | "terminate GRACE_NS"
+//	claimer → supervisor (fd 3):  "signal N" | "terminate GRACE_NS" |
+//	                              "killby MONO_NS GRACE_NS"
 //	supervisor → claimer (fd 4):  "started PID" | "failed MSG" |
 //	                              "exited CODE" | "survivor PID MSG" |
-//	                              "done KILLED"
+//	                              "expired" | "done KILLED"
+//
+// killby carries a CLOCK_MONOTONIC reading (see Child.KillBy): the
+// instant by which CMD's tree must be gone unless a later killby moves it.
 //
 // End of file on fd 3 means the claimer is gone, whatever killed it: the
 // kernel closes a dead process's descriptors, so no signal, thread or
@@ -91,6 +95,8 @@ type supervisor struct {
 	// mainStatus is set once main is reaped.
 	mainDone   bool
 	mainStatus syscall.WaitStatus
+	// expiredSent: "expired" was reported.
+	expiredSent bool
 }
 
 func (s *supervisor) report(format string, a ...any) {
@@ -189,10 +195,50 @@ func (s *supervisor) startMain(pgid int, path string, argv []string) (int, error
 }
 
 // loop runs until CMD's first process has exited, or the claimer asked for
-// it to stop and it did (or was killed), or the claimer is gone. It
-// reports whether SIGKILL was needed after a terminate's grace.
+// it to stop and it did (or was killed), or the claimer is gone, or the
+// deadline the claimer last handed over passed. It reports whether SIGKILL
+// was needed after a terminate's grace or at that deadline.
 func (s *supervisor) loop(cmds <-chan string, chld <-chan os.Signal) (killed bool) {
-	var graceC <-chan time.Time
+	var (
+		graceC <-chan time.Time
+		// The deadline the claimer last handed over (killby): SIGTERM at
+		// termAt, SIGKILL at killAt. expiry fires at the next of the two
+		// still to come.
+		termAt, killAt time.Time
+		termSent       bool
+		expiry         = time.NewTimer(time.Hour)
+		expiryC        <-chan time.Time
+	)
+	expiry.Stop()
+	defer expiry.Stop()
+	// enforce acts on the handed-over deadline, and arms the timer for
+	// what is left of it.
+	enforce := func() {
+		expiryC = nil
+		if killAt.IsZero() {
+			return
+		}
+		now := time.Now()
+		if !termSent && !now.Before(termAt) {
+			// The claimer did not confirm a later deadline in time: it is
+			// stopped, starved or gone quiet, and cannot stop CMD itself
+			// (DESIGN.md#process-tree).
+			termSent = true
+			s.expired()
+			_ = unix.Kill(s.main, unix.SIGTERM)
+		}
+		if !now.Before(killAt) {
+			_ = unix.Kill(s.main, unix.SIGKILL)
+			killed, killAt = true, time.Time{}
+			return
+		}
+		next := killAt
+		if !termSent {
+			next = termAt
+		}
+		expiry.Reset(time.Until(next))
+		expiryC = expiry.C
+	}
 	for {
 		s.reap()
 		if s.mainDone {
@@ -205,6 +251,8 @@ func (s *supervisor) loop(cmds <-chan string, chld <-chan os.Signal) (killed boo
 			// walk that follows kills the rest.
 			_ = unix.Kill(s.main, unix.SIGKILL)
 			killed, graceC = true, nil
+		case <-expiryC:
+			enforce()
 		case line, ok := <-cmds:
 			if !ok {
 				// The claimer is gone: nothing holds the claim any more,
@@ -213,22 +261,41 @@ func (s *supervisor) loop(cmds <-chan string, chld <-chan os.Signal) (killed boo
 				return killed
 			}
 			verb, arg, _ := strings.Cut(line, " ")
-			n, err := strconv.ParseInt(arg, 10, 64)
-			if err != nil {
-				continue
+			var nums []int64
+			for _, f := range strings.Fields(arg) {
+				n, err := strconv.ParseInt(f, 10, 64)
+				if err != nil {
+					nums = nil
+					break
+				}
+				nums = append(nums, n)
 			}
-			switch verb {
-			case "signal":
+			switch {
+			case verb == "signal" && len(nums) == 1:
 				// main is our child: until we reap it its pid cannot be
 				// reused, so this signal reaches CMD or nobody.
-				_ = unix.Kill(s.main, unix.Signal(n))
-			case "terminate":
+				_ = unix.Kill(s.main, unix.Signal(nums[0]))
+			case verb == "terminate" && len(nums) == 1:
 				_ = unix.Kill(s.main, unix.SIGTERM)
 				if graceC == nil {
-					graceC = time.After(time.Duration(max(n, 0)))
+					graceC = time.After(time.Duration(max(nums[0], 0)))
 				}
+			case verb == "killby" && len(nums) == 2:
+				killAt = timeOfMono(nums[0])
+				termAt = killAt.Add(-time.Duration(max(nums[1], 0)))
+				expiry.Stop()
+				enforce()
 			}
 		}
+	}
+}
+
+// expired tells the claimer, once, that CMD is being stopped because the
+// deadline it handed over passed.
+func (s *supervisor) expired() {
+	if !s.expiredSent {
+		s.expiredSent = true
+		s.report("expired")
 	}
 }
 
