@@ -221,12 +221,21 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 		case <-cl.TrustMoved():
 			handOn()
 		case sig := <-sigs:
+			// CMD is in this process's group and cgroup: a signal sent to
+			// either reached it already, and the supervisor passes on only
+			// what did not (DESIGN.md#one-signal).
 			_ = child.Signal(sig)
 			if interrupted == nil {
 				interrupted = sig
 				grace := min(o.grace, max(time.Until(cl.TrustedUntil())-killMargin, 0))
-				fmt.Fprintf(env.stderr, "leasekeeper: %v: passed to the command; it has %s to stop\n", sig, grace.Round(time.Millisecond))
+				fmt.Fprintf(env.stderr, "leasekeeper: %v: the command has %s to stop\n", sig, grace.Round(time.Millisecond))
 				graceUp = time.After(grace)
+			}
+		case d := <-child.Deliveries():
+			if d.Passed {
+				fmt.Fprintf(env.stderr, "leasekeeper: %v: passed to the command\n", d.Signal)
+			} else {
+				fmt.Fprintf(env.stderr, "leasekeeper: %v: the command had it already (sent to the process group or the cgroup), not passed again\n", d.Signal)
 			}
 		case <-graceUp:
 			graceUp = nil
