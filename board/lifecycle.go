@@ -33,8 +33,8 @@ func (s RunStatus) Paused() bool {
 }
 
 // Normalize validates a Start request and fills its defaults: an empty run
-// status is running. The run's Card, Owner and Epoch are the store's to
-// set; Card is filled from r.Card when it is named.
+// status is running. The run's Card, Owner, Epoch and StartedFrom are the
+// store's to set; Card is filled from r.Card when it is named.
 func (r StartRequest) Normalize() (StartRequest, error) {
 	if r.Next == (r.Card != "") {
 		return StartRequest{}, Invalid("start: name exactly one of a card and next")
@@ -58,7 +58,7 @@ func (r StartRequest) Normalize() (StartRequest, error) {
 	if run.Card == "" {
 		run.Card = "next" // a placeholder for validation only
 	}
-	run.Owner, run.Epoch = "", 0
+	run.Owner, run.Epoch, run.StartedFrom = "", 0, ""
 	run, err := run.Normalize()
 	if err != nil {
 		return StartRequest{}, err
@@ -97,13 +97,14 @@ func (r FinishRequest) Validate() error {
 }
 
 // Normalize validates a fenced run start and fills its run's defaults. The
-// run's Owner and Epoch become the token's.
+// run's Owner and Epoch become the token's; it has no StartedFrom (it
+// moves no card).
 func (r NewRun) Normalize() (NewRun, error) {
 	if err := ValidateToken(r.Run.Card, r.Token); err != nil {
 		return NewRun{}, err
 	}
 	run := r.Run
-	run.Owner, run.Epoch = "", 0
+	run.Owner, run.Epoch, run.StartedFrom = "", 0, ""
 	run, err := run.Normalize()
 	if err != nil {
 		return NewRun{}, err
@@ -176,26 +177,49 @@ func (b Board) FinishCheck(r FinishRequest) error {
 	return nil
 }
 
-// FinishFiling decides where Finish files a card read in state cur: the
-// target state and the reason, or to == "" when the card is not moved
-// (an operator put it in a terminal state, or, for a resumable failure,
-// anywhere but the running column).
-func (b Board) FinishFiling(cur string, status RunStatus) (to string, reason Reason) {
+// FinishFiling decides where Finish files a card read in state cur whose
+// run was started from column from (Run.StartedFrom): the target state and
+// the reason, or to == "" when the card is not moved (an operator put it
+// in a terminal state, or, for a resumable failure, anywhere but the
+// running column).
+//
+// A resumable failure of a run started out of a column outside the pool
+// (backlog, say: no worker's to take yet) files the card back to that
+// column: returning it to the pool would hand it to the next Start of any
+// card, which nobody asked for. Otherwise the card is released where it
+// is when the running column is a pool state (the local board: the next
+// Start resumes the run), or filed to the first pool state when it would
+// strand there (the fleet board).
+func (b Board) FinishFiling(cur, from string, status RunStatus) (to string, reason Reason) {
 	switch status {
 	case RunFinished:
 		to, reason = b.Completion(), ReasonRunFinished
 	case RunFailed:
 		to, reason = StateFailed, ReasonRunFailed
 	case RunFailedResumable:
-		if !b.Strands(cur) {
+		switch {
+		case !b.IsRunning(cur):
 			return "", ReasonNone
+		case b.startedOutsidePool(from):
+			to = from
+		case !b.Strands(cur):
+			return "", ReasonNone
+		default:
+			to = b.FirstPool()
 		}
-		to = b.FirstPool()
 	}
 	if b.IsTerminal(cur) || cur == to {
 		return "", ReasonNone
 	}
 	return to, reason
+}
+
+// startedOutsidePool reports whether from, a run's StartedFrom, is a live
+// column of the board a card can be filed back to that is neither a pool
+// state nor the running column.
+func (b Board) startedOutsidePool(from string) bool {
+	st, ok := b.State(from)
+	return ok && !st.Pool && !st.Running && !st.Terminal && !st.Retiring()
 }
 
 // StartRefusal refuses a Start on a card read as c: a card in a terminal
@@ -238,14 +262,15 @@ func StartAnswered(c Card, r StartRequest, runID string, now time.Time) bool {
 func Resumable(rec Run) bool { return !rec.Status.Final() && !rec.Status.Paused() }
 
 // Resume is the run a Start makes of the recorded run cur: owned by the new
-// claim tok, with the new owner's identity and status from in, its ID,
-// checkpoint and continuation kept, its failure code cleared.
+// claim tok, with the new owner's identity, status and StartedFrom from
+// in, its ID, checkpoint and continuation kept, its failure code cleared.
 func Resume(cur, in Run, tok ClaimToken, now time.Time) Run {
 	next := cur
 	next.Status = in.Status
 	next.FailureCode = ""
 	next.Owner, next.Epoch = tok.Marker, tok.Epoch
 	next.Host, next.PID, next.PIDStart, next.PIDStartTicks, next.BootID = in.Host, in.PID, in.PIDStart, in.PIDStartTicks, in.BootID
+	next.StartedFrom = in.StartedFrom
 	next.UpdatedAt = now
 	return next
 }

@@ -75,10 +75,17 @@ type Run struct {
 	// start of the process in clock ticks after boot (/proc/PID/stat field
 	// 22), and the boot those ticks count from. The agent compares these
 	// whenever a run carries them (pidprobe.Identity).
-	PIDStartTicks int64     `json:"pid_start_ticks,omitempty"`
-	BootID        string    `json:"boot_id,omitempty"`
-	CreatedAt     time.Time `json:"created_at"`
-	UpdatedAt     time.Time `json:"updated_at"`
+	PIDStartTicks int64  `json:"pid_start_ticks,omitempty"`
+	BootID        string `json:"boot_id,omitempty"`
+	// StartedFrom is the column the card was in when Start started (or
+	// resumed) this run: the one it moved the card out of into the running
+	// column, or the running column itself. The store sets it. A resumable
+	// Finish files the card back there when it lies outside the pool
+	// (Board.FinishFiling). Empty for a run made by CreateRun or recorded
+	// before the field existed.
+	StartedFrom string    `json:"started_from,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
 }
 
 // RunUpdate changes a run. Nil fields are left alone. IfStatus, when set,

@@ -45,6 +45,8 @@ type Claim struct {
 	deadline time.Time // monotonic: only ever compared with time.Now()
 	timer    *time.Timer
 	done     bool
+	// moved is signalled, coalesced, whenever deadline changes.
+	moved chan struct{}
 }
 
 // Context is cancelled when the claim ends: on claim_lost from the agent,
@@ -91,6 +93,14 @@ func (cl *Claim) TrustedUntil() time.Time {
 	return cl.deadline
 }
 
+// TrustMoved receives a value whenever the agent's word moved TrustedUntil
+// (read it after each receive). Values are coalesced: a reader that falls
+// behind gets one for several moves, never a stale deadline. It lets a
+// process hand the deadline on to one that must keep it even while this
+// one cannot run: `leasekeeper claim` gives each to the supervisor of its
+// command (DESIGN.md#process-tree).
+func (cl *Claim) TrustMoved() <-chan struct{} { return cl.moved }
+
 func (cl *Claim) start(trusted time.Duration, at time.Time) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
@@ -115,6 +125,10 @@ func (cl *Claim) trust(remaining time.Duration, at time.Time) {
 	}
 	cl.deadline = at.Add(remaining)
 	cl.timer.Reset(time.Until(cl.deadline))
+	select {
+	case cl.moved <- struct{}{}:
+	default:
+	}
 }
 
 func (cl *Claim) expire() {
@@ -232,7 +246,7 @@ func (c *Client) claim(ctx context.Context, card, path string, req any) (*Claim,
 		return nil, err
 	}
 	cctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	cl := &Claim{c: c, card: resp.Card, token: resp.Token, run: resp.Run, resumed: resp.Resumed, ctx: cctx, cancel: cancel}
+	cl := &Claim{c: c, card: resp.Card, token: resp.Token, run: resp.Run, resumed: resp.Resumed, ctx: cctx, cancel: cancel, moved: make(chan struct{}, 1)}
 	cl.start(time.Duration(resp.TrustedMS)*time.Millisecond, sent)
 	c.mu.Lock()
 	if old := c.claims[resp.Card.ID]; old != nil && old != cl {

@@ -464,3 +464,32 @@ func TestDefaultSocketPath(t *testing.T) {
 		})
 	}
 }
+
+// TestTrustMovedFollowsTheAgent: every word from the agent that moves the
+// trusted deadline is announced on TrustMoved, so a process can hand each
+// deadline on (`leasekeeper claim` gives it to its command's supervisor).
+func TestTrustMovedFollowsTheAgent(t *testing.T) {
+	t.Parallel()
+	a := socketapitest.Start(t, socketapitest.Options{Lease: 1500 * time.Millisecond, Liveness: apitype.LivenessKeepalive})
+	a.Card(t, "moved")
+	ctx := testCtx(t)
+	c := &client.Client{Socket: a.Path}
+	cl, err := c.Claim(ctx, "moved")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := cl.TrustedUntil()
+	for moves := 0; moves < 3; {
+		select {
+		case <-cl.TrustMoved():
+			if got := cl.TrustedUntil(); got.After(first) {
+				first, moves = got, moves+1
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no move of the trusted deadline announced in 10s (%d so far)", moves)
+		}
+	}
+	if err := cl.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

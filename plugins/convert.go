@@ -173,6 +173,7 @@ func runToPB(r board.Run) *storepb.RunMessage {
 		PidStart:      r.PIDStart,
 		PidStartTicks: r.PIDStartTicks,
 		BootId:        r.BootID,
+		StartedFrom:   r.StartedFrom,
 		CreatedAt:     timeToPB(r.CreatedAt),
 		UpdatedAt:     timeToPB(r.UpdatedAt),
 	}
@@ -193,6 +194,7 @@ func runFromPB(r *storepb.RunMessage) board.Run {
 		PIDStart:      r.GetPidStart(),
 		PIDStartTicks: r.GetPidStartTicks(),
 		BootID:        r.GetBootId(),
+		StartedFrom:   r.GetStartedFrom(),
 		CreatedAt:     timeFromPB(r.GetCreatedAt()),
 		UpdatedAt:     timeFromPB(r.GetUpdatedAt()),
 	}

@@ -11,6 +11,11 @@
 // or the claimer is killed, even with SIGKILL — the supervisor kills every
 // process left in that tree and only then exits.
 //
+// The supervisor also keeps the claim's trusted deadline (Child.KillBy),
+// so the tree dies by it even while the claimer cannot run, and it passes
+// on the signals the claimer receives only when the command did not get
+// them from the kernel already (Child.Signal, witness.go).
+//
 // What it cannot stop (said in docs/OPERATIONS.md too): a process started
 // on the command's behalf by something outside the tree (systemd-run, at,
 // a container runtime, an ssh to localhost); a process it may not signal
@@ -60,9 +65,12 @@ type Child struct {
 	ctlMu sync.Mutex
 	ctl   *os.File // our end of the supervisor's control pipe
 
+	deliveries chan Delivery
+
 	// Set by watch before done is closed.
 	code          int
 	killed        bool
+	expired       bool
 	survivors     []Survivor
 	supervisorErr error
 }
@@ -73,9 +81,10 @@ type Child struct {
 // starts a process like it.
 //
 // The supervisor gets a process group of its own, so a signal sent to the
-// claimer's group (a terminal's ^C or ^\, a kill of the job) does not reach
-// it; cmd joins the caller's group, as it did when the claimer started it
-// directly, so job control treats it as the caller's job.
+// claimer's group (a terminal's ^C or ^\, a kill of the job, even
+// SIGKILL) does not reach it; cmd joins the caller's group, as it did when
+// the claimer started it directly, so job control treats it as the
+// caller's job. So does the supervisor's signal witness (see Signal).
 func Start(l Launcher, cmd *exec.Cmd) (*Child, error) {
 	if cmd.Err != nil {
 		return nil, fmt.Errorf("start %s: %w", cmd.Path, cmd.Err)
@@ -109,7 +118,7 @@ func Start(l Launcher, cmd *exec.Cmd) (*Child, error) {
 		return nil, fmt.Errorf("start the claim supervisor %s: %w", l.Path, err)
 	}
 	supervisors.add(sup.Process.Pid)
-	c := &Child{sup: sup, ctl: ctlW, done: make(chan struct{}), code: -1}
+	c := &Child{sup: sup, ctl: ctlW, done: make(chan struct{}), code: -1, deliveries: make(chan Delivery, 16)}
 	first := make(chan string, 1)
 	go c.watch(l, stR, first)
 	verb, arg, _ := strings.Cut(<-first, " ")
@@ -144,6 +153,15 @@ func (c *Child) watch(l Launcher, st *os.File, first chan<- string) {
 			if n, err := strconv.Atoi(p); err == nil {
 				c.survivors = append(c.survivors, Survivor{PID: n, Err: errors.New(msg)})
 			}
+		case "signalled", "delivered":
+			if n, err := strconv.Atoi(arg); err == nil {
+				select {
+				case c.deliveries <- Delivery{Signal: syscall.Signal(n), Passed: verb == "signalled"}:
+				default: // a reader that does not keep up loses news, not signals
+				}
+			}
+		case "expired":
+			c.expired = true
 		case "done":
 			reported, c.killed = true, arg == "1"
 		}
@@ -196,8 +214,14 @@ func (c *Child) Pid() int { return c.pid }
 // process left in its tree is gone (or reported in Survivors).
 func (c *Child) Done() <-chan struct{} { return c.done }
 
-// Signal sends sig to the command's first process; signalling an exited
-// command is not an error.
+// Signal passes sig, which the caller received, on to the command's first
+// process — unless the command had it from the kernel already: the signal
+// was sent to the caller's process group (a terminal's ^C, a kill of the
+// job) or to every process of its cgroup (systemd stopping a unit), which
+// the command shares. Each sig is delivered to the command once
+// (DESIGN.md#one-signal); Deliveries says which way. The decision takes
+// a moment (settleFor and a round trip to the witness), so Signal returns
+// at once. Signalling an exited command is not an error.
 func (c *Child) Signal(sig os.Signal) error {
 	s, ok := sig.(syscall.Signal)
 	if !ok {
@@ -206,6 +230,19 @@ func (c *Child) Signal(sig os.Signal) error {
 	c.tell("signal %d", int(s))
 	return nil
 }
+
+// Delivery is what became of a signal given to Signal.
+type Delivery struct {
+	Signal syscall.Signal
+	// Passed is true when the supervisor sent it to the command, false
+	// when the command had it from the kernel already.
+	Passed bool
+}
+
+// Deliveries receives what became of each signal given to Signal, in
+// order, for a reader that keeps up (it holds 16; news beyond that is
+// dropped, the signals are not).
+func (c *Child) Deliveries() <-chan Delivery { return c.deliveries }
 
 // Wait blocks until Done (or ctx ends) and returns the command's exit code:
 // the status for a normal exit, 128+signal for a command killed by a signal
@@ -229,6 +266,30 @@ func (c *Child) Terminate(grace time.Duration) (killed bool) {
 	c.tell("terminate %d", max(grace, 0).Nanoseconds())
 	<-c.done
 	return c.killed
+}
+
+// KillBy hands the supervisor the instant by which the command's tree must
+// be gone unless a later KillBy moves it: the supervisor sends SIGTERM to
+// the command's first process grace before it and, at it, SIGKILL to the
+// first process and then to the whole tree. Each call replaces the last,
+// later or earlier. It is how a claim's trusted deadline is kept by a
+// process that is not the claimer, so it holds while the claimer cannot
+// run (stopped, starved): the claimer hands over every deadline it
+// confirms (DESIGN.md#process-tree). t must carry a monotonic clock
+// reading (time.Now() and what is derived from it do): it crosses to the
+// supervisor as a reading of CLOCK_MONOTONIC, the clock Go's monotonic
+// readings come from and the same in both processes, so no transit time
+// stretches it.
+func (c *Child) KillBy(t time.Time, grace time.Duration) {
+	c.tell("killby %d %d", monoOf(t), max(grace, 0).Nanoseconds())
+}
+
+// Expired reports whether the supervisor stopped the command because an
+// instant given to KillBy passed with no later one given. Valid once Done
+// is closed.
+func (c *Child) Expired() bool {
+	<-c.done
+	return c.expired
 }
 
 // Survivors lists the processes of the command's tree that refused to be

@@ -494,3 +494,55 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestKillByStopsTheCommandAtTheDeadline: the supervisor keeps the last
+// deadline handed to KillBy on its own — SIGTERM grace before it, SIGKILL
+// at it — and a later KillBy replaces an earlier one (DESIGN.md#process-tree).
+func TestKillByStopsTheCommandAtTheDeadline(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name         string
+		script       string
+		wantCode     int
+		wantKilled   bool
+		notBeforeEnd bool // stopped only by the SIGKILL at the deadline
+	}{
+		{"a command that honours SIGTERM stops at deadline minus grace", `trap 'exit 42' TERM; echo ready; while :; do sleep 0.05; done`, 42, false, false},
+		{"a command that ignores SIGTERM is killed at the deadline", `trap '' TERM; echo ready; while :; do sleep 0.05; done`, 128 + int(syscall.SIGKILL), true, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			const grace = 200 * time.Millisecond
+			c := readyChild(t, tc.script)
+			// The first deadline is replaced before it comes, by one that
+			// never comes and then by the one that ends the command.
+			start := time.Now()
+			c.KillBy(start.Add(300*time.Millisecond), grace)
+			c.KillBy(start.Add(time.Hour), grace)
+			deadline := start.Add(900 * time.Millisecond)
+			c.KillBy(deadline, grace)
+			code, err := c.Wait(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ended := time.Now()
+			if code != tc.wantCode || !c.Expired() {
+				t.Errorf("exit code %d, Expired %v; want %d and true", code, c.Expired(), tc.wantCode)
+			}
+			if killed := c.Terminate(0); killed != tc.wantKilled {
+				t.Errorf("killed = %v, want %v", killed, tc.wantKilled)
+			}
+			earliest := deadline.Add(-grace)
+			if tc.notBeforeEnd {
+				earliest = deadline
+			}
+			if ended.Before(earliest) {
+				t.Errorf("the command ended %s after the first KillBy, before %s: a replaced deadline was kept", ended.Sub(start), earliest.Sub(start))
+			}
+			if late := ended.Sub(deadline); late > 2*time.Second {
+				t.Errorf("the command ended %s after its deadline", late)
+			}
+		})
+	}
+}

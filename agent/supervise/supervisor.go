@@ -21,6 +21,7 @@ import (
 //
 //	leasekeeper claim (the claimer: holds the claim, its pid is the marker)
 //	└── leasekeeper <hidden subcommand> (the supervisor: child subreaper)
+//	    ├── leasekeeper <hidden subcommand> --witness (see witness.go)
 //	    └── CMD, and everything CMD starts, however it detaches
 //
 // It exists because the claimer cannot clean up after itself when it is
@@ -33,10 +34,19 @@ import (
 // It talks to the claimer over two pipes, passed as fds 3 and 4 (the
 // protocol is private to this package: both ends are the same build):
 //
-//	claimer → supervisor (fd 3):  "signal N" | "terminate GRACE_NS"
+//	claimer → supervisor (fd 3):  "signal N" | "terminate GRACE_NS" |
+//	                              "killby MONO_NS GRACE_NS"
 //	supervisor → claimer (fd 4):  "started PID" | "failed MSG" |
+//	                              "signalled N" | "delivered N" |
 //	                              "exited CODE" | "survivor PID MSG" |
-//	                              "done KILLED"
+//	                              "expired" | "done KILLED"
+//
+// "signal N" asks for N to be passed on to CMD; the supervisor answers
+// "signalled N" when it did, "delivered N" when CMD had it from the kernel
+// already (see witness.go).
+//
+// killby carries a CLOCK_MONOTONIC reading (see Child.KillBy): the
+// instant by which CMD's tree must be gone unless a later killby moves it.
 //
 // End of file on fd 3 means the claimer is gone, whatever killed it: the
 // kernel closes a dead process's descriptors, so no signal, thread or
@@ -52,6 +62,9 @@ const (
 // it has reported and the tree is gone, 2 for a bad invocation (it is not
 // meant to be run by hand).
 func Serve(args []string) int {
+	if len(args) == 1 && args[0] == witnessArg {
+		return serveWitness()
+	}
 	pgid, path, argv, err := parseServeArgs(args)
 	ctl, status := os.NewFile(ctlFD, "control"), os.NewFile(statusFD, "status")
 	if err != nil || ctl == nil || status == nil {
@@ -67,7 +80,13 @@ func Serve(args []string) int {
 		}
 		unix.CloseOnExec(fd)
 	}
-	s := &supervisor{status: status, self: os.Getpid()}
+	// The argv this process was started with, up to Serve's own
+	// arguments: how to start the witness (see serveWitness).
+	var prefix []string
+	if n := len(os.Args) - len(args); n > 0 {
+		prefix = os.Args[:n]
+	}
+	s := &supervisor{status: status, self: os.Getpid(), prefix: prefix}
 	killed := s.run(ctl, pgid, path, argv)
 	s.report("done %d", boolInt(killed))
 	return 0
@@ -87,10 +106,14 @@ func parseServeArgs(args []string) (pgid int, path string, argv []string, err er
 type supervisor struct {
 	status *os.File
 	self   int
-	main   int // CMD's first process, our child
+	prefix []string // this process's argv up to Serve's arguments
+	main   int      // CMD's first process, our child
+	fw     *forwarding
 	// mainStatus is set once main is reaped.
 	mainDone   bool
 	mainStatus syscall.WaitStatus
+	// expiredSent: "expired" was reported.
+	expiredSent bool
 }
 
 func (s *supervisor) report(format string, a ...any) {
@@ -120,7 +143,16 @@ func (s *supervisor) run(ctl *os.File, pgid int, path string, argv []string) (ki
 		s.report("failed %s", oneLine(err.Error()))
 		return false
 	}
-	pid, err := s.startMain(pgid, path, argv)
+	fork := newForker()
+	// The witness first: a signal to the claimer's group that it misses
+	// could reach CMD and be passed on again; one it sees in the moment
+	// before CMD exists is passed on no more (DESIGN.md#one-signal).
+	wit, err := startWitness(fork, s.prefix, pgid)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "leasekeeper: %v; a signal sent to claim's process group may reach the command twice\n", err)
+	}
+	s.fw = newForwarding(wit, pgid)
+	pid, err := s.startMain(fork, pgid, path, argv)
 	if err != nil {
 		s.report("failed %s", oneLine(err.Error()))
 		return false
@@ -155,44 +187,105 @@ func (s *supervisor) run(ctl *os.File, pgid int, path string, argv []string) (ki
 	return killed
 }
 
-// startMain starts CMD from a goroutine locked to its OS thread, and leaves
-// that thread parked: CMD's parent-death signal (SIGKILL, in case the
-// supervisor itself is killed) follows the thread that forked it, not the
-// process, and the Go runtime retires threads at will. CMD joins the
-// claimer's process group, so the terminal's job control treats it as the
-// claimer's job; the supervisor keeps a group of its own (see Start).
-func (s *supervisor) startMain(pgid int, path string, argv []string) (int, error) {
-	type result struct {
-		pid int
-		err error
-	}
-	started := make(chan result, 1)
+// forker forks from one goroutine locked to its OS thread, which it keeps
+// for good: a child's parent-death signal (SIGKILL, in case the supervisor
+// itself is killed) follows the thread that forked it, not the process,
+// and the Go runtime retires threads at will.
+type forker struct{ reqs chan forkReq }
+
+type forkReq struct {
+	path string
+	argv []string
+	attr *syscall.ProcAttr
+	done chan forkResult
+}
+
+type forkResult struct {
+	pid int
+	err error
+}
+
+func newForker() *forker {
+	f := &forker{reqs: make(chan forkReq)}
 	go func() {
 		runtime.LockOSThread()
-		pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
-			Env:   os.Environ(),
-			Files: []uintptr{0, 1, 2},
-			Sys: &syscall.SysProcAttr{
-				Pdeathsig: syscall.SIGKILL,
-				Setpgid:   true,
-				Pgid:      pgid,
-			},
-		})
-		started <- result{pid, err}
-		if err != nil {
-			return
+		for r := range f.reqs { // never closed: the thread stays
+			pid, err := syscall.ForkExec(r.path, r.argv, r.attr)
+			r.done <- forkResult{pid, err}
 		}
-		select {} // keep the forking thread alive, and locked, for good
 	}()
-	r := <-started
+	return f
+}
+
+// exec forks and execs from the forker's thread.
+func (f *forker) exec(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
+	done := make(chan forkResult, 1)
+	f.reqs <- forkReq{path: path, argv: argv, attr: attr, done: done}
+	r := <-done
 	return r.pid, r.err
 }
 
+// startMain starts CMD from the forker's thread (for its parent-death
+// signal). CMD joins the claimer's process group, so the terminal's job
+// control treats it as the claimer's job; the supervisor keeps a group of
+// its own (see Start).
+func (s *supervisor) startMain(fork *forker, pgid int, path string, argv []string) (int, error) {
+	return fork.exec(path, argv, &syscall.ProcAttr{
+		Env:   os.Environ(),
+		Files: []uintptr{0, 1, 2},
+		Sys: &syscall.SysProcAttr{
+			Pdeathsig: syscall.SIGKILL,
+			Setpgid:   true,
+			Pgid:      pgid,
+		},
+	})
+}
+
 // loop runs until CMD's first process has exited, or the claimer asked for
-// it to stop and it did (or was killed), or the claimer is gone. It
-// reports whether SIGKILL was needed after a terminate's grace.
+// it to stop and it did (or was killed), or the claimer is gone, or the
+// deadline the claimer last handed over passed. It reports whether SIGKILL
+// was needed after a terminate's grace or at that deadline.
 func (s *supervisor) loop(cmds <-chan string, chld <-chan os.Signal) (killed bool) {
-	var graceC <-chan time.Time
+	var (
+		graceC <-chan time.Time
+		// The deadline the claimer last handed over (killby): SIGTERM at
+		// termAt, SIGKILL at killAt. expiry fires at the next of the two
+		// still to come.
+		termAt, killAt time.Time
+		termSent       bool
+		expiry         = time.NewTimer(time.Hour)
+		expiryC        <-chan time.Time
+	)
+	expiry.Stop()
+	defer expiry.Stop()
+	// enforce acts on the handed-over deadline, and arms the timer for
+	// what is left of it.
+	enforce := func() {
+		expiryC = nil
+		if killAt.IsZero() {
+			return
+		}
+		now := time.Now()
+		if !termSent && !now.Before(termAt) {
+			// The claimer did not confirm a later deadline in time: it is
+			// stopped, starved or gone quiet, and cannot stop CMD itself
+			// (DESIGN.md#process-tree).
+			termSent = true
+			s.expired()
+			_ = unix.Kill(s.main, unix.SIGTERM)
+		}
+		if !now.Before(killAt) {
+			_ = unix.Kill(s.main, unix.SIGKILL)
+			killed, killAt = true, time.Time{}
+			return
+		}
+		next := killAt
+		if !termSent {
+			next = termAt
+		}
+		expiry.Reset(time.Until(next))
+		expiryC = expiry.C
+	}
 	for {
 		s.reap()
 		if s.mainDone {
@@ -205,6 +298,12 @@ func (s *supervisor) loop(cmds <-chan string, chld <-chan os.Signal) (killed boo
 			// walk that follows kills the rest.
 			_ = unix.Kill(s.main, unix.SIGKILL)
 			killed, graceC = true, nil
+		case <-expiryC:
+			enforce()
+		case <-s.fw.stepC:
+			s.fw.tick(s)
+		case line, ok := <-s.fw.lines():
+			s.fw.witnessed(s, line, ok)
 		case line, ok := <-cmds:
 			if !ok {
 				// The claimer is gone: nothing holds the claim any more,
@@ -213,22 +312,41 @@ func (s *supervisor) loop(cmds <-chan string, chld <-chan os.Signal) (killed boo
 				return killed
 			}
 			verb, arg, _ := strings.Cut(line, " ")
-			n, err := strconv.ParseInt(arg, 10, 64)
-			if err != nil {
-				continue
+			var nums []int64
+			for _, f := range strings.Fields(arg) {
+				n, err := strconv.ParseInt(f, 10, 64)
+				if err != nil {
+					nums = nil
+					break
+				}
+				nums = append(nums, n)
 			}
-			switch verb {
-			case "signal":
-				// main is our child: until we reap it its pid cannot be
-				// reused, so this signal reaches CMD or nobody.
-				_ = unix.Kill(s.main, unix.Signal(n))
-			case "terminate":
+			switch {
+			case verb == "signal" && len(nums) == 1:
+				// Passed on unless CMD had it from the kernel already
+				// (DESIGN.md#one-signal).
+				s.fw.ask(unix.Signal(nums[0]))
+			case verb == "terminate" && len(nums) == 1:
 				_ = unix.Kill(s.main, unix.SIGTERM)
 				if graceC == nil {
-					graceC = time.After(time.Duration(max(n, 0)))
+					graceC = time.After(time.Duration(max(nums[0], 0)))
 				}
+			case verb == "killby" && len(nums) == 2:
+				killAt = timeOfMono(nums[0])
+				termAt = killAt.Add(-time.Duration(max(nums[1], 0)))
+				expiry.Stop()
+				enforce()
 			}
 		}
+	}
+}
+
+// expired tells the claimer, once, that CMD is being stopped because the
+// deadline it handed over passed.
+func (s *supervisor) expired() {
+	if !s.expiredSent {
+		s.expiredSent = true
+		s.report("expired")
 	}
 }
 
@@ -247,8 +365,11 @@ func (s *supervisor) reap() int {
 			return n
 		}
 		n++
-		if pid == s.main {
+		switch {
+		case pid == s.main:
 			s.mainDone, s.mainStatus = true, ws
+		case s.fw != nil && s.fw.wit != nil && pid == s.fw.wit.pid:
+			s.fw.gone()
 		}
 	}
 }

@@ -241,6 +241,33 @@ func waitExit(fds []int, bound time.Duration) {
 	}
 }
 
+// monoNow reads CLOCK_MONOTONIC in nanoseconds: the clock Go's monotonic
+// time readings come from on Linux, shared by every process of the host
+// (of one time namespace).
+func monoNow() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(fmt.Sprintf("clock_gettime(CLOCK_MONOTONIC): %v", err)) // cannot fail on Linux
+	}
+	return ts.Nano()
+}
+
+// monoOf converts t to a CLOCK_MONOTONIC reading, never later than t: the
+// clock is read before time.Now, so the time between the two reads is
+// taken off, not added.
+func monoOf(t time.Time) int64 {
+	mono := monoNow()
+	return mono + int64(t.Sub(time.Now()))
+}
+
+// timeOfMono converts a CLOCK_MONOTONIC reading to a time.Time with a
+// monotonic reading, never later than it: the clock is read after
+// time.Now.
+func timeOfMono(mono int64) time.Time {
+	now := time.Now()
+	return now.Add(time.Duration(mono - monoNow()))
+}
+
 // exitCode maps a wait status to a shell-style exit code: the status for a
 // normal exit, 128+signal for a process killed by a signal.
 func exitCode(ws syscall.WaitStatus) int {

@@ -406,6 +406,46 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("ResumableFinishReturnsTheCardWhereItWasStarted", func(t *testing.T) {
+		// A card started by id out of a column outside the pool (backlog:
+		// nobody's to pick up yet) goes back there on a resumable verdict,
+		// not into the pool, where the next Start of any card would take it;
+		// and again after a Start that resumes or replaces its run.
+		t.Parallel()
+		e := open(t, h)
+		e.card("c1", board.StateBacklog)
+		for i, runID := range []string{"r1", "r2"} {
+			st := e.start(startReq("c1", markerA, runID))
+			if got := e.get("c1").State; got != board.StateInProgress {
+				t.Fatalf("Start %d from backlog: card in %s, want %s", i+1, got, board.StateInProgress)
+			}
+			if got := e.run(st.Run.ID).StartedFrom; got != board.StateBacklog || st.Run.StartedFrom != got {
+				t.Errorf("Start %d: run started_from %q (returned %q), want %s", i+1, got, st.Run.StartedFrom, board.StateBacklog)
+			}
+			seq := e.lastSeq()
+			f, err := e.s.Finish(e.ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: st.Run.ID, Status: board.RunFailedResumable, FailureCode: "INTERRUPTED"})
+			if err != nil {
+				t.Fatalf("Finish %d: %v", i+1, err)
+			}
+			c := e.get("c1")
+			if c.Claimed() || c.State != board.StateBacklog || c.StateReason != board.ReasonNone || diffCards(c, f.Card) != "" {
+				t.Fatalf("card after resumable Finish %d = %s (reason %q), want free in %s, where it was started from, as returned", i+1, fmtCard(c), c.StateReason, board.StateBacklog)
+			}
+			evs := e.eventsAfter(seq)
+			wantTypes(t, cardEvents(evs, "c1", len(evs)), "resumable Finish of a card started from backlog",
+				board.EventRunUpdated, board.EventState, board.EventReleased)
+			if r := e.run(st.Run.ID); r.Status != board.RunFailedResumable {
+				t.Errorf("run after Finish %d = %s, want failed_resumable", i+1, fmtRun(r))
+			}
+			next := startReq("", markerB, "n"+runID)
+			next.Next = true
+			seq = e.lastSeq()
+			_, err = e.s.Start(e.ctx, next)
+			wantErr(t, err, board.ErrNotFound, "Start next with the card back in backlog")
+			e.noEventsSince(seq, "a Start next that found nothing")
+		}
+	})
+
 	t.Run("FinishLeavesAnOperatorsMove", func(t *testing.T) {
 		cases := []struct {
 			moved  string

@@ -208,17 +208,34 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 		return withCode(code, err)
 	}
 
+	// The supervisor keeps the deadline too, and stops CMD's tree by it
+	// should this process be unable to (stopped, starved): every deadline
+	// the agent confirms is handed on (DESIGN.md#process-tree).
+	handOn := func() { child.KillBy(cl.TrustedUntil().Add(-killMargin), killMargin) }
+	handOn()
+
 	var interrupted os.Signal
 	var graceUp <-chan time.Time
 	for {
 		select {
+		case <-cl.TrustMoved():
+			handOn()
 		case sig := <-sigs:
+			// CMD is in this process's group and cgroup: a signal sent to
+			// either reached it already, and the supervisor passes on only
+			// what did not (DESIGN.md#one-signal).
 			_ = child.Signal(sig)
 			if interrupted == nil {
 				interrupted = sig
 				grace := min(o.grace, max(time.Until(cl.TrustedUntil())-killMargin, 0))
-				fmt.Fprintf(env.stderr, "leasekeeper: %v: passed to the command; it has %s to stop\n", sig, grace.Round(time.Millisecond))
+				fmt.Fprintf(env.stderr, "leasekeeper: %v: the command has %s to stop\n", sig, grace.Round(time.Millisecond))
 				graceUp = time.After(grace)
+			}
+		case d := <-child.Deliveries():
+			if d.Passed {
+				fmt.Fprintf(env.stderr, "leasekeeper: %v: passed to the command\n", d.Signal)
+			} else {
+				fmt.Fprintf(env.stderr, "leasekeeper: %v: the command had it already (sent to the process group or the cgroup), not passed again\n", d.Signal)
 			}
 		case <-graceUp:
 			graceUp = nil
@@ -227,9 +244,11 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 		case <-cl.Context().Done():
 			return claimLost(work, env, cl, child, o.lostExit)
 		case <-child.Done():
-			if cl.Context().Err() != nil {
-				// The claim ended as CMD did (both were ready): it is lost,
-				// whatever CMD's status says.
+			if cl.Context().Err() != nil || child.Expired() {
+				// The claim ended as CMD did (both were ready), or the
+				// supervisor stopped CMD at the deadline this process last
+				// confirmed (it was stopped itself, or its agent went
+				// quiet): it is lost, whatever CMD's status says.
 				return claimLost(work, env, cl, child, o.lostExit)
 			}
 			code, _ := child.Wait(work)
@@ -278,9 +297,19 @@ func reportTree(env *cli, child *supervise.Child) {
 // the time a claim is lost, the agent no longer vouches for it.
 func claimLost(ctx context.Context, env *cli, cl *client.Claim, child *supervise.Child, lostExit int) error {
 	cause := context.Cause(cl.Context())
+	if cause == nil {
+		// The supervisor stopped CMD at the deadline this process handed
+		// it, before the claim's own timer had its say (this process was
+		// stopped, and is only now running again).
+		cause = fmt.Errorf("%w: the command was stopped at the trusted deadline", client.ErrLeaseUntrusted)
+	}
 	fmt.Fprintf(env.stderr, "leasekeeper: claim on %s lost: %v; stopping the command\n", cl.Card().ID, cause)
 	grace := min(max(time.Until(cl.TrustedUntil())-killMargin, 0), maxKillGrace)
-	if killed := child.Terminate(grace); killed {
+	killed := child.Terminate(grace)
+	switch {
+	case child.Expired():
+		fmt.Fprintf(env.stderr, "leasekeeper: the claim's supervisor stopped the command at the trusted deadline\n")
+	case killed:
 		fmt.Fprintf(env.stderr, "leasekeeper: the command ignored SIGTERM for %s: killed\n", grace.Round(time.Millisecond))
 	}
 	reportTree(env, child)

@@ -97,6 +97,38 @@ func TestE2EInterruptReturnsTheCardToThePool(t *testing.T) {
 	}
 }
 
+// TestE2EClaimOfABacklogCardReturnsItThere: a card claimed by id out of
+// backlog, a column outside the pool, goes back to backlog when its run
+// ends resumable — by an interrupt or a non-zero exit with --resumable —
+// not into the pool, where `claim --next` would take it.
+func TestE2EClaimOfABacklogCardReturnsItThere(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "lease: 3s\n")
+	e.Start()
+	e.MustRun("card", "create", "later", "--state", board.StateBacklog)
+	script := `echo $$ > "$1"; trap 'exit 130' INT; while :; do sleep 0.05; done`
+	claim := e.startClaim("later", "--", "sh", "-c", script, "sh", "worker.pid")
+	e.workerPID("worker.pid")
+	if err := claim.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if got := claim.wait(t, 10*time.Second); got != 130 {
+		t.Fatalf("claim exited %d after SIGINT, want 130; output:\n%s", got, claim.output.String())
+	}
+	if c := e.Card("later"); c.Claimed() || c.State != board.StateBacklog {
+		t.Fatalf("interrupted card: state %s claimed %v, want free in %s", c.State, c.Claimed(), board.StateBacklog)
+	}
+	if _, stderr, code := e.Run("claim", "later", "--resumable", "--", "sh", "-c", "exit 7"); code != 7 {
+		t.Fatalf("claim --resumable exited %d, want 7; stderr:\n%s", code, stderr)
+	}
+	if c := e.Card("later"); c.Claimed() || c.State != board.StateBacklog {
+		t.Fatalf("card after a resumable failure: state %s claimed %v, want free in %s", c.State, c.Claimed(), board.StateBacklog)
+	}
+	if _, stderr, code := e.Run("claim", "--next", "--", "true"); code != claimExitNothing {
+		t.Errorf("claim --next exited %d, want %d: nothing is in the pool; stderr:\n%s", code, claimExitNothing, stderr)
+	}
+}
+
 // TestE2EInterruptGraceEndsInAKill: a CMD that ignores the signal is
 // killed when --grace runs out, and claim reports the kill in its status.
 func TestE2EInterruptGraceEndsInAKill(t *testing.T) {

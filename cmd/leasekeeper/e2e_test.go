@@ -29,7 +29,13 @@ import (
 
 var binary string
 
-func TestMain(m *testing.M) { agentproc.Main(m, map[string]*string{"./cmd/leasekeeper": &binary}) }
+func TestMain(m *testing.M) {
+	if os.Getenv(sigCountEnv) != "" {
+		// This binary is a claim's CMD in e2e_signals_test.go.
+		os.Exit(countSignals())
+	}
+	agentproc.Main(m, map[string]*string{"./cmd/leasekeeper": &binary})
+}
 
 // env is one test's sandbox (an agentproc.Agent: the config, the socket
 // and the store in a short temporary directory) and the test it serves.

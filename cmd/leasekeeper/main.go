@@ -323,14 +323,20 @@ releases the claim:
                   run failed_resumable, card back in the pool: released
                   where the running column is a pool state (the local
                   board: the next claim resumes the run), moved to the
-                  first pool state otherwise (the fleet board)
+                  first pool state otherwise (the fleet board); a card
+                  claimed out of a state outside the pool (backlog)
+                  goes back to that state
 
 and claim exits with CMD's status.
 
-SIGINT and SIGTERM are passed to CMD, which then has --grace to stop (never
-past the deadline the agent vouches for) before it is killed; the card goes
-back to the pool with its run resumable, never into a sink, and claim exits
-with CMD's status (128+N if it had to be killed). If the claim is lost while
+SIGINT and SIGTERM reach CMD once each: CMD is in claim's process group
+and cgroup, so a ^C at the terminal or a kill of the job or of the whole
+cgroup reaches it directly, and claim passes on only what was sent to it
+alone. CMD then has --grace to stop (never past the deadline the agent
+vouches for) before it is killed; the card goes back to the pool (or to
+the state outside the pool it was claimed from) with its run resumable,
+never into a sink, and claim exits with CMD's status (128+N
+if it had to be killed). If the claim is lost while
 CMD runs (an operator force-release, a lapsed lease), CMD gets SIGTERM, then
 SIGKILL before the lease deadline, and claim exits 4 within a bounded
 time even when the agent is frozen. The verdict's write is retried, within
@@ -341,7 +347,8 @@ killed, even with SIGKILL), every process CMD started is killed with it:
 background jobs, processes in a session of their own, double-forked
 daemons. When claim exits on its own they are already gone. CMD runs
 under a supervisor, this binary re-executed, that is the child subreaper
-of CMD's tree. Processes started for CMD by something outside its tree
+of CMD's tree; it also kills the tree at the lease deadline claim last
+confirmed if claim cannot (stopped, say), and claim then exits 4. Processes started for CMD by something outside its tree
 (systemd-run, at, a container runtime) are out of its reach.
 
 CMD sees LEASEKEEPER_CARD, LEASEKEEPER_RUN, LEASEKEEPER_MARKER,

@@ -1124,6 +1124,10 @@ type RunMessage struct {
 	// peer ignores both, and its runs arrive without them: legacy runs.
 	PidStartTicks int64  `protobuf:"varint,14,opt,name=pid_start_ticks,json=pidStartTicks,proto3" json:"pid_start_ticks,omitempty"`
 	BootId        string `protobuf:"bytes,15,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
+	// The column Start found the card in (board.Run.StartedFrom). An older
+	// peer ignores it, and its runs arrive without it: a resumable Finish
+	// files those as before.
+	StartedFrom   string `protobuf:"bytes,16,opt,name=started_from,json=startedFrom,proto3" json:"started_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1259,6 +1263,13 @@ func (x *RunMessage) GetPidStartTicks() int64 {
 func (x *RunMessage) GetBootId() string {
 	if x != nil {
 		return x.BootId
+	}
+	return ""
+}
+
+func (x *RunMessage) GetStartedFrom() string {
+	if x != nil {
+		return x.StartedFrom
 	}
 	return ""
 }
@@ -4139,7 +4150,7 @@ const file_store_proto_rawDesc = "" +
 	"claimed_at\x18\x10 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\tclaimedAt\x12F\n" +
 	"\x11claim_lease_until\x18\x11 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\x0fclaimLeaseUntil\x12'\n" +
 	"\x0frecovered_epoch\x18\x12 \x01(\x03R\x0erecoveredEpoch\x12$\n" +
-	"\x0elast_run_epoch\x18\x13 \x01(\x03R\flastRunEpoch\"\xd5\x03\n" +
+	"\x0elast_run_epoch\x18\x13 \x01(\x03R\flastRunEpoch\"\xf8\x03\n" +
 	"\n" +
 	"RunMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -4161,7 +4172,8 @@ const file_store_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\r \x01(\v2\x1a.leasekeeper.store.v1.TimeR\tupdatedAt\x12&\n" +
 	"\x0fpid_start_ticks\x18\x0e \x01(\x03R\rpidStartTicks\x12\x17\n" +
-	"\aboot_id\x18\x0f \x01(\tR\x06bootId\"\xc7\x02\n" +
+	"\aboot_id\x18\x0f \x01(\tR\x06bootId\x12!\n" +
+	"\fstarted_from\x18\x10 \x01(\tR\vstartedFrom\"\xc7\x02\n" +
 	"\tEventData\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x16\n" +

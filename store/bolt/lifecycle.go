@@ -69,9 +69,13 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 			return err
 		}
 		now := s.now()
+		// Where a resumable Finish files the card back to
+		// (board.Board.FinishFiling).
+		in := r.Run
+		in.StartedFrom = rec.State
 		switch {
 		case recorded != nil && board.Resumable(*recorded) && !r.Fresh:
-			run := board.Resume(*recorded, r.Run, tok, now)
+			run := board.Resume(*recorded, in, tok, now)
 			if err := w.putRun(run, false, tok.Marker); err != nil {
 				return err
 			}
@@ -86,7 +90,7 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 					return err
 				}
 			}
-			run, err := s.createRun(w, rec, r.Run, tok, now)
+			run, err := s.createRun(w, rec, in, tok, now)
 			if err != nil {
 				return err
 			}
@@ -155,7 +159,7 @@ func (s *Store) Finish(ctx context.Context, r board.FinishRequest) (board.Finish
 		if err := w.putRun(next, false, r.Token.Marker); err != nil {
 			return err
 		}
-		if to, reason := brd.FinishFiling(rec.State, r.Status); to != "" {
+		if to, reason := brd.FinishFiling(rec.State, run.StartedFrom, r.Status); to != "" {
 			m := board.OwnedMove{Token: r.Token, Reason: reason}
 			if err := s.move(w, rec, to, m.StampedReason(), r.Token.Marker); err != nil {
 				return err

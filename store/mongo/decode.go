@@ -290,6 +290,8 @@ func readRunFields(r *reader, run *board.Run) {
 	// Absent from runs an older agent wrote: those are legacy runs.
 	run.PIDStartTicks = r.int("pid_start_ticks")
 	run.BootID = r.str("boot_id")
+	// Absent from runs an older agent wrote: Finish files those as before.
+	run.StartedFrom = r.str("started_from")
 	run.CreatedAt = r.time("created_at")
 	run.UpdatedAt = r.time("updated_at")
 }

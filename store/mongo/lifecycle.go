@@ -161,6 +161,9 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest) (b
 			}
 			run := r.Run
 			run.Card, run.Owner, run.Epoch = c.ID, tok.Marker, tok.Epoch
+			// Where a resumable Finish files the card back to
+			// (board.Board.FinishFiling).
+			run.StartedFrom = c.State
 			run.CreatedAt, run.UpdatedAt = clk.now, clk.now
 			runCh = merge(closed, setRun(c, run, board.EventRunCreated, tok.Marker))
 			out.Run = run
@@ -225,7 +228,7 @@ func (s *Store) Finish(ctx context.Context, r board.FinishRequest) (board.Finish
 		}
 		out.Run = next
 		var move *change
-		if to, reason := brd.FinishFiling(c.State, r.Status); to != "" {
+		if to, reason := brd.FinishFiling(c.State, run.StartedFrom, r.Status); to != "" {
 			m := board.OwnedMove{Token: r.Token, Reason: reason}
 			move = moveChange(c, clk, to, m.StampedReason(), r.Token.Marker)
 			moved = true

@@ -52,6 +52,7 @@ func runDoc(r board.Run, idKey string, rev int64) bson.D {
 		{Key: "pid_start", Value: r.PIDStart},
 		{Key: "pid_start_ticks", Value: r.PIDStartTicks},
 		{Key: "boot_id", Value: r.BootID},
+		{Key: "started_from", Value: r.StartedFrom},
 		{Key: "created_at", Value: r.CreatedAt},
 		{Key: "updated_at", Value: r.UpdatedAt},
 		{Key: "rev", Value: rev},
