@@ -49,13 +49,18 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 	} else if !errors.Is(err, mongo.ErrNoDocuments) {
 		return board.Card{}, fmt.Errorf("mongostore: read card %q: %w", nc.ID, err)
 	}
-	complete, err := s.blockersComplete(ctx, nc.ID, deps)
-	if err != nil {
+	// Every blocker must exist. A card with blockers starts waiting for
+	// them even when they are all complete, and is promoted after the
+	// insert like any dependent (promote): moving it to the pool on a read
+	// taken before the insert would let a Reopen of a blocker that lists
+	// dependents before the card exists pass it by
+	// (DESIGN.md#reopen-promotion).
+	if _, err := s.blockersComplete(ctx, nc.ID, deps); err != nil {
 		return board.Card{}, err
 	}
 	state := nc.State
 	if state == "" {
-		state = s.freshBoard(ctx).InitialState("", complete)
+		state = s.freshBoard(ctx).InitialState("", len(deps) == 0)
 	}
 	seq, err := s.nextCardSeq(ctx)
 	if err != nil {
@@ -89,10 +94,9 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 	_ = s.relay(ctx, s.cards, nc.ID, []outboxEntry{ev})
 
 	if state == board.StateWaitingDeps && nc.State == "" && len(deps) > 0 {
-		// No multi-document atomicity: a blocker may have completed between
-		// the check above and the insert, and its completion then promoted
-		// nobody, because this card was not there yet. Check again now that
-		// it is, and promote it the way that completion would have.
+		// Promote it now that it is there, if its blockers are complete
+		// (a completion before the insert promoted nobody: this card was
+		// not there yet).
 		if _, err := s.promote(ctx, nc.ID, deps[len(deps)-1], nc.Actor); err != nil {
 			return board.Card{}, err
 		}
@@ -107,35 +111,45 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 // blockersComplete checks that every blocker exists (an unknown one is
 // ErrInvalidArgument) and reports whether all are in a completion state.
 func (s *Store) blockersComplete(ctx context.Context, id string, deps []string) (bool, error) {
+	complete, _, err := s.blockers(ctx, id, deps)
+	return complete, err
+}
+
+// blockers reads id's blockers: whether all are complete, and the tokens
+// of the Reopens of them in flight (reopenOnce).
+func (s *Store) blockers(ctx context.Context, id string, deps []string) (complete bool, pending []string, err error) {
 	if len(deps) == 0 {
-		return true, nil
+		return true, nil, nil
 	}
 	cur, err := s.cards.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: deps}}}},
-		options.Find().SetProjection(bson.D{{Key: "state", Value: 1}}))
+		options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: fieldReopenPending, Value: 1}}))
 	if err != nil {
-		return false, fmt.Errorf("mongostore: read blockers of %q: %w", id, err)
+		return false, nil, fmt.Errorf("mongostore: read blockers of %q: %w", id, err)
 	}
 	defer cur.Close(ctx)
 	found := map[string]bool{}
 	var states []string
 	for cur.Next(ctx) {
 		r := newReader(collCards, cur.Current)
-		state := r.str("state")
+		state, token := r.str("state"), r.str(fieldReopenPending)
 		if r.err != nil {
-			return false, r.err
+			return false, nil, r.err
 		}
 		found[r.id] = true
 		states = append(states, state)
+		if token != "" {
+			pending = append(pending, token)
+		}
 	}
 	if err := cur.Err(); err != nil {
-		return false, fmt.Errorf("mongostore: read blockers of %q: %w", id, err)
+		return false, nil, fmt.Errorf("mongostore: read blockers of %q: %w", id, err)
 	}
 	for _, d := range deps {
 		if !found[d] {
-			return false, board.Invalid("card %q: unknown blocker %q", id, d)
+			return false, nil, board.Invalid("card %q: unknown blocker %q", id, d)
 		}
 	}
-	return s.freshBoard(ctx).Complete(states), nil
+	return s.freshBoard(ctx).Complete(states), pending, nil
 }
 
 // GetCard reads one card.
@@ -292,12 +306,18 @@ func (s *Store) promote(ctx context.Context, id, blocker, actor string) (bool, e
 			if len(c.reopenHolds) > 0 {
 				return nil, &heldError{tokens: c.reopenHolds}
 			}
-			done, err := s.blockersComplete(ctx, c.ID, c.DependsOn)
+			done, pending, err := s.blockers(ctx, c.ID, c.DependsOn)
 			if errors.Is(err, board.ErrInvalidArgument) || (err == nil && !done) {
 				return nil, nil
 			}
 			if err != nil {
 				return nil, err
+			}
+			if len(pending) > 0 {
+				// A Reopen of a blocker is under way and may not have
+				// held this card (it did not exist yet when that Reopen
+				// listed the blocker's dependents): break it first.
+				return nil, &heldError{pending: pending}
 			}
 			ch := moveChange(c, clk, pool, board.ReasonUnblocked, actor)
 			ch.cond = append(ch.cond, same(c.raw, fieldReopenHolds), same(c.raw, fieldReopenGen))
@@ -308,7 +328,7 @@ func (s *Store) promote(ctx context.Context, id, blocker, actor string) (bool, e
 		if !errors.As(err, &held) {
 			return wrote, err
 		}
-		if err := s.breakReopens(ctx, id, held.tokens); err != nil {
+		if err := s.breakReopens(ctx, id, held.tokens, held.pending); err != nil {
 			return false, err
 		}
 	}

@@ -386,3 +386,38 @@ func TestAReopenThatDiedHoldsNothingUp(t *testing.T) {
 		t.Errorf("F after E completed again = %s, want promoted to ready", fc.State)
 	}
 }
+
+// A card created with a blocker that is complete, while a Reopen of that
+// blocker is under way: the Reopen listed the blocker's dependents before
+// the card existed, so it holds nothing of it. The new card waits, and its
+// promotion breaks the Reopen before it lets the card go; the Reopen,
+// deciding again, finds the card promoted and is refused
+// (DESIGN.md#reopen-promotion).
+func TestACardCreatedDuringAReopenIsNotPassedBy(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	a, other, in := movePair(t, "B")
+	if _, err := a.CreateCard(ctx, board.NewCard{ID: "B", State: board.StateDone}); err != nil {
+		t.Fatal(err)
+	}
+	in.before(func() {
+		if _, err := other.CreateCard(ctx, board.NewCard{ID: "D", DependsOn: []string{"B"}}); err != nil {
+			t.Errorf("creating D: %v", err)
+		}
+	})
+	err := a.Reopen(ctx, board.Move{Card: "B", To: board.StateReady, Actor: "uid:0"})
+	if in.armed.Load() {
+		t.Fatal("setup: the Reopen never tried to move B")
+	}
+	b, err2 := a.GetCard(ctx, "B")
+	d, err3 := a.GetCard(ctx, "D")
+	if err2 != nil || err3 != nil {
+		t.Fatal(err2, err3)
+	}
+	if d.State != board.StateWaitingDeps && b.State != board.StateDone {
+		t.Errorf("D is in %s while its blocker B is back in %s: the reopen guard was defeated", d.State, b.State)
+	}
+	if !errors.Is(err, board.ErrTransitionRejected) || !strings.Contains(err.Error(), `"D"`) {
+		t.Errorf("Reopen racing D's creation = %v (B %s, D %s); want refused naming D", err, b.State, d.State)
+	}
+}

@@ -138,11 +138,18 @@ func (s *Store) reopenOnce(ctx context.Context, m board.Move, b board.Board) (do
 	return err == nil, err
 }
 
-// breakReopens breaks the Reopens holding dependent id: each one's pending
-// token is cleared on its blocker (so its move cannot land), then its hold
-// is dropped. The caller decides again from a fresh read.
-func (s *Store) breakReopens(ctx context.Context, id string, tokens []string) error {
-	for _, t := range tokens {
+// breakReopens breaks the Reopens holding dependent id (holds) and those
+// pending on its blockers (pending): each one's token is cleared on its
+// blocker (so its move cannot land), then a hold is dropped. The caller
+// decides again from a fresh read.
+func (s *Store) breakReopens(ctx context.Context, id string, holds, pending []string) error {
+	for _, t := range pending {
+		if _, err := s.cards.UpdateOne(ctx, bson.D{{Key: "_id", Value: tokenBlocker(t)}, {Key: fieldReopenPending, Value: t}},
+			bson.D{{Key: "$unset", Value: bson.D{{Key: fieldReopenPending, Value: ""}}}}); err != nil {
+			return writeErr(fmt.Sprintf("mongostore: break the reopen of %q", tokenBlocker(t)), err)
+		}
+	}
+	for _, t := range holds {
 		if _, err := s.cards.UpdateOne(ctx, bson.D{{Key: "_id", Value: tokenBlocker(t)}, {Key: fieldReopenPending, Value: t}},
 			bson.D{{Key: "$unset", Value: bson.D{{Key: fieldReopenPending, Value: ""}}}}); err != nil {
 			return writeErr(fmt.Sprintf("mongostore: break the reopen of %q", tokenBlocker(t)), err)
@@ -155,7 +162,10 @@ func (s *Store) breakReopens(ctx context.Context, id string, tokens []string) er
 	return nil
 }
 
-// heldError is a promotion's plan finding reopen holds on the dependent.
-type heldError struct{ tokens []string }
+// heldError is a promotion's plan finding Reopens in its way: holds on the
+// dependent (tokens), or tokens pending on its blockers (pending).
+type heldError struct{ tokens, pending []string }
 
-func (e *heldError) Error() string { return fmt.Sprintf("held by %d reopen(s)", len(e.tokens)) }
+func (e *heldError) Error() string {
+	return fmt.Sprintf("held by %d reopen(s), %d pending on blockers", len(e.tokens), len(e.pending))
+}
