@@ -142,6 +142,9 @@ func describePass(p apitype.ReaperPass) string {
 	if p.Gated {
 		s += " (gate off: repair sweeps only)"
 	}
+	if p.ClockWaitMS > 0 && !p.Gated {
+		s += fmt.Sprintf(" (store clock not trusted yet for %s: only dead pids decided)", time.Duration(p.ClockWaitMS*float64(time.Millisecond)).Round(time.Second))
+	}
 	if counts := formatCounts(p.Actions); counts != "" {
 		s += "; decided " + counts
 	}
@@ -295,6 +298,8 @@ func runReaperPass(ctx context.Context, env *cli, o reaperOpts) error {
 		gate = " (gate off: what the gate would decide, and the repair sweeps)"
 	case pass.Gated:
 		gate = " (gate off: repair sweeps only, no decisions)"
+	case pass.ClockWaitMS > 0 && !pass.DryRun:
+		gate = fmt.Sprintf(" (the store's clock is not trusted for another %s: only cards whose worker's pid is gone were decided)", time.Duration(pass.ClockWaitMS*float64(time.Millisecond)).Round(time.Second))
 	}
 	fmt.Fprintf(env.stdout, "reaper %s at %s: %d examined%s\n", mode, pass.StartedAt.Format(time.RFC3339), pass.Examined, gate)
 	printDecisions(env, pass.Decisions)
