@@ -40,7 +40,7 @@ import (
 
 var (
 	seedFlag = flag.Uint64("nemesis.seed", 0, "seed of the nemesis schedule (0: time-based); a failing run prints its seed")
-	durFlag  = flag.Duration("nemesis.duration", 0, "how long each backend's nemesis injects faults (0: 40s, 12s with -short)")
+	durFlag  = flag.Duration("nemesis.duration", 0, "how long each backend's nemesis injects faults (0: 30s, 12s with -short)")
 )
 
 var binary, worker string
@@ -69,7 +69,7 @@ func TestNemesis(t *testing.T) {
 	}
 	dur := *durFlag
 	if dur == 0 {
-		dur = 40 * time.Second
+		dur = 30 * time.Second
 		if testing.Short() {
 			dur = 12 * time.Second
 		}
@@ -131,13 +131,18 @@ type rig struct {
 
 	mu      sync.Mutex
 	stopped map[int][]interval // claimer pid -> when it was SIGSTOPped
+	paused  map[int]bool       // pids stopped now, resumed by the cleanup whatever happens
 	log     []string           // what the nemesis did, stamped with mono()
 	cards   int
 }
 
 func newRig(t *testing.T, seed uint64, dur, lease time.Duration) *rig {
 	dir := t.TempDir()
-	return &rig{t: t, seed: seed, dur: dur, lease: lease, dir: dir, stopped: map[int][]interval{}}
+	r := &rig{t: t, seed: seed, dur: dur, lease: lease, dir: dir, stopped: map[int][]interval{}, paused: map[int]bool{}}
+	// A test that fails half-way must not leave a process stopped: a
+	// stopped store plugin outlives its agent.
+	t.Cleanup(r.resumeAll)
+	return r
 }
 
 // addAgent prepares an agent whose store is storeYAML (empty: its own bbolt
@@ -158,6 +163,28 @@ func (r *rig) addAgent(storeYAML string) {
 	s := &slot{a: a}
 	s.proc = a.Start()
 	r.agents = append(r.agents, s)
+}
+
+// resumeAll sends SIGCONT to every process the nemesis stopped and has not
+// resumed yet.
+func (r *rig) resumeAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for pid := range r.paused {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+	}
+	clear(r.paused)
+}
+
+// pause records that pid is stopped (or resumed).
+func (r *rig) pause(pid int, stopped bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if stopped {
+		r.paused[pid] = true
+	} else {
+		delete(r.paused, pid)
+	}
 }
 
 func (r *rig) note(format string, args ...any) {
@@ -305,6 +332,9 @@ func schedule(seed uint64, dur, lease time.Duration, agents, workers int) []acti
 func (r *rig) run(perAgent int) {
 	t := r.t
 	t.Logf("seed %d", r.seed)
+	// Runs before the agents' cleanups: a stopped plugin would hold its
+	// agent's stop up.
+	defer r.resumeAll()
 	var workers []*workerLoop
 	for i := range perAgent * len(r.agents) {
 		workers = append(workers, &workerLoop{
@@ -431,10 +461,12 @@ func (r *rig) run(perAgent int) {
 					continue
 				}
 				r.note("SIGSTOP store plugin pid %d of agent %d for %s", pid, i, act.param)
+				r.pause(pid, true)
 				_ = syscall.Kill(pid, syscall.SIGSTOP)
 				undos = append(undos, undo{time.Now().Add(act.param), func() {
 					r.note("SIGCONT store plugin pid %d of agent %d", pid, i)
 					_ = syscall.Kill(pid, syscall.SIGCONT)
+					r.pause(pid, false)
 				}, i + 1})
 			}
 		case "stop-claimer", "stop-claimer-and-release":
@@ -448,6 +480,7 @@ func (r *rig) run(perAgent int) {
 			pid := cmd.Process.Pid
 			from := mono()
 			r.note("SIGSTOP claimer pid %d (worker %d) for %s", pid, w.idx, act.param)
+			r.pause(pid, true)
 			_ = cmd.Process.Signal(syscall.SIGSTOP)
 			undos = append(undos, undo{time.Now().Add(act.param), func() {
 				r.mu.Lock()
@@ -455,6 +488,7 @@ func (r *rig) run(perAgent int) {
 				r.mu.Unlock()
 				r.note("SIGCONT claimer pid %d (worker %d)", pid, w.idx)
 				_ = cmd.Process.Signal(syscall.SIGCONT)
+				r.pause(pid, false)
 			}, 0})
 			if act.kind == "stop-claimer-and-release" {
 				if card := r.heldBy(w.agent, pid); card != "" {
@@ -466,7 +500,9 @@ func (r *rig) run(perAgent int) {
 			if i < 0 {
 				continue
 			}
-			cards, err := r.client(i).ListCards(context.Background(), board.CardFilter{ClaimedOnly: true})
+			ctx, cancel := opCtx()
+			cards, err := r.client(i).ListCards(ctx, board.CardFilter{ClaimedOnly: true})
+			cancel()
 			if err != nil || len(cards) == 0 {
 				continue
 			}
@@ -490,7 +526,9 @@ func (r *rig) run(perAgent int) {
 	}
 	stopWorkers()
 	r.note("workers stopped")
-	b, err := r.client(0).Board(context.Background())
+	octx, cancelAll := context.WithTimeout(context.Background(), time.Minute)
+	defer cancelAll()
+	b, err := r.client(0).Board(octx)
 	if err != nil {
 		t.Fatalf("board: %v", err)
 	}
@@ -515,7 +553,7 @@ func (r *rig) run(perAgent int) {
 		}
 	}
 	for i, s := range r.agents {
-		st, err := r.client(i).Status(context.Background())
+		st, err := r.client(i).Status(octx)
 		if err != nil {
 			t.Errorf("agent %d status: %v", i, err)
 			continue
@@ -560,7 +598,9 @@ func (r *rig) topUp() {
 
 // heldBy names the card the claimer pid holds, if any.
 func (r *rig) heldBy(agent, pid int) string {
-	cards, err := r.client(agent).ListCards(context.Background(), board.CardFilter{ClaimedOnly: true})
+	ctx, cancel := opCtx()
+	defer cancel()
+	cards, err := r.client(agent).ListCards(ctx, board.CardFilter{ClaimedOnly: true})
 	if err != nil {
 		return ""
 	}
@@ -572,10 +612,19 @@ func (r *rig) heldBy(agent, pid int) string {
 	return ""
 }
 
+// opCtx bounds one call of the nemesis to an agent: a fault (a stopped
+// store plugin) may hold its answer up, and the schedule must go on — the
+// SIGCONT that ends the pause is the schedule's own next step.
+func opCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 3*time.Second)
+}
+
 // forceRelease is an operator's steal, through the CLI.
 func (r *rig) forceRelease(agent int, card string) {
 	a := r.agents[agent].a
-	cmd := exec.Command(binary, "card", "release", card, "--force")
+	ctx, cancel := opCtx()
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "card", "release", card, "--force")
 	cmd.Env, cmd.Dir = a.Environ(), a.Dir
 	out, err := cmd.CombinedOutput()
 	r.note("force-release %s through agent %d: %v %s", card, agent, err, strings.TrimSpace(string(out)))
@@ -593,7 +642,9 @@ func (r *rig) settled(runningPool bool) ([]board.Card, bool) {
 	if i < 0 {
 		return nil, false
 	}
-	cards, err := r.client(i).ListCards(context.Background(), board.CardFilter{})
+	ctx, cancel := opCtx()
+	defer cancel()
+	cards, err := r.client(i).ListCards(ctx, board.CardFilter{})
 	if err != nil {
 		return nil, false
 	}
@@ -688,10 +739,12 @@ func readHistories(t *testing.T, workers []*workerLoop) []line {
 
 func (r *rig) events() []board.Event {
 	i := r.up()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	var out []board.Event
 	var after int64
 	for {
-		evs, err := r.client(i).Events(context.Background(), after, 1000)
+		evs, err := r.client(i).Events(ctx, after, 1000)
 		if err != nil {
 			r.t.Fatalf("events: %v", err)
 		}
@@ -708,7 +761,9 @@ func (r *rig) check(workers []*workerLoop) {
 	t := r.t
 	evs := r.events()
 	hist := readHistories(t, workers)
-	cards, err := r.client(r.up()).ListCards(context.Background(), board.CardFilter{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cards, err := r.client(r.up()).ListCards(ctx, board.CardFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
