@@ -70,6 +70,9 @@ type Agent struct {
 	// SysProcAttr, when set, starts the agent process with these
 	// attributes (such as a pid namespace of its own).
 	SysProcAttr *syscall.SysProcAttr
+	// StartBound is how long Start waits for the agent to answer
+	// `leasekeeper health` (0: 30s).
+	StartBound time.Duration
 
 	cur *Proc // the last run Start began
 }
@@ -183,7 +186,11 @@ func (a *Agent) Start() *Proc {
 			a.t.Logf("agent log (pid %d):\n%s", p.Pid(), p.Log())
 		}
 	})
-	a.WaitFor(30*time.Second, "the agent to answer `leasekeeper health`", func() bool {
+	bound := a.StartBound
+	if bound == 0 {
+		bound = 30 * time.Second
+	}
+	a.WaitFor(bound, "the agent to answer `leasekeeper health`", func() bool {
 		select {
 		case <-p.done:
 			a.t.Fatalf("the agent exited while starting:\n%s", p.Log())
