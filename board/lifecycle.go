@@ -216,10 +216,12 @@ func (b Board) FinishFiling(cur, from string, status RunStatus) (to string, reas
 
 // startedOutsidePool reports whether from, a run's StartedFrom, is a live
 // column of the board a card can be filed back to that is neither a pool
-// state nor the running column.
+// state nor the running column. waiting_deps is not one: only a promotion
+// lets a card out of it, and a card filed back there after its blockers
+// completed would wait for a promotion that already happened.
 func (b Board) startedOutsidePool(from string) bool {
 	st, ok := b.State(from)
-	return ok && !st.Pool && !st.Running && !st.Terminal && !st.Retiring()
+	return ok && !st.Pool && !st.Running && !st.Terminal && !st.Retiring() && from != StateWaitingDeps
 }
 
 // StartRefusal refuses a Start on a card read as c: a card in a terminal

@@ -43,6 +43,8 @@ import (
 const (
 	// witnessArg, after the launcher's arguments, runs Serve as the witness.
 	witnessArg = "--witness"
+	// witnessName is the witness's argv[0].
+	witnessName = "lk-signal-witness"
 	// witnessFD is the witness's end of its report pipe.
 	witnessFD = 3
 	// barrierSignal is a real-time signal: above every signal the witness
@@ -112,6 +114,12 @@ func startWitness(fork *forker, prefix []string, pgid int) (*witness, error) {
 		return nil, err
 	}
 	argv := append(append([]string(nil), prefix...), witnessArg)
+	// A name of its own: a pattern an operator aims at claim (pkill -f
+	// 'leasekeeper claim') must not reach the witness, or the signal it
+	// sends claim would look delivered to the command already.
+	if len(argv) > 0 {
+		argv[0] = witnessName
+	}
 	// /proc/self/exe is this very binary even when its file was replaced
 	// or removed since.
 	pid, err := fork.exec("/proc/self/exe", argv, &syscall.ProcAttr{

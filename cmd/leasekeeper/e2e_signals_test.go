@@ -96,6 +96,7 @@ func TestE2EEachSignalReachesTheCommandOnce(t *testing.T) {
 		{name: "SIGTERM to the process group", sig: syscall.SIGTERM, send: (*signalledClaim).toGroup},
 		{name: "SIGTERM to claim alone", sig: syscall.SIGTERM, send: (*signalledClaim).toClaim},
 		{name: "SIGTERM to every process of the tree", sig: syscall.SIGTERM, send: (*signalledClaim).toTree},
+		{name: "SIGTERM by pkill -f 'leasekeeper claim'", sig: syscall.SIGTERM, send: (*signalledClaim).toClaimPattern},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -250,5 +251,31 @@ func (c *signalledClaim) toTree(t *testing.T) {
 		if err := syscall.Kill(pid, c.sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 			t.Fatal(err)
 		}
+	}
+}
+
+// toClaimPattern signals, one by one, every process of claim's tree whose
+// command line names "leasekeeper claim", as `pkill -f 'leasekeeper claim'`
+// does: claim and its supervisor, never CMD. The witness must not match,
+// or the signal it saw would pass for one the kernel gave CMD too.
+func (c *signalledClaim) toClaimPattern(t *testing.T) {
+	pids := append([]int{c.cmd.Process.Pid}, descendants(c.cmd.Process.Pid)...)
+	matched := 0
+	for _, pid := range pids {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		cmdline := strings.ReplaceAll(string(raw), "\x00", " ")
+		if pid == c.worker || !strings.Contains(filepath.Base(strings.Fields(cmdline)[0])+" "+strings.Join(strings.Fields(cmdline)[1:], " "), "leasekeeper claim") {
+			continue
+		}
+		matched++
+		if err := syscall.Kill(pid, c.sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			t.Fatal(err)
+		}
+	}
+	if matched == 0 {
+		t.Fatal("no process of claim's tree names \"leasekeeper claim\"")
 	}
 }
