@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -31,6 +32,10 @@ func (s *Store) nextCardSeq(ctx context.Context) (int64, error) {
 	}
 	return seq, nil
 }
+
+// createPromotionTimeout bounds the promotion CreateCard makes of the card
+// it inserted, which does not end with the caller's context.
+const createPromotionTimeout = 30 * time.Second
 
 // CreateCard creates a card after validating everything it names.
 func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, error) {
@@ -96,8 +101,14 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 	if state == board.StateWaitingDeps && nc.State == "" && len(deps) > 0 {
 		// Promote it now that it is there, if its blockers are complete
 		// (a completion before the insert promoted nobody: this card was
-		// not there yet).
-		if _, err := s.promote(ctx, nc.ID, deps[len(deps)-1], nc.Actor); err != nil {
+		// not there yet). The card exists now whatever the caller does
+		// next, so a caller that gives up must not leave it waiting on
+		// blockers that are done: the promotion runs to its end on a
+		// context of its own, bounded.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createPromotionTimeout)
+		_, err := s.promote(pctx, nc.ID, deps[len(deps)-1], nc.Actor)
+		cancel()
+		if err != nil {
 			return board.Card{}, err
 		}
 	}

@@ -421,3 +421,37 @@ func TestACardCreatedDuringAReopenIsNotPassedBy(t *testing.T) {
 		t.Errorf("Reopen racing D's creation = %v (B %s, D %s); want refused naming D", err, b.State, d.State)
 	}
 }
+
+// A caller that gives up right after a card with complete blockers was
+// inserted does not leave it waiting for a promotion that nothing will
+// make: the card exists, and its promotion runs to its end.
+func TestACreateWhoseCallerGaveUpStillPromotes(t *testing.T) {
+	t.Parallel()
+	var armed atomic.Bool
+	var cancel context.CancelFunc
+	uri, db := mongotest.URI(t), mongotest.Database(t)
+	s := openStore(t, mongostore.Options{URI: uri, Database: db, Monitor: &event.CommandMonitor{
+		Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
+			if e.CommandName == "insert" && armed.CompareAndSwap(true, false) {
+				cancel()
+			}
+		},
+	}})
+	if _, err := s.CreateCard(t.Context(), board.NewCard{ID: "B", State: board.StateDone}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, c := context.WithCancel(t.Context())
+	cancel = c
+	armed.Store(true)
+	_, err := s.CreateCard(ctx, board.NewCard{ID: "D", DependsOn: []string{"B"}})
+	if armed.Load() {
+		t.Fatal("setup: no insert was seen")
+	}
+	d, gerr := s.GetCard(t.Context(), "D")
+	if gerr != nil {
+		t.Fatalf("D after its creation's caller gave up (%v): %v", err, gerr)
+	}
+	if d.State == board.StateWaitingDeps {
+		t.Errorf("D is left in waiting_deps with its only blocker done (CreateCard: %v)", err)
+	}
+}
