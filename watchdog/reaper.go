@@ -361,6 +361,10 @@ func (r *Reaper) RunOnce(ctx context.Context, dryRun bool) (PassResult, error) {
 	defer r.passMu.Unlock()
 	start := time.Now()
 	res := PassResult{DryRun: dryRun, Enabled: r.cfg.Enabled()}
+	var before time.Time
+	if r.cfg.Steady != nil {
+		before = r.cfg.Steady()
+	}
 	now, err := r.cfg.Store.Now(ctx)
 	if err != nil {
 		// No clock, no pass: every decision is a comparison with it.
@@ -368,7 +372,7 @@ func (r *Reaper) RunOnce(ctx context.Context, dryRun bool) (PassResult, error) {
 	}
 	res.At = now
 	if r.cfg.Steady != nil {
-		wait, step := r.steady.observe(now, r.cfg.Steady(), r.cfg.Lease(), r.oracle.grace())
+		wait, step := r.steady.observe(now, before, r.cfg.Steady(), r.cfg.Lease(), r.oracle.grace())
 		if step != 0 {
 			r.cfg.Logger.Warn("watchdog: the store's clock stepped against this agent's; no decisions until it has run steadily for a lease and the orphan grace",
 				"step", step, "wait", wait)

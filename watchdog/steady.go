@@ -23,29 +23,45 @@ import "time"
 // steadiness is the reaper's record of the store's clock against its own
 // (guarded by Reaper.passMu).
 type steadiness struct {
-	seen            bool
-	lastStore, last time.Time
-	since           time.Time // monotonic: the two clocks agree since then
+	seen      bool
+	lastStore time.Time
+	// lastFrom and lastTo bracket, on this agent's monotonic clock, the
+	// instant the last store reading stands for.
+	lastFrom, lastTo time.Time
+	since            time.Time // monotonic: the two clocks agree since then
 }
 
 // stepTolerance is how far the store's clock may move from this agent's
-// between two passes without counting as a step: round trips and rate
-// drift. It is the heartbeat's margin rule (a tenth of the lease, at most
-// 2 s): a smaller step is absorbed by the margin every holder keeps.
+// between two passes without counting as a step: rate drift. It is the
+// heartbeat's margin rule (a tenth of the lease, at most 2 s): a smaller
+// step is absorbed by the margin every holder keeps.
 func stepTolerance(lease time.Duration) time.Duration { return min(lease/10, 2*time.Second) }
 
-// observe records the store's time storeNow read at mono, this agent's
-// monotonic time, and returns how much longer the reaper must watch before
-// it trusts the store's clock (zero: trusted now).
-func (s *steadiness) observe(storeNow, mono time.Time, lease, grace time.Duration) (wait, step time.Duration) {
+// observe records the store's time storeNow, read by a call that began at
+// before and returned at after on this agent's monotonic clock, and returns
+// how much longer the reaper must watch before it trusts the store's clock
+// (zero: trusted now), and the step it saw, if any.
+//
+// The store's reading stands for an instant within the call, or up to one
+// call earlier (the MongoDB twin takes the round trip off the server's
+// time, to read a lower bound): a slow call widens what the reading could
+// mean instead of passing for a step. A step is counted only when every
+// pairing of the two brackets puts the clocks further apart than the
+// tolerance.
+func (s *steadiness) observe(storeNow, before, after time.Time, lease, grace time.Duration) (wait, step time.Duration) {
+	from, to := before.Add(-after.Sub(before)), after
 	if !s.seen {
-		s.seen, s.since = true, mono
+		s.seen, s.since = true, after
 	} else {
-		drift := storeNow.Sub(s.lastStore) - mono.Sub(s.last)
-		if drift > stepTolerance(lease) || drift < -stepTolerance(lease) {
-			s.since, step = mono, drift
+		moved := storeNow.Sub(s.lastStore)
+		least, most := moved-to.Sub(s.lastFrom), moved-from.Sub(s.lastTo)
+		switch tol := stepTolerance(lease); {
+		case least > tol:
+			s.since, step = after, least
+		case most < -tol:
+			s.since, step = after, most
 		}
 	}
-	s.lastStore, s.last = storeNow, mono
-	return max(lease+grace-mono.Sub(s.since), 0), step
+	s.lastStore, s.lastFrom, s.lastTo = storeNow, from, to
+	return max(lease+grace-after.Sub(s.since), 0), step
 }

@@ -92,3 +92,40 @@ func TestAStoreClockStepDecidesNothingUntilSteady(t *testing.T) {
 		})
 	}
 }
+
+// A slow call to read the store's clock widens what its reading may mean;
+// it is not a step. A step larger than the tolerance beyond that is.
+func TestSteadinessTellsASlowReadFromAStep(t *testing.T) {
+	const l, g = 30 * time.Second, 10 * time.Second
+	base := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name     string
+		rtt      time.Duration // the second read's round trip
+		skew     time.Duration // what the store's clock moved beyond ours
+		wantStep bool
+	}{
+		{"fast read, no step", 10 * time.Millisecond, 0, false},
+		{"slow read, reading lowered by its round trip", 1100 * time.Millisecond, -1100 * time.Millisecond, false},
+		{"drift within the tolerance", 10 * time.Millisecond, 1500 * time.Millisecond, false},
+		{"forward step", 10 * time.Millisecond, time.Hour, true},
+		{"backward step", 10 * time.Millisecond, -time.Hour, true},
+		{"forward step behind a slow read", 1100 * time.Millisecond, 10 * time.Second, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s steadiness
+			mono := base
+			s.observe(base, mono, mono.Add(10*time.Millisecond), l, g)
+			mono = mono.Add(time.Minute)
+			wait, step := s.observe(base.Add(time.Minute+tc.skew), mono, mono.Add(tc.rtt), l, g)
+			if (step != 0) != tc.wantStep {
+				t.Errorf("step %v, want a step: %v", step, tc.wantStep)
+			}
+			if tc.wantStep && wait != l+g {
+				t.Errorf("wait after a step %v, want %v", wait, l+g)
+			}
+			if !tc.wantStep && wait != 0 {
+				t.Errorf("wait %v after a minute of steady clocks, want 0", wait)
+			}
+		})
+	}
+}
