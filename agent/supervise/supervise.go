@@ -54,6 +54,12 @@ type Launcher struct {
 	// whose children are all supervisors (`leasekeeper claim`): the sweep
 	// cannot tell a command's orphan from another child of the caller.
 	Subreaper bool
+	// KillBy, when set, is the first instant given to Child.KillBy (with
+	// KillGrace), written to the supervisor before it starts: a caller
+	// stopped right after Start must not leave the command with no
+	// deadline at all.
+	KillBy    time.Time
+	KillGrace time.Duration
 }
 
 // Child is a command started under a supervisor.
@@ -111,6 +117,13 @@ func Start(l Launcher, cmd *exec.Cmd) (*Child, error) {
 	// No parent-death signal: the supervisor must outlive a killed
 	// claimer; the control pipe's end of file tells it.
 	sup.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if !l.KillBy.IsZero() {
+		// The pipe holds the line until the supervisor reads it.
+		if _, err := fmt.Fprintf(ctlW, "killby %d %d\n", monoOf(l.KillBy), max(l.KillGrace, 0).Nanoseconds()); err != nil {
+			_, _, _, _ = ctlR.Close(), ctlW.Close(), stR.Close(), stW.Close()
+			return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+		}
+	}
 	err = sup.Start()
 	_, _ = ctlR.Close(), stW.Close()
 	if err != nil {

@@ -546,3 +546,31 @@ func TestKillByStopsTheCommandAtTheDeadline(t *testing.T) {
 		})
 	}
 }
+
+// The first deadline travels with the start: a caller stopped right after
+// Start, before it could hand any deadline on, still has its command
+// stopped by it.
+func TestTheFirstDeadlineComesWithTheStart(t *testing.T) {
+	t.Parallel()
+	const grace = 200 * time.Millisecond
+	deadline := time.Now().Add(700 * time.Millisecond)
+	l := launcher
+	l.KillBy, l.KillGrace = deadline, grace
+	c, err := Start(l, exec.Command("sh", "-c", `trap '' TERM; while :; do sleep 0.05; done`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Terminate(0) })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code, err := c.Wait(ctx)
+	if err != nil {
+		t.Fatalf("the command outlived a deadline given only at its start: %v", err)
+	}
+	if !c.Expired() || code != 128+int(syscall.SIGKILL) {
+		t.Errorf("exit code %d, Expired %v; want killed at the deadline", code, c.Expired())
+	}
+	if ended := time.Now(); ended.Before(deadline) {
+		t.Errorf("killed %v before its deadline", deadline.Sub(ended))
+	}
+}

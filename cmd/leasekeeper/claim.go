@@ -197,7 +197,7 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 		"LEASEKEEPER_CHECKPOINT="+run.Checkpoint,
 		apitype.SocketEnv+"="+c.SocketPath(),
 	)
-	child, err := startSupervised(cmd)
+	child, err := startSupervised(cmd, cl.TrustedUntil().Add(-killMargin))
 	if err != nil {
 		code := claimExitCannotRun
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
@@ -269,14 +269,15 @@ const supervisorCmdName = "claim-supervisor"
 // ends — CMD exits, the claim is lost, this process is killed, even with
 // SIGKILL — nothing CMD started survives it (docs/OPERATIONS.md, "What
 // `claim` does with its command's processes").
-func startSupervised(cmd *exec.Cmd) (*supervise.Child, error) {
+func startSupervised(cmd *exec.Cmd, killBy time.Time) (*supervise.Child, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("finding this binary to supervise the command: %w", err)
 	}
 	// This process's only child is the supervisor, so it may be a
 	// subreaper too and collect the tree should the supervisor be killed.
-	return supervise.Start(supervise.Launcher{Path: self, Args: []string{supervisorCmdName}, Subreaper: true}, cmd)
+	return supervise.Start(supervise.Launcher{Path: self, Args: []string{supervisorCmdName}, Subreaper: true,
+		KillBy: killBy, KillGrace: killMargin}, cmd)
 }
 
 // reportTree says what, of CMD's tree, could not be stopped. The run is
