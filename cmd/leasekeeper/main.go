@@ -151,10 +151,13 @@ func newAgentCmd(env *cli) *cobra.Command {
 host, adopt the claims of live ones, then serve the socket, renew claims
 and run the reaper until SIGTERM or SIGINT.
 
-With no --config every key takes its default: a bbolt store and the socket
-under $XDG_RUNTIME_DIR/leasekeeper (or the working directory; under systemd
-the unit's runtime and state directories, and agent.yaml in its
-configuration directory when present), lease 30s, liveness pid, reaper off.
+With no --config every key takes its default: the socket under
+$XDG_RUNTIME_DIR/leasekeeper (or the working directory), a bbolt store in
+persistent state under $XDG_STATE_HOME/leasekeeper (or
+~/.local/state/leasekeeper; under systemd the unit's runtime and state
+directories, and agent.yaml in its configuration directory when present),
+lease 30s, liveness pid, reaper off. A bbolt file on a tmpfs is refused
+unless store.allow_tmpfs is true. The startup log and status name the file.
 LEASEKEEPER_REAPER overrides reaper.enabled; --socket overrides socket.
 The config file is watched: ` + strings.Join(agent.LiveKeys, ", ") + ` reload
 live; other keys need a restart.`,
