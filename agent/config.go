@@ -36,11 +36,18 @@ const (
 )
 
 // ReaperEnv overrides reaper.enabled when set (DESIGN.md#gate: the operator's
-// rollback lever for the watchdog's decisions).
+// kill switch for the watchdog's decisions, which are on by default).
 const ReaperEnv = watchdog.GateEnv
 
 // Defaults of the keys that have one.
 const (
+	// DefaultReaperEnabled: the gate is on out of the box. A new install
+	// has no older binary that could strip a lease, and with the gate off
+	// a dead worker's card would stay claimed for ever; the gate stays the
+	// operator's kill switch, and a fleet upgrading from binaries that
+	// predate leases turns it off for the mixed window (DESIGN.md#gate,
+	// DESIGN.md#release-n).
+	DefaultReaperEnabled   = true
 	DefaultBoardName       = "leasekeeper"
 	DefaultLease           = 30 * time.Second
 	DefaultReaperInterval  = 60 * time.Second
@@ -364,7 +371,7 @@ func (fc fileConfig) resolve(env Environment) (Config, error) {
 		Lease:           DefaultLease,
 		Liveness:        LivenessPID,
 		UnleasedHorizon: DefaultUnleasedHorizon,
-		Reaper:          ReaperConfig{Interval: DefaultReaperInterval, Batch: DefaultReaperBatch},
+		Reaper:          ReaperConfig{Enabled: DefaultReaperEnabled, Interval: DefaultReaperInterval, Batch: DefaultReaperBatch},
 		Store:           storespec.Spec{Backend: BackendBolt},
 	}
 	if fc.Board != nil {

@@ -104,7 +104,9 @@ func TestConfigDefaultsWithNoFile(t *testing.T) {
 			if got, want := cfg.OrphanGrace, 10*time.Second; got != want {
 				t.Errorf("orphan_grace = %s, want %s", got, want)
 			}
-			if got, want := cfg.Reaper, (ReaperConfig{Enabled: false, Interval: time.Minute, Batch: 100}); got != want {
+			// The gate is on out of the box: a new install has no older
+			// binary that could strip a lease (DESIGN.md#gate).
+			if got, want := cfg.Reaper, (ReaperConfig{Enabled: true, Interval: time.Minute, Batch: 100}); got != want {
 				t.Errorf("reaper = %+v, want %+v", got, want)
 			}
 			if got, want := cfg.UnleasedHorizon, 24*time.Hour; got != want {
@@ -275,8 +277,10 @@ func TestConfigReaperEnvOverride(t *testing.T) {
 		wantOn      bool
 		wantWarning bool
 	}{
-		{"unset keeps the file off", "", "-", false, false},
+		{"unset and no file: on by default", "", "-", true, false},
+		{"unset keeps the file off", "reaper: {enabled: false}\n", "-", false, false},
 		{"unset keeps the file on", "reaper: {enabled: true}\n", "-", true, false},
+		{"env off is the kill switch over the default", "", "0", false, false},
 		{"empty is off", "reaper: {enabled: true}\n", "", false, false},
 		{"env on beats file off", "reaper: {enabled: false}\n", "1", true, false},
 		{"env off beats file on", "reaper: {enabled: true}\n", "off", false, false},
