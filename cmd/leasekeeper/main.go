@@ -156,9 +156,10 @@ $XDG_RUNTIME_DIR/leasekeeper (or the working directory), a bbolt store in
 persistent state under $XDG_STATE_HOME/leasekeeper (or
 ~/.local/state/leasekeeper; under systemd the unit's runtime and state
 directories, and agent.yaml in its configuration directory when present),
-lease 30s, liveness pid, reaper off. A bbolt file on a tmpfs is refused
+lease 30s, liveness pid, reaper on. A bbolt file on a tmpfs is refused
 unless store.allow_tmpfs is true. The startup log and status name the file.
-LEASEKEEPER_REAPER overrides reaper.enabled; --socket overrides socket.
+LEASEKEEPER_REAPER overrides reaper.enabled (LEASEKEEPER_REAPER=0 is the
+watchdog's kill switch); --socket overrides socket.
 The config file is watched: ` + strings.Join(agent.LiveKeys, ", ") + ` reload
 live; other keys need a restart.`,
 		Args: exactArgs(0),
