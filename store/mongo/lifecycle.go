@@ -121,6 +121,11 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest) (b
 		if r.Next && !brd.IsPool(c.State) {
 			return nil, errNotPool
 		}
+		// A card waiting on its blockers is not started by naming it
+		// (DESIGN.md#lifecycle-refusals); its state is in the CAS below.
+		if err := brd.ClaimBlocked(c.Card, s.blocker(ctx)); err != nil {
+			return nil, err
+		}
 		recorded := c.recordedRun()
 		if err := board.StartRunRefusal(c.Card, recorded); err != nil {
 			if r.Next {
