@@ -315,8 +315,11 @@ func newClaimCmd(env *cli) *cobra.Command {
 move it into the running column, in one write, then run CMD while the agent
 renews the claim. A card that records a run without a verdict (returned to
 the pool, or force-released) has that run resumed: CMD sees its checkpoint
-in LEASEKEEPER_CHECKPOINT (--fresh starts a new run instead). A card in a
-terminal state, or held by anyone, is refused and nothing is written.
+in LEASEKEEPER_CHECKPOINT (--fresh starts a new run instead). A card named
+by ID may be in any working column, in the pool or not (backlog,
+awaiting_input), except waiting_deps: a card waiting on its blockers is
+refused, naming them, until its last blocker completes. A card in a
+terminal state, or held by anyone, is refused too, and nothing is written.
 
 When CMD exits, one write records the run's verdict, files the card and
 releases the claim:
