@@ -152,8 +152,16 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 	}
 	a.metrics = newMetrics(opts.Version, a.heldCount, live.ReaperEnabled)
 	a.notify.checkInterval(cfg.Lease)
-	log.Info("agent starting", "marker", a.marker, "socket", cfg.Socket, "backend", cfg.Store.Backend,
-		"lease", cfg.Lease, "liveness", cfg.Liveness, "reaper_enabled", cfg.Reaper.Enabled)
+	starting := []any{"marker", a.marker, "socket", cfg.Socket, "backend", cfg.Store.Backend}
+	if f := cfg.BoardFile(); f != "" {
+		starting = append(starting, "board_file", f)
+	}
+	log.Info("agent starting", append(starting, "lease", cfg.Lease, "liveness", cfg.Liveness, "reaper_enabled", cfg.Reaper.Enabled)...)
+	// A board on a tmpfs is refused before anything opens it
+	// (DESIGN.md#board-on-disk).
+	if err := checkBoardFS(cfg, log); err != nil {
+		return nil, err
+	}
 
 	if err := a.openStoreRetrying(ctx, cfg); err != nil {
 		return nil, err

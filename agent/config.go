@@ -36,11 +36,18 @@ const (
 )
 
 // ReaperEnv overrides reaper.enabled when set (DESIGN.md#gate: the operator's
-// rollback lever for the watchdog's decisions).
+// kill switch for the watchdog's decisions, which are on by default).
 const ReaperEnv = watchdog.GateEnv
 
 // Defaults of the keys that have one.
 const (
+	// DefaultReaperEnabled: the gate is on out of the box. A new install
+	// has no older binary that could strip a lease, and with the gate off
+	// a dead worker's card would stay claimed for ever; the gate stays the
+	// operator's kill switch, and a fleet upgrading from binaries that
+	// predate leases turns it off for the mixed window (DESIGN.md#gate,
+	// DESIGN.md#release-n).
+	DefaultReaperEnabled   = true
 	DefaultBoardName       = "leasekeeper"
 	DefaultLease           = 30 * time.Second
 	DefaultReaperInterval  = 60 * time.Second
@@ -63,6 +70,10 @@ type Config struct {
 	// Its Board, Lease and UnleasedHorizon are zero; StoreSpec fills them
 	// from the keys of their own.
 	Store storespec.Spec
+	// AllowTmpfs (store.allow_tmpfs) lets a bbolt file live on a tmpfs or
+	// a ramfs, which the agent otherwise refuses at start
+	// (DESIGN.md#board-on-disk): for tests and boards meant to be lost.
+	AllowTmpfs bool
 	// BoardName names the board; it picks the default bbolt file and the
 	// default MongoDB database.
 	BoardName string
@@ -129,10 +140,11 @@ type fileConfig struct {
 }
 
 type fileStore struct {
-	Backend  *string `yaml:"backend"`
-	Path     *string `yaml:"path"`
-	URI      *string `yaml:"uri"`
-	Database *string `yaml:"database"`
+	Backend    *string `yaml:"backend"`
+	Path       *string `yaml:"path"`
+	URI        *string `yaml:"uri"`
+	Database   *string `yaml:"database"`
+	AllowTmpfs *bool   `yaml:"allow_tmpfs"`
 }
 
 type fileReaper struct {
@@ -167,8 +179,9 @@ type Environment struct {
 	LookupEnv func(string) (string, bool)
 	// UID is the agent's own uid.
 	UID int
-	// WorkDir is the directory used when XDG_RUNTIME_DIR is unset; empty
-	// means the working directory, named relatively (as
+	// WorkDir is the directory used when XDG_RUNTIME_DIR is unset (for
+	// the socket), and when neither XDG_STATE_HOME nor HOME is (for the
+	// bbolt file); empty means the working directory, named relatively (as
 	// apitype.DefaultSocketPath does, so agent and clients agree).
 	WorkDir string
 	// Socket, when set, is the socket whatever the config file says (the
@@ -181,9 +194,10 @@ func DefaultEnvironment() Environment {
 	return Environment{LookupEnv: os.LookupEnv, UID: os.Getuid()}
 }
 
-// RuntimeDir is where the agent keeps its socket and its bbolt file by
-// default outside systemd: $XDG_RUNTIME_DIR/leasekeeper when set, else the
-// working directory.
+// RuntimeDir is where the agent keeps its socket by default outside
+// systemd: $XDG_RUNTIME_DIR/leasekeeper when set, else the working
+// directory. The runtime directory is a tmpfs emptied at logout and at
+// reboot: right for a socket, wrong for the board (StateHome).
 func (e Environment) RuntimeDir() string {
 	if d := e.getenv("XDG_RUNTIME_DIR"); d != "" {
 		return filepath.Join(d, "leasekeeper")
@@ -211,13 +225,30 @@ func (e Environment) agentSocketPath() string {
 	return e.DefaultSocketPath()
 }
 
+// StateHome is where the agent keeps its bbolt file by default outside
+// systemd: $XDG_STATE_HOME/leasekeeper when XDG_STATE_HOME is set to an
+// absolute path (the XDG base directory specification ignores a relative
+// one), else $HOME/.local/state/leasekeeper (the specification's default),
+// else the working directory. It is persistent storage: a board lost with
+// a tmpfs would restart every card's epoch (DESIGN.md#board-on-disk).
+func (e Environment) StateHome() string {
+	if d := e.getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "leasekeeper")
+	}
+	if h := e.getenv("HOME"); filepath.IsAbs(h) {
+		return filepath.Join(h, ".local", "state", "leasekeeper")
+	}
+	return e.WorkDir
+}
+
 // stateDir is where the agent keeps its bbolt file by default: the unit's
-// state directory under systemd, else RuntimeDir.
+// state directory under systemd (StateDirectory=, /var/lib/leasekeeper
+// for the shipped unit), else StateHome.
 func (e Environment) stateDir() string {
 	if d := e.systemdDir("STATE_DIRECTORY"); d != "" {
 		return d
 	}
-	return e.RuntimeDir()
+	return e.StateHome()
 }
 
 // DefaultConfigPath is the config file the agent reads when --config is not
@@ -340,7 +371,7 @@ func (fc fileConfig) resolve(env Environment) (Config, error) {
 		Lease:           DefaultLease,
 		Liveness:        LivenessPID,
 		UnleasedHorizon: DefaultUnleasedHorizon,
-		Reaper:          ReaperConfig{Interval: DefaultReaperInterval, Batch: DefaultReaperBatch},
+		Reaper:          ReaperConfig{Enabled: DefaultReaperEnabled, Interval: DefaultReaperInterval, Batch: DefaultReaperBatch},
 		Store:           storespec.Spec{Backend: BackendBolt},
 	}
 	if fc.Board != nil {
@@ -360,6 +391,12 @@ func (fc fileConfig) resolve(env Environment) (Config, error) {
 		cfg.Store.Path = deref(s.Path)
 		cfg.Store.URI = deref(s.URI)
 		cfg.Store.Database = deref(s.Database)
+		if s.AllowTmpfs != nil {
+			if cfg.Store.Backend != BackendBolt {
+				return Config{}, keyErr("store.allow_tmpfs", "set, but store.backend is %s (it is for a bbolt file)", cfg.Store.Backend)
+			}
+			cfg.AllowTmpfs = *s.AllowTmpfs
+		}
 	}
 	// Defaults that depend on the environment and the board's name; the
 	// spec's own rules are storespec's (Validate).
@@ -532,7 +569,7 @@ func ReloadableDiff(old, next Config) (restart []string) {
 	if old.Socket != next.Socket {
 		restart = append(restart, "socket")
 	}
-	if !old.Store.Equal(next.Store) {
+	if !old.Store.Equal(next.Store) || old.AllowTmpfs != next.AllowTmpfs {
 		restart = append(restart, "store")
 	}
 	if old.BoardName != next.BoardName {

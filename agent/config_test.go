@@ -28,29 +28,64 @@ func testEnv(vars map[string]string) Environment {
 
 func TestConfigDefaultsWithNoFile(t *testing.T) {
 	t.Parallel()
+	// The socket lives in the runtime directory (a tmpfs, right for a
+	// socket); the board lives in persistent state (DESIGN.md#board-on-disk).
 	cases := []struct {
 		name       string
 		env        map[string]string
+		root       bool
 		wantSocket string
 		wantPath   string
 	}{
 		{
-			name:       "xdg runtime dir set",
-			env:        map[string]string{"XDG_RUNTIME_DIR": "/run/user/1000"},
+			name:       "xdg runtime and state dirs set",
+			env:        map[string]string{"XDG_RUNTIME_DIR": "/run/user/1000", "XDG_STATE_HOME": "/home/u/state", "HOME": "/home/u"},
 			wantSocket: "/run/user/1000/leasekeeper/leasekeeper.sock",
-			wantPath:   "/run/user/1000/leasekeeper/leasekeeper.db",
+			wantPath:   "/home/u/state/leasekeeper/leasekeeper.db",
 		},
 		{
-			name:       "no xdg runtime dir: the working directory",
+			name:       "no xdg state home: the specification's default under HOME",
+			env:        map[string]string{"XDG_RUNTIME_DIR": "/run/user/1000", "HOME": "/home/u"},
+			wantSocket: "/run/user/1000/leasekeeper/leasekeeper.sock",
+			wantPath:   "/home/u/.local/state/leasekeeper/leasekeeper.db",
+		},
+		{
+			name:       "a relative xdg state home is ignored, as the specification says",
+			env:        map[string]string{"XDG_STATE_HOME": "state", "HOME": "/home/u"},
+			wantSocket: "/srv/work/leasekeeper.sock",
+			wantPath:   "/home/u/.local/state/leasekeeper/leasekeeper.db",
+		},
+		{
+			name:       "neither xdg dir nor HOME: the working directory",
 			env:        map[string]string{},
 			wantSocket: "/srv/work/leasekeeper.sock",
 			wantPath:   "/srv/work/leasekeeper.db",
+		},
+		{
+			name: "root under the system unit: its RuntimeDirectory and StateDirectory",
+			env: map[string]string{"RUNTIME_DIRECTORY": "/run/leasekeeper", "STATE_DIRECTORY": "/var/lib/leasekeeper",
+				"HOME": "/root", "XDG_STATE_HOME": "/root/.local/state", "XDG_RUNTIME_DIR": "/run/user/0"},
+			root:       true,
+			wantSocket: "/run/leasekeeper/leasekeeper.sock",
+			wantPath:   "/var/lib/leasekeeper/leasekeeper.db",
+		},
+		{
+			name:       "root outside systemd: HOME like anyone",
+			env:        map[string]string{"HOME": "/root"},
+			root:       true,
+			wantSocket: "/srv/work/leasekeeper.sock",
+			wantPath:   "/root/.local/state/leasekeeper/leasekeeper.db",
 		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cfg, err := LoadConfig("", testEnv(tc.env))
+			env := testEnv(tc.env)
+			wantOperators := []uint32{0, 1000}
+			if tc.root {
+				env.UID, wantOperators = 0, []uint32{0}
+			}
+			cfg, err := LoadConfig("", env)
 			if err != nil {
 				t.Fatalf("LoadConfig: %v", err)
 			}
@@ -69,7 +104,9 @@ func TestConfigDefaultsWithNoFile(t *testing.T) {
 			if got, want := cfg.OrphanGrace, 10*time.Second; got != want {
 				t.Errorf("orphan_grace = %s, want %s", got, want)
 			}
-			if got, want := cfg.Reaper, (ReaperConfig{Enabled: false, Interval: time.Minute, Batch: 100}); got != want {
+			// The gate is on out of the box: a new install has no older
+			// binary that could strip a lease (DESIGN.md#gate).
+			if got, want := cfg.Reaper, (ReaperConfig{Enabled: true, Interval: time.Minute, Batch: 100}); got != want {
 				t.Errorf("reaper = %+v, want %+v", got, want)
 			}
 			if got, want := cfg.UnleasedHorizon, 24*time.Hour; got != want {
@@ -78,8 +115,11 @@ func TestConfigDefaultsWithNoFile(t *testing.T) {
 			if got, want := cfg.Liveness, LivenessPID; got != want {
 				t.Errorf("liveness = %q, want %q", got, want)
 			}
-			if got, want := cfg.Operators, []uint32{0, 1000}; !slices.Equal(got, want) {
+			if got, want := cfg.Operators, wantOperators; !slices.Equal(got, want) {
 				t.Errorf("operators = %v, want %v", got, want)
+			}
+			if cfg.AllowTmpfs {
+				t.Error("store.allow_tmpfs is on by default")
 			}
 			if got, want := cfg.LogLevel, slog.LevelInfo; got != want {
 				t.Errorf("log = %v, want %v", got, want)
@@ -202,6 +242,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"bad metrics address", "metrics: nowhere\n", []string{"metrics:"}},
 		{"missing plugin binary", "store: {backend: /nonexistent/lk-plugin}\n", []string{"store.backend:", "plugin binary"}},
 		{"mongo keys on bolt", "store: {uri: mongodb://x}\n", []string{"store.uri:"}},
+		{"allow_tmpfs on mongo", "store: {backend: mongo, allow_tmpfs: true}\n", []string{"store.allow_tmpfs:", "bbolt file"}},
 		{"invalid board states", "states:\n  - {name: a, pool: true}\n", []string{"states:", "running"}},
 		{"negative orphan grace", "orphan_grace: -1s\n", []string{"orphan_grace:"}},
 		{"operators not uids", "operators: [root]\n", []string{"line 1"}},
@@ -236,8 +277,10 @@ func TestConfigReaperEnvOverride(t *testing.T) {
 		wantOn      bool
 		wantWarning bool
 	}{
-		{"unset keeps the file off", "", "-", false, false},
+		{"unset and no file: on by default", "", "-", true, false},
+		{"unset keeps the file off", "reaper: {enabled: false}\n", "-", false, false},
 		{"unset keeps the file on", "reaper: {enabled: true}\n", "-", true, false},
+		{"env off is the kill switch over the default", "", "0", false, false},
 		{"empty is off", "reaper: {enabled: true}\n", "", false, false},
 		{"env on beats file off", "reaper: {enabled: false}\n", "1", true, false},
 		{"env off beats file on", "reaper: {enabled: true}\n", "off", false, false},
@@ -293,6 +336,7 @@ func TestReloadableDiff(t *testing.T) {
 	}{
 		{"live keys only", "lease: 45s\nreaper: {enabled: true}\nlog: debug\nliveness: keepalive\norphan_grace: 10s\n", nil},
 		{"socket and store", "socket: /elsewhere.sock\nstore: {path: /elsewhere.db}\n", []string{"socket", "store"}},
+		{"allow_tmpfs is read at start", "store: {allow_tmpfs: true}\n", []string{"store"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

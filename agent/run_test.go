@@ -29,6 +29,7 @@ type running struct {
 	metrics string // the metrics address, when asked for
 	cancel  context.CancelFunc
 	done    chan error
+	ready   chan struct{}     // closed once the agent reported itself ready
 	logs    *agentproc.Buffer // the agent's log, for a failing test's report
 }
 
@@ -45,6 +46,12 @@ type runOpts struct {
 	// noWait returns as soon as Run is started, before the agent is
 	// ready, for tests that watch the start themselves.
 	noWait bool
+	// dbPath is the bbolt file; empty: board.db in the test's directory.
+	dbPath string
+	// refuseTmpfs leaves store.allow_tmpfs unset, as an operator's config
+	// would. Otherwise the fixture opts in: its temporary directory may be
+	// on a tmpfs, and its board is meant to be lost (DESIGN.md#board-on-disk).
+	refuseTmpfs bool
 }
 
 // freeAddr returns a loopback address nobody listens on right now.
@@ -70,7 +77,10 @@ func startRun(t *testing.T, o runOpts) *running {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	r := &running{dir: dir, socket: filepath.Join(dir, "lk.sock"), done: make(chan error, 1), logs: &agentproc.Buffer{}}
-	dbPath := filepath.Join(dir, "board.db")
+	dbPath := o.dbPath
+	if dbPath == "" {
+		dbPath = filepath.Join(dir, "board.db")
+	}
 	if o.seed != nil {
 		s, err := boltstore.Open(dbPath, boltstore.Options{Clock: o.seedClock})
 		if err != nil {
@@ -81,7 +91,10 @@ func startRun(t *testing.T, o runOpts) *running {
 			t.Fatal(err)
 		}
 	}
-	yaml := fmt.Sprintf("socket: %s\nstore: {path: %s}\n", r.socket, dbPath)
+	yaml := fmt.Sprintf("socket: %s\nstore: {path: %s, allow_tmpfs: true}\n", r.socket, dbPath)
+	if o.refuseTmpfs {
+		yaml = fmt.Sprintf("socket: %s\nstore: {path: %s}\n", r.socket, dbPath)
+	}
 	if o.metrics {
 		r.metrics = freeAddr(t)
 		yaml += "metrics: " + r.metrics + "\n"
@@ -95,6 +108,7 @@ func startRun(t *testing.T, o runOpts) *running {
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	ready := make(chan struct{})
+	r.ready = ready
 	go func() {
 		r.done <- Run(ctx, cfg, Options{
 			Env:       env,

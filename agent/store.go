@@ -105,7 +105,7 @@ func (a *Agent) openStore(ctx context.Context, cfg Config) error {
 	}
 	a.store = s
 	a.closeFn = s.Close
-	a.backend = apitype.Backend{Name: cfg.Store.Backend}
+	a.backend = apitype.Backend{Name: cfg.Store.Backend, Path: cfg.BoardFile()}
 	return nil
 }
 
@@ -139,7 +139,7 @@ func (a *Agent) launchPlugin(ctx context.Context, cfg Config, argv []string) err
 	}
 	a.store = proxy
 	a.closeFn = proxy.Close
-	a.backend = apitype.Backend{Name: cfg.Store.Backend, Plugin: argv[0]}
+	a.backend = apitype.Backend{Name: cfg.Store.Backend, Plugin: argv[0], Path: cfg.BoardFile()}
 	return nil
 }
 

@@ -371,6 +371,9 @@ func TestAgentBootDoesNotRenewAnEndedClaim(t *testing.T) {
 	marker := board.WorkerMarker(host, live)
 	var claimed board.Card
 	r := startRun(t, runOpts{
+		// The gate off: the reaper's first pass, at start, would
+		// otherwise decide the expired claim this test reads back.
+		yaml:      "reaper: {enabled: false}\n",
 		seedClock: boardtest.NewManualClock(time.Now().Add(-time.Hour)),
 		seed: func(t *testing.T, s *boltstore.Store) {
 			ctx := context.Background()
@@ -419,6 +422,9 @@ func TestAgentReclaimAfterBootSweepIsFresh(t *testing.T) {
 	}
 	var old board.ClaimToken
 	r := startRun(t, runOpts{
+		// The gate off: the reaper's first pass, at start, would
+		// otherwise take the expired claim over while this test claims.
+		yaml:      "reaper: {enabled: false}\n",
 		seedClock: boardtest.NewManualClock(time.Now().Add(-time.Hour)),
 		seed: func(t *testing.T, s *boltstore.Store) {
 			ctx := context.Background()

@@ -39,6 +39,7 @@ const (
 	CodeClaimConflict      Code = "claim_conflict"
 	CodeTransitionRejected Code = "transition_rejected"
 	CodeTerminalStateExit  Code = "terminal_state_exit"
+	CodeWaitingOnBlockers  Code = "waiting_on_blockers"
 	CodeInvalidArgument    Code = "invalid_argument"
 	CodeAlreadyExists      Code = "already_exists"
 	CodeOutcomeUnknown     Code = "outcome_unknown"
@@ -50,9 +51,10 @@ const (
 	CodeInternal           Code = "internal"
 )
 
-// codeTable is ordered most specific first: ErrTerminalStateExit wraps
-// ErrTransitionRejected and ErrAlreadyExists wraps ErrInvalidArgument, so
-// the wrapper must be matched before what it wraps.
+// codeTable is ordered most specific first: ErrTerminalStateExit and
+// ErrWaitingOnBlockers wrap ErrTransitionRejected and ErrAlreadyExists
+// wraps ErrInvalidArgument, so the wrapper must be matched before what it
+// wraps.
 var codeTable = []struct {
 	code   Code
 	err    error
@@ -60,6 +62,7 @@ var codeTable = []struct {
 }{
 	{CodeClaimConflict, board.ErrClaimConflict, http.StatusConflict},
 	{CodeTerminalStateExit, board.ErrTerminalStateExit, http.StatusConflict},
+	{CodeWaitingOnBlockers, board.ErrWaitingOnBlockers, http.StatusConflict},
 	{CodeTransitionRejected, board.ErrTransitionRejected, http.StatusConflict},
 	{CodeAlreadyExists, board.ErrAlreadyExists, http.StatusConflict},
 	{CodeInvalidArgument, board.ErrInvalidArgument, http.StatusBadRequest},

@@ -22,6 +22,7 @@ func TestErrorRoundTrip(t *testing.T) {
 		{"not found", board.NotFound("card", "x"), apitype.CodeNotFound, []error{board.ErrNotFound}},
 		{"conflict", fmt.Errorf("wrapped: %w", board.Conflict("c", "h-2", 7)), apitype.CodeClaimConflict, []error{board.ErrClaimConflict}},
 		{"terminal exit", board.ErrTerminalStateExit, apitype.CodeTerminalStateExit, []error{board.ErrTerminalStateExit, board.ErrTransitionRejected}},
+		{"waiting on blockers", fmt.Errorf("card %q: %w", "d", board.ErrWaitingOnBlockers), apitype.CodeWaitingOnBlockers, []error{board.ErrWaitingOnBlockers, board.ErrTransitionRejected}},
 		{"transition", board.ErrTransitionRejected, apitype.CodeTransitionRejected, []error{board.ErrTransitionRejected}},
 		{"already exists", board.ErrAlreadyExists, apitype.CodeAlreadyExists, []error{board.ErrAlreadyExists, board.ErrInvalidArgument}},
 		{"invalid", board.Invalid("bad %s", "x"), apitype.CodeInvalidArgument, []error{board.ErrInvalidArgument}},

@@ -239,6 +239,9 @@ type Backend struct {
 	// binary otherwise. Absent when the store runs in the agent's process.
 	// The process itself is StoreHealth.Plugin.
 	Plugin string `json:"plugin,omitempty"`
+	// Path is the bbolt file the board lives in (store.path), absolute.
+	// Absent when the store is not a bbolt file (MongoDB, a plugin binary).
+	Path string `json:"path,omitempty"`
 }
 
 // String is the backend for people: "bolt (in-process)",

@@ -19,6 +19,12 @@ var (
 	// SetState family. It wraps ErrTransitionRejected so older matchers keep
 	// working (DESIGN.md#sinks).
 	ErrTerminalStateExit = fmt.Errorf("terminal state exit: use reopen: %w", ErrTransitionRejected)
+	// ErrWaitingOnBlockers: a claim by id (Claim, Start of a named card) of
+	// a card that waits in waiting_deps for its blockers to complete; the
+	// message names the blockers that are not complete. It wraps
+	// ErrTransitionRejected so older matchers keep working
+	// (DESIGN.md#lifecycle-refusals).
+	ErrWaitingOnBlockers = fmt.Errorf("waiting on blockers: %w", ErrTransitionRejected)
 	// ErrInvalidArgument: malformed input (unknown state, bad marker, zero
 	// token, bad label, duplicate id, dependency cycle...). Nothing was written.
 	ErrInvalidArgument = errors.New("invalid argument")

@@ -1,7 +1,9 @@
 package board
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -235,6 +237,49 @@ func (b Board) StartRefusal(c Card) error {
 		return Conflict(c.ID, c.Claim, c.ClaimEpoch)
 	}
 	return nil
+}
+
+// ClaimBlocked refuses a claim by id — Claim, or Start naming the card —
+// of a free card c read in waiting_deps (DESIGN.md#lifecycle-refusals).
+// That column is where a card waits for its blockers: its promotion, when
+// the last of them completes, or an operator's move lets it out, and
+// ClaimNext never takes from it (it is not a pool state). A claim by id
+// must not pass it either, or a card would run, and be filed, before the
+// work it depends on. Any other working column is the caller's to name:
+// naming a card is how a worker takes one outside the pool.
+//
+// The refusal is decided by c's state alone, which a store reads and
+// writes atomically with the claim; the blockers, read with blocker (an
+// ErrNotFound is a missing blocker, any other error is returned as is),
+// only word it: the error names each blocker not in a completion state, or
+// says that none is outstanding (a card an operator parked there). It
+// wraps ErrWaitingOnBlockers. nil when c is not in waiting_deps.
+func (b Board) ClaimBlocked(c Card, blocker func(id string) (Card, error)) error {
+	if c.State != StateWaitingDeps {
+		return nil
+	}
+	var open []string
+	for _, id := range c.DependsOn {
+		d, err := blocker(id)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			open = append(open, fmt.Sprintf("%q (missing)", id))
+		case err != nil:
+			return err
+		case !b.IsCompletion(d.State):
+			open = append(open, fmt.Sprintf("%q (in %s)", id, d.State))
+		}
+	}
+	switch len(open) {
+	case 0:
+		return fmt.Errorf("card %q is in %s though no blocker is outstanding: move it to a pool state to claim it: %w",
+			c.ID, StateWaitingDeps, ErrWaitingOnBlockers)
+	case 1:
+		return fmt.Errorf("card %q waits in %s on blocker %s: claim it once that completes: %w",
+			c.ID, StateWaitingDeps, open[0], ErrWaitingOnBlockers)
+	}
+	return fmt.Errorf("card %q waits in %s on blockers %s: claim it once they complete: %w",
+		c.ID, StateWaitingDeps, strings.Join(open, ", "), ErrWaitingOnBlockers)
 }
 
 // StartRunRefusal refuses a Start on card c whose recorded run is rec

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,9 +113,10 @@ func TestStartThenFinish(t *testing.T) {
 	}
 }
 
-// TestStartRefusalsMintNothing: Start on a card in a sink, or on a card
-// someone holds, is refused before anything is written — no epoch bump, no
-// run, no event.
+// TestStartRefusalsMintNothing: Start on a card in a sink, on a card
+// someone holds, or on a card waiting on its blockers, is refused before
+// anything is written — no epoch bump, no run, no event — and each refusal
+// keeps its identity across the socket.
 func TestStartRefusalsMintNothing(t *testing.T) {
 	t.Parallel()
 	a := socketapitest.Start(t, socketapitest.Options{})
@@ -127,7 +129,11 @@ func TestStartRefusalsMintNothing(t *testing.T) {
 	if _, _, err := a.Store.Claim(ctx, board.ClaimRequest{Card: "taken", Marker: "otherhost-4242", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	before := map[string]board.Card{"sunk": getCard(t, a, "sunk"), "taken": getCard(t, a, "taken")}
+	a.Card(t, "blocker")
+	if _, err := a.Store.CreateCard(ctx, board.NewCard{ID: "gated", DependsOn: []string{"blocker"}, Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	before := map[string]board.Card{"sunk": getCard(t, a, "sunk"), "taken": getCard(t, a, "taken"), "gated": getCard(t, a, "gated")}
 	seq := lastSeq(t, a)
 
 	c := &client.Client{Socket: a.Path}
@@ -137,6 +143,13 @@ func TestStartRefusalsMintNothing(t *testing.T) {
 	_, err := c.Start(ctx, "taken", client.StartOptions{})
 	if ce, ok := board.AsClaimConflict(err); !ok || ce.Holder != "otherhost-4242" {
 		t.Errorf("Start on a held card: %v, want a conflict naming the holder", err)
+	}
+	_, err = c.Start(ctx, "gated", client.StartOptions{})
+	if !errors.Is(err, board.ErrWaitingOnBlockers) || !errors.Is(err, board.ErrTransitionRejected) || !strings.Contains(err.Error(), `"blocker"`) {
+		t.Errorf("Start on a card waiting on its blocker: %v, want ErrWaitingOnBlockers naming the blocker", err)
+	}
+	if _, err := c.Claim(ctx, "gated"); !errors.Is(err, board.ErrWaitingOnBlockers) {
+		t.Errorf("Claim of a card waiting on its blocker: %v, want ErrWaitingOnBlockers", err)
 	}
 	for id, want := range before {
 		got := getCard(t, a, id)

@@ -16,7 +16,7 @@ import (
 // allIdentities is every error identity that must survive the boundary.
 var allIdentities = []error{
 	board.ErrNotFound, board.ErrClaimConflict, board.ErrTransitionRejected,
-	board.ErrTerminalStateExit, board.ErrInvalidArgument, board.ErrAlreadyExists,
+	board.ErrTerminalStateExit, board.ErrWaitingOnBlockers, board.ErrInvalidArgument, board.ErrAlreadyExists,
 	board.ErrOutcomeUnknown, context.Canceled, context.DeadlineExceeded,
 }
 
@@ -58,6 +58,7 @@ func TestErrorIdentityCrossesTheBoundary(t *testing.T) {
 		{"bare claim conflict sentinel", fmt.Errorf("renew: %w", board.ErrClaimConflict)},
 		{"transition rejected", fmt.Errorf("move c1 to launch: %w", board.ErrTransitionRejected)},
 		{"terminal state exit", fmt.Errorf("move c1 from done to ready: %w", board.ErrTerminalStateExit)},
+		{"waiting on blockers", fmt.Errorf("card %q waits in waiting_deps on blocker %q: %w", "d", "b", board.ErrWaitingOnBlockers)},
 		{"invalid argument", board.Invalid("unknown state %q", "nope")},
 		{"already exists", fmt.Errorf("create c1: %w", board.ErrAlreadyExists)},
 		{"outcome unknown", fmt.Errorf("mongo write: connection reset: %w", board.ErrOutcomeUnknown)},

@@ -60,6 +60,7 @@
 //	claim_conflict       409     held by another marker, or the token is stale
 //	transition_rejected  409     the board does not allow the move
 //	terminal_state_exit  409     leaving a terminal state: use reopen
+//	waiting_on_blockers  409     a claim by id of a card waiting on its blockers (named)
 //	already_exists       409     a card with that id exists
 //	invalid_argument     400     malformed input: a bad name, a body that is not UTF-8, or what the store refused
 //	bad_request          400/405 malformed request, unknown route method
@@ -77,7 +78,8 @@
 //	POST   /v1/claims                        {"card": ID} or {"next": true}
 //	    → 200 ClaimResponse {card, token, lease_ms, trusted_ms, liveness, ping_ms}
 //	    claim one card, or the oldest unclaimed card in a pool state
-//	    (not_found when none). Re-claiming a card the caller holds refreshes
+//	    (not_found when none). A named card waiting in waiting_deps on its
+//	    blockers is waiting_on_blockers. Re-claiming a card the caller holds refreshes
 //	    the lease (same epoch); re-claiming one the agent reported lost to it
 //	    (or did not adopt at boot) is a fresh acquisition at a higher epoch.
 //	    503 once the agent is shutting down.

@@ -292,7 +292,9 @@ var decisionCells = regexp.MustCompile(`<td class="decision">[a-z_]+</td><td cla
 
 func TestNoWriteRouteIsReachable(t *testing.T) {
 	t.Parallel()
-	f := start(t, "")
+	// The gate off: the dead claim must stay for the preview and the
+	// Needs-attention lane to show it (deadClaim).
+	f := start(t, "reaper: {enabled: false}\n")
 	f.agent.MustRun("card", "create", "c1")
 	f.agent.MustRun("card", "create", "c2")
 	deadClaim(t, f.agent, "c1")

@@ -227,7 +227,39 @@ func (m releaseLeavesRunOpen) ReleaseOwned(ctx context.Context, card string, tok
 	return m.Store.ReleaseOwned(ctx, card, tok)
 }
 
+// claimPassesBlockers takes a card waiting on its blockers when it is
+// named, as the stores did before the rule: it lets the card out of
+// waiting_deps, then claims it.
+type claimPassesBlockers struct{ board.Store }
+
+func (m claimPassesBlockers) letOut(ctx context.Context, card string) error {
+	return m.Store.SetState(ctx, board.Move{Card: card, To: board.StateReady, Actor: "mutant"})
+}
+
+func (m claimPassesBlockers) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, board.ClaimToken, error) {
+	c, tok, err := m.Store.Claim(ctx, r)
+	if errors.Is(err, board.ErrWaitingOnBlockers) {
+		if err := m.letOut(ctx, r.Card); err != nil {
+			return board.Card{}, board.ClaimToken{}, err
+		}
+		return m.Store.Claim(ctx, r)
+	}
+	return c, tok, err
+}
+
+func (m claimPassesBlockers) Start(ctx context.Context, r board.StartRequest) (board.Started, error) {
+	st, err := m.Store.Start(ctx, r)
+	if errors.Is(err, board.ErrWaitingOnBlockers) {
+		if err := m.letOut(ctx, r.Card); err != nil {
+			return board.Started{}, err
+		}
+		return m.Store.Start(ctx, r)
+	}
+	return st, err
+}
+
 var mutants = map[string]func(board.Store) board.Store{
+	"claimPassesBlockers":    func(s board.Store) board.Store { return claimPassesBlockers{s} },
 	"startMintsOnRefusal":    func(s board.Store) board.Store { return startMintsOnRefusal{s} },
 	"finishWithoutRunFence":  func(s board.Store) board.Store { return finishWithoutRunFence{s} },
 	"updateRunIgnoresToken":  func(s board.Store) board.Store { return updateRunIgnoresToken{s} },
@@ -297,6 +329,8 @@ func TestSuiteCatchesMutants(t *testing.T) {
 			[]string{"TestMutantExercise/Lifecycle/RunWritesFenced/UpdateRunWorkerToken"}},
 		{"releaseLeavesRunOpen", "TestMutantExercise/Lifecycle/ReleaseHandsTheCardBack/",
 			[]string{"TestMutantExercise/Lifecycle/ReleaseHandsTheCardBack/Release", "TestMutantExercise/Lifecycle/ReleaseHandsTheCardBack/ReleaseOwned"}},
+		{"claimPassesBlockers", "TestMutantExercise/Blockers/",
+			[]string{"TestMutantExercise/Blockers/ClaimByIDOfAWaitingCardIsRefused", "TestMutantExercise/Blockers/ParkedInWaitingDepsWithNothingOutstanding"}},
 		{"reopenLastBlockerOnly", "TestMutantExercise/States/ReopenGuard/",
 			[]string{"TestMutantExercise/States/ReopenGuard/EarlierBlocker", "TestMutantExercise/States/ReopenGuard/DependentMovedByHand", "TestMutantExercise/States/ReopenGuard/FinishedDependent"}},
 	}

@@ -61,6 +61,7 @@ func Exercise(t *testing.T, h Harness) {
 	t.Run("BadInput", func(t *testing.T) { exerciseBadInput(t, h) })
 	t.Run("Admin", func(t *testing.T) { ExerciseAdmin(t, h) })
 	t.Run("Lifecycle", func(t *testing.T) { exerciseLifecycle(t, h) })
+	t.Run("Blockers", func(t *testing.T) { exerciseBlockers(t, h) })
 }
 
 // Markers used throughout the suite. Two workers, plus the recovery marker

@@ -44,6 +44,10 @@ const (
 	claimExitLost = 4
 	// claimExitUsage: bad flags or arguments.
 	claimExitUsage = 120
+	// claimExitWaiting: the card waits in waiting_deps on its blockers,
+	// which the message names; nothing was written (claim it once they
+	// complete: DESIGN.md#lifecycle-refusals).
+	claimExitWaiting = 121
 	// claimExitNothing: --next found no claimable card.
 	claimExitNothing = 122
 	// claimExitSink: the card is in a terminal state; nothing was written
@@ -63,6 +67,8 @@ const claimExitCodesHelp = `Exit codes:
   3    the card is held by someone else (nothing was written; --held-exit)
   4    the claim was lost while CMD ran; CMD was stopped (--lost-exit)
   120  usage error
+  121  the card waits in waiting_deps on its blockers, which the message
+       names (nothing was written; claim it once they complete)
   122  --next found no claimable card
   123  the card is in a terminal state (nothing was written; reopen it first)
   125  leasekeeper failed: agent unreachable, request refused, store failure
@@ -175,6 +181,8 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 		return withCode(o.heldExit, err)
 	case errors.Is(err, board.ErrTerminalStateExit):
 		return withCode(claimExitSink, err)
+	case errors.Is(err, board.ErrWaitingOnBlockers):
+		return withCode(claimExitWaiting, err)
 	case o.next && errors.Is(err, board.ErrNotFound):
 		return withCode(claimExitNothing, errors.New("no claimable card in a pool state"))
 	default:

@@ -27,7 +27,8 @@ func TestE2EHealthReflectsRefusedWrites(t *testing.T) {
 		t.Skipf("cannot mount a small tmpfs to fill (needs root): %v", err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(disk, syscall.MNT_DETACH) })
-	cfg := fmt.Sprintf("socket: %s\nstore: {backend: bolt, path: %s}\n", e.Socket, filepath.Join(disk, "board.db"))
+	// The small disk is a tmpfs: the board opts in to it.
+	cfg := fmt.Sprintf("socket: %s\nstore: {backend: bolt, path: %s, allow_tmpfs: true}\n", e.Socket, filepath.Join(disk, "board.db"))
 	if err := os.WriteFile(e.Config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

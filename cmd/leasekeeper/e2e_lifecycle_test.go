@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,6 +32,58 @@ func TestE2EClaimOnASinkMintsNothing(t *testing.T) {
 	after := e.Card("sunk")
 	if after.ClaimEpoch != before.ClaimEpoch || after.Claimed() || len(after.Runs) != len(before.Runs) || after.State != board.StateDone {
 		t.Errorf("a refused claim changed the card: %+v, was %+v", after, before)
+	}
+}
+
+// TestE2EClaimOfACardWaitingOnItsBlockers: `claim` of a card that waits in
+// waiting_deps on a blocker still in the pool exits claimExitWaiting,
+// naming the blocker, without running CMD or writing anything
+// (DESIGN.md#lifecycle-refusals). Once the blocker is done, the promoted
+// card is claimed and filed as any other.
+func TestE2EClaimOfACardWaitingOnItsBlockers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "lease: 3s\n")
+	e.Start()
+	e.MustRun("card", "create", "blocker-B")
+	e.MustRun("card", "create", "gated-D", "--depends-on", "blocker-B")
+	before := e.Card("gated-D")
+	if before.State != board.StateWaitingDeps {
+		t.Fatalf("gated-D was created in %q, want waiting_deps", before.State)
+	}
+	events := len(e.Events())
+	ran := filepath.Join(e.Dir, "ran")
+
+	_, stderr, code := e.Run("claim", "gated-D", "--", "touch", ran)
+	if code != claimExitWaiting {
+		t.Fatalf("claim of a card waiting on its blocker exited %d, want %d; stderr:\n%s", code, claimExitWaiting, stderr)
+	}
+	for _, want := range []string{"gated-D", "waiting_deps", `"blocker-B" (in ready)`} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("claim's refusal does not say %q:\n%s", want, stderr)
+		}
+	}
+	if _, err := os.Stat(ran); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("CMD ran for a refused claim (stat: %v)", err)
+	}
+	after := e.Card("gated-D")
+	if after.ClaimEpoch != before.ClaimEpoch || after.Claimed() || len(after.Runs) != 0 || after.State != board.StateWaitingDeps {
+		t.Errorf("a refused claim changed the card: %+v, was %+v", after, before)
+	}
+	if n := len(e.Events()); n != events {
+		t.Errorf("a refused claim wrote %d events", n-events)
+	}
+
+	if _, stderr, code := e.Run("claim", "blocker-B", "--", "true"); code != 0 {
+		t.Fatalf("claim of the blocker exited %d: %s", code, stderr)
+	}
+	if _, stderr, code := e.Run("claim", "gated-D", "--", "touch", ran); code != 0 {
+		t.Fatalf("claim of the promoted card exited %d: %s", code, stderr)
+	}
+	if _, err := os.Stat(ran); err != nil {
+		t.Errorf("CMD did not run once the blocker was done: %v", err)
+	}
+	if c := e.Card("gated-D"); c.State != board.StateDone || c.Claimed() {
+		t.Errorf("gated-D after its claim: %s, claimed %v; want done and free", c.State, c.Claimed())
 	}
 }
 

@@ -102,7 +102,7 @@ func TestE2ESecondAgentOnAHeldStoreFile(t *testing.T) {
 		t.Fatalf("no store plugin pid in status: %+v", e.Status().Store)
 	}
 	second := newEnv(t, "")
-	cfg := fmt.Sprintf("socket: %s\nstore: {backend: bolt, path: %s}\n", second.Socket, filepath.Join(e.Dir, "board.db"))
+	cfg := fmt.Sprintf("socket: %s\nstore: {backend: bolt, path: %s, allow_tmpfs: true}\n", second.Socket, filepath.Join(e.Dir, "board.db"))
 	if err := os.WriteFile(second.Config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

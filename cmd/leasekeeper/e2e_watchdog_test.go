@@ -197,6 +197,46 @@ func TestE2EReaperReturnsKilledResumableWorkerToThePool(t *testing.T) {
 	}
 }
 
+// TestE2EKilledWorkersCardIsReturnedOutOfTheBox: with no reaper config
+// and no LEASEKEEPER_REAPER at all, a worker killed while it holds a card
+// does not strand it: the gate is on by default (DESIGN.md#gate), so the
+// agent's own periodic pass, with its default interval, returns the card
+// to the pool. Nobody asks for a pass here.
+func TestE2EKilledWorkersCardIsReturnedOutOfTheBox(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "lease: 3s\n") // no reaper key: every reaper.* default
+	for _, kv := range e.Environ() {
+		if strings.HasPrefix(kv, "LEASEKEEPER_REAPER=") {
+			t.Fatalf("the sandbox's environment sets %s", kv)
+		}
+	}
+	e.Start()
+	if st := e.Status(); !st.Reaper.Enabled || st.Reaper.IntervalMS != time.Minute.Milliseconds() {
+		t.Fatalf("status reaper = %+v, want the gate on at the default interval", st.Reaper)
+	}
+	e.MustRun("card", "create", "c1")
+
+	held := e.killClaimer("c1")
+	// The lease is expired at the next heartbeat tick (the claimer's pid
+	// is gone); the periodic pass that follows decides the card. The
+	// bound is one lease, one default interval, and slack for a shared
+	// machine.
+	var c board.Card
+	agentproc.WaitFor(t, 3*time.Second+time.Minute+10*time.Second, "the watchdog's own pass to return the card to the pool", func() bool {
+		c = e.Card("c1")
+		return !c.Claimed() && c.ClaimEpoch > held.ClaimEpoch
+	})
+	if !slices.Contains(board.DefaultBoard(true).PoolStates(), c.State) {
+		t.Errorf("card state = %q, want a pool state", c.State)
+	}
+	if run := e.GetRun(held.LastRunID); run.Status != board.RunFailedResumable || run.FailureCode != board.FailureProcessOrphaned {
+		t.Errorf("run = %s / %q, want %s / %s", run.Status, run.FailureCode, board.RunFailedResumable, board.FailureProcessOrphaned)
+	}
+	if _, stderr, code := e.Run("claim", "c1", "--", "true"); code != 0 {
+		t.Errorf("re-claim of the returned card: exit %d: %s", code, stderr)
+	}
+}
+
 func TestE2EGateOffDecidesNothingButReleasesRecoveryClaims(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "lease: 3s\nreaper: {enabled: true, interval: 1s}\n")

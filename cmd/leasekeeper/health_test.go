@@ -107,11 +107,15 @@ func TestE2EHealthAndStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (apitype.Backend{Name: "bolt", Plugin: self}); st.Backend != want {
+	db := filepath.Join(e.Dir, "board.db")
+	if want := (apitype.Backend{Name: "bolt", Plugin: self, Path: db}); st.Backend != want {
 		t.Errorf("backend = %+v, want %+v", st.Backend, want)
 	}
-	if out := e.MustRun("status"); !strings.Contains(out, "bolt (plugin "+self+")") {
-		t.Errorf("status does not name the store and its plugin:\n%s", out)
+	if out := e.MustRun("status"); !strings.Contains(out, "bolt (plugin "+self+")") || !strings.Contains(out, "board file:") || !strings.Contains(out, " "+db+"\n") {
+		t.Errorf("status does not name the store, its plugin and the board file %s:\n%s", db, out)
+	}
+	if log := a.Log(); !strings.Contains(log, "board_file="+db) {
+		t.Errorf("the startup log does not name the board file %s:\n%s", db, log)
 	}
 	if got, want := st.Heartbeat.LastTick.Result, "ok"; got != want {
 		t.Errorf("last tick result = %q, want %q", got, want)

@@ -151,11 +151,15 @@ func newAgentCmd(env *cli) *cobra.Command {
 host, adopt the claims of live ones, then serve the socket, renew claims
 and run the reaper until SIGTERM or SIGINT.
 
-With no --config every key takes its default: a bbolt store and the socket
-under $XDG_RUNTIME_DIR/leasekeeper (or the working directory; under systemd
-the unit's runtime and state directories, and agent.yaml in its
-configuration directory when present), lease 30s, liveness pid, reaper off.
-LEASEKEEPER_REAPER overrides reaper.enabled; --socket overrides socket.
+With no --config every key takes its default: the socket under
+$XDG_RUNTIME_DIR/leasekeeper (or the working directory), a bbolt store in
+persistent state under $XDG_STATE_HOME/leasekeeper (or
+~/.local/state/leasekeeper; under systemd the unit's runtime and state
+directories, and agent.yaml in its configuration directory when present),
+lease 30s, liveness pid, reaper on. A bbolt file on a tmpfs is refused
+unless store.allow_tmpfs is true. The startup log and status name the file.
+LEASEKEEPER_REAPER overrides reaper.enabled (LEASEKEEPER_REAPER=0 is the
+watchdog's kill switch); --socket overrides socket.
 The config file is watched: ` + strings.Join(agent.LiveKeys, ", ") + ` reload
 live; other keys need a restart.`,
 		Args: exactArgs(0),
@@ -311,8 +315,11 @@ func newClaimCmd(env *cli) *cobra.Command {
 move it into the running column, in one write, then run CMD while the agent
 renews the claim. A card that records a run without a verdict (returned to
 the pool, or force-released) has that run resumed: CMD sees its checkpoint
-in LEASEKEEPER_CHECKPOINT (--fresh starts a new run instead). A card in a
-terminal state, or held by anyone, is refused and nothing is written.
+in LEASEKEEPER_CHECKPOINT (--fresh starts a new run instead). A card named
+by ID may be in any working column, in the pool or not (backlog,
+awaiting_input), except waiting_deps: a card waiting on its blockers is
+refused, naming them, until its last blocker completes. A card in a
+terminal state, or held by anyone, is refused too, and nothing is written.
 
 When CMD exits, one write records the run's verdict, files the card and
 releases the claim:

@@ -78,6 +78,9 @@ func runStatus(ctx context.Context, env *cli, asJSON bool) error {
 	fmt.Fprintf(tw, "started:\t%s\n", st.StartedAt.Format(time.RFC3339))
 	fmt.Fprintf(tw, "socket:\t%s\n", st.Socket)
 	fmt.Fprintf(tw, "store:\t%s\n", st.Backend)
+	if st.Backend.Path != "" {
+		fmt.Fprintf(tw, "board file:\t%s\n", st.Backend.Path)
+	}
 	if st.Store.Reachable {
 		fmt.Fprintf(tw, "store reachable:\tyes (%.1fms)\n", st.Store.CheckMS)
 	} else {

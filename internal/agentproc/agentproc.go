@@ -23,6 +23,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/client"
+	"github.com/leasekeeper/leasekeeper/internal/memfs"
 )
 
 // ModuleRoot is the directory of the repository's go.mod, found through the
@@ -54,6 +55,41 @@ func Build(pkg, out string, env ...string) error {
 		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
 	}
 	return nil
+}
+
+// DiskTempDir makes a fresh temporary directory on a disk, for a test that
+// runs an agent as shipped (a config without store.allow_tmpfs) and so
+// needs its board off a tmpfs (DESIGN.md#board-on-disk): in the temporary
+// directory when that is not memory-backed, else under the user's cache
+// directory. It is an error when neither is on a disk. The caller removes
+// the directory.
+func DiskTempDir(pattern string) (string, error) {
+	var tried []string
+	for _, base := range diskTempBases() {
+		kind, err := memfs.Of(base)
+		if err != nil {
+			tried = append(tried, err.Error())
+			continue
+		}
+		if kind != "" {
+			tried = append(tried, base+" is on a "+kind)
+			continue
+		}
+		if err := os.MkdirAll(base, 0o700); err != nil {
+			tried = append(tried, fmt.Sprintf("%s (%v)", base, err))
+			continue
+		}
+		return os.MkdirTemp(base, pattern)
+	}
+	return "", fmt.Errorf("no temporary directory on a disk: tried %s", strings.Join(tried, ", "))
+}
+
+func diskTempBases() []string {
+	bases := []string{os.TempDir()}
+	if cache, err := os.UserCacheDir(); err == nil {
+		bases = append(bases, filepath.Join(cache, "leasekeeper-test"))
+	}
+	return bases
 }
 
 // Agent is the sandbox an agent process runs in, and its current run.
@@ -132,9 +168,12 @@ func New(t testing.TB, binary, extraYAML string) *Agent {
 // config, as editors do, so a running agent's watcher never reads a
 // half-written file. The store takes one line, so extraYAML starts at
 // line 3: a test that checks the line number an error names relies on it.
+// The store opts in to a tmpfs (store.allow_tmpfs): the sandbox lives in
+// the temporary directory, which may be one, and its board is meant to be
+// lost with it.
 func (a *Agent) WriteConfig(extraYAML string) {
 	a.t.Helper()
-	cfg := fmt.Sprintf("socket: %s\nstore: {backend: bolt, path: %s}\n%s",
+	cfg := fmt.Sprintf("socket: %s\nstore: {backend: bolt, path: %s, allow_tmpfs: true}\n%s",
 		a.Socket, filepath.Join(a.Dir, "board.db"), extraYAML)
 	tmp := a.Config + ".tmp"
 	if err := os.WriteFile(tmp, []byte(cfg), 0o600); err != nil {

@@ -391,8 +391,10 @@ func TestShippedConfigsLoad(t *testing.T) {
 			if cfg.Socket != tc.wantSocket || cfg.Store.Backend != agent.BackendBolt || cfg.Store.Path != tc.wantStore {
 				t.Errorf("socket %s store %s:%s, want %s bolt:%s", cfg.Socket, cfg.Store.Backend, cfg.Store.Path, tc.wantSocket, tc.wantStore)
 			}
-			if cfg.Liveness != agent.LivenessPID || cfg.Reaper.Enabled {
-				t.Errorf("liveness %s reaper %v, want pid and the reaper off (release N: DESIGN.md#release-n)", cfg.Liveness, cfg.Reaper.Enabled)
+			// A new install has no older binary to protect: the gate is
+			// on as shipped (DESIGN.md#gate).
+			if cfg.Liveness != agent.LivenessPID || !cfg.Reaper.Enabled {
+				t.Errorf("liveness %s reaper %v, want pid and the reaper on (DESIGN.md#gate)", cfg.Liveness, cfg.Reaper.Enabled)
 			}
 		})
 	}
@@ -408,8 +410,15 @@ func TestImageConfigStartsAnAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := agentproc.New(t, staticBin, "")
+	// The state volume of a container is on a disk: the config as shipped
+	// does not opt in to a tmpfs (DESIGN.md#board-on-disk).
+	state, err := agentproc.DiskTempDir("lkstate")
+	if err != nil {
+		t.Skipf("the image's state directory needs a disk: %v", err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(state) })
 	moved := strings.NewReplacer("/run/leasekeeper/leasekeeper.sock", a.Socket,
-		"/var/lib/leasekeeper/", a.Dir+"/").Replace(string(b))
+		"/var/lib/leasekeeper/", state+"/").Replace(string(b))
 	if moved == string(b) {
 		t.Fatal("agent.yaml no longer names /run/leasekeeper or /var/lib/leasekeeper; update this test")
 	}
@@ -418,11 +427,14 @@ func TestImageConfigStartsAnAgent(t *testing.T) {
 	}
 	a.Start()
 	st := a.Status()
-	if st.Socket != a.Socket || st.Liveness != agent.LivenessPID || st.Reaper.Enabled {
-		t.Errorf("status %+v, want socket %s, liveness pid, reaper off", st, a.Socket)
+	if st.Socket != a.Socket || st.Liveness != agent.LivenessPID || !st.Reaper.Enabled {
+		t.Errorf("status %+v, want socket %s, liveness pid, reaper on", st, a.Socket)
 	}
-	if _, err := os.Stat(filepath.Join(a.Dir, "board.db")); err != nil {
+	if _, err := os.Stat(filepath.Join(state, "board.db")); err != nil {
 		t.Errorf("the bbolt file is not where agent.yaml puts it: %v", err)
+	}
+	if want := filepath.Join(state, "board.db"); st.Backend.Path != want {
+		t.Errorf("status backend %+v, want the board file %s", st.Backend, want)
 	}
 }
 
@@ -531,8 +543,8 @@ func TestComposeFile(t *testing.T) {
 			}
 			return nil
 		}},
-		{"the gate is off as shipped", func() error {
-			if cfg.Reaper.Enabled || len(cfg.Warnings) != 0 {
+		{"the gate is on as shipped", func() error {
+			if !cfg.Reaper.Enabled || len(cfg.Warnings) != 0 {
 				return fmt.Errorf("reaper enabled %v, warnings %v", cfg.Reaper.Enabled, cfg.Warnings)
 			}
 			return nil
@@ -750,9 +762,9 @@ func TestPodFile(t *testing.T) {
 			}
 			return nil
 		}},
-		{"MongoDB backend, gate off", func() error {
-			if cfg.Store.Backend != agent.BackendMongo || cfg.Reaper.Enabled {
-				return fmt.Errorf("backend %s, reaper %v; want mongo with the gate off", cfg.Store.Backend, cfg.Reaper.Enabled)
+		{"MongoDB backend, gate on", func() error {
+			if cfg.Store.Backend != agent.BackendMongo || !cfg.Reaper.Enabled {
+				return fmt.Errorf("backend %s, reaper %v; want mongo with the gate on", cfg.Store.Backend, cfg.Reaper.Enabled)
 			}
 			return nil
 		}},

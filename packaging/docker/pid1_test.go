@@ -90,7 +90,7 @@ func TestNoWritableSocketDir(t *testing.T) {
 	// Too long a directory for a Unix socket path under it: a directory
 	// root cannot be refused by permissions, so length is the refusal.
 	deep := filepath.Join(a.Dir, strings.Repeat("d", 80))
-	cfg := "socket: " + a.Socket + "\nstore: {backend: bolt, path: " + filepath.Join(deep, "board.db") + "}\n"
+	cfg := "socket: " + a.Socket + "\nstore: {backend: bolt, path: " + filepath.Join(deep, "board.db") + ", allow_tmpfs: true}\n"
 	if err := os.WriteFile(a.Config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,10 @@ func newPodman() (*podman, error) {
 	if _, err := exec.LookPath("runc"); err != nil {
 		return nil, errors.New("runc is not installed")
 	}
-	dir, err := os.MkdirTemp("", "lkpodman")
+	// Named volumes live under the storage root: on a disk, as a real
+	// host's are, since the image's config keeps its board in one and does
+	// not opt in to a tmpfs (DESIGN.md#board-on-disk).
+	dir, err := agentproc.DiskTempDir("lkpodman")
 	if err != nil {
 		return nil, err
 	}

@@ -43,21 +43,26 @@ const (
 	ErrorKind_ERROR_KIND_OUTCOME_UNKNOWN     ErrorKind = 7
 	ErrorKind_ERROR_KIND_CANCELED            ErrorKind = 8
 	ErrorKind_ERROR_KIND_DEADLINE_EXCEEDED   ErrorKind = 9
+	// A claim by id of a card waiting on its blockers. Always sent with
+	// ERROR_KIND_TRANSITION_REJECTED, which it refines: a peer that does not
+	// know this kind still sees a transition refusal.
+	ErrorKind_ERROR_KIND_WAITING_ON_BLOCKERS ErrorKind = 10
 )
 
 // Enum value maps for ErrorKind.
 var (
 	ErrorKind_name = map[int32]string{
-		0: "ERROR_KIND_UNSPECIFIED",
-		1: "ERROR_KIND_NOT_FOUND",
-		2: "ERROR_KIND_CLAIM_CONFLICT",
-		3: "ERROR_KIND_TRANSITION_REJECTED",
-		4: "ERROR_KIND_TERMINAL_STATE_EXIT",
-		5: "ERROR_KIND_INVALID_ARGUMENT",
-		6: "ERROR_KIND_ALREADY_EXISTS",
-		7: "ERROR_KIND_OUTCOME_UNKNOWN",
-		8: "ERROR_KIND_CANCELED",
-		9: "ERROR_KIND_DEADLINE_EXCEEDED",
+		0:  "ERROR_KIND_UNSPECIFIED",
+		1:  "ERROR_KIND_NOT_FOUND",
+		2:  "ERROR_KIND_CLAIM_CONFLICT",
+		3:  "ERROR_KIND_TRANSITION_REJECTED",
+		4:  "ERROR_KIND_TERMINAL_STATE_EXIT",
+		5:  "ERROR_KIND_INVALID_ARGUMENT",
+		6:  "ERROR_KIND_ALREADY_EXISTS",
+		7:  "ERROR_KIND_OUTCOME_UNKNOWN",
+		8:  "ERROR_KIND_CANCELED",
+		9:  "ERROR_KIND_DEADLINE_EXCEEDED",
+		10: "ERROR_KIND_WAITING_ON_BLOCKERS",
 	}
 	ErrorKind_value = map[string]int32{
 		"ERROR_KIND_UNSPECIFIED":         0,
@@ -70,6 +75,7 @@ var (
 		"ERROR_KIND_OUTCOME_UNKNOWN":     7,
 		"ERROR_KIND_CANCELED":            8,
 		"ERROR_KIND_DEADLINE_EXCEEDED":   9,
+		"ERROR_KIND_WAITING_ON_BLOCKERS": 10,
 	}
 )
 
@@ -4384,7 +4390,7 @@ const file_store_proto_rawDesc = "" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\"T\n" +
 	"\vEventsReply\x123\n" +
 	"\x06events\x18\x01 \x03(\v2\x1b.leasekeeper.store.v1.EventR\x06events\x12\x10\n" +
-	"\x03nil\x18\x02 \x01(\bR\x03nil*\xc3\x02\n" +
+	"\x03nil\x18\x02 \x01(\bR\x03nil*\xe7\x02\n" +
 	"\tErrorKind\x12\x1a\n" +
 	"\x16ERROR_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ERROR_KIND_NOT_FOUND\x10\x01\x12\x1d\n" +
@@ -4395,7 +4401,9 @@ const file_store_proto_rawDesc = "" +
 	"\x19ERROR_KIND_ALREADY_EXISTS\x10\x06\x12\x1e\n" +
 	"\x1aERROR_KIND_OUTCOME_UNKNOWN\x10\a\x12\x17\n" +
 	"\x13ERROR_KIND_CANCELED\x10\b\x12 \n" +
-	"\x1cERROR_KIND_DEADLINE_EXCEEDED\x10\t2\x8b\x18\n" +
+	"\x1cERROR_KIND_DEADLINE_EXCEEDED\x10\t\x12\"\n" +
+	"\x1eERROR_KIND_WAITING_ON_BLOCKERS\x10\n" +
+	"2\x8b\x18\n" +
 	"\x05Store\x12M\n" +
 	"\x05Board\x12\".leasekeeper.store.v1.BoardRequest\x1a .leasekeeper.store.v1.BoardReply\x12>\n" +
 	"\x03Now\x12\x1b.leasekeeper.store.v1.Empty\x1a\x1a.leasekeeper.store.v1.Time\x12V\n" +

@@ -55,6 +55,11 @@ func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, bo
 		}
 		switch rec.Claim {
 		case "":
+			// A card waiting on its blockers is not taken by naming it
+			// (DESIGN.md#lifecycle-refusals).
+			if err := s.brd().ClaimBlocked(rec.Card, w.blocker); err != nil {
+				return err
+			}
 			tok, err = s.acquire(w, rec, r.Marker, r.Lease, r.Marker)
 		case r.Marker:
 			// Idempotent re-claim: refresh the lease only. Same epoch, no
@@ -72,6 +77,16 @@ func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, bo
 		return board.Card{}, board.ClaimToken{}, err
 	}
 	return card, tok, nil
+}
+
+// blocker reads a card in the write, for board.Board.ClaimBlocked to word
+// its refusal with.
+func (w *wtx) blocker(id string) (board.Card, error) {
+	rec, err := w.getCard(id)
+	if err != nil {
+		return board.Card{}, err
+	}
+	return rec.Card, nil
 }
 
 // extendLease pushes the lease to until, never backwards. No event. Only

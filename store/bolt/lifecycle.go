@@ -57,6 +57,11 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 		if err := brd.StartRefusal(rec.Card); err != nil {
 			return err
 		}
+		// A card waiting on its blockers is not started by naming it
+		// (DESIGN.md#lifecycle-refusals); Next never picks one.
+		if err := brd.ClaimBlocked(rec.Card, w.blocker); err != nil {
+			return err
+		}
 		recorded, err := recordedRun(w, rec)
 		if err != nil {
 			return err

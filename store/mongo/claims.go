@@ -42,8 +42,18 @@ func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, bo
 	c, _, err := s.mutate(ctx, r.Card, func(c *cardState, clk serverClock) (*change, error) {
 		switch {
 		case c.Claim == "":
+			// A card waiting on its blockers is not taken by naming it
+			// (DESIGN.md#lifecycle-refusals). The state it was judged in
+			// is part of the CAS: a move into waiting_deps in between is
+			// not missed. The board is read only to word a refusal.
+			if c.State == board.StateWaitingDeps {
+				if err := s.freshBoard(ctx).ClaimBlocked(c.Card, s.blocker(ctx)); err != nil {
+					return nil, err
+				}
+			}
 			var ch *change
 			ch, tok = acquireChange(c, clk, r.Marker, r.Lease)
+			ch.cond = append(ch.cond, same(c.raw, "state"))
 			return ch, nil
 		case c.Claim == r.Marker && c.epochSet:
 			// Idempotent re-claim: refresh the lease only, never backwards.
@@ -63,6 +73,12 @@ func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, bo
 		return board.Card{}, board.ClaimToken{}, err
 	}
 	return c.Card, tok, nil
+}
+
+// blocker reads a card, for board.Board.ClaimBlocked to word its refusal
+// with.
+func (s *Store) blocker(ctx context.Context) func(id string) (board.Card, error) {
+	return func(id string) (board.Card, error) { return s.GetCard(ctx, id) }
 }
 
 // ClaimNext claims the oldest unclaimed card in a pool state. Candidates

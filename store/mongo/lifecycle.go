@@ -124,6 +124,11 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest) (b
 		if err := brd.StartRefusal(c.Card); err != nil {
 			return nil, err
 		}
+		// A card waiting on its blockers is not started by naming it
+		// (DESIGN.md#lifecycle-refusals); its state is in the CAS below.
+		if err := brd.ClaimBlocked(c.Card, s.blocker(ctx)); err != nil {
+			return nil, err
+		}
 		recorded := c.recordedRun()
 		if err := board.StartRunRefusal(c.Card, recorded); err != nil {
 			if r.Next {
