@@ -15,20 +15,27 @@ import (
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
 )
 
-// A Start whose first answer was lost is retried with the same run id and
-// answered from what the first attempt wrote. The agent counts the claim
-// from the retry's attempt, so the store's lease must reach at least as
-// far: the agent never vouches for a claim past the lease the store holds.
-func TestRetriedStartIsNotTrustedPastTheStoredLease(t *testing.T) {
-	ctx := context.Background()
+// rig is a lease service over a real bbolt file and a heartbeat, on a
+// manual clock.
+type rig struct {
+	clk *boardtest.ManualClock
+	s   *boltstore.Store
+	hb  *heartbeat.Loop
+	svc *lease.Service
+}
+
+const term = 30 * time.Second
+
+func newRig(t *testing.T, mode heartbeat.Mode) rig {
+	t.Helper()
 	clk := boardtest.NewManualClock(time.Date(2031, 9, 2, 12, 0, 0, 0, time.UTC))
 	s, err := boltstore.Open(filepath.Join(t.TempDir(), "board.db"), boltstore.Options{Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	const term = 30 * time.Second
-	hb, err := heartbeat.New(heartbeat.Config{Store: s, Clock: clk, Lease: func() time.Duration { return term }})
+	hb, err := heartbeat.New(heartbeat.Config{Store: s, Clock: clk, Lease: func() time.Duration { return term },
+		Mode: func() heartbeat.Mode { return mode }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,6 +43,17 @@ func TestRetriedStartIsNotTrustedPastTheStoredLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rig{clk: clk, s: s, hb: hb, svc: svc}
+}
+
+// A Start whose first answer was lost is retried with the same run id and
+// answered from what the first attempt wrote. The agent counts the claim
+// from the retry's attempt, so the store's lease must reach at least as
+// far: the agent never vouches for a claim past the lease the store holds.
+func TestRetriedStartIsNotTrustedPastTheStoredLease(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, heartbeat.ModePID)
+	clk, s, hb, svc := r.clk, r.s, r.hb, r.svc
 	if _, err := s.CreateCard(ctx, board.NewCard{ID: "c1", State: board.StateReady}); err != nil {
 		t.Fatal(err)
 	}
@@ -72,22 +90,8 @@ func TestHolderMayReleaseAClaimTheAgentDisowned(t *testing.T) {
 	for _, how := range []string{"unconfirmed", "boot-sweep", "reused-pid"} {
 		t.Run(how, func(t *testing.T) {
 			ctx := context.Background()
-			clk := boardtest.NewManualClock(time.Date(2031, 9, 2, 12, 0, 0, 0, time.UTC))
-			s, err := boltstore.Open(filepath.Join(t.TempDir(), "board.db"), boltstore.Options{Clock: clk})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			const term = 30 * time.Second
-			hb, err := heartbeat.New(heartbeat.Config{Store: s, Clock: clk, Lease: func() time.Duration { return term },
-				Mode: func() heartbeat.Mode { return heartbeat.ModeKeepalive }})
-			if err != nil {
-				t.Fatal(err)
-			}
-			svc, err := lease.New(lease.Config{Store: s, Claims: hb, Clock: clk, Lease: func() time.Duration { return term }})
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := newRig(t, heartbeat.ModeKeepalive)
+			clk, s, hb, svc := r.clk, r.s, r.hb, r.svc
 			if _, err := s.CreateCard(ctx, board.NewCard{ID: "c1", State: board.StateReady}); err != nil {
 				t.Fatal(err)
 			}
@@ -161,22 +165,8 @@ func TestHolderMayReleaseAClaimTheAgentDisowned(t *testing.T) {
 // gets the very grant the agent holds: one claim, one epoch, one run.
 func TestStartWhoseAnswerWasLostIsAnsweredAgain(t *testing.T) {
 	ctx := context.Background()
-	clk := boardtest.NewManualClock(time.Date(2031, 9, 2, 12, 0, 0, 0, time.UTC))
-	s, err := boltstore.Open(filepath.Join(t.TempDir(), "board.db"), boltstore.Options{Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	const term = 30 * time.Second
-	hb, err := heartbeat.New(heartbeat.Config{Store: s, Clock: clk, Lease: func() time.Duration { return term },
-		Mode: func() heartbeat.Mode { return heartbeat.ModeKeepalive }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := lease.New(lease.Config{Store: s, Claims: hb, Clock: clk, Lease: func() time.Duration { return term }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRig(t, heartbeat.ModeKeepalive)
+	clk, s, hb, svc := r.clk, r.s, r.hb, r.svc
 	for _, id := range []string{"c1", "c2"} {
 		if _, err := s.CreateCard(ctx, board.NewCard{ID: id, State: board.StateReady}); err != nil {
 			t.Fatal(err)
