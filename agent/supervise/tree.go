@@ -257,7 +257,7 @@ func monoNow() int64 {
 // taken off, not added.
 func monoOf(t time.Time) int64 {
 	mono := monoNow()
-	return mono + int64(t.Sub(time.Now()))
+	return mono + int64(time.Until(t))
 }
 
 // timeOfMono converts a CLOCK_MONOTONIC reading to a time.Time with a
