@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 
 	"github.com/leasekeeper/leasekeeper/internal/memfs"
@@ -38,7 +39,18 @@ func checkBoardFS(cfg Config, log *slog.Logger) error {
 	if file == "" {
 		return nil
 	}
-	kind, err := memfs.Of(filepath.Dir(file))
+	// The file it names may be a symlink: judge where the board's bytes
+	// live, the link's target (resolved as far as it exists).
+	where := filepath.Dir(file)
+	if target, err := filepath.EvalSymlinks(file); err == nil {
+		where = filepath.Dir(target)
+	} else if target, err := os.Readlink(file); err == nil {
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(file), target)
+		}
+		where = filepath.Dir(target)
+	}
+	kind, err := memfs.Of(where)
 	if err != nil {
 		log.Warn("cannot tell which file system holds the board file", "board_file", file, "err", err)
 		return nil

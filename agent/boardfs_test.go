@@ -2,12 +2,15 @@ package agent
 
 import (
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/leasekeeper/leasekeeper/internal/agentproc"
 	"github.com/leasekeeper/leasekeeper/internal/memfs"
 )
 
@@ -79,5 +82,35 @@ func TestBoardOnATmpfsIsRefused(t *testing.T) {
 	log := ok.logs.String()
 	if !strings.Contains(log, "level=WARN") || !strings.Contains(log, "is on a tmpfs (store.allow_tmpfs: true)") {
 		t.Errorf("an agent allowed a tmpfs board did not warn:\n%s", log)
+	}
+}
+
+// A board file named through a symlink is judged where its bytes live: a
+// link on a disk to a file on a tmpfs is refused like the file itself,
+// whether the target exists yet or not.
+func TestBoardSymlinkedOntoATmpfsIsRefused(t *testing.T) {
+	t.Parallel()
+	mem := tmpfsDir(t)
+	disk, err := agentproc.DiskTempDir("lk-link")
+	if err != nil {
+		t.Skipf("no directory on a disk to put the link in: %v", err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(disk) })
+	for _, exists := range []bool{false, true} {
+		target := filepath.Join(mem, fmt.Sprintf("board-%v.db", exists))
+		if exists {
+			if err := os.WriteFile(target, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		link := filepath.Join(disk, fmt.Sprintf("board-%v.db", exists))
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+		var cfg Config
+		cfg.Store.Backend, cfg.Store.Path = BackendBolt, link
+		if err := checkBoardFS(cfg, slog.New(slog.DiscardHandler)); !errors.Is(err, ErrConfig) {
+			t.Errorf("board %s linked to %s on a tmpfs (target exists: %v): %v, want refused", link, target, exists, err)
+		}
 	}
 }

@@ -14,7 +14,7 @@ import (
 // a card with open blockers waits, ...). Renaming or deleting one is
 // allowed, but the report says what stops working.
 var wellKnown = map[string]string{
-	board.StateWaitingDeps: "cards created with open blockers will no longer wait, and nothing will be promoted",
+	board.StateWaitingDeps: "cards created with open blockers will no longer wait, nothing will be promoted, and a claim by id will no longer refuse a card whose blockers are open",
 	board.StateFailed:      "the watchdog files failed runs to the state named failed and refuses to run without it",
 	board.StateBlocked:     "the watchdog's run ceiling files to the state named blocked",
 }

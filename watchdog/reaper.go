@@ -62,8 +62,9 @@ type Config struct {
 	// before it declares a run orphaned without a pid proof (hot-reloaded);
 	// nil means one heartbeat interval (lease/3).
 	OrphanGrace func() time.Duration
-	// Enabled is the gate (LEASEKEEPER_REAPER / reaper.enabled,
-	// hot-reloaded). Nil means off, the default of release N (DESIGN.md#release-n).
+	// Enabled is the gate (reaper.enabled, on by default, and the kill
+	// switch LEASEKEEPER_REAPER; hot-reloaded: DESIGN.md#gate). Nil means
+	// off: code that embeds the watchdog states the gate it wants.
 	Enabled func() bool
 	// Fleet selects the MongoDB twin's dispositions: a repark writes the
 	// card back to the first pool state, the run ceiling applies, and the

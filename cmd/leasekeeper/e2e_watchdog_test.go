@@ -205,9 +205,9 @@ func TestE2EReaperReturnsKilledResumableWorkerToThePool(t *testing.T) {
 func TestE2EKilledWorkersCardIsReturnedOutOfTheBox(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "lease: 3s\n") // no reaper key: every reaper.* default
-	for _, kv := range e.Environ() {
+	for _, kv := range e.AgentEnv {
 		if strings.HasPrefix(kv, "LEASEKEEPER_REAPER=") {
-			t.Fatalf("the sandbox's environment sets %s", kv)
+			t.Fatalf("the agent's environment sets %s", kv)
 		}
 	}
 	e.Start()

@@ -108,6 +108,10 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 				}
 				var ch *change
 				ch, tok = acquireChange(c, clk, r.Marker, r.Lease)
+				// The pool state it was judged in is part of the CAS: a
+				// card moved out of the pool in between (into waiting_deps,
+				// or a sink) is read again and passed over.
+				ch.cond = append(ch.cond, same(c.raw, "state"))
 				return ch, nil
 			})
 			if err != nil {

@@ -455,3 +455,52 @@ func TestACreateWhoseCallerGaveUpStillPromotes(t *testing.T) {
 		t.Errorf("D is left in waiting_deps with its only blocker done (CreateCard: %v)", err)
 	}
 }
+
+// An operator moves a free card into waiting_deps between a claim's read
+// and its compare-and-set. The state the claim judged is part of its CAS,
+// so the claim reads the card again: by id it is refused as waiting on its
+// blockers, and Claim next passes it over. Either way nothing is minted on
+// it (DESIGN.md#lifecycle-refusals).
+func TestAClaimDoesNotTakeACardMovedIntoWaitingDepsMidWrite(t *testing.T) {
+	t.Parallel()
+	for _, next := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ById", true: "Next"}[next], func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			a, b, in := interleavedPair(t)
+			if _, err := b.CreateCard(ctx, board.NewCard{ID: "blk", State: board.StateBacklog}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.CreateCard(ctx, board.NewCard{ID: "d", State: board.StateReady, DependsOn: []string{"blk"}}); err != nil {
+				t.Fatal(err)
+			}
+			in.before(func() {
+				if err := b.SetState(ctx, board.Move{Card: "d", To: board.StateWaitingDeps, Actor: "uid:0"}); err != nil {
+					t.Errorf("the operator's move into waiting_deps: %v", err)
+				}
+			})
+			var err error
+			if next {
+				_, _, err = a.ClaimNext(ctx, board.ClaimNextRequest{Marker: interleavedWorker, Lease: 30 * time.Second})
+				if !errors.Is(err, board.ErrNotFound) {
+					t.Errorf("ClaimNext racing a move into waiting_deps = %v, want ErrNotFound (no other card)", err)
+				}
+			} else {
+				_, _, err = a.Claim(ctx, board.ClaimRequest{Card: "d", Marker: interleavedWorker, Lease: 30 * time.Second})
+				if !errors.Is(err, board.ErrWaitingOnBlockers) {
+					t.Errorf("Claim racing a move into waiting_deps = %v, want ErrWaitingOnBlockers", err)
+				}
+			}
+			if in.armed.Load() {
+				t.Fatal("setup: the claim never tried its write")
+			}
+			c, err := b.GetCard(ctx, "d")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Claimed() || c.ClaimEpoch != 0 || c.State != board.StateWaitingDeps {
+				t.Errorf("card after the race: %s, claimed by %q at epoch %d; want waiting_deps, never claimed", c.State, c.Claim, c.ClaimEpoch)
+			}
+		})
+	}
+}
