@@ -3,15 +3,12 @@ package agent
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
-	"github.com/leasekeeper/leasekeeper/board/boardtest"
 	"github.com/leasekeeper/leasekeeper/heartbeat"
 	"github.com/leasekeeper/leasekeeper/pidprobe"
-	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
 	"github.com/leasekeeper/leasekeeper/watchdog"
 )
 
@@ -22,14 +19,8 @@ import (
 // not adopt it.
 func TestBootSweepDoesNotAdoptAClaimItsHolderMayHaveGivenUp(t *testing.T) {
 	ctx := context.Background()
-	host, _ := pidprobe.Hostname()
-	t0 := time.Now()
-	clock := boardtest.NewManualClock(t0)
-	store, err := boltstore.Open(filepath.Join(t.TempDir(), "board.db"), boltstore.Options{Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	host, clock, store := sweepStore(t)
+	t0 := clock.Now()
 	const lease = 30 * time.Second
 	pid := livePID(t)
 	marker := board.WorkerMarker(host, pid)
@@ -79,17 +70,7 @@ func TestBootSweepDoesNotAdoptAClaimItsHolderMayHaveGivenUp(t *testing.T) {
 // run PROCESS_ORPHANED and hand the card on under it.
 func TestBootSweepLeavesAHolderItsLease(t *testing.T) {
 	ctx := context.Background()
-	host, err := pidprobe.Hostname()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t0 := time.Now()
-	clock := boardtest.NewManualClock(t0)
-	store, err := boltstore.Open(filepath.Join(t.TempDir(), "board.db"), boltstore.Options{Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	host, clock, store := sweepStore(t)
 	const lease = 30 * time.Second
 	margin := heartbeat.DefaultMargin(lease)
 	grace := lease / 3

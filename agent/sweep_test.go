@@ -27,6 +27,24 @@ func livePID(t *testing.T) int {
 	return cmd.Process.Pid
 }
 
+// sweepStore opens a bbolt store on a manual clock at now, closed when the
+// test ends, and returns it with this host's name, as the boot sweep's
+// tests all begin.
+func sweepStore(t *testing.T) (string, *boardtest.ManualClock, *boltstore.Store) {
+	t.Helper()
+	host, err := pidprobe.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := boardtest.NewManualClock(time.Now())
+	store, err := boltstore.Open(filepath.Join(t.TempDir(), "board.db"), boltstore.Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	return host, clock, store
+}
+
 // deadPID returns the pid of a real process that has exited and been reaped.
 func deadPID(t *testing.T) int {
 	t.Helper()
@@ -265,17 +283,7 @@ func TestBootSweepKeepaliveAdoptsSelfDeclaredWorkers(t *testing.T) {
 func TestBootSweepDoesNotReviveAClaimWhoseDeadlineHasPassed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	host, err := pidprobe.Hostname()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t0 := time.Now()
-	clock := boardtest.NewManualClock(t0)
-	store, err := boltstore.Open(filepath.Join(t.TempDir(), "board.db"), boltstore.Options{Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
+	host, clock, store := sweepStore(t)
 	const lease = 30 * time.Second
 	margin := heartbeat.DefaultMargin(lease)
 	live := livePID(t)

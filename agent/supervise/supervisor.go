@@ -21,7 +21,7 @@ import (
 //
 //	leasekeeper claim (the claimer: holds the claim, its pid is the marker)
 //	└── leasekeeper <hidden subcommand> (the supervisor: child subreaper)
-//	    ├── leasekeeper <hidden subcommand> --witness (see witness.go)
+//	    ├── lk-signal-witness <hidden subcommand> --witness (see witness.go)
 //	    └── CMD, and everything CMD starts, however it detaches
 //
 // It exists because the claimer cannot clean up after itself when it is
@@ -47,6 +47,8 @@ import (
 //
 // killby carries a CLOCK_MONOTONIC reading (see Child.KillBy): the
 // instant by which CMD's tree must be gone unless a later killby moves it.
+// The first one is in the pipe before the supervisor starts
+// (Launcher.KillBy).
 //
 // End of file on fd 3 means the claimer is gone, whatever killed it: the
 // kernel closes a dead process's descriptors, so no signal, thread or

@@ -60,7 +60,7 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 	// taken before the insert would let a Reopen of a blocker that lists
 	// dependents before the card exists pass it by
 	// (DESIGN.md#reopen-promotion).
-	if _, err := s.blockersComplete(ctx, nc.ID, deps); err != nil {
+	if _, _, err := s.blockers(ctx, nc.ID, deps); err != nil {
 		return board.Card{}, err
 	}
 	state := nc.State
@@ -119,15 +119,9 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 	return c.Card, nil
 }
 
-// blockersComplete checks that every blocker exists (an unknown one is
-// ErrInvalidArgument) and reports whether all are in a completion state.
-func (s *Store) blockersComplete(ctx context.Context, id string, deps []string) (bool, error) {
-	complete, _, err := s.blockers(ctx, id, deps)
-	return complete, err
-}
-
-// blockers reads id's blockers: whether all are complete, and the tokens
-// of the Reopens of them in flight (reopenOnce).
+// blockers reads id's blockers: whether all are in a completion state, and
+// the tokens of the Reopens of them in flight (reopenOnce). A blocker that
+// does not exist is ErrInvalidArgument.
 func (s *Store) blockers(ctx context.Context, id string, deps []string) (complete bool, pending []string, err error) {
 	if len(deps) == 0 {
 		return true, nil, nil
