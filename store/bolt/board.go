@@ -55,8 +55,8 @@ func (s *Store) LoadBoard(ctx context.Context) (board.Board, error) {
 		return board.Board{}, err
 	}
 	var b board.Board
-	err := s.view(func(tx *bolt.Tx) error {
-		raw := tx.Bucket(bucketMeta).Get(keyBoard)
+	err := s.view(func(r *snap) error {
+		raw := r.get(bucketMeta, keyBoard)
 		if raw == nil {
 			return fmt.Errorf("boltstore: no board definition is stored: %w", board.ErrNotFound)
 		}

@@ -7,8 +7,6 @@ import (
 	"slices"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/leasekeeper/leasekeeper/board"
 )
 
@@ -42,10 +40,7 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 			return err
 		}
 		state := s.brd().InitialState(nc.State, s.brd().Complete(blockers))
-		seq, err := w.tx.Bucket(bucketCards).NextSequence()
-		if err != nil {
-			return fmt.Errorf("card %q: creation sequence: %w", nc.ID, err)
-		}
+		seq := w.nextCardSeq()
 		now := s.now()
 		rec := &cardRecord{Seq: seq, Card: board.Card{
 			ID:        nc.ID,
@@ -104,8 +99,8 @@ func (s *Store) GetCard(ctx context.Context, id string) (board.Card, error) {
 		return board.Card{}, err
 	}
 	var out board.Card
-	err := s.view(func(tx *bolt.Tx) error {
-		r, err := readCard(tx, id)
+	err := s.view(func(rd *snap) error {
+		r, err := readCard(rd, id)
 		if err != nil {
 			return err
 		}
@@ -116,13 +111,13 @@ func (s *Store) GetCard(ctx context.Context, id string) (board.Card, error) {
 }
 
 // readCard reads a whole card: its document merged with its claim record.
-func readCard(tx *bolt.Tx, id string) (*cardRecord, error) {
+func readCard(r *snap, id string) (*cardRecord, error) {
 	key := []byte(id)
-	v := tx.Bucket(bucketCards).Get(key)
+	v := r.get(bucketCards, key)
 	if v == nil {
 		return nil, board.NotFound("card", id)
 	}
-	return decodeCard(v, tx.Bucket(bucketClaims).Get(key))
+	return decodeCard(v, r.get(bucketClaims, key))
 }
 
 // ListCards lists cards in creation order from the narrowest index: the
@@ -142,7 +137,7 @@ func (s *Store) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card
 		}
 	}
 	var out []board.Card
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *snap) error {
 		add := func(id string) (bool, error) {
 			r, err := readCard(tx, id)
 			if err != nil {
@@ -156,20 +151,20 @@ func (s *Store) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card
 		}
 		switch {
 		case f.RecoveryOnly:
-			return scanPrefix(tx.Bucket(bucketIdxRecovery), nil, func(k, _ []byte) (bool, error) {
+			return tx.scan(bucketIdxRecovery, nil, func(k, _ []byte) (bool, error) {
 				return add(idFromOrderKey(k))
 			})
 		case f.ClaimedOnly:
-			return scanPrefix(tx.Bucket(bucketIdxClaim), nil, func(k, _ []byte) (bool, error) {
+			return tx.scan(bucketIdxClaim, nil, func(k, _ []byte) (bool, error) {
 				return add(idFromOrderKey(k))
 			})
 		case f.State != "":
 			p := statePrefix(f.State)
-			return scanPrefix(tx.Bucket(bucketIdxState), p, func(k, _ []byte) (bool, error) {
+			return tx.scan(bucketIdxState, p, func(k, _ []byte) (bool, error) {
 				return add(idFromOrderKey(k[len(p):]))
 			})
 		default:
-			return scanPrefix(tx.Bucket(bucketIdxCreated), nil, func(k, _ []byte) (bool, error) {
+			return tx.scan(bucketIdxCreated, nil, func(k, _ []byte) (bool, error) {
 				return add(idFromOrderKey(k))
 			})
 		}
@@ -186,12 +181,12 @@ func (s *Store) Dependents(ctx context.Context, id string) ([]board.Card, error)
 		return nil, err
 	}
 	var recs []*cardRecord
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *snap) error {
 		if _, err := readCard(tx, id); err != nil {
 			return err
 		}
 		p := depPrefix(id)
-		return scanPrefix(tx.Bucket(bucketIdxDeps), p, func(k, _ []byte) (bool, error) {
+		return tx.scan(bucketIdxDeps, p, func(k, _ []byte) (bool, error) {
 			r, err := readCard(tx, string(k[len(p):]))
 			if err != nil {
 				return false, fmt.Errorf("dependency index of %q: %w", id, err)

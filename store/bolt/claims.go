@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/leasekeeper/leasekeeper/board"
 )
 
@@ -511,28 +509,26 @@ func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQ
 		page board.ExpiredPage
 		last []byte
 	)
-	err = s.view(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketIdxLease).Cursor()
-		k, _ := c.Seek(after)
-		if len(after) > 0 && bytes.Equal(k, after) {
-			k, _ = c.Next()
-		}
-		for ; k != nil; k, _ = c.Next() {
+	err = s.view(func(tx *snap) error {
+		return tx.iterate(bucketIdxLease, after, func(k, _ []byte) (bool, error) {
+			if len(after) > 0 && bytes.Equal(k, after) {
+				return true, nil
+			}
 			if bytes.Compare(k[:8], end) > 0 {
-				return nil
+				return false, nil
 			}
 			if q.Limit > 0 && len(page.Cards) == q.Limit {
 				page.Next = hex.EncodeToString(last)
-				return nil
+				return false, nil
 			}
 			r, err := readCard(tx, string(k[8:]))
 			if err != nil {
-				return fmt.Errorf("lease index: %w", err)
+				return false, fmt.Errorf("lease index: %w", err)
 			}
 			page.Cards = append(page.Cards, r.Card)
 			last = bytes.Clone(k)
-		}
-		return nil
+			return true, nil
+		})
 	})
 	if err != nil {
 		return board.ExpiredPage{}, err

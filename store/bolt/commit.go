@@ -12,6 +12,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/leasekeeper/leasekeeper/board"
 )
@@ -75,6 +76,7 @@ type committer struct {
 	queue  []*writeOp
 	closed bool
 	wake   chan struct{}
+	flush  chan chan error // checkpointNow's requests
 	quit   chan struct{}
 	done   chan struct{}
 
@@ -90,9 +92,10 @@ type committer struct {
 
 func (s *Store) startCommitter() {
 	s.c = &committer{
-		wake: make(chan struct{}, 1),
-		quit: make(chan struct{}),
-		done: make(chan struct{}),
+		wake:  make(chan struct{}, 1),
+		flush: make(chan chan error),
+		quit:  make(chan struct{}),
+		done:  make(chan struct{}),
 	}
 	go s.commitLoop()
 }
@@ -103,6 +106,10 @@ func (s *Store) commitLoop() {
 		select {
 		case <-s.c.wake:
 			s.drain()
+			s.maybeFreeze()
+		case reply := <-s.c.flush:
+			s.drain()
+			reply <- s.forceCheckpoint()
 		case <-s.c.quit:
 			// Writes queued before Close still commit: their callers are
 			// waiting for an answer, and "closed" would be a lie about
@@ -168,10 +175,7 @@ func (s *Store) write(ctx context.Context, fn writeFunc) error {
 		s.c.enqueued(len(s.c.queue))
 	}
 	s.c.mu.Unlock()
-	select {
-	case s.c.wake <- struct{}{}:
-	default: // the committer is already due to look at the queue
-	}
+	s.wakeCommitter()
 	select {
 	case <-op.done:
 		return op.err
@@ -184,16 +188,31 @@ func (s *Store) write(ctx context.Context, fn writeFunc) error {
 	}
 }
 
-// writeDirect runs one write in its own transaction (benchmark baselines).
+// wakeCommitter makes the committer look at its queue (and at a due
+// checkpoint) soon.
+func (s *Store) wakeCommitter() {
+	select {
+	case s.c.wake <- struct{}{}:
+	default: // it is already due to look
+	}
+}
+
+// writeDirect runs one write in its own bbolt transaction, bypassing the
+// log (benchmark baselines only: a store in these modes never checkpoints).
 func (s *Store) writeDirect(fn writeFunc, run func(func(*bolt.Tx) error) error, nothing error) error {
 	var opErr error
 	err := run(func(tx *bolt.Tx) error {
-		w := newWtx(tx)
+		w := newWtx(newSnap(tx, nil))
 		opErr = runOp(fn, w)
 		if opErr != nil || w.empty() {
 			return nothing
 		}
-		return w.flush()
+		cs, err := w.changes()
+		if err != nil {
+			opErr = fmt.Errorf("boltstore: write: %w", err)
+			return nothing
+		}
+		return applyToFile(tx, cs)
 	})
 	if opErr != nil {
 		return opErr
@@ -204,68 +223,79 @@ func (s *Store) writeDirect(fn writeFunc, run func(func(*bolt.Tx) error) error, 
 	return nil
 }
 
-// flushError marks the write whose flush failed inside a batch.
-type flushError struct {
-	op  *writeOp
-	err error
-}
-
-func (e *flushError) Error() string { return e.err.Error() }
-
-// commitBatch runs ops in one transaction and sets each op's err.
+// commitBatch runs ops against the newest state, appends their changes to
+// the log as one record, syncs it, and only then publishes them to readers
+// and answers the writers. A write that fails leaves nothing behind: its
+// changes never left its overlay.
 func (s *Store) commitBatch(ops []*writeOp) {
-	wrote := false
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	if err := s.failure(); err != nil {
 		for _, op := range ops {
-			w := newWtx(tx)
-			op.err = runOp(op.fn, w)
-			if op.err != nil || w.empty() {
-				continue
-			}
-			if err := w.flush(); err != nil {
-				return &flushError{op: op, err: err}
-			}
-			wrote = true
-			if s.c.wrote != nil {
-				s.c.wrote(w.buckets())
-			}
+			op.err = err
 		}
-		if !wrote {
-			return errNothingWritten
-		}
-		return nil
-	})
-	var fe *flushError
-	switch {
-	case err == nil, errors.Is(err, errNothingWritten):
 		return
-	case errors.As(err, &fe):
-		// The transaction may hold part of fe.op's flush: it was rolled
-		// back. Retry the others together and the failing write alone, as
-		// bbolt's Batch does, so one bad write cannot fail its neighbours.
-		rest := make([]*writeOp, 0, len(ops)-1)
+	}
+	tx, err := s.db.Begin(false)
+	if err != nil {
 		for _, op := range ops {
-			if op != fe.op {
-				rest = append(rest, op)
-			}
+			op.err = fmt.Errorf("boltstore: commit: %w", err)
 		}
-		if len(rest) > 0 {
-			s.commitBatch(rest)
+		return
+	}
+	defer func() { _ = tx.Rollback() }()
+	cur := s.layers.Load()
+	// The working copy is private until it is published: applying to it in
+	// place is safe, and each write sees the writes before it in the batch.
+	work := *cur.active
+	r := newSnap(tx, &layers{active: &work, frozen: cur.frozen})
+	var (
+		rec    = s.recBuf[:0]
+		wrote  []*writeOp
+		nWrite int
+	)
+	for _, op := range ops {
+		w := newWtx(r)
+		op.err = runOp(op.fn, w)
+		if op.err != nil || w.empty() {
+			continue
 		}
-		if len(ops) == 1 {
-			fe.op.err = fmt.Errorf("boltstore: write: %w", fe.err)
-			return
+		cs, err := w.changes()
+		if err != nil {
+			op.err = fmt.Errorf("boltstore: write: %w", err)
+			continue
 		}
-		s.commitBatch([]*writeOp{fe.op})
-	default:
-		// The commit itself failed (I/O, fsync): nothing of the batch
-		// landed. A write that was already refused keeps its own error.
-		for _, op := range ops {
-			if op.err == nil {
-				op.err = fmt.Errorf("boltstore: commit: %w", err)
-			}
+		work.apply(cs)
+		for _, c := range cs {
+			rec = appendChange(rec, c)
+		}
+		wrote = append(wrote, op)
+		nWrite++
+		if s.c.wrote != nil {
+			s.c.wrote(w.buckets())
 		}
 	}
+	if nWrite == 0 {
+		return
+	}
+	rec = sealRecord(rec)
+	if cap(rec) <= 1<<20 {
+		s.recBuf = rec
+	}
+	idx, err := s.wal.append(rec)
+	if err != nil {
+		// Whether the record reached the disk is unknown, and a failed sync
+		// cannot be retried (the kernel may have dropped the pages it could
+		// not write): the store refuses every write from here on.
+		s.fail(err)
+		for _, op := range wrote {
+			op.err = err
+		}
+		return
+	}
+	s.writes.Add(uint64(nWrite))
+	work.through = idx
+	s.pubMu.Lock()
+	s.layers.Store(&layers{active: &work, frozen: s.layers.Load().frozen})
+	s.pubMu.Unlock()
 }
 
 // runOp runs fn, turning a panic into an error: the overlay is discarded, so
@@ -283,12 +313,13 @@ func runOp(fn writeFunc, w *wtx) (err error) {
 // transaction plus this write's own buffered changes; changes reach the
 // transaction only in flush.
 type wtx struct {
-	tx     *bolt.Tx
-	writes map[string]map[string][]byte // bucket → key → value; nil value deletes
-	events []board.Event
+	r       *snap
+	writes  map[string]map[string][]byte // bucket → key → value; nil value deletes
+	events  []board.Event
+	cardSeq uint64 // the cards bucket's sequence after this write, 0 if unchanged
 }
 
-func newWtx(tx *bolt.Tx) *wtx { return &wtx{tx: tx} }
+func newWtx(r *snap) *wtx { return &wtx{r: r} }
 
 // buckets lists the buckets this write changes, sorted, events included.
 func (w *wtx) buckets() []string {
@@ -303,7 +334,16 @@ func (w *wtx) buckets() []string {
 	return out
 }
 
-func (w *wtx) empty() bool { return len(w.writes) == 0 && len(w.events) == 0 }
+func (w *wtx) empty() bool { return len(w.writes) == 0 && len(w.events) == 0 && w.cardSeq == 0 }
+
+// nextCardSeq allocates the next card creation sequence.
+func (w *wtx) nextCardSeq() uint64 {
+	if w.cardSeq == 0 {
+		w.cardSeq = w.r.sequence(bucketCards)
+	}
+	w.cardSeq++
+	return w.cardSeq
+}
 
 func (w *wtx) get(bucket, key []byte) []byte {
 	if m, ok := w.writes[string(bucket)]; ok {
@@ -311,7 +351,7 @@ func (w *wtx) get(bucket, key []byte) []byte {
 			return v
 		}
 	}
-	return w.tx.Bucket(bucket).Get(key)
+	return w.r.get(bucket, key)
 }
 
 // set buffers one change. The overlay is keyed by string because that is
@@ -360,18 +400,7 @@ func (w *wtx) scan(bucket, prefix []byte, fn func(k, v []byte) (more bool, err e
 	if len(w.writes[string(bucket)]) > 0 {
 		return fmt.Errorf("boltstore: internal error: scan of %s after writing to it", bucket)
 	}
-	return scanPrefix(w.tx.Bucket(bucket), prefix, fn)
-}
-
-func scanPrefix(b *bolt.Bucket, prefix []byte, fn func(k, v []byte) (bool, error)) error {
-	c := b.Cursor()
-	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-		more, err := fn(k, v)
-		if err != nil || !more {
-			return err
-		}
-	}
-	return nil
+	return w.r.scan(bucket, prefix, fn)
 }
 
 // emit queues an event; its seq is assigned at flush, in commit order.
@@ -385,52 +414,59 @@ func (w *wtx) emit(ev board.Event) {
 	w.events = append(w.events, ev)
 }
 
-func (w *wtx) flush() error {
-	for bucket, m := range w.writes {
-		b := w.tx.Bucket([]byte(bucket))
-		// Apply in key order: bbolt inserts into sorted node slices, and a
-		// large batch in map order (a 10,000-claim renewal moves every
-		// lease key to the same new instant) would shift them over and over.
+// changes turns the write's overlay into the physical changes it makes,
+// in a fixed order: buckets in allBuckets order, keys sorted (bbolt inserts
+// into sorted node slices, and a 10,000-claim renewal in map order would
+// shift them over and over), then the events with their sequence numbers,
+// assigned here in commit order. It refuses what bbolt would refuse at the
+// checkpoint, so a bad write fails alone now instead of failing the
+// checkpoint later.
+func (w *wtx) changes() ([]change, error) {
+	var cs []change
+	for bi, name := range allBuckets {
+		m := w.writes[string(name)]
+		if len(m) == 0 {
+			continue
+		}
 		keys := make([]string, 0, len(m))
 		for k := range m {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
-		// One key buffer serves every call: bbolt copies the key it keeps
-		// on Put, and Delete keeps none.
-		var kb []byte
 		for _, k := range keys {
-			kb = append(kb[:0], k...)
-			var err error
-			if v := m[k]; v == nil {
-				err = b.Delete(kb)
-			} else {
-				err = b.Put(kb, v)
+			switch {
+			case k == "":
+				return nil, fmt.Errorf("%s: %w", name, bolterrors.ErrKeyRequired)
+			case len(k) > bolt.MaxKeySize:
+				return nil, fmt.Errorf("%s: key of %d bytes: %w", name, len(k), bolterrors.ErrKeyTooLarge)
 			}
-			if err != nil {
-				return fmt.Errorf("%s %q: %w", bucket, k, err)
+			c := change{kind: changePut, bucket: uint8(bi), key: []byte(k), val: m[k]}
+			if c.val == nil {
+				c.kind = changeDelete
+			} else if len(c.val) > bolt.MaxValueSize {
+				return nil, fmt.Errorf("%s %q: %w", name, k, bolterrors.ErrValueTooLarge)
 			}
+			cs = append(cs, c)
 		}
+	}
+	if w.cardSeq != 0 {
+		cs = append(cs, change{kind: changeSeq, bucket: bucketIndex(bucketCards), seq: w.cardSeq})
 	}
 	if len(w.events) == 0 {
-		return nil
+		return cs, nil
 	}
-	eb := w.tx.Bucket(bucketEvents)
+	eb := bucketIndex(bucketEvents)
+	seq := w.r.sequence(bucketEvents)
 	for _, ev := range w.events {
-		seq, err := eb.NextSequence()
-		if err != nil {
-			return fmt.Errorf("event sequence: %w", err)
-		}
+		seq++
 		ev.Seq = int64(seq)
 		v, err := json.Marshal(ev)
 		if err != nil {
-			return fmt.Errorf("encode event: %w", err)
+			return nil, fmt.Errorf("encode event: %w", err)
 		}
-		if err := eb.Put(seqKey(seq), v); err != nil {
-			return fmt.Errorf("append event %d: %w", seq, err)
-		}
+		cs = append(cs, change{kind: changePut, bucket: eb, key: seqKey(seq), val: v})
 	}
-	return nil
+	return append(cs, change{kind: changeSeq, bucket: eb, seq: seq}), nil
 }
 
 // getCard reads a whole card through the overlay: its document and its

@@ -54,10 +54,13 @@ func openTest(t testing.TB) (*Store, *fakeClock, string) {
 func dump(t *testing.T, s *Store) string {
 	t.Helper()
 	var buf bytes.Buffer
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := settled(t, s).View(func(tx *bolt.Tx) error {
 		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
 			fmt.Fprintf(&buf, "[%s seq=%d]\n", name, b.Sequence())
 			return b.ForEach(func(k, v []byte) error {
+				if walBookkeeping(name, k) {
+					return nil
+				}
 				fmt.Fprintf(&buf, "%q=%q\n", k, v)
 				return nil
 			})
@@ -74,7 +77,7 @@ func dump(t *testing.T, s *Store) string {
 // also refuses a claim record whose card does not exist.
 func checkIndexes(t *testing.T, s *Store) {
 	t.Helper()
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := settled(t, s).View(func(tx *bolt.Tx) error {
 		want := map[string]map[string]string{}
 		for _, b := range indexBuckets {
 			want[string(b)] = map[string]string{}
@@ -141,7 +144,7 @@ func checkIndexes(t *testing.T, s *Store) {
 func allCards(t *testing.T, s *Store) []*cardRecord {
 	t.Helper()
 	var out []*cardRecord
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := settled(t, s).View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketCards).ForEach(func(k, v []byte) error {
 			r, err := decodeCard(v, tx.Bucket(bucketClaims).Get(k))
 			out = append(out, r)
@@ -181,4 +184,25 @@ func ids(cs []board.Card) []string {
 		out[i] = c.ID
 	}
 	return out
+}
+
+// settled writes everything the store acknowledged into the bbolt file and
+// returns the file, for a test that reads it directly.
+func settled(t testing.TB, s *Store) *bolt.DB {
+	t.Helper()
+	if s.c == nil {
+		return s.db // a raw file, no store around it
+	}
+	if err := s.checkpointNow(); err != nil {
+		t.Fatalf("checkpoint: %v", err)
+	}
+	return s.db
+}
+
+// walBookkeeping says whether a key of the file is the log's bookkeeping
+// (which checkpoint it holds through, whether it was closed cleanly, which
+// log it pairs with) rather than board data a verb writes.
+func walBookkeeping(bucket, key []byte) bool {
+	return bytes.Equal(bucket, bucketMeta) &&
+		(bytes.Equal(key, keyWALApplied) || bytes.Equal(key, keyWALClean) || bytes.Equal(key, keyWALID))
 }

@@ -152,10 +152,13 @@ func touched(s *Store) func() [][]string {
 func bucketDump(t *testing.T, s *Store) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := settled(t, s).View(func(tx *bolt.Tx) error {
 		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
 			var buf strings.Builder
 			err := b.ForEach(func(k, v []byte) error {
+				if walBookkeeping(name, k) {
+					return nil
+				}
 				buf.WriteString(string(k) + "=" + string(v) + "\n")
 				return nil
 			})

@@ -33,7 +33,12 @@ func migrate(tx *bolt.Tx, from int) error {
 var migrations = map[int]func(*bolt.Tx) error{
 	1: migrate1to2,
 	2: migrate2to3,
+	3: migrate3to4,
 }
+
+// migrate3to4 changes no data: a version 4 file has a write-ahead log
+// beside it, which Open creates (openLog) once the file is stamped.
+func migrate3to4(*bolt.Tx) error { return nil }
 
 // v1CardRecord is a card as schema version 1 stored it: one JSON document
 // with the claim family inline.

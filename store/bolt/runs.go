@@ -7,8 +7,6 @@ import (
 	"slices"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/leasekeeper/leasekeeper/board"
 )
 
@@ -186,8 +184,8 @@ func (s *Store) GetRun(ctx context.Context, id string) (board.Run, error) {
 		return board.Run{}, err
 	}
 	var out board.Run
-	err := s.view(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketRuns).Get([]byte(id))
+	err := s.view(func(tx *snap) error {
+		v := tx.get(bucketRuns, []byte(id))
 		if v == nil {
 			return board.NotFound("run", id)
 		}
@@ -214,19 +212,15 @@ func (s *Store) Events(ctx context.Context, after int64, limit int) ([]board.Eve
 		return nil, err
 	}
 	var out []board.Event
-	err := s.view(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketEvents).Cursor()
-		for k, v := c.Seek(seqKey(uint64(after) + 1)); k != nil; k, v = c.Next() {
+	err := s.view(func(tx *snap) error {
+		return tx.iterate(bucketEvents, seqKey(uint64(after)+1), func(k, v []byte) (bool, error) {
 			var ev board.Event
 			if err := json.Unmarshal(v, &ev); err != nil {
-				return fmt.Errorf("decode event %x: %w", k, err)
+				return false, fmt.Errorf("decode event %x: %w", k, err)
 			}
 			out = append(out, ev)
-			if limit > 0 && len(out) >= limit {
-				return nil
-			}
-		}
-		return nil
+			return limit <= 0 || len(out) < limit, nil
+		})
 	})
 	return out, err
 }

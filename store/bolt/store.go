@@ -24,7 +24,10 @@ import (
 // Version 1 kept the claim family inside each card's JSON document.
 // Version 2 keeps it in the claims bucket as a fixed-layout record.
 // Version 3 adds idx_recovery, the index of cards held by a recovery claim.
-const SchemaVersion = 3
+// Version 4 keeps a write-ahead log beside the file (wal.go): the file alone
+// may lack acknowledged writes, so a binary that does not know the log must
+// not open it.
+const SchemaVersion = 4
 
 var keySchema = []byte("schema_version")
 
@@ -72,6 +75,22 @@ type Store struct {
 	clock board.Clock
 	mode  commitMode
 	c     *committer
+	ck    *checkpointer
+	wal   *walLog
+
+	// layers are the memtables readers put over the file (memtable.go).
+	// Readers load it; the committer and the checkpointer swap it under
+	// pubMu so neither loses the other's change.
+	layers atomic.Pointer[layers]
+	pubMu  sync.Mutex
+	// failed holds the error that stopped writes (a failed log append or
+	// checkpoint), nil while writes are accepted.
+	failed atomic.Pointer[error]
+	recBuf []byte // the committer's record buffer, reused
+
+	writes      atomic.Uint64 // writes made durable through the log
+	checkpoints atomic.Uint64
+	replayed    uint64 // log records applied at Open
 
 	closeOnce sync.Once
 	closeErr  error
@@ -79,9 +98,14 @@ type Store struct {
 
 var _ board.Store = (*Store)(nil)
 
-// Open opens (creating if needed) the store file at path. Commits are
-// durable: every write is fsynced before it returns.
+// Open opens (creating if needed) the store file at path and its
+// write-ahead log, path+WALSuffix, applying the log records the file lacks.
+// Writes are durable: each is synced to the log before it returns.
 func Open(path string, opts Options) (*Store, error) {
+	return open(path, opts, nil)
+}
+
+func open(path string, opts Options, vfs walVFS) (*Store, error) {
 	if path == "" {
 		return nil, board.Invalid("boltstore: empty store path")
 	}
@@ -117,14 +141,21 @@ func Open(path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("boltstore: open %q: %w", path, err)
 	}
+	s := &Store{db: db, path: path, clock: clock}
+	s.layers.Store(&layers{active: &memtable{}})
+	if err := s.openLog(vfs); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	var stored board.Board
 	if err := db.Update(func(tx *bolt.Tx) (err error) { stored, err = loadOrSeedBoard(tx, b); return err }); err != nil {
+		_ = s.wal.close()
 		_ = db.Close()
 		return nil, fmt.Errorf("boltstore: open %q: %w", path, err)
 	}
-	s := &Store{db: db, path: path, clock: clock}
 	s.def.Store(&stored)
 	s.startCommitter()
+	s.startCheckpointer()
 	return s, nil
 }
 
@@ -252,15 +283,18 @@ func (s *Store) Close() error {
 		s.c.mu.Unlock()
 		close(s.c.quit)
 		<-s.c.done
-		s.closeErr = s.db.Close()
+		close(s.ck.quit)
+		<-s.ck.done
+		s.closeErr = errors.Join(s.closeLog(), s.db.Close())
 	})
 	return s.closeErr
 }
 
 // view runs a read-only transaction, refusing a closed store with ErrClosed
 // rather than bbolt's generic error.
-func (s *Store) view(fn func(tx *bolt.Tx) error) error {
-	err := s.db.View(fn)
+func (s *Store) view(fn func(r *snap) error) error {
+	l := s.layers.Load() // before the transaction begins (memtable.go)
+	err := s.db.View(func(tx *bolt.Tx) error { return fn(newSnap(tx, l)) })
 	if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
 		return ErrClosed
 	}
