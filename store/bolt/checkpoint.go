@@ -36,8 +36,11 @@ type checkpointer struct {
 	// (checkpointNow); the checkpointer broadcasts after each one.
 	mu   sync.Mutex
 	cond *sync.Cond
-	// after, if set, runs after each checkpoint (tests).
-	after func(through uint64)
+	// Test hooks, nil in production: committed runs once a checkpoint's
+	// bbolt transaction is durable and before its log records are dropped;
+	// after runs once the checkpoint is over.
+	committed func(through uint64)
+	after     func(through uint64)
 }
 
 func (s *Store) startCheckpointer() {
@@ -155,6 +158,9 @@ func (s *Store) checkpoint(m *memtable) {
 		// holds is unknown, so nothing more is written (see commitBatch).
 		s.fail(fmt.Errorf("boltstore: checkpoint of log records through %d into %q: %w", m.through, s.path, err))
 		return
+	}
+	if s.ck.committed != nil {
+		s.ck.committed(m.through)
 	}
 	s.pubMu.Lock()
 	s.layers.Store(&layers{active: s.layers.Load().active})
