@@ -92,6 +92,7 @@ XDG_RUNTIME_DIR is unset).
 		newUICmd(env),         // ui.go
 		newCompletionCmd(env), // completion.go
 		newPluginCmd(env),
+		newStoreCmd(), // store.go
 		newSupervisorCmd(),
 		newVersionCmd(env), // version.go
 		newManCmd(),        // man.go

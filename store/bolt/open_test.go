@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(holdLockEnv); path != "" {
 		os.Exit(holdLock(path))
 	}
+	if path := os.Getenv(crashWriterEnv); path != "" {
+		os.Exit(crashWriter(path))
+	}
 	os.Exit(m.Run())
 }
 

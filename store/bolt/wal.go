@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"os"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -63,7 +64,7 @@ var ErrWALDamaged = errors.New("boltstore: write-ahead log is damaged")
 // walDamagedHelp is what to do about a damaged or missing log.
 const walDamagedHelp = "it holds acknowledged writes the board file lacks, so the agent will not start without it. " +
 	"Stop the agent's workers, then restore the board file and its .wal directory together from one backup, " +
-	"or accept losing those writes with `leasekeeper store discard-wal` (epochs granted since the last checkpoint may be granted again; see the operator's guide)"
+	"or accept losing those writes with `leasekeeper store discard-wal FILE --yes` (epochs granted since the last checkpoint may be granted again; see the operator's guide)"
 
 // walLog is the store's write-ahead log.
 type walLog struct {
@@ -501,4 +502,48 @@ func (s *Store) failure() error {
 		return fmt.Errorf("boltstore: writes stopped after an I/O failure; restart the agent (the log holds every acknowledged write): %w", *p)
 	}
 	return nil
+}
+
+// DiscardWAL moves the write-ahead log of the board file at path aside and
+// marks the file as holding everything, so the next Open starts a new log
+// from the file alone. It is the operator's way out of a damaged or lost
+// log, and it loses what the log held beyond the last checkpoint: a claim
+// granted since then may be granted again at the same epoch, so every
+// worker must be stopped first. It takes the file's lock (the agent must be
+// stopped) and returns where the log was moved, "" if there was none.
+func DiscardWAL(path string, lockTimeout time.Duration) (string, error) {
+	if lockTimeout <= 0 {
+		lockTimeout = DefaultLockTimeout
+	}
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("boltstore: %w", err)
+	}
+	db, err := openChecked(path, lockTimeout)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	if err := db.View(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if meta == nil || meta.Get(keySchema) == nil {
+			return fmt.Errorf("%w: %q has no schema stamp; it was not written by leasekeeper", ErrSchema, path)
+		}
+		return nil
+	}); err != nil {
+		return "", err
+	}
+	dir := path + WALSuffix
+	moved := ""
+	if _, err := os.Stat(dir); err == nil {
+		moved = dir + ".discarded-" + time.Now().UTC().Format("20060102T150405Z")
+		if err := os.Rename(dir, moved); err != nil {
+			return "", fmt.Errorf("boltstore: moving the write-ahead log aside: %w", err)
+		}
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put(keyWALClean, []byte{1})
+	}); err != nil {
+		return moved, fmt.Errorf("boltstore: marking %q: %w", path, err)
+	}
+	return moved, nil
 }
