@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"sync"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/apitype"
@@ -86,6 +87,7 @@ take no CPU from the variants measured beside it.`)
 			if err != nil {
 				return fmt.Errorf("%s: %w", d.name, err)
 			}
+			v.stop = sync.OnceFunc(v.stop)
 			defer v.stop()
 			cursors[i] = &lifeCursor{v: v}
 			// Warm up, and learn the rate that sizes the first count.
@@ -132,6 +134,18 @@ take no CPU from the variants measured beside it.`)
 		judge(lifeRiverTune, 5, "River tuned (SQLite)")
 		if pg != nil {
 			judge(lifePGTune, 5, "River tuned (PostgreSQL)")
+		}
+		for i, d := range drivers {
+			v := cursors[i].v
+			if v.walStats == nil {
+				continue
+			}
+			v.stop()
+			st, err := v.walStats()
+			if err != nil {
+				return fmt.Errorf("%s: log counters: %w", d.name, err)
+			}
+			sec.notef("%d workers, %s: %s over the variant's whole run (warm-up and card preparation included).", workers, d.name, perSync(st))
 		}
 		m, lo, hi := over(sf, rows[lifeShippedFG])
 		sec.notef("%d workers: Start + Finish does %s× (%s–%s) the lifecycles of the fine-grained verbs, both as shipped.", workers, num(m), num(lo), num(hi))
@@ -210,7 +224,12 @@ func setupLifeStartFinish(start func(context.Context, string, time.Duration) (*a
 			}
 			return nil
 		}
-		return &lifeVariant{prepare: prepare, life: life, stop: a.stop}, nil
+		v := &lifeVariant{prepare: prepare, life: life, stop: a.stop, walStats: storeWALStats(a.store)}
+		if _, ok := a.store.(*boltstore.Store); !ok {
+			file := filepath.Join(dir, "board.db")
+			v.walStats = func() (boltstore.Stats, error) { return readWALStats(file) }
+		}
+		return v, nil
 	}
 }
 
@@ -274,5 +293,5 @@ func setupLifeStore(ctx context.Context, dir string, _ int) (*lifeVariant, error
 		}
 		return nil
 	}
-	return &lifeVariant{prepare: prepare, life: life, stop: func() { st.Close() }}, nil
+	return &lifeVariant{prepare: prepare, life: life, stop: func() { st.Close() }, walStats: storeWALStats(st)}, nil
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
 )
 
 // lifeVariant is one way of living a card's whole life (claim, run,
@@ -24,6 +26,9 @@ type lifeVariant struct {
 	// variants beside it are.
 	resume, pause func(ctx context.Context) error
 	stop          func()
+	// walStats, when set, reads the bbolt store's log counters; it is
+	// called after stop (a plugin child leaves them when it exits).
+	walStats func() (boltstore.Stats, error)
 }
 
 // lifeDriver sets a variant up on its own store.

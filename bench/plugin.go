@@ -23,9 +23,17 @@ func pluginMain(args []string) int {
 		return 2
 	}
 	serveProfileSignals(args[0])
+	var st *boltstore.Store
 	err := plugins.Serve(func(context.Context) (board.Store, error) {
-		return boltstore.Open(args[0], boltstore.Options{})
+		s, err := boltstore.Open(args[0], boltstore.Options{})
+		st = s
+		return s, err
 	})
+	if st != nil {
+		if err := writeWALStats(args[0], st.Stats()); err != nil {
+			fmt.Fprintln(os.Stderr, "bench plugin:", err)
+		}
+	}
 	if err != nil {
 		return 1
 	}

@@ -210,3 +210,18 @@ func writeMemtable(tx *bolt.Tx, m *memtable) error {
 	}
 	return putApplied(tx, m.through)
 }
+
+// Stats counts what the store's log has done since Open.
+type Stats struct {
+	// Writes is the number of writes made durable through the log, Syncs
+	// the number of log appends (one fdatasync each) that carried them:
+	// Writes/Syncs is the group commit's writes per fsync.
+	Writes, Syncs uint64
+	// Checkpoints is the number of memtables written into the file.
+	Checkpoints uint64
+}
+
+// Stats returns the log's counters.
+func (s *Store) Stats() Stats {
+	return Stats{Writes: s.writes.Load(), Syncs: s.wal.syncs.Load(), Checkpoints: s.checkpoints.Load()}
+}
