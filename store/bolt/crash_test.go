@@ -185,3 +185,25 @@ func TestADamagedLogIsMovedAsideByDiscardWAL(t *testing.T) {
 	}
 	_ = s.Close()
 }
+
+// TestAnEmptyLogWithAnIdIsAdopted: an open that named its new log and
+// stopped before stamping the board file leaves an empty log with an id;
+// the next open adopts it instead of calling it another board's.
+func TestAnEmptyLogWithAnIdIsAdopted(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "board.db")
+	l, err := openWAL(path+WALSuffix, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.w.Set(keyWALID, []byte("0123456789abcdef")); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatalf("Open beside an empty log with an id: %v", err)
+	}
+	_ = s.Close()
+}

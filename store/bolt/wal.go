@@ -403,17 +403,21 @@ func (s *Store) openLog(vfs walVFS) error {
 	case fileID == nil:
 		// The file has never had a log: a new board, or one written before
 		// the log existed (schema 3 and older, just migrated).
-		if logID != nil || last > 0 {
+		if last > 0 {
 			return refuse(fmt.Errorf("%w: %q holds records but %q has never had a log: it belongs to another board file; move it aside", ErrWALDamaged, dir, s.path))
 		}
-		id := make([]byte, 16)
-		if _, err := rand.Read(id); err != nil {
-			return refuse(err)
+		// An empty log that already has an id was made by an open that
+		// stopped before it stamped the file: adopt it.
+		if fileID = logID; fileID == nil {
+			id := make([]byte, 16)
+			if _, err := rand.Read(id); err != nil {
+				return refuse(err)
+			}
+			if err := l.w.Set(keyWALID, id); err != nil {
+				return refuse(fmt.Errorf("boltstore: write-ahead log %q: %w", dir, err))
+			}
+			fileID = id
 		}
-		if err := l.w.Set(keyWALID, id); err != nil {
-			return refuse(fmt.Errorf("boltstore: write-ahead log %q: %w", dir, err))
-		}
-		fileID = id
 	case logID == nil:
 		// The log is new or empty while the file has had one: it was
 		// deleted or replaced. That is safe only if the file held all of it.
