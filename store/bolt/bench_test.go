@@ -157,3 +157,46 @@ func benchRenewClaims(b *testing.B, n int) {
 	}
 	b.ReportMetric(float64(n), "claims/op")
 }
+
+// BenchmarkStartFinish measures a card's lifecycle through the store's two
+// lifecycle verbs, Start and Finish, from 8 concurrent writers on a real
+// file: the store's share of the bench command's lifecycle scenario.
+//
+//	go test -run '^$' -bench StartFinish -benchmem ./store/bolt/
+func BenchmarkStartFinish(b *testing.B) {
+	s, err := Open(filepath.Join(b.TempDir(), "bench.db"), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := b.Context()
+	var made atomic.Int64
+	procs := runtime.GOMAXPROCS(0)
+	b.SetParallelism(max(1, 8/procs))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			b.StopTimer()
+			id := fmt.Sprintf("life-%d", made.Add(1))
+			_, err := s.CreateCard(ctx, board.NewCard{ID: id, State: board.StateReady})
+			b.StartTimer()
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			st, err := s.Start(ctx, board.StartRequest{Card: id, Marker: board.WorkerMarker("bench", 1000), Lease: lease, Run: board.Run{ID: id + "-1"}})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if _, err := s.Finish(ctx, board.FinishRequest{Card: id, Token: st.Token, RunID: st.Run.ID, Status: board.RunFinished}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "lifecycles/s")
+	st := s.Stats()
+	b.ReportMetric(float64(st.Writes)/float64(max(1, st.Syncs)), "writes/fsync")
+}

@@ -105,6 +105,7 @@ func (s *Store) maybeFreeze() {
 // freeze hands cur's active memtable to the checkpointer; only the
 // committer calls it, while no checkpoint runs.
 func (s *Store) freeze(cur *layers) {
+	s.work = &memtable{}
 	s.pubMu.Lock()
 	s.layers.Store(&layers{active: &memtable{}, frozen: cur.active})
 	s.pubMu.Unlock()
@@ -177,25 +178,29 @@ func (s *Store) checkpoint(m *memtable) {
 // writeMemtable applies a memtable to a bbolt write transaction, bucket by
 // bucket in key order, and stamps the log index it holds through.
 func writeMemtable(tx *bolt.Tx, m *memtable) error {
-	for bi, mp := range m.maps {
-		if mp == nil {
+	for bi, t := range m.maps {
+		if t == nil {
 			continue
 		}
 		b := tx.Bucket(allBuckets[bi])
-		it := mp.Iterator()
-		var kb []byte
-		for !it.Done() {
-			k, v, _ := it.Next()
-			kb = append(kb[:0], k...)
-			var err error
-			if v == nil {
+		var (
+			kb  []byte
+			err error
+		)
+		t.Scan(func(e entry) bool {
+			kb = append(kb[:0], e.k...)
+			if e.v == nil {
 				err = b.Delete(kb)
 			} else {
-				err = b.Put(kb, v)
+				err = b.Put(kb, e.v)
 			}
 			if err != nil {
-				return fmt.Errorf("%s %q: %w", allBuckets[bi], k, err)
+				err = fmt.Errorf("%s %q: %w", allBuckets[bi], e.k, err)
 			}
+			return err == nil
+		})
+		if err != nil {
+			return err
 		}
 	}
 	for bi, ok := range m.hasSeq {

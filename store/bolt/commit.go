@@ -243,10 +243,11 @@ func (s *Store) commitBatch(ops []*writeOp) {
 	}
 	defer func() { _ = tx.Rollback() }()
 	cur := s.layers.Load()
-	// The working copy is private until it is published: applying to it in
-	// place is safe, and each write sees the writes before it in the batch.
-	work := *cur.active
-	r := newSnap(tx, &layers{active: &work, frozen: cur.frozen})
+	// The working copy is the committer's own: each write sees the writes
+	// before it in the batch, and readers see none of them until the
+	// batch is durable and a snapshot of it is published.
+	work := s.work
+	r := newSnap(tx, &layers{active: work, frozen: cur.frozen})
 	var (
 		rec    = s.recBuf[:0]
 		wrote  []*writeOp
@@ -293,8 +294,9 @@ func (s *Store) commitBatch(ops []*writeOp) {
 	}
 	s.writes.Add(uint64(nWrite))
 	work.through = idx
+	pub := work.snapshot()
 	s.pubMu.Lock()
-	s.layers.Store(&layers{active: &work, frozen: s.layers.Load().frozen})
+	s.layers.Store(&layers{active: pub, frozen: s.layers.Load().frozen})
 	s.pubMu.Unlock()
 }
 

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"fmt"
 
-	"github.com/benbjohnson/immutable"
+	"github.com/tidwall/btree"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -30,10 +30,16 @@ import (
 // a file from before a checkpoint with the layers from after it, and miss
 // the checkpointed changes.
 
-// memtable is one immutable layer of changes. A nil value in a map is a
-// deletion that hides whatever lies below.
+// memtable is one layer of changes: a B-tree per bucket (tidwall/btree,
+// copy-on-write). A nil value is a deletion that hides whatever lies below.
+//
+// The committer owns one mutable memtable, its working copy, and applies
+// each batch to it in place. Once the batch is durable it publishes a
+// snapshot: copying a tree is O(1), and the working copy then copies a node
+// the first time a later batch writes to it, so a published snapshot never
+// changes and readers need no lock.
 type memtable struct {
-	maps [numBuckets]*immutable.SortedMap[string, []byte]
+	maps [numBuckets]*btree.BTreeG[entry]
 	// seqs holds bucket sequences set here; hasSeq says which.
 	seqs   [numBuckets]uint64
 	hasSeq [numBuckets]bool
@@ -43,14 +49,21 @@ type memtable struct {
 	changes int
 }
 
+type entry struct {
+	k string
+	v []byte
+}
+
+func entryLess(a, b entry) bool { return a.k < b.k }
+
 // layers is what a reader pairs with its bbolt transaction.
 type layers struct {
 	active *memtable // never nil
 	frozen *memtable // nil unless a checkpoint is running
 }
 
-// apply applies changes in place to a memtable no reader has seen yet (the
-// committer's working copy is a fresh value per batch, see snap.apply).
+// apply applies changes in place; only the committer's working copy is
+// ever changed.
 func (m *memtable) apply(cs []change) {
 	for _, c := range cs {
 		m.changes++
@@ -59,13 +72,25 @@ func (m *memtable) apply(cs []change) {
 			m.seqs[c.bucket] = c.seq
 			m.hasSeq[c.bucket] = true
 		default:
-			mp := m.maps[c.bucket]
-			if mp == nil {
-				mp = immutable.NewSortedMap[string, []byte](nil)
+			t := m.maps[c.bucket]
+			if t == nil {
+				t = btree.NewBTreeGOptions(entryLess, btree.Options{NoLocks: true})
+				m.maps[c.bucket] = t
 			}
-			m.maps[c.bucket] = mp.Set(string(c.key), c.val)
+			t.Set(entry{k: string(c.key), v: c.val})
 		}
 	}
+}
+
+// snapshot returns an unchanging copy of m for readers.
+func (m *memtable) snapshot() *memtable {
+	n := *m
+	for i, t := range m.maps {
+		if t != nil {
+			n.maps[i] = t.Copy()
+		}
+	}
+	return &n
 }
 
 // snap is a consistent read view: a bbolt transaction under memtable
@@ -92,9 +117,9 @@ func newSnap(tx *bolt.Tx, l *layers) *snap {
 func (s *snap) get(bucket, key []byte) []byte {
 	bi := bucketIndex(bucket)
 	for _, m := range s.mem {
-		if mp := m.maps[bi]; mp != nil {
-			if v, ok := mp.Get(string(key)); ok {
-				return v
+		if t := m.maps[bi]; t != nil {
+			if e, ok := t.Get(entry{k: string(key)}); ok {
+				return e.v
 			}
 		}
 	}
@@ -124,14 +149,17 @@ func (s *snap) scan(bucket, prefix []byte, fn func(k, v []byte) (more bool, err 
 
 // memCursor is one memtable's position in a merged walk.
 type memCursor struct {
-	it  *immutable.SortedMapIterator[string, []byte]
-	k   string
-	v   []byte
+	it  btree.IterG[entry]
+	e   entry
 	ok  bool
 	buf []byte
 }
 
-func (c *memCursor) next() { c.k, c.v, c.ok = c.it.Next() }
+func (c *memCursor) next() {
+	if c.ok = c.it.Next(); c.ok {
+		c.e = c.it.Item()
+	}
+}
 
 // iterate walks the keys of bucket from from onwards, in order, merging the
 // layers over the file: for a key in several, the newest wins, and a
@@ -139,11 +167,17 @@ func (c *memCursor) next() { c.k, c.v, c.ok = c.it.Next() }
 func (s *snap) iterate(bucket, from []byte, fn func(k, v []byte) (more bool, err error)) error {
 	bi := bucketIndex(bucket)
 	var mcs []*memCursor
+	defer func() {
+		for _, c := range mcs {
+			c.it.Release()
+		}
+	}()
 	for _, m := range s.mem {
-		if mp := m.maps[bi]; mp != nil && mp.Len() > 0 {
-			c := &memCursor{it: mp.Iterator()}
-			c.it.Seek(string(from))
-			c.next()
+		if t := m.maps[bi]; t != nil && t.Len() > 0 {
+			c := &memCursor{it: t.Iter()}
+			if c.ok = c.it.Seek(entry{k: string(from)}); c.ok {
+				c.e = c.it.Item()
+			}
 			mcs = append(mcs, c)
 		}
 	}
@@ -158,11 +192,11 @@ func (s *snap) iterate(bucket, from []byte, fn func(k, v []byte) (more bool, err
 		// The smallest memtable key; on a tie the newest layer (first) wins.
 		var top *memCursor
 		for _, c := range mcs {
-			if c.ok && (top == nil || c.k < top.k) {
+			if c.ok && (top == nil || c.e.k < top.e.k) {
 				top = c
 			}
 		}
-		if top == nil || (fk != nil && string(fk) < top.k) {
+		if top == nil || (fk != nil && string(fk) < top.e.k) {
 			if fk == nil {
 				return nil
 			}
@@ -173,11 +207,11 @@ func (s *snap) iterate(bucket, from []byte, fn func(k, v []byte) (more bool, err
 			fk, fv = fc.Next()
 			continue
 		}
-		key, val := top.k, top.v
+		key, val := top.e.k, top.e.v
 		top.buf = append(top.buf[:0], key...)
 		kb := top.buf
 		for _, c := range mcs {
-			if c.ok && c.k == key {
+			if c.ok && c.e.k == key {
 				c.next()
 			}
 		}

@@ -83,6 +83,9 @@ type Store struct {
 	// pubMu so neither loses the other's change.
 	layers atomic.Pointer[layers]
 	pubMu  sync.Mutex
+	// work is the committer's working memtable: the published active one
+	// plus, during a batch, the batch's changes (commitBatch).
+	work *memtable
 	// failed holds the error that stopped writes (a failed log append or
 	// checkpoint), nil while writes are accepted.
 	failed atomic.Pointer[error]
@@ -142,6 +145,7 @@ func open(path string, opts Options, vfs walVFS) (*Store, error) {
 		return nil, fmt.Errorf("boltstore: open %q: %w", path, err)
 	}
 	s := &Store{db: db, path: path, clock: clock}
+	s.work = &memtable{}
 	s.layers.Store(&layers{active: &memtable{}})
 	if err := s.openLog(vfs); err != nil {
 		_ = db.Close()
