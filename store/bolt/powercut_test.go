@@ -23,7 +23,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/board"
 )
 
-// The power-cut model (DESIGN.md#wal): every write a caller heard succeed
+// The power-cut model (see wal.go): every write a caller heard succeed
 // survives a cut at any moment, and the store that opens after it is whole.
 //
 // The log's segment files live in cutFS, an in-memory raft-wal VFS that
