@@ -36,7 +36,7 @@ import (
 
 var (
 	crashSeedFlag  = flag.Uint64("crash.seed", 0, "seed of the crash test's schedule and workers (0: time-based); a run prints its seed")
-	crashKillsFlag = flag.Int("crash.kills", 0, "how many kill -9s the crash test makes (0: 8, 4 with -short)")
+	crashKillsFlag = flag.Int("crash.kills", 0, "how many kill -9s the crash test makes (0: 10, 4 with -short)")
 )
 
 // The crash test's worker processes are this test binary run again with
@@ -261,7 +261,7 @@ func TestCrashLosesNoAcknowledgedWrite(t *testing.T) {
 	}
 	kills := *crashKillsFlag
 	if kills == 0 {
-		kills = 8
+		kills = 10
 		if testing.Short() {
 			kills = 4
 		}
@@ -601,16 +601,17 @@ func allEvents(t *testing.T, ctx context.Context, c *client.Client) []board.Even
 //   - an acknowledged run exists, and a finished or failed verdict is
 //     final: the run still has it (DESIGN.md#verdict-provenance);
 //   - when no grant came after an acknowledged finish (the card's epoch is
-//     still the finish's), the card is where the finish filed it, the
-//     run's verdict is the acknowledged one, and the card is free;
-//   - likewise an acknowledged release left a free card, unless a later
-//     grant came.
+//     still the finish's), the card is where the finish filed it, and the
+//     run's verdict and the card's last run are the acknowledged ones.
+//
+// (A lost release cannot show on the card: its holder's claim ends by its
+// lease and the reaper at a higher epoch. checkEventLog looks for it.)
 //
 // A call that failed is unacknowledged: it may or may not have landed, and
 // the only trace it leaves is a higher epoch, which these rules allow.
 func checkAcks(acks []ack, final map[string]board.Card, runs map[string]board.Run) []string {
 	var out []string
-	lastEnd := map[string]ack{} // card -> acknowledged finish or release at the highest epoch
+	lastFinish := map[string]ack{} // card -> acknowledged finish at the highest epoch
 	for _, a := range acks {
 		c, ok := final[a.Card]
 		if !ok {
@@ -631,22 +632,16 @@ func checkAcks(acks []ack, final map[string]board.Card, runs map[string]board.Ru
 				out = append(out, fmt.Sprintf("lost verdict: worker %d filed run %s of %s as %s at epoch %d (ack %d), but the run is %s", a.Worker, a.Run, a.Card, a.Status, a.Epoch, a.Seq, run.Status))
 			}
 		}
-		if a.Kind == "finished" || a.Kind == "released" {
-			if prev, ok := lastEnd[a.Card]; !ok || a.Epoch >= prev.Epoch {
-				lastEnd[a.Card] = a
+		if a.Kind == "finished" {
+			if prev, ok := lastFinish[a.Card]; !ok || a.Epoch >= prev.Epoch {
+				lastFinish[a.Card] = a
 			}
 		}
 	}
-	for id, a := range lastEnd {
+	for id, a := range lastFinish {
 		c := final[id]
 		if c.ClaimEpoch != a.Epoch {
 			continue // a later grant, acknowledged or not, may have changed it
-		}
-		if c.Claimed() {
-			out = append(out, fmt.Sprintf("lost %s: worker %d ended its hold of %s at epoch %d (ack %d), but the card is still claimed by %s at that epoch", a.Kind, a.Worker, id, a.Epoch, a.Seq, c.Claim))
-		}
-		if a.Kind != "finished" {
-			continue
 		}
 		if c.State != a.State {
 			out = append(out, fmt.Sprintf("lost filing: worker %d finished %s at epoch %d into %s (ack %d), no grant came after, but the card is in %s", a.Worker, id, a.Epoch, a.State, a.Seq, c.State))
@@ -663,8 +658,9 @@ func checkAcks(acks []ack, final map[string]board.Card, runs map[string]board.Ru
 }
 
 // checkEventLog checks the audit log: sequence numbers strictly increase
-// (so none repeats), every acknowledged creation and grant is in it, and
-// every grant of a card has a higher epoch than the one before.
+// (so none repeats); every acknowledged creation, grant, run start,
+// release and finish (its verdict and its release) is in it; and every
+// grant of a card has a higher epoch than the one before.
 func checkEventLog(acks []ack, evs []board.Event) []string {
 	var out []string
 	type grant struct {
@@ -673,6 +669,9 @@ func checkEventLog(acks []ack, evs []board.Event) []string {
 	}
 	created := map[string]bool{}
 	granted := map[grant]bool{}
+	released := map[grant]bool{}
+	runEvent := map[string]bool{}   // run id -> some event names it
+	verdict := map[[2]string]bool{} // run id, status -> a run_updated event set it
 	lastEpoch := map[string]int64{}
 	var prev int64
 	for i, ev := range evs {
@@ -692,6 +691,13 @@ func checkEventLog(acks []ack, evs []board.Event) []string {
 			}
 			lastEpoch[ev.Card] = ev.Data.Epoch
 			granted[grant{ev.Card, ev.Data.Marker, ev.Data.Epoch}] = true
+		case board.EventReleased:
+			released[grant{ev.Card, ev.Data.Marker, ev.Data.Epoch}] = true
+		case board.EventRunCreated, board.EventRunUpdated:
+			runEvent[ev.Data.RunID] = true
+			if ev.Type == board.EventRunUpdated {
+				verdict[[2]string{ev.Data.RunID, ev.Data.Status}] = true
+			}
 		}
 	}
 	for _, a := range acks {
@@ -703,6 +709,17 @@ func checkEventLog(acks []ack, evs []board.Event) []string {
 		case "grant":
 			if !granted[grant{a.Card, a.Marker, a.Epoch}] {
 				out = append(out, fmt.Sprintf("lost event: worker %d was granted %s at epoch %d as %s (ack %d), but the log has no such grant", a.Worker, a.Card, a.Epoch, a.Marker, a.Seq))
+			}
+		case "started":
+			if !runEvent[a.Run] {
+				out = append(out, fmt.Sprintf("lost event: worker %d started run %s of %s at epoch %d (ack %d), but the log never names the run", a.Worker, a.Run, a.Card, a.Epoch, a.Seq))
+			}
+		case "released", "finished":
+			if !released[grant{a.Card, a.Marker, a.Epoch}] {
+				out = append(out, fmt.Sprintf("lost event: worker %d was told its hold of %s at epoch %d ended (%s, ack %d), but the log has no release of it", a.Worker, a.Card, a.Epoch, a.Kind, a.Seq))
+			}
+			if a.Kind == "finished" && !verdict[[2]string{a.Run, string(a.Status)}] {
+				out = append(out, fmt.Sprintf("lost event: worker %d finished run %s of %s as %s (ack %d), but the log has no such verdict", a.Worker, a.Run, a.Card, a.Status, a.Seq))
 			}
 		}
 	}
