@@ -46,6 +46,10 @@ var (
 var binary, worker string
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(crashWorkerEnv); spec != "" {
+		// This binary run again as a worker of the crash test.
+		os.Exit(crashWorkerMain(spec))
+	}
 	agentproc.Main(m, map[string]*string{
 		"./cmd/leasekeeper":                &binary,
 		"./internal/nemesis/nemesisworker": &worker,
