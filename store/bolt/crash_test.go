@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	bolt "go.etcd.io/bbolt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -206,4 +207,59 @@ func TestAnEmptyLogWithAnIdIsAdopted(t *testing.T) {
 		t.Fatalf("Open beside an empty log with an id: %v", err)
 	}
 	_ = s.Close()
+}
+
+// TestALogThatEndsBeforeTheFileTakesNewWrites: a log whose end the board
+// file has already passed (its last records dropped at open as damaged,
+// after a checkpoint that had copied them) holds nothing the file lacks;
+// the store opens and its next write is numbered after the file's stamp.
+func TestALogThatEndsBeforeTheFileTakesNewWrites(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "board.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := s.CreateCard(t.Context(), board.NewCard{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The file says it holds five records more than the log has.
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		applied, err := getApplied(tx)
+		if err != nil {
+			return err
+		}
+		return putApplied(tx, applied+5)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Close()
+	s, err = Open(path, Options{})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if _, err := s.CreateCard(t.Context(), board.NewCard{ID: "d"}); err != nil {
+		t.Fatalf("a write after open: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(path, Options{})
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer s.Close()
+	for _, id := range []string{"a", "b", "c", "d"} {
+		if _, err := s.GetCard(t.Context(), id); err != nil {
+			t.Errorf("card %s: %v", id, err)
+		}
+	}
 }
