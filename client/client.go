@@ -30,6 +30,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,10 +56,16 @@ type Client struct {
 	// Socket is the agent's socket path; empty means the default lookup.
 	Socket string
 
-	once   sync.Once
-	hc     *http.Client // short requests
+	once sync.Once
+	// hc carries the short requests. Its transport is used directly
+	// (send), not through an http.Client: the agent never redirects and
+	// sets no cookies, and http.Client's redirect bookkeeping copies every
+	// request's headers, one more allocation per request on the hot path.
+	hc     *http.Transport
 	stream *http.Client // long-lived streams (watch, events follow)
 	self   string       // "<host>-<pid>" as this process sees itself
+	// selfHeader is self as the value of the worker header.
+	selfHeader []string
 
 	mu     sync.Mutex
 	claims map[string]*Claim // open claims by card
@@ -79,17 +86,26 @@ func (c *Client) init() {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", path)
 		}
-		c.hc = &http.Client{Transport: &http.Transport{
+		c.hc = &http.Transport{
 			DialContext: dial, MaxIdleConns: 4, IdleConnTimeout: 30 * time.Second,
-		}}
+			// The agent never compresses its answers; asking for gzip only
+			// costs a header per request and a check per answer.
+			DisableCompression: true,
+		}
 		c.stream = &http.Client{Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true}}
 		host, _ := os.Hostname()
 		c.self = host + "-" + strconv.Itoa(os.Getpid())
+		c.selfHeader = []string{c.self}
 		c.claims = map[string]*Claim{}
 		c.lost = map[string]int64{}
 		c.handingBack = map[string]chan struct{}{}
 	})
 }
+
+var (
+	workerHeaderKey = http.CanonicalHeaderKey(apitype.WorkerHeader)
+	jsonContentType = []string{"application/json"}
+)
 
 // SocketPath is the path this client dials.
 func (c *Client) SocketPath() string { return apitype.SocketPath(c.Socket) }
@@ -115,11 +131,12 @@ func (c *Client) request(ctx context.Context, method, path string, query url.Val
 		return nil, err
 	}
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header["Content-Type"] = jsonContentType
 	}
 	// The agent reads this only when it cannot see our pid (a foreign pid
-	// namespace) and runs in keepalive mode.
-	req.Header.Set(apitype.WorkerHeader, c.self)
+	// namespace) and runs in keepalive mode. One value shared by every
+	// request (the transport only reads it), set under its canonical key.
+	req.Header[workerHeaderKey] = c.selfHeader
 	return req, nil
 }
 
@@ -129,7 +146,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	if err != nil {
 		return err
 	}
-	resp, err := c.hc.Do(req)
+	resp, err := c.send(req)
 	if err != nil {
 		return fmt.Errorf("leasekeeper agent at %s: %w", c.SocketPath(), err)
 	}
@@ -137,14 +154,45 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	if resp.StatusCode >= 300 {
 		return decodeError(resp)
 	}
+	// The whole answer is read before it is decoded: the connection goes
+	// back to the idle pool as soon as its body is drained, and one
+	// pooled buffer replaces a json.Decoder's own per request.
+	buf := answerBufs.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledAnswer {
+			buf.Reset()
+			answerBufs.Put(buf)
+		}
+	}()
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		return fmt.Errorf("decoding agent answer to %s %s: %w", method, path, err)
+	}
 	if out == nil {
-		_, _ = io.Copy(io.Discard, resp.Body)
 		return nil
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+	if err := json.Unmarshal(buf.Bytes(), out); err != nil {
 		return fmt.Errorf("decoding agent answer to %s %s: %w", method, path, err)
 	}
 	return nil
+}
+
+// answerBufs holds the buffers answers are read into; one larger than
+// maxPooledAnswer (a long card list) is left to the collector.
+var answerBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledAnswer = 64 << 10
+
+// send is http.Client.Do without the client: the transport's round trip,
+// its error wrapped as http.Client wraps it (a *url.Error naming the
+// method and URL), so callers that tell a refused connection from an
+// answer see the same error either way.
+func (c *Client) send(req *http.Request) (*http.Response, error) {
+	resp, err := c.hc.RoundTrip(req)
+	if err != nil {
+		m := req.Method
+		return nil, &url.Error{Op: m[:1] + strings.ToLower(m[1:]), URL: req.URL.String(), Err: err}
+	}
+	return resp, nil
 }
 
 // decodeError turns an error response into an *apitype.Error, which

@@ -122,15 +122,19 @@ func (l *Loop) Add(h board.Hold, o Owner, attemptStart time.Time, lease time.Dur
 		l.claims[h.Card] = &entry{Claim{Hold: h, Owner: o, ConfirmedAt: attemptStart, TrustedUntil: trusted}}
 		l.addKey(o.KeepaliveID, now)
 	}
-	if l.wakeAt.IsZero() || trusted.Before(l.wakeAt) {
+	// The new deadline may come before the loop's next scheduled tick;
+	// only then is the loop woken to re-plan its wait.
+	wake := l.wakeNeededLocked(trusted.Sub(now))
+	if wake && (l.wakeAt.IsZero() || trusted.Before(l.wakeAt)) {
 		l.wakeAt = trusted
 	}
 	l.mu.Unlock()
 
-	// The new deadline may come before the loop's next scheduled tick.
-	select {
-	case l.wake <- struct{}{}:
-	default:
+	if wake {
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
 	}
 	return nil
 }

@@ -32,6 +32,11 @@ type Loop struct {
 	// the running loop last re-planned its wait; zero for none. Guarded by
 	// mu.
 	wakeAt time.Time
+	// planned is when the running loop's timer fires, on this process's
+	// monotonic clock; zero while no loop runs. An Add whose deadline
+	// comes after it leaves the loop asleep: the planned tick covers it.
+	// Guarded by mu.
+	planned time.Time
 }
 
 // New validates cfg and returns a stopped Loop.
@@ -94,9 +99,11 @@ func (l *Loop) run(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	defer l.plan(time.Time{})
 	// due is when the timer will fire, on this process's monotonic clock.
 	// It only schedules the timer; no lease arithmetic uses it.
 	due := time.Now()
+	l.plan(due)
 	for {
 		select {
 		case <-ctx.Done():
@@ -105,6 +112,7 @@ func (l *Loop) run(ctx context.Context, done chan struct{}) {
 			res := l.RunOnce(ctx)
 			timer.Reset(res.Next)
 			due = time.Now().Add(res.Next)
+			l.plan(due)
 		case <-l.wake:
 			// A claim was added. Its trusted deadline may come before the
 			// scheduled tick, and the loss must be declared on time.
@@ -118,9 +126,31 @@ func (l *Loop) run(ctx context.Context, done chan struct{}) {
 				}
 				timer.Reset(max(d, 0))
 				due = time.Now().Add(max(d, 0))
+				l.plan(due)
 			}
 		}
 	}
+}
+
+// plan records when the running loop's timer fires (zero: no loop runs).
+func (l *Loop) plan(due time.Time) {
+	l.mu.Lock()
+	l.planned = due
+	l.mu.Unlock()
+}
+
+// wakeNeededLocked reports whether a claim trusted for d from now must
+// wake the running loop: its deadline comes before the planned tick, or no
+// tick is planned ahead (the loop is ticking now, or its timer is due), so
+// the plan being made may not cover it. Most claims are trusted for about
+// a lease and the loop ticks every third of one, so a grant seldom wakes
+// it. l.mu is held.
+func (l *Loop) wakeNeededLocked(d time.Duration) bool {
+	if l.planned.IsZero() {
+		return false // no loop runs; Start's first tick covers every claim
+	}
+	left := time.Until(l.planned)
+	return left <= 0 || d < left
 }
 
 // untilAddedDeadline returns how long until the earliest trusted deadline

@@ -71,3 +71,45 @@ func mustLookup(t *testing.T, l *Loop, card string) Claim {
 	}
 	return c
 }
+
+// A grant trusted past the loop's planned tick leaves the loop asleep: the
+// tick covers it, and waking the loop on every grant costs a goroutine
+// switch per claim on the socket's hot path. A grant whose deadline comes
+// first, or one made while no tick is planned ahead (the loop is ticking,
+// or its timer is due), still wakes it. White-box: no loop goroutine runs
+// here to drain the wake channel, so what Add sent stays in it.
+func TestAddWakesTheLoopOnlyBeforeItsPlannedTick(t *testing.T) {
+	t.Parallel()
+	l, _, _ := realLoop(t, 3*time.Minute, nil)
+	h := func(card string) board.Hold {
+		return board.Hold{Card: card, Token: board.ClaimToken{Marker: marker(4100), Epoch: 1}}
+	}
+	woke := func() bool {
+		select {
+		case <-l.wake:
+			return true
+		default:
+			return false
+		}
+	}
+	l.plan(time.Now().Add(time.Minute))
+	if err := l.Add(h("far"), self(t), time.Now(), 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if woke() {
+		t.Errorf("a claim trusted for minutes woke the loop whose tick is a minute away")
+	}
+	if err := l.Add(h("near"), self(t), time.Now(), 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if !woke() {
+		t.Errorf("a claim trusted for about a second did not wake the loop whose tick is a minute away")
+	}
+	l.plan(time.Now().Add(-time.Millisecond)) // the timer is due: the loop is about to tick
+	if err := l.Add(h("during"), self(t), time.Now(), 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if !woke() {
+		t.Errorf("a claim added while the loop's tick was due did not wake it")
+	}
+}

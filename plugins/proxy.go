@@ -204,6 +204,7 @@ func (p *Proxy) start(ctx context.Context) (*instance, error) {
 			return r, nil
 		},
 		UnixSocketConfig: &plugin.UnixSocketConfig{TempDir: p.cfg.SocketDir},
+		GRPCDialOptions:  staticWindowDialOptions,
 		StartTimeout:     p.cfg.StartTimeout,
 		Stderr:           tail,
 		Logger:           hclogFor(p.log),

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
 
 	"github.com/leasekeeper/leasekeeper/board"
 )
@@ -65,7 +66,9 @@ func Serve(open func(ctx context.Context) (board.Store, error)) (err error) {
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig:  Handshake,
 		VersionedPlugins: VersionedPlugins(store),
-		GRPCServer:       plugin.DefaultGRPCServer,
+		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
+			return plugin.DefaultGRPCServer(append(opts, staticWindowServerOptions...))
+		},
 		// JSON lines on the real stderr: the agent's go-plugin client parses
 		// them and relays each at its level to the agent's logger.
 		Logger: hclog.New(&hclog.LoggerOptions{

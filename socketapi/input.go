@@ -37,6 +37,9 @@ func queryName(r *http.Request, key, kind string) (string, error) {
 // not: it replaces every invalid byte of a string with U+FFFD, so a card id
 // "\xff" would be stored as "\uFFFD", a name the caller never sent.
 func checkUTF8(body []byte) error {
+	if utf8.Valid(body) {
+		return nil
+	}
 	for i := 0; i < len(body); {
 		r, n := utf8.DecodeRune(body[i:])
 		if r == utf8.RuneError && n <= 1 {

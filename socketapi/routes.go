@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
@@ -183,9 +184,13 @@ func (s *Server) dispatch(routes []route) http.Handler {
 	})
 }
 
+// jsonContentType is the Content-Type of every JSON answer, one value
+// shared by all (net/http copies the handler's header when it writes it).
+var jsonContentType = []string{"application/json"}
+
 // writeJSON sends v with status.
 func writeJSON(w http.ResponseWriter, status int, v any) error {
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = jsonContentType
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false) // a body is JSON for programs, not HTML: "<" stays "<"
@@ -224,10 +229,17 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 }
 
 func decodeStrict(body io.Reader, v any) error {
-	raw, err := io.ReadAll(body)
-	if err != nil {
+	buf := bodyBufs.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledBody {
+			buf.Reset()
+			bodyBufs.Put(buf)
+		}
+	}()
+	if _, err := buf.ReadFrom(body); err != nil {
 		return classifyDecode(err)
 	}
+	raw := buf.Bytes()
 	if err := checkUTF8(raw); err != nil {
 		return err
 	}
@@ -247,6 +259,13 @@ func decodeStrict(body io.Reader, v any) error {
 	}
 	return nil
 }
+
+// bodyBufs holds the buffers request bodies are read into; decoding
+// copies every string out of them. One grown past maxPooledBody is left
+// to the collector.
+var bodyBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledBody = 64 << 10
 
 func classifyDecode(err error) error {
 	var mbe *http.MaxBytesError

@@ -205,22 +205,30 @@ func (s *Server) Notify(f apitype.Frame) {
 }
 
 // signal is a broadcast: wait returns a channel closed at the next fire.
+// The channel is made by the first wait after a fire, so a fire nobody
+// waits for (every write, while no events stream follows) costs no
+// allocation.
 type signal struct {
 	mu sync.Mutex
-	ch chan struct{}
+	ch chan struct{} // nil: nobody waits since the last fire
 }
 
-func newSignal() *signal { return &signal{ch: make(chan struct{})} }
+func newSignal() *signal { return &signal{} }
 
 func (g *signal) wait() <-chan struct{} {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.ch == nil {
+		g.ch = make(chan struct{})
+	}
 	return g.ch
 }
 
 func (g *signal) fire() {
 	g.mu.Lock()
-	close(g.ch)
-	g.ch = make(chan struct{})
+	if g.ch != nil {
+		close(g.ch)
+		g.ch = nil
+	}
 	g.mu.Unlock()
 }
