@@ -3,6 +3,7 @@ package boltstore
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -265,6 +266,11 @@ func (s *Store) commitBatch(ops []*writeOp) {
 			continue
 		}
 		work.apply(cs)
+		need := 0
+		for _, c := range cs {
+			need += 2 + 2*binary.MaxVarintLen64 + len(c.key) + len(c.val)
+		}
+		rec = slices.Grow(rec, need)
 		for _, c := range cs {
 			rec = appendChange(rec, c)
 		}
@@ -424,7 +430,11 @@ func (w *wtx) emit(ev board.Event) {
 // checkpoint, so a bad write fails alone now instead of failing the
 // checkpoint later.
 func (w *wtx) changes() ([]change, error) {
-	var cs []change
+	n := len(w.events) + 2
+	for _, m := range w.writes {
+		n += len(m)
+	}
+	cs := make([]change, 0, n)
 	for bi, name := range allBuckets {
 		m := w.writes[string(name)]
 		if len(m) == 0 {
@@ -442,7 +452,7 @@ func (w *wtx) changes() ([]change, error) {
 			case len(k) > bolt.MaxKeySize:
 				return nil, fmt.Errorf("%s: key of %d bytes: %w", name, len(k), bolterrors.ErrKeyTooLarge)
 			}
-			c := change{kind: changePut, bucket: uint8(bi), key: []byte(k), val: m[k]}
+			c := change{kind: changePut, bucket: uint8(bi), key: k, val: m[k]}
 			if c.val == nil {
 				c.kind = changeDelete
 			} else if len(c.val) > bolt.MaxValueSize {
@@ -466,7 +476,7 @@ func (w *wtx) changes() ([]change, error) {
 		if err != nil {
 			return nil, fmt.Errorf("encode event: %w", err)
 		}
-		cs = append(cs, change{kind: changePut, bucket: eb, key: seqKey(seq), val: v})
+		cs = append(cs, change{kind: changePut, bucket: eb, key: string(seqKey(seq)), val: v})
 	}
 	return append(cs, change{kind: changeSeq, bucket: eb, seq: seq}), nil
 }

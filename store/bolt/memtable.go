@@ -77,7 +77,7 @@ func (m *memtable) apply(cs []change) {
 				t = btree.NewBTreeGOptions(entryLess, btree.Options{NoLocks: true})
 				m.maps[c.bucket] = t
 			}
-			t.Set(entry{k: string(c.key), v: c.val})
+			t.Set(entry{k: c.key, v: c.val})
 		}
 	}
 }

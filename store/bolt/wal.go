@@ -234,7 +234,7 @@ const (
 type change struct {
 	kind   uint8
 	bucket uint8
-	key    []byte
+	key    string // a string, as the overlay and the memtable key by it
 	val    []byte // nil for a deletion
 	seq    uint64
 }
@@ -289,6 +289,7 @@ func decodeChanges(rec []byte) ([]change, error) {
 			body = body[k+int(n):]
 			return v, nil
 		}
+		var key []byte
 		var err error
 		switch c.kind {
 		case changeSeq:
@@ -298,9 +299,10 @@ func decodeChanges(rec []byte) ([]change, error) {
 			}
 			c.seq, body = n, body[k:]
 		case changePut:
-			if c.key, err = bytesField(); err != nil {
+			if key, err = bytesField(); err != nil {
 				return nil, err
 			}
+			c.key = string(key)
 			if c.val, err = bytesField(); err != nil {
 				return nil, err
 			}
@@ -308,9 +310,10 @@ func decodeChanges(rec []byte) ([]change, error) {
 				c.val = emptyValue
 			}
 		case changeDelete:
-			if c.key, err = bytesField(); err != nil {
+			if key, err = bytesField(); err != nil {
 				return nil, err
 			}
+			c.key = string(key)
 		default:
 			return nil, fmt.Errorf("unknown change kind %d", c.kind)
 		}
@@ -328,9 +331,9 @@ func applyToFile(tx *bolt.Tx, cs []change) error {
 		case changeSeq:
 			err = b.SetSequence(c.seq)
 		case changePut:
-			err = b.Put(c.key, c.val)
+			err = b.Put([]byte(c.key), c.val)
 		default:
-			err = b.Delete(c.key)
+			err = b.Delete([]byte(c.key))
 		}
 		if err != nil {
 			return fmt.Errorf("%s %q: %w", allBuckets[c.bucket], c.key, err)
