@@ -88,6 +88,9 @@ type committer struct {
 	// wrote sees the buckets each successful write changed, so a test can
 	// assert which buckets a verb touches at all, even with equal bytes.
 	wrote func(buckets []string)
+	// began runs once a batch's bbolt read transaction has begun, before
+	// any write of the batch runs.
+	began func()
 }
 
 func (s *Store) startCommitter() {
@@ -242,6 +245,9 @@ func (s *Store) commitBatch(ops []*writeOp) {
 		return
 	}
 	defer func() { _ = tx.Rollback() }()
+	if s.c.began != nil {
+		s.c.began()
+	}
 	cur := s.layers.Load()
 	// The working copy is the committer's own: each write sees the writes
 	// before it in the batch, and readers see none of them until the
