@@ -237,6 +237,10 @@ func (s *Store) commitBatch(ops []*writeOp) {
 		}
 		return
 	}
+	// The layers before the transaction, as every reader takes them
+	// (memtable.go): a checkpoint that commits and unpublishes its frozen
+	// layer between the two would otherwise leave the batch with neither.
+	cur := s.layers.Load()
 	tx, err := s.db.Begin(false)
 	if err != nil {
 		for _, op := range ops {
@@ -248,7 +252,6 @@ func (s *Store) commitBatch(ops []*writeOp) {
 	if s.c.began != nil {
 		s.c.began()
 	}
-	cur := s.layers.Load()
 	// The working copy is the committer's own: each write sees the writes
 	// before it in the batch, and readers see none of them until the
 	// batch is durable and a snapshot of it is published.
