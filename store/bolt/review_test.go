@@ -77,3 +77,61 @@ func TestABatchDuringACheckpointSeesTheFrozenLayer(t *testing.T) {
 		t.Fatalf("card a is held by %q at epoch %d, want host-101 at %d", c.Claim, c.ClaimEpoch, tok1.Epoch)
 	}
 }
+
+// TestAReadPausedAcrossACheckpointIsNotTorn: a reader takes the layers and
+// then begins its transaction. If a later memtable — one holding changes
+// made after the reader's layers — reaches the file in between (a second
+// checkpoint, or Close), the reader's older layer shadows keys the file
+// already holds newer values for, while the file shows the other keys of
+// the same newer writes: one write seen half. Here a renewal moves a
+// lease from one index key to another in one write, and the listing shows
+// the card under both, the new key with the old lease (DESIGN.md#wal).
+func TestAReadPausedAcrossACheckpointIsNotTorn(t *testing.T) {
+	s, clock, _ := openTest(t)
+	ctx := t.Context()
+	mustCreate(t, s, board.NewCard{ID: "a"})
+	settled(t, s)
+	_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: "a", Marker: "host-101", Lease: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	took := make(chan struct{})
+	resume := make(chan struct{})
+	var once sync.Once
+	s.viewTook = func() {
+		once.Do(func() {
+			close(took)
+			<-resume
+		})
+	}
+	type result struct {
+		page board.ExpiredPage
+		err  error
+	}
+	got := make(chan result, 1)
+	go func() {
+		p, err := s.ListExpiredClaimCandidates(ctx, board.ExpiredQuery{Cutoff: clock.Now().Add(24 * time.Hour)})
+		got <- result{p, err}
+	}()
+	<-took // the reader holds layers with the claim's lease index key
+
+	rs, err := s.RenewClaims(ctx, []board.Hold{{Card: "a", Token: tok}}, 2*time.Hour)
+	if err != nil || rs[0].Err != nil {
+		t.Fatalf("renew: %v %+v", err, rs)
+	}
+	settled(t, s) // the memtable with the claim and the renewal reaches the file
+	close(resume)
+
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if len(r.page.Cards) != 1 {
+		var seen []string
+		for _, c := range r.page.Cards {
+			seen = append(seen, c.ID+" until "+c.ClaimLeaseUntil.Format(time.TimeOnly))
+		}
+		t.Fatalf("the listing shows %d entries for one claimed card: %v", len(r.page.Cards), seen)
+	}
+}

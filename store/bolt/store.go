@@ -97,6 +97,10 @@ type Store struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// viewTook is a test hook, nil in production: it runs in every read
+	// once its layers are taken, before its bbolt transaction begins.
+	viewTook func()
 }
 
 var _ board.Store = (*Store)(nil)
@@ -298,6 +302,9 @@ func (s *Store) Close() error {
 // rather than bbolt's generic error.
 func (s *Store) view(fn func(r *snap) error) error {
 	l := s.layers.Load() // before the transaction begins (memtable.go)
+	if s.viewTook != nil {
+		s.viewTook()
+	}
 	err := s.db.View(func(tx *bolt.Tx) error { return fn(newSnap(tx, l)) })
 	if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
 		return ErrClosed
