@@ -305,7 +305,8 @@ func (s *Store) commitBatch(ops []*writeOp) {
 	work.through = idx
 	pub := work.snapshot()
 	s.pubMu.Lock()
-	s.layers.Store(&layers{active: pub, frozen: s.layers.Load().frozen})
+	old := s.layers.Load()
+	s.layers.Store(&layers{active: pub, frozen: old.frozen, stamp: old.stamp})
 	s.pubMu.Unlock()
 }
 
