@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -133,5 +134,105 @@ func TestAReadPausedAcrossACheckpointIsNotTorn(t *testing.T) {
 			seen = append(seen, c.ID+" until "+c.ClaimLeaseUntil.Format(time.TimeOnly))
 		}
 		t.Fatalf("the listing shows %d entries for one claimed card: %v", len(r.page.Cards), seen)
+	}
+}
+
+// TestASteadyStreamOfWritesStillCheckpoints: the committer freezes the
+// active memtable between batches once it holds checkpointChanges changes.
+// When every batch ends with the next one already queued — writers that
+// never let the queue run dry — the memtable must still be frozen, or it
+// and the log grow without bound and no checkpoint ever runs
+// (DESIGN.md#wal-checkpoint).
+func TestASteadyStreamOfWritesStillCheckpoints(t *testing.T) {
+	s, clock, _ := openTest(t)
+	ctx := t.Context()
+	const cards = 400
+	var wg sync.WaitGroup
+	for i := range cards {
+		wg.Go(func() {
+			if _, err := s.CreateCard(ctx, board.NewCard{ID: fmt.Sprintf("c%03d", i)}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	holds := make([]board.Hold, 0, cards)
+	var mu sync.Mutex
+	for range cards {
+		wg.Go(func() {
+			c, tok, err := s.ClaimNext(ctx, board.ClaimNextRequest{Marker: "host-101", Lease: time.Hour})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			holds = append(holds, board.Hold{Card: c.ID, Token: tok})
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	settled(t, s) // an empty memtable; the stream starts from nothing
+
+	// Each renewal of every card changes three keys per card. Before each
+	// batch commits, the next renewal is queued, so the queue never runs
+	// dry until the memtable is frozen or far more than checkpointChanges
+	// changes have gone by.
+	const maxRenewals = 4 * checkpointChanges / (3 * cards)
+	queued := make(chan struct{}, 1)
+	s.c.enqueued = func(int) {
+		select {
+		case queued <- struct{}{}:
+		default:
+		}
+	}
+	var (
+		renewals int
+		errs     = make(chan error, maxRenewals+1)
+		maxSeen  int
+	)
+	renew := func() {
+		renewals++
+		clock.Advance(time.Second)
+		wg.Go(func() {
+			rs, err := s.RenewClaims(ctx, holds, time.Hour)
+			if err == nil {
+				for _, r := range rs {
+					if r.Err != nil {
+						err = r.Err
+						break
+					}
+				}
+			}
+			errs <- err
+		})
+		<-queued
+	}
+	// The committer's memtable only shrinks when it is frozen.
+	var (
+		prev  = s.work.changes
+		froze bool
+	)
+	s.c.beforeCommit = func(int) {
+		n := s.work.changes
+		froze = froze || n < prev
+		prev, maxSeen = n, max(maxSeen, n)
+		if !froze && renewals < maxRenewals {
+			renew()
+		}
+	}
+	renew()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !froze {
+		t.Fatalf("%d renewals of %d claims in a steady stream (a memtable of up to %d changes; the threshold is %d) and the memtable was never frozen for a checkpoint",
+			renewals, cards, maxSeen, checkpointChanges)
 	}
 }
