@@ -123,7 +123,8 @@ func (s *Store) commitLoop() {
 	}
 }
 
-// drain commits batches until the queue is empty. Writes that arrive while
+// drain commits batches until the queue is empty, handing the memtable to
+// the checkpointer between them when it is due. Writes that arrive while
 // one batch commits form the next batch.
 func (s *Store) drain() {
 	for {
@@ -149,6 +150,10 @@ func (s *Store) drain() {
 				close(op.done)
 			}
 		}
+		// Between batches, not only once the queue runs dry: writers that
+		// keep it full would otherwise grow the memtable and the log
+		// without bound, never checkpointed (DESIGN.md#wal-checkpoint).
+		s.maybeFreeze()
 	}
 }
 
