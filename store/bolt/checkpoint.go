@@ -107,7 +107,7 @@ func (s *Store) maybeFreeze() {
 func (s *Store) freeze(cur *layers) {
 	s.work = &memtable{}
 	s.pubMu.Lock()
-	s.layers.Store(&layers{active: &memtable{}, frozen: cur.active})
+	s.layers.Store(&layers{active: &memtable{}, frozen: cur.active, stamp: max(cur.stamp, cur.active.through)})
 	s.pubMu.Unlock()
 	s.ck.work <- cur.active
 }
@@ -164,7 +164,8 @@ func (s *Store) checkpoint(m *memtable) {
 		s.ck.committed(m.through)
 	}
 	s.pubMu.Lock()
-	s.layers.Store(&layers{active: s.layers.Load().active})
+	cur := s.layers.Load()
+	s.layers.Store(&layers{active: cur.active, stamp: max(cur.stamp, m.through)})
 	s.pubMu.Unlock()
 	s.checkpoints.Add(1)
 	// A failed truncation leaves records the file already holds: the next

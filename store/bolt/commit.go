@@ -89,6 +89,9 @@ type committer struct {
 	// wrote sees the buckets each successful write changed, so a test can
 	// assert which buckets a verb touches at all, even with equal bytes.
 	wrote func(buckets []string)
+	// began runs once a batch's bbolt read transaction has begun, before
+	// any write of the batch runs.
+	began func()
 }
 
 func (s *Store) startCommitter() {
@@ -121,7 +124,8 @@ func (s *Store) commitLoop() {
 	}
 }
 
-// drain commits batches until the queue is empty. Writes that arrive while
+// drain commits batches until the queue is empty, handing the memtable to
+// the checkpointer between them when it is due. Writes that arrive while
 // one batch commits form the next batch.
 func (s *Store) drain() {
 	for {
@@ -147,6 +151,10 @@ func (s *Store) drain() {
 				close(op.done)
 			}
 		}
+		// Between batches, not only once the queue runs dry: writers that
+		// keep it full would otherwise grow the memtable and the log
+		// without bound, never checkpointed (DESIGN.md#wal-checkpoint).
+		s.maybeFreeze()
 	}
 }
 
@@ -235,6 +243,10 @@ func (s *Store) commitBatch(ops []*writeOp) {
 		}
 		return
 	}
+	// The layers before the transaction, as every reader takes them
+	// (memtable.go): a checkpoint that commits and unpublishes its frozen
+	// layer between the two would otherwise leave the batch with neither.
+	cur := s.layers.Load()
 	tx, err := s.db.Begin(false)
 	if err != nil {
 		for _, op := range ops {
@@ -243,7 +255,9 @@ func (s *Store) commitBatch(ops []*writeOp) {
 		return
 	}
 	defer func() { _ = tx.Rollback() }()
-	cur := s.layers.Load()
+	if s.c.began != nil {
+		s.c.began()
+	}
 	// The working copy is the committer's own: each write sees the writes
 	// before it in the batch, and readers see none of them until the
 	// batch is durable and a snapshot of it is published.
@@ -302,7 +316,8 @@ func (s *Store) commitBatch(ops []*writeOp) {
 	work.through = idx
 	pub := work.snapshot()
 	s.pubMu.Lock()
-	s.layers.Store(&layers{active: pub, frozen: s.layers.Load().frozen})
+	old := s.layers.Load()
+	s.layers.Store(&layers{active: pub, frozen: old.frozen, stamp: old.stamp})
 	s.pubMu.Unlock()
 }
 

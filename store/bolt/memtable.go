@@ -28,7 +28,12 @@ import (
 // than everything above it, so whatever file state the transaction sees,
 // the layers override it with the newest values. The other order could pair
 // a file from before a checkpoint with the layers from after it, and miss
-// the checkpointed changes.
+// the checkpointed changes. One pairing is still wrong: a reader held up
+// between the two steps while a later memtable (its own active one, grown
+// and frozen since) reaches the file — a second checkpoint, or Close. Its
+// active layer would then shadow some of the newer changes and not others;
+// the file's wal_applied stamp says so (it exceeds layers.stamp), and the
+// reader takes the layers again.
 
 // memtable is one layer of changes: a B-tree per bucket (tidwall/btree,
 // copy-on-write). A nil value is a deletion that hides whatever lies below.
@@ -60,6 +65,12 @@ func entryLess(a, b entry) bool { return a.k < b.k }
 type layers struct {
 	active *memtable // never nil
 	frozen *memtable // nil unless a checkpoint is running
+	// stamp is the newest wal_applied the file may hold under these
+	// layers: the frozen layer's last record while one is being written,
+	// else the file's own stamp. A file stamped later holds a memtable
+	// newer than active (a second checkpoint, or Close, ran since the
+	// layers were taken), which active would shadow with older values.
+	stamp uint64
 }
 
 // apply applies changes in place; only the committer's working copy is

@@ -511,11 +511,22 @@ func (im crashImage) write(t *testing.T, path string) {
 func runUntilCut(t *testing.T, seed uint64, path string, segs map[string][]byte, plan cutPlan, a *acked, clock *fakeClock, cycle int) crashImage {
 	t.Helper()
 	fs := newCutFS(seed, segs)
-	fs.cutAt, fs.cutAtSync, fs.tail = plan.call, plan.sync, plan.tail
+	fs.tail = plan.tail
 	s, err := open(path, Options{Clock: clock}, fs)
 	if err != nil {
 		t.Fatalf("open before cut %d: %v", cycle, err)
 	}
+	// The cut is armed once open has returned, counting from there: a cut
+	// inside open (the new log's first segment file is call 1) would park
+	// it for good, since nothing thaws the file system before it returns.
+	fs.mu.Lock()
+	if plan.call > 0 {
+		fs.cutAt = fs.calls + plan.call
+	}
+	if plan.sync > 0 {
+		fs.cutAtSync = fs.nSyncs + plan.sync
+	}
+	fs.mu.Unlock()
 	atOpen, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

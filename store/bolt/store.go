@@ -97,6 +97,10 @@ type Store struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// viewTook is a test hook, nil in production: it runs in every read
+	// once its layers are taken, before its bbolt transaction begins.
+	viewTook func()
 }
 
 var _ board.Store = (*Store)(nil)
@@ -297,10 +301,31 @@ func (s *Store) Close() error {
 // view runs a read-only transaction, refusing a closed store with ErrClosed
 // rather than bbolt's generic error.
 func (s *Store) view(fn func(r *snap) error) error {
-	l := s.layers.Load() // before the transaction begins (memtable.go)
-	err := s.db.View(func(tx *bolt.Tx) error { return fn(newSnap(tx, l)) })
-	if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
-		return ErrClosed
+	for {
+		l := s.layers.Load() // before the transaction begins (memtable.go)
+		if s.viewTook != nil {
+			s.viewTook()
+		}
+		overtaken := false
+		err := s.db.View(func(tx *bolt.Tx) error {
+			// A memtable newer than l reached the file in between: l
+			// would shadow some of its changes and not others. The
+			// layers published with it pair with this file; take them.
+			applied, err := getApplied(tx)
+			if err != nil {
+				return err
+			}
+			if overtaken = applied > l.stamp; overtaken {
+				return nil
+			}
+			return fn(newSnap(tx, l))
+		})
+		if overtaken {
+			continue
+		}
+		if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
+			return ErrClosed
+		}
+		return err
 	}
-	return err
 }

@@ -470,6 +470,7 @@ func (s *Store) openLog(vfs walVFS) error {
 	}
 	s.replayed = through - applied
 	s.wal = l
+	s.layers.Store(&layers{active: &memtable{}, stamp: through})
 	_ = l.truncate(through)
 	return nil
 }
@@ -481,6 +482,11 @@ func (s *Store) closeLog() error {
 	var err error
 	if s.failure() == nil {
 		cur := s.layers.Load()
+		stamp := cur.stamp
+		if cur.frozen != nil {
+			stamp = max(stamp, cur.frozen.through)
+		}
+		stamp = max(stamp, cur.active.through)
 		err = s.db.Update(func(tx *bolt.Tx) error {
 			if cur.frozen != nil {
 				if err := writeMemtable(tx, cur.frozen); err != nil {
@@ -495,7 +501,7 @@ func (s *Store) closeLog() error {
 		if err != nil {
 			err = fmt.Errorf("boltstore: final checkpoint into %q: %w", s.path, err)
 		} else {
-			s.layers.Store(&layers{active: &memtable{}})
+			s.layers.Store(&layers{active: &memtable{}, stamp: stamp})
 		}
 	}
 	return errors.Join(err, s.wal.close())
