@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -552,6 +553,11 @@ func DiscardWAL(path string, lockTimeout time.Duration) (string, error) {
 		if err := os.Rename(dir, moved); err != nil {
 			return "", fmt.Errorf("boltstore: moving the write-ahead log aside: %w", err)
 		}
+		// The rename must be durable before the file says it needs no
+		// log, or a power cut could bring the old log back beside it.
+		if err := syncDir(filepath.Dir(dir)); err != nil {
+			return moved, fmt.Errorf("boltstore: moving the write-ahead log aside: %w", err)
+		}
 	}
 	if err := db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketMeta).Put(keyWALClean, []byte{1})
@@ -559,4 +565,14 @@ func DiscardWAL(path string, lockTimeout time.Duration) (string, error) {
 		return moved, fmt.Errorf("boltstore: marking %q: %w", path, err)
 	}
 	return moved, nil
+}
+
+// syncDir makes the entries of dir (a rename into or out of it) durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
