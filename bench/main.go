@@ -19,11 +19,13 @@ type config struct {
 	repeat    int
 	duration  time.Duration // one throughput measurement
 	workers   []int
-	out       string
-	smoke     bool
-	loadNote  string
-	profile   string // directory for pprof files, empty for none
-	tmp       string // where stores, sockets and etcd's data dir go
+	// workersFlag is -workers as given, for the report's command line.
+	workersFlag string
+	out         string
+	smoke       bool
+	loadNote    string
+	profile     string // directory for pprof files, empty for none
+	tmp         string // where stores, sockets and etcd's data dir go
 
 	// sizes, smaller in smoke mode
 	heartbeatClaims []int
@@ -35,11 +37,17 @@ type config struct {
 // args reconstructs the flags that matter for a reader of the report.
 func (c config) args() string {
 	parts := []string{"-repeat " + strconv.Itoa(c.repeat), "-duration " + c.duration.String()}
+	if c.workersFlag != "" && c.workersFlag != defaultWorkers {
+		parts = append(parts, "-workers "+c.workersFlag)
+	}
 	if c.smoke {
 		parts = append([]string{"-smoke"}, parts...)
 	}
 	return strings.Join(parts, " ")
 }
+
+// defaultWorkers shows how throughput grows from one worker to many.
+const defaultWorkers = "1,8,32"
 
 var allScenarios = []string{"claim", "heartbeat", "reaper", "claimlost", "plugin", "mongo", "lifecycle"}
 
@@ -53,7 +61,7 @@ func main() {
 	var (
 		cfg       config
 		scenarios = flag.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run: "+strings.Join(allScenarios, ", "))
-		workers   = flag.String("workers", "8,32", "concurrent workers of the claim scenario")
+		workers   = flag.String("workers", defaultWorkers, "concurrent workers of the claim and lifecycle scenarios")
 	)
 	flag.IntVar(&cfg.repeat, "repeat", 5, "repeats of each measurement")
 	flag.DurationVar(&cfg.duration, "duration", 3*time.Second, "length of one throughput measurement")
@@ -70,6 +78,7 @@ func main() {
 			os.Exit(2)
 		}
 	}
+	cfg.workersFlag = *workers
 	for _, w := range strings.Split(*workers, ",") {
 		n, err := strconv.Atoi(w)
 		if err != nil || n < 1 {
