@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -92,6 +93,11 @@ func openWAL(dir string, vfs types.VFS) (*walLog, error) {
 		wal.WithLogger(hclog.NewNullLogger()),
 	)
 	if err != nil {
+		// An error of the file system (no space, no permission, a
+		// read-only mount) says nothing about the log's content.
+		if errno := syscall.Errno(0); errors.As(err, &errno) {
+			return nil, fmt.Errorf("boltstore: write-ahead log %q cannot be opened: %w", dir, err)
+		}
 		return nil, fmt.Errorf("%w: %q cannot be opened (%v): %s", ErrWALDamaged, dir, err, walDamagedHelp)
 	}
 	last, err := w.LastIndex()
