@@ -180,11 +180,7 @@ func TestADamagedLogIsMovedAsideByDiscardWAL(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(moved, "wal-meta.db")); err != nil {
 		t.Errorf("the damaged log was not kept: %v", err)
 	}
-	s, err := Open(path, Options{})
-	if err != nil {
-		t.Fatalf("Open after DiscardWAL: %v", err)
-	}
-	_ = s.Close()
+	opensCleanly(t, path, "after DiscardWAL")
 }
 
 // TestAnEmptyLogWithAnIdIsAdopted: an open that named its new log and
@@ -202,11 +198,20 @@ func TestAnEmptyLogWithAnIdIsAdopted(t *testing.T) {
 	if err := l.close(); err != nil {
 		t.Fatal(err)
 	}
+	opensCleanly(t, path, "beside an empty log with an id")
+}
+
+// opensCleanly opens the store at path and closes it, failing the test if
+// either fails.
+func opensCleanly(t *testing.T, path, when string) {
+	t.Helper()
 	s, err := Open(path, Options{})
 	if err != nil {
-		t.Fatalf("Open beside an empty log with an id: %v", err)
+		t.Fatalf("Open %s: %v", when, err)
 	}
-	_ = s.Close()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close %s: %v", when, err)
+	}
 }
 
 // TestALogThatEndsBeforeTheFileTakesNewWrites: a log whose end the board
