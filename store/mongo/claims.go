@@ -165,34 +165,17 @@ func (s *Store) RenewClaims(ctx context.Context, hs []board.Hold, lease time.Dur
 	if len(models) == 0 {
 		return out, nil
 	}
-	if _, err := s.cards.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
-		return nil, writeErr("mongostore: renew claims", err)
+	for from := 0; from < len(models); from += RenewChunk {
+		chunk := models[from:min(from+RenewChunk, len(models))]
+		if _, err := s.cards.BulkWrite(ctx, chunk, options.BulkWrite().SetOrdered(false)); err != nil {
+			return nil, writeErr("mongostore: renew claims", err)
+		}
 	}
-	cur, err := s.cards.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
-	if err != nil {
-		return nil, fmt.Errorf("mongostore: renew claims: read back: %w: %w", board.ErrOutcomeUnknown, err)
-	}
-	defer cur.Close(ctx)
-	byID := map[string]*cardState{}
-	for cur.Next(ctx) {
-		c, err := decodeCard(cur.Current)
-		if err != nil {
-			// A corrupt card fails its own hold, not the batch.
-			var de *DocumentError
-			if errors.As(err, &de) {
-				for i, h := range hs {
-					if h.Card == de.ID && out[i].Err == nil {
-						out[i].Err = err
-					}
-				}
-				continue
-			}
+	byID := make(map[string]*cardState, len(ids))
+	for from := 0; from < len(ids); from += RenewChunk {
+		if err := s.readBackRenewed(ctx, hs, ids[from:min(from+RenewChunk, len(ids))], out, byID); err != nil {
 			return nil, err
 		}
-		byID[c.ID] = c
-	}
-	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("mongostore: renew claims: read back: %w: %w", board.ErrOutcomeUnknown, err)
 	}
 	for i, h := range hs {
 		if out[i].Err != nil {
@@ -209,6 +192,43 @@ func (s *Store) RenewClaims(ctx context.Context, hs []board.Hold, lease time.Dur
 		}
 	}
 	return out, nil
+}
+
+// RenewChunk bounds the holds one renewal command carries, and the cards
+// one read-back asks for. A tick of more holds is several commands. The
+// MongoDB-wire test server (FerretDB) hangs for every client on an update
+// of 100 statements or more (DESIGN.md#twin-writes).
+const RenewChunk = 64
+
+// readBackRenewed reads the cards ids after their renewal into byID; a
+// corrupt card fails its own holds in out, not the tick.
+func (s *Store) readBackRenewed(ctx context.Context, hs []board.Hold, ids []string, out []board.RenewResult, byID map[string]*cardState) error {
+	cur, err := s.cards.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+	if err != nil {
+		return fmt.Errorf("mongostore: renew claims: read back: %w: %w", board.ErrOutcomeUnknown, err)
+	}
+	defer cur.Close(ctx)
+	for cur.Next(ctx) {
+		c, err := decodeCard(cur.Current)
+		if err != nil {
+			// A corrupt card fails its own hold, not the batch.
+			var de *DocumentError
+			if errors.As(err, &de) {
+				for i, h := range hs {
+					if h.Card == de.ID && out[i].Err == nil {
+						out[i].Err = err
+					}
+				}
+				continue
+			}
+			return err
+		}
+		byID[c.ID] = c
+	}
+	if err := cur.Err(); err != nil {
+		return fmt.Errorf("mongostore: renew claims: read back: %w: %w", board.ErrOutcomeUnknown, err)
+	}
+	return nil
 }
 
 // owned runs a fenced owner write: the token must be the card's current

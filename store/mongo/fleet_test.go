@@ -548,47 +548,71 @@ func TestTailingReaderNeverSkipsAnEvent(t *testing.T) {
 	}
 }
 
-// TestRenewalsOfATickAreOneBulkWrite: the heartbeat's whole tick is one
-// update command, however many holds it carries.
-func TestRenewalsOfATickAreOneBulkWrite(t *testing.T) {
+// TestRenewalsOfATickAreChunkedBulkWrites: the heartbeat's tick is one
+// update command per chunk of at most mongostore.RenewChunk holds, never
+// more statements to a command: the MongoDB-wire test server (FerretDB)
+// hangs for every client on an update of 100 statements or more
+// (DESIGN.md#twin-writes). Every hold is renewed.
+func TestRenewalsOfATickAreChunkedBulkWrites(t *testing.T) {
 	t.Parallel()
 	var (
-		mu      sync.Mutex
-		updates int
-		counted bool
+		mu         sync.Mutex
+		statements []int
+		counted    bool
 	)
 	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
 		mu.Lock()
 		defer mu.Unlock()
-		if counted && e.CommandName == "update" {
-			updates++
+		if !counted || e.CommandName != "update" {
+			return
 		}
+		n := 0
+		if arr, ok := e.Command.Lookup("updates").ArrayOK(); ok {
+			vals, _ := arr.Values()
+			n = len(vals)
+		}
+		statements = append(statements, n)
 	}}
 	f := openFleet(t, mongostore.Options{Monitor: mon})
+	const n = 150
 	var holds []board.Hold
-	for i := range 5 {
-		id := fmt.Sprintf("c%d", i)
+	for i := range n {
+		id := fmt.Sprintf("c%03d", i)
 		f.create(id, board.StateReady)
 		holds = append(holds, board.Hold{Card: id, Token: f.claim(id, workerA)})
 	}
 	mu.Lock()
 	counted = true
 	mu.Unlock()
-	res, err := f.s.RenewClaims(f.ctx, holds, testTerm)
+	ctx, cancel := context.WithTimeout(f.ctx, 30*time.Second)
+	defer cancel()
+	res, err := f.s.RenewClaims(ctx, holds, testTerm)
 	mu.Lock()
 	counted = false
-	got := updates
+	got := slices.Clone(statements)
 	mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
 	}
+	renewed := 0
 	for _, r := range res {
 		if r.Err != nil {
 			t.Errorf("renew %s: %v", r.Card, r.Err)
+			continue
 		}
+		renewed++
 	}
-	if got != 1 {
-		t.Errorf("RenewClaims of %d holds sent %d update commands, want 1", len(holds), got)
+	if renewed != n {
+		t.Errorf("renewed %d of %d holds", renewed, n)
+	}
+	want := (n + mongostore.RenewChunk - 1) / mongostore.RenewChunk
+	if len(got) != want {
+		t.Errorf("RenewClaims of %d holds sent %d update commands %v, want %d", n, len(got), got, want)
+	}
+	for _, k := range got {
+		if k > mongostore.RenewChunk {
+			t.Errorf("an update command carried %d statements, want at most %d", k, mongostore.RenewChunk)
+		}
 	}
 }
 
