@@ -129,7 +129,13 @@ func BootSweep(ctx context.Context, cfg SweepConfig) ([]SweepItem, []Adoption, e
 	if cfg.Margin <= 0 {
 		cfg.Margin = heartbeat.DefaultMargin(cfg.Lease)
 	}
-	cards, err := cfg.Store.ListCards(ctx, board.CardFilter{ClaimedOnly: true})
+	// Only this host's claims are read, not the fleet's; the checks below
+	// still judge every marker, for a store that ignores the filter.
+	hosts := []string{cfg.Host}
+	if cfg.Keepalive {
+		hosts = append(hosts, cfg.Host+socketapi.ForeignHostSuffix)
+	}
+	cards, err := cfg.Store.ListCards(ctx, board.CardFilter{ClaimedOnly: true, ClaimHosts: hosts})
 	if err != nil {
 		return nil, nil, fmt.Errorf("boot sweep: list claimed cards: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/board/boardtest"
 	"github.com/leasekeeper/leasekeeper/heartbeat"
 	"github.com/leasekeeper/leasekeeper/pidprobe"
+	"github.com/leasekeeper/leasekeeper/socketapi"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
 )
 
@@ -458,5 +460,44 @@ func TestAgentReclaimAfterBootSweepIsFresh(t *testing.T) {
 	}
 	if err := cl.Release(ctx); err != nil {
 		t.Error(err)
+	}
+}
+
+// filterRecorder records the filters ListCards is asked for.
+type filterRecorder struct {
+	board.Store
+	filters []board.CardFilter
+}
+
+func (r *filterRecorder) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
+	r.filters = append(r.filters, f)
+	return r.Store.ListCards(ctx, f)
+}
+
+// TestBootSweepReadsOnlyThisHostsClaims: the sweep asks the store for the
+// claims of its own host (and, in keepalive mode, of the workers it vouches
+// for in another pid namespace), not the whole fleet's (DESIGN.md#boot-sweep).
+func TestBootSweepReadsOnlyThisHostsClaims(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, err := boltstore.Open(filepath.Join(t.TempDir(), "board.db"), boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	for _, keepalive := range []bool{false, true} {
+		rec := &filterRecorder{Store: store}
+		if _, _, err := BootSweep(ctx, SweepConfig{
+			Store: rec, Prober: pidprobe.New(), Host: "hosta", SelfPID: os.Getpid(), Lease: time.Minute, Keepalive: keepalive,
+		}); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"hosta"}
+		if keepalive {
+			want = append(want, "hosta"+socketapi.ForeignHostSuffix)
+		}
+		if len(rec.filters) != 1 || !slices.Equal(rec.filters[0].ClaimHosts, want) || !rec.filters[0].ClaimedOnly {
+			t.Errorf("keepalive %v: the sweep listed %+v, want one listing of the claims of %q", keepalive, rec.filters, want)
+		}
 	}
 }

@@ -1,6 +1,9 @@
 package board
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // ClaimToken is the fence a holder presents with every owner write: the
 // marker that holds the claim and the epoch of the acquisition that granted
@@ -127,4 +130,19 @@ type CardFilter struct {
 	// serve it from an index, not a scan, so the sweep reads only recovery
 	// claims however many worker claims the store holds.
 	RecoveryOnly bool `json:"recovery_only,omitempty"`
+	// ClaimHosts, when set, lists only cards whose claim marker (a
+	// worker's, or a recovery claim's) names one of these hosts exactly:
+	// an agent's boot sweep reads its own host's claims, not the fleet's.
+	// It implies ClaimedOnly; a marker that does not parse is left out.
+	ClaimHosts []string `json:"claim_hosts,omitempty"`
+}
+
+// ClaimHostMatches reports whether marker names one of hosts (a
+// CardFilter.ClaimHosts filter; none means any).
+func ClaimHostMatches(marker string, hosts []string) bool {
+	if len(hosts) == 0 {
+		return true
+	}
+	m, err := ParseMarker(marker)
+	return err == nil && slices.Contains(hosts, m.Host)
 }

@@ -358,7 +358,8 @@ func TestCardFilterCrossesTheBoundary(t *testing.T) {
 		{"state and limit", board.CardFilter{State: board.StateReady, Limit: 7}},
 		{"claimed only", board.CardFilter{ClaimedOnly: true}},
 		{"recovery only", board.CardFilter{RecoveryOnly: true}},
-		{"every field", board.CardFilter{State: board.StateInProgress, Limit: 3, ClaimedOnly: true, RecoveryOnly: true}},
+		{"claim hosts", board.CardFilter{ClaimHosts: []string{"alpha", "beta"}}},
+		{"every field", board.CardFilter{State: board.StateInProgress, Limit: 3, ClaimedOnly: true, RecoveryOnly: true, ClaimHosts: []string{"alpha"}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -368,7 +369,7 @@ func TestCardFilterCrossesTheBoundary(t *testing.T) {
 			mu.Lock()
 			got := seen
 			mu.Unlock()
-			if got != tc.f {
+			if !reflect.DeepEqual(got, tc.f) {
 				t.Errorf("the plugin saw %+v, want %+v", got, tc.f)
 			}
 		})

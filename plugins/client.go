@@ -96,7 +96,7 @@ func (s *verbs) GetCard(ctx context.Context, id string) (board.Card, error) {
 }
 
 func (s *verbs) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
-	r, err := s.rpc.ListCards(ctx, &storepb.ListCardsRequest{State: f.State, Limit: int64(f.Limit), ClaimedOnly: f.ClaimedOnly, RecoveryOnly: f.RecoveryOnly})
+	r, err := s.rpc.ListCards(ctx, &storepb.ListCardsRequest{State: f.State, Limit: int64(f.Limit), ClaimedOnly: f.ClaimedOnly, RecoveryOnly: f.RecoveryOnly, ClaimHosts: f.ClaimHosts})
 	if err != nil {
 		return nil, err
 	}

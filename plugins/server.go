@@ -48,7 +48,7 @@ func (s *server) GetCard(ctx context.Context, r *storepb.GetCardRequest) (*store
 }
 
 func (s *server) ListCards(ctx context.Context, r *storepb.ListCardsRequest) (*storepb.CardsReply, error) {
-	cs, err := s.store.ListCards(ctx, board.CardFilter{State: r.GetState(), Limit: int(r.GetLimit()), ClaimedOnly: r.GetClaimedOnly(), RecoveryOnly: r.GetRecoveryOnly()})
+	cs, err := s.store.ListCards(ctx, board.CardFilter{State: r.GetState(), Limit: int(r.GetLimit()), ClaimedOnly: r.GetClaimedOnly(), RecoveryOnly: r.GetRecoveryOnly(), ClaimHosts: r.GetClaimHosts()})
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -98,3 +98,55 @@ func exerciseRecoveryListing(t *testing.T, h Harness) {
 		t.Errorf("ListCards(ClaimedOnly) = %q, want %q", got, want)
 	}
 }
+
+// exerciseClaimHostsListing pins ListCards with ClaimHosts: exactly the
+// cards whose claim marker names one of the hosts — a worker's or a
+// recovery claim's — in creation order. A host whose name is another's
+// prefix ("alpha" and "alpha-b") is told apart. It is the boot sweep's
+// population (DESIGN.md#boot-sweep): one too few leaves a dead worker's
+// claim unjudged at start; one too many reads the fleet for nothing.
+func exerciseClaimHostsListing(t *testing.T, h Harness) {
+	t.Parallel()
+	e := open(t, h)
+	for _, id := range []string{"a1", "ab", "ar", "b1", "ax", "free"} {
+		e.card(id, board.StateAwaitingInput)
+	}
+	ta := e.claim("a1", "alpha-101")
+	e.claim("ab", "alpha-b-102")
+	tr := e.claim("ar", "alpha-103")
+	c := e.expire("ar", tr)
+	if _, _, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "ar", Prev: tr, RecoveryMarker: "reaper:alpha-7", Cutoff: c.ClaimLeaseUntil, Lease: lease}); err != nil {
+		t.Fatalf("ReclaimExpired(ar): %v", err)
+	}
+	e.claim("b1", "beta-104")
+	e.claim("ax", "alphax-105")
+	list := func(f board.CardFilter) []string {
+		t.Helper()
+		cs, err := e.s.ListCards(e.ctx, f)
+		if err != nil {
+			t.Fatalf("ListCards(%+v): %v", f, err)
+		}
+		return ids(cs)
+	}
+	for _, tc := range []struct {
+		f    board.CardFilter
+		want []string
+	}{
+		{board.CardFilter{ClaimHosts: []string{"alpha"}}, []string{"a1", "ar"}},
+		{board.CardFilter{ClaimHosts: []string{"alpha"}, ClaimedOnly: true}, []string{"a1", "ar"}},
+		{board.CardFilter{ClaimHosts: []string{"alpha-b"}}, []string{"ab"}},
+		{board.CardFilter{ClaimHosts: []string{"alpha", "beta"}}, []string{"a1", "ar", "b1"}},
+		{board.CardFilter{ClaimHosts: []string{"alpha"}, RecoveryOnly: true}, []string{"ar"}},
+		{board.CardFilter{ClaimHosts: []string{"alpha"}, Limit: 1}, []string{"a1"}},
+		{board.CardFilter{ClaimHosts: []string{"gamma"}}, nil},
+	} {
+		if got := list(tc.f); !slices.Equal(got, tc.want) {
+			t.Errorf("ListCards(%+v) = %q, want %q", tc.f, got, tc.want)
+		}
+	}
+	// A release takes the card out of its host's listing.
+	e.release("a1", ta)
+	if got, want := list(board.CardFilter{ClaimHosts: []string{"alpha"}}), []string{"ar"}; !slices.Equal(got, want) {
+		t.Errorf("after a release: ListCards(ClaimHosts alpha) = %q, want %q", got, want)
+	}
+}

@@ -304,6 +304,7 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 	})
 
 	t.Run("RecoveryOnlyListing", func(t *testing.T) { exerciseRecoveryListing(t, h) })
+	t.Run("ClaimHostsListing", func(t *testing.T) { exerciseClaimHostsListing(t, h) })
 
 	t.Run("ListUnleasedRunningClaimsHoldsNoLeasedClaim", func(t *testing.T) {
 		// The un-leased arm only ever lists claims with no lease; a

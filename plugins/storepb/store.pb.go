@@ -1817,7 +1817,10 @@ type ListCardsRequest struct {
 	ClaimedOnly bool                   `protobuf:"varint,3,opt,name=claimed_only,json=claimedOnly,proto3" json:"claimed_only,omitempty"`
 	// Only cards held by a recovery (reaper:) claim: the recovery sweep's
 	// population. Implies claimed_only.
-	RecoveryOnly  bool `protobuf:"varint,4,opt,name=recovery_only,json=recoveryOnly,proto3" json:"recovery_only,omitempty"`
+	RecoveryOnly bool `protobuf:"varint,4,opt,name=recovery_only,json=recoveryOnly,proto3" json:"recovery_only,omitempty"`
+	// Only cards whose claim marker names one of these hosts: the boot
+	// sweep's population. Implies claimed_only.
+	ClaimHosts    []string `protobuf:"bytes,5,rep,name=claim_hosts,json=claimHosts,proto3" json:"claim_hosts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1878,6 +1881,13 @@ func (x *ListCardsRequest) GetRecoveryOnly() bool {
 		return x.RecoveryOnly
 	}
 	return false
+}
+
+func (x *ListCardsRequest) GetClaimHosts() []string {
+	if x != nil {
+		return x.ClaimHosts
+	}
+	return nil
 }
 
 type DependentsRequest struct {
@@ -4220,12 +4230,14 @@ const file_store_proto_rawDesc = "" +
 	"\x0eGetCardRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\";\n" +
 	"\tCardReply\x12.\n" +
-	"\x04card\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.CardR\x04card\"\x86\x01\n" +
+	"\x04card\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.CardR\x04card\"\xa7\x01\n" +
 	"\x10ListCardsRequest\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12!\n" +
 	"\fclaimed_only\x18\x03 \x01(\bR\vclaimedOnly\x12#\n" +
-	"\rrecovery_only\x18\x04 \x01(\bR\frecoveryOnly\"#\n" +
+	"\rrecovery_only\x18\x04 \x01(\bR\frecoveryOnly\x12\x1f\n" +
+	"\vclaim_hosts\x18\x05 \x03(\tR\n" +
+	"claimHosts\"#\n" +
 	"\x11DependentsRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"P\n" +
 	"\n" +

@@ -185,6 +185,12 @@ func (s *Store) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card
 		filter = append(filter, bson.E{Key: "state", Value: f.State})
 	}
 	switch {
+	case len(f.ClaimHosts) > 0:
+		// The boot sweep's population: this host's claims only, each
+		// host an anchored pattern whose literal prefix is a range of
+		// the claim index (DESIGN.md#boot-sweep). A filter document may
+		// name the claim field once, so RecoveryOnly joins the patterns.
+		filter = append(filter, hostsCond(f.ClaimHosts, f.RecoveryOnly))
 	case f.RecoveryOnly:
 		// Implies ClaimedOnly, and both conditions are on the claim field,
 		// which a filter document may name only once.
@@ -209,6 +215,21 @@ var claimedCond = bson.E{Key: "claim", Value: bson.D{{Key: "$gt", Value: ""}}}
 // serves from the claim index as the range of markers that start with the
 // prefix instead of a scan; FerretDB v1 evaluates the same $regex.
 var recoveryCond = bson.E{Key: "claim", Value: bson.D{{Key: "$regex", Value: bson.Regex{Pattern: "^" + regexp.QuoteMeta(board.RecoveryPrefix)}}}}
+
+// hostsCond selects cards claimed by a marker of one of hosts: a worker's
+// "<host>-<pid>" or a recovery claim's "reaper:<host>-<pid>" (only the
+// latter when recoveryOnly).
+func hostsCond(hosts []string, recoveryOnly bool) bson.E {
+	pats := make(bson.A, 0, 2*len(hosts))
+	for _, h := range hosts {
+		q := regexp.QuoteMeta(h) + "-[0-9]+$"
+		pats = append(pats, bson.Regex{Pattern: "^" + regexp.QuoteMeta(board.RecoveryPrefix) + q})
+		if !recoveryOnly {
+			pats = append(pats, bson.Regex{Pattern: "^" + q})
+		}
+	}
+	return bson.E{Key: "claim", Value: bson.D{{Key: "$in", Value: pats}}}
+}
 
 func (s *Store) findCards(ctx context.Context, filter bson.D, opts *options.FindOptionsBuilder) ([]board.Card, error) {
 	cur, err := s.cards.Find(ctx, filter, opts)
