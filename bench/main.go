@@ -49,7 +49,7 @@ func (c config) args() string {
 // defaultWorkers shows how throughput grows from one worker to many.
 const defaultWorkers = "1,8,32"
 
-var allScenarios = []string{"claim", "heartbeat", "reaper", "claimlost", "plugin", "mongo", "lifecycle"}
+var allScenarios = []string{"claim", "heartbeat", "reaper", "claimlost", "plugin", "mongo", "lifecycle", "fleet"}
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == childFlag {
@@ -100,10 +100,10 @@ func main() {
 		cfg.lifeMinPerWkr = 1
 		cfg.out = ""
 		// The FerretDB test server takes minutes to compile when it is not
-		// cached yet; a smoke run is seconds, so it leaves the twin out
-		// unless asked for by name.
+		// cached yet; a smoke run is seconds, so it leaves the twin's
+		// scenarios out unless asked for by name.
 		if !explicit(flag.CommandLine, "scenarios") {
-			cfg.scenarios = slices.DeleteFunc(cfg.scenarios, func(s string) bool { return s == "mongo" })
+			cfg.scenarios = slices.DeleteFunc(cfg.scenarios, func(s string) bool { return s == "mongo" || s == "fleet" })
 		}
 	}
 	if cfg.repeat < 1 {
@@ -150,6 +150,7 @@ func run(ctx context.Context, cfg config) error {
 		"plugin":    runPlugin,
 		"mongo":     runMongo,
 		"lifecycle": runLifecycle,
+		"fleet":     runFleet,
 	}
 	for _, name := range allScenarios {
 		if !slices.Contains(cfg.scenarios, name) {

@@ -1,0 +1,468 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+
+	"go.mongodb.org/mongo-driver/v2/event"
+
+	"github.com/leasekeeper/leasekeeper/board"
+	mongostore "github.com/leasekeeper/leasekeeper/store/mongo"
+)
+
+// The fleet twin's wire cost: how many commands (round trips) each verb of
+// the MongoDB twin sends, how many of them are writes and how many
+// statements those writes carry, counted by the driver's command monitor
+// on the wire, never estimated. Counts, not timings: the test server is
+// not MongoDB's speed (see section 6), but a command is a round trip on
+// any server.
+
+// tally is what one counted call sent.
+type tally struct {
+	commands   int
+	writes     int // insert, update, delete, findAndModify (and bulkWrite)
+	statements int // statements in those writes
+	byName     map[string]int
+}
+
+func (t *tally) add(o tally) {
+	t.commands += o.commands
+	t.writes += o.writes
+	t.statements += o.statements
+	if t.byName == nil {
+		t.byName = map[string]int{}
+	}
+	for k, v := range o.byName {
+		t.byName[k] += v
+	}
+}
+
+// breakdown names the commands, e.g. "find 2, update 1".
+func (t tally) breakdown() string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(t.byName)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, t.byName[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// wireCounter counts the commands one store's client sends while it is on.
+// Each store has its own, so stores working side by side are counted apart.
+type wireCounter struct {
+	mu sync.Mutex
+	on bool
+	t  tally
+}
+
+func (w *wireCounter) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if !w.on {
+			return
+		}
+		w.t.commands++
+		w.t.byName[e.CommandName]++
+		if n, ok := writeStatements(e); ok {
+			w.t.writes++
+			w.t.statements += n
+		}
+	}}
+}
+
+// writeStatements is the number of statements a write command carries;
+// ok is false for a command that is not a write.
+func writeStatements(e *event.CommandStartedEvent) (n int, ok bool) {
+	field := ""
+	switch e.CommandName {
+	case "insert":
+		field = "documents"
+	case "update":
+		field = "updates"
+	case "delete":
+		field = "deletes"
+	case "bulkWrite":
+		field = "ops"
+	case "findAndModify":
+		return 1, true
+	default:
+		return 0, false
+	}
+	arr, isArr := e.Command.Lookup(field).ArrayOK()
+	if !isArr {
+		return 0, true
+	}
+	vals, _ := arr.Values()
+	return len(vals), true
+}
+
+func (w *wireCounter) start() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.on = true
+	w.t = tally{byName: map[string]int{}}
+}
+
+func (w *wireCounter) stop() tally {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.on = false
+	return w.t
+}
+
+// countedStore is one agent's store with the counter on its client.
+type countedStore struct {
+	st *mongostore.Store
+	wc *wireCounter
+}
+
+func openCounted(ctx context.Context, uri, db string) (*countedStore, error) {
+	wc := &wireCounter{}
+	st, err := mongostore.Open(ctx, mongostore.Options{URI: uri, Database: db, Monitor: wc.monitor()})
+	if err != nil {
+		return nil, fmt.Errorf("open the MongoDB twin: %w", err)
+	}
+	return &countedStore{st: st, wc: wc}, nil
+}
+
+// count runs fn with the counter on. The cached board definition is
+// re-read first, uncounted, so a re-read the store does once its cache is
+// older than its TTL never lands in a count (it is per time, not per verb).
+func (c *countedStore) count(ctx context.Context, fn func() error) (tally, error) {
+	if _, err := c.st.LoadBoard(ctx); err != nil {
+		return tally{}, err
+	}
+	c.wc.start()
+	err := fn()
+	return c.wc.stop(), err
+}
+
+// fleetSizes are the scenario's sizes.
+type fleetSizes struct {
+	repeat   int
+	renewN   []int // holds per heartbeat tick
+	agents   []int // stores working side by side
+	perAgent int   // lifecycles each agent lives per measurement
+	dbPrefix string
+}
+
+func fleetSizesFor(cfg config) fleetSizes {
+	s := fleetSizes{repeat: cfg.repeat, renewN: []int{1, mongostore.RenewChunk, 100}, agents: []int{1, 4, 16}, perAgent: 1,
+		dbPrefix: fmt.Sprintf("fleet%d", os.Getpid())}
+	return s
+}
+
+func runFleet(ctx context.Context, cfg config, rep *report) error {
+	uri, stop, err := startFerret(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	return measureFleet(ctx, uri, fleetSizesFor(cfg), rep)
+}
+
+// fleetRows are the three rows of one measured verb.
+type fleetRows struct{ commands, writes, statements *row }
+
+func (f fleetRows) record(t tally, per float64) {
+	f.commands.vals = append(f.commands.vals, float64(t.commands)/per)
+	f.writes.vals = append(f.writes.vals, float64(t.writes)/per)
+	if f.statements != nil {
+		f.statements.vals = append(f.statements.vals, float64(t.statements)/per)
+	}
+	f.commands.note = t.breakdown()
+	if per != 1 {
+		f.commands.note = "in all: " + f.commands.note
+	}
+}
+
+func measureFleet(ctx context.Context, uri string, sz fleetSizes, rep *report) error {
+	sec := rep.section("8. The fleet twin's wire cost per verb (MongoDB, counted)",
+		`Commands the MongoDB twin's driver sends for one call of each verb, counted on the wire by the
+driver's command monitor (store/mongo Options.Monitor), not estimated: every command is a round trip
+to the server. Writes are the insert, update, delete and findAndModify commands among them;
+statements are the statements those writes carry (a bulk update of k holds is one write of k
+statements). The server is the project's FerretDB test server, but the counts are the twin's own and
+hold on any MongoDB; timings are deliberately not shown (see section 6). The cached board
+definition is re-read (uncounted) before each counted call, so its once-per-TTL re-read is never
+in a count. A heartbeat tick sends its renewals in bulk writes of at most store/mongo.RenewChunk
+holds. The expired claim is released (or reclaimed) with the lease's end as the cutoff, the
+precondition a reaper meets once the lease has passed. The side-by-side rows run whole lifecycles
+(Start + Finish, the relay of their events included) on 1, 4 and 16 stores, each with its own client,
+on one database, all at once: a figure above the one-agent one is what contention costs (compare-and-
+set retries, the shared event sequence).`)
+	verb := func(name string, stmts bool) fleetRows {
+		r := fleetRows{
+			commands: sec.add(name+": commands", "commands", nil),
+			writes:   sec.add(name+": writes", "writes", nil),
+		}
+		if stmts {
+			r.statements = sec.add(name+": statements", "statements", nil)
+		}
+		return r
+	}
+	var (
+		start    = verb("Start by id of a fresh card", true)
+		finish   = verb("Finish → done", true)
+		claim    = verb("Claim of a free card", true)
+		release  = verb("ReleaseOwned", true)
+		renew    = map[int]fleetRows{}
+		together = map[int]fleetRows{}
+	)
+	for _, n := range sz.renewN {
+		renew[n] = verb(fmt.Sprintf("heartbeat tick, RenewClaims of %s", plural(n, "claim")), true)
+	}
+	var (
+		idle    = verb("idle Events() poll", false)
+		expired = verb("reaper: ReleaseExpired of an expired claim", true)
+		reclaim = verb("reaper: ReclaimExpired of an expired claim", true)
+	)
+	var anchor *row
+	for _, a := range sz.agents {
+		name := fmt.Sprintf("lifecycle (Start + Finish), %s side by side, per lifecycle (mean)", plural(a, "agent"))
+		r := fleetRows{commands: sec.add(name+": commands", "commands", anchor), writes: sec.add(name+": writes", "writes", nil)}
+		if anchor == nil {
+			anchor = r.commands
+		}
+		together[a] = r
+	}
+
+	cs, err := openCounted(ctx, uri, sz.dbPrefix+"_verbs")
+	if err != nil {
+		return err
+	}
+	defer cs.st.Close()
+	st := cs.st
+	marker := board.WorkerMarker("benchhost", 1000)
+	recovery := board.RecoveryPrefix + board.WorkerMarker("benchreaper", 2000)
+	create := func(id string) error {
+		_, err := st.CreateCard(ctx, board.NewCard{ID: id, State: board.StateReady})
+		return err
+	}
+
+	// The heartbeat's holds are claimed once and renewed every repeat.
+	maxN := slices.Max(sz.renewN)
+	holds := make([]board.Hold, maxN)
+	for i := range holds {
+		id := fmt.Sprintf("held-%03d", i)
+		if err := create(id); err != nil {
+			return err
+		}
+		_, tok, err := st.Claim(ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: benchLease})
+		if err != nil {
+			return fmt.Errorf("claim %s: %w", id, err)
+		}
+		holds[i] = board.Hold{Card: id, Token: tok}
+	}
+
+	for rp := range sz.repeat {
+		id := func(what string) string { return fmt.Sprintf("%s-%d", what, rp) }
+
+		// Start by id, then Finish → done.
+		if err := create(id("life")); err != nil {
+			return err
+		}
+		var started board.Started
+		t, err := cs.count(ctx, func() (err error) {
+			started, err = st.Start(ctx, board.StartRequest{Card: id("life"), Marker: marker, Lease: benchLease, Run: board.Run{ID: id("life") + "-run"}})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("start: %w", err)
+		}
+		start.record(t, 1)
+		t, err = cs.count(ctx, func() error {
+			fin, err := st.Finish(ctx, board.FinishRequest{Card: id("life"), Token: started.Token, RunID: started.Run.ID, Status: board.RunFinished})
+			if err == nil && fin.Card.State != board.StateDone {
+				err = fmt.Errorf("finished card is in %q, want %q", fin.Card.State, board.StateDone)
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("finish: %w", err)
+		}
+		finish.record(t, 1)
+
+		// Claim of a free card, then ReleaseOwned.
+		if err := create(id("claim")); err != nil {
+			return err
+		}
+		var tok board.ClaimToken
+		t, err = cs.count(ctx, func() (err error) {
+			_, tok, err = st.Claim(ctx, board.ClaimRequest{Card: id("claim"), Marker: marker, Lease: benchLease})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("claim: %w", err)
+		}
+		claim.record(t, 1)
+		t, err = cs.count(ctx, func() error { return st.ReleaseOwned(ctx, id("claim"), tok) })
+		if err != nil {
+			return fmt.Errorf("release: %w", err)
+		}
+		release.record(t, 1)
+
+		// Heartbeat ticks.
+		for _, n := range sz.renewN {
+			t, err = cs.count(ctx, func() error {
+				res, err := st.RenewClaims(ctx, holds[:n], benchLease)
+				if err != nil {
+					return err
+				}
+				for _, r := range res {
+					if r.Err != nil {
+						return fmt.Errorf("renew %s: %w", r.Card, r.Err)
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("renew %d: %w", n, err)
+			}
+			renew[n].record(t, 1)
+		}
+
+		// An idle poll: every event read (uncounted) first, then one more
+		// poll that finds nothing new.
+		evs, err := st.Events(ctx, 0, 0)
+		if err != nil {
+			return err
+		}
+		var last int64
+		if len(evs) > 0 {
+			last = evs[len(evs)-1].Seq
+		}
+		t, err = cs.count(ctx, func() error {
+			evs, err := st.Events(ctx, last, 0)
+			if err == nil && len(evs) != 0 {
+				err = fmt.Errorf("idle poll after seq %d found %d events", last, len(evs))
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("events: %w", err)
+		}
+		idle.record(t, 1)
+
+		// The reaper's writes on an expired claim.
+		for _, what := range []string{"expired", "reclaimed"} {
+			if err := create(id(what)); err != nil {
+				return err
+			}
+			c, tok, err := st.Claim(ctx, board.ClaimRequest{Card: id(what), Marker: marker, Lease: benchLease})
+			if err != nil {
+				return err
+			}
+			cutoff := c.ClaimLeaseUntil
+			if what == "expired" {
+				t, err = cs.count(ctx, func() error {
+					return st.ReleaseExpired(ctx, board.ExpiredRelease{Card: id(what), Prev: tok, Cutoff: cutoff, State: board.StateReady, Actor: "bench-reaper"})
+				})
+				if err != nil {
+					return fmt.Errorf("release expired: %w", err)
+				}
+				expired.record(t, 1)
+				continue
+			}
+			t, err = cs.count(ctx, func() error {
+				_, _, err := st.ReclaimExpired(ctx, board.Reclaim{Card: id(what), Prev: tok, RecoveryMarker: recovery, Cutoff: cutoff, Lease: benchLease})
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("reclaim expired: %w", err)
+			}
+			reclaim.record(t, 1)
+		}
+
+		// Whole lifecycles, agents side by side.
+		for _, a := range sz.agents {
+			t, n, err := fleetLifecycles(ctx, uri, fmt.Sprintf("%s_r%d_a%d", sz.dbPrefix, rp, a), a, sz.perAgent)
+			if err != nil {
+				return fmt.Errorf("%d agents: %w", a, err)
+			}
+			together[a].record(t, float64(n))
+		}
+	}
+	return nil
+}
+
+// fleetLifecycles opens agents stores on db, each with its own client,
+// and has them live perAgent lifecycles each (Start + Finish of a fresh
+// card) all at once. It returns what they sent in all and how many
+// lifecycles that was.
+func fleetLifecycles(ctx context.Context, uri, db string, agents, perAgent int) (tally, int, error) {
+	stores := make([]*countedStore, agents)
+	defer func() {
+		for _, s := range stores {
+			if s != nil {
+				s.st.Close()
+			}
+		}
+	}()
+	for i := range stores {
+		s, err := openCounted(ctx, uri, db)
+		if err != nil {
+			return tally{}, 0, err
+		}
+		stores[i] = s
+	}
+	card := func(a, i int) string { return fmt.Sprintf("agent%d-%d", a, i) }
+	for a := range agents {
+		for i := range perAgent {
+			if _, err := stores[0].st.CreateCard(ctx, board.NewCard{ID: card(a, i), State: board.StateReady}); err != nil {
+				return tally{}, 0, err
+			}
+		}
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		total tally
+		first error
+		go_   = make(chan struct{})
+	)
+	for a, s := range stores {
+		wg.Go(func() {
+			<-go_
+			marker := board.WorkerMarker("benchhost", 3000+a)
+			for i := range perAgent {
+				id := card(a, i)
+				t, err := s.count(ctx, func() error {
+					started, err := s.st.Start(ctx, board.StartRequest{Card: id, Marker: marker, Lease: benchLease, Run: board.Run{ID: id + "-run"}})
+					if err != nil {
+						return fmt.Errorf("start %s: %w", id, err)
+					}
+					_, err = s.st.Finish(ctx, board.FinishRequest{Card: id, Token: started.Token, RunID: started.Run.ID, Status: board.RunFinished})
+					if err != nil {
+						return fmt.Errorf("finish %s: %w", id, err)
+					}
+					return nil
+				})
+				mu.Lock()
+				total.add(t)
+				if err != nil && first == nil {
+					first = err
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	close(go_)
+	wg.Wait()
+	return total, agents * perAgent, first
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
