@@ -3,6 +3,7 @@ package watchdog
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -304,7 +305,7 @@ func TestRecoverySweepReadsOnlyRecoveryClaims(t *testing.T) {
 		// decision pass; the fleet's un-leased listing is served by the
 		// fault store, which holds none here).
 		want := []listing{{Verb: "ListCards", Filter: board.CardFilter{ClaimedOnly: true, RecoveryOnly: true}, Cards: 2}}
-		if got := e.faults.listings(); !slices.Equal(got, want) {
+		if got := e.faults.listings(); !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: the pass listed %+v, want %+v (and never the %d expired worker claims)", tc.name, got, want, workers)
 		}
 	}
