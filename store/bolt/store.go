@@ -198,7 +198,9 @@ func openChecked(path string, timeout time.Duration) (db *bolt.DB, err error) {
 		return nil, fmt.Errorf("boltstore: open %q: %w", path, err)
 	}
 	var problems []string
-	if err := db.View(func(tx *bolt.Tx) error {
+	if err := verifyPages(path); err != nil {
+		problems = append(problems, err.Error())
+	} else if err := db.View(func(tx *bolt.Tx) error {
 		for e := range tx.Check() {
 			if len(problems) < 3 {
 				problems = append(problems, strings.ReplaceAll(e.Error(), "\n", " "))
