@@ -152,16 +152,24 @@ func (e *Effects) Actor() string { return e.actor }
 // starts does not replay history as fresh gestures. Events written while no
 // agent tailed the log are not hinted; a one-shot added then stays armed
 // and fires on the next launch move of its card.
+//
+// A page shorter than the limit is the head as it was when it was read:
+// the seek stops there. Waiting for an empty page would chase a fleet's
+// log that grows while it is read, and the agent would never finish
+// starting; what is written after the seek is tailed as fresh.
 func (e *Effects) SeekHead(ctx context.Context) error {
+	const page = 10000
 	for {
-		evs, err := e.cfg.Store.Events(ctx, e.cursor, 10000)
+		evs, err := e.cfg.Store.Events(ctx, e.cursor, page)
 		if err != nil {
 			return fmt.Errorf("effects: finding the head of the event log: %w", err)
 		}
-		if len(evs) == 0 {
+		if len(evs) > 0 {
+			e.cursor = evs[len(evs)-1].Seq
+		}
+		if len(evs) < page {
 			return nil
 		}
-		e.cursor = evs[len(evs)-1].Seq
 	}
 }
 

@@ -433,3 +433,37 @@ func TestEffectsOneShotFromALabelSweepIsNotConsumed(t *testing.T) {
 		t.Errorf("labels = %v: a machine-reason label write consumed the one-shot", c.Labels)
 	}
 }
+
+// busyLog is a store whose event log grows while it is read: every Events
+// call first records one more event, as a busy fleet's log does while a
+// slow reader pages through it.
+type busyLog struct {
+	board.Store
+	n int
+}
+
+func (b *busyLog) Events(ctx context.Context, after int64, limit int) ([]board.Event, error) {
+	b.n++
+	if _, err := b.Store.CreateCard(ctx, board.NewCard{ID: fmt.Sprintf("busy-%d", b.n)}); err != nil {
+		return nil, err
+	}
+	return b.Store.Events(ctx, after, limit)
+}
+
+// TestEffectsSeekHeadEndsOnABusyLog: the seek stops at the first page
+// shorter than its limit, which is the log's head when it was read. Waiting
+// for an empty page instead chases a log that grows while it is read, and
+// an agent never finishes starting.
+func TestEffectsSeekHeadEndsOnABusyLog(t *testing.T) {
+	t.Parallel()
+	e := newEffectsEnv(t, "fxhost-103")
+	fx, err := NewEffects(EffectsConfig{Store: &busyLog{Store: e.agent.Store}, Board: func(context.Context) (board.Board, error) { return board.DefaultBoard(true), nil }, Marker: "fxhost-103", Notify: func(apitype.Frame) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	if err := fx.SeekHead(ctx); err != nil {
+		t.Fatalf("SeekHead on a log that grows while it is read: %v", err)
+	}
+}
