@@ -16,8 +16,10 @@ import (
 // is a fault that kills the process rather than a panic Open could
 // recover (DESIGN.md#board-damage). Here the same mistake is an index out of
 // range in this goroutine, reported as damage. It reads the layout of
-// bbolt's file format version 2, which bbolt has kept since 2014.
-func verifyPages(path string) (err error) {
+// bbolt's file format version 2, which bbolt has kept since 2014. ps is the
+// page size bbolt opened the file with: it reads it from whichever meta
+// page is valid, so a wiped meta page 0 does not make the file unreadable.
+func verifyPages(path string, ps int) (err error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -37,7 +39,6 @@ func verifyPages(path string) (err error) {
 		maxDepth   = 64
 	)
 	le := binary.LittleEndian
-	ps := int(le.Uint32(b[pageHeader+8:]))
 	if ps < 512 || ps > 1<<20 {
 		return fmt.Errorf("page size %d", ps)
 	}

@@ -198,7 +198,7 @@ func openChecked(path string, timeout time.Duration) (db *bolt.DB, err error) {
 		return nil, fmt.Errorf("boltstore: open %q: %w", path, err)
 	}
 	var problems []string
-	if err := verifyPages(path); err != nil {
+	if err := verifyPages(path, db.Info().PageSize); err != nil {
 		problems = append(problems, err.Error())
 	} else if err := db.View(func(tx *bolt.Tx) error {
 		for e := range tx.Check() {
