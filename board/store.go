@@ -415,7 +415,9 @@ type Store interface {
 	// worker claim's epoch, or, from a recovery claim, the one it carried.
 	ReclaimExpired(ctx context.Context, r Reclaim) (Card, ClaimToken, error)
 
-	// Events returns events with Seq > after, oldest first, at most limit.
+	// Events returns events with Seq > after, oldest first, at most limit,
+	// and exactly limit while more than that follow: a shorter page is the
+	// end of the log as the call saw it (agent.Effects.SeekHead relies on it).
 	Events(ctx context.Context, after int64, limit int) ([]Event, error)
 
 	Close() error
