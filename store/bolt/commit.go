@@ -3,7 +3,6 @@ package boltstore
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -264,9 +263,8 @@ func (s *Store) commitBatch(ops []*writeOp) {
 	work := s.work
 	r := newSnap(tx, &layers{active: work, frozen: cur.frozen})
 	var (
-		rec    = s.recBuf[:0]
-		wrote  []*writeOp
-		nWrite int
+		rec   = s.recBuf[:0]
+		wrote []*writeOp
 	)
 	for _, op := range ops {
 		w := newWtx(r)
@@ -280,21 +278,13 @@ func (s *Store) commitBatch(ops []*writeOp) {
 			continue
 		}
 		work.apply(cs)
-		need := 0
-		for _, c := range cs {
-			need += 2 + 2*binary.MaxVarintLen64 + len(c.key) + len(c.val)
-		}
-		rec = slices.Grow(rec, need)
-		for _, c := range cs {
-			rec = appendChange(rec, c)
-		}
+		rec = appendChanges(rec, cs)
 		wrote = append(wrote, op)
-		nWrite++
 		if s.c.wrote != nil {
 			s.c.wrote(w.buckets())
 		}
 	}
-	if nWrite == 0 {
+	if len(wrote) == 0 {
 		return
 	}
 	rec = sealRecord(rec)
@@ -312,7 +302,7 @@ func (s *Store) commitBatch(ops []*writeOp) {
 		}
 		return
 	}
-	s.writes.Add(uint64(nWrite))
+	s.writes.Add(uint64(len(wrote)))
 	work.through = idx
 	pub := work.snapshot()
 	s.pubMu.Lock()

@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -68,13 +69,19 @@ const walDamagedHelp = "it holds acknowledged writes the board file lacks, so th
 	"Stop the agent's workers, then restore the board file and its .wal directory together from one backup, " +
 	"or accept losing those writes with `leasekeeper store discard-wal FILE --yes` (epochs granted since the last checkpoint may be granted again; see the operator's guide)"
 
+// walDamaged is ErrWALDamaged for the log in dir: what is wrong, then what
+// to do.
+func walDamaged(dir, format string, args ...any) error {
+	return fmt.Errorf("%w: %q "+format+": %s", append(append([]any{ErrWALDamaged, dir}, args...), walDamagedHelp)...)
+}
+
 // walLog is the store's write-ahead log.
 type walLog struct {
 	dir  string
 	w    *wal.WAL
 	next uint64 // index of the next record
-	// syncs counts appends (each one sync); records counts the writes they
-	// carried. Their ratio is the group commit's writes per fsync.
+	// syncs counts appends, one sync each (Store.Stats sets the writes
+	// they carried beside it).
 	syncs atomic.Uint64
 }
 
@@ -98,12 +105,12 @@ func openWAL(dir string, vfs types.VFS) (*walLog, error) {
 		if errno := syscall.Errno(0); errors.As(err, &errno) {
 			return nil, fmt.Errorf("boltstore: write-ahead log %q cannot be opened: %w", dir, err)
 		}
-		return nil, fmt.Errorf("%w: %q cannot be opened (%v): %s", ErrWALDamaged, dir, err, walDamagedHelp)
+		return nil, walDamaged(dir, "cannot be opened (%v)", err)
 	}
 	last, err := w.LastIndex()
 	if err != nil {
 		_ = w.Close()
-		return nil, fmt.Errorf("%w: %q: %v: %s", ErrWALDamaged, dir, err, walDamagedHelp)
+		return nil, walDamaged(dir, "%v", err)
 	}
 	return &walLog{dir: dir, w: w, next: last + 1}, nil
 }
@@ -124,27 +131,27 @@ func (l *walLog) append(rec []byte) (uint64, error) {
 func (l *walLog) replay(after uint64, fn func(idx uint64, cs []change) error) error {
 	first, err := l.w.FirstIndex()
 	if err != nil {
-		return fmt.Errorf("%w: %q: %v: %s", ErrWALDamaged, l.dir, err, walDamagedHelp)
+		return walDamaged(l.dir, "%v", err)
 	}
 	last, err := l.w.LastIndex()
 	if err != nil {
-		return fmt.Errorf("%w: %q: %v: %s", ErrWALDamaged, l.dir, err, walDamagedHelp)
+		return walDamaged(l.dir, "%v", err)
 	}
 	if last <= after {
 		return nil
 	}
 	if first == 0 || first > after+1 {
-		return fmt.Errorf("%w: %q starts at record %d but the board file holds records only through %d: records %d to %d are missing: %s",
-			ErrWALDamaged, l.dir, first, after, after+1, first-1, walDamagedHelp)
+		return walDamaged(l.dir, "starts at record %d but the board file holds records only through %d: records %d to %d are missing",
+			first, after, after+1, first-1)
 	}
 	var entry raft.Log
 	for idx := after + 1; idx <= last; idx++ {
 		if err := l.w.GetLog(idx, &entry); err != nil {
-			return fmt.Errorf("%w: %q: record %d: %v: %s", ErrWALDamaged, l.dir, idx, err, walDamagedHelp)
+			return walDamaged(l.dir, "record %d: %v", idx, err)
 		}
 		cs, err := decodeChanges(entry.Data)
 		if err != nil {
-			return fmt.Errorf("%w: %q: record %d: %v: %s", ErrWALDamaged, l.dir, idx, err, walDamagedHelp)
+			return walDamaged(l.dir, "record %d: %v", idx, err)
 		}
 		if err := fn(idx, cs); err != nil {
 			return err
@@ -262,6 +269,19 @@ func appendChange(buf []byte, c change) []byte {
 		buf = binary.AppendUvarint(buf, uint64(len(c.key)))
 		return append(buf, c.key...)
 	}
+}
+
+// appendChanges appends cs, growing buf once for all of them.
+func appendChanges(buf []byte, cs []change) []byte {
+	need := 0
+	for _, c := range cs {
+		need += 2 + 2*binary.MaxVarintLen64 + len(c.key) + len(c.val)
+	}
+	buf = slices.Grow(buf, need)
+	for _, c := range cs {
+		buf = appendChange(buf, c)
+	}
+	return buf
 }
 
 // sealRecord appends the checksum that ends a record.
@@ -406,7 +426,7 @@ func (s *Store) openLog(vfs walVFS) error {
 	}
 	logID, err := l.w.Get(keyWALID)
 	if err != nil {
-		return refuse(fmt.Errorf("%w: %q: reading its id: %v: %s", ErrWALDamaged, dir, err, walDamagedHelp))
+		return refuse(walDamaged(dir, "reading its id: %v", err))
 	}
 	last := l.next - 1
 	switch {
@@ -432,7 +452,7 @@ func (s *Store) openLog(vfs walVFS) error {
 		// The log is new or empty while the file has had one: it was
 		// deleted or replaced. That is safe only if the file held all of it.
 		if !clean {
-			return refuse(fmt.Errorf("%w: %q is missing or empty, and %q was not closed cleanly, so the log may have held writes the file lacks: %s", ErrWALDamaged, dir, s.path, walDamagedHelp))
+			return refuse(walDamaged(dir, "is missing or empty, and %q was not closed cleanly, so the log may have held writes the file lacks", s.path))
 		}
 		if last > 0 {
 			return refuse(fmt.Errorf("%w: %q holds records but no id: it does not belong to %q; move it aside", ErrWALDamaged, dir, s.path))
@@ -441,7 +461,7 @@ func (s *Store) openLog(vfs walVFS) error {
 			return refuse(fmt.Errorf("boltstore: write-ahead log %q: %w", dir, err))
 		}
 	case !bytes.Equal(fileID, logID):
-		return refuse(fmt.Errorf("%w: %q belongs to another board file (log id %x, the file expects %x); restore the board file and its log together: %s", ErrWALDamaged, dir, logID, fileID, walDamagedHelp))
+		return refuse(walDamaged(dir, "belongs to another board file (log id %x, the file expects %x); restore the board file and its log together", logID, fileID))
 	}
 	var cs []change
 	through := applied
@@ -452,14 +472,9 @@ func (s *Store) openLog(vfs walVFS) error {
 	}); err != nil {
 		return refuse(err)
 	}
-	if l.next <= through {
-		l.next = through + 1
-	}
-	if l.next <= applied {
-		// The log lost its tail while the file held it (it was emptied and
-		// recreated): number on from the file's stamp.
-		l.next = applied + 1
-	}
+	// Number on after the newest record either holds; a log that lost a
+	// tail the file already held (emptied and recreated) ends before it.
+	l.next = max(l.next, through+1)
 	if err := s.db.Update(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
 		if err := meta.Put(keyWALID, fileID); err != nil {
