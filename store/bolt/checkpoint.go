@@ -85,11 +85,10 @@ func (s *Store) checkpointLoop() {
 // memtable to the checkpointer when it is large enough or the interval has
 // passed, unless a checkpoint is still running.
 func (s *Store) maybeFreeze() {
-	s.pubMu.Lock()
+	// Only this goroutine sets a frozen layer, so what it loads stays
+	// true until it freezes: the checkpointer may only clear one.
 	cur := s.layers.Load()
-	busy := cur.frozen != nil
-	s.pubMu.Unlock()
-	if busy || cur.active.changes == 0 {
+	if cur.frozen != nil || cur.active.changes == 0 {
 		return
 	}
 	if cur.active.changes < checkpointChanges {
