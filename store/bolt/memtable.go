@@ -12,16 +12,16 @@ import (
 // (DESIGN.md#wal).
 //
 // A batch is durable once its WAL record is synced; the bbolt file receives
-// it later, at a checkpoint. Until then its changes live here, in immutable
-// sorted maps, one per bucket. Every read sees the file through the
+// it later, at a checkpoint. Until then its changes live here, in sorted
+// copy-on-write trees, one per bucket. Every read sees the file through the
 // memtables layered on top of it, newest first, so a reader never notices
 // where a change currently lives.
 //
 // There are at most two memtables: the active one, which the committer
 // extends batch by batch, and a frozen one that a checkpoint is copying into
-// the file. Both are immutable values: the committer publishes a new
-// version after each batch is durable, and a reader keeps the version it
-// started with for as long as it reads.
+// the file. Readers only see published snapshots, which never change: the
+// committer publishes one after each batch is durable, and a reader keeps
+// the one it started with for as long as it reads.
 //
 // A reader takes the layers first and begins its bbolt transaction second.
 // The file only ever receives a frozen memtable's content, which is older
