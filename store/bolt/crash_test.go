@@ -7,7 +7,6 @@ import (
 	"fmt"
 	bolt "go.etcd.io/bbolt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -53,13 +52,11 @@ func crashWriter(path string) int {
 // in the middle of its writes.
 func startCrashWriter(t *testing.T, path string, n int) []string {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), crashWriterEnv+"="+path)
+	cmd := selfAs(crashWriterEnv, path)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,15 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// selfAs runs this test binary in one of the roles TestMain knows (env
+// names the role, path the board file), with no test of its own.
+func selfAs(env, path string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env+"="+path)
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
 func holdLock(path string) int {
 	s, err := Open(path, Options{})
 	if err != nil {
@@ -67,8 +76,7 @@ func TestOpenLockTimeoutNamesHolderInSameProcess(t *testing.T) {
 
 func TestOpenLockTimeoutNamesHolderInOtherProcess(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "board.db")
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), holdLockEnv+"="+path)
+	cmd := selfAs(holdLockEnv, path)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +85,6 @@ func TestOpenLockTimeoutNamesHolderInOtherProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
