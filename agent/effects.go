@@ -22,6 +22,13 @@ import (
 // again re-arms it (DESIGN.md#label-sweeps).
 const OneShotPrefix = "once:"
 
+// FleetEffectsPoll is how often the effects layer reads a fleet's log
+// (a shared store): a read there is two queries, and an idle agent must
+// cost the fleet's server under one command a second
+// (DESIGN.md#event-log). A fleet's events also reach readers only once
+// they are a second old, so a faster poll would not hint much sooner.
+const FleetEffectsPoll = 2500 * time.Millisecond
+
 // IsOneShot reports whether label is a one-shot label.
 func IsOneShot(label string) bool {
 	return strings.HasPrefix(label, OneShotPrefix) && len(label) > len(OneShotPrefix)
@@ -356,7 +363,12 @@ func oneShots(labels []string) []string {
 // It runs before the socket serves, so no write made through this agent
 // can fall between the seek and the first read.
 func (a *Agent) initEffects(ctx context.Context) error {
+	var poll time.Duration // the default
+	if a.store.Traits().Shared {
+		poll = FleetEffectsPoll
+	}
 	fx, err := NewEffects(EffectsConfig{
+		Poll:   poll,
 		Store:  a.store,
 		Board:  a.boards.Board,
 		Marker: a.marker,

@@ -15,24 +15,6 @@ import (
 	"github.com/leasekeeper/leasekeeper/board"
 )
 
-// nextCardSeq allocates the creation sequence that orders cards. Creation
-// order cannot come from created_at: server clocks step, and two cards can
-// share a millisecond.
-func (s *Store) nextCardSeq(ctx context.Context) (int64, error) {
-	raw, err := s.counters.FindOneAndUpdate(ctx,
-		bson.D{{Key: "_id", Value: collCards}},
-		bson.D{{Key: "$inc", Value: bson.D{{Key: "seq", Value: int64(1)}}}},
-		options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)).Raw()
-	if err != nil {
-		return 0, fmt.Errorf("mongostore: card sequence: %w", err)
-	}
-	seq, ok := raw.Lookup("seq").AsInt64OK()
-	if !ok {
-		return 0, &DocumentError{Collection: collCounters, ID: collCards, Field: "seq", Problem: "is not an integer"}
-	}
-	return seq, nil
-}
-
 // createPromotionTimeout bounds the promotion CreateCard makes of the card
 // it inserted, which does not end with the caller's context.
 const createPromotionTimeout = 30 * time.Second
@@ -49,11 +31,6 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 			return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, err)
 		}
 	}
-	if err := s.cards.FindOne(ctx, bson.D{{Key: "_id", Value: nc.ID}}).Err(); err == nil {
-		return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, board.ErrAlreadyExists)
-	} else if !errors.Is(err, mongo.ErrNoDocuments) {
-		return board.Card{}, fmt.Errorf("mongostore: read card %q: %w", nc.ID, err)
-	}
 	// Every blocker must exist. A card with blockers starts waiting for
 	// them even when they are all complete, and is promoted after the
 	// insert like any dependent (promote): moving it to the pool on a read
@@ -66,10 +43,6 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 	state := nc.State
 	if state == "" {
 		state = s.freshBoard(ctx).InitialState("", len(deps) == 0)
-	}
-	seq, err := s.nextCardSeq(ctx)
-	if err != nil {
-		return board.Card{}, err
 	}
 	clk, err := s.serverNow(ctx)
 	if err != nil {
@@ -86,17 +59,31 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 		{Key: "awaiting_input", Value: false},
 		{Key: "created_at", Value: clk.now},
 		{Key: "updated_at", Value: clk.now},
-		{Key: "created_seq", Value: seq},
 		{Key: "claim", Value: ""},
 		{Key: fieldOutbox, Value: []outboxEntry{ev}},
 	}
-	if _, err := s.cards.InsertOne(ctx, doc); err != nil {
+	// An upsert whose filter no stored card can match (no card has the
+	// field it asks for) inserts the card, or fails on the duplicate _id
+	// when one exists: it is an insert that can use $currentDate. The
+	// server stamps the created event's write (DESIGN.md#event-log) and the
+	// creation order, created_seq, with its own timestamps: unique and
+	// increasing, with no counter every creation contends on. (Cards an
+	// older version created hold a number there; numbers sort before
+	// timestamps, so they stay first.)
+	stamp := bson.D{{Key: "$type", Value: "timestamp"}}
+	_, err = s.cards.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: nc.ID}, {Key: "ev_never", Value: bson.D{{Key: "$exists", Value: true}}}},
+		bson.D{
+			{Key: "$setOnInsert", Value: doc[1:]},
+			{Key: "$currentDate", Value: bson.D{{Key: "created_seq", Value: stamp}, {Key: fieldEvTS, Value: stamp}}},
+		},
+		options.UpdateOne().SetUpsert(true))
+	if err != nil {
 		if mongo.IsDuplicateKeyError(err) {
 			return board.Card{}, fmt.Errorf("card %q: %w", nc.ID, board.ErrAlreadyExists)
 		}
 		return board.Card{}, writeErr(fmt.Sprintf("mongostore: create card %q", nc.ID), err)
 	}
-	_ = s.relay(ctx, s.cards, nc.ID, []outboxEntry{ev})
 
 	if state == board.StateWaitingDeps && nc.State == "" && len(deps) > 0 {
 		// Promote it now that it is there, if its blockers are complete

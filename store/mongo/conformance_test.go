@@ -33,6 +33,11 @@ func openStore(t testing.TB, opts mongostore.Options) *mongostore.Store {
 	if opts.Database == "" {
 		opts.Database = mongotest.Database(t)
 	}
+	if opts.EventLag == 0 {
+		// The test server applies one command at a time, so no write
+		// becomes visible out of its stamp's order (Options.EventLag).
+		opts.EventLag = -1
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s, err := mongostore.Open(ctx, opts)

@@ -11,23 +11,25 @@
 // Collections:
 //
 //	cards     one document per card: the card's fields under their JSON
-//	          names, created_seq (creation order), run (the card's
-//	          current run, embedded; see runs.go), outbox (events of
-//	          writes not yet copied to the event log), and reopen_pending,
+//	          names, created_seq (creation order: the server's timestamp
+//	          of the insert), run (the card's current run, embedded; see
+//	          runs.go), outbox and ev_ts (the events of the card's last
+//	          write and the server's stamp of it, until published; see
+//	          outbox.go), and reopen_pending,
 //	          reopen_holds and reopen_gen (a Reopen racing a promotion;
 //	          see reopen.go)
 //	runs      archive copies of runs that are no longer a card's current
 //	          run, and runs an older version wrote (with their outbox)
-//	events    the event log: _id is the sequence number, key the outbox
-//	          entry id (unique), so relaying an entry twice is harmless
-//	counters  the card creation sequence
+//	events    the event log: _id is the sequence number computed from
+//	          the write's stamp (seqOf), key the outbox entry id (unique),
+//	          so publishing an entry twice is harmless
 //
 // Where this twin deliberately differs from the bbolt one (DESIGN.md#twins) — read before "fixing" any of it:
 //
 //   - Time comes from the server. claimed_at, claim_lease_until,
 //     updated_at, created_at and event times are the server's clock, read
-//     from the hello reply before each write, with the round trip counted
-//     against the lease. A fleet's agents do not share a clock, and a pod
+//     from a hello reply at most a second old (aged by the monotonic
+//     clock), with the round trip and the drift counted against the lease. A fleet's agents do not share a clock, and a pod
 //     with a fast clock must not mint itself extra lease.
 //   - The epoch is floored at the server clock: max(stored + 1, server ms).
 //     Another binary's write can drop the field; a counter would then
@@ -40,8 +42,9 @@
 //     the lease), so the candidate listing has an un-leased arm on a long
 //     horizon and ListUnleasedRunningClaims returns them (DESIGN.md#unleased-sweep).
 //   - No multi-document atomicity: every write changes one document. Its
-//     events ride in that document's outbox, set by the same update, and
-//     are relayed to the event log afterwards, idempotently. A blocker's
+//     events ride in that document's outbox, set by the same update and
+//     stamped by the server, and are published to the event log later,
+//     idempotently (DESIGN.md#event-log). A blocker's
 //     completion and its dependents' promotions are separate writes (a
 //     Finish that completes a card included), made to exclude a racing
 //     Reopen by holds on the dependents (DESIGN.md#reopen-promotion).

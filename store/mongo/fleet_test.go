@@ -61,6 +61,16 @@ func (f *fleet) serverNow() time.Time {
 	return time.UnixMilli(ms).UTC()
 }
 
+// count counts the documents of coll matching filter.
+func (f *fleet) count(coll *mongo.Collection, filter bson.D) int {
+	f.t.Helper()
+	n, err := coll.CountDocuments(f.ctx, filter)
+	if err != nil {
+		f.t.Fatalf("count %s: %v", coll.Name(), err)
+	}
+	return int(n)
+}
+
 // foreign applies a raw update to a card, as another program would.
 func (f *fleet) foreign(id string, update bson.D) {
 	f.t.Helper()
@@ -292,6 +302,9 @@ func TestStrippedClaimTransferNeedsTheHorizon(t *testing.T) {
 // TestLeaseComesFromTheServerClock: DESIGN.md#epoch. An agent whose clock runs
 // hours ahead (or behind) must not mint itself extra lease: claimed_at and
 // the lease are the server's, and the round trip counts against the lease.
+// A reading of the server's clock serves the writes of up to a second
+// (DESIGN.md#twin-clock), aged by the agent's monotonic clock, so the stamps
+// lie in [before - that second, after], never later.
 func TestLeaseComesFromTheServerClock(t *testing.T) {
 	t.Parallel()
 	for _, skew := range []time.Duration{5 * time.Hour, -5 * time.Hour} {
@@ -301,7 +314,7 @@ func TestLeaseComesFromTheServerClock(t *testing.T) {
 			f := openFleet(t, mongostore.Options{Clock: agent})
 			f.create("c1", board.StateReady)
 
-			before := f.serverNow()
+			before := f.serverNow().Add(-time.Second)
 			tok := f.claim("c1", workerA)
 			after := f.serverNow()
 			c := f.get("c1")
@@ -398,42 +411,63 @@ func TestCorruptFieldIsATypedErrorNamingTheCard(t *testing.T) {
 	}
 }
 
-// TestPendingOutboxIsRelayedOnce: the state a crash leaves between a
-// card write and its relay is an event in the card's outbox. The next
-// Events read relays it — exactly once, however many readers race.
-func TestPendingOutboxIsRelayedOnce(t *testing.T) {
+// TestAnUnpublishedOutboxIsReadAndPublishedOnce: the state a writer that
+// dies after its write leaves is a stamped outbox nobody published
+// (DESIGN.md#event-log). Readers see its events at once, under the
+// sequence numbers the stamp fixes; compactors racing publish each entry
+// once and clear the outbox. An outbox an older version left unstamped
+// is stamped and published in outbox order.
+func TestAnUnpublishedOutboxIsReadAndPublishedOnce(t *testing.T) {
 	t.Parallel()
 	f := openFleet(t, mongostore.Options{})
 	f.create("c1", board.StateReady)
-	base, err := f.s.Events(f.ctx, 0, 0)
+	// c1's last write stays pending: nobody writes c1 again.
+	if _, err := f.s.AdjustLabels(f.ctx, board.LabelChange{Card: "c1", Add: []string{"x"}, Actor: "bot"}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := f.s.Events(f.ctx, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Entries as a write would have pushed them, never relayed.
-	var pending bson.A
-	for i := range 5 {
-		pending = append(pending, bson.D{
+	if n := f.count(f.raw.Collection("events"), bson.D{}); n != 1 {
+		t.Fatalf("events collection holds %d events, want 1 (c1's creation, published by its next write)", n)
+	}
+	if len(before) != 2 || before[1].Type != board.EventLabels {
+		t.Fatalf("Events = %+v, want c1's creation and its pending labels event", before)
+	}
+	// c2 as an older version left it: entries pushed, never stamped.
+	var legacy bson.A
+	for i := range 3 {
+		legacy = append(legacy, bson.D{
 			{Key: "id", Value: fmt.Sprintf("crashed-%d", i)},
 			{Key: "type", Value: string(board.EventLabels)},
-			{Key: "card", Value: "c1"},
+			{Key: "card", Value: "c2"},
 			{Key: "actor", Value: "bot"},
 			{Key: "at", Value: f.serverNow()},
 			{Key: "data", Value: bson.D{{Key: "added", Value: bson.A{fmt.Sprintf("l%d", i)}}}},
 		})
 	}
-	f.foreign("c1", bson.D{{Key: "$push", Value: bson.D{{Key: "outbox", Value: bson.D{{Key: "$each", Value: pending}}}}}})
+	now := f.serverNow()
+	if _, err := f.cards.InsertOne(f.ctx, bson.D{
+		{Key: "_id", Value: "c2"}, {Key: "title", Value: ""}, {Key: "state", Value: board.StateReady},
+		{Key: "labels", Value: bson.A{}}, {Key: "depends_on", Value: bson.A{}}, {Key: "runs", Value: bson.A{}},
+		{Key: "awaiting_input", Value: false}, {Key: "created_at", Value: now}, {Key: "updated_at", Value: now},
+		{Key: "created_seq", Value: int64(7)}, {Key: "claim", Value: ""}, {Key: "outbox", Value: legacy},
+	}); err != nil {
+		t.Fatal(err)
+	}
 
-	// Two agents read at once.
 	other := openStore(t, mongostore.Options{URI: mongotest.URI(t), Database: f.raw.Name()})
+	cutoff := f.serverNow().Add(time.Hour)
 	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for i := range 8 {
+	errs := make(chan error, 4)
+	for i := range 4 {
 		s := f.s
 		if i%2 == 1 {
 			s = other
 		}
 		wg.Go(func() {
-			_, err := s.Events(f.ctx, 0, 0)
+			_, err := s.CompactEvents(f.ctx, cutoff)
 			errs <- err
 		})
 	}
@@ -441,40 +475,35 @@ func TestPendingOutboxIsRelayedOnce(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		if err != nil {
-			t.Fatalf("Events: %v", err)
+			t.Fatalf("CompactEvents: %v", err)
 		}
 	}
 	all, err := f.s.Events(f.ctx, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	added := all[len(base):]
+	if !slices.EqualFunc(all[:2], before, func(a, b board.Event) bool { return a.Seq == b.Seq && a.Type == b.Type && a.Card == b.Card }) {
+		t.Errorf("after compaction the log starts %+v, want what readers were shown before it: %+v", all[:2], before)
+	}
 	var got []string
-	for _, ev := range added {
+	for _, ev := range all[2:] {
 		got = append(got, ev.Data.Added...)
 	}
-	if want := []string{"l0", "l1", "l2", "l3", "l4"}; !slices.Equal(got, want) {
-		t.Errorf("relayed events added %q, want each pending entry once, in outbox order: %q", got, want)
+	if want := []string{"l0", "l1", "l2"}; !slices.Equal(got, want) {
+		t.Errorf("legacy entries published as %q, want each once, in outbox order: %q", got, want)
 	}
-	for i, ev := range all {
-		if ev.Seq != int64(i+1) {
-			t.Errorf("event %d has seq %d, want a gap-free log (%d)", i, ev.Seq, i+1)
-		}
+	if n := f.count(f.raw.Collection("events"), bson.D{}); n != len(all) {
+		t.Errorf("events collection holds %d events, want all %d published", n, len(all))
 	}
-	raw, err := f.cards.FindOne(f.ctx, bson.D{{Key: "_id", Value: "c1"}}).Raw()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if arr, ok := raw.Lookup("outbox").ArrayOK(); ok {
-		if vals, _ := arr.Values(); len(vals) != 0 {
-			t.Errorf("outbox still holds %d relayed entries", len(vals))
-		}
+	if n := f.count(f.cards, bson.D{{Key: "outbox.0", Value: bson.D{{Key: "$exists", Value: true}}}}); n != 0 {
+		t.Errorf("%d cards still hold an outbox after compaction", n)
 	}
 }
 
 // TestTailingReaderNeverSkipsAnEvent: writers on several agents append
 // events while a reader tails the log by sequence. Every event must reach
-// the reader: a sequence number is never visible before all lower ones.
+// the reader exactly once, each card's in the order they were written:
+// no event becomes visible below a sequence number a reader has passed.
 func TestTailingReaderNeverSkipsAnEvent(t *testing.T) {
 	t.Parallel()
 	f := openFleet(t, mongostore.Options{})
@@ -510,8 +539,8 @@ func TestTailingReaderNeverSkipsAnEvent(t *testing.T) {
 			t.Fatalf("Events: %v", err)
 		}
 		for _, ev := range page {
-			if ev.Seq != after+1 {
-				t.Fatalf("tail read seq %d after %d: a gap the reader would page past", ev.Seq, after)
+			if ev.Seq <= after {
+				t.Fatalf("tail read seq %d after %d", ev.Seq, after)
 			}
 			after = ev.Seq
 			seen = append(seen, ev)
@@ -545,6 +574,23 @@ func TestTailingReaderNeverSkipsAnEvent(t *testing.T) {
 	}
 	if got, want := len(all), writers+writers*perWriter; got != want {
 		t.Errorf("log holds %d events, want %d (creations and label adds)", got, want)
+	}
+	if !slices.EqualFunc(seen, all, func(a, b board.Event) bool { return a.Seq == b.Seq }) {
+		t.Errorf("the tailing reader saw another sequence than the log holds")
+	}
+	perCard := map[string][]string{}
+	for _, ev := range all {
+		perCard[ev.Card] = append(perCard[ev.Card], ev.Data.Added...)
+	}
+	for i := range writers {
+		card := fmt.Sprintf("c%d", i)
+		var want []string
+		for j := range perWriter {
+			want = append(want, fmt.Sprintf("l%d", j))
+		}
+		if got := perCard[card]; !slices.Equal(got, want) {
+			t.Errorf("%s's label events in log order %q, want %q", card, got, want)
+		}
 	}
 }
 
@@ -881,5 +927,80 @@ func TestNullEpochIsTransferableLikeAMissingOne(t *testing.T) {
 	}
 	if c := f.get("c1"); c.Token() != newTok {
 		t.Errorf("after the transfer the card holds %+v, want %+v", c.Token(), newTok)
+	}
+}
+
+// TestEventsStopAtTheHorizon: with an event lag, readers see an event only
+// once the server's clock has passed its stamp by the lag
+// (DESIGN.md#event-log), so a write stamped earlier but committed later
+// cannot land below a sequence number a reader has passed.
+func TestEventsStopAtTheHorizon(t *testing.T) {
+	t.Parallel()
+	const lag = 1500 * time.Millisecond
+	f := openFleet(t, mongostore.Options{EventLag: lag})
+	f.create("c1", board.StateReady)
+	written := f.serverNow()
+	if evs, err := f.s.Events(f.ctx, 0, 0); err != nil || len(evs) != 0 {
+		t.Fatalf("Events right after the write = %+v, %v; want nothing before the horizon", evs, err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		evs, err := f.s.Events(f.ctx, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 1 {
+			if now := f.serverNow(); now.Before(written.Add(lag)) {
+				t.Errorf("event shown at server time %s, before its write (%s) + the lag", now, written)
+			}
+			return
+		}
+		if len(evs) > 1 || time.Now().After(deadline) {
+			t.Fatalf("Events = %+v; want the one creation once the horizon passes it", evs)
+		}
+		// Poll the condition: the horizon moves with the server's clock.
+		select {
+		case <-f.ctx.Done():
+			t.Fatal(f.ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// TestOneClockReadingServesASecondOfWrites: writes in quick succession
+// share one reading of the server's clock instead of a hello each
+// (DESIGN.md#twin-clock).
+func TestOneClockReadingServesASecondOfWrites(t *testing.T) {
+	t.Parallel()
+	var (
+		mu     sync.Mutex
+		hellos int
+	)
+	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName == "hello" {
+			mu.Lock()
+			hellos++
+			mu.Unlock()
+		}
+	}}
+	f := openFleet(t, mongostore.Options{Monitor: mon})
+	f.create("c1", board.StateReady)
+	mu.Lock()
+	hellos = 0
+	mu.Unlock()
+	start := time.Now()
+	const writes = 6
+	for i := range writes {
+		if _, err := f.s.AdjustLabels(f.ctx, board.LabelChange{Card: "c1", Add: []string{fmt.Sprintf("l%d", i)}, Actor: "bot"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	took := time.Since(start)
+	mu.Lock()
+	defer mu.Unlock()
+	// One reading per started second of writing, and one more for a
+	// reading that expired just as the writes began.
+	if limit := int(took/time.Second) + 2; hellos > limit {
+		t.Errorf("%d writes in %s sent %d hello commands, want at most %d", writes, took, hellos, limit)
 	}
 }

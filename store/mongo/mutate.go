@@ -47,10 +47,35 @@ func (c *change) update() bson.D {
 	if len(c.addToSet) > 0 {
 		u = append(u, bson.E{Key: "$addToSet", Value: c.addToSet})
 	}
+	return u
+}
+
+// withOutbox adds the outbox to an update of a document whose outbox as
+// read was pending (already published by the caller): a change with
+// events replaces the outbox with them and has the server stamp the
+// document (DESIGN.md#event-log); a change without events clears a pending
+// outbox, or leaves an empty one alone.
+func (c *change) withOutbox(u bson.D, pending bool) bson.D {
 	if len(c.events) > 0 {
-		u = append(u, bson.E{Key: "$push", Value: bson.D{{Key: fieldOutbox, Value: bson.D{{Key: "$each", Value: c.events}}}}})
+		u = appendOp(u, "$set", bson.E{Key: fieldOutbox, Value: c.events})
+		return appendOp(u, "$currentDate", bson.E{Key: fieldEvTS, Value: bson.D{{Key: "$type", Value: "timestamp"}}})
+	}
+	if pending {
+		u = appendOp(u, "$unset", bson.E{Key: fieldOutbox, Value: ""})
+		u = appendOp(u, "$unset", bson.E{Key: fieldEvTS, Value: ""})
 	}
 	return u
+}
+
+// appendOp adds field e under operator op of update u.
+func appendOp(u bson.D, op string, e bson.E) bson.D {
+	for i := range u {
+		if u[i].Key == op {
+			u[i].Value = append(u[i].Value.(bson.D), e)
+			return u
+		}
+	}
+	return append(u, bson.E{Key: op, Value: bson.D{e}})
 }
 
 // plan decides the change to make to a card as read. A nil change (and nil
@@ -78,8 +103,30 @@ func (s *Store) mutate(ctx context.Context, id string, p plan) (*cardState, bool
 		if err != nil || ch == nil {
 			return c, false, err
 		}
+		if len(ch.events) > maxWriteEvents {
+			return nil, false, fmt.Errorf("mongostore: card %q: one write of %d events (at most %d)", id, len(ch.events), maxWriteEvents)
+		}
+		// The events of the card's last write are published before this
+		// write replaces them, and the write is conditioned on the stamp
+		// it read, so nothing was added to the outbox meanwhile.
+		pending := len(c.outbox) > 0
+		if pending {
+			ts, ok := stampOf(c.raw)
+			if !ok {
+				// An older version's outbox, never stamped: stamp it,
+				// then plan again from a fresh read.
+				if err := s.stampLegacy(ctx, s.cards, id); err != nil {
+					return nil, false, err
+				}
+				continue
+			}
+			if err := s.publish(ctx, pendingDoc{id: id, ts: ts, entries: c.outbox}); err != nil {
+				return nil, false, err
+			}
+		}
 		filter := append(bson.D{{Key: "_id", Value: id}}, ch.cond...)
-		raw, err := s.cards.FindOneAndUpdate(ctx, filter, ch.update(),
+		filter = append(filter, same(c.raw, fieldEvTS))
+		raw, err := s.cards.FindOneAndUpdate(ctx, filter, ch.withOutbox(ch.update(), pending),
 			options.FindOneAndUpdate().SetReturnDocument(options.After)).Raw()
 		if errors.Is(err, mongo.ErrNoDocuments) {
 			continue // the card changed under the plan: plan again
@@ -91,10 +138,8 @@ func (s *Store) mutate(ctx context.Context, id string, p plan) (*cardState, bool
 		if err != nil {
 			return nil, true, err
 		}
-		// The write and its events are durable now. A failed relay leaves
-		// them in the outbox for the next relay, so it does not fail the
-		// write (the caller would retry a write that landed).
-		_ = s.relay(ctx, s.cards, id, after.outbox)
+		// The write and its events are durable now; the events are
+		// published by the card's next write or by the compactor.
 		after.outbox = nil
 		return after, true, nil
 	}

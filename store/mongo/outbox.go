@@ -1,11 +1,15 @@
 package mongostore
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -16,35 +20,39 @@ import (
 	"github.com/leasekeeper/leasekeeper/board"
 )
 
-// The outbox (DESIGN.md#twin-writes). MongoDB gives atomicity
-// per document only, and FerretDB has no transactions, so a write cannot put
-// its event into the event log in the same atomic step. Instead the write
-// pushes the event onto an outbox array of the document it changes, in the
-// same update, and the event is then relayed:
+// The event log without a sequencer (DESIGN.md#event-log). MongoDB gives
+// atomicity per document only, and FerretDB has no transactions, so a write
+// cannot put its event into the events collection in the same atomic step.
+// Instead the write sets the document's outbox to its events and stamps
+// the document's ev_ts with $currentDate (a BSON timestamp the SERVER
+// assigns while it applies the update), all in the same update. An event's
+// sequence number is computed from that stamp and its position in the
+// outbox (seqOf), so it is fixed the moment the write lands, with no
+// counter and no max+1 that writers contend on:
 //
-//  1. the entry is appended to the event log unless an event with its key
-//     is already there (the key is a random id minted with the entry, under
-//     a unique index, so two relayers racing on one entry store it once);
-//  2. the entry is popped from the head of the outbox, on the condition
-//     that it still is the head.
+//   - one card's events are ordered exactly: its writes are serialized by
+//     their compare-and-set, and the server's timestamps only grow;
+//   - an event is readable the moment its write is: Events reads the
+//     pending outboxes (cards with an ev_ts) before the events collection;
+//   - publishing (copying an outbox into the events collection, _id = the
+//     sequence number) is idempotent, so it is done lazily: by the next
+//     write of the same document, before it replaces the outbox (its CAS
+//     on ev_ts proves nothing was added meanwhile), or by the background
+//     compactor for documents nobody writes again.
 //
-// Entries are relayed in outbox order, one at a time, so one document's
-// events keep their order in the log. A process that dies between the write
-// and the relay leaves the entry in the outbox, and the next relay — after
-// any write to that document, and before every Events read, which sweeps
-// all outboxes — carries it over. Nothing is lost and nothing doubles.
-//
-// Sequence numbers. The log's _id is the sequence number, and a new event
-// takes the highest stored _id plus one; losing the unique-_id race means
-// retrying with the next. A counter document incremented first and
-// written afterwards would let a reader page past a number that was
-// allocated but not yet written, and never see that event: here a number
-// is only ever taken after every lower number is visible, so Events(after)
-// is gap-free and never skips.
+// Readers stop at a horizon (Options.EventLag behind the server's clock):
+// two writes to different documents may become visible in the opposite
+// order of their stamps, and a reader that had passed the later one would
+// never see the earlier. The lag bounds that window.
 
-const fieldOutbox = "outbox"
+const (
+	fieldOutbox = "outbox"
+	// fieldEvTS is the server's stamp of the write whose events the outbox
+	// holds; absent when the outbox is empty (or an older version wrote it).
+	fieldEvTS = "ev_ts"
+)
 
-// outboxEntry is one pending (or, in the log, relayed) event.
+// outboxEntry is one pending (or, in the log, published) event.
 type outboxEntry struct {
 	Key    string    `bson:"id"`
 	Type   string    `bson:"type"`
@@ -97,120 +105,176 @@ func (e outboxEntry) event(seq int64) board.Event {
 	}
 }
 
-// relay carries the outbox of one document into the event log.
-func (s *Store) relay(ctx context.Context, coll *mongo.Collection, id string, entries []outboxEntry) error {
-	for _, e := range entries {
-		if err := s.appendEvent(ctx, e); err != nil {
-			return err
-		}
-		// Pop the entry only if it still heads the outbox: another relayer
-		// may have popped it already, and then the head is a later entry
-		// that must not be dropped unrelayed.
-		_, err := coll.UpdateOne(ctx,
-			bson.D{{Key: "_id", Value: id}, {Key: fieldOutbox + ".0.id", Value: e.Key}},
-			bson.D{{Key: "$pop", Value: bson.D{{Key: fieldOutbox, Value: -1}}}})
-		if err != nil {
-			return fmt.Errorf("mongostore: relay %s %q: %w", coll.Name(), id, err)
-		}
+// Sequence numbers. A stamp is a BSON timestamp: seconds, and an ordinal
+// the server increments for every timestamp it hands out within them. The
+// sequence number of the i-th event of a write stamped ts is
+//
+//	(ts.T - seqEpoch) << 32 | ts.I << seqIndexBits | i
+//
+// which orders events by stamp, then by position in their write, and is
+// positive until 2088. The log of an older version numbered its events
+// 1, 2, 3, …: every stamped number is above those, so a cursor taken
+// before an upgrade resumes after it.
+const (
+	seqEpoch     = 1_600_000_000
+	seqIndexBits = 5
+	// maxWriteEvents is the most events one write may carry.
+	maxWriteEvents = 1 << seqIndexBits
+	maxStampOrd    = 1<<(32-seqIndexBits) - 1
+)
+
+// seqOf is the sequence number of the i-th event of a write stamped ts.
+func seqOf(ts bson.Timestamp, i int) (int64, error) {
+	if ts.T < seqEpoch || ts.I > maxStampOrd || i < 0 || i >= maxWriteEvents {
+		return 0, fmt.Errorf("mongostore: event %d of a write stamped %d.%d has no sequence number", i, ts.T, ts.I)
 	}
-	return nil
+	return int64(ts.T-seqEpoch)<<32 | int64(ts.I)<<seqIndexBits | int64(i), nil
 }
 
-// appendEvent stores e in the log once, under the next sequence number.
-func (s *Store) appendEvent(ctx context.Context, e outboxEntry) error {
-	for attempt := 0; ; attempt++ {
-		if attempt >= maxAttempts {
-			return fmt.Errorf("mongostore: append event %s: %w", e.Key, ErrContention)
-		}
-		err := s.events.FindOne(ctx, bson.D{{Key: "key", Value: e.Key}}).Err()
-		if err == nil {
-			return nil // relayed already
-		}
-		if !errors.Is(err, mongo.ErrNoDocuments) {
-			return fmt.Errorf("mongostore: append event: %w", err)
-		}
-		last, err := s.lastSeq(ctx)
-		if err != nil {
-			return err
-		}
-		doc := bson.D{
-			{Key: "_id", Value: last + 1}, {Key: "key", Value: e.Key}, {Key: "type", Value: e.Type}, {Key: "card", Value: e.Card},
-			{Key: "reason", Value: e.Reason}, {Key: "actor", Value: e.Actor}, {Key: "at", Value: e.At}, {Key: "data", Value: e.Data},
-		}
-		_, err = s.events.InsertOne(ctx, doc)
-		if err == nil {
-			return nil
-		}
-		if !mongo.IsDuplicateKeyError(err) {
-			return fmt.Errorf("mongostore: append event: %w", err)
-		}
-		// Either the number was taken (retry with the next) or another
-		// relayer stored this very entry (the next lookup finds it).
+// stampAt is the smallest stamp of the second t falls in: every event of
+// a write stamped at or after t's second has a sequence number at or above
+// seqOf(stampAt(t), 0).
+func stampAt(t time.Time) bson.Timestamp {
+	sec := t.Unix()
+	if sec < seqEpoch {
+		sec = seqEpoch
 	}
+	return bson.Timestamp{T: uint32(sec)}
 }
 
-func (s *Store) lastSeq(ctx context.Context) (int64, error) {
-	raw, err := s.events.FindOne(ctx, bson.D{}, options.FindOne().SetSort(bson.D{{Key: "_id", Value: -1}}).SetProjection(bson.D{{Key: "_id", Value: 1}})).Raw()
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return 0, nil
+// eventHorizon is where readers stop: the smallest stamp of the second the
+// server's clock less the event lag falls in (a lower bound of the
+// server's time, so the horizon only errs early), and the first sequence
+// number at it. With no lag it is the end of time.
+func (s *Store) eventHorizon(ctx context.Context) (bson.Timestamp, int64, error) {
+	if s.eventLag < 0 {
+		return bson.Timestamp{T: math.MaxUint32, I: math.MaxUint32}, math.MaxInt64, nil
 	}
+	now, err := s.lowerNow(ctx, horizonReuse)
 	if err != nil {
-		return 0, fmt.Errorf("mongostore: last event: %w", err)
+		return bson.Timestamp{}, 0, err
 	}
-	return eventSeq(raw)
+	ts := stampAt(now.Add(-s.eventLag))
+	seq, err := seqOf(ts, 0)
+	return ts, seq, err
 }
 
-func eventSeq(raw bson.Raw) (int64, error) {
-	v := raw.Lookup("_id")
-	seq, ok := v.AsInt64OK()
-	if !ok || seq <= 0 {
-		return 0, &DocumentError{Collection: collEvents, ID: v.String(), Field: "_id", Problem: "is not a positive sequence number"}
+// stampOfSeq is the stamp the sequence number seq was computed from.
+func stampOfSeq(seq int64) bson.Timestamp {
+	if seq < 1<<32 {
+		return bson.Timestamp{T: seqEpoch} // a legacy number, or zero
 	}
-	return seq, nil
+	return bson.Timestamp{T: uint32(seq>>32) + seqEpoch, I: uint32(seq&(1<<32-1)) >> seqIndexBits}
 }
 
-// relayAll sweeps every outbox left behind (a relay cut short by a crash,
-// a cancelled context, or a failure after the write).
-func (s *Store) relayAll(ctx context.Context) error {
-	for _, coll := range []*mongo.Collection{s.cards, s.runs} {
-		cur, err := coll.Find(ctx, bson.D{{Key: fieldOutbox + ".id", Value: bson.D{{Key: "$gt", Value: ""}}}},
-			options.Find().SetProjection(bson.D{{Key: fieldOutbox, Value: 1}}))
-		if err != nil {
-			return fmt.Errorf("mongostore: find pending events: %w", err)
-		}
-		type pending struct {
-			id      string
-			entries []outboxEntry
-		}
-		var todo []pending
-		for cur.Next(ctx) {
-			r := newReader(coll.Name(), cur.Current)
-			entries := r.outbox()
-			if r.err != nil {
-				// A document another program corrupted cannot be relayed;
-				// it must not stop the log for everyone else. Reading that
-				// document reports the corruption, naming it.
-				continue
-			}
-			todo = append(todo, pending{r.id, entries})
-		}
-		err = cur.Err()
-		cur.Close(ctx)
-		if err != nil {
-			return fmt.Errorf("mongostore: find pending events: %w", err)
-		}
-		for _, p := range todo {
-			if err := s.relay(ctx, coll, p.id, p.entries); err != nil {
+// pendingDoc is a document's outbox as read: its stamp and entries.
+type pendingDoc struct {
+	id      string
+	ts      bson.Timestamp
+	entries []outboxEntry
+}
+
+// stampOf reads a document's ev_ts; ok is false when it has none.
+func stampOf(raw bson.Raw) (bson.Timestamp, bool) {
+	t, i, ok := raw.Lookup(fieldEvTS).TimestampOK()
+	return bson.Timestamp{T: t, I: i}, ok
+}
+
+// logDoc is the events-collection document of the i-th entry of a write
+// stamped ts.
+func logDoc(e outboxEntry, ts bson.Timestamp, i int) (bson.D, error) {
+	seq, err := seqOf(ts, i)
+	if err != nil {
+		return nil, err
+	}
+	return bson.D{
+		{Key: "_id", Value: seq}, {Key: "key", Value: e.Key}, {Key: "type", Value: e.Type}, {Key: "card", Value: e.Card},
+		{Key: "reason", Value: e.Reason}, {Key: "actor", Value: e.Actor}, {Key: "at", Value: e.At}, {Key: "data", Value: e.Data},
+	}, nil
+}
+
+// publish copies stamped outboxes into the events collection in one
+// command. It is idempotent: an event already there (same _id, or the same
+// key from an older version's relay) is left as it is.
+func (s *Store) publish(ctx context.Context, docs ...pendingDoc) error {
+	var out []any
+	for _, d := range docs {
+		for i, e := range d.entries {
+			ld, err := logDoc(e, d.ts, i)
+			if err != nil {
 				return err
 			}
+			out = append(out, ld)
 		}
 	}
-	return nil
+	if len(out) == 0 {
+		return nil
+	}
+	_, err := s.events.InsertMany(ctx, out, options.InsertMany().SetOrdered(false))
+	if err == nil || onlyDuplicates(err) {
+		return nil
+	}
+	return fmt.Errorf("mongostore: publish events: %w", err)
+}
+
+// onlyDuplicates reports whether every failure of a bulk insert is a
+// duplicate key: the event was published already.
+func onlyDuplicates(err error) bool {
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
+		return false
+	}
+	for _, we := range bwe.WriteErrors {
+		if we.Code != 11000 {
+			return false
+		}
+	}
+	return true
+}
+
+// pendingFilter selects documents whose outbox holds events stamped in
+// [from, to).
+func pendingFilter(from, to bson.Timestamp) bson.D {
+	return bson.D{{Key: fieldEvTS, Value: bson.D{{Key: "$gte", Value: from}, {Key: "$lt", Value: to}}}}
+}
+
+// findPending reads up to limit documents of coll (0: no limit) with a
+// stamped outbox matching filter, oldest stamp first. A document another
+// program corrupted is skipped: it must not stop the log for everyone
+// else, and reading that document reports the corruption, naming it.
+func (s *Store) findPending(ctx context.Context, coll *mongo.Collection, filter bson.D, limit int) ([]pendingDoc, error) {
+	opts := options.Find().SetSort(bson.D{{Key: fieldEvTS, Value: 1}}).
+		SetProjection(bson.D{{Key: fieldOutbox, Value: 1}, {Key: fieldEvTS, Value: 1}})
+	if limit > 0 {
+		opts.SetLimit(int64(limit))
+	}
+	cur, err := coll.Find(ctx, filter, opts)
+	if err != nil {
+		return nil, fmt.Errorf("mongostore: find pending events: %w", err)
+	}
+	defer cur.Close(ctx)
+	var out []pendingDoc
+	for cur.Next(ctx) {
+		r := newReader(coll.Name(), cur.Current)
+		entries := r.outbox()
+		ts, ok := stampOf(cur.Current)
+		if r.err != nil || !ok {
+			continue
+		}
+		out = append(out, pendingDoc{id: r.id, ts: ts, entries: entries})
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("mongostore: find pending events: %w", err)
+	}
+	return out, nil
 }
 
 // Events returns events with Seq > after, oldest first, at most limit (0:
-// no limit). It relays every pending outbox first, so an event whose writer
-// died before relaying it is not missing from the answer.
+// no limit), up to the horizon: the server's clock less the event lag.
+//
+// It reads the pending outboxes first and the events collection second.
+// Publishing inserts into the collection before it clears an outbox, so
+// an event leaving the outboxes between the two reads is in the second.
 func (s *Store) Events(ctx context.Context, after int64, limit int) ([]board.Event, error) {
 	if limit < 0 {
 		return nil, board.Invalid("negative limit %d", limit)
@@ -218,14 +282,28 @@ func (s *Store) Events(ctx context.Context, after int64, limit int) ([]board.Eve
 	if after < 0 {
 		after = 0
 	}
-	if err := s.relayAll(ctx); err != nil {
+	horizon, limitSeq, err := s.eventHorizon(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if after >= limitSeq-1 {
+		return nil, nil
+	}
+	// One more document than events wanted: at most one pending document
+	// (the one stamped like after) can hold no event past after.
+	docs := 0
+	if limit > 0 {
+		docs = limit + 1
+	}
+	pending, err := s.findPending(ctx, s.cards, pendingFilter(stampOfSeq(after), horizon), docs)
+	if err != nil {
 		return nil, err
 	}
 	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}})
 	if limit > 0 {
 		opts.SetLimit(int64(limit))
 	}
-	cur, err := s.events.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: after}}}}, opts)
+	cur, err := s.events.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: after}, {Key: "$lt", Value: limitSeq}}}}, opts)
 	if err != nil {
 		return nil, fmt.Errorf("mongostore: events: %w", err)
 	}
@@ -246,5 +324,152 @@ func (s *Store) Events(ctx context.Context, after int64, limit int) ([]board.Eve
 	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("mongostore: events: %w", err)
 	}
+	// Merge in the pending events the collection does not hold yet.
+	seen := make(map[int64]bool, len(out))
+	for _, e := range out {
+		seen[e.Seq] = true
+	}
+	merged := false
+	for _, d := range pending {
+		for i, e := range d.entries {
+			seq, err := seqOf(d.ts, i)
+			if err != nil {
+				return nil, err
+			}
+			if seq <= after || seq >= limitSeq || seen[seq] {
+				continue
+			}
+			out = append(out, e.event(seq))
+			seen[seq] = true
+			merged = true
+		}
+	}
+	if merged {
+		slices.SortFunc(out, func(a, b board.Event) int { return cmp.Compare(a.Seq, b.Seq) })
+	}
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
 	return out, nil
+}
+
+func eventSeq(raw bson.Raw) (int64, error) {
+	v := raw.Lookup("_id")
+	seq, ok := v.AsInt64OK()
+	if !ok || seq <= 0 {
+		return 0, &DocumentError{Collection: collEvents, ID: v.String(), Field: "_id", Problem: "is not a positive sequence number"}
+	}
+	return seq, nil
+}
+
+// stampLegacy stamps an outbox an older version left unstamped, so its
+// entries get sequence numbers like any write's (in outbox order).
+func (s *Store) stampLegacy(ctx context.Context, coll *mongo.Collection, id string) error {
+	_, err := coll.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: id}, {Key: fieldEvTS, Value: bson.D{{Key: "$exists", Value: false}}}},
+		bson.D{{Key: "$currentDate", Value: bson.D{{Key: fieldEvTS, Value: bson.D{{Key: "$type", Value: "timestamp"}}}}}})
+	if err != nil {
+		return writeErr(fmt.Sprintf("mongostore: stamp the outbox of %s %q", coll.Name(), id), err)
+	}
+	return nil
+}
+
+// The compactor publishes the outboxes of documents nobody wrote again
+// (a card's last write, a writer that died), so the pending set Events
+// reads stays small. Every agent runs one; they race harmlessly (publish
+// is idempotent, each clear is conditioned on the stamp it published).
+const (
+	// compactEvery is how often the compactor passes.
+	compactEvery = 30 * time.Second
+	// compactAge is how old a stamp must be before the compactor takes
+	// it: younger outboxes are usually published by their card's next
+	// write.
+	compactAge = 10 * time.Second
+	// compactPage is how many documents one step of a pass takes, and
+	// compactPages how many steps a pass takes at most.
+	compactPage  = 256
+	compactPages = 16
+)
+
+// CompactEvents publishes and clears the pending outboxes stamped before
+// cutoff (at most compactPages pages of compactPage documents), and
+// stamps the outboxes an older version left unstamped. It returns how many
+// documents it cleared.
+func (s *Store) CompactEvents(ctx context.Context, cutoff time.Time) (int, error) {
+	if err := s.stampAllLegacy(ctx); err != nil {
+		return 0, err
+	}
+	cleared := 0
+	for _, coll := range []*mongo.Collection{s.cards, s.runs} {
+		for range compactPages {
+			docs, err := s.findPending(ctx, coll, pendingFilter(bson.Timestamp{}, stampAt(cutoff)), compactPage)
+			if err != nil {
+				return cleared, err
+			}
+			if len(docs) == 0 {
+				break
+			}
+			if err := s.publish(ctx, docs...); err != nil {
+				return cleared, err
+			}
+			models := make([]mongo.WriteModel, 0, len(docs))
+			for _, d := range docs {
+				models = append(models, mongo.NewUpdateOneModel().
+					SetFilter(bson.D{{Key: "_id", Value: d.id}, {Key: fieldEvTS, Value: d.ts}}).
+					SetUpdate(bson.D{{Key: "$unset", Value: bson.D{{Key: fieldOutbox, Value: ""}, {Key: fieldEvTS, Value: ""}}}}))
+			}
+			for chunk := range slices.Chunk(models, RenewChunk) {
+				res, err := coll.BulkWrite(ctx, chunk, options.BulkWrite().SetOrdered(false))
+				if err != nil {
+					return cleared, fmt.Errorf("mongostore: clear published outboxes: %w", err)
+				}
+				cleared += int(res.ModifiedCount)
+			}
+			if len(docs) < compactPage {
+				break
+			}
+		}
+	}
+	return cleared, nil
+}
+
+// stampAllLegacy stamps every unstamped outbox an older version left.
+func (s *Store) stampAllLegacy(ctx context.Context) error {
+	for _, coll := range []*mongo.Collection{s.cards, s.runs} {
+		var list []string
+		err := coll.Distinct(ctx, "_id", bson.D{
+			{Key: fieldOutbox + ".id", Value: bson.D{{Key: "$gt", Value: ""}}},
+			{Key: fieldEvTS, Value: bson.D{{Key: "$exists", Value: false}}},
+		}).Decode(&list)
+		if err != nil {
+			return fmt.Errorf("mongostore: find unstamped outboxes: %w", err)
+		}
+		for _, id := range list {
+			if err := s.stampLegacy(ctx, coll, id); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// compactor runs CompactEvents every compactEvery until ctx ends.
+func (s *Store) compactor(ctx context.Context) {
+	defer close(s.compacted)
+	t := time.NewTicker(compactEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now, err := s.lowerNow(ctx, clockReuse)
+		if err == nil {
+			_, err = s.CompactEvents(ctx, now.Add(-compactAge))
+		}
+		if err != nil && ctx.Err() == nil {
+			slog.Warn("mongostore: event compaction failed; the next pass retries", "err", err)
+		}
+	}
 }

@@ -18,16 +18,17 @@ import (
 )
 
 const (
-	collCards    = "cards"
-	collRuns     = "runs"
-	collEvents   = "events"
-	collCounters = "counters"
+	collCards  = "cards"
+	collRuns   = "runs"
+	collEvents = "events"
 
 	// DefaultUnleasedHorizon is how long a claim with no lease must have
 	// gone without an update before the candidate listing offers it
 	// (DESIGN.md#unleased-arm: a missing lease is an absence, not evidence that a
 	// heartbeat stopped, so it gets a much longer horizon than a lease).
 	DefaultUnleasedHorizon = 24 * time.Hour
+	// DefaultEventLag is Options.EventLag's default.
+	DefaultEventLag = time.Second
 	// DefaultLease is the lease the horizon is checked against when
 	// Options.Lease is zero (the product default).
 	DefaultLease = 30 * time.Second
@@ -65,6 +66,14 @@ type Options struct {
 	// a primary failover (a claim that rolls back would hand the card out
 	// twice).
 	WriteConcern *writeconcern.WriteConcern
+	// EventLag is how far behind the server's clock Events readers stop
+	// (DESIGN.md#event-log): two writes to different documents can become
+	// visible in the opposite order of their server stamps for as long as
+	// a write takes from its stamp to its commit, and the lag must cover
+	// that. 0 means DefaultEventLag; a negative lag means none, which is
+	// exact only on a server that applies one command at a time (the
+	// project's test server).
+	EventLag time.Duration
 	// Monitor, when set, sees every command the driver sends (metrics,
 	// tracing, and the tests that pin how many round trips a verb takes).
 	Monitor *event.CommandMonitor
@@ -77,10 +86,18 @@ type Store struct {
 	cards    *mongo.Collection
 	runs     *mongo.Collection
 	events   *mongo.Collection
-	counters *mongo.Collection
 	meta     *mongo.Collection
 	clock    board.Clock
 	horizon  time.Duration
+	eventLag time.Duration
+
+	// clkMu guards the last server-clock reading (see readClock).
+	clkMu sync.Mutex
+	clk   clockReading
+
+	// stop ends the background compactor; compacted is closed when it has.
+	stop      context.CancelFunc
+	compacted chan struct{}
 
 	// boardMu guards the cached board definition (see board.go).
 	boardMu sync.Mutex
@@ -129,6 +146,10 @@ func open(ctx context.Context, opts Options) (*Store, error) {
 	if clock == nil {
 		clock = board.SystemClock{}
 	}
+	eventLag := opts.EventLag
+	if eventLag == 0 {
+		eventLag = DefaultEventLag
+	}
 	wc := opts.WriteConcern
 	if wc == nil {
 		wc = writeconcern.Majority()
@@ -151,10 +172,10 @@ func open(ctx context.Context, opts Options) (*Store, error) {
 		cards:    db.Collection(collCards),
 		runs:     db.Collection(collRuns),
 		events:   db.Collection(collEvents),
-		counters: db.Collection(collCounters),
 		meta:     db.Collection(collMeta),
 		clock:    clock,
 		horizon:  horizon,
+		eventLag: eventLag,
 	}
 	if err := client.Ping(ctx, readpref.Primary()); err != nil {
 		_ = client.Disconnect(context.WithoutCancel(ctx))
@@ -170,6 +191,9 @@ func open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.cacheBoard(stored)
+	cctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	s.stop, s.compacted = stop, make(chan struct{})
+	go s.compactor(cctx)
 	return s, nil
 }
 
@@ -219,11 +243,13 @@ func (s *Store) createIndexes(ctx context.Context) error {
 			{name: "depends_on", keys: []string{"depends_on"}},
 			// GetRun and the run writes find a run embedded in its card.
 			{name: "run_id", keys: []string{fieldRun + ".id"}},
-			// The relay sweep finds documents with a pending outbox.
+			// Events and the compactor read pending outboxes by stamp.
+			{name: "ev_ts", keys: []string{fieldEvTS}},
+			// The compactor finds outboxes an older version left unstamped.
 			{name: "outbox", keys: []string{fieldOutbox + ".id"}},
 		}},
-		{s.runs, []index{{name: "outbox", keys: []string{fieldOutbox + ".id"}}}},
-		// The outbox entry id: relaying an entry twice stores it once.
+		{s.runs, []index{{name: "ev_ts", keys: []string{fieldEvTS}}, {name: "outbox", keys: []string{fieldOutbox + ".id"}}}},
+		// The outbox entry id: an entry an older version relayed is not published again.
 		{s.events, []index{{name: "key", keys: []string{"key"}, unique: true}}},
 	}
 	for _, set := range sets {
@@ -267,8 +293,10 @@ func (s *Store) createIndexes(ctx context.Context) error {
 	return nil
 }
 
-// Close disconnects from the server.
+// Close stops the compactor and disconnects from the server.
 func (s *Store) Close() error {
+	s.stop()
+	<-s.compacted
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := s.client.Disconnect(ctx)
@@ -278,26 +306,68 @@ func (s *Store) Close() error {
 	return err
 }
 
-// serverClock is the server's wall time, read from the hello reply just
-// before a write, and the round trip it took.
+// serverClock is the server's wall time for a write (a reading aged to
+// now, see readClock) and its uncertainty: the round trip that read it
+// plus the drift since.
 type serverClock struct {
 	now time.Time
 	rtt time.Duration
 }
 
-// serverNow asks the server for its clock. DESIGN.md#epoch: on the fleet twin
-// the lease is stamped with the server's clock, so an agent whose own clock
-// runs fast cannot mint itself extra lease. FerretDB has no $$NOW and no
-// pipeline updates, so the time is read from hello.localTime instead of
-// being computed inside the update.
+// Server-clock readings are reused instead of asked for before every
+// write (DESIGN.md#twin-clock): a heartbeat tick or a reaper pass reads
+// the clock once. A reading taken age ago stands for the server's time
+// now as reading + age, and its uncertainty grows by age/driftDivisor for
+// the rate at which the two clocks may drift apart, counted against every
+// lease like the round trip.
+const (
+	// clockReuse is how long a reading serves the stamps of writes:
+	// leases, epochs, claimed_at and updated_at.
+	clockReuse = time.Second
+	// horizonReuse is how long a reading serves the event horizon, which
+	// only needs a lower bound of the server's time.
+	horizonReuse = time.Minute
+	// driftDivisor: the clocks are taken to drift apart by at most
+	// 1 part in driftDivisor (1000 ppm, far above a real oscillator's).
+	driftDivisor = 1000
+)
+
+// clockReading is one hello reply's localTime, the round trip that asked
+// for it, and when (local, monotonic) the reply arrived.
+type clockReading struct {
+	now  time.Time
+	rtt  time.Duration
+	recv time.Time
+}
+
+// serverNow is the server's clock for a write: a reading at most
+// clockReuse old.
+func (s *Store) serverNow(ctx context.Context) (serverClock, error) {
+	return s.readClock(ctx, clockReuse)
+}
+
+// readClock returns the last reading aged to now when it is younger than
+// reuse, and asks the server otherwise. DESIGN.md#epoch: on the fleet
+// twin the lease is stamped with the server's clock, so an agent whose own
+// clock runs fast cannot mint itself extra lease. FerretDB has no $$NOW
+// and no pipeline updates, so the time is read from hello.localTime
+// instead of being computed inside the update.
 //
 // The round trip is measured on the monotonic clock (it is a local
 // duration, not a wall time) and rounded UP to whole milliseconds, the
 // resolution of a BSON date.
-func (s *Store) serverNow(ctx context.Context) (serverClock, error) {
+func (s *Store) readClock(ctx context.Context, reuse time.Duration) (serverClock, error) {
+	s.clkMu.Lock()
+	r := s.clk
+	s.clkMu.Unlock()
+	if !r.recv.IsZero() {
+		if age := time.Since(r.recv); age < reuse {
+			return r.aged(age), nil
+		}
+	}
 	start := time.Now()
 	raw, err := s.db.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
-	rtt := time.Since(start)
+	recv := time.Now()
 	if err != nil {
 		return serverClock{}, fmt.Errorf("mongostore: read the server clock: %w", err)
 	}
@@ -305,8 +375,35 @@ func (s *Store) serverNow(ctx context.Context) (serverClock, error) {
 	if !ok {
 		return serverClock{}, fmt.Errorf("mongostore: the server's hello reply carries no localTime")
 	}
-	rtt = (rtt + time.Millisecond - 1).Truncate(time.Millisecond)
-	return serverClock{now: time.UnixMilli(ms).UTC(), rtt: rtt}, nil
+	rtt := (recv.Sub(start) + time.Millisecond - 1).Truncate(time.Millisecond)
+	r = clockReading{now: time.UnixMilli(ms).UTC(), rtt: rtt, recv: recv}
+	s.clkMu.Lock()
+	if r.recv.After(s.clk.recv) {
+		s.clk = r
+	}
+	s.clkMu.Unlock()
+	return r.aged(0), nil
+}
+
+// aged is the reading as it stands age after it arrived: the server's
+// clock has moved on by age, give or take the drift, which is added to
+// the uncertainty (rounded up to whole milliseconds).
+func (r clockReading) aged(age time.Duration) serverClock {
+	drift := (age/driftDivisor + time.Millisecond - 1).Truncate(time.Millisecond)
+	if age <= 0 {
+		drift = 0
+	}
+	return serverClock{now: r.now.Add(age).Truncate(time.Millisecond), rtt: r.rtt + drift}
+}
+
+// lowerNow is a lower bound of the server's clock from a reading at most
+// reuse old (see Now).
+func (s *Store) lowerNow(ctx context.Context, reuse time.Duration) (time.Time, error) {
+	clk, err := s.readClock(ctx, reuse)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return clk.now.Add(-clk.rtt), nil
 }
 
 // Now is the server's clock as a lower bound: the time the hello reply
@@ -315,11 +412,7 @@ func (s *Store) serverNow(ctx context.Context) (serverClock, error) {
 // than the server's time when the caller got it — and every comparison the
 // caller makes with it (is a lease expired yet?) errs towards "not yet".
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
-	clk, err := s.serverNow(ctx)
-	if err != nil {
-		return time.Time{}, err
-	}
-	return clk.now.Add(-clk.rtt), nil
+	return s.lowerNow(ctx, clockReuse)
 }
 
 // leaseUntil is the end of a lease granted now. The round trip of the
@@ -336,11 +429,13 @@ func (c serverClock) leaseUntil(lease time.Duration) time.Time {
 // epoch monotone when a foreign write drops the field (DESIGN.md#epoch-monotone); the
 // local twin's plain counter (stored + 1) is correct only because nobody
 // else writes its file (DESIGN.md#twin-epoch). Do not "simplify" one into the other.
+// The floor is the reading's UPPER bound (reading + uncertainty): it must
+// clear every epoch granted up to now, and a larger epoch is harmless.
 func (c serverClock) epochAfter(stored int64) int64 {
-	return max(stored+1, c.now.UnixMilli())
+	return max(stored+1, c.now.Add(c.rtt).UnixMilli())
 }
 
-// Traits: a fleet's shared store, on the server's clock, its events relayed
+// Traits: a fleet's shared store, on the server's clock, its events published
 // from each document's outbox after the write.
 func (s *Store) Traits() board.Traits {
 	return board.Traits{Shared: true, ServerClock: true, Outbox: true}
