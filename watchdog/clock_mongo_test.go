@@ -36,7 +36,7 @@ func TestFleetJudgesLeasesByTheServersClock(t *testing.T) {
 				t.Helper()
 				octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 				defer cancel()
-				s, err := mongostore.Open(octx, mongostore.Options{URI: uri, Database: db, Lease: fleetLease})
+				s, err := mongostore.Open(octx, mongostore.Options{URI: uri, Database: db, Lease: fleetLease, EventLag: serializedServer})
 				if err != nil {
 					t.Fatalf("mongostore.Open: %v", err)
 				}

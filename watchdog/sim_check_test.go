@@ -66,7 +66,10 @@ type simModel struct {
 	// granted, and for each recovery claim the worker claim it took over
 	// (through any chain of recovery claims).
 	lastSeq int64
-	holder  map[string]board.ClaimToken
+	// events counts the events replayed: the notes number them by it, since
+	// a fleet's sequence numbers carry the server's time and differ per run.
+	events int
+	holder map[string]board.ClaimToken
 	// released: card → who released its last claim, and which.
 	released  map[string]string
 	lastEpoch map[string]int64
@@ -136,6 +139,7 @@ func (w *simWorld) observe(touched []string) {
 		w.t.Fatalf("Events: %v", err)
 	}
 	for _, ev := range evs {
+		w.m.events++
 		w.replay(ev, prev)
 		w.m.lastSeq = ev.Seq
 	}
@@ -180,7 +184,7 @@ func (w *simWorld) replay(ev board.Event, prev map[string]board.Card) {
 	switch ev.Type {
 	case board.EventClaimed:
 		tok := board.ClaimToken{Marker: ev.Data.Marker, Epoch: ev.Data.Epoch}
-		w.note(id, "event %d: claimed by %s@%d", ev.Seq, tok.Marker, tok.Epoch)
+		w.note(id, "event %d: claimed by %s@%d", w.m.events, tok.Marker, tok.Epoch)
 		if last, ok := m.lastEpoch[id]; ok && tok.Epoch <= last {
 			w.violation(id, "epoch", "acquisition %s@%d does not raise the epoch above %d", tok.Marker, tok.Epoch, last)
 		}
@@ -198,7 +202,7 @@ func (w *simWorld) replay(ev board.Event, prev map[string]board.Card) {
 		m.holder[id] = tok
 		return
 	case board.EventReleased:
-		w.note(id, "event %d: released %s@%d by %q", ev.Seq, ev.Data.Marker, ev.Data.Epoch, ev.Actor)
+		w.note(id, "event %d: released %s@%d by %q", w.m.events, ev.Data.Marker, ev.Data.Epoch, ev.Actor)
 		m.holder[id] = board.ClaimToken{}
 		m.released[id] = fmt.Sprintf("%s@%d released by %q", ev.Data.Marker, ev.Data.Epoch, ev.Actor)
 		return
@@ -207,9 +211,9 @@ func (w *simWorld) replay(ev board.Event, prev map[string]board.Card) {
 		return
 	}
 	if ev.Type == board.EventState {
-		w.note(id, "event %d: state %s → %s, reason %q, actor %q", ev.Seq, ev.Data.From, ev.Data.To, ev.Reason, ev.Actor)
+		w.note(id, "event %d: state %s → %s, reason %q, actor %q", w.m.events, ev.Data.From, ev.Data.To, ev.Reason, ev.Actor)
 	} else {
-		w.note(id, "event %d: %s by %q", ev.Seq, ev.Type, ev.Actor)
+		w.note(id, "event %d: %s by %q", w.m.events, ev.Type, ev.Actor)
 	}
 	// An unblocked promotion is written on the dependent by whoever
 	// completed its blocker: not an owner write of the dependent.

@@ -306,7 +306,7 @@ func (w *simWorld) setupMongo() {
 		ctx, cancel := context.WithTimeout(w.ctx, time.Minute)
 		defer cancel()
 		s, err := mongostore.Open(ctx, mongostore.Options{
-			URI: uri, Database: db, Lease: simLease, UnleasedHorizon: simHorizon,
+			URI: uri, Database: db, Lease: simLease, UnleasedHorizon: simHorizon, EventLag: serializedServer,
 		})
 		if err != nil {
 			w.t.Fatalf("mongostore.Open: %v", err)

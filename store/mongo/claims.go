@@ -236,10 +236,16 @@ func (s *Store) readBackRenewed(ctx context.Context, hs []board.Hold, ids []stri
 // so a claim lost between the read and the write refuses it. A stale token
 // is refused even when the write would change nothing (DESIGN.md#fence).
 func (s *Store) owned(ctx context.Context, card string, tok board.ClaimToken, p plan) (*cardState, bool, error) {
+	return s.ownedFrom(ctx, card, nil, tok, p)
+}
+
+// ownedFrom is owned planning its first attempt on first, a read of the
+// card the caller has just made (nil: read it).
+func (s *Store) ownedFrom(ctx context.Context, card string, first *cardState, tok board.ClaimToken, p plan) (*cardState, bool, error) {
 	if err := board.ValidateToken(card, tok); err != nil {
 		return nil, false, err
 	}
-	return s.mutate(ctx, card, func(c *cardState, clk serverClock) (*change, error) {
+	return s.mutateFrom(ctx, card, first, func(c *cardState, clk serverClock) (*change, error) {
 		if !c.holds(tok) {
 			return nil, c.conflict()
 		}
@@ -396,7 +402,7 @@ func (s *Store) ReleaseOwned(ctx context.Context, card string, tok board.ClaimTo
 	}
 	// The released claim's open run is closed in the same CAS, so it
 	// must be embedded first.
-	if err := s.adoptRecorded(ctx, card); err != nil {
+	if _, err := s.adoptRecorded(ctx, card); err != nil {
 		return err
 	}
 	b := s.freshBoard(ctx)
@@ -449,7 +455,7 @@ func (s *Store) Release(ctx context.Context, card, marker, actor string) error {
 	}
 	// The released claim's open run is closed in the same CAS, so it
 	// must be embedded first.
-	if err := s.adoptRecorded(ctx, card); err != nil {
+	if _, err := s.adoptRecorded(ctx, card); err != nil {
 		return err
 	}
 	b := s.freshBoard(ctx)

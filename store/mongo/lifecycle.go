@@ -27,15 +27,19 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 		return board.Started{}, err
 	}
 	// A retry of a Start that landed is answered from what it wrote.
-	if c, err := s.cardOfRun(ctx, r.Run.ID); err != nil {
+	c, err := s.cardOfRun(ctx, r.Run.ID)
+	if err != nil {
 		return board.Started{}, err
 	} else if c != nil && (r.Next || c.ID == r.Card) {
 		if st, ok, err := s.answerStart(ctx, c.ID, r); err != nil || ok {
 			return st, err
 		}
 	}
+	// No card embedded the run id just now: the write checks only the
+	// archive for it (the check is before the write either way; see doc.go).
+	freshID := c == nil
 	if !r.Next {
-		st, _, err := s.startOn(ctx, r.Card, r)
+		st, _, err := s.startOn(ctx, r.Card, r, freshID)
 		return st, err
 	}
 	filter := bson.D{
@@ -55,7 +59,7 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 			return board.Started{}, fmt.Errorf("no unclaimed card in a pool state: %w", board.ErrNotFound)
 		}
 		for _, cand := range cands {
-			st, wrote, err := s.startOn(ctx, cand.ID, r)
+			st, wrote, err := s.startOn(ctx, cand.ID, r, freshID)
 			var ce *board.ClaimConflictError
 			switch {
 			case wrote:
@@ -102,9 +106,12 @@ var errNotPool = errors.New("not in a pool state")
 // (board.StartRunRefusal); it is passed over, as a held card is.
 var errParked = errors.New("its run is paused")
 
-// startOn plans and writes Start on one card.
-func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest) (board.Started, bool, error) {
-	if err := s.adoptRecorded(ctx, id); err != nil {
+// startOn plans and writes Start on one card. freshID: no card embedded
+// the run id when Start looked, so its first attempt checks only the
+// archive for it.
+func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest, freshID bool) (board.Started, bool, error) {
+	first, err := s.adoptRecorded(ctx, id)
+	if err != nil {
 		return board.Started{}, false, err
 	}
 	brd := s.freshBoard(ctx)
@@ -113,7 +120,7 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest) (b
 		out   board.Started
 		moved *archived
 	)
-	after, wrote, err := s.mutate(ctx, id, func(c *cardState, clk serverClock) (*change, error) {
+	after, wrote, err := s.mutateFrom(ctx, id, first, func(c *cardState, clk serverClock) (*change, error) {
 		out, moved = board.Started{}, nil
 		// A Next candidate that left the pool since the listing (filed
 		// to a sink, say) is passed over before StartRefusal judges it:
@@ -144,7 +151,11 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest) (b
 		// (DESIGN.md#twin-repark). A recorded run without a verdict is
 		// superseded.
 		{
-			if taken, err := s.runExists(ctx, r.Run.ID); err != nil {
+			check := s.runExists
+			if freshID {
+				check, freshID = s.runArchived, false
+			}
+			if taken, err := check(ctx, r.Run.ID); err != nil {
 				return nil, err
 			} else if taken {
 				return nil, fmt.Errorf("run %q: %w", r.Run.ID, board.ErrAlreadyExists)
@@ -207,14 +218,15 @@ func (s *Store) Finish(ctx context.Context, r board.FinishRequest) (board.Finish
 	if err := brd.FinishCheck(r); err != nil {
 		return board.Finished{}, err
 	}
-	if err := s.adoptRecorded(ctx, r.Card); err != nil {
+	first, err := s.adoptRecorded(ctx, r.Card)
+	if err != nil {
 		return board.Finished{}, err
 	}
 	var (
 		out   board.Finished
 		moved bool
 	)
-	after, _, err := s.owned(ctx, r.Card, r.Token, func(c *cardState, clk serverClock) (*change, error) {
+	after, _, err := s.ownedFrom(ctx, r.Card, first, r.Token, func(c *cardState, clk serverClock) (*change, error) {
 		moved = false
 		run := c.recordedRun()
 		if run == nil || run.ID != r.RunID {

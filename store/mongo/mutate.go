@@ -90,14 +90,24 @@ type plan func(c *cardState, clk serverClock) (*change, error)
 // The server clock is read before every attempt, so a retried write is
 // stamped with the time it actually happens.
 func (s *Store) mutate(ctx context.Context, id string, p plan) (*cardState, bool, error) {
+	return s.mutateFrom(ctx, id, nil, p)
+}
+
+// mutateFrom is mutate planning its first attempt on first, a read of the
+// card the caller has just made (nil: read it). Every later attempt reads
+// afresh.
+func (s *Store) mutateFrom(ctx context.Context, id string, first *cardState, p plan) (*cardState, bool, error) {
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		clk, err := s.serverNow(ctx)
 		if err != nil {
 			return nil, false, err
 		}
-		c, err := s.readCard(ctx, id)
-		if err != nil {
-			return nil, false, err
+		c := first
+		first = nil
+		if c == nil {
+			if c, err = s.readCard(ctx, id); err != nil {
+				return nil, false, err
+			}
 		}
 		ch, err := p(c, clk)
 		if err != nil || ch == nil {

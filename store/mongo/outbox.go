@@ -150,9 +150,23 @@ func (s *Store) eventHorizon(ctx context.Context) (bson.Timestamp, int64, error)
 	if s.eventLag < 0 {
 		return bson.Timestamp{T: math.MaxUint32, I: math.MaxUint32}, math.MaxInt64, nil
 	}
-	now, err := s.lowerNow(ctx, horizonReuse)
+	clk, err := s.readClock(ctx, horizonReuse)
 	if err != nil {
 		return bson.Timestamp{}, 0, err
+	}
+	now := clk.now.Add(-clk.rtt)
+	s.clkMu.Lock()
+	r := s.clk
+	s.clkMu.Unlock()
+	if r.cluster.T != 0 {
+		// On a replica set the stamps follow the cluster time, which runs
+		// ahead of the primary's wall clock when another member's clock
+		// does: the horizon follows the same clock, aged like the reading.
+		if age, ok := s.age(r); ok {
+			if c := time.Unix(int64(r.cluster.T), 0).Add(age); c.After(now) {
+				now = c
+			}
+		}
 	}
 	ts := stampAt(now.Add(-s.eventLag))
 	seq, err := seqOf(ts, 0)

@@ -162,7 +162,12 @@ func (s *Store) runExists(ctx context.Context, id string) (bool, error) {
 	if err != nil || c != nil {
 		return c != nil, err
 	}
-	_, err = s.readArchivedRun(ctx, id)
+	return s.runArchived(ctx, id)
+}
+
+// runArchived reports whether the runs collection holds the run id.
+func (s *Store) runArchived(ctx context.Context, id string) (bool, error) {
+	_, err := s.readArchivedRun(ctx, id)
 	if errors.Is(err, board.ErrNotFound) {
 		return false, nil
 	}
@@ -201,18 +206,23 @@ func (s *Store) adopt(ctx context.Context, id string) error {
 // adoptRecorded adopts the card's recorded run when it is only in the
 // runs collection (recorded by an older version, or displaced since), so
 // a write that decides on it finds it embedded. Nothing to adopt is nil.
-func (s *Store) adoptRecorded(ctx context.Context, card string) error {
+//
+// It returns the card as it read it when there was nothing to adopt, so
+// the write that follows can plan on that read instead of asking again
+// (its compare-and-set makes an earlier read as good as a later one), and
+// nil when it adopted (or tried to).
+func (s *Store) adoptRecorded(ctx context.Context, card string) (*cardState, error) {
 	c, err := s.readCard(ctx, card)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if c.LastRunID == "" || (c.run != nil && c.run.ID == c.LastRunID) {
-		return nil
+		return c, nil
 	}
 	if err := s.adopt(ctx, c.LastRunID); err != nil && !errors.Is(err, board.ErrNotFound) {
-		return err
+		return nil, err
 	}
-	return nil
+	return nil, nil
 }
 
 // recordedRun is the card's recorded run when it is embedded, nil when
@@ -252,7 +262,7 @@ func (s *Store) CreateRun(ctx context.Context, r board.NewRun) (board.Run, error
 	}
 	// The run it displaces is closed in the same CAS when it is still
 	// open, so the card's recorded run must be embedded first.
-	if err := s.adoptRecorded(ctx, r.Run.Card); err != nil {
+	if _, err := s.adoptRecorded(ctx, r.Run.Card); err != nil {
 		return board.Run{}, fmt.Errorf("run %q: %w", r.Run.ID, err)
 	}
 	var (

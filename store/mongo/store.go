@@ -338,6 +338,14 @@ type clockReading struct {
 	now  time.Time
 	rtt  time.Duration
 	recv time.Time
+	// recvClock is the store's clock (Options.Clock) at recv: a reading is
+	// aged by the larger of the two clocks' elapsed times, so a test that
+	// moves simulated time moves the aged reading with it. In production
+	// both are the system's monotonic clock.
+	recvClock time.Time
+	// cluster is the replica set's cluster time in the reply (zero on a
+	// standalone server): the clock the server's write stamps follow.
+	cluster bson.Timestamp
 }
 
 // serverNow is the server's clock for a write: a reading at most
@@ -360,10 +368,8 @@ func (s *Store) readClock(ctx context.Context, reuse time.Duration) (serverClock
 	s.clkMu.Lock()
 	r := s.clk
 	s.clkMu.Unlock()
-	if !r.recv.IsZero() {
-		if age := time.Since(r.recv); age < reuse {
-			return r.aged(age), nil
-		}
+	if age, ok := s.age(r); ok && age < reuse {
+		return r.aged(age), nil
 	}
 	start := time.Now()
 	raw, err := s.db.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
@@ -376,13 +382,29 @@ func (s *Store) readClock(ctx context.Context, reuse time.Duration) (serverClock
 		return serverClock{}, fmt.Errorf("mongostore: the server's hello reply carries no localTime")
 	}
 	rtt := (recv.Sub(start) + time.Millisecond - 1).Truncate(time.Millisecond)
-	r = clockReading{now: time.UnixMilli(ms).UTC(), rtt: rtt, recv: recv}
+	r = clockReading{now: time.UnixMilli(ms).UTC(), rtt: rtt, recv: recv, recvClock: s.clock.Now()}
+	if t, i, ok := raw.Lookup("$clusterTime", "clusterTime").TimestampOK(); ok {
+		r.cluster = bson.Timestamp{T: t, I: i}
+	}
 	s.clkMu.Lock()
 	if r.recv.After(s.clk.recv) {
 		s.clk = r
 	}
 	s.clkMu.Unlock()
 	return r.aged(0), nil
+}
+
+// age is how long ago r arrived; ok is false when there is no reading or
+// the store's clock has moved back since.
+func (s *Store) age(r clockReading) (time.Duration, bool) {
+	if r.recv.IsZero() {
+		return 0, false
+	}
+	clockAge := s.clock.Now().Sub(r.recvClock)
+	if clockAge < 0 {
+		return 0, false
+	}
+	return max(time.Since(r.recv), clockAge), true
 }
 
 // aged is the reading as it stands age after it arrived: the server's
