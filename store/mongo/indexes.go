@@ -152,8 +152,8 @@ var fleetQueries = []fleetQuery{
 	{
 		Verbs: "ClaimNext, Start (Next)", Coll: collCards, Cmd: "find",
 		Shapes: []string{"state $in, claim $in", "state $in, claim $in, run.status $nin"},
-		Sort:   creationOrder, Index: ixQueue.name,
-		Why: "points on state (the pool states) and claim (free: \"\" or none), then the sort keys: the free pool cards, one ordered scan per point merged, the first 8 read",
+		Sort:   creationOrder, Index: ixQueue.name, Alt: []string{ixStateCreated.name},
+		Why: "points on state (the pool states) and claim (free: \"\" or none), then the sort keys: the free pool cards, one ordered scan per point merged, the first 8 read; the planner may take the pool states' cards in order instead, passing over the claimed ones",
 	},
 	{
 		Verbs: "ListExpiredClaimCandidates (lease arm)", Coll: collCards, Cmd: "find",
