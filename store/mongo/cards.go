@@ -156,9 +156,6 @@ func (s *Store) GetCard(ctx context.Context, id string) (board.Card, error) {
 	return c.Card, nil
 }
 
-// creationOrder sorts cards oldest first.
-var creationOrder = bson.D{{Key: "created_seq", Value: 1}, {Key: "_id", Value: 1}}
-
 // ListCards lists cards in creation order.
 func (s *Store) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
 	if err := board.ValidateLimit(f.Limit); err != nil {

@@ -539,8 +539,8 @@ func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQ
 	if err != nil {
 		return board.ExpiredPage{}, err
 	}
-	leasedOpts := options.Find().SetSort(bson.D{{Key: "claim_lease_until", Value: 1}, {Key: "_id", Value: 1}})
-	unleasedOpts := options.Find().SetSort(bson.D{{Key: "updated_at", Value: 1}, {Key: "_id", Value: 1}})
+	leasedOpts := options.Find().SetSort(leaseOrder)
+	unleasedOpts := options.Find().SetSort(updateOrder)
 	if q.Limit > 0 {
 		leasedOpts.SetLimit(int64(q.Limit))
 		unleasedOpts.SetLimit(int64(q.Limit))
@@ -635,7 +635,7 @@ func (s *Store) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time,
 	if err := board.ValidateLimit(limit); err != nil {
 		return nil, err
 	}
-	opts := options.Find().SetSort(bson.D{{Key: "updated_at", Value: 1}, {Key: "_id", Value: 1}})
+	opts := options.Find().SetSort(updateOrder)
 	if limit > 0 {
 		opts.SetLimit(int64(limit))
 	}

@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/board/boardtest"
@@ -773,9 +774,54 @@ func TestOpenCreatesIndexes(t *testing.T) {
 	for _, s := range specs {
 		names = append(names, s.Name)
 	}
-	for _, want := range []string{"claim_lease_until", "state_created", "updated_at"} {
+	for _, want := range []string{"claim_lease_until_id", "state_claim_created_id", "unleased_claim_updated_id", "unleased_state_updated_id"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("cards indexes = %q, want %q among them", names, want)
+		}
+	}
+}
+
+// TestOpenOnAnOlderDatabaseKeepsItsIndexes: DESIGN.md#fleet-indexes. A
+// database an older version indexed opens: the catalogue's indexes are
+// added, and the older ones are left in place for the older agents of
+// the fleet that may still use them.
+func TestOpenOnAnOlderDatabaseKeepsItsIndexes(t *testing.T) {
+	t.Parallel()
+	db := mongotest.Database(t)
+	cards := mongotest.Client(t).Database(db).Collection("cards")
+	older := []string{"claim_lease_until", "state_created", "created", "updated_at", "depends_on"}
+	keys := map[string]bson.D{
+		"claim_lease_until": {{Key: "claim_lease_until", Value: 1}},
+		"state_created":     {{Key: "state", Value: 1}, {Key: "created_seq", Value: 1}},
+		"created":           {{Key: "created_seq", Value: 1}},
+		"updated_at":        {{Key: "updated_at", Value: 1}},
+		"depends_on":        {{Key: "depends_on", Value: 1}},
+	}
+	var models []mongo.IndexModel
+	for _, name := range older {
+		models = append(models, mongo.IndexModel{Keys: keys[name], Options: options.Index().SetName(name)})
+	}
+	if _, err := cards.Indexes().CreateMany(t.Context(), models); err != nil {
+		t.Fatal(err)
+	}
+	s := openStore(t, mongostore.Options{Database: db})
+	if _, err := s.CreateCard(t.Context(), board.NewCard{ID: "c1", State: board.StateReady, Actor: "cli"}); err != nil {
+		t.Fatal(err)
+	}
+	specs, err := cards.Indexes().ListSpecifications(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, sp := range specs {
+		names = append(names, sp.Name)
+	}
+	for name := range mongostore.CardIndexes() {
+		older = append(older, name)
+	}
+	for _, want := range older {
+		if !slices.Contains(names, want) {
+			t.Errorf("cards indexes after Open = %q, want %q among them", names, want)
 		}
 	}
 }
@@ -852,6 +898,12 @@ func TestRecoveryOnlyIsAnIndexRange(t *testing.T) {
 			filter = slices.Clone(filter)
 		},
 	}})
+	// Free cards around it, as a fleet's collection holds: on a near-empty
+	// one a full scan of the creation-order index (no sort to do) could
+	// tie with the claim range.
+	for i := range 50 {
+		f.create(fmt.Sprintf("done%02d", i), board.StateDone)
+	}
 	f.create("c1", board.StateInProgress)
 	if _, err := f.s.ListCards(f.ctx, board.CardFilter{RecoveryOnly: true}); err != nil {
 		t.Fatal(err)
@@ -898,7 +950,20 @@ func TestRecoveryOnlyIsAnIndexRange(t *testing.T) {
 			}
 		}
 	}
-	walk(plan["queryPlanner"])
+	// The winning plan only: a rejected plan may scan another index (one
+	// that gives the creation order, say) and is not what the server runs.
+	var winning any
+	switch qp := plan["queryPlanner"].(type) {
+	case bson.M:
+		winning = qp["winningPlan"]
+	case bson.D:
+		for _, e := range qp {
+			if e.Key == "winningPlan" {
+				winning = e.Value
+			}
+		}
+	}
+	walk(winning)
 	if !stages["IXSCAN"] || stages["COLLSCAN"] {
 		t.Errorf("plan of %s: stages %v, want an IXSCAN of the claim index and no COLLSCAN", sent, stages)
 	}

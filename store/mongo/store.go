@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -197,8 +198,6 @@ func open(ctx context.Context, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// createIndexes creates the indexes every query relies on. Creating an
-// index that exists is a no-op, so every agent does it at start.
 // index is one index the queries rely on.
 type index struct {
 	name   string
@@ -223,31 +222,20 @@ func (s *Store) haveIndexes(ctx context.Context, coll *mongo.Collection, want []
 	return true, nil
 }
 
+// createIndexes creates the indexes the queries rely on that are missing
+// (DESIGN.md#fleet-indexes); every agent does it at start.
 func (s *Store) createIndexes(ctx context.Context) error {
 	sets := []struct {
 		coll    *mongo.Collection
 		indexes []index
 	}{
-		{s.cards, []index{
-			// The expired-candidate listing: lease ascending.
-			{name: "claim_lease_until", keys: []string{"claim_lease_until"}},
-			// ClaimNext and ListCards by state, in creation order.
-			{name: "state_created", keys: []string{"state", "created_seq"}},
-			{name: "created", keys: []string{"created_seq"}},
-			// The un-leased arms: oldest update first.
-			{name: "updated_at", keys: []string{"updated_at"}},
-			// ListCards ClaimedOnly (the boot sweep's population) and
-			// RecoveryOnly (the recovery sweep's: an anchored prefix of
-			// the marker, a range of this index).
-			{name: "claim", keys: []string{"claim"}},
-			{name: "depends_on", keys: []string{"depends_on"}},
-			// GetRun and the run writes find a run embedded in its card.
-			{name: "run_id", keys: []string{fieldRun + ".id"}},
-			// Events and the compactor read pending outboxes by stamp.
-			{name: "ev_ts", keys: []string{fieldEvTS}},
-			// The compactor finds outboxes an older version left unstamped.
-			{name: "outbox", keys: []string{fieldOutbox + ".id"}},
-		}},
+		// The cards indexes are the catalogue's (indexes.go,
+		// DESIGN.md#fleet-indexes); the event log's are ev_ts (Events and
+		// the compactor read pending outboxes by stamp) and outbox (the
+		// compactor finds outboxes an older version left unstamped).
+		{s.cards, append(slices.Clone(cardIndexes),
+			index{name: "ev_ts", keys: []string{fieldEvTS}},
+			index{name: "outbox", keys: []string{fieldOutbox + ".id"}})},
 		{s.runs, []index{{name: "ev_ts", keys: []string{fieldEvTS}}, {name: "outbox", keys: []string{fieldOutbox + ".id"}}}},
 		// The outbox entry id: an entry an older version relayed is not published again.
 		{s.events, []index{{name: "key", keys: []string{"key"}, unique: true}}},
