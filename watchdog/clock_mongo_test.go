@@ -36,7 +36,12 @@ func TestFleetJudgesLeasesByTheServersClock(t *testing.T) {
 				t.Helper()
 				octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 				defer cancel()
-				s, err := mongostore.Open(octx, mongostore.Options{URI: uri, Database: db, Lease: fleetLease, EventLag: serializedServer})
+				s, err := mongostore.Open(octx, mongostore.Options{
+					URI: uri, Database: db, Lease: fleetLease, EventLag: serializedServer,
+					// The store ages its reading of the server's clock by the
+					// time that passes: here the server's simulated time.
+					Clock: server,
+				})
 				if err != nil {
 					t.Fatalf("mongostore.Open: %v", err)
 				}

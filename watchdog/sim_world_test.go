@@ -307,6 +307,8 @@ func (w *simWorld) setupMongo() {
 		defer cancel()
 		s, err := mongostore.Open(ctx, mongostore.Options{
 			URI: uri, Database: db, Lease: simLease, UnleasedHorizon: simHorizon, EventLag: serializedServer,
+			// Readings of the server's clock age by the simulated time.
+			Clock: w.storeClock,
 		})
 		if err != nil {
 			w.t.Fatalf("mongostore.Open: %v", err)

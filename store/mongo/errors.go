@@ -18,6 +18,12 @@ var (
 	// ErrContention: a compare-and-set kept missing because other writers
 	// kept changing the same document. Nothing was written by this call.
 	ErrContention = errors.New("mongostore: too much write contention")
+	// ErrStampCollision: two events were given one sequence number, which
+	// only a server whose write stamps are not unique can cause
+	// (DESIGN.md#event-log: FerretDB after a restart within the second of
+	// its last stamp, or two FerretDB instances on one database). Nothing
+	// is dropped silently: the publish or the read that finds it fails.
+	ErrStampCollision = errors.New("mongostore: sequence number collision")
 )
 
 // DocumentError names a document that cannot be read as what it should be.

@@ -135,7 +135,10 @@ func (s *Store) mutateFrom(ctx context.Context, id string, first *cardState, p p
 			}
 		}
 		filter := append(bson.D{{Key: "_id", Value: id}}, ch.cond...)
-		filter = append(filter, same(c.raw, fieldEvTS))
+		// The outbox as read is part of the CAS too: an entry pushed
+		// without a new stamp (an older version's write) must not be
+		// replaced unpublished.
+		filter = append(filter, same(c.raw, fieldEvTS), same(c.raw, fieldOutbox))
 		raw, err := s.cards.FindOneAndUpdate(ctx, filter, ch.withOutbox(ch.update(), pending),
 			options.FindOneAndUpdate().SetReturnDocument(options.After)).Raw()
 		if errors.Is(err, mongo.ErrNoDocuments) {

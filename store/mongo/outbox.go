@@ -162,7 +162,7 @@ func (s *Store) eventHorizon(ctx context.Context) (bson.Timestamp, int64, error)
 		// On a replica set the stamps follow the cluster time, which runs
 		// ahead of the primary's wall clock when another member's clock
 		// does: the horizon follows the same clock, aged like the reading.
-		if age, ok := s.age(r); ok {
+		if age, ok := s.age(r, horizonReuse); ok {
 			if c := time.Unix(int64(r.cluster.T), 0).Add(age); c.After(now) {
 				now = c
 			}
@@ -186,6 +186,8 @@ type pendingDoc struct {
 	id      string
 	ts      bson.Timestamp
 	entries []outboxEntry
+	// outbox is the outbox array as stored: a clear is conditioned on it.
+	outbox bson.RawValue
 }
 
 // stampOf reads a document's ev_ts; ok is false when it has none.
@@ -212,6 +214,7 @@ func logDoc(e outboxEntry, ts bson.Timestamp, i int) (bson.D, error) {
 // key from an older version's relay) is left as it is.
 func (s *Store) publish(ctx context.Context, docs ...pendingDoc) error {
 	var out []any
+	keys := map[int64]string{}
 	for _, d := range docs {
 		for i, e := range d.entries {
 			ld, err := logDoc(e, d.ts, i)
@@ -219,16 +222,52 @@ func (s *Store) publish(ctx context.Context, docs ...pendingDoc) error {
 				return err
 			}
 			out = append(out, ld)
+			keys[ld[0].Value.(int64)] = e.Key
 		}
 	}
 	if len(out) == 0 {
 		return nil
 	}
 	_, err := s.events.InsertMany(ctx, out, options.InsertMany().SetOrdered(false))
-	if err == nil || onlyDuplicates(err) {
+	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("mongostore: publish events: %w", err)
+	if !onlyDuplicates(err) {
+		return fmt.Errorf("mongostore: publish events: %w", err)
+	}
+	// A duplicate is the same event published before, or a collision: two
+	// events given one sequence number, which a server whose stamps are
+	// not unique would cause. A collision must not pass for a duplicate,
+	// or one of the two events would silently be lost.
+	return s.checkCollisions(ctx, keys)
+}
+
+// checkCollisions reads the logged events with the given sequence numbers
+// and fails when one holds another event than the key it should.
+func (s *Store) checkCollisions(ctx context.Context, keys map[int64]string) error {
+	seqs := make([]int64, 0, len(keys))
+	for seq := range keys {
+		seqs = append(seqs, seq)
+	}
+	cur, err := s.events.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: seqs}}}},
+		options.Find().SetProjection(bson.D{{Key: "key", Value: 1}}))
+	if err != nil {
+		return fmt.Errorf("mongostore: publish events: %w", err)
+	}
+	defer cur.Close(ctx)
+	for cur.Next(ctx) {
+		seq, err := eventSeq(cur.Current)
+		if err != nil {
+			return err
+		}
+		if got, ok := cur.Current.Lookup("key").StringValueOK(); ok && got != keys[seq] {
+			return fmt.Errorf("mongostore: events %s and %s were given one sequence number %d: %w", got, keys[seq], seq, ErrStampCollision)
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return fmt.Errorf("mongostore: publish events: %w", err)
+	}
+	return nil
 }
 
 // onlyDuplicates reports whether every failure of a bulk insert is a
@@ -275,7 +314,7 @@ func (s *Store) findPending(ctx context.Context, coll *mongo.Collection, filter 
 		if r.err != nil || !ok {
 			continue
 		}
-		out = append(out, pendingDoc{id: r.id, ts: ts, entries: entries})
+		out = append(out, pendingDoc{id: r.id, ts: ts, entries: entries, outbox: cur.Current.Lookup(fieldOutbox)})
 	}
 	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("mongostore: find pending events: %w", err)
@@ -323,6 +362,7 @@ func (s *Store) Events(ctx context.Context, after int64, limit int) ([]board.Eve
 	}
 	defer cur.Close(ctx)
 	var out []board.Event
+	seen := map[int64]string{} // sequence number → the key of its event
 	for cur.Next(ctx) {
 		seq, err := eventSeq(cur.Current)
 		if err != nil {
@@ -334,15 +374,13 @@ func (s *Store) Events(ctx context.Context, after int64, limit int) ([]board.Eve
 			return nil, r.err
 		}
 		out = append(out, e.event(seq))
+		// A logged event keeps its outbox entry's id under "key".
+		seen[seq], _ = cur.Current.Lookup("key").StringValueOK()
 	}
 	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("mongostore: events: %w", err)
 	}
 	// Merge in the pending events the collection does not hold yet.
-	seen := make(map[int64]bool, len(out))
-	for _, e := range out {
-		seen[e.Seq] = true
-	}
 	merged := false
 	for _, d := range pending {
 		for i, e := range d.entries {
@@ -350,11 +388,17 @@ func (s *Store) Events(ctx context.Context, after int64, limit int) ([]board.Eve
 			if err != nil {
 				return nil, err
 			}
-			if seq <= after || seq >= limitSeq || seen[seq] {
+			if seq <= after || seq >= limitSeq {
+				continue
+			}
+			if key, ok := seen[seq]; ok {
+				if key != e.Key {
+					return nil, fmt.Errorf("mongostore: events %s and %s were given one sequence number %d: %w", key, e.Key, seq, ErrStampCollision)
+				}
 				continue
 			}
 			out = append(out, e.event(seq))
-			seen[seq] = true
+			seen[seq] = e.Key
 			merged = true
 		}
 	}
@@ -377,15 +421,54 @@ func eventSeq(raw bson.Raw) (int64, error) {
 }
 
 // stampLegacy stamps an outbox an older version left unstamped, so its
-// entries get sequence numbers like any write's (in outbox order).
+// entries get sequence numbers like any write's (in outbox order). Entries
+// that version had relayed already (their key is in the log; it died
+// before popping them) are dropped in the same update, so no reader is
+// shown them twice. An outbox of the runs collection, which Events does
+// not read, is published and cleared at once.
 func (s *Store) stampLegacy(ctx context.Context, coll *mongo.Collection, id string) error {
-	_, err := coll.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: id}, {Key: fieldEvTS, Value: bson.D{{Key: "$exists", Value: false}}}},
-		bson.D{{Key: "$currentDate", Value: bson.D{{Key: fieldEvTS, Value: bson.D{{Key: "$type", Value: "timestamp"}}}}}})
+	raw, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
+		options.FindOne().SetProjection(bson.D{{Key: fieldOutbox, Value: 1}, {Key: fieldEvTS, Value: 1}})).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("mongostore: read the outbox of %s %q: %w", coll.Name(), id, err)
+	}
+	if _, stamped := stampOf(raw); stamped {
+		return nil
+	}
+	r := newReader(coll.Name(), raw)
+	entries := r.outbox()
+	if r.err != nil {
+		return r.err
+	}
+	keys := make([]string, 0, len(entries))
+	for _, e := range entries {
+		keys = append(keys, e.Key)
+	}
+	var relayed []string
+	if err := s.events.Distinct(ctx, "key", bson.D{{Key: "key", Value: bson.D{{Key: "$in", Value: keys}}}}).Decode(&relayed); err != nil {
+		return fmt.Errorf("mongostore: find relayed entries of %s %q: %w", coll.Name(), id, err)
+	}
+	update := bson.D{{Key: "$currentDate", Value: bson.D{{Key: fieldEvTS, Value: bson.D{{Key: "$type", Value: "timestamp"}}}}}}
+	if len(relayed) > 0 {
+		update = append(update, bson.E{Key: "$pull", Value: bson.D{{Key: fieldOutbox, Value: bson.D{{Key: "id", Value: bson.D{{Key: "$in", Value: relayed}}}}}}})
+	}
+	_, err = coll.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: id}, {Key: fieldEvTS, Value: bson.D{{Key: "$exists", Value: false}}}, {Key: fieldOutbox, Value: raw.Lookup(fieldOutbox)}},
+		update)
 	if err != nil {
 		return writeErr(fmt.Sprintf("mongostore: stamp the outbox of %s %q", coll.Name(), id), err)
 	}
-	return nil
+	if coll != s.runs {
+		return nil
+	}
+	docs, err := s.findPending(ctx, coll, bson.D{{Key: "_id", Value: id}}, 1)
+	if err != nil || len(docs) == 0 {
+		return err
+	}
+	return s.clearPublished(ctx, coll, docs)
 }
 
 // The compactor publishes the outboxes of documents nobody wrote again
@@ -408,7 +491,7 @@ const (
 // CompactEvents publishes and clears the pending outboxes stamped before
 // cutoff (at most compactPages pages of compactPage documents), and
 // stamps the outboxes an older version left unstamped. It returns how many
-// documents it cleared.
+// documents it published.
 func (s *Store) CompactEvents(ctx context.Context, cutoff time.Time) (int, error) {
 	if err := s.stampAllLegacy(ctx); err != nil {
 		return 0, err
@@ -423,28 +506,36 @@ func (s *Store) CompactEvents(ctx context.Context, cutoff time.Time) (int, error
 			if len(docs) == 0 {
 				break
 			}
-			if err := s.publish(ctx, docs...); err != nil {
+			if err := s.clearPublished(ctx, coll, docs); err != nil {
 				return cleared, err
 			}
-			models := make([]mongo.WriteModel, 0, len(docs))
-			for _, d := range docs {
-				models = append(models, mongo.NewUpdateOneModel().
-					SetFilter(bson.D{{Key: "_id", Value: d.id}, {Key: fieldEvTS, Value: d.ts}}).
-					SetUpdate(bson.D{{Key: "$unset", Value: bson.D{{Key: fieldOutbox, Value: ""}, {Key: fieldEvTS, Value: ""}}}}))
-			}
-			for chunk := range slices.Chunk(models, RenewChunk) {
-				res, err := coll.BulkWrite(ctx, chunk, options.BulkWrite().SetOrdered(false))
-				if err != nil {
-					return cleared, fmt.Errorf("mongostore: clear published outboxes: %w", err)
-				}
-				cleared += int(res.ModifiedCount)
-			}
+			cleared += len(docs)
 			if len(docs) < compactPage {
 				break
 			}
 		}
 	}
 	return cleared, nil
+}
+
+// clearPublished publishes docs' outboxes and clears each outbox still as
+// read (same stamp, same entries), in bulk writes of at most RenewChunk.
+func (s *Store) clearPublished(ctx context.Context, coll *mongo.Collection, docs []pendingDoc) error {
+	if err := s.publish(ctx, docs...); err != nil {
+		return err
+	}
+	models := make([]mongo.WriteModel, 0, len(docs))
+	for _, d := range docs {
+		models = append(models, mongo.NewUpdateOneModel().
+			SetFilter(bson.D{{Key: "_id", Value: d.id}, {Key: fieldEvTS, Value: d.ts}, {Key: fieldOutbox, Value: d.outbox}}).
+			SetUpdate(bson.D{{Key: "$unset", Value: bson.D{{Key: fieldOutbox, Value: ""}, {Key: fieldEvTS, Value: ""}}}}))
+	}
+	for chunk := range slices.Chunk(models, RenewChunk) {
+		if _, err := coll.BulkWrite(ctx, chunk, options.BulkWrite().SetOrdered(false)); err != nil {
+			return fmt.Errorf("mongostore: clear published outboxes: %w", err)
+		}
+	}
+	return nil
 }
 
 // stampAllLegacy stamps every unstamped outbox an older version left.

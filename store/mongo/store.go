@@ -52,9 +52,12 @@ type Options struct {
 	// board.DefaultBoard(false), the fleet variant. Once a definition is
 	// stored it wins (Store.Board returns it).
 	Board board.Board
-	// Clock is accepted for symmetry with the local twin and deliberately
-	// NOT used for anything stored: every time this twin writes comes from
-	// the server (DESIGN.md#store-clock). nil means board.SystemClock{}.
+	// Clock measures only how long ago the store read the server's clock,
+	// to age that reading for at most a second (DESIGN.md#twin-clock);
+	// every time this twin writes comes from the server
+	// (DESIGN.md#store-clock), never from this clock's reading. Production
+	// passes nil, board.SystemClock{}, whose differences are monotonic. A
+	// test that simulates time passes the clock it advances.
 	Clock board.Clock
 	// Lease is the agent's claim lease, used only to validate
 	// UnleasedHorizon; 0 means DefaultLease.
@@ -327,9 +330,9 @@ type clockReading struct {
 	rtt  time.Duration
 	recv time.Time
 	// recvClock is the store's clock (Options.Clock) at recv: a reading is
-	// aged by the larger of the two clocks' elapsed times, so a test that
-	// moves simulated time moves the aged reading with it. In production
-	// both are the system's monotonic clock.
+	// aged by that clock's elapsed time, the system's monotonic clock in
+	// production, so a test that simulates time passing moves the aged
+	// reading with it, deterministically.
 	recvClock time.Time
 	// cluster is the replica set's cluster time in the reply (zero on a
 	// standalone server): the clock the server's write stamps follow.
@@ -356,7 +359,7 @@ func (s *Store) readClock(ctx context.Context, reuse time.Duration) (serverClock
 	s.clkMu.Lock()
 	r := s.clk
 	s.clkMu.Unlock()
-	if age, ok := s.age(r); ok && age < reuse {
+	if age, ok := s.age(r, reuse); ok {
 		return r.aged(age), nil
 	}
 	start := time.Now()
@@ -382,17 +385,20 @@ func (s *Store) readClock(ctx context.Context, reuse time.Duration) (serverClock
 	return r.aged(0), nil
 }
 
-// age is how long ago r arrived; ok is false when there is no reading or
-// the store's clock has moved back since.
-func (s *Store) age(r clockReading) (time.Duration, bool) {
+// age is how long ago r arrived; ok is false when there is no reading, it
+// is reuse old or older, or the store's clock has moved back since.
+func (s *Store) age(r clockReading, reuse time.Duration) (time.Duration, bool) {
 	if r.recv.IsZero() {
 		return 0, false
 	}
-	clockAge := s.clock.Now().Sub(r.recvClock)
-	if clockAge < 0 {
+	// Aged by the store's clock, and past reuse on either clock, so a test
+	// whose clock stands still reads the server's clock as often as
+	// production does.
+	age := s.clock.Now().Sub(r.recvClock)
+	if age < 0 || age >= reuse || time.Since(r.recv) >= reuse {
 		return 0, false
 	}
-	return max(time.Since(r.recv), clockAge), true
+	return age, true
 }
 
 // aged is the reading as it stands age after it arrived: the server's
@@ -439,10 +445,8 @@ func (c serverClock) leaseUntil(lease time.Duration) time.Time {
 // epoch monotone when a foreign write drops the field (DESIGN.md#epoch-monotone); the
 // local twin's plain counter (stored + 1) is correct only because nobody
 // else writes its file (DESIGN.md#twin-epoch). Do not "simplify" one into the other.
-// The floor is the reading's UPPER bound (reading + uncertainty): it must
-// clear every epoch granted up to now, and a larger epoch is harmless.
 func (c serverClock) epochAfter(stored int64) int64 {
-	return max(stored+1, c.now.Add(c.rtt).UnixMilli())
+	return max(stored+1, c.now.UnixMilli())
 }
 
 // Traits: a fleet's shared store, on the server's clock, its events published
