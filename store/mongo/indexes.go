@@ -64,6 +64,9 @@ var (
 	ixUnleasedRunning = sortedBy("unleased_state_updated_id", updateOrder, "claim_lease_until", "state")
 	// ixRun: a run embedded in its card.
 	ixRun = index{name: "run_id", keys: []string{fieldRun + ".id"}}
+	// ixRuns: the card that lists a run id (a multikey index: one key per
+	// run a card ever pointed at).
+	ixRuns = index{name: "runs", keys: []string{"runs"}}
 )
 
 // cardIndexes are the cards indexes the queries rely on. Indexes earlier
@@ -72,7 +75,7 @@ var (
 // the same fleet may still be sending the queries they served.
 var cardIndexes = []index{
 	ixQueue, ixCreated, ixStateCreated, ixClaim, ixDependents,
-	ixLease, ixUnleasedClaims, ixUnleasedRunning, ixRun,
+	ixLease, ixUnleasedClaims, ixUnleasedRunning, ixRun, ixRuns,
 }
 
 // fleetQuery is one shape of query the twin sends and the index that
@@ -127,6 +130,11 @@ var fleetQueries = []fleetQuery{
 		Verbs: "cardOfRun (GetRun, UpdateRun, Start, CreateRun)", Coll: collCards, Cmd: "find",
 		Shapes: []string{"run.id ="}, Index: ixRun.name,
 		Why: "run ids are unique: at most one key",
+	},
+	{
+		Verbs: "cardListingRun (Start: a retry, or a run id taken)", Coll: collCards, Cmd: "find",
+		Shapes: []string{"runs ="}, Index: ixRuns.name,
+		Why: "a run id is listed by one card: at most one key of the multikey index",
 	},
 	{
 		Verbs: "ListCards (no filter)", Coll: collCards, Cmd: "find",

@@ -27,7 +27,7 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 		return board.Started{}, err
 	}
 	// A retry of a Start that landed is answered from what it wrote.
-	c, err := s.cardOfRun(ctx, r.Run.ID)
+	c, err := s.cardListingRun(ctx, r.Run.ID)
 	if err != nil {
 		return board.Started{}, err
 	} else if c != nil && (r.Next || c.ID == r.Card) {
@@ -35,8 +35,9 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 			return st, err
 		}
 	}
-	// No card embedded the run id just now: the write checks only the
-	// archive for it (the check is before the write either way; see doc.go).
+	// No card listed the run id just now, so none embeds it and the archive
+	// holds no copy of it: the write's first attempt need not ask again
+	// (the check is before the write either way; see doc.go).
 	freshID := c == nil
 	if !r.Next {
 		st, _, err := s.startOn(ctx, r.Card, r, freshID)
@@ -106,9 +107,8 @@ var errNotPool = errors.New("not in a pool state")
 // (board.StartRunRefusal); it is passed over, as a held card is.
 var errParked = errors.New("its run is paused")
 
-// startOn plans and writes Start on one card. freshID: no card embedded
-// the run id when Start looked, so its first attempt checks only the
-// archive for it.
+// startOn plans and writes Start on one card. freshID: no card listed the
+// run id when Start looked, so its first attempt does not check again.
 func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest, freshID bool) (board.Started, bool, error) {
 	first, err := s.adoptRecorded(ctx, id)
 	if err != nil {
@@ -151,13 +151,15 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest, fr
 		// (DESIGN.md#twin-repark). A recorded run without a verdict is
 		// superseded.
 		{
-			check := s.runExists
-			if freshID {
-				check, freshID = s.runArchived, false
+			taken := false
+			if !freshID {
+				var err error
+				if taken, err = s.runExists(ctx, r.Run.ID); err != nil {
+					return nil, err
+				}
 			}
-			if taken, err := check(ctx, r.Run.ID); err != nil {
-				return nil, err
-			} else if taken {
+			freshID = false
+			if taken {
 				return nil, fmt.Errorf("run %q: %w", r.Run.ID, board.ErrAlreadyExists)
 			}
 			var (

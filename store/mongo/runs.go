@@ -156,6 +156,19 @@ func (s *Store) cardOfRun(ctx context.Context, id string) (*cardState, error) {
 	return decodeCard(raw)
 }
 
+// cardListingRun reads a card whose runs list the run id (every run a card
+// ever pointed at, embedded or archived since); nil when none does.
+func (s *Store) cardListingRun(ctx context.Context, id string) (*cardState, error) {
+	raw, err := s.cards.FindOne(ctx, bson.D{{Key: "runs", Value: id}}).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mongostore: read the card listing run %q: %w", id, err)
+	}
+	return decodeCard(raw)
+}
+
 // runExists reports whether a run id is taken, embedded or archived.
 func (s *Store) runExists(ctx context.Context, id string) (bool, error) {
 	c, err := s.cardOfRun(ctx, id)
