@@ -117,12 +117,14 @@ func TestClockProxyForwardsEverythingElse(t *testing.T) {
 
 // TestClockProxyDrivesTheStoreClock: the MongoDB twin stamps what it writes
 // with the proxy's clock — the claim's claimed_at and lease, and the epoch
-// floor — so a test controls the fleet's server time without sleeping.
+// floor — so a test controls the fleet's server time without sleeping. The
+// store is given the same clock: it ages its reading of the server's clock
+// by the time that passes (DESIGN.md#twin-clock), here the simulated time.
 func TestClockProxyDrivesTheStoreClock(t *testing.T) {
 	at := time.Date(2033, 6, 7, 8, 9, 10, 0, time.UTC)
 	clock := boardtest.NewManualClock(at)
 	ctx := context.Background()
-	s, err := mongostore.Open(ctx, mongostore.Options{URI: mongotest.ClockProxy(t, clock), Database: mongotest.Database(t)})
+	s, err := mongostore.Open(ctx, mongostore.Options{URI: mongotest.ClockProxy(t, clock), Database: mongotest.Database(t), Clock: clock})
 	if err != nil {
 		t.Fatalf("mongostore.Open: %v", err)
 	}
