@@ -1129,3 +1129,86 @@ func TestOneClockReadingServesASecondOfWrites(t *testing.T) {
 		t.Errorf("%d writes in %s sent %d hello commands, want at most %d", writes, took, hellos, limit)
 	}
 }
+
+// TestEventsPagePastOutboxesWithNothingToShow: pending documents whose
+// outbox holds no event (emptied, or corrupt) must not take the places of
+// a page's events: a page of one still returns the oldest pending event,
+// not a later published one, and paging by one walks the whole log in
+// order (DESIGN.md#event-log).
+func TestEventsPagePastOutboxesWithNothingToShow(t *testing.T) {
+	t.Parallel()
+	f := openFleet(t, mongostore.Options{})
+	f.create("e1", board.StateReady)
+	f.create("e2", board.StateReady)
+	f.foreign("e1", bson.D{{Key: "$set", Value: bson.D{{Key: "outbox", Value: bson.A{}}}}})
+	f.foreign("e2", bson.D{{Key: "$set", Value: bson.D{{Key: "outbox", Value: "not-an-array"}}}})
+	f.create("c1", board.StateReady)
+	f.create("c2", board.StateReady)
+	// c2's next write publishes its creation; c1's stays pending.
+	if _, err := f.s.AdjustLabels(f.ctx, board.LabelChange{Card: "c2", Add: []string{"x"}, Actor: "bot"}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := f.s.Events(f.ctx, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first) != 1 || first[0].Card != "c1" || first[0].Type != board.EventCardCreated {
+		t.Fatalf("first page of one = %+v, want c1's pending creation", first)
+	}
+	var walked []string
+	for after := int64(0); ; {
+		page, err := f.s.Events(f.ctx, after, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		walked = append(walked, page[0].Card+" "+string(page[0].Type))
+		after = page[0].Seq
+	}
+	if want := []string{"c1 card_created", "c2 card_created", "c2 labels"}; !slices.Equal(walked, want) {
+		t.Errorf("paging by one walked %q, want %q", walked, want)
+	}
+}
+
+// TestALongLegacyOutboxIsPublishedInOrder: an older version left more
+// events in one outbox than one write may carry (it relayed them one by
+// one): they are published in steps, all of them, once each, in order,
+// and the card takes writes again (DESIGN.md#event-log).
+func TestALongLegacyOutboxIsPublishedInOrder(t *testing.T) {
+	t.Parallel()
+	f := openFleet(t, mongostore.Options{})
+	f.create("c1", board.StateReady)
+	if _, err := f.s.CompactEvents(f.ctx, f.serverNow().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	const n = 75
+	var legacy bson.A
+	var want []string
+	for i := range n {
+		label := fmt.Sprintf("l%02d", i)
+		want = append(want, label)
+		legacy = append(legacy, bson.D{
+			{Key: "id", Value: fmt.Sprintf("old-%02d", i)}, {Key: "type", Value: string(board.EventLabels)},
+			{Key: "card", Value: "c1"}, {Key: "actor", Value: "bot"}, {Key: "at", Value: f.serverNow()},
+			{Key: "data", Value: bson.D{{Key: "added", Value: bson.A{label}}}},
+		})
+	}
+	f.foreign("c1", bson.D{{Key: "$set", Value: bson.D{{Key: "outbox", Value: legacy}}}})
+	// The card's next write publishes what it finds first.
+	if _, err := f.s.AdjustLabels(f.ctx, board.LabelChange{Card: "c1", Add: []string{"new"}, Actor: "bot"}); err != nil {
+		t.Fatalf("a write to a card with a long legacy outbox: %v", err)
+	}
+	all, err := f.s.Events(f.ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ev := range all {
+		got = append(got, ev.Data.Added...)
+	}
+	if want := append(want, "new"); !slices.Equal(got, want) {
+		t.Errorf("labels in the log: %q, want the %d legacy ones once each in order, then the new write's", got, n)
+	}
+}

@@ -40,7 +40,7 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 	// (the check is before the write either way; see doc.go).
 	freshID := c == nil
 	if !r.Next {
-		st, _, err := s.startOn(ctx, r.Card, r, freshID)
+		st, _, err := s.startOn(ctx, r.Card, r, &freshID)
 		return st, err
 	}
 	filter := bson.D{
@@ -60,7 +60,7 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 			return board.Started{}, fmt.Errorf("no unclaimed card in a pool state: %w", board.ErrNotFound)
 		}
 		for _, cand := range cands {
-			st, wrote, err := s.startOn(ctx, cand.ID, r, freshID)
+			st, wrote, err := s.startOn(ctx, cand.ID, r, &freshID)
 			var ce *board.ClaimConflictError
 			switch {
 			case wrote:
@@ -107,9 +107,10 @@ var errNotPool = errors.New("not in a pool state")
 // (board.StartRunRefusal); it is passed over, as a held card is.
 var errParked = errors.New("its run is paused")
 
-// startOn plans and writes Start on one card. freshID: no card listed the
-// run id when Start looked, so its first attempt does not check again.
-func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest, freshID bool) (board.Started, bool, error) {
+// startOn plans and writes Start on one card. *freshID: no card listed the
+// run id when Start looked, so the first attempt of the whole Start does
+// not check again; every later one (another candidate, a CAS miss) does.
+func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest, freshID *bool) (board.Started, bool, error) {
 	first, err := s.adoptRecorded(ctx, id)
 	if err != nil {
 		return board.Started{}, false, err
@@ -152,13 +153,13 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest, fr
 		// superseded.
 		{
 			taken := false
-			if !freshID {
+			if !*freshID {
 				var err error
 				if taken, err = s.runExists(ctx, r.Run.ID); err != nil {
 					return nil, err
 				}
 			}
-			freshID = false
+			*freshID = false
 			if taken {
 				return nil, fmt.Errorf("run %q: %w", r.Run.ID, board.ErrAlreadyExists)
 			}

@@ -138,7 +138,8 @@ func (s *Store) mutateFrom(ctx context.Context, id string, first *cardState, p p
 		// The outbox as read is part of the CAS too: an entry pushed
 		// without a new stamp (an older version's write) must not be
 		// replaced unpublished.
-		filter = append(filter, same(c.raw, fieldEvTS), same(c.raw, fieldOutbox))
+		filter = append(filter, same(c.raw, fieldEvTS))
+		filter = append(filter, outboxAsRead(c.outbox)...)
 		raw, err := s.cards.FindOneAndUpdate(ctx, filter, ch.withOutbox(ch.update(), pending),
 			options.FindOneAndUpdate().SetReturnDocument(options.After)).Raw()
 		if errors.Is(err, mongo.ErrNoDocuments) {

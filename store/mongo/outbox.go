@@ -295,7 +295,11 @@ func pendingFilter(from, to bson.Timestamp) bson.D {
 // stamped outbox matching filter, oldest stamp first. A document another
 // program corrupted is skipped: it must not stop the log for everyone
 // else, and reading that document reports the corruption, naming it.
-func (s *Store) findPending(ctx context.Context, coll *mongo.Collection, filter bson.D, limit int) ([]pendingDoc, error) {
+//
+// It also returns how many documents it scanned and the last one's stamp,
+// usable or not, so a caller pages on from there: a page of unusable
+// documents must neither end the listing early nor be read forever.
+func (s *Store) findPending(ctx context.Context, coll *mongo.Collection, filter bson.D, limit int) (docs []pendingDoc, scanned int, last bson.Timestamp, err error) {
 	opts := options.Find().SetSort(bson.D{{Key: fieldEvTS, Value: 1}}).
 		SetProjection(bson.D{{Key: fieldOutbox, Value: 1}, {Key: fieldEvTS, Value: 1}})
 	if limit > 0 {
@@ -303,23 +307,65 @@ func (s *Store) findPending(ctx context.Context, coll *mongo.Collection, filter 
 	}
 	cur, err := coll.Find(ctx, filter, opts)
 	if err != nil {
-		return nil, fmt.Errorf("mongostore: find pending events: %w", err)
+		return nil, 0, last, fmt.Errorf("mongostore: find pending events: %w", err)
 	}
 	defer cur.Close(ctx)
-	var out []pendingDoc
 	for cur.Next(ctx) {
+		scanned++
+		ts, ok := stampOf(cur.Current)
+		if ok {
+			last = ts
+		}
 		r := newReader(coll.Name(), cur.Current)
 		entries := r.outbox()
-		ts, ok := stampOf(cur.Current)
 		if r.err != nil || !ok {
 			continue
 		}
-		out = append(out, pendingDoc{id: r.id, ts: ts, entries: entries, outbox: cur.Current.Lookup(fieldOutbox)})
+		docs = append(docs, pendingDoc{id: r.id, ts: ts, entries: entries, outbox: cur.Current.Lookup(fieldOutbox)})
 	}
 	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("mongostore: find pending events: %w", err)
+		return nil, 0, last, fmt.Errorf("mongostore: find pending events: %w", err)
 	}
-	return out, nil
+	return docs, scanned, last, nil
+}
+
+// pendingEvents reads the pending events with sequence numbers above after
+// and stamps below horizon, oldest first: all of them when limit is 0, and
+// otherwise at least limit of them while more exist, with every pending
+// event below the largest returned included. It pages past documents that
+// hold none (an empty outbox, a corrupt one, or only events up to after).
+func (s *Store) pendingEvents(ctx context.Context, after int64, horizon bson.Timestamp, limit int) ([]board.Event, map[int64]string, error) {
+	var (
+		out  []board.Event
+		keys = map[int64]string{}
+	)
+	page := 0
+	if limit > 0 {
+		page = limit + 1
+	}
+	filter := pendingFilter(stampOfSeq(after), horizon)
+	for {
+		docs, scanned, last, err := s.findPending(ctx, s.cards, filter, page)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, d := range docs {
+			for i, e := range d.entries {
+				seq, err := seqOf(d.ts, i)
+				if err != nil {
+					return nil, nil, err
+				}
+				if seq > after {
+					out = append(out, e.event(seq))
+					keys[seq] = e.Key
+				}
+			}
+		}
+		if page == 0 || scanned < page || len(out) >= limit || last.T == 0 {
+			return out, keys, nil
+		}
+		filter = bson.D{{Key: fieldEvTS, Value: bson.D{{Key: "$gt", Value: last}, {Key: "$lt", Value: horizon}}}}
+	}
 }
 
 // Events returns events with Seq > after, oldest first, at most limit (0:
@@ -342,13 +388,7 @@ func (s *Store) Events(ctx context.Context, after int64, limit int) ([]board.Eve
 	if after >= limitSeq-1 {
 		return nil, nil
 	}
-	// One more document than events wanted: at most one pending document
-	// (the one stamped like after) can hold no event past after.
-	docs := 0
-	if limit > 0 {
-		docs = limit + 1
-	}
-	pending, err := s.findPending(ctx, s.cards, pendingFilter(stampOfSeq(after), horizon), docs)
+	pending, pendingKeys, err := s.pendingEvents(ctx, after, horizon, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -382,25 +422,19 @@ func (s *Store) Events(ctx context.Context, after int64, limit int) ([]board.Eve
 	}
 	// Merge in the pending events the collection does not hold yet.
 	merged := false
-	for _, d := range pending {
-		for i, e := range d.entries {
-			seq, err := seqOf(d.ts, i)
-			if err != nil {
-				return nil, err
-			}
-			if seq <= after || seq >= limitSeq {
-				continue
-			}
-			if key, ok := seen[seq]; ok {
-				if key != e.Key {
-					return nil, fmt.Errorf("mongostore: events %s and %s were given one sequence number %d: %w", key, e.Key, seq, ErrStampCollision)
-				}
-				continue
-			}
-			out = append(out, e.event(seq))
-			seen[seq] = e.Key
-			merged = true
+	for _, e := range pending {
+		if e.Seq >= limitSeq {
+			continue
 		}
+		if key, ok := seen[e.Seq]; ok {
+			if key != pendingKeys[e.Seq] {
+				return nil, fmt.Errorf("mongostore: events %s and %s were given one sequence number %d: %w", key, pendingKeys[e.Seq], e.Seq, ErrStampCollision)
+			}
+			continue
+		}
+		out = append(out, e)
+		seen[e.Seq] = pendingKeys[e.Seq]
+		merged = true
 	}
 	if merged {
 		slices.SortFunc(out, func(a, b board.Event) int { return cmp.Compare(a.Seq, b.Seq) })
@@ -420,55 +454,108 @@ func eventSeq(raw bson.Raw) (int64, error) {
 	return seq, nil
 }
 
-// stampLegacy stamps an outbox an older version left unstamped, so its
-// entries get sequence numbers like any write's (in outbox order). Entries
-// that version had relayed already (their key is in the log; it died
-// before popping them) are dropped in the same update, so no reader is
-// shown them twice. An outbox of the runs collection, which Events does
-// not read, is published and cleared at once.
+// fieldLegacyTS stamps a batch of an older version's outbox while it is
+// published (stampLegacy).
+const fieldLegacyTS = "ev_legacy_ts"
+
+// stampLegacy publishes an outbox an older version left unstamped (it
+// numbered events itself, then relayed and popped them one by one), in
+// outbox order, at most maxWriteEvents entries per step: each step has the
+// server stamp the document, publishes that many entries under the stamp
+// and pulls them. Entries that version had relayed already (their key is
+// in the log: it died before popping them) are pulled without publishing,
+// so a step cut short is finished by the next without showing anyone an
+// event twice. Every update is conditioned on the outbox as read.
 func (s *Store) stampLegacy(ctx context.Context, coll *mongo.Collection, id string) error {
-	raw, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
-		options.FindOne().SetProjection(bson.D{{Key: fieldOutbox, Value: 1}, {Key: fieldEvTS, Value: 1}})).Raw()
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil
+	for range maxAttempts {
+		raw, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
+			options.FindOne().SetProjection(bson.D{{Key: fieldOutbox, Value: 1}, {Key: fieldEvTS, Value: 1}})).Raw()
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("mongostore: read the outbox of %s %q: %w", coll.Name(), id, err)
+		}
+		if _, stamped := stampOf(raw); stamped {
+			return nil // a write of this version's; not legacy
+		}
+		r := newReader(coll.Name(), raw)
+		entries := r.outbox()
+		if r.err != nil {
+			return r.err
+		}
+		if len(entries) == 0 {
+			return nil
+		}
+		asRead := append(bson.D{{Key: "_id", Value: id}, {Key: fieldEvTS, Value: bson.D{{Key: "$exists", Value: false}}}}, outboxAsRead(entries)...)
+		keys := make([]string, 0, len(entries))
+		for _, e := range entries {
+			keys = append(keys, e.Key)
+		}
+		var relayed []string
+		if err := s.events.Distinct(ctx, "key", bson.D{{Key: "key", Value: bson.D{{Key: "$in", Value: keys}}}}).Decode(&relayed); err != nil {
+			return fmt.Errorf("mongostore: find relayed entries of %s %q: %w", coll.Name(), id, err)
+		}
+		if len(relayed) > 0 {
+			if _, err := coll.UpdateOne(ctx, asRead, keepOnly(entries, relayed)); err != nil {
+				return writeErr(fmt.Sprintf("mongostore: drop relayed entries of %s %q", coll.Name(), id), err)
+			}
+			continue
+		}
+		batch := entries[:min(len(entries), maxWriteEvents)]
+		after, err := coll.FindOneAndUpdate(ctx, asRead,
+			bson.D{{Key: "$currentDate", Value: bson.D{{Key: fieldLegacyTS, Value: bson.D{{Key: "$type", Value: "timestamp"}}}}}},
+			options.FindOneAndUpdate().SetReturnDocument(options.After)).Raw()
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			continue // changed meanwhile: read again
+		}
+		if err != nil {
+			return writeErr(fmt.Sprintf("mongostore: stamp the outbox of %s %q", coll.Name(), id), err)
+		}
+		t, i, ok := after.Lookup(fieldLegacyTS).TimestampOK()
+		if !ok {
+			return fmt.Errorf("mongostore: %s %q: the server did not stamp its outbox", coll.Name(), id)
+		}
+		if err := s.publish(ctx, pendingDoc{id: id, ts: bson.Timestamp{T: t, I: i}, entries: batch}); err != nil {
+			return err
+		}
+		pull := keepOnly(entries, keys[:len(batch)])
+		pull = append(pull, bson.E{Key: "$unset", Value: bson.D{{Key: fieldLegacyTS, Value: ""}}})
+		if _, err := coll.UpdateOne(ctx, asRead, pull); err != nil {
+			return writeErr(fmt.Sprintf("mongostore: pull published entries of %s %q", coll.Name(), id), err)
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("mongostore: read the outbox of %s %q: %w", coll.Name(), id, err)
+	return fmt.Errorf("mongostore: publish the outbox of %s %q: %w", coll.Name(), id, ErrContention)
+}
+
+// outboxAsRead is the condition "the outbox holds what was read": the same
+// first and last entry, and nothing after it. Writers only ever set a whole
+// outbox together with a new stamp (which the stamp's own condition
+// catches), push at its end, or pop and pull from it, and each of those
+// changes one of the three.
+func outboxAsRead(entries []outboxEntry) bson.D {
+	n := len(entries)
+	if n == 0 {
+		return bson.D{{Key: fieldOutbox + ".0", Value: bson.D{{Key: "$exists", Value: false}}}}
 	}
-	if _, stamped := stampOf(raw); stamped {
-		return nil
+	return bson.D{
+		{Key: fieldOutbox + ".0.id", Value: entries[0].Key},
+		{Key: fmt.Sprintf("%s.%d.id", fieldOutbox, n-1), Value: entries[n-1].Key},
+		{Key: fmt.Sprintf("%s.%d", fieldOutbox, n), Value: bson.D{{Key: "$exists", Value: false}}},
 	}
-	r := newReader(coll.Name(), raw)
-	entries := r.outbox()
-	if r.err != nil {
-		return r.err
-	}
-	keys := make([]string, 0, len(entries))
+}
+
+// keepOnly is the update that leaves the outbox holding entries without
+// the ones whose ids are dropped, in order (FerretDB v1's $pull matches
+// whole values only, so the rest is set instead).
+func keepOnly(entries []outboxEntry, dropped []string) bson.D {
+	rest := []outboxEntry{}
 	for _, e := range entries {
-		keys = append(keys, e.Key)
+		if !slices.Contains(dropped, e.Key) {
+			rest = append(rest, e)
+		}
 	}
-	var relayed []string
-	if err := s.events.Distinct(ctx, "key", bson.D{{Key: "key", Value: bson.D{{Key: "$in", Value: keys}}}}).Decode(&relayed); err != nil {
-		return fmt.Errorf("mongostore: find relayed entries of %s %q: %w", coll.Name(), id, err)
-	}
-	update := bson.D{{Key: "$currentDate", Value: bson.D{{Key: fieldEvTS, Value: bson.D{{Key: "$type", Value: "timestamp"}}}}}}
-	if len(relayed) > 0 {
-		update = append(update, bson.E{Key: "$pull", Value: bson.D{{Key: fieldOutbox, Value: bson.D{{Key: "id", Value: bson.D{{Key: "$in", Value: relayed}}}}}}})
-	}
-	_, err = coll.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: id}, {Key: fieldEvTS, Value: bson.D{{Key: "$exists", Value: false}}}, {Key: fieldOutbox, Value: raw.Lookup(fieldOutbox)}},
-		update)
-	if err != nil {
-		return writeErr(fmt.Sprintf("mongostore: stamp the outbox of %s %q", coll.Name(), id), err)
-	}
-	if coll != s.runs {
-		return nil
-	}
-	docs, err := s.findPending(ctx, coll, bson.D{{Key: "_id", Value: id}}, 1)
-	if err != nil || len(docs) == 0 {
-		return err
-	}
-	return s.clearPublished(ctx, coll, docs)
+	return bson.D{{Key: "$set", Value: bson.D{{Key: fieldOutbox, Value: rest}}}}
 }
 
 // The compactor publishes the outboxes of documents nobody wrote again
@@ -498,21 +585,24 @@ func (s *Store) CompactEvents(ctx context.Context, cutoff time.Time) (int, error
 	}
 	cleared := 0
 	for _, coll := range []*mongo.Collection{s.cards, s.runs} {
+		filter := pendingFilter(bson.Timestamp{}, stampAt(cutoff))
 		for range compactPages {
-			docs, err := s.findPending(ctx, coll, pendingFilter(bson.Timestamp{}, stampAt(cutoff)), compactPage)
+			docs, scanned, last, err := s.findPending(ctx, coll, filter, compactPage)
 			if err != nil {
 				return cleared, err
 			}
-			if len(docs) == 0 {
+			if len(docs) > 0 {
+				if err := s.clearPublished(ctx, coll, docs); err != nil {
+					return cleared, err
+				}
+				cleared += len(docs)
+			}
+			if scanned < compactPage || last.T == 0 {
 				break
 			}
-			if err := s.clearPublished(ctx, coll, docs); err != nil {
-				return cleared, err
-			}
-			cleared += len(docs)
-			if len(docs) < compactPage {
-				break
-			}
+			// On past what this page scanned: a document it could not
+			// clear (a corrupt one) is not read again in this pass.
+			filter = bson.D{{Key: fieldEvTS, Value: bson.D{{Key: "$gt", Value: last}, {Key: "$lt", Value: stampAt(cutoff)}}}}
 		}
 	}
 	return cleared, nil
@@ -527,7 +617,7 @@ func (s *Store) clearPublished(ctx context.Context, coll *mongo.Collection, docs
 	models := make([]mongo.WriteModel, 0, len(docs))
 	for _, d := range docs {
 		models = append(models, mongo.NewUpdateOneModel().
-			SetFilter(bson.D{{Key: "_id", Value: d.id}, {Key: fieldEvTS, Value: d.ts}, {Key: fieldOutbox, Value: d.outbox}}).
+			SetFilter(append(bson.D{{Key: "_id", Value: d.id}, {Key: fieldEvTS, Value: d.ts}}, outboxAsRead(d.entries)...)).
 			SetUpdate(bson.D{{Key: "$unset", Value: bson.D{{Key: fieldOutbox, Value: ""}, {Key: fieldEvTS, Value: ""}}}}))
 	}
 	for chunk := range slices.Chunk(models, RenewChunk) {

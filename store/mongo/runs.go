@@ -205,9 +205,12 @@ func (s *Store) adopt(ctx context.Context, id string) error {
 		if moved, err = s.displace(ctx, c, id); err != nil {
 			return nil, err
 		}
+		// The card lists every run it embeds: Start's one question for a
+		// taken run id asks the cards' runs (cardListingRun).
 		return &change{
-			cond: bson.D{same(c.raw, fieldRun)},
-			set:  bson.D{{Key: fieldRun, Value: runDoc(run.Run, "id", max(rev, c.runRev)+1)}},
+			cond:     bson.D{same(c.raw, fieldRun)},
+			set:      bson.D{{Key: fieldRun, Value: runDoc(run.Run, "id", max(rev, c.runRev)+1)}},
+			addToSet: bson.D{{Key: "runs", Value: id}},
 		}, nil
 	})
 	if err != nil || !wrote {
