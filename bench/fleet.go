@@ -155,7 +155,7 @@ type fleetSizes struct {
 }
 
 func fleetSizesFor(cfg config) fleetSizes {
-	s := fleetSizes{repeat: cfg.repeat, renewN: []int{1, mongostore.RenewChunk, 100}, agents: []int{1, 4, 16}, perAgent: 1,
+	s := fleetSizes{repeat: cfg.repeat, renewN: []int{1, mongostore.RenewChunk, 100}, agents: []int{1, 4, 16}, perAgent: 16,
 		dbPrefix: fmt.Sprintf("fleet%d", os.Getpid())}
 	return s
 }
@@ -466,7 +466,8 @@ func fleetLifecycles(ctx context.Context, uri, db string, agents, perAgent int) 
 		return total, agents * perAgent, first
 	}
 	// The lifecycles' last events, still in their cards' outboxes, are
-	// published by one compactor pass, amortized over them.
+	// published by one compactor pass (the legacy look included), amortized
+	// over them: an agent's compactor passes every 30 s.
 	t, err := stores[0].count(ctx, func() error {
 		_, err := stores[0].st.CompactEvents(ctx, time.Now().Add(time.Hour))
 		return err

@@ -53,4 +53,27 @@ func TestFleetCountsTheWire(t *testing.T) {
 			t.Errorf("%s = %v, want %v", name, got, w)
 		}
 	}
+	// The fleet's budgets (DESIGN.md#event-log): a lifecycle is at most 8
+	// commands, its events included; an idle poll at most 2; and agents
+	// side by side cost no more per lifecycle than 1.25 times one alone.
+	find := func(prefix string) float64 {
+		t.Helper()
+		for name, v := range rows {
+			if strings.HasPrefix(name, prefix) {
+				return v
+			}
+		}
+		t.Fatalf("no row starting %q", prefix)
+		return 0
+	}
+	if got := find("Start by id of a fresh card: commands") + find("Finish → done: commands"); got > 8 {
+		t.Errorf("Start + Finish = %v commands, want at most 8", got)
+	}
+	if got := find("idle Events() poll: commands"); got > 2 {
+		t.Errorf("an idle poll = %v commands, want at most 2", got)
+	}
+	alone, together := find("lifecycle (Start + Finish), 1 agent side by side, per lifecycle (mean): commands"), find("lifecycle (Start + Finish), 2 agents side by side, per lifecycle (mean): commands")
+	if together > 1.25*alone {
+		t.Errorf("a lifecycle with 2 agents side by side = %v commands, want at most 1.25 × %v alone", together, alone)
+	}
 }

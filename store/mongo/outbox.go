@@ -569,6 +569,11 @@ const (
 	// it: younger outboxes are usually published by their card's next
 	// write.
 	compactAge = 10 * time.Second
+	// legacyEvery is how often the compactor looks for outboxes an older
+	// version left: only such a version writes them, and it is stopped
+	// before this one starts, so the first pass finds them all; later
+	// looks are a cheap safety net.
+	legacyEvery = 10
 	// compactPage is how many documents one step of a pass takes, and
 	// compactPages how many steps a pass takes at most.
 	compactPage  = 256
@@ -580,8 +585,16 @@ const (
 // stamps the outboxes an older version left unstamped. It returns how many
 // documents it published.
 func (s *Store) CompactEvents(ctx context.Context, cutoff time.Time) (int, error) {
-	if err := s.stampAllLegacy(ctx); err != nil {
-		return 0, err
+	return s.compact(ctx, cutoff, true)
+}
+
+// compact is CompactEvents, looking for an older version's outboxes only
+// when legacy is set.
+func (s *Store) compact(ctx context.Context, cutoff time.Time, legacy bool) (int, error) {
+	if legacy {
+		if err := s.stampAllLegacy(ctx); err != nil {
+			return 0, err
+		}
 	}
 	cleared := 0
 	for _, coll := range []*mongo.Collection{s.cards, s.runs} {
@@ -653,7 +666,7 @@ func (s *Store) compactor(ctx context.Context) {
 	defer close(s.compacted)
 	t := time.NewTicker(compactEvery)
 	defer t.Stop()
-	for {
+	for pass := 0; ; pass++ {
 		select {
 		case <-ctx.Done():
 			return
@@ -661,7 +674,7 @@ func (s *Store) compactor(ctx context.Context) {
 		}
 		now, err := s.lowerNow(ctx, clockReuse)
 		if err == nil {
-			_, err = s.CompactEvents(ctx, now.Add(-compactAge))
+			_, err = s.compact(ctx, now.Add(-compactAge), pass%legacyEvery == 0)
 		}
 		if err != nil && ctx.Err() == nil {
 			slog.Warn("mongostore: event compaction failed; the next pass retries", "err", err)
