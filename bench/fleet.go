@@ -155,7 +155,7 @@ type fleetSizes struct {
 }
 
 func fleetSizesFor(cfg config) fleetSizes {
-	s := fleetSizes{repeat: cfg.repeat, renewN: []int{1, mongostore.RenewChunk, 100}, agents: []int{1, 4, 16}, perAgent: 16,
+	s := fleetSizes{repeat: cfg.repeat, renewN: []int{1, mongostore.RenewChunk, 100}, agents: []int{1, 4, 16}, perAgent: 4,
 		dbPrefix: fmt.Sprintf("fleet%d", os.Getpid())}
 	return s
 }
@@ -392,6 +392,20 @@ version left) is counted in the lifecycle rows, amortized over them.`)
 			}
 			together[a].record(t, float64(n))
 		}
+	}
+
+	// The fleet's budgets (DESIGN.md#event-log).
+	life := start.commands.vals.median() + finish.commands.vals.median()
+	rep.goal("8. fleet", "Start + Finish ≤ 8 commands, events included",
+		fmt.Sprintf("%s + %s = %s commands", num(start.commands.vals.median()), num(finish.commands.vals.median()), num(life)), life <= 8)
+	idleN := idle.commands.vals.median()
+	rep.goal("8. fleet", "an idle agent ≤ 1 command/s (its log read every 2.5 s)",
+		fmt.Sprintf("%s commands per read = %s commands/s", num(idleN), num(idleN/2.5)), idleN/2.5 <= 1)
+	alone := together[sz.agents[0]].commands
+	for _, a := range sz.agents[1:] {
+		m, lo, hi := together[a].commands.ratio()
+		rep.goal("8. fleet", fmt.Sprintf("a lifecycle with %d agents side by side ≤ 1.25× one alone", a),
+			fmt.Sprintf("%s vs %s commands = %s× (%s–%s)", num(together[a].commands.vals.median()), num(alone.vals.median()), num(m), num(lo), num(hi)), m <= 1.25)
 	}
 	return nil
 }
