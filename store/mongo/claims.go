@@ -200,10 +200,18 @@ func (s *Store) RenewClaims(ctx context.Context, hs []board.Hold, lease time.Dur
 // of 100 statements or more (DESIGN.md#twin-writes).
 const RenewChunk = 64
 
+// renewedProjection is the fields of a card a renewal's read-back reads.
+var renewedProjection = bson.D{
+	{Key: "state", Value: 1}, {Key: "claim", Value: 1}, {Key: "claim_epoch", Value: 1}, {Key: "claim_lease_until", Value: 1},
+}
+
 // readBackRenewed reads the cards ids after their renewal into byID; a
 // corrupt card fails its own holds in out, not the tick.
 func (s *Store) readBackRenewed(ctx context.Context, hs []board.Hold, ids []string, out []board.RenewResult, byID map[string]*cardState) error {
-	cur, err := s.cards.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+	// Only what the tick reads: the claim, its fence and lease (and the
+	// state, which every card has).
+	cur, err := s.cards.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+		options.Find().SetProjection(renewedProjection))
 	if err != nil {
 		return fmt.Errorf("mongostore: renew claims: read back: %w: %w", board.ErrOutcomeUnknown, err)
 	}

@@ -663,13 +663,17 @@ func TestTailingReaderNeverSkipsAnEvent(t *testing.T) {
 func TestRenewalsOfATickAreChunkedBulkWrites(t *testing.T) {
 	t.Parallel()
 	var (
-		mu         sync.Mutex
-		statements []int
-		counted    bool
+		mu          sync.Mutex
+		statements  []int
+		projections []string
+		counted     bool
 	)
 	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
 		mu.Lock()
 		defer mu.Unlock()
+		if counted && e.CommandName == "find" {
+			projections = append(projections, e.Command.Lookup("projection").String())
+		}
 		if !counted || e.CommandName != "update" {
 			return
 		}
@@ -697,9 +701,19 @@ func TestRenewalsOfATickAreChunkedBulkWrites(t *testing.T) {
 	mu.Lock()
 	counted = false
 	got := slices.Clone(statements)
+	reads := slices.Clone(projections)
 	mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The read-back asks for what the tick needs, not whole cards.
+	for _, p := range reads {
+		if !strings.Contains(p, "claim_lease_until") || strings.Contains(p, "outbox") {
+			t.Errorf("a read-back's projection is %s, want the claim, its epoch and lease only", p)
+		}
+	}
+	if len(reads) == 0 {
+		t.Error("no read-back was sent")
 	}
 	renewed := 0
 	for _, r := range res {
