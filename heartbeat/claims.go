@@ -79,6 +79,10 @@ type Claim struct {
 // over a stale result.
 type entry struct {
 	Claim
+	// closing counts the calls in flight that end this claim in the store
+	// (its holder's Finish or release, BeginClose): a renewal that finds
+	// the card free meanwhile found that call's own write, not a loss.
+	closing int
 }
 
 // Add starts renewing h on behalf of o. attemptStart is the clock reading
@@ -119,7 +123,7 @@ func (l *Loop) Add(h board.Hold, o Owner, attemptStart time.Time, lease time.Dur
 		if ok {
 			l.dropKey(old.Owner.KeepaliveID)
 		}
-		l.claims[h.Card] = &entry{Claim{Hold: h, Owner: o, ConfirmedAt: attemptStart, TrustedUntil: trusted}}
+		l.claims[h.Card] = &entry{Claim: Claim{Hold: h, Owner: o, ConfirmedAt: attemptStart, TrustedUntil: trusted}}
 		l.addKey(o.KeepaliveID, now)
 	}
 	// The new deadline may come before the loop's next scheduled tick;
@@ -143,6 +147,27 @@ func (l *Loop) Add(h board.Hold, o Owner, attemptStart time.Time, lease time.Dur
 // it). It reports whether the card was tracked.
 func (l *Loop) Remove(card string) bool {
 	return l.remove(card, nil)
+}
+
+// BeginClose marks the claim tracked on card, if it is exactly tok, as
+// being ended by its holder's own call (Finish, release) until the returned
+// func runs. A tick whose renewal meanwhile finds the card free drops the
+// claim without declaring it lost: the free card is that call's write, and
+// the call answers its caller itself (DESIGN.md#claim-lost). Taken by
+// another holder instead is still a loss.
+func (l *Loop) BeginClose(card string, tok board.ClaimToken) (end func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.claims[card]
+	if !ok || e.Hold.Token != tok {
+		return func() {}
+	}
+	e.closing++
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		e.closing--
+	}
 }
 
 // RemoveHold is Remove only while the claim tracked on card is exactly tok.

@@ -22,6 +22,9 @@ type TickResult struct {
 	Held int
 	// Renewed counts confirmed renewals.
 	Renewed int
+	// Closed counts claims found freed by their holder's own Finish or
+	// release in flight (Loop.BeginClose): dropped, not lost.
+	Closed int
 	// StoreCalls counts RenewClaims calls: 1, or 0 when nothing was held.
 	StoreCalls int
 	// Lost lists the claims this tick stopped tracking, in the order
@@ -266,6 +269,12 @@ func (l *Loop) renew(ctx context.Context, batch []*entry, lease, margin time.Dur
 			reason := LostSuperseded
 			if ce, ok := board.AsClaimConflict(r.Err); ok && ce.Holder == "" {
 				reason = LostReleased
+			}
+			if reason == LostReleased && e.closing > 0 {
+				// The holder's own Finish or release freed the card
+				// (BeginClose): nothing was lost, nothing is left to renew.
+				res.Closed++
+				continue
 			}
 			lost = append(lost, lostOf(e, reason))
 		default:

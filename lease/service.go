@@ -51,6 +51,10 @@ type Tracker interface {
 	// RemoveHold stops renewing card if, and only if, its tracked claim is
 	// exactly tok.
 	RemoveHold(card string, tok board.ClaimToken) bool
+	// BeginClose tells the tracker the holder's own call is ending the
+	// claim tok on card, until end runs: a renewal that finds the card
+	// free meanwhile is that call's write, not a lost claim.
+	BeginClose(card string, tok board.ClaimToken) (end func())
 	Ping(key string) bool
 	Lookup(card string) (heartbeat.Claim, bool)
 	Held() []heartbeat.Claim
@@ -396,6 +400,8 @@ func (s *Service) Finish(ctx context.Context, w Worker, card string, epoch int64
 	if err != nil {
 		return board.Finished{}, err
 	}
+	end := s.cfg.Claims.BeginClose(card, tok)
+	defer end()
 	f, err := s.cfg.Store.Finish(ctx, board.FinishRequest{
 		Card: card, Token: tok, RunID: v.RunID, Status: v.Status, FailureCode: v.FailureCode, Checkpoint: v.Checkpoint,
 	})
@@ -432,6 +438,8 @@ func (s *Service) Release(ctx context.Context, w Worker, card string, epoch int6
 	if err != nil {
 		return err
 	}
+	end := s.cfg.Claims.BeginClose(card, tok)
+	defer end()
 	if err := s.cfg.Store.ReleaseOwned(ctx, card, tok); err != nil {
 		return err
 	}

@@ -1,0 +1,64 @@
+package heartbeat
+
+import (
+	"testing"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+// TestATickRacingTheHoldersOwnCloseLosesNothing: the holder's Finish (or
+// release) frees the card in the store while a tick that batched the claim
+// is renewing it. The renewal finds the card free; with the close begun
+// (BeginClose) that is the close's own write, so the claim is dropped and
+// not reported lost — a worker told "claim lost" would take a Finish that
+// landed for one that did not. Without a close in flight the same tick is a
+// loss, and a close does not hide a claim taken by another holder.
+func TestATickRacingTheHoldersOwnCloseLosesNothing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	me := self(t)
+	finishing := h.claim("finishing", marker(800), me)
+	freed := h.claim("freed", marker(801), me)
+	taken := h.claim("taken", marker(802), me)
+
+	end := h.loop.BeginClose("finishing", finishing.Token)
+	defer end()
+	endTaken := h.loop.BeginClose("taken", taken.Token)
+	defer endTaken()
+	// The holder's own write frees "finishing"; an operator frees "freed";
+	// "taken" goes to another holder.
+	if err := h.store.ReleaseOwned(h.ctx, "finishing", finishing.Token); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.store.Release(h.ctx, "freed", freed.Token.Marker, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.store.Release(h.ctx, "taken", taken.Token.Marker, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := h.store.Claim(h.ctx, board.ClaimRequest{Card: "taken", Marker: marker(803), Lease: testLease}); err != nil {
+		t.Fatal(err)
+	}
+
+	h.clock.Advance(testLease / 3)
+	res := h.loop.RunOnce(h.ctx)
+	lost := map[string]LostReason{}
+	for _, l := range res.Lost {
+		lost[l.Card] = l.Reason
+	}
+	if r, ok := lost["finishing"]; ok {
+		t.Errorf("the claim its holder was closing was reported lost (%s)", r)
+	}
+	if res.Closed != 1 {
+		t.Errorf("tick closed %d claims, want 1", res.Closed)
+	}
+	if _, ok := h.loop.Lookup("finishing"); ok {
+		t.Error("the closed claim is still tracked")
+	}
+	if lost["freed"] != LostReleased {
+		t.Errorf("an operator's release with no close in flight: lost %q, want released", lost["freed"])
+	}
+	if lost["taken"] != LostSuperseded {
+		t.Errorf("a claim taken by another holder while closing: lost %q, want superseded", lost["taken"])
+	}
+}
