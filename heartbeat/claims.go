@@ -83,6 +83,9 @@ type entry struct {
 	// (its holder's Finish or release, BeginClose): a renewal that finds
 	// the card free meanwhile found that call's own write, not a loss.
 	closing int
+	// closedByTick: a tick dropped the claim as closed while a close was
+	// in flight; if that close then fails, the claim was lost after all.
+	closedByTick bool
 }
 
 // Add starts renewing h on behalf of o. attemptStart is the clock reading
@@ -150,23 +153,30 @@ func (l *Loop) Remove(card string) bool {
 }
 
 // BeginClose marks the claim tracked on card, if it is exactly tok, as
-// being ended by its holder's own call (Finish, release) until the returned
-// func runs. A tick whose renewal meanwhile finds the card free drops the
-// claim without declaring it lost: the free card is that call's write, and
-// the call answers its caller itself (DESIGN.md#claim-lost). Taken by
-// another holder instead is still a loss.
-func (l *Loop) BeginClose(card string, tok board.ClaimToken) (end func()) {
+// being ended by its holder's own call (Finish, release) until end runs. A
+// tick whose renewal meanwhile finds the card free drops the claim without
+// declaring it lost: the free card is that call's write, and the call
+// answers its caller itself (DESIGN.md#claim-lost). end reports whether the
+// call landed: when it did not, a claim a tick dropped meanwhile was freed
+// by someone else, and is reported lost (released) then. Taken by another
+// holder is a loss either way.
+func (l *Loop) BeginClose(card string, tok board.ClaimToken) (end func(landed bool)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.claims[card]
 	if !ok || e.Hold.Token != tok {
-		return func() {}
+		return func(bool) {}
 	}
 	e.closing++
-	return func() {
+	return func(landed bool) {
 		l.mu.Lock()
-		defer l.mu.Unlock()
 		e.closing--
+		report := !landed && e.closedByTick
+		e.closedByTick = e.closedByTick && !report
+		l.mu.Unlock()
+		if report && l.cfg.OnLost != nil {
+			l.cfg.OnLost(lostOf(e, LostReleased))
+		}
 	}
 }
 

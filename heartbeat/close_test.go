@@ -12,7 +12,9 @@ import (
 // (BeginClose) that is the close's own write, so the claim is dropped and
 // not reported lost — a worker told "claim lost" would take a Finish that
 // landed for one that did not. Without a close in flight the same tick is a
-// loss, and a close does not hide a claim taken by another holder.
+// loss, a close does not hide a claim taken by another holder, and a close
+// that fails after the tick dropped its claim reports the loss then: the
+// card was freed by someone else.
 func TestATickRacingTheHoldersOwnCloseLosesNothing(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -20,17 +22,22 @@ func TestATickRacingTheHoldersOwnCloseLosesNothing(t *testing.T) {
 	finishing := h.claim("finishing", marker(800), me)
 	freed := h.claim("freed", marker(801), me)
 	taken := h.claim("taken", marker(802), me)
+	failing := h.claim("failing", marker(804), me)
 
 	end := h.loop.BeginClose("finishing", finishing.Token)
-	defer end()
 	endTaken := h.loop.BeginClose("taken", taken.Token)
-	defer endTaken()
+	endFailing := h.loop.BeginClose("failing", failing.Token)
 	// The holder's own write frees "finishing"; an operator frees "freed";
 	// "taken" goes to another holder.
 	if err := h.store.ReleaseOwned(h.ctx, "finishing", finishing.Token); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.store.Release(h.ctx, "freed", freed.Token.Marker, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	// An operator frees "failing" while its holder's close is in flight;
+	// that close will fail.
+	if err := h.store.Release(h.ctx, "failing", failing.Token.Marker, "operator"); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.store.Release(h.ctx, "taken", taken.Token.Marker, "operator"); err != nil {
@@ -49,8 +56,8 @@ func TestATickRacingTheHoldersOwnCloseLosesNothing(t *testing.T) {
 	if r, ok := lost["finishing"]; ok {
 		t.Errorf("the claim its holder was closing was reported lost (%s)", r)
 	}
-	if res.Closed != 1 {
-		t.Errorf("tick closed %d claims, want 1", res.Closed)
+	if res.Closed != 2 {
+		t.Errorf("tick closed %d claims, want 2 (finishing, failing)", res.Closed)
 	}
 	if _, ok := h.loop.Lookup("finishing"); ok {
 		t.Error("the closed claim is still tracked")
@@ -60,5 +67,18 @@ func TestATickRacingTheHoldersOwnCloseLosesNothing(t *testing.T) {
 	}
 	if lost["taken"] != LostSuperseded {
 		t.Errorf("a claim taken by another holder while closing: lost %q, want superseded", lost["taken"])
+	}
+
+	h.mu.Lock()
+	before := len(h.lost)
+	h.mu.Unlock()
+	end(true)
+	endTaken(false)
+	endFailing(false)
+	h.mu.Lock()
+	late := append([]Lost(nil), h.lost[before:]...)
+	h.mu.Unlock()
+	if len(late) != 1 || late[0].Card != "failing" || late[0].Reason != LostReleased {
+		t.Errorf("reported after the closes ended: %+v, want only failing, released", late)
 	}
 }

@@ -272,7 +272,9 @@ func (l *Loop) renew(ctx context.Context, batch []*entry, lease, margin time.Dur
 			}
 			if reason == LostReleased && e.closing > 0 {
 				// The holder's own Finish or release freed the card
-				// (BeginClose): nothing was lost, nothing is left to renew.
+				// (BeginClose): nothing was lost, nothing is left to renew
+				// — unless that call fails (its end reports it then).
+				e.closedByTick = true
 				res.Closed++
 				continue
 			}

@@ -54,7 +54,8 @@ type Tracker interface {
 	// BeginClose tells the tracker the holder's own call is ending the
 	// claim tok on card, until end runs: a renewal that finds the card
 	// free meanwhile is that call's write, not a lost claim.
-	BeginClose(card string, tok board.ClaimToken) (end func())
+	// end reports whether the call landed.
+	BeginClose(card string, tok board.ClaimToken) (end func(landed bool))
 	Ping(key string) bool
 	Lookup(card string) (heartbeat.Claim, bool)
 	Held() []heartbeat.Claim
@@ -401,10 +402,10 @@ func (s *Service) Finish(ctx context.Context, w Worker, card string, epoch int64
 		return board.Finished{}, err
 	}
 	end := s.cfg.Claims.BeginClose(card, tok)
-	defer end()
 	f, err := s.cfg.Store.Finish(ctx, board.FinishRequest{
 		Card: card, Token: tok, RunID: v.RunID, Status: v.Status, FailureCode: v.FailureCode, Checkpoint: v.Checkpoint,
 	})
+	end(err == nil)
 	if ce, ok := board.AsClaimConflict(err); ok && ce.Holder != tok.Marker {
 		// The claim is not ours any more (released by an operator,
 		// transferred by the watchdog): stop renewing it either way.
@@ -439,8 +440,9 @@ func (s *Service) Release(ctx context.Context, w Worker, card string, epoch int6
 		return err
 	}
 	end := s.cfg.Claims.BeginClose(card, tok)
-	defer end()
-	if err := s.cfg.Store.ReleaseOwned(ctx, card, tok); err != nil {
+	err = s.cfg.Store.ReleaseOwned(ctx, card, tok)
+	end(err == nil)
+	if err != nil {
 		return err
 	}
 	s.cfg.Claims.RemoveHold(card, tok)
