@@ -415,6 +415,15 @@ func TestCorruptFieldIsATypedErrorNamingTheCard(t *testing.T) {
 	}
 }
 
+// legacyLabelEntry is an outbox entry as an older version pushed it: a
+// labels event adding label to card, never stamped.
+func legacyLabelEntry(id, card, label string, at time.Time) bson.D {
+	return bson.D{
+		{Key: "id", Value: id}, {Key: "type", Value: string(board.EventLabels)}, {Key: "card", Value: card},
+		{Key: "actor", Value: "bot"}, {Key: "at", Value: at}, {Key: "data", Value: bson.D{{Key: "added", Value: bson.A{label}}}},
+	}
+}
+
 // TestAnUnpublishedOutboxIsReadAndPublishedOnce: the state a writer that
 // dies after its write leaves is a stamped outbox nobody published
 // (DESIGN.md#event-log). Readers see its events at once, under the
@@ -442,14 +451,7 @@ func TestAnUnpublishedOutboxIsReadAndPublishedOnce(t *testing.T) {
 	// c2 as an older version left it: entries pushed, never stamped.
 	var legacy bson.A
 	for i := range 3 {
-		legacy = append(legacy, bson.D{
-			{Key: "id", Value: fmt.Sprintf("crashed-%d", i)},
-			{Key: "type", Value: string(board.EventLabels)},
-			{Key: "card", Value: "c2"},
-			{Key: "actor", Value: "bot"},
-			{Key: "at", Value: f.serverNow()},
-			{Key: "data", Value: bson.D{{Key: "added", Value: bson.A{fmt.Sprintf("l%d", i)}}}},
-		})
+		legacy = append(legacy, legacyLabelEntry(fmt.Sprintf("crashed-%d", i), "c2", fmt.Sprintf("l%d", i), f.serverNow()))
 	}
 	now := f.serverNow()
 	if _, err := f.cards.InsertOne(f.ctx, bson.D{
@@ -466,10 +468,7 @@ func TestAnUnpublishedOutboxIsReadAndPublishedOnce(t *testing.T) {
 	if _, err := f.raw.Collection("events").InsertOne(f.ctx, append(bson.D{{Key: "_id", Value: int64(1)}, {Key: "key", Value: "crashed-0"}}, relayed[1:]...)); err != nil {
 		t.Fatal(err)
 	}
-	runEntry := bson.D{
-		{Key: "id", Value: "crashed-run"}, {Key: "type", Value: string(board.EventLabels)}, {Key: "card", Value: "c2"},
-		{Key: "actor", Value: "bot"}, {Key: "at", Value: now}, {Key: "data", Value: bson.D{{Key: "added", Value: bson.A{"l3"}}}},
-	}
+	runEntry := legacyLabelEntry("crashed-run", "c2", "l3", now)
 	if _, err := f.raw.Collection("runs").InsertOne(f.ctx, bson.D{{Key: "_id", Value: "old-run"}, {Key: "card", Value: "c2"}, {Key: "outbox", Value: bson.A{runEntry}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -1203,11 +1202,7 @@ func TestALongLegacyOutboxIsPublishedInOrder(t *testing.T) {
 	for i := range n {
 		label := fmt.Sprintf("l%02d", i)
 		want = append(want, label)
-		legacy = append(legacy, bson.D{
-			{Key: "id", Value: fmt.Sprintf("old-%02d", i)}, {Key: "type", Value: string(board.EventLabels)},
-			{Key: "card", Value: "c1"}, {Key: "actor", Value: "bot"}, {Key: "at", Value: f.serverNow()},
-			{Key: "data", Value: bson.D{{Key: "added", Value: bson.A{label}}}},
-		})
+		legacy = append(legacy, legacyLabelEntry(fmt.Sprintf("old-%02d", i), "c1", label, f.serverNow()))
 	}
 	f.foreign("c1", bson.D{{Key: "$set", Value: bson.D{{Key: "outbox", Value: legacy}}}})
 	// The card's next write publishes what it finds first.
