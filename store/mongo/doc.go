@@ -3,10 +3,13 @@
 //
 // It is written against what both MongoDB (4.4 and later) and FerretDB v1
 // support, because the tests run on FerretDB: single-document updates with
-// $set, $unset, $inc, $max, $min, $push/$each, $pop, $addToSet and $pull, plain
-// query filters, upserts and compound indexes. It never uses aggregation
-// pipeline updates, $$NOW, $expr, transactions, change streams,
-// partial or TTL indexes, or findAndModify projections.
+// $set, $unset, $inc, $max, $min, $push/$each, $pop, $addToSet and
+// $currentDate (a timestamp: the server's stamp of a write, see outbox.go),
+// plain query filters (positional paths such as outbox.0.id included),
+// upserts, unordered bulk inserts and compound and multikey indexes. It
+// never uses aggregation pipeline updates, $$NOW, $expr, transactions,
+// change streams, partial or TTL indexes, findAndModify projections, or
+// $pull with a condition (FerretDB v1 matches whole values only).
 //
 // Collections:
 //
