@@ -187,9 +187,10 @@ type Traits struct {
 	// ServerClock: Now reads a clock other than this host's (a server's),
 	// as a lower bound (DESIGN.md#store-clock).
 	ServerClock bool `json:"server_clock"`
-	// Outbox: a write's events are relayed to the event log after the
-	// write, not in its own transaction (they are never lost, but a reader
-	// of the log may see them a moment later than the write).
+	// Outbox: a write's events ride in an outbox on the document it
+	// changes and are published to the event log after the write, not in
+	// its own transaction; a reader sees them once the store's event lag
+	// has passed (DESIGN.md#event-log).
 	Outbox bool `json:"outbox"`
 }
 

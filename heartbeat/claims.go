@@ -172,7 +172,9 @@ func (l *Loop) BeginClose(card string, tok board.ClaimToken) (end func(landed bo
 		l.mu.Lock()
 		e.closing--
 		report := !landed && e.closedByTick
-		e.closedByTick = e.closedByTick && !report
+		if report {
+			e.closedByTick = false // one report, however many closes failed
+		}
 		l.mu.Unlock()
 		if report && l.cfg.OnLost != nil {
 			l.cfg.OnLost(lostOf(e, LostReleased))

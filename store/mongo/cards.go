@@ -15,6 +15,10 @@ import (
 	"github.com/leasekeeper/leasekeeper/board"
 )
 
+// fieldNever is a field no card has: CreateCard's upsert asks for it, so
+// it never matches a stored card and always inserts (or collides on _id).
+const fieldNever = "_leasekeeper_never_set"
+
 // createPromotionTimeout bounds the promotion CreateCard makes of the card
 // it inserted, which does not end with the caller's context.
 const createPromotionTimeout = 30 * time.Second
@@ -70,12 +74,11 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 	// increasing, with no counter every creation contends on. (Cards an
 	// older version created hold a number there; numbers sort before
 	// timestamps, so they stay first.)
-	stamp := bson.D{{Key: "$type", Value: "timestamp"}}
 	_, err = s.cards.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: nc.ID}, {Key: "ev_never", Value: bson.D{{Key: "$exists", Value: true}}}},
+		bson.D{{Key: "_id", Value: nc.ID}, {Key: fieldNever, Value: bson.D{{Key: "$exists", Value: true}}}},
 		bson.D{
 			{Key: "$setOnInsert", Value: doc[1:]},
-			{Key: "$currentDate", Value: bson.D{{Key: "created_seq", Value: stamp}, {Key: fieldEvTS, Value: stamp}}},
+			{Key: "$currentDate", Value: bson.D{{Key: "created_seq", Value: serverStamp}, {Key: fieldEvTS, Value: serverStamp}}},
 		},
 		options.UpdateOne().SetUpsert(true))
 	if err != nil {

@@ -149,7 +149,7 @@ func renderSortRaw(d bson.Raw) string {
 // pending outboxes by their stamp, the unstamped ones an older version
 // left): not the catalogue's (DESIGN.md#event-log lists them).
 func (q sentQuery) eventLog() bool {
-	return q.coll == "events" || strings.HasPrefix(q.shape, "outbox") || strings.HasPrefix(q.shape, "ev_ts") || strings.Contains(q.shape, "ev_never")
+	return q.coll == "events" || strings.HasPrefix(q.shape, "outbox") || strings.HasPrefix(q.shape, "ev_ts") || strings.Contains(q.shape, "_leasekeeper_never_set")
 }
 
 // shapeMatches: a shape ending in " …" matches any further conditions.

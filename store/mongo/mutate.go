@@ -58,7 +58,7 @@ func (c *change) update() bson.D {
 func (c *change) withOutbox(u bson.D, pending bool) bson.D {
 	if len(c.events) > 0 {
 		u = appendOp(u, "$set", bson.E{Key: fieldOutbox, Value: c.events})
-		return appendOp(u, "$currentDate", bson.E{Key: fieldEvTS, Value: bson.D{{Key: "$type", Value: "timestamp"}}})
+		return appendOp(u, "$currentDate", bson.E{Key: fieldEvTS, Value: serverStamp})
 	}
 	if pending {
 		u = appendOp(u, "$unset", bson.E{Key: fieldOutbox, Value: ""})
@@ -87,7 +87,8 @@ type plan func(c *cardState, clk serverClock) (*change, error)
 // (another writer got there first). It returns the card after the write
 // (or as read, when nothing was written) and whether a write landed.
 //
-// The server clock is read before every attempt, so a retried write is
+// The server's clock is taken before every attempt (a reading at most a
+// second old, aged to now: DESIGN.md#twin-clock), so a retried write is
 // stamped with the time it actually happens.
 func (s *Store) mutate(ctx context.Context, id string, p plan) (*cardState, bool, error) {
 	return s.mutateFrom(ctx, id, nil, p)

@@ -52,6 +52,10 @@ const (
 	fieldEvTS = "ev_ts"
 )
 
+// serverStamp is the $currentDate value that has the server stamp a field
+// with its own timestamp while it applies the update.
+var serverStamp = bson.D{{Key: "$type", Value: "timestamp"}}
+
 // outboxEntry is one pending (or, in the log, published) event.
 type outboxEntry struct {
 	Key    string    `bson:"id"`
@@ -154,19 +158,12 @@ func (s *Store) eventHorizon(ctx context.Context) (bson.Timestamp, int64, error)
 	if err != nil {
 		return bson.Timestamp{}, 0, err
 	}
+	// On a replica set the stamps follow the cluster time, which runs
+	// ahead of the primary's wall clock when another member's clock does:
+	// the horizon follows whichever is later.
 	now := clk.now.Add(-clk.rtt)
-	s.clkMu.Lock()
-	r := s.clk
-	s.clkMu.Unlock()
-	if r.cluster.T != 0 {
-		// On a replica set the stamps follow the cluster time, which runs
-		// ahead of the primary's wall clock when another member's clock
-		// does: the horizon follows the same clock, aged like the reading.
-		if age, ok := s.age(r, horizonReuse); ok {
-			if c := time.Unix(int64(r.cluster.T), 0).Add(age); c.After(now) {
-				now = c
-			}
-		}
+	if clk.cluster.After(now) {
+		now = clk.cluster
 	}
 	ts := stampAt(now.Add(-s.eventLag))
 	seq, err := seqOf(ts, 0)
@@ -186,8 +183,6 @@ type pendingDoc struct {
 	id      string
 	ts      bson.Timestamp
 	entries []outboxEntry
-	// outbox is the outbox array as stored: a clear is conditioned on it.
-	outbox bson.RawValue
 }
 
 // stampOf reads a document's ev_ts; ok is false when it has none.
@@ -222,7 +217,7 @@ func (s *Store) publish(ctx context.Context, docs ...pendingDoc) error {
 				return err
 			}
 			out = append(out, ld)
-			keys[ld[0].Value.(int64)] = e.Key
+			keys[ld[0].Value.(int64)] = e.Key // logDoc's first field is _id
 		}
 	}
 	if len(out) == 0 {
@@ -261,13 +256,19 @@ func (s *Store) checkCollisions(ctx context.Context, keys map[int64]string) erro
 			return err
 		}
 		if got, ok := cur.Current.Lookup("key").StringValueOK(); ok && got != keys[seq] {
-			return fmt.Errorf("mongostore: events %s and %s were given one sequence number %d: %w", got, keys[seq], seq, ErrStampCollision)
+			return collision(seq, got, keys[seq])
 		}
 	}
 	if err := cur.Err(); err != nil {
 		return fmt.Errorf("mongostore: publish events: %w", err)
 	}
 	return nil
+}
+
+// collision is the error of two events, keys a and b, given one sequence
+// number.
+func collision(seq int64, a, b string) error {
+	return fmt.Errorf("mongostore: events %s and %s were given one sequence number %d: %w", a, b, seq, ErrStampCollision)
 }
 
 // onlyDuplicates reports whether every failure of a bulk insert is a
@@ -286,9 +287,14 @@ func onlyDuplicates(err error) bool {
 }
 
 // pendingFilter selects documents whose outbox holds events stamped in
-// [from, to).
+// [from, to); pendingAfter those stamped in (last, to), the next page of a
+// listing whose previous page ended at last.
 func pendingFilter(from, to bson.Timestamp) bson.D {
 	return bson.D{{Key: fieldEvTS, Value: bson.D{{Key: "$gte", Value: from}, {Key: "$lt", Value: to}}}}
+}
+
+func pendingAfter(last, to bson.Timestamp) bson.D {
+	return bson.D{{Key: fieldEvTS, Value: bson.D{{Key: "$gt", Value: last}, {Key: "$lt", Value: to}}}}
 }
 
 // findPending reads up to limit documents of coll (0: no limit) with a
@@ -321,7 +327,7 @@ func (s *Store) findPending(ctx context.Context, coll *mongo.Collection, filter 
 		if r.err != nil || !ok {
 			continue
 		}
-		docs = append(docs, pendingDoc{id: r.id, ts: ts, entries: entries, outbox: cur.Current.Lookup(fieldOutbox)})
+		docs = append(docs, pendingDoc{id: r.id, ts: ts, entries: entries})
 	}
 	if err := cur.Err(); err != nil {
 		return nil, 0, last, fmt.Errorf("mongostore: find pending events: %w", err)
@@ -364,7 +370,7 @@ func (s *Store) pendingEvents(ctx context.Context, after int64, horizon bson.Tim
 		if page == 0 || scanned < page || len(out) >= limit || last.T == 0 {
 			return out, keys, nil
 		}
-		filter = bson.D{{Key: fieldEvTS, Value: bson.D{{Key: "$gt", Value: last}, {Key: "$lt", Value: horizon}}}}
+		filter = pendingAfter(last, horizon)
 	}
 }
 
@@ -428,7 +434,7 @@ func (s *Store) Events(ctx context.Context, after int64, limit int) ([]board.Eve
 		}
 		if key, ok := seen[e.Seq]; ok {
 			if key != pendingKeys[e.Seq] {
-				return nil, fmt.Errorf("mongostore: events %s and %s were given one sequence number %d: %w", key, pendingKeys[e.Seq], e.Seq, ErrStampCollision)
+				return nil, collision(e.Seq, key, pendingKeys[e.Seq])
 			}
 			continue
 		}
@@ -463,11 +469,12 @@ const fieldLegacyTS = "ev_legacy_ts"
 // outbox order. A card's outbox of at most maxWriteEvents entries is
 // stamped as one write's, and is then pending like any. A longer one, or an
 // archived run's, is published in steps of maxWriteEvents entries: each
-// step has the server stamp the document, publishes that many entries under
-// the stamp and drops them. Entries that version had relayed already (their key is
-// in the log: it died before popping them) are pulled without publishing,
-// so a step cut short is finished by the next without showing anyone an
-// event twice. Every update is conditioned on the outbox as read.
+// step has the server stamp the document, publishes that many entries
+// under the stamp and drops them. Entries that version had relayed already
+// (their key is in the log: it died before popping them) are dropped
+// without publishing, so a step cut short is finished by the next without
+// showing anyone an event twice. Every update is conditioned on the outbox
+// as read.
 func (s *Store) stampLegacy(ctx context.Context, coll *mongo.Collection, id string) error {
 	for range maxAttempts {
 		raw, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
@@ -507,7 +514,7 @@ func (s *Store) stampLegacy(ctx context.Context, coll *mongo.Collection, id stri
 		if coll == s.cards && len(entries) <= maxWriteEvents {
 			// The usual case: stamped as one write's outbox, readable the
 			// moment it is stamped, published like any pending outbox.
-			_, err := coll.UpdateOne(ctx, asRead, bson.D{{Key: "$currentDate", Value: bson.D{{Key: fieldEvTS, Value: bson.D{{Key: "$type", Value: "timestamp"}}}}}})
+			_, err := coll.UpdateOne(ctx, asRead, bson.D{{Key: "$currentDate", Value: bson.D{{Key: fieldEvTS, Value: serverStamp}}}})
 			if err != nil {
 				return writeErr(fmt.Sprintf("mongostore: stamp the outbox of %s %q", coll.Name(), id), err)
 			}
@@ -520,7 +527,7 @@ func (s *Store) stampLegacy(ctx context.Context, coll *mongo.Collection, id stri
 		// (DESIGN.md#event-log).
 		batch := entries[:min(len(entries), maxWriteEvents)]
 		after, err := coll.FindOneAndUpdate(ctx, asRead,
-			bson.D{{Key: "$currentDate", Value: bson.D{{Key: fieldLegacyTS, Value: bson.D{{Key: "$type", Value: "timestamp"}}}}}},
+			bson.D{{Key: "$currentDate", Value: bson.D{{Key: fieldLegacyTS, Value: serverStamp}}}},
 			options.FindOneAndUpdate().SetReturnDocument(options.After)).Raw()
 		if errors.Is(err, mongo.ErrNoDocuments) {
 			continue // changed meanwhile: read again
@@ -596,10 +603,11 @@ const (
 	compactPages = 16
 )
 
-// CompactEvents publishes and clears the pending outboxes stamped before
-// cutoff (at most compactPages pages of compactPage documents), and
-// stamps the outboxes an older version left unstamped. It returns how many
-// documents it published.
+// CompactEvents publishes and clears the cards' pending outboxes stamped
+// before cutoff (at most compactPages pages of compactPage documents),
+// after handling the outboxes an older version left (stampLegacy). It
+// returns how many documents it published. Only cards hold stamped
+// outboxes: an archived run's is published as it is stamped.
 func (s *Store) CompactEvents(ctx context.Context, cutoff time.Time) (int, error) {
 	return s.compact(ctx, cutoff, true)
 }
@@ -613,33 +621,33 @@ func (s *Store) compact(ctx context.Context, cutoff time.Time, legacy bool) (int
 		}
 	}
 	cleared := 0
-	for _, coll := range []*mongo.Collection{s.cards, s.runs} {
-		filter := pendingFilter(bson.Timestamp{}, stampAt(cutoff))
-		for range compactPages {
-			docs, scanned, last, err := s.findPending(ctx, coll, filter, compactPage)
-			if err != nil {
+	to := stampAt(cutoff)
+	filter := pendingFilter(bson.Timestamp{}, to)
+	for range compactPages {
+		docs, scanned, last, err := s.findPending(ctx, s.cards, filter, compactPage)
+		if err != nil {
+			return cleared, err
+		}
+		if len(docs) > 0 {
+			if err := s.clearPublished(ctx, docs); err != nil {
 				return cleared, err
 			}
-			if len(docs) > 0 {
-				if err := s.clearPublished(ctx, coll, docs); err != nil {
-					return cleared, err
-				}
-				cleared += len(docs)
-			}
-			if scanned < compactPage || last.T == 0 {
-				break
-			}
-			// On past what this page scanned: a document it could not
-			// clear (a corrupt one) is not read again in this pass.
-			filter = bson.D{{Key: fieldEvTS, Value: bson.D{{Key: "$gt", Value: last}, {Key: "$lt", Value: stampAt(cutoff)}}}}
+			cleared += len(docs)
 		}
+		if scanned < compactPage || last.T == 0 {
+			break
+		}
+		// On past what this page scanned: a document it could not clear
+		// (a corrupt one) is not read again in this pass.
+		filter = pendingAfter(last, to)
 	}
 	return cleared, nil
 }
 
-// clearPublished publishes docs' outboxes and clears each outbox still as
-// read (same stamp, same entries), in bulk writes of at most RenewChunk.
-func (s *Store) clearPublished(ctx context.Context, coll *mongo.Collection, docs []pendingDoc) error {
+// clearPublished publishes the cards' outboxes docs and clears each one
+// still as read (same stamp, same entries), in bulk writes of at most
+// RenewChunk.
+func (s *Store) clearPublished(ctx context.Context, docs []pendingDoc) error {
 	if err := s.publish(ctx, docs...); err != nil {
 		return err
 	}
@@ -650,7 +658,7 @@ func (s *Store) clearPublished(ctx context.Context, coll *mongo.Collection, docs
 			SetUpdate(bson.D{{Key: "$unset", Value: bson.D{{Key: fieldOutbox, Value: ""}, {Key: fieldEvTS, Value: ""}}}}))
 	}
 	for chunk := range slices.Chunk(models, RenewChunk) {
-		if _, err := coll.BulkWrite(ctx, chunk, options.BulkWrite().SetOrdered(false)); err != nil {
+		if _, err := s.cards.BulkWrite(ctx, chunk, options.BulkWrite().SetOrdered(false)); err != nil {
 			return fmt.Errorf("mongostore: clear published outboxes: %w", err)
 		}
 	}
@@ -677,7 +685,8 @@ func (s *Store) stampAllLegacy(ctx context.Context) error {
 	return nil
 }
 
-// compactor runs CompactEvents every compactEvery until ctx ends.
+// compactor compacts every compactEvery until ctx ends, looking for an
+// older version's outboxes on every legacyEvery-th pass.
 func (s *Store) compactor(ctx context.Context) {
 	defer close(s.compacted)
 	t := time.NewTicker(compactEvery)

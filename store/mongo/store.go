@@ -239,7 +239,7 @@ func (s *Store) createIndexes(ctx context.Context) error {
 		{s.cards, append(slices.Clone(cardIndexes),
 			index{name: "ev_ts", keys: []string{fieldEvTS}},
 			index{name: "outbox", keys: []string{fieldOutbox + ".id"}})},
-		{s.runs, []index{{name: "ev_ts", keys: []string{fieldEvTS}}, {name: "outbox", keys: []string{fieldOutbox + ".id"}}}},
+		{s.runs, []index{{name: "outbox", keys: []string{fieldOutbox + ".id"}}}},
 		// The outbox entry id: an entry an older version relayed is not published again.
 		{s.events, []index{{name: "key", keys: []string{"key"}, unique: true}}},
 	}
@@ -303,6 +303,9 @@ func (s *Store) Close() error {
 type serverClock struct {
 	now time.Time
 	rtt time.Duration
+	// cluster is the replica set's cluster time, aged like now (zero on a
+	// standalone server): the clock the server's write stamps follow.
+	cluster time.Time
 }
 
 // Server-clock readings are reused instead of asked for before every
@@ -406,10 +409,11 @@ func (s *Store) age(r clockReading, reuse time.Duration) (time.Duration, bool) {
 // the uncertainty (rounded up to whole milliseconds).
 func (r clockReading) aged(age time.Duration) serverClock {
 	drift := (age/driftDivisor + time.Millisecond - 1).Truncate(time.Millisecond)
-	if age <= 0 {
-		drift = 0
+	c := serverClock{now: r.now.Add(age).Truncate(time.Millisecond), rtt: r.rtt + drift}
+	if r.cluster.T != 0 {
+		c.cluster = time.Unix(int64(r.cluster.T), 0).Add(age)
 	}
-	return serverClock{now: r.now.Add(age).Truncate(time.Millisecond), rtt: r.rtt + drift}
+	return c
 }
 
 // lowerNow is a lower bound of the server's clock from a reading at most
