@@ -412,6 +412,8 @@ version left) is counted in the lifecycle rows, amortized over them.`)
 	life := start.commands.vals.median() + finish.commands.vals.median()
 	rep.goal("8. fleet", "Start + Finish ≤ 8 commands, events included",
 		fmt.Sprintf("%s + %s = %s commands", num(start.commands.vals.median()), num(finish.commands.vals.median()), num(life)), life <= 8)
+	// 2.5 s is agent.FleetEffectsPoll (the agent package is not among this
+	// module's dependencies).
 	idleN := idle.commands.vals.median()
 	rep.goal("8. fleet", "an idle agent ≤ 1 command/s (its log read every 2.5 s)",
 		fmt.Sprintf("%s commands per read = %s commands/s", num(idleN), num(idleN/2.5)), idleN/2.5 <= 1)
