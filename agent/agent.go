@@ -544,6 +544,9 @@ func passToAPI(res watchdog.PassResult, took time.Duration) apitype.ReaperPass {
 		Sweeps:      map[string]int{},
 		ClockWaitMS: millis(res.ClockWait),
 	}
+	if res.Reapers > 1 {
+		p.Reapers = res.Reapers
+	}
 	for _, c := range res.Cards {
 		p.Actions[string(c.Decision.Action)]++
 		d := apitype.ReaperDecision{

@@ -350,6 +350,10 @@ type ReaperPass struct {
 	// store's clock before it decides by it (it has just started, or the
 	// clock stepped): this pass decided nothing (DESIGN.md#clock-steps).
 	ClockWaitMS float64 `json:"clock_wait_ms,omitempty"`
+	// Reapers, when present, is how many agents' reapers shared the
+	// fleet's expired claims: this pass examined its share
+	// (DESIGN.md#reaper-shares).
+	Reapers int `json:"reapers,omitempty"`
 }
 
 // ReaperDecision is what the watchdog decided (or would decide, dry run)

@@ -279,6 +279,14 @@ func (q ExpiredQuery) Validate() error {
 	if !utf8.ValidString(q.After) {
 		return Invalid("listing position %q is not valid UTF-8", q.After)
 	}
+	if sh := q.Share; sh != nil {
+		if err := ValidateAgentMarker(sh.Reaper); err != nil {
+			return Invalid("reaper share: %v", err)
+		}
+		if sh.Interval <= 0 {
+			return Invalid("reaper share of %q: interval %s is not positive", sh.Reaper, sh.Interval)
+		}
+	}
 	return nil
 }
 

@@ -145,6 +145,19 @@ type ExpiredQuery struct {
 	// starts from the oldest lease. It is opaque: only the store that
 	// issued it reads it.
 	After string `json:"after,omitempty"`
+	// Share, when set, asks for one reaper's share of the listing on a
+	// store several agents reap (DESIGN.md#reaper-shares). A store one
+	// agent reaps lists everything and ignores it.
+	Share *ReaperShare `json:"share,omitempty"`
+}
+
+// ReaperShare names the reaper that lists and how often it passes. The
+// store counts the reaper live until one and a half intervals after this
+// listing, and splits the expired claims among the reapers live at the
+// listing's time, so about one of them examines each claim per pass.
+type ReaperShare struct {
+	Reaper   string        `json:"reaper"`
+	Interval time.Duration `json:"interval"`
 }
 
 // ExpiredPage is one page of ListExpiredClaimCandidates.
@@ -155,6 +168,10 @@ type ExpiredPage struct {
 	// cards must page on with it instead of starting from the oldest lease
 	// again, or the cards it keeps would fill every batch for ever.
 	Next string `json:"next,omitempty"`
+	// Reapers is how many live reapers shared the listing, this one
+	// included; 0 when the query asked for no share or the store lists
+	// everything to every reaper.
+	Reapers int `json:"reapers,omitempty"`
 }
 
 // ExpiredRelease is the fenced release of an abandoned claim: ONE CAS whose

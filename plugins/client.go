@@ -282,11 +282,15 @@ func (s *verbs) Now(ctx context.Context) (time.Time, error) {
 }
 
 func (s *verbs) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQuery) (board.ExpiredPage, error) {
-	r, err := s.rpc.ListExpiredClaimCandidates(ctx, &storepb.ListExpiredRequest{Cutoff: timeToPB(q.Cutoff), Limit: int64(q.Limit), After: q.After})
+	req := &storepb.ListExpiredRequest{Cutoff: timeToPB(q.Cutoff), Limit: int64(q.Limit), After: q.After}
+	if q.Share != nil {
+		req.ShareReaper, req.ShareIntervalNs = q.Share.Reaper, int64(q.Share.Interval)
+	}
+	r, err := s.rpc.ListExpiredClaimCandidates(ctx, req)
 	if err != nil {
 		return board.ExpiredPage{}, err
 	}
-	page := board.ExpiredPage{Next: r.GetNext()}
+	page := board.ExpiredPage{Next: r.GetNext(), Reapers: int(r.GetReapers())}
 	for _, c := range r.GetCards() {
 		page.Cards = append(page.Cards, cardFromPB(c))
 	}

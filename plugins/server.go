@@ -225,13 +225,17 @@ func (s *server) Now(ctx context.Context, _ *storepb.Empty) (*storepb.Time, erro
 }
 
 func (s *server) ListExpiredClaimCandidates(ctx context.Context, r *storepb.ListExpiredRequest) (*storepb.ExpiredPageReply, error) {
-	page, err := s.store.ListExpiredClaimCandidates(ctx, board.ExpiredQuery{
+	q := board.ExpiredQuery{
 		Cutoff: timeFromPB(r.GetCutoff()), Limit: int(r.GetLimit()), After: r.GetAfter(),
-	})
+	}
+	if r.GetShareReaper() != "" || r.GetShareIntervalNs() != 0 {
+		q.Share = &board.ReaperShare{Reaper: r.GetShareReaper(), Interval: time.Duration(r.GetShareIntervalNs())}
+	}
+	page, err := s.store.ListExpiredClaimCandidates(ctx, q)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	out := &storepb.ExpiredPageReply{Next: page.Next, Cards: make([]*storepb.Card, 0, len(page.Cards))}
+	out := &storepb.ExpiredPageReply{Next: page.Next, Reapers: int64(page.Reapers), Cards: make([]*storepb.Card, 0, len(page.Cards))}
 	for _, c := range page.Cards {
 		out.Cards = append(out.Cards, cardToPB(c))
 	}

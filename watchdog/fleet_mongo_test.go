@@ -92,10 +92,7 @@ func (f *mongoFleet) reaper(s board.Store, marker string, gate func() bool) *wat
 	r, err := watchdog.New(watchdog.Config{
 		Store: s, Marker: marker, Fleet: true,
 		// A small pool keeps cards of one pass side by side without
-		// flooding the test server: it serializes every request, and
-		// every concurrent event append there contends on the one log
-		// sequence (measured: three agents at the default 16 workers made
-		// the 200-card race about 2.7 times slower than at 1).
+		// flooding the test server, which serializes every request.
 		Workers: 2,
 		Lease:   func() time.Duration { return fleetLease },
 		Enabled: gate,
@@ -892,5 +889,62 @@ func TestFleetRunCeiling(t *testing.T) {
 				t.Errorf("filing = %+v, want to %s under machine provenance (reason watchdog, no actor, fires nothing)", ev, tc.want)
 			}
 		})
+	}
+}
+
+// TestFleetReapersShareAPass: DESIGN.md#reaper-shares. Three agents'
+// reapers, each on its own client, all recorded as live: one pass each
+// examines every expired card exactly once between them, each reaper its
+// share, and every card is filed by its run's verdict. Without the split
+// every reaper would list, pre-check and try to transfer every card.
+func TestFleetReapersShareAPass(t *testing.T) {
+	t.Parallel()
+	f := newMongoFleet(t)
+	gate := func() bool { return true }
+	reapers := make([]*watchdog.Reaper, 3)
+	for i := range reapers {
+		reapers[i] = f.reaper(f.open(), fmt.Sprintf("agent%d-%d", i, 6000+i), gate)
+	}
+	// A pass over nothing records each reaper.
+	for _, r := range reapers {
+		if _, err := r.RunOnce(f.ctx, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var all []string
+	for i := range 24 {
+		id := fmt.Sprintf("share-%02d", i)
+		f.launch(f.s, id, board.StateInProgress, 2000+i, board.RunFinished)
+		all = append(all, id)
+	}
+	f.expireAndAge(all)
+	f.clock.Set(f.serverNow().Add(time.Second))
+
+	examined := map[string][]int{}
+	for i, r := range reapers {
+		res, err := r.RunOnce(f.ctx, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Reapers != len(reapers) {
+			t.Errorf("reaper %d's pass says %d reapers shared it, want %d", i, res.Reapers, len(reapers))
+		}
+		if len(res.Cards) == 0 {
+			t.Errorf("reaper %d's share of %d expired cards was empty", i, len(all))
+		}
+		for _, cr := range res.Cards {
+			examined[cr.Card] = append(examined[cr.Card], i)
+			if cr.Outcome != watchdog.OutcomeFiled {
+				t.Errorf("card %s: outcome %s (decision %s, err %v), want %s", cr.Card, cr.Outcome, cr.Decision.Rule, cr.Err, watchdog.OutcomeFiled)
+			}
+		}
+	}
+	for _, id := range all {
+		if by := examined[id]; len(by) != 1 {
+			t.Errorf("card %s was examined by reapers %v in one pass each, want exactly one", id, by)
+		}
+		if c := f.get(id); c.State != board.StateDone || c.Claim != "" {
+			t.Errorf("card %s is %s held by %q, want done and free", id, c.State, c.Claim)
+		}
 	}
 }

@@ -50,11 +50,8 @@ type Config struct {
 	//
 	// Zero means DefaultWorkers locally and DefaultFleetWorkers (one card
 	// at a time) on the fleet: the MongoDB twin has no group commit to
-	// share, and it numbers every event by an optimistic insert (read the
-	// last number, insert the next, retry on a duplicate), so concurrent
-	// writers on one database collide on each event they append. Against
-	// the project's MongoDB-wire test server, 16 workers made three racing
-	// reapers take three times as long as one card at a time did.
+	// share, and the fleet's reapers already work side by side, each on its
+	// share of the expired claims (DESIGN.md#reaper-shares).
 	Workers int
 	// Lease is the configured claim lease (hot-reloaded).
 	Lease func() time.Duration
@@ -236,6 +233,9 @@ type PassResult struct {
 	// worked on concurrently; the order says nothing about timing).
 	Cards  []CardResult  `json:"cards"`
 	Sweeps []SweepResult `json:"sweeps"`
+	// Reapers, when above 1, is how many live reapers shared the expired
+	// claims: the pass listed this reaper's share (DESIGN.md#reaper-shares).
+	Reapers int `json:"reapers,omitempty"`
 }
 
 // Card returns the record of card id in the pass, if it was listed.
@@ -391,7 +391,8 @@ func (r *Reaper) RunOnce(ctx context.Context, dryRun bool) (PassResult, error) {
 	var errs []error
 	p.unsteady = res.ClockWait > 0
 	if res.Enabled || dryRun {
-		listed, err := p.listExpired(ctx)
+		listed, reapers, err := p.listExpired(ctx)
+		res.Reapers = reapers
 		if err != nil {
 			errs = append(errs, fmt.Errorf("list expired claims: %w", err))
 		}
@@ -457,20 +458,23 @@ func (p *pass) holderGone(ctx context.Context, c board.Card) bool {
 	return p.r.cfg.Prober.Probe(ctx, m.PID, pidprobe.Identity{}) == pidprobe.Dead
 }
 
-// listExpired lists what this pass decides. A gated pass takes one page,
-// resuming where the previous pass stopped and starting over once the
-// listing ran out; a dry run walks the whole listing from the start and
-// leaves the cursor alone.
-func (p *pass) listExpired(ctx context.Context) ([]board.Card, error) {
+// listExpired lists what this pass decides. A gated pass takes one page of
+// this reaper's share (on a store several agents reap, the others list the
+// rest: DESIGN.md#reaper-shares), resuming where the previous pass stopped
+// and starting over once the listing ran out; it also returns how many
+// reapers shared the listing. A dry run walks the whole listing from the
+// start, every reaper's share, and leaves the cursor alone.
+func (p *pass) listExpired(ctx context.Context) ([]board.Card, int, error) {
 	st := p.r.cfg.Store
 	if !p.dryRun {
-		page, err := st.ListExpiredClaimCandidates(ctx, board.ExpiredQuery{Cutoff: p.now, Limit: p.r.cfg.Batch, After: p.r.cursor})
+		page, err := st.ListExpiredClaimCandidates(ctx, board.ExpiredQuery{Cutoff: p.now, Limit: p.r.cfg.Batch, After: p.r.cursor,
+			Share: &board.ReaperShare{Reaper: p.r.cfg.Marker, Interval: p.r.cfg.Interval}})
 		if err != nil {
 			p.r.cursor = "" // a position the store no longer reads must not wedge the reaper
-			return nil, err
+			return nil, 0, err
 		}
 		p.r.cursor = page.Next
-		return page.Cards, nil
+		return page.Cards, page.Reapers, nil
 	}
 	var out []board.Card
 	after := ""
@@ -478,7 +482,7 @@ func (p *pass) listExpired(ctx context.Context) ([]board.Card, error) {
 		page, err := st.ListExpiredClaimCandidates(ctx, board.ExpiredQuery{Cutoff: p.now, Limit: p.r.cfg.Batch, After: after})
 		out = append(out, page.Cards...)
 		if err != nil || page.Next == "" || len(page.Cards) == 0 {
-			return out, err
+			return out, 0, err
 		}
 		after = page.Next
 	}

@@ -3,6 +3,7 @@ package boardtest
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
 )
@@ -249,6 +250,16 @@ func exerciseBadInput(t *testing.T, h Harness) {
 		{"ReleaseActorNotUTF8", func(e *env, _ board.ClaimToken) error { return e.s.Release(e.ctx, "c1", markerA, "uid:\xff") }, board.ErrInvalidArgument},
 		{"ListExpiredPositionNotUTF8", func(e *env, _ board.ClaimToken) error {
 			_, err := e.s.ListExpiredClaimCandidates(e.ctx, board.ExpiredQuery{Cutoff: e.clock.Now(), Limit: 10, After: "c\xff"})
+			return err
+		}, board.ErrInvalidArgument},
+		{"ListExpiredShareOfARecoveryMarker", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.ListExpiredClaimCandidates(e.ctx, board.ExpiredQuery{Cutoff: e.clock.Now(), Limit: 10,
+				Share: &board.ReaperShare{Reaper: board.RecoveryMarker(markerA), Interval: time.Minute}})
+			return err
+		}, board.ErrInvalidArgument},
+		{"ListExpiredShareWithNoInterval", func(e *env, _ board.ClaimToken) error {
+			_, err := e.s.ListExpiredClaimCandidates(e.ctx, board.ExpiredQuery{Cutoff: e.clock.Now(), Limit: 10,
+				Share: &board.ReaperShare{Reaper: markerA}})
 			return err
 		}, board.ErrInvalidArgument},
 	}

@@ -71,6 +71,33 @@ func exerciseExpired(t *testing.T, h Harness) {
 		}
 	})
 
+	// DESIGN.md#reaper-shares: a reaper alone is given every expired
+	// claim, on the twin that splits them as on the one that does not.
+	t.Run("ALoneReapersShareIsEveryExpiredClaim", func(t *testing.T) {
+		t.Parallel()
+		e := open(t, h)
+		var want []string
+		var last time.Time
+		for i := range 4 {
+			id := fmt.Sprintf("s%d", i)
+			e.card(id, board.StateInProgress)
+			e.clock.Advance(time.Second)
+			last = e.expire(id, e.claim(id, markerA)).ClaimLeaseUntil
+			want = append(want, id)
+		}
+		p, err := e.s.ListExpiredClaimCandidates(e.ctx, board.ExpiredQuery{Cutoff: last,
+			Share: &board.ReaperShare{Reaper: markerB, Interval: time.Minute}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := slices.Sorted(slices.Values(ids(p.Cards))); !slices.Equal(got, want) {
+			t.Errorf("a lone reaper's share = %q, want every expired claim %q", got, want)
+		}
+		if p.Reapers > 1 {
+			t.Errorf("a lone reaper's listing says %d reapers share it", p.Reapers)
+		}
+	})
+
 	t.Run("ReleaseExpiredCarriesTheWholePrecondition", func(t *testing.T) {
 		t.Parallel()
 		e := open(t, h)

@@ -145,6 +145,9 @@ func describePass(p apitype.ReaperPass) string {
 	if p.Gated {
 		s += " (gate off: repair sweeps only)"
 	}
+	if p.Reapers > 1 {
+		s += fmt.Sprintf(" (its share among %d reapers)", p.Reapers)
+	}
 	if p.ClockWaitMS > 0 && !p.Gated {
 		s += fmt.Sprintf(" (store clock not trusted yet for %s: only dead pids decided)", time.Duration(p.ClockWaitMS*float64(time.Millisecond)).Round(time.Second))
 	}
@@ -304,7 +307,11 @@ func runReaperPass(ctx context.Context, env *cli, o reaperOpts) error {
 	case pass.ClockWaitMS > 0 && !pass.DryRun:
 		gate = fmt.Sprintf(" (the store's clock is not trusted for another %s: only cards whose worker's pid is gone were decided)", time.Duration(pass.ClockWaitMS*float64(time.Millisecond)).Round(time.Second))
 	}
-	fmt.Fprintf(env.stdout, "reaper %s at %s: %d examined%s\n", mode, pass.StartedAt.Format(time.RFC3339), pass.Examined, gate)
+	share := ""
+	if pass.Reapers > 1 {
+		share = fmt.Sprintf(" (its share among %d reapers)", pass.Reapers)
+	}
+	fmt.Fprintf(env.stdout, "reaper %s at %s: %d examined%s%s\n", mode, pass.StartedAt.Format(time.RFC3339), pass.Examined, share, gate)
 	printDecisions(env, pass.Decisions)
 	return nil
 }

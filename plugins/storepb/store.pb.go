@@ -3737,12 +3737,16 @@ func (x *ReleaseExpiredRequest) GetState() string {
 }
 
 type ListExpiredRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cutoff        *Time                  `protobuf:"bytes,1,opt,name=cutoff,proto3" json:"cutoff,omitempty"`
-	Limit         int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
-	After         string                 `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Cutoff *Time                  `protobuf:"bytes,1,opt,name=cutoff,proto3" json:"cutoff,omitempty"`
+	Limit  int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	After  string                 `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
+	// share_reaper, when set, asks for that reaper's share of the listing;
+	// share_interval_ns is how often it passes.
+	ShareReaper     string `protobuf:"bytes,4,opt,name=share_reaper,json=shareReaper,proto3" json:"share_reaper,omitempty"`
+	ShareIntervalNs int64  `protobuf:"varint,5,opt,name=share_interval_ns,json=shareIntervalNs,proto3" json:"share_interval_ns,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ListExpiredRequest) Reset() {
@@ -3796,10 +3800,25 @@ func (x *ListExpiredRequest) GetAfter() string {
 	return ""
 }
 
+func (x *ListExpiredRequest) GetShareReaper() string {
+	if x != nil {
+		return x.ShareReaper
+	}
+	return ""
+}
+
+func (x *ListExpiredRequest) GetShareIntervalNs() int64 {
+	if x != nil {
+		return x.ShareIntervalNs
+	}
+	return 0
+}
+
 type ExpiredPageReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Cards         []*Card                `protobuf:"bytes,1,rep,name=cards,proto3" json:"cards,omitempty"`
 	Next          string                 `protobuf:"bytes,2,opt,name=next,proto3" json:"next,omitempty"`
+	Reapers       int64                  `protobuf:"varint,3,opt,name=reapers,proto3" json:"reapers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3846,6 +3865,13 @@ func (x *ExpiredPageReply) GetNext() string {
 		return x.Next
 	}
 	return ""
+}
+
+func (x *ExpiredPageReply) GetReapers() int64 {
+	if x != nil {
+		return x.Reapers
+	}
+	return 0
 }
 
 type ListCutoffRequest struct {
@@ -4379,14 +4405,17 @@ const file_store_proto_rawDesc = "" +
 	"\x04prev\x18\x02 \x01(\v2 .leasekeeper.store.v1.ClaimTokenR\x04prev\x122\n" +
 	"\x06cutoff\x18\x03 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\x06cutoff\x12\x14\n" +
 	"\x05actor\x18\x04 \x01(\tR\x05actor\x12\x14\n" +
-	"\x05state\x18\x05 \x01(\tR\x05state\"t\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\"\xc3\x01\n" +
 	"\x12ListExpiredRequest\x122\n" +
 	"\x06cutoff\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\x06cutoff\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x14\n" +
-	"\x05after\x18\x03 \x01(\tR\x05after\"X\n" +
+	"\x05after\x18\x03 \x01(\tR\x05after\x12!\n" +
+	"\fshare_reaper\x18\x04 \x01(\tR\vshareReaper\x12*\n" +
+	"\x11share_interval_ns\x18\x05 \x01(\x03R\x0fshareIntervalNs\"r\n" +
 	"\x10ExpiredPageReply\x120\n" +
 	"\x05cards\x18\x01 \x03(\v2\x1a.leasekeeper.store.v1.CardR\x05cards\x12\x12\n" +
-	"\x04next\x18\x02 \x01(\tR\x04next\"]\n" +
+	"\x04next\x18\x02 \x01(\tR\x04next\x12\x18\n" +
+	"\areapers\x18\x03 \x01(\x03R\areapers\"]\n" +
 	"\x11ListCutoffRequest\x122\n" +
 	"\x06cutoff\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\x06cutoff\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\"\xdf\x01\n" +

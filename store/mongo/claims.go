@@ -17,6 +17,8 @@ import (
 // acquireChange grants a free card to marker: a CAS on the claim and the
 // epoch exactly as read, a new epoch floored at the server clock, and the
 // lease and claimed_at from the server clock (DESIGN.md#epoch-monotone).
+// The claim carries the card's share key, which splits expired claims
+// among the fleet's reapers (DESIGN.md#reaper-shares).
 func acquireChange(c *cardState, clk serverClock, marker string, lease time.Duration) (*change, board.ClaimToken) {
 	epoch := clk.epochAfter(c.ClaimEpoch)
 	return &change{
@@ -24,6 +26,7 @@ func acquireChange(c *cardState, clk serverClock, marker string, lease time.Dura
 		set: bson.D{
 			{Key: "claim", Value: marker},
 			{Key: "claim_epoch", Value: epoch},
+			{Key: fieldShareKey, Value: shareKey(c.ID)},
 			{Key: "claimed_at", Value: clk.now},
 			{Key: "claim_lease_until", Value: clk.leaseUntil(lease)},
 			{Key: "updated_at", Value: clk.now},
@@ -539,11 +542,18 @@ var noEpoch = bson.E{Key: "claim_epoch", Value: nil}
 // Un-leased candidates come first (a missing lease sorts before every
 // lease), but take at most half the batch while leased candidates wait, so
 // neither arm can starve the other with cards the watchdog keeps.
+//
+// With q.Share both arms list only that reaper's share
+// (DESIGN.md#reaper-shares).
 func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQuery) (board.ExpiredPage, error) {
 	if err := q.Validate(); err != nil {
 		return board.ExpiredPage{}, err
 	}
 	pos, err := decodePosition(q.After)
+	if err != nil {
+		return board.ExpiredPage{}, err
+	}
+	share, reapers, err := s.reaperShare(ctx, q.Share)
 	if err != nil {
 		return board.ExpiredPage{}, err
 	}
@@ -556,7 +566,7 @@ func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQ
 	leased, err := s.findCards(ctx, append(bson.D{
 		claimedCond,
 		{Key: "claim_lease_until", Value: bson.D{{Key: "$lte", Value: q.Cutoff}}},
-	}, pos.Leased.after("claim_lease_until")...), leasedOpts)
+	}, append(pos.Leased.after("claim_lease_until"), share...)...), leasedOpts)
 	if err != nil {
 		return board.ExpiredPage{}, err
 	}
@@ -564,7 +574,7 @@ func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQ
 		claimedCond,
 		{Key: "claim_lease_until", Value: nil},
 		{Key: "updated_at", Value: bson.D{{Key: "$lte", Value: q.Cutoff.Add(-s.horizon)}}},
-	}, pos.Unleased.after("updated_at")...), unleasedOpts)
+	}, append(pos.Unleased.after("updated_at"), share...)...), unleasedOpts)
 	if err != nil {
 		return board.ExpiredPage{}, err
 	}
@@ -577,7 +587,7 @@ func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQ
 		more = len(leased) == q.Limit || len(unleased) == q.Limit || nL < len(leased) || nU < len(unleased)
 		unleased, leased = unleased[:nU], leased[:nL]
 	}
-	page := board.ExpiredPage{Cards: append(unleased, leased...)}
+	page := board.ExpiredPage{Cards: append(unleased, leased...), Reapers: reapers}
 	if more {
 		if n := len(leased); n > 0 {
 			pos.Leased = &armPosition{At: leased[n-1].ClaimLeaseUntil, Card: leased[n-1].ID}

@@ -251,11 +251,30 @@ func exerciseFleetQueries(t *testing.T, f *fleet, background int) {
 	_, err = f.s.ListUnleasedRunningClaims(ctx, f.serverNow().Add(-time.Hour), 10)
 	must("ListUnleasedRunningClaims", err)
 
+	// The reapers' shares (DESIGN.md#reaper-shares): a reaper alone, then
+	// a second one splitting the listing, paged; a reaper gone for hours
+	// deleted; the store's own retired when it closes (at the end).
+	_, err = f.raw.Collection("reapers").InsertOne(ctx, bson.D{{Key: "_id", Value: "host-z-9"}, {Key: "until", Value: old}})
+	must("insert a long-gone reaper", err)
+	for _, r := range []string{"host-a-1", "host-b-2"} {
+		sq := board.ExpiredQuery{Cutoff: f.serverNow(), Limit: 1, Share: &board.ReaperShare{Reaper: r, Interval: time.Minute}}
+		page, err := f.s.ListExpiredClaimCandidates(ctx, sq)
+		must("ListExpiredClaimCandidates (share of "+r+")", err)
+		if page.Next == "" {
+			t.Fatalf("%s's first page has no next position: the paged shapes of a share are not sent", r)
+		}
+		sq.After = page.Next
+		_, err = f.s.ListExpiredClaimCandidates(ctx, sq)
+		must("ListExpiredClaimCandidates (share of "+r+", page 2)", err)
+	}
+
 	// The board definition.
 	b, err := f.s.LoadBoard(ctx)
 	must("LoadBoard", err)
 	_, _, err = f.s.SetBoard(ctx, b, b)
 	must("SetBoard", err)
+
+	must("Close", f.s.Close())
 }
 
 // TestEveryFleetQueryIsInTheIndexCatalogue: DESIGN.md#fleet-indexes. Every

@@ -91,6 +91,7 @@ type Store struct {
 	runs     *mongo.Collection
 	events   *mongo.Collection
 	meta     *mongo.Collection
+	reapers  *mongo.Collection
 	clock    board.Clock
 	horizon  time.Duration
 	eventLag time.Duration
@@ -102,6 +103,11 @@ type Store struct {
 	// stop ends the background compactor; compacted is closed when it has.
 	stop      context.CancelFunc
 	compacted chan struct{}
+
+	// reapersMu guards ownReapers, the reapers this store recorded as live
+	// (see reapers.go), which Close retires.
+	reapersMu  sync.Mutex
+	ownReapers []string
 
 	// boardMu guards the cached board definition (see board.go).
 	boardMu sync.Mutex
@@ -177,6 +183,7 @@ func open(ctx context.Context, opts Options) (*Store, error) {
 		runs:     db.Collection(collRuns),
 		events:   db.Collection(collEvents),
 		meta:     db.Collection(collMeta),
+		reapers:  db.Collection(collReapers),
 		clock:    clock,
 		horizon:  horizon,
 		eventLag: eventLag,
@@ -284,17 +291,20 @@ func (s *Store) createIndexes(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the compactor and disconnects from the server.
+// Close stops the compactor, retires the reapers this store recorded
+// (DESIGN.md#reaper-shares), and disconnects from the server.
 func (s *Store) Close() error {
 	s.stop()
 	<-s.compacted
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	retired := s.retireReapers(ctx)
 	err := s.client.Disconnect(ctx)
 	if errors.Is(err, mongo.ErrClientDisconnected) {
+		// Closed before: nothing was retired or disconnected now.
 		return nil
 	}
-	return err
+	return errors.Join(retired, err)
 }
 
 // serverClock is the server's wall time for a write (a reading aged to

@@ -1,0 +1,147 @@
+package mongostore
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+// The fleet's reapers share the expired claims (DESIGN.md#reaper-shares).
+//
+// Each reaper that lists with a board.ReaperShare writes its own document
+// in the reapers collection, {_id: marker, until}, until being the server's
+// time plus one and a half of its intervals, and reads the whole
+// collection: one small document per agent of the fleet. The live reapers,
+// sorted by marker, are numbered 0..n-1, and reaper r lists the expired
+// claims whose share key is r modulo n. Every claim carries its card's
+// share key (a hash of the card id, written by the claim itself), so the
+// split is even however the claims bunch in time, and needs no index or
+// migration. A claim with no key (taken by an older release, or a foreign
+// write dropped it) is listed to every reaper.
+//
+// The split is an economy, never a safety rule: two reapers that disagree
+// on who is live list some claims twice (the transfer's compare-and-set
+// lets one of them act) or leave some to the next pass.
+const collReapers = "reapers"
+
+// reaperForget is how long past its until a reaper's document stays: the
+// next reaper that reads it afterwards deletes it, so agents that never
+// come back (a pod's marker changes on every restart) do not pile up.
+const reaperForget = time.Hour
+
+// fieldShareKey is a claim's share key (see shareKey).
+const fieldShareKey = "claim_share_key"
+
+// shareKey is the card's key among the reapers' shares: 32 bits of FNV-1a
+// of its id, the same on every agent and every release.
+func shareKey(card string) int64 {
+	h := fnv.New32a()
+	h.Write([]byte(card))
+	return int64(h.Sum32())
+}
+
+type reaperDoc struct {
+	ID    string    `bson:"_id"`
+	Until time.Time `bson:"until"`
+}
+
+// reaperShare records sh's reaper as live and returns the condition that
+// selects its share of the expired claims (nil: all of them) and how many
+// live reapers share them; nil sh is a listing of everything, by no
+// reaper.
+func (s *Store) reaperShare(ctx context.Context, sh *board.ReaperShare) (bson.D, int, error) {
+	if sh == nil {
+		return nil, 0, nil
+	}
+	clk, err := s.serverNow(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	now := clk.now
+	until := now.Add(sh.Interval + sh.Interval/2)
+	s.noteReaper(sh.Reaper)
+	if _, err := s.reapers.UpdateOne(ctx, bson.D{{Key: "_id", Value: sh.Reaper}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "until", Value: until}}}},
+		options.UpdateOne().SetUpsert(true)); err != nil {
+		return nil, 0, fmt.Errorf("mongostore: record reaper %s: %w", sh.Reaper, err)
+	}
+	cur, err := s.reapers.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, 0, fmt.Errorf("mongostore: list reapers: %w", err)
+	}
+	var docs []reaperDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, 0, fmt.Errorf("mongostore: list reapers: %w", err)
+	}
+	live, gone := liveReapers(docs, sh.Reaper, now)
+	if len(gone) > 0 {
+		// Best effort: a document left behind is only read, and the
+		// next reaper to read it tries again.
+		_, _ = s.reapers.DeleteMany(ctx, bson.D{
+			{Key: "_id", Value: bson.D{{Key: "$in", Value: gone}}},
+			{Key: "until", Value: bson.D{{Key: "$lt", Value: now.Add(-reaperForget)}}},
+		})
+	}
+	n := len(live)
+	if n == 1 {
+		return nil, 1, nil
+	}
+	r := slices.Index(live, sh.Reaper)
+	return bson.D{{Key: "$and", Value: bson.A{bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: fieldShareKey, Value: bson.D{{Key: "$mod", Value: bson.A{int64(n), int64(r)}}}}},
+		bson.D{{Key: fieldShareKey, Value: nil}},
+	}}}}}}, n, nil
+}
+
+// liveReapers splits the reapers' documents, sorted by marker, into the
+// live ones at now (self always among them: it has just written its own)
+// and the ones forgotten long enough to delete.
+func liveReapers(docs []reaperDoc, self string, now time.Time) (live, gone []string) {
+	for _, d := range docs {
+		switch {
+		case d.ID == self || d.Until.After(now):
+			live = append(live, d.ID)
+		case now.Sub(d.Until) > reaperForget:
+			gone = append(gone, d.ID)
+		}
+	}
+	if !slices.Contains(live, self) {
+		// Its write landed but the read did not see it (a lagging
+		// secondary cannot serve this read; the primary can only have
+		// lost it to a rollback): it is live all the same.
+		live = append(live, self)
+		slices.Sort(live)
+	}
+	return live, gone
+}
+
+// noteReaper remembers a reaper this store recorded, for Close to retire.
+func (s *Store) noteReaper(marker string) {
+	s.reapersMu.Lock()
+	defer s.reapersMu.Unlock()
+	if !slices.Contains(s.ownReapers, marker) {
+		s.ownReapers = append(s.ownReapers, marker)
+	}
+}
+
+// retireReapers deletes the reaper documents this store wrote, so the
+// others take its share at their next pass instead of after its until.
+func (s *Store) retireReapers(ctx context.Context) error {
+	s.reapersMu.Lock()
+	mine := slices.Clone(s.ownReapers)
+	s.reapersMu.Unlock()
+	if len(mine) == 0 {
+		return nil
+	}
+	if _, err := s.reapers.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: mine}}}}); err != nil {
+		return fmt.Errorf("mongostore: retire reapers %v: %w", mine, err)
+	}
+	return nil
+}

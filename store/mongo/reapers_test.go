@@ -1,0 +1,128 @@
+package mongostore_test
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/internal/mongotest"
+	mongostore "github.com/leasekeeper/leasekeeper/store/mongo"
+)
+
+// TestReapersShareTheExpiredClaims: DESIGN.md#reaper-shares. Three agents'
+// reapers, each on its own store, split the expired claims: every claim is
+// listed to exactly one of them (a claim with no share key to all), a reaper
+// that leaves or stops passing has its share taken over at the next pass,
+// and a long-gone reaper's document is deleted.
+func TestReapersShareTheExpiredClaims(t *testing.T) {
+	t.Parallel()
+	f := openFleet(t, mongostore.Options{})
+	reapers := []string{"host-a-11", "host-b-22", "host-c-33"}
+	stores := map[string]*mongostore.Store{reapers[0]: f.s}
+	for _, r := range reapers[1:] {
+		stores[r] = openStore(t, mongostore.Options{URI: mongotest.URI(t), Database: f.raw.Name()})
+	}
+	var all []string
+	for i := range 30 {
+		id := fmt.Sprintf("exp%02d", i)
+		f.create(id, board.StateInProgress)
+		if err := f.s.ExpireClaimOwned(f.ctx, id, f.claim(id, workerA)); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, id)
+	}
+	// One claim has no share key (an older release took it, or a foreign
+	// write dropped it): no reaper can know whose share it is, so it is
+	// everyone's.
+	f.foreign("exp07", bson.D{{Key: "$unset", Value: bson.D{{Key: "claim_share_key", Value: ""}}}})
+
+	list := func(r string) ([]string, int) {
+		t.Helper()
+		p, err := stores[r].ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: f.serverNow(),
+			Share: &board.ReaperShare{Reaper: r, Interval: time.Minute}})
+		if err != nil {
+			t.Fatalf("%s lists its share: %v", r, err)
+		}
+		var got []string
+		for _, c := range p.Cards {
+			got = append(got, c.ID)
+		}
+		return got, p.Reapers
+	}
+	// pass has each live reaper list its share once, and checks the
+	// shares cover the expired claims, each once but the one with no
+	// share key.
+	pass := func(live ...string) {
+		t.Helper()
+		seen := map[string][]string{}
+		for _, r := range live {
+			got, n := list(r)
+			if n != len(live) {
+				t.Errorf("%s: the listing says %d reapers share it, want %d", r, n, len(live))
+			}
+			if len(got) < 2 {
+				t.Errorf("%s's share of %d claims among %d reapers is %q", r, len(all), len(live), got)
+			}
+			for _, id := range got {
+				seen[id] = append(seen[id], r)
+			}
+		}
+		if got := slices.Sorted(maps.Keys(seen)); !slices.Equal(got, all) {
+			t.Errorf("the shares of %q list %q, want every expired claim %q", live, got, all)
+		}
+		for id, by := range seen {
+			want := 1
+			if id == "exp07" {
+				want = len(live)
+			}
+			if len(by) != want {
+				t.Errorf("claim %s is listed to %q, want %d reaper(s)", id, by, want)
+			}
+		}
+	}
+
+	// The first round records each reaper. The first, alone, is given
+	// every claim; each later one sees the reapers recorded before it.
+	for i, r := range reapers {
+		got, n := list(r)
+		if n != i+1 || (i == 0 && len(got) != len(all)) {
+			t.Fatalf("%s's first listing: %d claims shared by %d reapers", r, len(got), n)
+		}
+	}
+	pass(reapers...)
+
+	// A reaper that stops cleanly leaves at once.
+	if err := stores[reapers[2]].Close(); err != nil {
+		t.Fatal(err)
+	}
+	pass(reapers[:2]...)
+
+	// A reaper whose until has passed is not live: it crashed, or stopped
+	// passing. One gone for over an hour is deleted by the next listing.
+	now := f.serverNow()
+	reaperDocs := f.raw.Collection("reapers")
+	if _, err := reaperDocs.InsertMany(f.ctx, []bson.D{
+		{{Key: "_id", Value: "host-d-44"}, {Key: "until", Value: now.Add(-time.Second)}},
+		{{Key: "_id", Value: "host-e-55"}, {Key: "until", Value: now.Add(-2 * time.Hour)}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pass(reapers[:2]...)
+	if n := f.count(reaperDocs, bson.D{{Key: "_id", Value: "host-e-55"}}); n != 0 {
+		t.Errorf("a reaper gone for two hours is still recorded")
+	}
+	if n := f.count(reaperDocs, bson.D{{Key: "_id", Value: "host-d-44"}}); n != 1 {
+		t.Errorf("a reaper gone for a second was deleted: only one gone for over an hour may be")
+	}
+
+	// A listing without a share is everything, and records no reaper.
+	p, err := f.s.ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: f.serverNow()})
+	if err != nil || len(p.Cards) != len(all) || p.Reapers != 0 {
+		t.Errorf("a listing with no share = %d cards, %d reapers, %v; want all %d, 0", len(p.Cards), p.Reapers, err, len(all))
+	}
+}
