@@ -2,6 +2,7 @@ package board
 
 import (
 	"context"
+	"hash/fnv"
 	"time"
 )
 
@@ -160,6 +161,14 @@ type ReaperShare struct {
 	Interval time.Duration `json:"interval"`
 }
 
+// ShareKey is a card's key among the reapers' shares: 32 bits of FNV-1a of
+// its id, the same on every agent and every release.
+func ShareKey(card string) int64 {
+	h := fnv.New32a()
+	h.Write([]byte(card))
+	return int64(h.Sum32())
+}
+
 // ExpiredPage is one page of ListExpiredClaimCandidates.
 type ExpiredPage struct {
 	Cards []Card `json:"cards"`
@@ -170,8 +179,11 @@ type ExpiredPage struct {
 	Next string `json:"next,omitempty"`
 	// Reapers is how many live reapers shared the listing, this one
 	// included; 0 when the query asked for no share or the store lists
-	// everything to every reaper.
-	Reapers int `json:"reapers,omitempty"`
+	// everything to every reaper. With more than one, the page holds the
+	// claims whose ShareKey is ShareIndex modulo Reapers, and the claims
+	// that carry no share key.
+	Reapers    int `json:"reapers,omitempty"`
+	ShareIndex int `json:"share_index,omitempty"`
 }
 
 // ExpiredRelease is the fenced release of an abandoned claim: ONE CAS whose

@@ -234,8 +234,10 @@ type PassResult struct {
 	Cards  []CardResult  `json:"cards"`
 	Sweeps []SweepResult `json:"sweeps"`
 	// Reapers, when above 1, is how many live reapers shared the expired
-	// claims: the pass listed this reaper's share (DESIGN.md#reaper-shares).
-	Reapers int `json:"reapers,omitempty"`
+	// claims: the pass listed this reaper's share, the claims whose
+	// board.ShareKey is ShareIndex modulo Reapers (DESIGN.md#reaper-shares).
+	Reapers    int `json:"reapers,omitempty"`
+	ShareIndex int `json:"share_index,omitempty"`
 }
 
 // Card returns the record of card id in the pass, if it was listed.
@@ -391,8 +393,8 @@ func (r *Reaper) RunOnce(ctx context.Context, dryRun bool) (PassResult, error) {
 	var errs []error
 	p.unsteady = res.ClockWait > 0
 	if res.Enabled || dryRun {
-		listed, reapers, err := p.listExpired(ctx)
-		res.Reapers = reapers
+		listed, page, err := p.listExpired(ctx)
+		res.Reapers, res.ShareIndex = page.Reapers, page.ShareIndex
 		if err != nil {
 			errs = append(errs, fmt.Errorf("list expired claims: %w", err))
 		}
@@ -462,19 +464,20 @@ func (p *pass) holderGone(ctx context.Context, c board.Card) bool {
 // this reaper's share (on a store several agents reap, the others list the
 // rest: DESIGN.md#reaper-shares), resuming where the previous pass stopped
 // and starting over once the listing ran out; it also returns how many
-// reapers shared the listing. A dry run walks the whole listing from the
-// start, every reaper's share, and leaves the cursor alone.
-func (p *pass) listExpired(ctx context.Context) ([]board.Card, int, error) {
+// reapers shared the listing and which share was this one's. A dry run
+// walks the whole listing from the start, every reaper's share, and leaves
+// the cursor alone.
+func (p *pass) listExpired(ctx context.Context) ([]board.Card, board.ExpiredPage, error) {
 	st := p.r.cfg.Store
 	if !p.dryRun {
 		page, err := st.ListExpiredClaimCandidates(ctx, board.ExpiredQuery{Cutoff: p.now, Limit: p.r.cfg.Batch, After: p.r.cursor,
 			Share: &board.ReaperShare{Reaper: p.r.cfg.Marker, Interval: p.r.cfg.Interval}})
 		if err != nil {
 			p.r.cursor = "" // a position the store no longer reads must not wedge the reaper
-			return nil, 0, err
+			return nil, board.ExpiredPage{}, err
 		}
 		p.r.cursor = page.Next
-		return page.Cards, page.Reapers, nil
+		return page.Cards, page, nil
 	}
 	var out []board.Card
 	after := ""
@@ -482,7 +485,7 @@ func (p *pass) listExpired(ctx context.Context) ([]board.Card, int, error) {
 		page, err := st.ListExpiredClaimCandidates(ctx, board.ExpiredQuery{Cutoff: p.now, Limit: p.r.cfg.Batch, After: after})
 		out = append(out, page.Cards...)
 		if err != nil || page.Next == "" || len(page.Cards) == 0 {
-			return out, 0, err
+			return out, board.ExpiredPage{}, err
 		}
 		after = page.Next
 	}

@@ -26,7 +26,9 @@ import (
 //	                 judged did not start (the simulation records which
 //	                 runs each claim's worker started);
 //	starvation       every expired claim is listed by an agent's pass within
-//	                 ceil(cards/batch)+2 of its passes;
+//	                 ceil(cards/batch)+2 of its passes, counting on the
+//	                 fleet the passes whose share held the claim
+//	                 (DESIGN.md#reaper-shares);
 //	stuck            no free card sits where nothing picks it up: in a
 //	                 running column that is not a pool state (unless an
 //	                 operator left it there), or in waiting_deps with every
@@ -416,6 +418,9 @@ func (w *simWorld) checkStarvation(a *simAgent, before passSnapshot, res watchdo
 		c := w.m.cards[id]
 		if !c.Claimed() || c.ClaimLeaseUntil.IsZero() || c.ClaimLeaseUntil.After(cutoff) || listed[id] {
 			continue
+		}
+		if res.Reapers > 1 && board.ShareKey(id)%int64(res.Reapers) != int64(res.ShareIndex) {
+			continue // another reaper's share: its own passes answer for it
 		}
 		key := fmt.Sprintf("%s %s@%d", id, c.Claim, c.ClaimEpoch)
 		seen[key] = a.starve[key] + 1

@@ -26,7 +26,7 @@ func acquireChange(c *cardState, clk serverClock, marker string, lease time.Dura
 		set: bson.D{
 			{Key: "claim", Value: marker},
 			{Key: "claim_epoch", Value: epoch},
-			{Key: fieldShareKey, Value: shareKey(c.ID)},
+			{Key: fieldShareKey, Value: board.ShareKey(c.ID)},
 			{Key: "claimed_at", Value: clk.now},
 			{Key: "claim_lease_until", Value: clk.leaseUntil(lease)},
 			{Key: "updated_at", Value: clk.now},
@@ -553,7 +553,7 @@ func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQ
 	if err != nil {
 		return board.ExpiredPage{}, err
 	}
-	share, reapers, err := s.reaperShare(ctx, q.Share)
+	sh, err := s.reaperShare(ctx, q.Share)
 	if err != nil {
 		return board.ExpiredPage{}, err
 	}
@@ -566,7 +566,7 @@ func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQ
 	leased, err := s.findCards(ctx, append(bson.D{
 		claimedCond,
 		{Key: "claim_lease_until", Value: bson.D{{Key: "$lte", Value: q.Cutoff}}},
-	}, append(pos.Leased.after("claim_lease_until"), share...)...), leasedOpts)
+	}, append(pos.Leased.after("claim_lease_until"), sh.cond...)...), leasedOpts)
 	if err != nil {
 		return board.ExpiredPage{}, err
 	}
@@ -574,7 +574,7 @@ func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQ
 		claimedCond,
 		{Key: "claim_lease_until", Value: nil},
 		{Key: "updated_at", Value: bson.D{{Key: "$lte", Value: q.Cutoff.Add(-s.horizon)}}},
-	}, append(pos.Unleased.after("updated_at"), share...)...), unleasedOpts)
+	}, append(pos.Unleased.after("updated_at"), sh.cond...)...), unleasedOpts)
 	if err != nil {
 		return board.ExpiredPage{}, err
 	}
@@ -587,7 +587,7 @@ func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQ
 		more = len(leased) == q.Limit || len(unleased) == q.Limit || nL < len(leased) || nU < len(unleased)
 		unleased, leased = unleased[:nU], leased[:nL]
 	}
-	page := board.ExpiredPage{Cards: append(unleased, leased...), Reapers: reapers}
+	page := board.ExpiredPage{Cards: append(unleased, leased...), Reapers: sh.n, ShareIndex: sh.r}
 	if more {
 		if n := len(leased); n > 0 {
 			pos.Leased = &armPosition{At: leased[n-1].ClaimLeaseUntil, Card: leased[n-1].ID}

@@ -3,7 +3,6 @@ package mongostore
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"time"
 
@@ -36,33 +35,31 @@ const collReapers = "reapers"
 // come back (a pod's marker changes on every restart) do not pile up.
 const reaperForget = time.Hour
 
-// fieldShareKey is a claim's share key (see shareKey).
+// fieldShareKey is a claim's share key (board.ShareKey of its card).
 const fieldShareKey = "claim_share_key"
-
-// shareKey is the card's key among the reapers' shares: 32 bits of FNV-1a
-// of its id, the same on every agent and every release.
-func shareKey(card string) int64 {
-	h := fnv.New32a()
-	h.Write([]byte(card))
-	return int64(h.Sum32())
-}
 
 type reaperDoc struct {
 	ID    string    `bson:"_id"`
 	Until time.Time `bson:"until"`
 }
 
-// reaperShare records sh's reaper as live and returns the condition that
-// selects its share of the expired claims (nil: all of them) and how many
-// live reapers share them; nil sh is a listing of everything, by no
-// reaper.
-func (s *Store) reaperShare(ctx context.Context, sh *board.ReaperShare) (bson.D, int, error) {
+// share is one reaper's share of a listing: the condition that selects
+// it (nil: everything), how many live reapers share the listing, and this
+// reaper's number among them.
+type share struct {
+	cond bson.D
+	n, r int
+}
+
+// reaperShare records sh's reaper as live and returns its share; nil sh is
+// a listing of everything, by no reaper.
+func (s *Store) reaperShare(ctx context.Context, sh *board.ReaperShare) (share, error) {
 	if sh == nil {
-		return nil, 0, nil
+		return share{}, nil
 	}
 	clk, err := s.serverNow(ctx)
 	if err != nil {
-		return nil, 0, err
+		return share{}, err
 	}
 	now := clk.now
 	until := now.Add(sh.Interval + sh.Interval/2)
@@ -70,15 +67,15 @@ func (s *Store) reaperShare(ctx context.Context, sh *board.ReaperShare) (bson.D,
 	if _, err := s.reapers.UpdateOne(ctx, bson.D{{Key: "_id", Value: sh.Reaper}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "until", Value: until}}}},
 		options.UpdateOne().SetUpsert(true)); err != nil {
-		return nil, 0, fmt.Errorf("mongostore: record reaper %s: %w", sh.Reaper, err)
+		return share{}, fmt.Errorf("mongostore: record reaper %s: %w", sh.Reaper, err)
 	}
 	cur, err := s.reapers.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
-		return nil, 0, fmt.Errorf("mongostore: list reapers: %w", err)
+		return share{}, fmt.Errorf("mongostore: list reapers: %w", err)
 	}
 	var docs []reaperDoc
 	if err := cur.All(ctx, &docs); err != nil {
-		return nil, 0, fmt.Errorf("mongostore: list reapers: %w", err)
+		return share{}, fmt.Errorf("mongostore: list reapers: %w", err)
 	}
 	live, gone := liveReapers(docs, sh.Reaper, now)
 	if len(gone) > 0 {
@@ -91,13 +88,13 @@ func (s *Store) reaperShare(ctx context.Context, sh *board.ReaperShare) (bson.D,
 	}
 	n := len(live)
 	if n == 1 {
-		return nil, 1, nil
+		return share{n: 1}, nil
 	}
 	r := slices.Index(live, sh.Reaper)
-	return bson.D{{Key: "$and", Value: bson.A{bson.D{{Key: "$or", Value: bson.A{
+	return share{n: n, r: r, cond: bson.D{{Key: "$and", Value: bson.A{bson.D{{Key: "$or", Value: bson.A{
 		bson.D{{Key: fieldShareKey, Value: bson.D{{Key: "$mod", Value: bson.A{int64(n), int64(r)}}}}},
 		bson.D{{Key: fieldShareKey, Value: nil}},
-	}}}}}}, n, nil
+	}}}}}}}, nil
 }
 
 // liveReapers splits the reapers' documents, sorted by marker, into the

@@ -51,6 +51,9 @@ func TestReapersShareTheExpiredClaims(t *testing.T) {
 		var got []string
 		for _, c := range p.Cards {
 			got = append(got, c.ID)
+			if p.Reapers > 1 && c.ID != "exp07" && board.ShareKey(c.ID)%int64(p.Reapers) != int64(p.ShareIndex) {
+				t.Errorf("%s's share %d of %d lists %s, whose key says share %d", r, p.ShareIndex, p.Reapers, c.ID, board.ShareKey(c.ID)%int64(p.Reapers))
+			}
 		}
 		return got, p.Reapers
 	}
