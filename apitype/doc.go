@@ -3,6 +3,8 @@
 // and its codes, and the frames of the watch stream.
 //
 // It depends on the standard library and package board only, so the worker
-// client (package client) stays small (STYLE habit 10). The route reference
-// lives in the package documentation of socketapi.
+// client (package client), which links it, stays small: a worker that links
+// the client links nothing but the standard library, apitype and board
+// (client.TestImportsStdlibOnly). The route reference lives in the package
+// documentation of socketapi.
 package apitype

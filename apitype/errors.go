@@ -10,7 +10,10 @@ import (
 
 // Errors of the socket itself, beside the board sentinels. The server wraps
 // them with %w; the client turns an error body back into them, so
-// errors.Is works on both sides of the socket (STYLE habit 4).
+// errors.Is works on both sides of the socket: an error keeps its identity
+// across every process boundary, the socket as the plugin boundary
+// (DESIGN.md#plugin-errors), and callers test it with errors.Is, never by
+// its message.
 var (
 	// ErrForbidden: the caller is identified but may not do this (not the
 	// claim's owner, a reused pid, not an operator uid, a browser request).

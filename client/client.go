@@ -1,8 +1,9 @@
 // Package client is the Go client of the leasekeeper agent: workers claim
 // cards and write through it, and the command line drives the operator
 // verbs through it. It uses the standard library only (plus the project's
-// wire and domain types), which a test enforces, so linking it into a
-// worker costs nothing (STYLE habit 10).
+// wire and domain types), which a test enforces (TestImportsStdlibOnly), so
+// linking it into a worker costs nothing: no third-party module, no other
+// package of the project.
 //
 // The zero value is ready to use:
 //

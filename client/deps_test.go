@@ -6,9 +6,10 @@ import (
 	"testing"
 )
 
-// TestImportsStdlibOnly keeps the worker client small (STYLE habit 10): it
-// may link the standard library, the wire types and the board domain, and
-// nothing else — no third-party module, no other project package.
+// TestImportsStdlibOnly keeps the worker client small, so linking it into a
+// worker costs nothing: it may link the standard library, the wire types
+// and the board domain, and nothing else — no third-party module, no other
+// project package (CONTRIBUTING.md, Conventions).
 func TestImportsStdlibOnly(t *testing.T) {
 	t.Parallel()
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").CombinedOutput()

@@ -72,9 +72,13 @@ func TestDesignDoc(t *testing.T) {
 
 	t.Run("InternalLinksExist", func(t *testing.T) {
 		t.Parallel()
-		for _, a := range internalLinks(r.design) {
-			if !anchors[a] {
-				t.Errorf("DESIGN.md links to #%s, which it does not define", a)
+		for _, doc := range codeRefDocs {
+			text := r.read(t, doc.path)
+			own := Anchors(text)
+			for _, a := range internalLinks(text) {
+				if !own[a] {
+					t.Errorf("%s links to #%s, which it does not define", doc.path, a)
+				}
 			}
 		}
 	})
@@ -109,16 +113,43 @@ func TestDesignDoc(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		refs := CodeRefs(r.design, syms.HasDir)
-		if len(refs) < 100 {
-			t.Errorf("DESIGN.md makes %d code references; the scan is not reading them", len(refs))
-		}
-		for _, ref := range refs {
-			if !syms.Has(ref) {
-				t.Errorf("DESIGN.md names `%s`, which package directory %s does not declare", ref, ref.Dir)
+		for _, doc := range codeRefDocs {
+			refs := CodeRefs(r.read(t, doc.path), syms.HasDir)
+			if len(refs) < doc.atLeast {
+				t.Errorf("%s makes %d code references; the scan is not reading them", doc.path, len(refs))
+			}
+			for _, ref := range refs {
+				if !syms.Has(ref) {
+					t.Errorf("%s names `%s`, which package directory %s does not declare", doc.path, ref, ref.Dir)
+				}
 			}
 		}
 	})
+
+	t.Run("PathsExist", func(t *testing.T) {
+		t.Parallel()
+		for _, doc := range codeRefDocs {
+			for _, p := range PathRefs(r.read(t, doc.path)) {
+				if _, err := os.Stat(filepath.Join(r.root, filepath.FromSlash(p))); err != nil {
+					t.Errorf("%s names `%s`, which the repository does not have", doc.path, p)
+				}
+			}
+		}
+	})
+}
+
+// codeRefDocs are the documents whose backticked code references
+// (`dir.Name`) must resolve and whose backticked paths must exist: the
+// design record and the maps of the code for its next engineer. atLeast
+// is how many references each makes at the least, so a scan that reads
+// nothing fails.
+var codeRefDocs = []struct {
+	path    string
+	atLeast int
+}{
+	{"docs/DESIGN.md", 100},
+	{"docs/ARCHITECTURE.md", 100},
+	{"CONTRIBUTING.md", 10},
 }
 
 // TestNoStaleCitations fails while any .go or .md file outside a CHANGELOG
@@ -140,6 +171,62 @@ func TestNoStaleCitations(t *testing.T) {
 	if len(stale) > 0 {
 		t.Errorf("%d line(s) cite a document the repository lacks; run docs/tools/cite-design.sh, then reword what it lists:\n%s",
 			len(stale), strings.Join(stale, "\n"))
+	}
+}
+
+// TestCitedDocumentsExist fails while a .go or .md file outside a
+// CHANGELOG names a NAME.md document (in capitals, as the repository names
+// its own) that no file of the repository is called, and names each line:
+// a pointer into a document a reader cannot open. Cite a DESIGN.md anchor
+// or state the rule instead.
+func TestCitedDocumentsExist(t *testing.T) {
+	t.Parallel()
+	r := load(t)
+	have := map[string]bool{}
+	for _, f := range r.files {
+		if strings.HasSuffix(f, ".md") {
+			have[filepath.Base(f)] = true
+		}
+	}
+	if !have["DESIGN.md"] || !have["README.md"] {
+		t.Fatalf("the repository's documents were not found (%d .md files)", len(have))
+	}
+	var missing []string
+	for _, f := range r.files {
+		if Exempt(f) {
+			continue
+		}
+		for _, s := range MissingDocs(f, r.read(t, f), func(name string) bool { return have[name] }) {
+			missing = append(missing, s.String())
+		}
+	}
+	if len(missing) > 0 {
+		t.Errorf("%d line(s) name a document the repository does not have:\n%s", len(missing), strings.Join(missing, "\n"))
+	}
+}
+
+func TestMissingDocs(t *testing.T) {
+	t.Parallel()
+	have := func(name string) bool { return name == "DESIGN.md" || name == "BOARD-ADMIN.md" }
+	for _, s := range []string{"see STY" + "LE.md", "(TEST" + "ING.md, the race run)", "docs/DESIGN.md#fence and PIT" + "FALLS.md"} {
+		if got := MissingDocs("x.go", s, have); len(got) != 1 {
+			t.Errorf("MissingDocs(%q) = %v, want the line once", s, got)
+		}
+	}
+	for _, s := range []string{"see docs/DESIGN.md#fence", "[BOARD-ADMIN.md](docs/BOARD-ADMIN.md)", "store.proto", "readme.md"} {
+		if got := MissingDocs("x.go", s, have); len(got) != 0 {
+			t.Errorf("MissingDocs(%q) = %v, want none", s, got)
+		}
+	}
+}
+
+func TestPathRefs(t *testing.T) {
+	t.Parallel()
+	doc := "`plugins/gen.sh`, `plugins/storepb/`, `store/bolt.Store.Start`, `/v1/cards`, `cmd/leasekeeper`, `docs/DESIGN.md`\n```\n`in/a/fence.go`\n```\n"
+	got := PathRefs(doc)
+	want := []string{"plugins/gen.sh", "plugins/storepb/", "docs/DESIGN.md"}
+	if !slices.Equal(got, want) {
+		t.Errorf("PathRefs = %q, want %q", got, want)
 	}
 }
 
@@ -217,6 +304,7 @@ func TestStaleLinesNamesEachForm(t *testing.T) {
 		"see " + oldRecord, "ADR" + "-014's brake", "(§5)", "as in the " + "ADR's release",
 		"(PIT" + "FALLS)", "PRO" + "DUCT.md", `(PRO` + `DUCT "Command line")`,
 		"the way the " + "brief allows", "the product " + "brief",
+		"stays small (STY" + "LE habit 10)", "see STY" + "LE.md",
 	}
 	for _, s := range stale {
 		if got := StaleLines("x.go", s); len(got) != 1 {

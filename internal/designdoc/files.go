@@ -72,9 +72,10 @@ func Exempt(path string) bool {
 }
 
 // stale matches what a file may no longer cite: the old record (by name or
-// by section sign), the parking-brake record, and the two documents that
-// are not in the repository, and "the brief".
-var stale = regexp.MustCompile(`ADR-\d+|§\d|\bthe ADR\b|\bPITFALLS\b|\bPRODUCT\b|(?i:\bthe (?:product )?brief\b)`)
+// by section sign), the parking-brake record, the three documents that are
+// not in the repository (PITFALLS, PRODUCT, STYLE and its numbered
+// "habits"), and "the brief".
+var stale = regexp.MustCompile(`ADR-\d+|§\d|\bthe ADR\b|\bPITFALLS\b|\bPRODUCT\b|\bSTYLE\b|(?i:\bthe (?:product )?brief\b)`)
 
 // Stale is one line that still cites a document the repository lacks.
 type Stale struct {
@@ -94,6 +95,25 @@ func StaleLines(path, text string) []Stale {
 	for i, line := range strings.Split(text, "\n") {
 		if stale.MatchString(line) {
 			out = append(out, Stale{Path: path, Line: i + 1, Text: line})
+		}
+	}
+	return out
+}
+
+// docName matches a document cited by its file name in capitals, the way
+// the repository names its own (README.md, DESIGN.md, BOARD-ADMIN.md).
+var docName = regexp.MustCompile(`\b[A-Z][A-Z0-9_-]*\.md\b`)
+
+// MissingDocs lists the lines of text (the file at path) that name a
+// NAME.md document for which have reports false: a document the
+// repository does not have, whatever it is called.
+func MissingDocs(path, text string, have func(name string) bool) []Stale {
+	var out []Stale
+	for i, line := range strings.Split(text, "\n") {
+		for _, name := range docName.FindAllString(line, -1) {
+			if !have(name) {
+				out = append(out, Stale{Path: path, Line: i + 1, Text: name + ": " + strings.TrimSpace(line)})
+			}
 		}
 	}
 	return out

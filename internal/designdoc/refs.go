@@ -103,3 +103,18 @@ func internalLinks(doc string) []string {
 	}
 	return out
 }
+
+// pathSpan is a backticked path relative to the repository root: segments
+// joined by '/', ending in a file with an extension or in '/' (a
+// directory). `/v1/cards`, `$HOME/x` and `~/x` are not such paths, nor
+// is a code reference (`store/bolt.Store.Start`: no extension of a file).
+var pathSpan = regexp.MustCompile("`((?:[A-Za-z0-9_][A-Za-z0-9_.-]*/)+(?:[A-Za-z0-9_.-]*\\.(?:go|sh|proto|md|yaml|png|py|service|conf|env))?)`")
+
+// PathRefs lists the repository paths doc names in backticks.
+func PathRefs(doc string) []string {
+	var out []string
+	for _, m := range pathSpan.FindAllStringSubmatch(fence.ReplaceAllString(doc, ""), -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
