@@ -90,6 +90,59 @@ func TestE2EAnotherUserCannotUseOperatorVerbs(t *testing.T) {
 	}
 }
 
+// TestE2EPermissionDeniedOnTheSocketSaysWhy: a user the socket's mode
+// keeps out is told that, with the socket's group and where the guide says
+// how to grant access, not asked whether the agent is running; a socket
+// that is not there still gets that question.
+func TestE2EPermissionDeniedOnTheSocketSaysWhy(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run a command as another uid")
+	}
+	const nobody, nogroup = 65534, 65534
+	e := newEnv(t, "")
+	e.Start()
+	pub, err := os.MkdirTemp("", "lkbin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(pub) })
+	if err := os.Chmod(pub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(pub, "leasekeeper")
+	copyFile(t, binary, bin, 0o755)
+	if err := os.Chmod(e.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(e.Socket, &st); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, args := range [][]string{{"card", "ls"}, {"health"}, {"claim", "c1", "--", "true"}} {
+		out, code := e.asUser(nobody, nogroup, bin, args...)
+		if code == 0 {
+			t.Errorf("%v as a user outside the socket's group: exit 0: %s", args, out)
+		}
+		for _, want := range []string{"permission denied", e.Socket, fmt.Sprintf("uid %d", nobody),
+			fmt.Sprintf("gid %d", st.Gid), "docs/OPERATIONS.md#security-model"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%v as a user outside the socket's group: %q does not say %q", args, out, want)
+			}
+		}
+		if strings.Contains(out, "running?") {
+			t.Errorf("%v as a user outside the socket's group asks whether the agent runs: %q", args, out)
+		}
+	}
+
+	// No socket at all: the question is the right one.
+	out, code := e.asUser(nobody, nogroup, bin, "--socket", filepath.Join(e.Dir, "none.sock"), "card", "ls")
+	if code == 0 || !strings.Contains(out, "is `leasekeeper agent` running?") {
+		t.Errorf("no socket: exit %d %q, want the question whether the agent runs", code, out)
+	}
+}
+
 // TestE2ESecondAgentOnAHeldStoreFile: a second agent pointed at the bbolt
 // file another agent holds gives up within a bounded time, its last line
 // naming the pid that holds the file.
