@@ -356,22 +356,39 @@ func (e Environment) lookup(k string) (string, bool) {
 	return e.LookupEnv(k)
 }
 
+// ErrConfigEmpty refuses a config file that holds no YAML document (empty,
+// or comments only), at start and on reload alike. Applied, it would switch
+// every key to its default — the lease, the gate, the store and its path
+// (a new, empty board) — which is never what emptying a file by mistake (a
+// truncation, a failed template) meant. A file meant to say "all defaults"
+// says `{}`; no file at all means that too.
+var ErrConfigEmpty = errors.New("config file holds no YAML document (empty or comments only); write {} to mean every default")
+
 // LoadConfig reads and validates the file at path. An empty path means no
 // file: every key takes its default.
 func LoadConfig(path string, env Environment) (Config, error) {
-	var data []byte
-	if path != "" {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return Config{}, fmt.Errorf("read config: %w", err)
-		}
-		data = b
+	if path == "" {
+		return ParseConfig(nil, env)
 	}
-	cfg, err := ParseConfig(data, env)
-	if err != nil && path != "" {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read config: %w", err)
+	}
+	cfg, err := parseFile(data, env)
+	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
-	return cfg, err
+	return cfg, nil
+}
+
+// parseFile is ParseConfig for the content of a config file, what the
+// agent's start and every reload read: a file with no document is refused
+// (ErrConfigEmpty), by both alike.
+func parseFile(data []byte, env Environment) (Config, error) {
+	if !hasDocument(data) {
+		return Config{}, ErrConfigEmpty
+	}
+	return ParseConfig(data, env)
 }
 
 // hasDocument reports whether data holds a YAML document at all (not
