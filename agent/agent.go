@@ -438,6 +438,7 @@ const statusProbeCard = "leasekeeper-status-probe"
 // probeStore asks the store one cheap question and reports whether it
 // answered.
 func (a *Agent) probeStore(ctx context.Context) apitype.StoreHealth {
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, StatusProbeTimeout)
 	defer cancel()
 	start := a.clock.Now()
@@ -446,7 +447,7 @@ func (a *Agent) probeStore(ctx context.Context) apitype.StoreHealth {
 	if err == nil || errors.Is(err, board.ErrNotFound) {
 		h.Reachable = true
 	} else {
-		h.Error = err.Error()
+		h.Error = probeError(ctx, parent, err)
 	}
 	if w := a.metrics.lastWrite.Load(); w != nil {
 		h.LastWrite = &apitype.WriteInfo{At: w.At, Op: w.Op, OK: w.OK, Error: w.Err}
@@ -456,6 +457,22 @@ func (a *Agent) probeStore(ctx context.Context) apitype.StoreHealth {
 		h.Plugin = &apitype.PluginInfo{State: ps.State, PID: ps.PID, Restarts: ps.Restarts, LastError: ps.LastError, Since: ps.Since}
 	}
 	return h
+}
+
+// probeError words a failed probe. The probe is a read: one that got no
+// answer in time, or whose call broke before the answer came, wrote
+// nothing, so a store's "outcome unknown ... may have landed", which is
+// about writes, is not what happened: the store did not answer.
+func probeError(probe, parent context.Context, err error) string {
+	switch {
+	case parent.Err() != nil:
+		return fmt.Sprintf("the store did not answer a read before the status request was given up (%v)", context.Cause(parent))
+	case errors.Is(err, context.DeadlineExceeded) || probe.Err() != nil:
+		return fmt.Sprintf("the store did not answer a read within %s", StatusProbeTimeout)
+	case errors.Is(err, board.ErrOutcomeUnknown):
+		return "the store did not answer a read: the call broke off before its answer came (see the store plugin's state in `leasekeeper status`)"
+	}
+	return err.Error()
 }
 
 func (a *Agent) status(ctx context.Context) (apitype.Status, error) {

@@ -7,11 +7,14 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"net"
 	"os"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -134,7 +137,7 @@ type fileConfig struct {
 	Reaper          *fileReaper   `yaml:"reaper"`
 	UnleasedHorizon *duration     `yaml:"unleased_horizon"`
 	OrphanGrace     *duration     `yaml:"orphan_grace"`
-	Operators       []uint32      `yaml:"operators"`
+	Operators       *uidList      `yaml:"operators"`
 	Metrics         *string       `yaml:"metrics"`
 	Log             *string       `yaml:"log"`
 }
@@ -170,6 +173,72 @@ func (d *duration) UnmarshalYAML(n *yaml.Node) error {
 	}
 	d.d, d.line = v, n.Line
 	return nil
+}
+
+// uidList decodes a list of numeric uids (operators). A user name in it
+// is refused saying that uids are numbers, with the uid the name has on
+// this host when it has one: yaml.v3's own "cannot unmarshal !!str" says
+// neither.
+type uidList []uint32
+
+func (u *uidList) UnmarshalYAML(n *yaml.Node) error {
+	const key = "operators"
+	if n.Kind == yaml.ScalarNode {
+		if uid, ok := parseUID(n); ok {
+			return fmt.Errorf("line %d: %s: want a list of numeric uids, such as [%d]", n.Line, key, uid)
+		}
+		if n.Tag == "!!str" {
+			return fmt.Errorf("line %d: %s: %q is a user name; %s are numeric uids, not user names%s",
+				n.Line, key, n.Value, key, uidHint(key, []*yaml.Node{n}))
+		}
+		return fmt.Errorf("line %d: %s: want a list of numeric uids, such as [0, 1001], got %q", n.Line, key, n.Value)
+	}
+	if n.Kind != yaml.SequenceNode {
+		return fmt.Errorf("line %d: %s: want a list of numeric uids, such as [0, 1001]", n.Line, key)
+	}
+	out := make(uidList, 0, len(n.Content))
+	for _, item := range n.Content {
+		uid, ok := parseUID(item)
+		switch {
+		case ok:
+			out = append(out, uid)
+		case item.Kind == yaml.ScalarNode && item.Tag == "!!str":
+			return fmt.Errorf("line %d: %s: %q is a user name; %s are numeric uids, not user names%s",
+				item.Line, key, item.Value, key, uidHint(key, n.Content))
+		default:
+			return fmt.Errorf("line %d: %s: %q is not a uid: want a numeric uid from 0 to %d", item.Line, key, item.Value, uint32(math.MaxUint32))
+		}
+	}
+	*u = out
+	return nil
+}
+
+// parseUID reads one uid: a number from 0 to 2^32-1, quoted or not.
+func parseUID(n *yaml.Node) (uint32, bool) {
+	if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!str") {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(n.Value, 10, 32)
+	return uint32(v), err == nil
+}
+
+// uidHint suggests the list with each user name replaced by its uid on
+// this host, or "" when a name is not a user here.
+func uidHint(key string, items []*yaml.Node) string {
+	var names, uids []string
+	for _, item := range items {
+		if uid, ok := parseUID(item); ok {
+			uids = append(uids, strconv.FormatUint(uint64(uid), 10))
+			continue
+		}
+		u, err := user.Lookup(item.Value)
+		if err != nil {
+			return ""
+		}
+		names = append(names, fmt.Sprintf("%s is uid %s", u.Username, u.Uid))
+		uids = append(uids, u.Uid)
+	}
+	return fmt.Sprintf(" (on this host %s: %s: [%s])", strings.Join(names, ", "), key, strings.Join(uids, ", "))
 }
 
 // Environment is what LoadConfig reads from the process: injected so tests
@@ -287,22 +356,39 @@ func (e Environment) lookup(k string) (string, bool) {
 	return e.LookupEnv(k)
 }
 
+// ErrConfigEmpty refuses a config file that holds no YAML document (empty,
+// or comments only), at start and on reload alike. Applied, it would switch
+// every key to its default — the lease, the gate, the store and its path
+// (a new, empty board) — which is never what emptying a file by mistake (a
+// truncation, a failed template) meant. A file meant to say "all defaults"
+// says `{}`; no file at all means that too.
+var ErrConfigEmpty = errors.New("config file holds no YAML document (empty or comments only); write {} to mean every default")
+
 // LoadConfig reads and validates the file at path. An empty path means no
 // file: every key takes its default.
 func LoadConfig(path string, env Environment) (Config, error) {
-	var data []byte
-	if path != "" {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return Config{}, fmt.Errorf("read config: %w", err)
-		}
-		data = b
+	if path == "" {
+		return ParseConfig(nil, env)
 	}
-	cfg, err := ParseConfig(data, env)
-	if err != nil && path != "" {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read config: %w", err)
+	}
+	cfg, err := parseFile(data, env)
+	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
-	return cfg, err
+	return cfg, nil
+}
+
+// parseFile is ParseConfig for the content of a config file, what the
+// agent's start and every reload read: a file with no document is refused
+// (ErrConfigEmpty), by both alike.
+func parseFile(data []byte, env Environment) (Config, error) {
+	if !hasDocument(data) {
+		return Config{}, ErrConfigEmpty
+	}
+	return ParseConfig(data, env)
 }
 
 // hasDocument reports whether data holds a YAML document at all (not
@@ -497,7 +583,7 @@ func (fc fileConfig) resolve(env Environment) (Config, error) {
 	}
 
 	if fc.Operators != nil {
-		cfg.Operators = slices.Clone(fc.Operators)
+		cfg.Operators = slices.Clone([]uint32(*fc.Operators))
 	} else {
 		cfg.Operators = []uint32{0}
 		if env.UID > 0 {

@@ -246,6 +246,14 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"invalid board states", "states:\n  - {name: a, pool: true}\n", []string{"states:", "running"}},
 		{"negative orphan grace", "orphan_grace: -1s\n", []string{"orphan_grace:"}},
 		{"operators not uids", "operators: [root]\n", []string{"line 1"}},
+		// A user name is not a uid: said so, with the uid of the user
+		// named when there is one.
+		{"operators a user name", "operators: root\n", []string{"line 1", "operators:", `"root"`, "numeric uids, not user names", "root is uid 0", "operators: [0]"}},
+		{"operators a list with a user name", "lease: 30s\noperators: [0, root]\n", []string{"line 2", "operators:", `"root"`, "numeric uids, not user names", "root is uid 0"}},
+		{"operators a block list with a user name", "operators:\n  - 0\n  - root\n", []string{"line 3", "operators:", "numeric uids, not user names", "root is uid 0"}},
+		{"operators an unknown user name", "operators: [lk-no-such-user]\n", []string{"line 1", "operators:", `"lk-no-such-user"`, "numeric uids, not user names"}},
+		{"operators a negative uid", "operators: [-1]\n", []string{"line 1", "operators:", `"-1"`, "numeric uid"}},
+		{"operators one bare uid", "operators: 1001\n", []string{"line 1", "operators:", "a list", "[1001]"}},
 		{"two documents", "lease: 30s\n---\nlease: 40s\n", []string{"second YAML document"}},
 		{"not a mapping", "- a\n- b\n", []string{"line 1"}},
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/apitype"
@@ -92,6 +93,9 @@ func (a *Agent) openStoreRetrying(ctx context.Context, cfg Config) error {
 // lets the supervisor restart it. Otherwise the built-in store opens
 // in-process.
 func (a *Agent) openStore(ctx context.Context, cfg Config) error {
+	if cfg.Store.Backend == BackendBolt {
+		a.noteBoltLock(cfg.Store.Path)
+	}
 	argv := a.opts.PluginCommand
 	if cfg.Store.IsPlugin() {
 		argv = []string{cfg.Store.Backend}
@@ -141,6 +145,26 @@ func (a *Agent) launchPlugin(ctx context.Context, cfg Config, argv []string) err
 	a.closeFn = proxy.Close
 	a.backend = apitype.Backend{Name: cfg.Store.Backend, Plugin: argv[0], Path: cfg.BoardFile()}
 	return nil
+}
+
+// noteBoltLock says at once, before the store waits up to
+// StoreLockTimeout for it, that another process holds the bbolt file: a
+// second agent on the file would otherwise sit silent until it gives up
+// (DESIGN.md#bolt-lock).
+func (a *Agent) noteBoltLock(path string) {
+	locked, pids := boltstore.LockedBy(path)
+	if !locked {
+		return
+	}
+	holder := "another process"
+	if len(pids) > 0 {
+		holder = "pid " + strconv.Itoa(pids[0])
+		for _, p := range pids[1:] {
+			holder += ", pid " + strconv.Itoa(p)
+		}
+	}
+	a.log.Warn(fmt.Sprintf("board file %s is locked by another process (%s): waiting up to %s for it", path, holder, StoreLockTimeout),
+		"board_file", path, "holder", holder, "wait", StoreLockTimeout)
 }
 
 // ErrNoSocketDir: no directory the agent may write holds the store

@@ -29,14 +29,6 @@ type ReloadResult struct {
 // last good config stays in force until the file comes back.
 var ErrConfigRemoved = errors.New("config file removed")
 
-// ErrConfigEmpty refuses, on reload, a config file that holds no YAML
-// document (empty, or comments only). Applied, it would switch every key
-// to its default under a running agent — the lease, the gate, and at the
-// next restart the store — which is never what emptying a file by mistake
-// (a truncation, a failed template) meant. A file meant to say "all
-// defaults" says `{}`.
-var ErrConfigEmpty = errors.New("config file holds no YAML document (empty or comments only); write {} to mean every default")
-
 // WatchConfig watches the config file at path and applies every valid
 // change to live until ctx ends. An invalid or empty file keeps the last
 // good config and is logged with the reason; a removed one is logged at
@@ -178,10 +170,7 @@ func watchLoop(ctx context.Context, w *fsnotify.Watcher, path, base string, env 
 }
 
 func reload(path string, data []byte, readErr error, env Environment, live *Live, log *slog.Logger) ReloadResult {
-	next, err := ParseConfig(data, env)
-	if err == nil && readErr == nil && !hasDocument(data) {
-		err = ErrConfigEmpty
-	}
+	next, err := parseFile(data, env)
 	if readErr != nil {
 		err = readErr
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -210,6 +211,49 @@ func TestWatchConfigRefusesAnEmptiedFile(t *testing.T) {
 		writeFile(t, path, "{}\n")
 		if r := nextReload(t, results); r.Err != nil || live.Lease() != 30*time.Second {
 			t.Errorf("reload of {}: err %v lease %s, want the defaults applied", r.Err, live.Lease())
+		}
+	}
+}
+
+// TestEmptyConfigStartAndReloadAgree: the agent's start and a reload of
+// the same file content give the same answer. A file with no YAML document
+// (empty, comments only) is refused by both, naming `{}` (a truncated or
+// failed-template file must not bring every default, a new store path
+// among them, in by a restart any more than by a reload); `{}` and a
+// document are taken by both.
+func TestEmptyConfigStartAndReloadAgree(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		content string
+		empty   bool
+	}{
+		{"", true},
+		{"\n  \n", true},
+		{"# nothing here yet\n\n", true},
+		{"{}\n", false},
+		{"lease: 5s\n", false},
+	} {
+		path := filepath.Join(t.TempDir(), "agent.yaml")
+		writeFile(t, path, tc.content)
+		_, startErr := LoadConfig(path, testEnv(nil))
+
+		writeFile(t, path, "lease: 4s\nreaper: {enabled: false}\n")
+		live, results := startWatch(t, path)
+		writeFile(t, path, tc.content)
+		reloadErr := nextReload(t, results).Err
+
+		if tc.empty {
+			if !errors.Is(startErr, ErrConfigEmpty) || !errors.Is(reloadErr, ErrConfigEmpty) {
+				t.Errorf("%q: start err %v, reload err %v; want ErrConfigEmpty from both", tc.content, startErr, reloadErr)
+			}
+			if startErr != nil && (!strings.Contains(startErr.Error(), path) || !strings.Contains(startErr.Error(), "write {}")) {
+				t.Errorf("%q: start err %q, want the path and the {} hint", tc.content, startErr)
+			}
+			if live.Lease() != 4*time.Second {
+				t.Errorf("%q: lease %s after the refused reload, want the last good 4s", tc.content, live.Lease())
+			}
+		} else if startErr != nil || reloadErr != nil {
+			t.Errorf("%q: start err %v, reload err %v; want both to take it", tc.content, startErr, reloadErr)
 		}
 	}
 }

@@ -246,7 +246,9 @@ func TestBodyNotUTF8IsRefusedNotReplaced(t *testing.T) {
 // one write, for contrast.
 type unknownOutcomeStore struct{ board.Store }
 
-var errBroke = fmt.Errorf("connection dropped mid-call: %w", board.ErrOutcomeUnknown)
+// errBroke is worded as the store plugin words a call that timed out.
+var errBroke = fmt.Errorf("store plugin: GetCard: interrupted by the caller while in flight (%w): %w: the write may or may not have landed",
+	context.DeadlineExceeded, board.ErrOutcomeUnknown)
 
 func (unknownOutcomeStore) GetCard(context.Context, string) (board.Card, error) {
 	return board.Card{}, errBroke
@@ -279,6 +281,10 @@ func TestReadNeverAnswersOutcomeUnknown(t *testing.T) {
 		_ = json.Unmarshal(rec.Body.Bytes(), &eb)
 		if rec.Code != http.StatusServiceUnavailable || eb.Code != apitype.CodeUnavailable {
 			t.Errorf("GET %s: %d %s (%s), want 503 unavailable", target, rec.Code, eb.Code, eb.Error)
+		}
+		// Nor does its message speak of a write.
+		if !strings.Contains(eb.Error, "the store did not answer this read in time") || strings.Contains(eb.Error, "landed") || strings.Contains(eb.Error, "outcome unknown") {
+			t.Errorf("GET %s: %q, want it to say the store did not answer the read in time, and nothing of a write", target, eb.Error)
 		}
 	}
 	rec := serveAs(s, operator, httptest.NewRequest("PUT", "/v1/cards/c/state", strings.NewReader(`{"to":"ready"}`)))

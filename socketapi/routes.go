@@ -2,6 +2,7 @@ package socketapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -169,7 +170,7 @@ func (s *Server) dispatch(routes []route) http.Handler {
 			// outcome_unknown means a write may or may not have landed;
 			// a read wrote nothing, so it is only a store that did not
 			// answer. Say that, whatever the store called it.
-			err = fmt.Errorf("%w: the store did not answer this read: %v", apitype.ErrUnavailable, err)
+			err = fmt.Errorf("%w: %s", apitype.ErrUnavailable, unansweredRead(err))
 		}
 		if err != nil {
 			s.writeError(w, r, err)
@@ -182,6 +183,21 @@ func (s *Server) dispatch(routes []route) http.Handler {
 			}
 		}
 	})
+}
+
+// unansweredRead words a read the store left unanswered (an error wrapping
+// board.ErrOutcomeUnknown): that it did not answer, in time when a
+// deadline ended the wait, with the store's account of the call up to
+// where it turns to the fate of a write — a read wrote nothing.
+func unansweredRead(err error) string {
+	msg := "the store did not answer this read"
+	if errors.Is(err, context.DeadlineExceeded) {
+		msg += " in time"
+	}
+	if detail, _, found := strings.Cut(err.Error(), ": "+board.ErrOutcomeUnknown.Error()); found && detail != "" {
+		msg += " (" + detail + ")"
+	}
+	return msg
 }
 
 // jsonContentType is the Content-Type of every JSON answer, one value

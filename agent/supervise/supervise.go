@@ -141,7 +141,24 @@ func Start(l Launcher, cmd *exec.Cmd) (*Child, error) {
 		}
 	}
 	<-c.done
-	return nil, fmt.Errorf("start %s: %s", cmd.Path, arg)
+	return nil, startError(cmd.Path, arg)
+}
+
+// startError is the supervisor's "failed" report as an error: one that
+// carried the exec's errno wraps it, so errors.Is(err, os.ErrNotExist)
+// and os.ErrPermission tell a missing command from one that cannot run.
+func startError(path, msg string) error {
+	if rest, ok := strings.CutPrefix(msg, "errno "); ok {
+		n, text, _ := strings.Cut(rest, " ")
+		if e, err := strconv.Atoi(n); err == nil {
+			errno := syscall.Errno(e)
+			if text == errno.Error() {
+				return fmt.Errorf("start %s: %w", path, errno)
+			}
+			return fmt.Errorf("start %s: %s: %w", path, text, errno)
+		}
+	}
+	return fmt.Errorf("start %s: %s", path, msg)
 }
 
 // watch reads the supervisor's reports until it exits. first receives the

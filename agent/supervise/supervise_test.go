@@ -3,6 +3,7 @@ package supervise
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -572,5 +573,40 @@ func TestTheFirstDeadlineComesWithTheStart(t *testing.T) {
 	}
 	if ended := time.Now(); ended.Before(deadline) {
 		t.Errorf("killed %v before its deadline", deadline.Sub(ended))
+	}
+}
+
+// TestStartErrorCarriesTheErrno: a command the supervisor cannot exec is
+// refused with the exec's errno wrapped, so the claimer tells a missing
+// command (os.ErrNotExist: exit 127) from one that cannot run
+// (os.ErrPermission: exit 126).
+func TestStartErrorCarriesTheErrno(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	notExec := filepath.Join(dir, "not-executable")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\ntrue\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path               string
+		notExist, noAccess bool
+	}{
+		{filepath.Join(dir, "no", "such", "binary"), true, false},
+		{notExec, false, true},
+	} {
+		c, err := Start(launcher, exec.Command(tc.path))
+		if err == nil {
+			_, _ = c.Wait(context.Background())
+			t.Fatalf("Start(%s) = nil error", tc.path)
+		}
+		if got := errors.Is(err, os.ErrNotExist); got != tc.notExist {
+			t.Errorf("Start(%s) = %v: errors.Is(os.ErrNotExist) = %v, want %v", tc.path, err, got, tc.notExist)
+		}
+		if got := errors.Is(err, os.ErrPermission); got != tc.noAccess {
+			t.Errorf("Start(%s) = %v: errors.Is(os.ErrPermission) = %v, want %v", tc.path, err, got, tc.noAccess)
+		}
+		if !strings.Contains(err.Error(), tc.path) {
+			t.Errorf("Start(%s) = %v: does not name the command", tc.path, err)
+		}
 	}
 }

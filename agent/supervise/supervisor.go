@@ -124,6 +124,18 @@ func (s *supervisor) report(format string, a ...any) {
 	_, _ = fmt.Fprintf(s.status, format+"\n", a...)
 }
 
+// failed reports that CMD could not be started. The exec's errno travels
+// as its number ahead of the message, so the claimer can tell "not found"
+// from "cannot execute" (exit 127 and 126, as a shell has them).
+func (s *supervisor) failed(err error) {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		s.report("failed errno %d %s", int(errno), oneLine(err.Error()))
+		return
+	}
+	s.report("failed %s", oneLine(err.Error()))
+}
+
 // run starts CMD and supervises it until its tree is gone. It reports
 // whether CMD's first process had to be killed after a terminate's grace.
 func (s *supervisor) run(ctl *os.File, pgid int, path string, argv []string) (killed bool) {
@@ -156,7 +168,7 @@ func (s *supervisor) run(ctl *os.File, pgid int, path string, argv []string) (ki
 	s.fw = newForwarding(wit, pgid)
 	pid, err := s.startMain(fork, pgid, path, argv)
 	if err != nil {
-		s.report("failed %s", oneLine(err.Error()))
+		s.failed(err)
 		return false
 	}
 	s.main = pid

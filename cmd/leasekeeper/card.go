@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"os/user"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -45,13 +48,41 @@ type cardLabelOpts struct {
 // LEASEKEEPER_SOCKET, else the default path.
 func (env *cli) client() *client.Client { return &client.Client{Socket: env.socket} }
 
-// agentError makes a failure to reach the agent say what to check.
+// agentError makes a failure to reach the agent say what to check: a
+// socket this user may not connect to is not an agent that is down.
 func (env *cli) agentError(c *client.Client, err error) error {
+	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
+		return socketDenied(c.SocketPath(), err)
+	}
 	var op *net.OpError
 	if errors.As(err, &op) || errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
 		return fmt.Errorf("cannot reach the agent at %s (is `leasekeeper agent` running? set --socket or LEASEKEEPER_SOCKET): %w", c.SocketPath(), err)
 	}
 	return err
+}
+
+// socketAccessDoc is where the operator's guide says who may connect to
+// the socket and how to grant it.
+const socketAccessDoc = "docs/OPERATIONS.md#security-model"
+
+// socketDenied says why the kernel refused this process the agent's
+// socket: the socket's mode (0660) lets in its owner and its group only,
+// or a directory on its path may not be searched.
+func socketDenied(path string, err error) error {
+	var st syscall.Stat_t
+	if serr := syscall.Stat(path, &st); serr != nil {
+		return fmt.Errorf("permission denied reaching the agent's socket %s: this user (uid %d) may not search a directory on its path (%v); see %s: %w",
+			path, os.Getuid(), serr, socketAccessDoc, err)
+	}
+	group := fmt.Sprintf("gid %d", st.Gid)
+	name := strconv.FormatUint(uint64(st.Gid), 10)
+	if g, gerr := user.LookupGroupId(name); gerr == nil {
+		name = g.Name
+		group = fmt.Sprintf("%s (gid %d)", g.Name, st.Gid)
+	}
+	return fmt.Errorf("permission denied on the agent's socket %s (owner uid %d, group %s, mode %04o): this user (uid %d) is neither its owner nor in its group; "+
+		"add the user to that group (usermod -aG %s USER, then log in again) or run as the agent's user; see %s: %w",
+		path, st.Uid, group, st.Mode&0o7777, os.Getuid(), name, socketAccessDoc, err)
 }
 
 func printJSON(w io.Writer, v any) error {

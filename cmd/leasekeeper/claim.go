@@ -57,7 +57,8 @@ const (
 	// refused, store failure).
 	claimExitError = 125
 	// claimExitCannotRun / claimExitNotFound: CMD could not be started, as
-	// a shell reports it.
+	// a shell reports it: 127 when it does not exist (a path with no file,
+	// a name not in PATH), 126 when it exists but cannot be executed.
 	claimExitCannotRun = 126
 	claimExitNotFound  = 127
 )
@@ -72,8 +73,9 @@ const claimExitCodesHelp = `Exit codes:
   122  --next found no claimable card
   123  the card is in a terminal state (nothing was written; reopen it first)
   125  leasekeeper failed: agent unreachable, request refused, store failure
-  126  CMD could not be executed
-  127  CMD was not found`
+  126  CMD was found but could not be executed (permission denied, not
+       an executable)
+  127  CMD was not found (no such file, not in PATH)`
 
 // claimUsage is a bad invocation of claim.
 func claimUsage(format string, args ...any) error {

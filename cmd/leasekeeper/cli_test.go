@@ -15,6 +15,46 @@ import (
 	"github.com/leasekeeper/leasekeeper/internal/agentproc"
 )
 
+// TestUsageErrorsPointAtTheCommandsHelp: a usage error ends with a hint
+// naming the help of the command that refused it, not the root's, and that
+// help exists.
+func TestUsageErrorsPointAtTheCommandsHelp(t *testing.T) {
+	t.Parallel()
+	sock := filepath.Join(t.TempDir(), "absent.sock")
+	for _, tc := range []struct {
+		args []string
+		help string
+	}{
+		{[]string{"claim", "--bogus"}, "leasekeeper claim --help"},
+		{[]string{"claim", "c1"}, "leasekeeper claim --help"},
+		{[]string{"card", "move", "c1"}, "leasekeeper card move --help"},
+		{[]string{"card", "release", "c1"}, "leasekeeper card release --help"},
+		{[]string{"card", "frob"}, "leasekeeper card --help"},
+		{[]string{"card", "--bogus"}, "leasekeeper card --help"},
+		{[]string{"board", "state", "frob"}, "leasekeeper board state --help"},
+		{[]string{"status", "--jsn"}, "leasekeeper status --help"},
+		{[]string{"frobnicate"}, "leasekeeper --help"},
+		{[]string{"--bogus"}, "leasekeeper --help"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(append([]string{"--socket", sock}, tc.args...), strings.NewReader(""), &out, &errb)
+		if code != exitUsage && code != claimExitUsage {
+			t.Errorf("%v: exit %d, want a usage error; stderr: %s", tc.args, code, errb.String())
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
+		if got, want := lines[len(lines)-1], "Run '"+tc.help+"' for usage."; got != want {
+			t.Errorf("%v: last line %q, want %q", tc.args, got, want)
+		}
+		out.Reset()
+		errb.Reset()
+		helpArgs := strings.Fields(strings.TrimPrefix(tc.help, "leasekeeper "))
+		if code := run(helpArgs, strings.NewReader(""), &out, &errb); code != exitOK || !strings.Contains(out.String(), "Usage:") {
+			t.Errorf("%s: exit %d, stdout %q: want its usage", tc.help, code, out.String())
+		}
+	}
+}
+
 // TestUsageErrors runs the command line in-process on invocations that must
 // be refused before any agent is contacted (the socket named here does not
 // exist, so reaching for it would fail differently).

@@ -69,7 +69,7 @@ type cardPick int
 const (
 	anyCard       cardPick = iota
 	claimedCard            // card release: only a held card can be released
-	unclaimedCard          // claim: only a free card can be claimed
+	claimableCard          // claim: a free card outside a sink and waiting_deps
 )
 
 // Which states a state argument or flag offers.
@@ -119,7 +119,7 @@ func addAgentCompletions(env *cli, root *cobra.Command) {
 		"card release":       positional(cards(claimedCard)),
 		"board state rename": positional(states(anyState)),
 		"board state delete": positional(states(anyState)),
-		"claim":              claimArgs(env, cards(unclaimedCard)),
+		"claim":              claimArgs(env, cards(claimableCard)),
 	}
 	flags := map[string]map[string]completeFn{
 		"card create":        {"state": states(anyState)},
@@ -180,17 +180,29 @@ func mustFind(root *cobra.Command, path string) *cobra.Command {
 
 // cardCandidates are the ids of the agent's cards that start with prefix,
 // each described by its state and title; nil when the agent does not
-// answer.
+// answer. For claim they are the cards a claim by id would take: free, and
+// neither in a terminal state (a sink: exit 123) nor waiting on their
+// blockers in waiting_deps (exit 121), by the agent's board.
 func (env *cli) cardCandidates(p cardPick, prefix string) []cobra.Completion {
 	ctx, cancel := context.WithTimeout(context.Background(), completionTimeout)
 	defer cancel()
-	cards, err := env.client().ListCards(ctx, board.CardFilter{ClaimedOnly: p == claimedCard})
+	c := env.client()
+	cards, err := c.ListCards(ctx, board.CardFilter{ClaimedOnly: p == claimedCard})
 	if err != nil {
 		return nil
 	}
+	var b board.Board
+	if p == claimableCard {
+		if b, err = c.Board(ctx); err != nil {
+			return nil
+		}
+	}
+	claimable := func(c board.Card) bool {
+		return !c.Claimed() && !b.IsTerminal(c.State) && c.State != board.StateWaitingDeps
+	}
 	var out []cobra.Completion
 	for _, c := range cards {
-		if !strings.HasPrefix(c.ID, prefix) || (p == unclaimedCard && c.Claimed()) {
+		if !strings.HasPrefix(c.ID, prefix) || (p == claimableCard && !claimable(c)) {
 			continue
 		}
 		desc := c.State

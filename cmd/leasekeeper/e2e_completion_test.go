@@ -51,6 +51,7 @@ func TestE2ECompletionFromAgent(t *testing.T) {
 	e.MustRun("card", "create", "c-two")
 	e.MustRun("card", "create", "other")
 	e.MustRun("card", "move", "other", "done")
+	e.MustRun("card", "create", "gated", "--depends-on", "c-one") // waits in waiting_deps
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -83,7 +84,7 @@ func TestE2ECompletionFromAgent(t *testing.T) {
 		args []string
 		want []string // exactly these, in this order
 	}{
-		{"show: every card", []string{"card", "show", ""}, []string{"c-one", "c-two", "other"}},
+		{"show: every card", []string{"card", "show", ""}, []string{"c-one", "c-two", "other", "gated"}},
 		{"show: by prefix", []string{"card", "show", "c-"}, []string{"c-one", "c-two"}},
 		{"move: the card", []string{"card", "move", "o"}, []string{"other"}},
 		{"move: the state", []string{"card", "move", "c-one", ""}, allStates},
@@ -96,7 +97,10 @@ func TestE2ECompletionFromAgent(t *testing.T) {
 		{"ls --state by prefix", []string{"card", "ls", "--state", "b"}, bStates},
 		{"board state delete", []string{"board", "state", "delete", "b"}, bStates},
 		{"board state delete --into", []string{"board", "state", "delete", "backlog", "--into", ""}, allStates},
-		{"claim: free cards only", []string{"claim", ""}, []string{"c-one", "other"}},
+		// claim: only what a claim by id would take — free, not in a sink
+		// (other is done), not waiting on its blockers (gated).
+		{"claim: claimable cards only", []string{"claim", ""}, []string{"c-one"}},
+		{"claim: a sink card by prefix", []string{"claim", "o"}, nil},
 		{"claim --next: no id", []string{"claim", "--next", ""}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

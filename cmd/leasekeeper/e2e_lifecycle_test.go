@@ -260,3 +260,37 @@ func TestE2EClaimOnAHeldCard(t *testing.T) {
 		t.Errorf("the holder exited %d, want 0; output:\n%s", got, holder.output.String())
 	}
 }
+
+// TestE2EClaimOfACommandThatCannotRun: a CMD that does not exist exits 127
+// (not found), whether it is named by a path or looked up in PATH; one
+// that exists but cannot be executed exits 126, as a shell reports them
+// (claim --help). Either way the card goes back to the pool, its run
+// resumable, nothing having run.
+func TestE2EClaimOfACommandThatCannotRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "lease: 3s\n")
+	e.Start()
+	notExec := filepath.Join(e.Dir, "not-executable")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\ntrue\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		cmd  string
+		want int
+	}{
+		{"a path that does not exist", filepath.Join(e.Dir, "no", "such", "binary"), claimExitNotFound},
+		{"a name not in PATH", "leasekeeper-no-such-command", claimExitNotFound},
+		{"a file without execute permission", notExec, claimExitCannotRun},
+	} {
+		card := "c-" + strings.ReplaceAll(tc.name, " ", "-")
+		e.MustRun("card", "create", card)
+		_, stderr, code := e.Run("claim", card, "--", tc.cmd)
+		if code != tc.want {
+			t.Errorf("%s: claim exited %d, want %d; stderr:\n%s", tc.name, code, tc.want, stderr)
+		}
+		if c := e.Card(card); c.Claimed() || c.State == board.StateFailed {
+			t.Errorf("%s: card after a CMD that never ran: state %s claimed %v, want free in the pool", tc.name, c.State, c.Claimed())
+		}
+	}
+}

@@ -165,9 +165,22 @@ func TestE2EHealthAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, why := e.health()
+	frozenStatus := e.MustRun("status")
 	_ = syscall.Kill(pluginPID, syscall.SIGCONT)
 	if code != 1 || !strings.Contains(why, "store unreachable") {
 		t.Errorf("health with a frozen store: exit %d %q, want 1 naming the store", code, why)
+	}
+	// The probe is a read: it timed out, and nothing was written, so
+	// there is no outcome of a write to be unsure of.
+	for _, said := range []string{why, frozenStatus} {
+		if !strings.Contains(said, "did not answer a read within 2s") {
+			t.Errorf("with a frozen store, %q does not say the store did not answer the read in time", said)
+		}
+		for _, wrong := range []string{"landed", "outcome unknown"} {
+			if strings.Contains(said, wrong) {
+				t.Errorf("with a frozen store, %q speaks of a write (%q)", said, wrong)
+			}
+		}
 	}
 	agentproc.WaitFor(t, 20*time.Second, "health to recover once the store runs again", func() bool {
 		code, _ := e.health()

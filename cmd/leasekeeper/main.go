@@ -36,11 +36,17 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "leasekeeper: %v\n", err)
 		if code := exitCodeOf(err); code == exitUsage || code == claimExitUsage {
-			fmt.Fprintln(stderr, "Run 'leasekeeper --help' for usage.")
+			// The help of the command that refused the invocation (cobra
+			// returns the deepest one it found), not the root's.
+			path := root.CommandPath()
+			if cmd != nil {
+				path = cmd.CommandPath()
+			}
+			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", path)
 		}
 	}
 	return exitCodeOf(err)

@@ -43,3 +43,25 @@ func lockHolders(path string) ([]int, error) {
 	}
 	return pids, sc.Err()
 }
+
+// LockedBy reports whether another open file holds the flock bbolt takes
+// on path, and the pids /proc/locks names for it (none when it names
+// none). It probes without waiting: a shared lock taken and dropped at
+// once. A missing or unreadable file is not locked. The agent asks before
+// it opens the file, to say at once that it is about to wait
+// (DESIGN.md#bolt-lock).
+func LockedBy(path string) (locked bool, pids []int) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, nil
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err == nil {
+		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		return false, nil
+	} else if err != unix.EWOULDBLOCK {
+		return false, nil
+	}
+	pids, _ = lockHolders(path)
+	return true, pids
+}

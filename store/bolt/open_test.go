@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -94,9 +95,16 @@ func TestOpenLockTimeoutNamesHolderInOtherProcess(t *testing.T) {
 		t.Fatalf("holder said %q, %v; want \"locked\"", line, err)
 	}
 
+	// Asked without waiting, the file is locked, by that pid.
+	if locked, pids := LockedBy(path); !locked || !slices.Contains(pids, cmd.Process.Pid) {
+		t.Errorf("LockedBy while another process holds the file = %v %v, want true naming pid %d", locked, pids, cmd.Process.Pid)
+	}
 	_, err = Open(path, Options{LockTimeout: 200 * time.Millisecond})
 	if !errors.Is(err, ErrLocked) {
 		t.Fatalf("Open while another process holds the file: %v, want ErrLocked", err)
+	}
+	if !strings.Contains(err.Error(), "store.path") {
+		t.Errorf("error %q does not say what to do", err)
 	}
 	if want := "pid " + strconv.Itoa(cmd.Process.Pid); !strings.Contains(err.Error(), want) {
 		t.Errorf("error %q does not name the holder %q", err, want)
@@ -109,11 +117,17 @@ func TestOpenLockTimeoutNamesHolderInOtherProcess(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("holder exited: %v", err)
 	}
+	if locked, pids := LockedBy(path); locked {
+		t.Errorf("LockedBy after the holder exited = true %v", pids)
+	}
 	s, err := Open(path, Options{LockTimeout: time.Second})
 	if err != nil {
 		t.Fatalf("Open after the holder exited: %v", err)
 	}
 	_ = s.Close()
+	if locked, _ := LockedBy(filepath.Join(t.TempDir(), "missing.db")); locked {
+		t.Error("LockedBy of a missing file = true")
+	}
 }
 
 func setSchema(t *testing.T, path string, v string) {

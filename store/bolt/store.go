@@ -227,7 +227,8 @@ func lockedError(path string, waited time.Duration, cause error) error {
 			holder += ", pid " + strconv.Itoa(p)
 		}
 	}
-	return fmt.Errorf("%w: %q is held by %s; gave up after %s: %w", ErrLocked, path, holder, waited, cause)
+	return fmt.Errorf("%w: %q is held by %s; gave up after %s (%w): stop that process first (another agent on this file, or a store plugin one left running), "+
+		"or give this one a board file of its own (store.path)", ErrLocked, path, holder, waited, cause)
 }
 
 // checkSchema stamps a new file and refuses one it cannot read. It never
