@@ -21,6 +21,9 @@ const (
 type ClaimRequest struct {
 	Card string `json:"card,omitempty"`
 	Next bool   `json:"next,omitempty"`
+	// Labels, with Next: take only a card carrying every one of them
+	// (DESIGN.md#label-routing).
+	Labels []string `json:"labels,omitempty"`
 }
 
 // ClaimResponse is a granted claim.
@@ -101,6 +104,8 @@ type StartRunRequest struct {
 type StartRequest struct {
 	Card string `json:"card,omitempty"`
 	Next bool   `json:"next,omitempty"`
+	// Labels, with Next: as ClaimRequest.Labels.
+	Labels []string `json:"labels,omitempty"`
 	// RunID is optional; the agent mints one when empty. A client that
 	// retries a Start whose answer it never saw sends the same id.
 	RunID string `json:"run_id,omitempty"`

@@ -235,6 +235,9 @@ func (r ClaimNextRequest) Validate() error {
 	if err := ValidateMarker(r.Marker); err != nil {
 		return err
 	}
+	if err := ValidateRouteLabels(r.Labels); err != nil {
+		return err
+	}
 	return ValidateLease("", r.Lease)
 }
 

@@ -49,6 +49,12 @@ func (r StartRequest) Normalize() (StartRequest, error) {
 	if err := ValidateMarker(r.Marker); err != nil {
 		return StartRequest{}, inCard(r.Card, err)
 	}
+	if len(r.Labels) > 0 && !r.Next {
+		return StartRequest{}, Invalid("start: labels route a start of the next card; card %q is named", r.Card)
+	}
+	if err := ValidateRouteLabels(r.Labels); err != nil {
+		return StartRequest{}, err
+	}
 	if err := ValidateLease(r.Card, r.Lease); err != nil {
 		return StartRequest{}, err
 	}

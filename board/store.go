@@ -17,6 +17,9 @@ type ClaimRequest struct {
 type ClaimNextRequest struct {
 	Marker string        `json:"marker"`
 	Lease  time.Duration `json:"lease"`
+	// Labels, when set, passes over every card that does not carry all of
+	// them (DESIGN.md#label-routing).
+	Labels []string `json:"labels,omitempty"`
 }
 
 // StartRequest claims a card and starts its run in one atomic, durable
@@ -25,8 +28,9 @@ type StartRequest struct {
 	// Card names the card to start.
 	Card string `json:"card,omitempty"`
 	// Next takes the oldest unclaimed card in a pool state instead, as
-	// ClaimNext does.
+	// ClaimNext does; with Labels, the oldest that carries all of them.
 	Next   bool          `json:"next,omitempty"`
+	Labels []string      `json:"labels,omitempty"`
 	Marker string        `json:"marker"`
 	Lease  time.Duration `json:"lease"`
 	// Run describes the run to create: ID (required; minted by the caller,

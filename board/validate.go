@@ -10,6 +10,40 @@ import (
 // MaxLabelBytes caps a label's length.
 const MaxLabelBytes = 128
 
+// MaxRouteLabels caps the labels one ClaimNext or Start next asks for.
+const MaxRouteLabels = 8
+
+// ValidateRouteLabels checks the labels a ClaimNext or a Start next routes
+// by (DESIGN.md#label-routing): at most MaxRouteLabels, each a valid label
+// as a card stores it (trimmed, not empty), none twice.
+func ValidateRouteLabels(labels []string) error {
+	if len(labels) > MaxRouteLabels {
+		return Invalid("%d labels to route by (at most %d)", len(labels), MaxRouteLabels)
+	}
+	for i, l := range labels {
+		if l == "" || strings.TrimSpace(l) != l {
+			return Invalid("route label %q: empty, or blank at an end", l)
+		}
+		if err := checkText("label", l, MaxLabelBytes); err != nil {
+			return err
+		}
+		if slices.Contains(labels[:i], l) {
+			return Invalid("route label %q given twice", l)
+		}
+	}
+	return nil
+}
+
+// CarriesLabels reports whether c carries every one of labels.
+func (c Card) CarriesLabels(labels []string) bool {
+	for _, l := range labels {
+		if !slices.Contains(c.Labels, l) {
+			return false
+		}
+	}
+	return true
+}
+
 // MaxIDBytes caps a card id's length.
 const MaxIDBytes = 200
 

@@ -187,10 +187,11 @@ func (c *Client) Claim(ctx context.Context, card string) (*Claim, error) {
 	return c.claim(ctx, card, "/v1/claims", apitype.ClaimRequest{Card: card})
 }
 
-// ClaimNext claims the oldest unclaimed card in a pool state;
-// board.ErrNotFound when there is none.
-func (c *Client) ClaimNext(ctx context.Context) (*Claim, error) {
-	return c.claim(ctx, "", "/v1/claims", apitype.ClaimRequest{Next: true})
+// ClaimNext claims the oldest unclaimed card in a pool state, and with
+// labels the oldest that carries every one of them (a worker for GPU cards
+// passes "gpu"); board.ErrNotFound when there is none.
+func (c *Client) ClaimNext(ctx context.Context, labels ...string) (*Claim, error) {
+	return c.claim(ctx, "", "/v1/claims", apitype.ClaimRequest{Next: true, Labels: labels})
 }
 
 // StartOptions shape a Start. All fields are optional.
@@ -203,6 +204,8 @@ type StartOptions struct {
 	// Fresh starts a new run even when the card records one without a
 	// final verdict (which Start otherwise resumes).
 	Fresh bool
+	// Labels: StartNext takes only a card carrying every one of them.
+	Labels []string
 }
 
 // Start claims card and starts its run in one write: the card is claimed,
@@ -221,7 +224,7 @@ func (c *Client) StartNext(ctx context.Context, o StartOptions) (*Claim, error) 
 }
 
 func (o StartOptions) request(card string, next bool) apitype.StartRequest {
-	return apitype.StartRequest{Card: card, Next: next, RunID: o.RunID, Status: o.Status, Checkpoint: o.Checkpoint, Fresh: o.Fresh}
+	return apitype.StartRequest{Card: card, Next: next, Labels: o.Labels, RunID: o.RunID, Status: o.Status, Checkpoint: o.Checkpoint, Fresh: o.Fresh}
 }
 
 func (c *Client) claim(ctx context.Context, card, path string, req any) (*Claim, error) {

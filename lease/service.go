@@ -217,14 +217,26 @@ func (s *Service) ownedToken(ctx context.Context, w Worker, card string, epoch i
 		card, board.Conflict(card, c.Claim, c.ClaimEpoch))
 }
 
-// Claim claims one card (card non-empty) or the oldest unclaimed card in a
-// pool state (next) for w, and tracks it.
-func (s *Service) Claim(ctx context.Context, w Worker, card string, next bool) (Grant, error) {
+// ClaimRequest names what Claim takes: one card (Card), or the oldest
+// unclaimed card in a pool state (Next), carrying every one of Labels when
+// they are given (DESIGN.md#label-routing).
+type ClaimRequest struct {
+	Card   string
+	Next   bool
+	Labels []string
+}
+
+// Claim claims what r names for w, and tracks it.
+func (s *Service) Claim(ctx context.Context, w Worker, r ClaimRequest) (Grant, error) {
 	if s.draining.Load() {
 		return Grant{}, errShuttingDown
 	}
+	card, next := r.Card, r.Next
 	if (card == "") == !next {
 		return Grant{}, board.Invalid("give exactly one of card or next")
+	}
+	if len(r.Labels) > 0 && !next {
+		return Grant{}, board.Invalid("labels route a claim of the next card; card %q is named", card)
 	}
 	lease := s.cfg.Lease()
 	attempt := s.cfg.Clock.Now()
@@ -233,7 +245,7 @@ func (s *Service) Claim(ctx context.Context, w Worker, card string, next bool) (
 	var err error
 	if next {
 		// ClaimNext only takes a free card: always a fresh acquisition.
-		c, tok, err = s.cfg.Store.ClaimNext(ctx, board.ClaimNextRequest{Marker: w.Marker, Lease: lease})
+		c, tok, err = s.cfg.Store.ClaimNext(ctx, board.ClaimNextRequest{Marker: w.Marker, Lease: lease, Labels: r.Labels})
 	} else {
 		if err = s.beforeClaim(ctx, w, card); err == nil {
 			c, tok, err = s.cfg.Store.Claim(ctx, board.ClaimRequest{Card: card, Marker: w.Marker, Lease: lease})
@@ -309,6 +321,9 @@ func (s *Service) grant(c board.Card, tok board.ClaimToken, lease time.Duration)
 type StartRequest struct {
 	Card string
 	Next bool
+	// Labels: with Next, only a card carrying every one of them
+	// (DESIGN.md#label-routing).
+	Labels []string
 	// RunID is optional: the service mints one. A caller that retries a
 	// Start whose answer it never saw names the same id.
 	RunID      string
@@ -351,7 +366,7 @@ func (s *Service) Start(ctx context.Context, w Worker, r StartRequest) (Started,
 	lease := s.cfg.Lease()
 	attempt := s.cfg.Clock.Now()
 	st, err := s.cfg.Store.Start(ctx, board.StartRequest{
-		Card: r.Card, Next: r.Next, Marker: w.Marker, Lease: lease, Fresh: r.Fresh,
+		Card: r.Card, Next: r.Next, Labels: r.Labels, Marker: w.Marker, Lease: lease, Fresh: r.Fresh,
 		Run: s.runOf(w, board.Run{ID: r.RunID, Status: r.Status, Checkpoint: r.Checkpoint}),
 	})
 	if err != nil {

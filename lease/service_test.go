@@ -99,7 +99,7 @@ func TestHolderMayReleaseAClaimTheAgentDisowned(t *testing.T) {
 			var epoch int64
 			switch how {
 			case "unconfirmed":
-				g, err := svc.Claim(ctx, w, "c1", false)
+				g, err := svc.Claim(ctx, w, lease.ClaimRequest{Card: "c1"})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -136,7 +136,7 @@ func (s *verbs) Finish(ctx context.Context, f board.FinishRequest) (board.Finish
 }
 
 func (s *verbs) ClaimNext(ctx context.Context, c board.ClaimNextRequest) (board.Card, board.ClaimToken, error) {
-	r, err := s.rpc.ClaimNext(ctx, &storepb.ClaimNextRequest{Marker: c.Marker, LeaseNanos: int64(c.Lease)})
+	r, err := s.rpc.ClaimNext(ctx, &storepb.ClaimNextRequest{Marker: c.Marker, LeaseNanos: int64(c.Lease), Labels: c.Labels})
 	if err != nil {
 		return board.Card{}, board.ClaimToken{}, err
 	}

@@ -269,11 +269,11 @@ func eventFromPB(e *storepb.Event) board.Event {
 }
 
 func startToPB(r board.StartRequest) *storepb.StartRequest {
-	return &storepb.StartRequest{Card: r.Card, Next: r.Next, Marker: r.Marker, LeaseNanos: int64(r.Lease), Run: runToPB(r.Run), Fresh: r.Fresh}
+	return &storepb.StartRequest{Card: r.Card, Next: r.Next, Marker: r.Marker, LeaseNanos: int64(r.Lease), Run: runToPB(r.Run), Fresh: r.Fresh, Labels: r.Labels}
 }
 
 func startFromPB(r *storepb.StartRequest) board.StartRequest {
-	return board.StartRequest{Card: r.GetCard(), Next: r.GetNext(), Marker: r.GetMarker(), Lease: time.Duration(r.GetLeaseNanos()), Run: runFromPB(r.GetRun()), Fresh: r.GetFresh()}
+	return board.StartRequest{Card: r.GetCard(), Next: r.GetNext(), Marker: r.GetMarker(), Lease: time.Duration(r.GetLeaseNanos()), Run: runFromPB(r.GetRun()), Fresh: r.GetFresh(), Labels: r.GetLabels()}
 }
 
 func startedToPB(s board.Started) *storepb.StartedReply {

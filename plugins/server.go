@@ -88,7 +88,7 @@ func (s *server) Finish(ctx context.Context, r *storepb.FinishRequest) (*storepb
 }
 
 func (s *server) ClaimNext(ctx context.Context, r *storepb.ClaimNextRequest) (*storepb.CardTokenReply, error) {
-	c, tok, err := s.store.ClaimNext(ctx, board.ClaimNextRequest{Marker: r.GetMarker(), Lease: time.Duration(r.GetLeaseNanos())})
+	c, tok, err := s.store.ClaimNext(ctx, board.ClaimNextRequest{Marker: r.GetMarker(), Lease: time.Duration(r.GetLeaseNanos()), Labels: r.GetLabels()})
 	if err != nil {
 		return nil, toStatus(err)
 	}

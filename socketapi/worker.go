@@ -32,7 +32,7 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request, c caller) e
 	if err := s.decode(w, r, &req); err != nil {
 		return err
 	}
-	g, err := s.lease.Claim(r.Context(), c.worker, req.Card, req.Next)
+	g, err := s.lease.Claim(r.Context(), c.worker, lease.ClaimRequest{Card: req.Card, Next: req.Next, Labels: req.Labels})
 	if err != nil {
 		return err
 	}
@@ -45,7 +45,7 @@ func (s *Server) handleStart(w http.ResponseWriter, r *http.Request, c caller) e
 		return err
 	}
 	st, err := s.lease.Start(r.Context(), c.worker, lease.StartRequest{
-		Card: req.Card, Next: req.Next, RunID: req.RunID, Status: req.Status, Checkpoint: req.Checkpoint, Fresh: req.Fresh,
+		Card: req.Card, Next: req.Next, Labels: req.Labels, RunID: req.RunID, Status: req.Status, Checkpoint: req.Checkpoint, Fresh: req.Fresh,
 	})
 	if err != nil {
 		return err

@@ -252,6 +252,23 @@ func exerciseBadInput(t *testing.T, h Harness) {
 			_, err := e.s.ListExpiredClaimCandidates(e.ctx, board.ExpiredQuery{Cutoff: e.clock.Now(), Limit: 10, After: "c\xff"})
 			return err
 		}, board.ErrInvalidArgument},
+		{"ClaimNextRouteLabelEmpty", func(e *env, _ board.ClaimToken) error {
+			_, _, err := e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerB, Lease: lease, Labels: []string{"gpu", ""}})
+			return err
+		}, board.ErrInvalidArgument},
+		{"ClaimNextRouteLabelTwice", func(e *env, _ board.ClaimToken) error {
+			_, _, err := e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerB, Lease: lease, Labels: []string{"gpu", "gpu"}})
+			return err
+		}, board.ErrInvalidArgument},
+		{"ClaimNextTooManyRouteLabels", func(e *env, _ board.ClaimToken) error {
+			_, _, err := e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerB, Lease: lease,
+				Labels: []string{"a", "b", "c", "d", "e", "f", "g", "h", "i"}})
+			return err
+		}, board.ErrInvalidArgument},
+		{"ClaimNextRouteLabelNotUTF8", func(e *env, _ board.ClaimToken) error {
+			_, _, err := e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerB, Lease: lease, Labels: []string{"g\xff"}})
+			return err
+		}, board.ErrInvalidArgument},
 		{"ListExpiredShareOfARecoveryMarker", func(e *env, _ board.ClaimToken) error {
 			_, err := e.s.ListExpiredClaimCandidates(e.ctx, board.ExpiredQuery{Cutoff: e.clock.Now(), Limit: 10,
 				Share: &board.ReaperShare{Reaper: board.RecoveryMarker(markerA), Interval: time.Minute}})

@@ -177,6 +177,69 @@ func exerciseClaims(t *testing.T, h Harness) {
 		}
 	})
 
+	// DESIGN.md#label-routing: a worker that asks for labels takes the
+	// oldest free pool card carrying every one of them, and no other.
+	t.Run("ClaimNextRoutedByLabels", func(t *testing.T) {
+		t.Parallel()
+		e := open(t, h)
+		for _, nc := range []board.NewCard{
+			{ID: "plain", State: board.StateReady},
+			{ID: "gpu-held", State: board.StateReady, Labels: []string{"gpu"}},
+			{ID: "gpu-done", State: board.StateReady, Labels: []string{"gpu"}},
+			{ID: "gpu-backlog", State: board.StateBacklog, Labels: []string{"gpu"}},
+			{ID: "gpu-big", State: board.StateReady, Labels: []string{"big", "gpu"}},
+			{ID: "gpu", State: board.StateReady, Labels: []string{"gpu"}},
+			{ID: "big", State: board.StateReady, Labels: []string{"big"}},
+		} {
+			nc.Actor = "cli"
+			e.create(nc)
+			e.clock.Advance(time.Second)
+		}
+		e.claim("gpu-held", markerA)
+		e.setState("gpu-done", board.StateDone)
+
+		next := func(labels ...string) (board.Card, board.ClaimToken, error) {
+			return e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerB, Lease: lease, Labels: labels})
+		}
+		c, tok, err := next("gpu", "big")
+		if err != nil || c.ID != "gpu-big" {
+			t.Fatalf("ClaimNext [gpu big] = %q, %v; want gpu-big, the only free pool card with both", c.ID, err)
+		}
+		e.release("gpu-big", tok)
+		for _, want := range []string{"gpu-big", "gpu"} {
+			if c, _, err := next("gpu"); err != nil || c.ID != want {
+				t.Fatalf("ClaimNext [gpu] = %q, %v; want %s (oldest free pool card labelled gpu)", c.ID, err, want)
+			}
+		}
+		seq := e.lastSeq()
+		_, _, err = next("gpu")
+		wantErr(t, err, board.ErrNotFound, "ClaimNext [gpu] with every gpu card held, done or in the backlog")
+		e.noEventsSince(seq, "an empty routed ClaimNext")
+		// A label removed is no longer routed by; one added is.
+		if _, err := e.s.AdjustLabels(e.ctx, board.LabelChange{Card: "big", Remove: []string{"big"}, Add: []string{"gpu"}, Actor: "cli"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := next("big"); !errIs(err, board.ErrNotFound) {
+			t.Errorf("ClaimNext [big] after the label was removed = %v, want ErrNotFound", err)
+		}
+		if c, _, err := next("gpu"); err != nil || c.ID != "big" {
+			t.Errorf("ClaimNext [gpu] after the label was added = %q, %v; want big", c.ID, err)
+		}
+		if c, _, err := next(); err != nil || c.ID != "plain" {
+			t.Errorf("ClaimNext with no labels = %q, %v; want plain, the oldest free pool card", c.ID, err)
+		}
+		// Start next routes the same way.
+		e.create(board.NewCard{ID: "gpu-later", State: board.StateReady, Labels: []string{"gpu"}, Actor: "cli"})
+		st, err := e.s.Start(e.ctx, board.StartRequest{Next: true, Labels: []string{"gpu"}, Marker: markerB, Lease: lease,
+			Run: board.Run{ID: "run-routed", Host: "host-b", PID: 4343}})
+		if err != nil || st.Card.ID != "gpu-later" {
+			t.Errorf("Start next [gpu] = %q, %v; want gpu-later", st.Card.ID, err)
+		}
+		_, err = e.s.Start(e.ctx, board.StartRequest{Card: "plain", Labels: []string{"gpu"}, Marker: markerB, Lease: lease,
+			Run: board.Run{ID: "run-named", Host: "host-b", PID: 4343}})
+		wantErr(t, err, board.ErrInvalidArgument, "Start of a named card with labels")
+	})
+
 	t.Run("ClaimNextOnEmptyBoardIsNotFound", func(t *testing.T) {
 		t.Parallel()
 		e := open(t, h)

@@ -20,6 +20,7 @@ import (
 type claimOpts struct {
 	card      string
 	next      bool
+	labels    []string
 	resumable bool
 	fresh     bool
 	// grace is how long CMD has to stop after claim itself is sent SIGINT
@@ -164,7 +165,7 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 	// orphaned run to failed_resumable (back to the pool) rather than failed
 	// — the same routing a non-zero exit gets here. A resumed run keeps the
 	// checkpoint it recorded.
-	spec := client.StartOptions{Fresh: o.fresh}
+	spec := client.StartOptions{Fresh: o.fresh, Labels: o.labels}
 	if o.resumable {
 		spec.Checkpoint = resumableCheckpoint
 	}
@@ -186,6 +187,9 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 	case errors.Is(err, board.ErrWaitingOnBlockers):
 		return withCode(claimExitWaiting, err)
 	case o.next && errors.Is(err, board.ErrNotFound):
+		if len(o.labels) > 0 {
+			return withCode(claimExitNothing, fmt.Errorf("no claimable card in a pool state carries the labels %q", o.labels))
+		}
 		return withCode(claimExitNothing, errors.New("no claimable card in a pool state"))
 	default:
 		return withCode(claimExitError, env.agentError(c, err))

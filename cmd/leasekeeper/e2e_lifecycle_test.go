@@ -294,3 +294,35 @@ func TestE2EClaimOfACommandThatCannotRun(t *testing.T) {
 		}
 	}
 }
+
+// TestE2EClaimNextRoutedByLabel: DESIGN.md#label-routing end to end. A
+// worker that asks for a label takes the oldest free pool card carrying it
+// and passes over older cards without it; with none left it exits 122
+// naming the labels, and an unlabelled worker still takes the rest.
+func TestE2EClaimNextRoutedByLabel(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "lease: 3s\n")
+	e.Start()
+	e.MustRun("card", "create", "cpu-job")
+	e.MustRun("card", "create", "gpu-job", "--label", "gpu")
+	e.MustRun("card", "create", "big-gpu-job", "--label", "gpu", "--label", "big")
+	stdout, stderr, code := e.Run("claim", "--next", "--label", "gpu", "--label", "big", "--", "sh", "-c", `echo "$LEASEKEEPER_CARD"`)
+	if code != 0 || strings.TrimSpace(stdout) != "big-gpu-job" {
+		t.Fatalf("claim --next --label gpu --label big ran on %q (exit %d), want big-gpu-job; stderr:\n%s", stdout, code, stderr)
+	}
+	stdout, stderr, code = e.Run("claim", "--next", "--label", "gpu", "--", "sh", "-c", `echo "$LEASEKEEPER_CARD"`)
+	if code != 0 || strings.TrimSpace(stdout) != "gpu-job" {
+		t.Fatalf("claim --next --label gpu ran on %q (exit %d), want gpu-job, not the older cpu-job; stderr:\n%s", stdout, code, stderr)
+	}
+	_, stderr, code = e.Run("claim", "--next", "--label", "gpu", "--", "true")
+	if code != claimExitNothing || !strings.Contains(stderr, `"gpu"`) {
+		t.Errorf("claim --next --label gpu with no gpu card left exited %d, want %d naming the label; stderr:\n%s", code, claimExitNothing, stderr)
+	}
+	stdout, stderr, code = e.Run("claim", "--next", "--", "sh", "-c", `echo "$LEASEKEEPER_CARD"`)
+	if code != 0 || strings.TrimSpace(stdout) != "cpu-job" {
+		t.Errorf("claim --next ran on %q (exit %d), want cpu-job; stderr:\n%s", stdout, code, stderr)
+	}
+	if c := e.Card("cpu-job"); c.State != board.StateDone {
+		t.Errorf("cpu-job is %s after its run finished, want done", c.State)
+	}
+}

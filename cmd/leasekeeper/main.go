@@ -316,7 +316,7 @@ column, the first pool state, the completion state and the failed state.`,
 func newClaimCmd(env *cli) *cobra.Command {
 	var o claimOpts
 	c := &cobra.Command{
-		Use:   "claim (ID | --next) [--resumable] [--grace D] -- CMD [ARGS...]",
+		Use:   "claim (ID | --next [--label L]...) [--resumable] [--grace D] -- CMD [ARGS...]",
 		Short: "Hold a claim on a card while CMD runs",
 		Long: `Claim the card (or the oldest claimable one with --next), start its run and
 move it into the running column, in one write, then run CMD while the agent
@@ -327,6 +327,9 @@ by ID may be in any working column, in the pool or not (backlog,
 awaiting_input), except waiting_deps: a card waiting on its blockers is
 refused, naming them, until its last blocker completes. A card in a
 terminal state, or held by anyone, is refused too, and nothing is written.
+With --next, each --label narrows the pick to cards carrying that label
+(all of them when given several): a GPU worker runs
+claim --next --label gpu -- CMD.
 
 When CMD exits, one write records the run's verdict, files the card and
 releases the claim:
@@ -381,6 +384,8 @@ filing it to failed.
 			switch {
 			case o.next && dash != 0:
 				return claimUsage("give either a card ID or --next, not both")
+			case !o.next && len(o.labels) > 0:
+				return claimUsage("--label routes --next; a card named by ID is claimed whatever its labels")
 			case !o.next && dash != 1:
 				return claimUsage("give exactly one card ID (or --next) before --")
 			case o.grace < 0:
@@ -395,6 +400,7 @@ filing it to failed.
 		RunE: func(cmd *cobra.Command, _ []string) error { return runClaim(cmd.Context(), env, o) },
 	}
 	c.Flags().BoolVar(&o.next, "next", false, "claim the oldest unclaimed card in a pool state")
+	c.Flags().StringArrayVar(&o.labels, "label", nil, "with --next, take only a card carrying this label (repeat for several: all must be carried)")
 	c.Flags().BoolVar(&o.resumable, "resumable", false, "a failed CMD is safe to restart: return the card to the pool")
 	c.Flags().BoolVar(&o.fresh, "fresh", false, "start a new run even when the card records one without a verdict")
 	c.Flags().DurationVar(&o.grace, "grace", defaultGrace, "after SIGINT/SIGTERM, how long CMD has to stop before it is killed (capped by the trusted deadline)")

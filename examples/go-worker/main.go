@@ -66,7 +66,15 @@ type worker struct {
 	c    *client.Client
 	work time.Duration
 	out  io.Writer
+	// labels: start only cards carrying every one (DESIGN.md#label-routing).
+	labels []string
 }
+
+// labelFlags is a repeatable -label flag.
+type labelFlags []string
+
+func (l *labelFlags) String() string     { return strings.Join(*l, ",") }
+func (l *labelFlags) Set(v string) error { *l = append(*l, v); return nil }
 
 // outcome is what happened to one claimed card.
 type outcome int
@@ -90,11 +98,13 @@ func main() {
 	socket := flag.String("socket", "", "agent socket (default: LEASEKEEPER_SOCKET or the runtime directory)")
 	work := flag.Duration("work", 2*time.Second, "how long the simulated work on one card takes")
 	maxCards := flag.Int("max", 0, "stop after this many claimed cards (0: until the pool is empty)")
+	var labels labelFlags
+	flag.Var(&labels, "label", "start only cards carrying this label (repeatable: all of them)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	w := &worker{c: &client.Client{Socket: *socket}, work: *work, out: os.Stdout}
+	w := &worker{c: &client.Client{Socket: *socket}, work: *work, out: os.Stdout, labels: labels}
 	if err := w.loop(ctx, *maxCards); err != nil {
 		fmt.Fprintln(os.Stderr, "go-worker:", err)
 		os.Exit(1)
@@ -116,7 +126,7 @@ func (w *worker) loop(ctx context.Context, maxCards int) error {
 		// The checkpoint marks the run resumable: should this process die,
 		// the watchdog returns the card to the pool rather than failing it.
 		// A resumed run keeps its own checkpoint.
-		cl, err := w.c.StartNext(sctx, client.StartOptions{Checkpoint: checkpoint(0)})
+		cl, err := w.c.StartNext(sctx, client.StartOptions{Checkpoint: checkpoint(0), Labels: w.labels})
 		cancel()
 		switch {
 		case errors.Is(err, board.ErrNotFound):

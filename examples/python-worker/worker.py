@@ -45,7 +45,10 @@ a resumed run only waits what is left. SIGTERM / SIGINT stop the work and
 finish the run as failed_resumable at the progress made, which hands the
 card back to the pool for the next start to resume.
 
-Usage: worker.py [--socket PATH] [--work SECONDS] [--max N]
+With --label L (repeatable) the worker starts only cards carrying every
+such label ({"next": true, "labels": [...]}): a GPU worker passes --label gpu.
+
+Usage: worker.py [--socket PATH] [--work SECONDS] [--max N] [--label L]...
 """
 
 import argparse
@@ -310,8 +313,9 @@ class Watch(threading.Thread):
 
 
 class Worker:
-    def __init__(self, agent, watch, work, out):
+    def __init__(self, agent, watch, work, out, labels=()):
         self.agent, self.watch, self.work = agent, watch, work
+        self.labels = list(labels)
         self.out = out
         self.stop = threading.Event()
 
@@ -327,7 +331,10 @@ class Worker:
                 # The checkpoint marks the run resumable: should this process
                 # die, the watchdog returns the card to the pool rather than
                 # failing it. A resumed run keeps its own checkpoint.
-                started = self.agent.request("POST", "/v1/starts", {"next": True, "checkpoint": checkpoint(0)})
+                body = {"next": True, "checkpoint": checkpoint(0)}
+                if self.labels:
+                    body["labels"] = self.labels
+                started = self.agent.request("POST", "/v1/starts", body)
             except AgentError as e:
                 if e.code == "not_found":
                     self.say("pool empty: nothing left to claim")
@@ -468,6 +475,7 @@ def main():
     p.add_argument("--socket", default=default_socket(), help="agent socket (default: LEASEKEEPER_SOCKET or the runtime directory)")
     p.add_argument("--work", type=float, default=2.0, help="seconds of simulated work per card")
     p.add_argument("--max", type=int, default=0, help="stop after this many claimed cards (0: until the pool is empty)")
+    p.add_argument("--label", action="append", default=[], help="start only cards carrying this label (repeatable: all of them)")
     args = p.parse_args()
 
     agent = Agent(args.socket)
@@ -476,7 +484,7 @@ def main():
     if not watch.ready.wait(30) or watch.error is not None:
         print("python-worker: cannot open the watch stream at %s: %s" % (args.socket, watch.error), file=sys.stderr)
         return 1
-    w = Worker(agent, watch, args.work, sys.stdout)
+    w = Worker(agent, watch, args.work, sys.stdout, args.label)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: w.stop.set())
     try:

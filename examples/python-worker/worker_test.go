@@ -131,6 +131,33 @@ func TestDrainsThePool(t *testing.T) {
 	}
 }
 
+// TestRoutesByLabel: DESIGN.md#label-routing from another language. A
+// worker started with --label gpu drains the gpu cards only, oldest first,
+// passing over the older cards without the label.
+func TestRoutesByLabel(t *testing.T) {
+	t.Parallel()
+	python3(t)
+	a := agentproc.New(t, leasekeeperBin, "")
+	a.Start()
+	a.MustRun("card", "create", "cpu-1")
+	a.MustRun("card", "create", "gpu-1", "--label", "gpu")
+	a.MustRun("card", "create", "cpu-2")
+	a.MustRun("card", "create", "gpu-2", "--label", "gpu")
+
+	w := startWorker(t, a, "--work", "0.02", "--label", "gpu")
+	w.wait(t, 60*time.Second)
+	for _, id := range []string{"gpu-1", "gpu-2"} {
+		if c := a.Card(id); c.State != board.StateDone {
+			t.Errorf("card %s in %s after the gpu worker drained its pool, want done", id, c.State)
+		}
+	}
+	for _, id := range []string{"cpu-1", "cpu-2"} {
+		if c := a.Card(id); c.State != board.StateReady || c.LastRunID != "" {
+			t.Errorf("card %s in %s with run %q, want untouched in ready: it has no gpu label", id, c.State, c.LastRunID)
+		}
+	}
+}
+
 // TestNoticesClaimLost: an operator's force-release reaches the Python
 // worker on its watch stream; it stops working at once. Its one late
 // Finish is refused by the fence and writes nothing: the run stays as the

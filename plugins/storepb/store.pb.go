@@ -2052,6 +2052,7 @@ type ClaimNextRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Marker        string                 `protobuf:"bytes,1,opt,name=marker,proto3" json:"marker,omitempty"`
 	LeaseNanos    int64                  `protobuf:"varint,2,opt,name=lease_nanos,json=leaseNanos,proto3" json:"lease_nanos,omitempty"`
+	Labels        []string               `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2098,6 +2099,13 @@ func (x *ClaimNextRequest) GetLeaseNanos() int64 {
 		return x.LeaseNanos
 	}
 	return 0
+}
+
+func (x *ClaimNextRequest) GetLabels() []string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 type CardTokenReply struct {
@@ -3336,6 +3344,7 @@ type StartRequest struct {
 	LeaseNanos    int64                  `protobuf:"varint,4,opt,name=lease_nanos,json=leaseNanos,proto3" json:"lease_nanos,omitempty"`
 	Run           *RunMessage            `protobuf:"bytes,5,opt,name=run,proto3" json:"run,omitempty"`
 	Fresh         bool                   `protobuf:"varint,6,opt,name=fresh,proto3" json:"fresh,omitempty"`
+	Labels        []string               `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3410,6 +3419,13 @@ func (x *StartRequest) GetFresh() bool {
 		return x.Fresh
 	}
 	return false
+}
+
+func (x *StartRequest) GetLabels() []string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 type StartedReply struct {
@@ -4282,11 +4298,12 @@ const file_store_proto_rawDesc = "" +
 	"\x04card\x18\x01 \x01(\tR\x04card\x12\x16\n" +
 	"\x06marker\x18\x02 \x01(\tR\x06marker\x12\x1f\n" +
 	"\vlease_nanos\x18\x03 \x01(\x03R\n" +
-	"leaseNanos\"K\n" +
+	"leaseNanos\"c\n" +
 	"\x10ClaimNextRequest\x12\x16\n" +
 	"\x06marker\x18\x01 \x01(\tR\x06marker\x12\x1f\n" +
 	"\vlease_nanos\x18\x02 \x01(\x03R\n" +
-	"leaseNanos\"x\n" +
+	"leaseNanos\x12\x16\n" +
+	"\x06labels\x18\x03 \x03(\tR\x06labels\"x\n" +
 	"\x0eCardTokenReply\x12.\n" +
 	"\x04card\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.CardR\x04card\x126\n" +
 	"\x05token\x18\x02 \x01(\v2 .leasekeeper.store.v1.ClaimTokenR\x05token\"y\n" +
@@ -4379,7 +4396,7 @@ const file_store_proto_rawDesc = "" +
 	"\v_checkpoint\"{\n" +
 	"\rNewRunRequest\x126\n" +
 	"\x05token\x18\x01 \x01(\v2 .leasekeeper.store.v1.ClaimTokenR\x05token\x122\n" +
-	"\x03run\x18\x02 \x01(\v2 .leasekeeper.store.v1.RunMessageR\x03run\"\xb9\x01\n" +
+	"\x03run\x18\x02 \x01(\v2 .leasekeeper.store.v1.RunMessageR\x03run\"\xd1\x01\n" +
 	"\fStartRequest\x12\x12\n" +
 	"\x04card\x18\x01 \x01(\tR\x04card\x12\x12\n" +
 	"\x04next\x18\x02 \x01(\bR\x04next\x12\x16\n" +
@@ -4387,7 +4404,8 @@ const file_store_proto_rawDesc = "" +
 	"\vlease_nanos\x18\x04 \x01(\x03R\n" +
 	"leaseNanos\x122\n" +
 	"\x03run\x18\x05 \x01(\v2 .leasekeeper.store.v1.RunMessageR\x03run\x12\x14\n" +
-	"\x05fresh\x18\x06 \x01(\bR\x05fresh\"\xc4\x01\n" +
+	"\x05fresh\x18\x06 \x01(\bR\x05fresh\x12\x16\n" +
+	"\x06labels\x18\a \x03(\tR\x06labels\"\xc4\x01\n" +
 	"\fStartedReply\x12.\n" +
 	"\x04card\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.CardR\x04card\x126\n" +
 	"\x05token\x18\x02 \x01(\v2 .leasekeeper.store.v1.ClaimTokenR\x05token\x122\n" +

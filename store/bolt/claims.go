@@ -114,7 +114,7 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 		tok  board.ClaimToken
 	)
 	err := s.write(ctx, func(w *wtx) error {
-		rec, err := s.pickNext(w, nil)
+		rec, err := s.pickNext(w, r.Labels, nil)
 		if err != nil {
 			return err
 		}
@@ -128,17 +128,37 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 	return card, tok, nil
 }
 
-// pickNext reads the oldest unclaimed card in a pool state, in a write
-// that has not changed the state index yet. A free card skip reports true
-// for is passed over (nil: none is).
-func (s *Store) pickNext(w *wtx, skip func(*cardRecord) (bool, error)) (*cardRecord, error) {
+// pickNext reads the oldest unclaimed card in a pool state carrying every
+// one of labels, in a write that has not changed the indexes yet. A free
+// card skip reports true for is passed over (nil: none is).
+//
+// With no labels it walks each pool state's part of idx_state; with labels,
+// the same part of the first label's queue in idx_label, so the cards
+// without it are never read (DESIGN.md#label-routing). Further labels are
+// checked on the cards that queue offers.
+func (s *Store) pickNext(w *wtx, labels []string, skip func(*cardRecord) (bool, error)) (*cardRecord, error) {
 	var (
 		best    []byte
 		bestRec *cardRecord
 	)
+	if len(labels) > 1 {
+		rest, inner := labels[1:], skip
+		skip = func(rec *cardRecord) (bool, error) {
+			if !rec.CarriesLabels(rest) {
+				return true, nil
+			}
+			if inner == nil {
+				return false, nil
+			}
+			return inner(rec)
+		}
+	}
 	for _, state := range s.brd().PoolStates() {
-		p := statePrefix(state)
-		err := w.scan(bucketIdxState, p, func(k, v []byte) (bool, error) {
+		bucket, p := bucketIdxState, statePrefix(state)
+		if len(labels) > 0 {
+			bucket, p = bucketIdxLabel, labelStatePrefix(labels[0], state)
+		}
+		err := w.scan(bucket, p, func(k, v []byte) (bool, error) {
 			if bytes.Equal(v, stateClaimed) {
 				return true, nil
 			}
@@ -164,6 +184,9 @@ func (s *Store) pickNext(w *wtx, skip func(*cardRecord) (bool, error)) (*cardRec
 		}
 	}
 	if best == nil {
+		if len(labels) > 0 {
+			return nil, fmt.Errorf("no unclaimed card in a pool state carries the labels %q: %w", labels, board.ErrNotFound)
+		}
 		return nil, fmt.Errorf("no unclaimed card in a pool state: %w", board.ErrNotFound)
 	}
 	if bestRec != nil {

@@ -24,16 +24,20 @@ var (
 	// bucketIdxRecovery holds the cards whose claim is a recovery marker
 	// (since schema 3): the recovery sweep's population, read every pass.
 	bucketIdxRecovery = []byte("idx_recovery")
+	// bucketIdxLabel holds each card once per label it carries, keyed
+	// label, state, creation order (since schema 5): the queue of one
+	// label, for ClaimNext routed by labels (DESIGN.md#label-routing).
+	bucketIdxLabel = []byte("idx_label")
 
 	// allBuckets is what a current-schema file holds; Open creates the
 	// missing ones only on a file it has just stamped.
 	allBuckets = [][]byte{
 		bucketMeta, bucketCards, bucketClaims, bucketRuns, bucketEvents,
 		bucketIdxState, bucketIdxCreated, bucketIdxClaim, bucketIdxLease, bucketIdxDeps,
-		bucketIdxRecovery,
+		bucketIdxRecovery, bucketIdxLabel,
 	}
 	// indexBuckets are derived entirely from the cards and claims buckets.
-	indexBuckets = [][]byte{bucketIdxState, bucketIdxCreated, bucketIdxClaim, bucketIdxLease, bucketIdxDeps, bucketIdxRecovery}
+	indexBuckets = [][]byte{bucketIdxState, bucketIdxCreated, bucketIdxClaim, bucketIdxLease, bucketIdxDeps, bucketIdxRecovery, bucketIdxLabel}
 )
 
 // sep separates variable-length parts of an index key. Ids and state names
@@ -285,6 +289,19 @@ func stateKey(state string, order []byte) []byte {
 
 func statePrefix(state string) []byte { return append([]byte(state), sep) }
 
+// labelKey is a card's key in idx_label for one of its labels: the label,
+// then its state key. Labels hold no control characters
+// (board.NormalizeLabels), so sep ends the label.
+func labelKey(label, state string, order []byte) []byte {
+	k := make([]byte, 0, len(label)+1+len(state)+1+len(order))
+	k = append(k, label...)
+	k = append(k, sep)
+	return append(k, stateKey(state, order)...)
+}
+
+// labelStatePrefix is the prefix of the cards in state carrying label.
+func labelStatePrefix(label, state string) []byte { return labelKey(label, state, nil) }
+
 func leaseKey(until time.Time, id string) []byte {
 	return appendLeaseKey(make([]byte, 0, 8+len(id)), until, id)
 }
@@ -329,6 +346,9 @@ func indexEntries(r *cardRecord) []indexEntry {
 	out := []indexEntry{
 		{bucketIdxState, stateKey(r.State, order), stateVal},
 		{bucketIdxCreated, order, emptyValue},
+	}
+	for _, l := range r.Labels {
+		out = append(out, indexEntry{bucketIdxLabel, labelKey(l, r.State, order), stateVal})
 	}
 	if r.Claimed() {
 		out = append(out, indexEntry{bucketIdxClaim, order, emptyValue})

@@ -44,7 +44,7 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 		var rec *cardRecord
 		if r.Next {
 			// A card whose run is paused is passed over, as a held one is.
-			rec, err = s.pickNext(w, func(c *cardRecord) (bool, error) {
+			rec, err = s.pickNext(w, r.Labels, func(c *cardRecord) (bool, error) {
 				run, err := recordedRun(w, c)
 				return board.StartRunRefusal(c.Card, run) != nil, err
 			})

@@ -240,7 +240,7 @@ func (s *snap) iterate(bucket, from []byte, fn func(k, v []byte) (more bool, err
 }
 
 // numBuckets is the number of top-level buckets (allBuckets).
-const numBuckets = 11
+const numBuckets = 12
 
 // bucketIndex maps a bucket name to its place in allBuckets.
 func bucketIndex(name []byte) uint8 {

@@ -34,6 +34,55 @@ var migrations = map[int]func(*bolt.Tx) error{
 	1: migrate1to2,
 	2: migrate2to3,
 	3: migrate3to4,
+	4: migrate4to5,
+}
+
+// keyLabelIndexPending (meta bucket): idx_label is still to be built. The
+// step from schema 4 sets it in the transaction that stamps the file, and
+// the open that follows builds the index (buildLabelIndex) once the log's
+// records are in the file: records an older binary logged carry no entries
+// for an index it did not know.
+var keyLabelIndexPending = []byte("idx_label_pending")
+
+// migrate4to5 adds the empty idx_label bucket and marks it to be built.
+func migrate4to5(tx *bolt.Tx) error {
+	if tx.Bucket(bucketIdxLabel) != nil {
+		return fmt.Errorf("a version 4 file already has a %s bucket", bucketIdxLabel)
+	}
+	if _, err := tx.CreateBucket(bucketIdxLabel); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketMeta).Put(keyLabelIndexPending, []byte{1})
+}
+
+// buildLabelIndex fills idx_label from the cards and claims buckets when a
+// migration left it pending, and clears the mark, in tx. Every other
+// bucket is only read.
+func buildLabelIndex(tx *bolt.Tx) error {
+	meta := tx.Bucket(bucketMeta)
+	if meta.Get(keyLabelIndexPending) == nil {
+		return nil
+	}
+	idx, cards, claims := tx.Bucket(bucketIdxLabel), tx.Bucket(bucketCards), tx.Bucket(bucketClaims)
+	err := cards.ForEach(func(k, v []byte) error {
+		r, err := decodeCard(v, claims.Get(k))
+		if err != nil {
+			return fmt.Errorf("card %q: %w", k, err)
+		}
+		// indexEntries stays the one definition of every index.
+		for _, e := range indexEntries(r) {
+			if bytes.Equal(e.bucket, bucketIdxLabel) {
+				if err := idx.Put(e.key, e.value); err != nil {
+					return fmt.Errorf("card %q: %w", k, err)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("build %s: %w", bucketIdxLabel, err)
+	}
+	return meta.Delete(keyLabelIndexPending)
 }
 
 // migrate3to4 changes no data: a version 4 file has a write-ahead log

@@ -261,8 +261,12 @@ func downgrade(t *testing.T, path string, edit func(*v1CardRecord)) {
 		if err := tx.DeleteBucket(bucketClaims); err != nil {
 			return err
 		}
-		// Version 1 had no recovery index either (it came with version 3).
+		// Version 1 had no recovery index either (it came with version
+		// 3), nor a label index (version 5).
 		if err := tx.DeleteBucket(bucketIdxRecovery); err != nil {
+			return err
+		}
+		if err := tx.DeleteBucket(bucketIdxLabel); err != nil {
 			return err
 		}
 		return tx.Bucket(bucketMeta).Put(keySchema, []byte("1"))
@@ -390,6 +394,9 @@ func toSchema2(t *testing.T, path string, edit func(tx *bolt.Tx) error) {
 		if err := tx.DeleteBucket(bucketIdxRecovery); err != nil {
 			return err
 		}
+		if err := tx.DeleteBucket(bucketIdxLabel); err != nil {
+			return err
+		}
 		if edit != nil {
 			if err := edit(tx); err != nil {
 				return err
@@ -508,5 +515,74 @@ func TestMigrateSchema2FailureLeavesTheFileAsItWas(t *testing.T) {
 	}
 	if stamp, _ := schemaOf(t, path); stamp != "2" {
 		t.Errorf("after a failed migration: schema %q, want 2 untouched", stamp)
+	}
+}
+
+// Opening a version 4 file builds the label index once the file holds
+// every log record, and changes nothing else: the file ends up byte for
+// byte what the current code writes (DESIGN.md#label-routing).
+func TestMigrateSchema4BuildsTheLabelIndex(t *testing.T) {
+	s, clock, path := openTest(t)
+	for _, nc := range []board.NewCard{
+		{ID: "plain"},
+		{ID: "gpu-old", Labels: []string{"gpu"}},
+		{ID: "gpu-big", Labels: []string{"big", "gpu"}},
+		{ID: "gpu-held", Labels: []string{"gpu"}},
+		{ID: "gpu-done", Labels: []string{"gpu"}, State: board.StateDone},
+	} {
+		mustCreate(t, s, nc)
+		clock.Advance(time.Millisecond)
+	}
+	mustClaim(t, s, "gpu-held", "host-100")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	current := rawDump(t, path)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		if err := tx.DeleteBucket(bucketIdxLabel); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketMeta).Put(keySchema, []byte("4"))
+	})
+	_ = db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s, err = Open(path, Options{Clock: clock})
+	if err != nil {
+		t.Fatalf("Open of a schema 4 file: %v", err)
+	}
+	checkIndexes(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after := rawDump(t, path); after != current {
+		t.Errorf("the migrated file differs from the one the current code wrote:\nmigrated:\n%s\ncurrent:\n%s", after, current)
+	}
+
+	s, err = Open(path, Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, tc := range []struct {
+		labels []string
+		want   string
+	}{{[]string{"gpu"}, "gpu-old"}, {[]string{"gpu", "big"}, "gpu-big"}, {[]string{"big", "gpu"}, "gpu-big"}} {
+		c, tok, err := s.ClaimNext(t.Context(), board.ClaimNextRequest{Marker: "host-200", Lease: time.Minute, Labels: tc.labels})
+		if err != nil {
+			t.Fatalf("ClaimNext %q after the migration: %v", tc.labels, err)
+		}
+		if c.ID != tc.want {
+			t.Errorf("ClaimNext %q = %s, want %s", tc.labels, c.ID, tc.want)
+		}
+		if err := s.ReleaseOwned(t.Context(), c.ID, tok); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

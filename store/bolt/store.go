@@ -27,7 +27,9 @@ import (
 // Version 4 keeps a write-ahead log beside the file (wal.go): the file alone
 // may lack acknowledged writes, so a binary that does not know the log must
 // not open it.
-const SchemaVersion = 4
+// Version 5 adds idx_label, each card's place in the queue of every label
+// it carries (DESIGN.md#label-routing).
+const SchemaVersion = 5
 
 var keySchema = []byte("schema_version")
 

@@ -486,6 +486,11 @@ func (s *Store) openLog(vfs walVFS) error {
 		if err := applyToFile(tx, cs); err != nil {
 			return fmt.Errorf("applying log records %d to %d: %w", applied+1, through, err)
 		}
+		// With the whole log in the file, an index a migration added
+		// can be built from it.
+		if err := buildLabelIndex(tx); err != nil {
+			return err
+		}
 		return putApplied(tx, through)
 	}); err != nil {
 		return refuse(fmt.Errorf("boltstore: open %q: %w", s.path, err))

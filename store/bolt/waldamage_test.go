@@ -220,6 +220,9 @@ func TestSchema3FileWithoutALogIsMigrated(t *testing.T) {
 				return err
 			}
 		}
+		if err := tx.DeleteBucket(bucketIdxLabel); err != nil { // came with schema 5
+			return err
+		}
 		return m.Put(keySchema, []byte("3"))
 	})
 	_ = db.Close()

@@ -91,10 +91,10 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 	if err := r.Validate(); err != nil {
 		return board.Card{}, board.ClaimToken{}, err
 	}
-	filter := bson.D{
+	filter := routed(bson.D{
 		{Key: "state", Value: bson.D{{Key: "$in", Value: s.freshBoard(ctx).PoolStates()}}},
 		{Key: "claim", Value: bson.D{{Key: "$in", Value: bson.A{"", nil}}}},
-	}
+	}, r.Labels)
 	for round := 0; round < maxAttempts; round++ {
 		cands, err := s.findCards(ctx, filter, options.Find().SetSort(creationOrder).SetLimit(8))
 		if err != nil {
@@ -106,15 +106,19 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 		for _, cand := range cands {
 			var tok board.ClaimToken
 			c, wrote, err := s.mutate(ctx, cand.ID, func(c *cardState, clk serverClock) (*change, error) {
-				if c.Claim != "" || !s.freshBoard(ctx).IsPool(c.State) {
+				if c.Claim != "" || !s.freshBoard(ctx).IsPool(c.State) || !c.CarriesLabels(r.Labels) {
 					return nil, nil
 				}
 				var ch *change
 				ch, tok = acquireChange(c, clk, r.Marker, r.Lease)
 				// The pool state it was judged in is part of the CAS: a
 				// card moved out of the pool in between (into waiting_deps,
-				// or a sink) is read again and passed over.
+				// or a sink) is read again and passed over. So are the
+				// labels it was routed by (DESIGN.md#label-routing).
 				ch.cond = append(ch.cond, same(c.raw, "state"))
+				if len(r.Labels) > 0 {
+					ch.cond = append(ch.cond, same(c.raw, "labels"))
+				}
 				return ch, nil
 			})
 			if err != nil {
@@ -126,6 +130,22 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 		}
 	}
 	return board.Card{}, board.ClaimToken{}, fmt.Errorf("mongostore: claim next: %w", ErrContention)
+}
+
+// routed narrows a listing of free pool cards to the cards carrying every
+// label in labels (DESIGN.md#label-routing): the condition leads the filter,
+// where the index that serves it leads with the labels.
+func routed(filter bson.D, labels []string) bson.D {
+	if len(labels) == 0 {
+		return filter
+	}
+	var cond bson.E
+	if len(labels) == 1 {
+		cond = bson.E{Key: "labels", Value: labels[0]}
+	} else {
+		cond = bson.E{Key: "labels", Value: bson.D{{Key: "$all", Value: labels}}}
+	}
+	return append(bson.D{cond}, filter...)
 }
 
 // RenewClaims pushes each hold's lease to server-now + lease, never

@@ -44,6 +44,10 @@ var (
 	// fields are $in lists of points, so the server merges one ordered
 	// scan per (state, claim) pair instead of sorting.
 	ixQueue = sortedBy("state_claim_created_id", creationOrder, "state", "claim")
+	// ixLabelQueue: ClaimNext's and Start next's candidates routed by
+	// labels (a multikey index: one key per label of a card), then as
+	// ixQueue.
+	ixLabelQueue = sortedBy("labels_state_claim_created_id", creationOrder, "labels", "state", "claim")
 	// ixCreated: ListCards with no filter.
 	ixCreated = sortedBy("created_id", creationOrder)
 	// ixStateCreated: ListCards by state.
@@ -74,7 +78,7 @@ var (
 // depends_on) are no longer created and never dropped: an older agent of
 // the same fleet may still be sending the queries they served.
 var cardIndexes = []index{
-	ixQueue, ixCreated, ixStateCreated, ixClaim, ixDependents,
+	ixQueue, ixLabelQueue, ixCreated, ixStateCreated, ixClaim, ixDependents,
 	ixLease, ixUnleasedClaims, ixUnleasedRunning, ixRun, ixRuns,
 }
 
@@ -162,6 +166,13 @@ var fleetQueries = []fleetQuery{
 		Shapes: []string{"state $in, claim $in", "state $in, claim $in, run.status $nin"},
 		Sort:   creationOrder, Index: ixQueue.name, Alt: []string{ixStateCreated.name},
 		Why: "points on state (the pool states) and claim (free: \"\" or none), then the sort keys: the free pool cards, one ordered scan per point merged, the first 8 read; the planner may take the pool states' cards in order instead, passing over the claimed ones",
+	},
+	{
+		Verbs: "ClaimNext, Start (Next) routed by labels", Coll: collCards, Cmd: "find",
+		Shapes: []string{"labels =, state $in, claim $in", "labels $all, state $in, claim $in",
+			"labels =, state $in, claim $in, run.status $nin", "labels $all, state $in, claim $in, run.status $nin"},
+		Sort: creationOrder, Index: ixLabelQueue.name, Alt: []string{ixQueue.name, ixStateCreated.name},
+		Why: "a point on one label (of $all, the planner bounds one and checks the rest), then points on state and claim and the sort keys: the free pool cards carrying the label, in order; the planner may take the unrouted queue instead when the label is common",
 	},
 	{
 		Verbs: "ListExpiredClaimCandidates (lease arm; $and: a reaper's share)", Coll: collCards, Cmd: "find",

@@ -51,6 +51,7 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 		{Key: fieldRun + ".status", Value: bson.D{{Key: "$nin", Value: bson.A{
 			string(board.RunPausedOperator), string(board.RunPausedWaitingHuman)}}}},
 	}
+	filter = routed(filter, r.Labels)
 	for round := 0; round < maxAttempts; round++ {
 		cands, err := s.findCards(ctx, filter, options.Find().SetSort(creationOrder).SetLimit(8))
 		if err != nil {
@@ -65,7 +66,7 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 			switch {
 			case wrote:
 				return st, nil
-			case errors.Is(err, errNotPool), errors.Is(err, errParked), errors.As(err, &ce):
+			case errors.Is(err, errNotPool), errors.Is(err, errParked), errors.Is(err, errUnrouted), errors.As(err, &ce):
 				continue // taken or moved in between: the next candidate
 			case err != nil:
 				return board.Started{}, err
@@ -103,6 +104,10 @@ func (s *Store) answerStart(ctx context.Context, id string, r board.StartRequest
 // errNotPool: a Next candidate left the pool before it was started.
 var errNotPool = errors.New("not in a pool state")
 
+// errUnrouted: a Next candidate no longer carries every label the request
+// routes by (DESIGN.md#label-routing); it is passed over.
+var errUnrouted = errors.New("not carrying the labels asked for")
+
 // errParked: a Next candidate's recorded run is paused
 // (board.StartRunRefusal); it is passed over, as a held card is.
 var errParked = errors.New("its run is paused")
@@ -128,6 +133,9 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest, fr
 		// only a Start by id is refused a sink (DESIGN.md#start-next).
 		if r.Next && !brd.IsPool(c.State) {
 			return nil, errNotPool
+		}
+		if r.Next && !c.CarriesLabels(r.Labels) {
+			return nil, errUnrouted
 		}
 		if err := brd.StartRefusal(c.Card); err != nil {
 			return nil, err
@@ -196,6 +204,11 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest, fr
 		// not: an operator's move in between (to a sink, say) was not
 		// judged by StartRefusal.
 		asRead := &change{cond: bson.D{same(c.raw, "state")}}
+		if len(r.Labels) > 0 {
+			// So are its labels when they routed the pick: an operator's
+			// edit in between is not missed.
+			asRead.cond = append(asRead.cond, same(c.raw, "labels"))
+		}
 		return merge(asRead, acq, runCh, pointAtChange(c, clk, out.Run.ID, tok), move), nil
 	})
 	if err != nil || !wrote {
