@@ -289,6 +289,7 @@ pass reads it once).`)
 		reaps[a] = r
 	}
 	idleReap := verb("idle reaper pass (nothing expired), per agent per pass (mean)", false)
+	reapOutcomes := map[int]map[string]int{} // the last repeat's
 
 	cs, err := openCounted(ctx, uri, sz.dbPrefix+"_verbs")
 	if err != nil {
@@ -455,12 +456,21 @@ pass reads it once).`)
 				return fmt.Errorf("%d reapers: %w", a, err)
 			}
 			reaps[a].record(f)
+			reapOutcomes[a] = f.outcomes
 			idle.add(f.idle)
 			idlePasses += a
 		}
 		if idlePasses > 0 {
 			idleReap.record(idle, float64(idlePasses))
 		}
+	}
+
+	for _, a := range sz.reapAgents {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(reapOutcomes[a])) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, reapOutcomes[a][k]))
+		}
+		sec.notef("Outcomes of the last repeat's reaper passes, %s side by side (outcome/action): %s.", plural(a, "agent"), strings.Join(parts, ", "))
 	}
 
 	// The fleet's budgets (DESIGN.md#event-log).

@@ -33,6 +33,8 @@ type reapFleet struct {
 	// counts twice), lost the transfers another reaper won, decided the
 	// cards a pass acted on.
 	examined, lost, decided int
+	// outcomes counts the passes' outcome/action pairs.
+	outcomes map[string]int
 }
 
 // record adds f's figures to its rows.
@@ -46,13 +48,6 @@ func (r reapRows) record(f reapFleet) {
 	r.perDecided.vals = append(r.perDecided.vals, float64(f.passes.commands)/float64(f.decided))
 }
 
-// reapExpiredMix is the population of the dead host's claims: a quarter
-// with no run (released), a quarter whose run finished (filed to done), a
-// quarter whose run failed (filed to failed), a quarter whose run still
-// says running at a checkpoint, proven orphaned by lease + grace (parked
-// again for another worker).
-var reapExpiredMix = []board.RunStatus{"", board.RunFinished, board.RunFailed, board.RunRunning}
-
 // fleetReapers opens agents stores on db, each with its own client and
 // its own fleet reaper (gate on, the defaults otherwise), and has each
 // reaper pass once over nothing (which records it among the live
@@ -60,7 +55,7 @@ var reapExpiredMix = []board.RunStatus{"", board.RunFinished, board.RunFailed, b
 // once expired claims of a dead worker on another host lie on the board,
 // once more, all agents at once (counted).
 func fleetReapers(ctx context.Context, uri, db string, agents, expired int) (reapFleet, error) {
-	out := reapFleet{agents: agents, expired: expired}
+	out := reapFleet{agents: agents, expired: expired, outcomes: map[string]int{}}
 	stores := make([]*countedStore, agents)
 	defer func() {
 		for _, s := range stores {
@@ -119,7 +114,7 @@ func fleetReapers(ctx context.Context, uri, db string, agents, expired int) (rea
 		out.idle.add(t)
 	}
 
-	// The dead worker's claims.
+	// The dead worker's claims, of reaperMix's population (section 3).
 	st := stores[0].st
 	dead := board.WorkerMarker("elsewhere", 4242)
 	ids := make([]string, expired)
@@ -132,7 +127,7 @@ func fleetReapers(ctx context.Context, uri, db string, agents, expired int) (rea
 		if err != nil {
 			return out, fmt.Errorf("claim %s: %w", ids[i], err)
 		}
-		status := reapExpiredMix[i%len(reapExpiredMix)]
+		status := reaperMix[i%len(reaperMix)]
 		if status == "" {
 			continue
 		}
@@ -170,6 +165,7 @@ func fleetReapers(ctx context.Context, uri, db string, agents, expired int) (rea
 			}
 			for _, cr := range res.Cards {
 				out.examined++
+				out.outcomes[string(cr.Outcome)+"/"+string(cr.Decision.Action)]++
 				switch {
 				case cr.Err != nil:
 					if first == nil {
