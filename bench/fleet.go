@@ -151,11 +151,16 @@ type fleetSizes struct {
 	renewN   []int // holds per heartbeat tick
 	agents   []int // stores working side by side
 	perAgent int   // lifecycles each agent lives per measurement
-	dbPrefix string
+	// reapAgents are the fleets of reapers side by side, expired the dead
+	// host's expired claims they share.
+	reapAgents []int
+	expired    int
+	dbPrefix   string
 }
 
 func fleetSizesFor(cfg config) fleetSizes {
 	s := fleetSizes{repeat: cfg.repeat, renewN: []int{1, mongostore.RenewChunk, 100}, agents: []int{1, 4, 16}, perAgent: 4,
+		reapAgents: []int{1, 4, 16}, expired: 48,
 		dbPrefix: fmt.Sprintf("fleet%d", os.Getpid())}
 	return s
 }
@@ -213,7 +218,24 @@ precondition a reaper meets once the lease has passed. The side-by-side rows run
 client, on one database, all at once: a figure above the one-agent one is what contention costs
 (compare-and-set retries). A lifecycle's last events wait in its card's outbox for the compactor,
 whose pass (a query and two writes per page of up to 256 cards, plus its scan for outboxes an older
-version left) is counted in the lifecycle rows, amortized over them.`)
+version left) is counted in the lifecycle rows, amortized over them.
+
+The reaper rows run the fleet's reapers as its agents do (DESIGN.md#reaper-shares): 1, 4 and 16
+agents on one database, each with its own store and client and its own watchdog.Reaper (the fleet's
+dispositions, the gate on, the defaults otherwise, the board read from a cache as the agent's is),
+each recorded among the live reapers by a first pass over nothing. Then a dead worker on another
+host leaves its claims expired (a quarter with no run, a quarter with a finished run, a quarter with
+a failed run, a quarter whose run still says running at a checkpoint; a write of the bench's own
+ages them, as the twin has no verb that moves the server's clock), and every agent passes once, all
+at once. Per agent per pass: the commands it sent (every one, the clock readings included) and the
+cards its pass examined. For the fleet: examinations per expired card (every pass's cards over the
+expired ones: 1 when the reapers share the work, one per agent when each lists every card),
+transfers lost (a pass's skip of a card another reaper transferred first) and commands per card
+decided (every pass's commands over the expired cards, each decided once). The idle reaper pass is
+a pass over nothing once every reaper is recorded, averaged over the agents of all three fleets: the
+reaper's record written, the records read, one query per arm of the listing; its reading of the
+server's clock is left out as in the verb rows (in the agent, whose passes are a minute apart, each
+pass reads it once).`)
 	verb := func(name string, stmts bool) fleetRows {
 		r := fleetRows{
 			commands:   sec.add(name+": commands", "commands", nil),
@@ -250,6 +272,24 @@ version left) is counted in the lifecycle rows, amortized over them.`)
 		}
 		together[a] = r
 	}
+	reaps := map[int]reapRows{}
+	var perDecidedAnchor *row
+	for _, a := range sz.reapAgents {
+		name := fmt.Sprintf("reaper pass over a dead host's %d expired claims, %s side by side", sz.expired, plural(a, "agent"))
+		r := reapRows{
+			commands:   sec.add(name+", per agent per pass (mean): commands", "commands", nil),
+			examined:   sec.add(name+", per agent per pass (mean): cards examined", "cards", nil),
+			perCard:    sec.add(name+": examinations per expired card", "examinations", nil),
+			lost:       sec.add(name+": transfers lost", "transfers", nil),
+			perDecided: sec.add(name+": commands per card decided", "commands", perDecidedAnchor),
+		}
+		if perDecidedAnchor == nil {
+			perDecidedAnchor = r.perDecided
+		}
+		reaps[a] = r
+	}
+	idleReap := verb("idle reaper pass (nothing expired), per agent per pass (mean)", false)
+	reapOutcomes := map[int]map[string]int{} // the last repeat's
 
 	cs, err := openCounted(ctx, uri, sz.dbPrefix+"_verbs")
 	if err != nil {
@@ -406,6 +446,31 @@ version left) is counted in the lifecycle rows, amortized over them.`)
 			}
 			together[a].record(t, float64(n))
 		}
+
+		// The fleet's reapers, side by side.
+		var idle tally
+		idlePasses := 0
+		for _, a := range sz.reapAgents {
+			f, err := fleetReapers(ctx, uri, fmt.Sprintf("%s_r%d_reap%d", sz.dbPrefix, rp, a), a, sz.expired)
+			if err != nil {
+				return fmt.Errorf("%d reapers: %w", a, err)
+			}
+			reaps[a].record(f)
+			reapOutcomes[a] = f.outcomes
+			idle.add(f.idle)
+			idlePasses += a
+		}
+		if idlePasses > 0 {
+			idleReap.record(idle, float64(idlePasses))
+		}
+	}
+
+	for _, a := range sz.reapAgents {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(reapOutcomes[a])) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, reapOutcomes[a][k]))
+		}
+		sec.notef("Outcomes of the last repeat's reaper passes, %s side by side (outcome/action): %s.", plural(a, "agent"), strings.Join(parts, ", "))
 	}
 
 	// The fleet's budgets (DESIGN.md#event-log).
@@ -422,6 +487,18 @@ version left) is counted in the lifecycle rows, amortized over them.`)
 		m, lo, hi := together[a].commands.ratio()
 		rep.goal("8. fleet", fmt.Sprintf("a lifecycle with %d agents side by side ≤ 1.25× one alone", a),
 			fmt.Sprintf("%s vs %s commands = %s× (%s–%s)", num(together[a].commands.vals.median()), num(alone.vals.median()), num(m), num(lo), num(hi)), m <= 1.25)
+	}
+	// The reapers' sharing (DESIGN.md#reaper-shares): without it every
+	// agent's pass examines every expired card, a agents a examinations.
+	for _, a := range sz.reapAgents {
+		if a == 1 {
+			continue
+		}
+		r := reaps[a]
+		ex := r.perCard.vals.median()
+		rep.goal("8. fleet", fmt.Sprintf("reapers share the work: ≤ 1.25 examinations per expired card with %d agents", a),
+			fmt.Sprintf("%s examinations per card (%s–%s), %s transfers lost, %s commands per card decided", num(ex), num(r.perCard.vals.min()), num(r.perCard.vals.max()),
+				num(r.lost.vals.median()), num(r.perDecided.vals.median())), ex <= 1.25)
 	}
 	return nil
 }
