@@ -129,3 +129,64 @@ func TestReapersShareTheExpiredClaims(t *testing.T) {
 		t.Errorf("a listing with no share = %d cards, %d reapers, %v; want all %d, 0", len(p.Cards), p.Reapers, err, len(all))
 	}
 }
+
+// TestReaperSharesListAClaimWithAForeignShareKey: DESIGN.md#reaper-shares.
+// A claim whose share key a foreign write left as something no share's
+// $mod can match — a string, a negative number, a boolean — is no more
+// known to be anyone's than a claim with no key: it must be in every
+// share, or no reaper ever lists it while more than one is live, and the
+// card is stranded.
+func TestReaperSharesListAClaimWithAForeignShareKey(t *testing.T) {
+	t.Parallel()
+	f := openFleet(t, mongostore.Options{})
+	reapers := []string{"host-a-11", "host-b-22", "host-c-33"}
+	stores := map[string]*mongostore.Store{reapers[0]: f.s}
+	for _, r := range reapers[1:] {
+		stores[r] = openStore(t, mongostore.Options{URI: mongotest.URI(t), Database: f.raw.Name()})
+	}
+	foreign := map[string]any{
+		"key-string":   "12",
+		"key-negative": int64(-7),
+		"key-int32neg": int32(-2147483000),
+		"key-bool":     true,
+		"key-object":   bson.D{{Key: "k", Value: 1}},
+		"key-half":     5.5,
+		"key-huge":     float64(1 << 62),
+	}
+	for id, v := range foreign {
+		f.create(id, board.StateInProgress)
+		if err := f.s.ExpireClaimOwned(f.ctx, id, f.claim(id, workerA)); err != nil {
+			t.Fatal(err)
+		}
+		f.foreign(id, bson.D{{Key: "$set", Value: bson.D{{Key: "claim_share_key", Value: v}}}})
+	}
+	// Every reaper records itself first, so each listing below is shared
+	// three ways.
+	list := func(r string) board.ExpiredPage {
+		t.Helper()
+		p, err := stores[r].ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: f.serverNow(),
+			Share: &board.ReaperShare{Reaper: r, Interval: time.Minute}})
+		if err != nil {
+			t.Fatalf("%s lists its share: %v", r, err)
+		}
+		return p
+	}
+	for _, r := range reapers {
+		list(r)
+	}
+	seen := map[string]int{}
+	for _, r := range reapers {
+		p := list(r)
+		if p.Reapers != len(reapers) {
+			t.Fatalf("%s: %d reapers share the listing, want %d", r, p.Reapers, len(reapers))
+		}
+		for _, c := range p.Cards {
+			seen[c.ID]++
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(foreign)) {
+		if seen[id] == 0 {
+			t.Errorf("claim %s (share key %v written by a foreign program) is in no reaper's share: stranded", id, foreign[id])
+		}
+	}
+}
