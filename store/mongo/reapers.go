@@ -23,7 +23,8 @@ import (
 // share key (a hash of the card id, written by the claim itself), so the
 // split is even however the claims bunch in time, and needs no index or
 // migration. A claim with no key (taken by an older release, or a foreign
-// write dropped it) is listed to every reaper.
+// write dropped it), or one a foreign write made unplaceable, is listed to
+// every reaper.
 //
 // The split is an economy, never a safety rule: two reapers that disagree
 // on who is live list some claims twice (the transfer's compare-and-set
@@ -93,9 +94,20 @@ func (s *Store) reaperShare(ctx context.Context, sh *board.ReaperShare) (share, 
 	r := slices.Index(live, sh.Reaper)
 	return share{n: n, r: r, cond: bson.D{{Key: "$and", Value: bson.A{bson.D{{Key: "$or", Value: bson.A{
 		bson.D{{Key: fieldShareKey, Value: bson.D{{Key: "$mod", Value: bson.A{int64(n), int64(r)}}}}},
-		bson.D{{Key: fieldShareKey, Value: nil}},
+		unknownShareKey,
 	}}}}}}}, nil
 }
+
+// unknownShareKey matches a claim whose share key no share's $mod can
+// place: missing or null (an older release took it, or a foreign write
+// dropped it), or anything a foreign write left that is not a number in
+// board.ShareKey's range — a string, a boolean, a negative number, whose
+// remainder is never a share's. Such a claim is in every share: excluded
+// from all of them, it would never be listed while more than one reaper
+// is live.
+var unknownShareKey = bson.D{{Key: fieldShareKey, Value: bson.D{{Key: "$not", Value: bson.D{
+	{Key: "$gte", Value: int64(0)}, {Key: "$lt", Value: int64(1) << 32},
+}}}}}
 
 // liveReapers splits the reapers' documents, sorted by marker, into the
 // live ones at now (self always among them: it has just written its own)
