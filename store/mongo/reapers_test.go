@@ -190,3 +190,36 @@ func TestReaperSharesListAClaimWithAForeignShareKey(t *testing.T) {
 		}
 	}
 }
+
+// TestReaperSharesSurviveAForeignReaperRecord: DESIGN.md#reaper-shares.
+// The reapers collection is read whole by every reaper's every pass, so a
+// document there that is not a reaper's record — an operator's insert with
+// a generated _id, an until that is not a date — must not fail the
+// listing: it would stop every reaper of the fleet at once, for as long as
+// the document stays. Such a document is no live reaper.
+func TestReaperSharesSurviveAForeignReaperRecord(t *testing.T) {
+	t.Parallel()
+	f := openFleet(t, mongostore.Options{})
+	for i := range 6 {
+		id := fmt.Sprintf("exp%02d", i)
+		f.create(id, board.StateInProgress)
+		if err := f.s.ExpireClaimOwned(f.ctx, id, f.claim(id, workerA)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := f.serverNow()
+	if _, err := f.raw.Collection("reapers").InsertMany(f.ctx, []any{
+		bson.D{{Key: "_id", Value: bson.NewObjectID()}, {Key: "until", Value: now.Add(time.Hour)}},
+		bson.D{{Key: "_id", Value: "host-x-77"}, {Key: "until", Value: "tomorrow"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.s.ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: f.serverNow(),
+		Share: &board.ReaperShare{Reaper: "host-a-11", Interval: time.Minute}})
+	if err != nil {
+		t.Fatalf("a foreign document in the reapers collection fails the listing: %v", err)
+	}
+	if len(p.Cards) != 6 || p.Reapers > 1 {
+		t.Errorf("the only live reaper lists %d of 6 expired claims, shared by %d reapers; want all, alone", len(p.Cards), p.Reapers)
+	}
+}
