@@ -74,11 +74,11 @@ func (s *Store) reaperShare(ctx context.Context, sh *board.ReaperShare) (share, 
 	if err != nil {
 		return share{}, fmt.Errorf("mongostore: list reapers: %w", err)
 	}
-	var docs []reaperDoc
-	if err := cur.All(ctx, &docs); err != nil {
+	var raws []bson.Raw
+	if err := cur.All(ctx, &raws); err != nil {
 		return share{}, fmt.Errorf("mongostore: list reapers: %w", err)
 	}
-	live, gone := liveReapers(docs, sh.Reaper, now)
+	live, gone := liveReapers(reaperDocs(raws), sh.Reaper, now)
 	if len(gone) > 0 {
 		// Best effort: a document left behind is only read, and the
 		// next reaper to read it tries again.
@@ -108,6 +108,26 @@ func (s *Store) reaperShare(ctx context.Context, sh *board.ReaperShare) (share, 
 var unknownShareKey = bson.D{{Key: fieldShareKey, Value: bson.D{{Key: "$not", Value: bson.D{
 	{Key: "$gte", Value: int64(0)}, {Key: "$lt", Value: int64(1) << 32},
 }}}}}
+
+// reaperDocs decodes the reapers' records, passing over any document that
+// is not one (no string _id, or an until that is not a date): a foreign
+// write there must not fail every reaper's listing, and a document no
+// reaper wrote is no live reaper.
+func reaperDocs(raws []bson.Raw) []reaperDoc {
+	docs := make([]reaperDoc, 0, len(raws))
+	for _, raw := range raws {
+		id, ok := raw.Lookup("_id").StringValueOK()
+		if !ok {
+			continue
+		}
+		ms, ok := raw.Lookup("until").DateTimeOK()
+		if !ok {
+			continue
+		}
+		docs = append(docs, reaperDoc{ID: id, Until: time.UnixMilli(ms).UTC()})
+	}
+	return docs
+}
 
 // liveReapers splits the reapers' documents, sorted by marker, into the
 // live ones at now (self always among them: it has just written its own)
