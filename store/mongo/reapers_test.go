@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/board/boardtest"
 	"github.com/leasekeeper/leasekeeper/internal/mongotest"
 	mongostore "github.com/leasekeeper/leasekeeper/store/mongo"
 )
@@ -221,5 +222,60 @@ func TestReaperSharesSurviveAForeignReaperRecord(t *testing.T) {
 	}
 	if len(p.Cards) != 6 || p.Reapers > 1 {
 		t.Errorf("the only live reaper lists %d of 6 expired claims, shared by %d reapers; want all, alone", len(p.Cards), p.Reapers)
+	}
+}
+
+// TestReaperSharesOutliveNoForwardStep: DESIGN.md#reaper-shares and
+// DESIGN.md#clock-steps. A reaper's record is live until the server's time
+// it was written at plus 1.5 intervals. If the server's clock ran ahead
+// when a reaper last wrote it (a forward step, later put right), a reaper
+// that died then would look live until the wrong clock's time came round
+// again — a year, for a clock a year ahead — and its share would be listed
+// to nobody all that while. A record written further ahead of the present
+// than its own interval allows is no live reaper: a reaper that died must
+// still hand its share over within 1.5 intervals of its last pass.
+func TestReaperSharesOutliveNoForwardStep(t *testing.T) {
+	t.Parallel()
+	f := openFleet(t, mongostore.Options{})
+	clock := boardtest.NewManualClock(f.serverNow())
+	uri := mongotest.ClockProxy(t, clock)
+	open := func() *mongostore.Store {
+		return openStore(t, mongostore.Options{URI: uri, Database: f.raw.Name(), Clock: clock})
+	}
+	a, b := open(), open()
+	var all []string
+	for i := range 12 {
+		id := fmt.Sprintf("exp%02d", i)
+		f.create(id, board.StateInProgress)
+		if err := f.s.ExpireClaimOwned(f.ctx, id, f.claim(id, workerA)); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, id)
+	}
+	list := func(s *mongostore.Store, r string) board.ExpiredPage {
+		t.Helper()
+		p, err := s.ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: clock.Now(),
+			Share: &board.ReaperShare{Reaper: r, Interval: time.Minute}})
+		if err != nil {
+			t.Fatalf("%s lists its share: %v", r, err)
+		}
+		return p
+	}
+	list(a, "host-a-11")
+	list(b, "host-b-22")
+	// The server's clock steps a year ahead; both reapers pass by it.
+	// Then host-b dies, and the clock is put right.
+	t0 := clock.Now()
+	clock.Set(t0.Add(365 * 24 * time.Hour))
+	list(a, "host-a-11")
+	list(b, "host-b-22")
+	clock.Set(t0.Add(time.Minute))
+	list(a, "host-a-11")
+	// Past 1.5 intervals after host-b's last pass, host-a is alone.
+	clock.Set(t0.Add(time.Minute + 2*time.Minute))
+	p := list(a, "host-a-11")
+	if p.Reapers > 1 || len(p.Cards) != len(all) {
+		t.Errorf("two minutes after the last pass of a reaper that died, the survivor lists %d of %d expired claims shared by %d reapers; want all, alone",
+			len(p.Cards), len(all), p.Reapers)
 	}
 }
