@@ -15,9 +15,10 @@ import (
 // The fleet's reapers share the expired claims (DESIGN.md#reaper-shares).
 //
 // Each reaper that lists with a board.ReaperShare writes its own document
-// in the reapers collection, {_id: marker, until}, until being the server's
-// time plus one and a half of its intervals, and reads the whole
-// collection: one small document per agent of the fleet. The live reapers,
+// in the reapers collection, {_id: marker, since, until}, since being the
+// server's time and until that plus one and a half of its intervals, and
+// reads the whole collection: one small document per agent of the fleet.
+// The live reapers,
 // sorted by marker, are numbered 0..n-1, and reaper r lists the expired
 // claims whose share key is r modulo n. Every claim carries its card's
 // share key (a hash of the card id, written by the claim itself), so the
@@ -40,8 +41,23 @@ const reaperForget = time.Hour
 const fieldShareKey = "claim_share_key"
 
 type reaperDoc struct {
-	ID    string    `bson:"_id"`
-	Until time.Time `bson:"until"`
+	ID    string
+	Until time.Time
+	// Since is the server's time the record was written at (zero in a
+	// record that does not carry it: judged by its until alone).
+	Since time.Time
+}
+
+// live reports whether the record names a live reaper at now: its until
+// is still ahead, and it was not written further ahead of now than half
+// its own interval — a record from later than that was written by a
+// server clock that ran ahead and has been put right since, and its until
+// says nothing about when its reaper last passed.
+func (d reaperDoc) live(now time.Time) bool {
+	if !d.Until.After(now) {
+		return false
+	}
+	return d.Since.IsZero() || !d.Since.After(now.Add(d.Until.Sub(d.Since)/3))
 }
 
 // share is one reaper's share of a listing: the condition that selects
@@ -66,7 +82,7 @@ func (s *Store) reaperShare(ctx context.Context, sh *board.ReaperShare) (share, 
 	until := now.Add(sh.Interval + sh.Interval/2)
 	s.noteReaper(sh.Reaper)
 	if _, err := s.reapers.UpdateOne(ctx, bson.D{{Key: "_id", Value: sh.Reaper}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "until", Value: until}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "until", Value: until}, {Key: "since", Value: now}}}},
 		options.UpdateOne().SetUpsert(true)); err != nil {
 		return share{}, fmt.Errorf("mongostore: record reaper %s: %w", sh.Reaper, err)
 	}
@@ -124,7 +140,11 @@ func reaperDocs(raws []bson.Raw) []reaperDoc {
 		if !ok {
 			continue
 		}
-		docs = append(docs, reaperDoc{ID: id, Until: time.UnixMilli(ms).UTC()})
+		d := reaperDoc{ID: id, Until: time.UnixMilli(ms).UTC()}
+		if ms, ok := raw.Lookup("since").DateTimeOK(); ok {
+			d.Since = time.UnixMilli(ms).UTC()
+		}
+		docs = append(docs, d)
 	}
 	return docs
 }
@@ -135,7 +155,7 @@ func reaperDocs(raws []bson.Raw) []reaperDoc {
 func liveReapers(docs []reaperDoc, self string, now time.Time) (live, gone []string) {
 	for _, d := range docs {
 		switch {
-		case d.ID == self || d.Until.After(now):
+		case d.ID == self || d.live(now):
 			live = append(live, d.ID)
 		case now.Sub(d.Until) > reaperForget:
 			gone = append(gone, d.ID)
