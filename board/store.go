@@ -185,7 +185,7 @@ type ExpiredPage struct {
 	// included; 0 when the query asked for no share or the store lists
 	// everything to every reaper. With more than one, the page holds the
 	// claims whose ShareKey is ShareIndex modulo Reapers, and the claims
-	// that carry no share key.
+	// that carry no share key (or one no share can place).
 	Reapers    int `json:"reapers,omitempty"`
 	ShareIndex int `json:"share_index,omitempty"`
 }

@@ -464,14 +464,22 @@ func (p *pass) holderGone(ctx context.Context, c board.Card) bool {
 // this reaper's share (on a store several agents reap, the others list the
 // rest: DESIGN.md#reaper-shares), resuming where the previous pass stopped
 // and starting over once the listing ran out; it also returns how many
-// reapers shared the listing and which share was this one's. A dry run
+// reapers shared the listing and which share was this one's. A pass that
+// does not trust the store's clock yet takes no share: it lists every
+// reaper's, deciding only the cards whose holder is provably gone. A dry run
 // walks the whole listing from the start, every reaper's share, and leaves
 // the cursor alone.
 func (p *pass) listExpired(ctx context.Context) ([]board.Card, board.ExpiredPage, error) {
 	st := p.r.cfg.Store
 	if !p.dryRun {
-		page, err := st.ListExpiredClaimCandidates(ctx, board.ExpiredQuery{Cutoff: p.now, Limit: p.r.cfg.Batch, After: p.r.cursor,
-			Share: &board.ReaperShare{Reaper: p.r.cfg.Marker, Interval: p.r.cfg.Interval}})
+		q := board.ExpiredQuery{Cutoff: p.now, Limit: p.r.cfg.Batch, After: p.r.cursor}
+		if !p.unsteady {
+			// A reaper that does not trust the store's clock decides only
+			// pid-proven cards: it takes no share, or nobody would decide
+			// the rest of it while it waits (DESIGN.md#reaper-shares).
+			q.Share = &board.ReaperShare{Reaper: p.r.cfg.Marker, Interval: p.r.cfg.Interval}
+		}
+		page, err := st.ListExpiredClaimCandidates(ctx, q)
 		if err != nil {
 			p.r.cursor = "" // a position the store no longer reads must not wedge the reaper
 			return nil, board.ExpiredPage{}, err

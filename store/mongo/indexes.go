@@ -179,7 +179,7 @@ var fleetQueries = []fleetQuery{
 		Shapes: []string{"claim $gt, claim_lease_until $lte", "claim $gt, claim_lease_until $lte, $or",
 			"claim $gt, claim_lease_until $lte, $and", "claim $gt, claim_lease_until $lte, $or, $and"},
 		Sort: leaseOrder, Index: ixLease.name,
-		Why: "a range of ended leases, in the sort's order: the expired claims only; a share's epoch condition is checked on those",
+		Why: "a range of ended leases, in the sort's order: the expired claims only; a share's share-key condition is checked on those, so a page of a share among n reapers reads about n pages of the range",
 	},
 	{
 		Verbs: "ListExpiredClaimCandidates (un-leased arm; $and: a reaper's share)", Coll: collCards, Cmd: "find",

@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/board/boardtest"
 	"github.com/leasekeeper/leasekeeper/internal/mongotest"
 	mongostore "github.com/leasekeeper/leasekeeper/store/mongo"
 )
@@ -127,5 +128,154 @@ func TestReapersShareTheExpiredClaims(t *testing.T) {
 	p, err := f.s.ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: f.serverNow()})
 	if err != nil || len(p.Cards) != len(all) || p.Reapers != 0 {
 		t.Errorf("a listing with no share = %d cards, %d reapers, %v; want all %d, 0", len(p.Cards), p.Reapers, err, len(all))
+	}
+}
+
+// TestReaperSharesListAClaimWithAForeignShareKey: DESIGN.md#reaper-shares.
+// A claim whose share key a foreign write left as something no share's
+// $mod can match — a string, a negative number, a boolean — is no more
+// known to be anyone's than a claim with no key: it must be in every
+// share, or no reaper ever lists it while more than one is live, and the
+// card is stranded.
+func TestReaperSharesListAClaimWithAForeignShareKey(t *testing.T) {
+	t.Parallel()
+	f := openFleet(t, mongostore.Options{})
+	reapers := []string{"host-a-11", "host-b-22", "host-c-33"}
+	stores := map[string]*mongostore.Store{reapers[0]: f.s}
+	for _, r := range reapers[1:] {
+		stores[r] = openStore(t, mongostore.Options{URI: mongotest.URI(t), Database: f.raw.Name()})
+	}
+	foreign := map[string]any{
+		"key-string":   "12",
+		"key-negative": int64(-7),
+		"key-int32neg": int32(-2147483000),
+		"key-bool":     true,
+		"key-object":   bson.D{{Key: "k", Value: 1}},
+		"key-half":     5.5,
+		"key-huge":     float64(1 << 62),
+	}
+	for id, v := range foreign {
+		f.create(id, board.StateInProgress)
+		if err := f.s.ExpireClaimOwned(f.ctx, id, f.claim(id, workerA)); err != nil {
+			t.Fatal(err)
+		}
+		f.foreign(id, bson.D{{Key: "$set", Value: bson.D{{Key: "claim_share_key", Value: v}}}})
+	}
+	// Every reaper records itself first, so each listing below is shared
+	// three ways.
+	list := func(r string) board.ExpiredPage {
+		t.Helper()
+		p, err := stores[r].ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: f.serverNow(),
+			Share: &board.ReaperShare{Reaper: r, Interval: time.Minute}})
+		if err != nil {
+			t.Fatalf("%s lists its share: %v", r, err)
+		}
+		return p
+	}
+	for _, r := range reapers {
+		list(r)
+	}
+	seen := map[string]int{}
+	for _, r := range reapers {
+		p := list(r)
+		if p.Reapers != len(reapers) {
+			t.Fatalf("%s: %d reapers share the listing, want %d", r, p.Reapers, len(reapers))
+		}
+		for _, c := range p.Cards {
+			seen[c.ID]++
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(foreign)) {
+		if seen[id] == 0 {
+			t.Errorf("claim %s (share key %v written by a foreign program) is in no reaper's share: stranded", id, foreign[id])
+		}
+	}
+}
+
+// TestReaperSharesSurviveAForeignReaperRecord: DESIGN.md#reaper-shares.
+// The reapers collection is read whole by every reaper's every pass, so a
+// document there that is not a reaper's record — an operator's insert with
+// a generated _id, an until that is not a date — must not fail the
+// listing: it would stop every reaper of the fleet at once, for as long as
+// the document stays. Such a document is no live reaper.
+func TestReaperSharesSurviveAForeignReaperRecord(t *testing.T) {
+	t.Parallel()
+	f := openFleet(t, mongostore.Options{})
+	for i := range 6 {
+		id := fmt.Sprintf("exp%02d", i)
+		f.create(id, board.StateInProgress)
+		if err := f.s.ExpireClaimOwned(f.ctx, id, f.claim(id, workerA)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := f.serverNow()
+	if _, err := f.raw.Collection("reapers").InsertMany(f.ctx, []any{
+		bson.D{{Key: "_id", Value: bson.NewObjectID()}, {Key: "until", Value: now.Add(time.Hour)}},
+		bson.D{{Key: "_id", Value: "host-x-77"}, {Key: "until", Value: "tomorrow"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.s.ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: f.serverNow(),
+		Share: &board.ReaperShare{Reaper: "host-a-11", Interval: time.Minute}})
+	if err != nil {
+		t.Fatalf("a foreign document in the reapers collection fails the listing: %v", err)
+	}
+	if len(p.Cards) != 6 || p.Reapers > 1 {
+		t.Errorf("the only live reaper lists %d of 6 expired claims, shared by %d reapers; want all, alone", len(p.Cards), p.Reapers)
+	}
+}
+
+// TestReaperSharesOutliveNoForwardStep: DESIGN.md#reaper-shares and
+// DESIGN.md#clock-steps. A reaper's record is live until the server's time
+// it was written at plus 1.5 intervals. If the server's clock ran ahead
+// when a reaper last wrote it (a forward step, later put right), a reaper
+// that died then would look live until the wrong clock's time came round
+// again — a year, for a clock a year ahead — and its share would be listed
+// to nobody all that while. A record written further ahead of the present
+// than its own interval allows is no live reaper: a reaper that died must
+// still hand its share over within 1.5 intervals of its last pass.
+func TestReaperSharesOutliveNoForwardStep(t *testing.T) {
+	t.Parallel()
+	f := openFleet(t, mongostore.Options{})
+	clock := boardtest.NewManualClock(f.serverNow())
+	uri := mongotest.ClockProxy(t, clock)
+	open := func() *mongostore.Store {
+		return openStore(t, mongostore.Options{URI: uri, Database: f.raw.Name(), Clock: clock})
+	}
+	a, b := open(), open()
+	var all []string
+	for i := range 12 {
+		id := fmt.Sprintf("exp%02d", i)
+		f.create(id, board.StateInProgress)
+		if err := f.s.ExpireClaimOwned(f.ctx, id, f.claim(id, workerA)); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, id)
+	}
+	list := func(s *mongostore.Store, r string) board.ExpiredPage {
+		t.Helper()
+		p, err := s.ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: clock.Now(),
+			Share: &board.ReaperShare{Reaper: r, Interval: time.Minute}})
+		if err != nil {
+			t.Fatalf("%s lists its share: %v", r, err)
+		}
+		return p
+	}
+	list(a, "host-a-11")
+	list(b, "host-b-22")
+	// The server's clock steps a year ahead; both reapers pass by it.
+	// Then host-b dies, and the clock is put right.
+	t0 := clock.Now()
+	clock.Set(t0.Add(365 * 24 * time.Hour))
+	list(a, "host-a-11")
+	list(b, "host-b-22")
+	clock.Set(t0.Add(time.Minute))
+	list(a, "host-a-11")
+	// Past 1.5 intervals after host-b's last pass, host-a is alone.
+	clock.Set(t0.Add(time.Minute + 2*time.Minute))
+	p := list(a, "host-a-11")
+	if p.Reapers > 1 || len(p.Cards) != len(all) {
+		t.Errorf("two minutes after the last pass of a reaper that died, the survivor lists %d of %d expired claims shared by %d reapers; want all, alone",
+			len(p.Cards), len(all), p.Reapers)
 	}
 }
