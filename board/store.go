@@ -188,6 +188,11 @@ type ExpiredPage struct {
 	// that carry no share key (or one no share can place).
 	Reapers    int `json:"reapers,omitempty"`
 	ShareIndex int `json:"share_index,omitempty"`
+	// ShareError, when set, says why a share was asked for and the page
+	// lists every reaper's claims instead: the store could not record or
+	// read the reapers. The listing is whole, so nothing waits for a share
+	// nobody examines; the reaper reports the cause.
+	ShareError string `json:"share_error,omitempty"`
 }
 
 // ExpiredRelease is the fenced release of an abandoned claim: ONE CAS whose

@@ -290,7 +290,7 @@ func (s *verbs) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQ
 	if err != nil {
 		return board.ExpiredPage{}, err
 	}
-	page := board.ExpiredPage{Next: r.GetNext(), Reapers: int(r.GetReapers()), ShareIndex: int(r.GetShareIndex())}
+	page := board.ExpiredPage{Next: r.GetNext(), Reapers: int(r.GetReapers()), ShareIndex: int(r.GetShareIndex()), ShareError: r.GetShareError()}
 	for _, c := range r.GetCards() {
 		page.Cards = append(page.Cards, cardFromPB(c))
 	}

@@ -235,7 +235,7 @@ func (s *server) ListExpiredClaimCandidates(ctx context.Context, r *storepb.List
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	out := &storepb.ExpiredPageReply{Next: page.Next, Reapers: int64(page.Reapers), ShareIndex: int64(page.ShareIndex), Cards: make([]*storepb.Card, 0, len(page.Cards))}
+	out := &storepb.ExpiredPageReply{Next: page.Next, Reapers: int64(page.Reapers), ShareIndex: int64(page.ShareIndex), ShareError: page.ShareError, Cards: make([]*storepb.Card, 0, len(page.Cards))}
 	for _, c := range page.Cards {
 		out.Cards = append(out.Cards, cardToPB(c))
 	}

@@ -395,6 +395,10 @@ func (r *Reaper) RunOnce(ctx context.Context, dryRun bool) (PassResult, error) {
 	if res.Enabled || dryRun {
 		listed, page, err := p.listExpired(ctx)
 		res.Reapers, res.ShareIndex = page.Reapers, page.ShareIndex
+		if page.ShareError != "" {
+			r.cfg.Logger.Warn("watchdog: the store could not share the expired claims among the fleet's reapers; this pass lists every share (DESIGN.md#reaper-shares)",
+				"err", page.ShareError)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("list expired claims: %w", err))
 		}

@@ -3836,6 +3836,7 @@ type ExpiredPageReply struct {
 	Next          string                 `protobuf:"bytes,2,opt,name=next,proto3" json:"next,omitempty"`
 	Reapers       int64                  `protobuf:"varint,3,opt,name=reapers,proto3" json:"reapers,omitempty"`
 	ShareIndex    int64                  `protobuf:"varint,4,opt,name=share_index,json=shareIndex,proto3" json:"share_index,omitempty"`
+	ShareError    string                 `protobuf:"bytes,5,opt,name=share_error,json=shareError,proto3" json:"share_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3896,6 +3897,13 @@ func (x *ExpiredPageReply) GetShareIndex() int64 {
 		return x.ShareIndex
 	}
 	return 0
+}
+
+func (x *ExpiredPageReply) GetShareError() string {
+	if x != nil {
+		return x.ShareError
+	}
+	return ""
 }
 
 type ListCutoffRequest struct {
@@ -4437,13 +4445,15 @@ const file_store_proto_rawDesc = "" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x14\n" +
 	"\x05after\x18\x03 \x01(\tR\x05after\x12!\n" +
 	"\fshare_reaper\x18\x04 \x01(\tR\vshareReaper\x12*\n" +
-	"\x11share_interval_ns\x18\x05 \x01(\x03R\x0fshareIntervalNs\"\x93\x01\n" +
+	"\x11share_interval_ns\x18\x05 \x01(\x03R\x0fshareIntervalNs\"\xb4\x01\n" +
 	"\x10ExpiredPageReply\x120\n" +
 	"\x05cards\x18\x01 \x03(\v2\x1a.leasekeeper.store.v1.CardR\x05cards\x12\x12\n" +
 	"\x04next\x18\x02 \x01(\tR\x04next\x12\x18\n" +
 	"\areapers\x18\x03 \x01(\x03R\areapers\x12\x1f\n" +
 	"\vshare_index\x18\x04 \x01(\x03R\n" +
-	"shareIndex\"]\n" +
+	"shareIndex\x12\x1f\n" +
+	"\vshare_error\x18\x05 \x01(\tR\n" +
+	"shareError\"]\n" +
 	"\x11ListCutoffRequest\x122\n" +
 	"\x06cutoff\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\x06cutoff\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\"\xdf\x01\n" +

@@ -573,10 +573,10 @@ func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQ
 	if err != nil {
 		return board.ExpiredPage{}, err
 	}
-	sh, err := s.reaperShare(ctx, q.Share)
-	if err != nil {
-		return board.ExpiredPage{}, err
-	}
+	// A share that cannot be worked out is no reason to list nothing: a
+	// reaper whose record landed but whose read failed would hold a share
+	// it never examines. It lists every share instead.
+	sh, shareErr := s.reaperShare(ctx, q.Share)
 	leasedOpts := options.Find().SetSort(leaseOrder)
 	unleasedOpts := options.Find().SetSort(updateOrder)
 	if q.Limit > 0 {
@@ -608,6 +608,9 @@ func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQ
 		unleased, leased = unleased[:nU], leased[:nL]
 	}
 	page := board.ExpiredPage{Cards: append(unleased, leased...), Reapers: sh.n, ShareIndex: sh.r}
+	if shareErr != nil {
+		page.ShareError = shareErr.Error()
+	}
 	if more {
 		if n := len(leased); n > 0 {
 			pos.Leased = &armPosition{At: leased[n-1].ClaimLeaseUntil, Card: leased[n-1].ID}

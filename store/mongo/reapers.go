@@ -32,6 +32,12 @@ import (
 // lets one of them act) or leave some to the next pass.
 const collReapers = "reapers"
 
+// maxShareHold caps how long a record keeps its reaper live after a pass:
+// a reaper that passes less often (a long reaper.interval) holds a share
+// only for this long after each pass, and the others examine it the rest
+// of the time, so no share waits for a slow reaper.
+const maxShareHold = 90 * time.Second
+
 // reaperForget is how long past its until a reaper's document stays: the
 // next reaper that reads it afterwards deletes it, so agents that never
 // come back (a pod's marker changes on every restart) do not pile up.
@@ -79,7 +85,7 @@ func (s *Store) reaperShare(ctx context.Context, sh *board.ReaperShare) (share, 
 		return share{}, err
 	}
 	now := clk.now
-	until := now.Add(sh.Interval + sh.Interval/2)
+	until := now.Add(min(sh.Interval+sh.Interval/2, maxShareHold))
 	s.noteReaper(sh.Reaper)
 	if _, err := s.reapers.UpdateOne(ctx, bson.D{{Key: "_id", Value: sh.Reaper}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "until", Value: until}, {Key: "since", Value: now}}}},

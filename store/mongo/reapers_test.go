@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/board/boardtest"
@@ -277,5 +279,73 @@ func TestReaperSharesOutliveNoForwardStep(t *testing.T) {
 	if p.Reapers > 1 || len(p.Cards) != len(all) {
 		t.Errorf("two minutes after the last pass of a reaper that died, the survivor lists %d of %d expired claims shared by %d reapers; want all, alone",
 			len(p.Cards), len(all), p.Reapers)
+	}
+}
+
+// TestAShareThatCannotBeWorkedOutListsEveryShare: DESIGN.md#reaper-shares.
+// A reaper whose record cannot be written or read (the driver fails every
+// command on the reapers collection) still lists: every expired claim,
+// saying why, rather than nothing — a reaper whose record landed but whose
+// read failed would otherwise hold a share it never examines.
+func TestAShareThatCannotBeWorkedOutListsEveryShare(t *testing.T) {
+	t.Parallel()
+	f := openFleet(t, mongostore.Options{})
+	other := openStore(t, mongostore.Options{URI: mongotest.URI(t), Database: f.raw.Name()})
+	for i := range 6 {
+		id := fmt.Sprintf("exp%d", i)
+		f.create(id, board.StateInProgress)
+		if err := f.s.ExpireClaimOwned(f.ctx, id, f.claim(id, workerA)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	share := func(s *mongostore.Store, r string) board.ExpiredPage {
+		t.Helper()
+		p, err := s.ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: f.serverNow(),
+			Share: &board.ReaperShare{Reaper: r, Interval: time.Minute}})
+		if err != nil {
+			t.Fatalf("%s lists: %v", r, err)
+		}
+		return p
+	}
+	// Both reapers are recorded; then one loses the collection.
+	share(f.s, "host-a-11")
+	share(other, "host-b-22")
+	dead, err := mongo.Connect(options.Client().ApplyURI(mongotest.URI(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dead.Disconnect(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	restore := mongostore.CutOffReapers(other, dead)
+	p := share(other, "host-b-22")
+	restore()
+	if len(p.Cards) != 6 || p.Reapers != 0 || p.ShareError == "" {
+		t.Errorf("a reaper that cannot reach the records lists %d of 6 claims, %d reapers, share error %q; want all 6, 0, the cause", len(p.Cards), p.Reapers, p.ShareError)
+	}
+}
+
+// TestASlowReaperHoldsItsShareBriefly: DESIGN.md#reaper-shares. A reaper
+// that passes once a day is live for 90 s after each pass, not a day and a
+// half: the others examine its share the rest of the time.
+func TestASlowReaperHoldsItsShareBriefly(t *testing.T) {
+	t.Parallel()
+	f := openFleet(t, mongostore.Options{})
+	for _, every := range []time.Duration{time.Minute, 24 * time.Hour} {
+		if _, err := f.s.ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: f.serverNow(),
+			Share: &board.ReaperShare{Reaper: "host-a-11", Interval: every}}); err != nil {
+			t.Fatal(err)
+		}
+		var rec struct {
+			Until time.Time `bson:"until"`
+			Since time.Time `bson:"since"`
+		}
+		if err := f.raw.Collection("reapers").FindOne(f.ctx, bson.D{{Key: "_id", Value: "host-a-11"}}).Decode(&rec); err != nil {
+			t.Fatal(err)
+		}
+		want := min(every+every/2, 90*time.Second)
+		if got := rec.Until.Sub(rec.Since); got != want {
+			t.Errorf("a reaper passing every %s is recorded live for %s after its pass, want %s", every, got, want)
+		}
 	}
 }
