@@ -48,6 +48,9 @@ type Options struct {
 	// Ready, when set, is called once the agent serves (after the boot
 	// sweep); tests and the systemd notification use it.
 	Ready func()
+
+	// boardCountEvery replaces BoardCountEvery (tests).
+	boardCountEvery time.Duration
 }
 
 // ShutdownTimeout bounds how long a stopping agent waits for requests in
@@ -151,6 +154,7 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 		notify:  newNotifier(log.With("component", "systemd")),
 	}
 	a.metrics = newMetrics(opts.Version, a.heldCount, live.ReaperEnabled)
+	a.metrics.watchClaimAge(func() []heartbeat.Claim { return a.hb.Held() }, a.clock.Now)
 	a.notify.checkInterval(cfg.Lease)
 	starting := []any{"marker", a.marker, "socket", cfg.Socket, "backend", cfg.Store.Backend}
 	if f := cfg.BoardFile(); f != "" {
@@ -280,6 +284,23 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 		return nil, err
 	}
 	if cfg.Metrics != "" {
+		// The board-wide counts have no reader but the metrics: without a
+		// listener the board is never listed for them.
+		every := opts.boardCountEvery
+		if every <= 0 {
+			every = BoardCountEvery
+		}
+		counter := &boardCounter{
+			list:   func(ctx context.Context) ([]board.Card, error) { return a.store.ListCards(ctx, board.CardFilter{}) },
+			boards: a.boards.Board,
+			head:   a.effects.Head,
+			every:  every,
+			maxAge: BoardCountMaxAge,
+			now:    a.clock.Now,
+			log:    log.With("component", "metrics"),
+		}
+		a.metrics.watchBoard(counter)
+		go counter.run(ctx)
 		if err := a.metrics.serve(ctx, cfg.Metrics, log.With("component", "metrics")); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
@@ -390,6 +411,7 @@ func (a *Agent) bootSweep(ctx context.Context, cfg Config) error {
 		}
 	}
 	for _, ad := range adopted {
+		a.metrics.claims.note(ad.Hold, ad.ClaimedAt)
 		if err := a.hb.Add(ad.Hold, ad.Owner, ad.AttemptStart, ad.Lease); err != nil {
 			a.log.Warn("boot sweep: adoption refused by the heartbeat", "card", ad.Hold.Card, "err", err)
 		}
@@ -407,6 +429,11 @@ func (a *Agent) recordTick(r heartbeat.TickResult) {
 	end := a.clock.Now()
 	took := end.Sub(r.Start)
 	a.metrics.tick(r, took)
+	if a.metrics.claims.size() > r.Held {
+		// Forget the claims held no longer, so the record stays bounded
+		// by the claims held even when nobody scrapes.
+		a.metrics.claims.oldest(a.hb.Held(), end)
+	}
 	t := &apitype.HeartbeatTick{
 		StartedAt:  r.Start,
 		DurationMS: millis(took),

@@ -52,6 +52,9 @@ type runOpts struct {
 	// would. Otherwise the fixture opts in: its temporary directory may be
 	// on a tmpfs, and its board is meant to be lost (DESIGN.md#board-on-disk).
 	refuseTmpfs bool
+	// boardCountEvery is the cadence of the board-wide metrics; 0: the
+	// agent's default.
+	boardCountEvery time.Duration
 }
 
 // freeAddr returns a loopback address nobody listens on right now.
@@ -115,6 +118,8 @@ func startRun(t *testing.T, o runOpts) *running {
 			LogOutput: r.logs,
 			Version:   "test-version",
 			Ready:     func() { close(ready) },
+
+			boardCountEvery: o.boardCountEvery,
 		})
 	}()
 	t.Cleanup(func() {
