@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"path/filepath"
 	"testing"
@@ -157,6 +158,14 @@ func TestQueueMetricsMatchTheBoard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// b's claim ages while it is the only one: the age is b's.
+	deadline := time.Now().Add(20 * time.Second)
+	for value(scrape(t, r.metrics), "leasekeeper_claim_age_seconds", nil) < 0.25 {
+		if time.Now().After(deadline) {
+			t.Fatal("the claim age of b never reached 0.25s within 20s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	started, err := c.Start(ctx, "c", client.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -169,21 +178,22 @@ func TestQueueMetricsMatchTheBoard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := time.Now()
 	fams = waitBoardCounts(t, r, "after claims and starts")
-	after := time.Now()
 	if got := value(fams, "leasekeeper_claims_held", nil); got != 4 {
 		t.Errorf("claims held = %v, want 4", got)
 	}
 	if got := value(fams, "leasekeeper_cards_claimed", nil); got != 4 {
 		t.Errorf("cards claimed = %v, want 4", got)
 	}
-	// The oldest claim is b's: its age is measured from its claimed_at.
+	// The oldest claim is b's, older by 0.25s than the others: the age is
+	// measured from its claimed_at.
 	b, err := c.GetCard(ctx, "b")
 	if err != nil {
 		t.Fatal(err)
 	}
-	age := value(fams, "leasekeeper_claim_age_seconds", nil)
+	before := time.Now()
+	age := value(scrape(t, r.metrics), "leasekeeper_claim_age_seconds", nil)
+	after := time.Now()
 	if lo, hi := before.Sub(b.ClaimedAt).Seconds()-0.001, after.Sub(b.ClaimedAt).Seconds()+0.001; age < lo || age > hi {
 		t.Errorf("claim age = %v, want between %v and %v (since b's claimed_at %v)", age, lo, hi, b.ClaimedAt)
 	}
@@ -253,7 +263,7 @@ func TestQueueMetricsMatchTheBoard(t *testing.T) {
 	}
 	opts.seed = nil
 	r2 := startRun(t, opts)
-	deadline := time.Now().Add(20 * time.Second)
+	deadline = time.Now().Add(20 * time.Second)
 	for {
 		gotStates, gotClaimed, ok := scrapedCounts(scrape(t, r2.metrics))
 		if ok {
@@ -320,4 +330,73 @@ func TestClaimAgesTakeTheOldestHeld(t *testing.T) {
 	if got := c.oldest(held(hold("b", 1)), now.Add(-time.Hour)); got != 0 {
 		t.Errorf("age from a clock behind claimed_at = %v, want 0", got)
 	}
+}
+
+// TestBoardCounterListsOnlyWhenTheBoardMayHaveChanged pins the cadence
+// rule of the board-wide counts (DESIGN.md#queue-depth): a look lists the
+// board when the event log moved, when the board's states changed, or when
+// the counts reached their maximum age, and at no other time; a failed
+// listing keeps the last counts.
+func TestBoardCounterListsOnlyWhenTheBoardMayHaveChanged(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	def := board.DefaultBoard(true)
+	cards := []board.Card{{ID: "a", State: board.StateReady}, {ID: "b", State: board.StateReady, Claim: "h-1"}}
+	var head int64 = 7
+	var lists int
+	var listErr error
+	c := &boardCounter{
+		list: func(context.Context) ([]board.Card, error) {
+			lists++
+			if listErr != nil {
+				return nil, listErr
+			}
+			return cards, nil
+		},
+		boards: func(context.Context) (board.Board, error) { return def, nil },
+		head:   func() int64 { return head },
+		every:  time.Second,
+		maxAge: time.Minute,
+		now:    func() time.Time { return now },
+	}
+	look := func(what string, wantLists int) {
+		t.Helper()
+		if err := c.look(ctx); err != nil && listErr == nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if lists != wantLists {
+			t.Fatalf("%s: %d listings, want %d", what, lists, wantLists)
+		}
+	}
+	counts := func() (map[string]int, int) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.last.cards, c.last.claimed
+	}
+	look("the first look", 1)
+	if got, claimed := counts(); got[board.StateReady] != 2 || claimed != 1 {
+		t.Fatalf("counts %v claimed %d, want 2 ready, 1 claimed", got, claimed)
+	}
+	now = now.Add(30 * time.Second)
+	look("a quiet log", 1)
+	head = 8
+	cards = append(cards, board.Card{ID: "c", State: board.StateBacklog})
+	look("the log moved", 2)
+	if got, _ := counts(); got[board.StateBacklog] != 1 {
+		t.Fatalf("counts %v after the log moved, want the new backlog card", got)
+	}
+	def.States = append(def.States, board.State{Name: "later"})
+	look("a state added", 3)
+	look("nothing changed", 3)
+	now = now.Add(time.Minute)
+	look("the counts reached their maximum age", 4)
+	head = 9
+	listErr = errors.New("store down")
+	look("a failed listing", 5)
+	if got, claimed := counts(); got[board.StateBacklog] != 1 || claimed != 1 {
+		t.Fatalf("a failed listing changed the counts: %v claimed %d", got, claimed)
+	}
+	listErr = nil
+	look("the store back", 6)
 }
