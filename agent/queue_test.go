@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"path/filepath"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/client"
 	"github.com/leasekeeper/leasekeeper/heartbeat"
+	"github.com/leasekeeper/leasekeeper/internal/mongotest"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
 )
 
@@ -399,4 +401,53 @@ func TestBoardCounterListsOnlyWhenTheBoardMayHaveChanged(t *testing.T) {
 	}
 	listErr = nil
 	look("the store back", 6)
+}
+
+// TestQueueMetricsFollowAFleetsWrites runs a real agent on a MongoDB-wire
+// server and writes through another store of the same fleet, as another
+// agent would: the cards it creates, moves and claims reach this agent's
+// board-wide series through the event log, and its first count covers
+// what the fleet wrote before it started.
+func TestQueueMetricsFollowAFleetsWrites(t *testing.T) {
+	t.Parallel()
+	uri, db := mongotest.URI(t), mongotest.Database(t)
+	other := openMongoSpec(t, uri, db)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, nc := range []board.NewCard{{ID: "a"}, {ID: "b", State: board.StateBacklog}} {
+		if _, err := other.CreateCard(ctx, nc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := startRun(t, runOpts{
+		metrics:         true,
+		store:           fmt.Sprintf("{backend: mongo, uri: %q, database: %s}", uri, db),
+		boardCountEvery: 20 * time.Millisecond,
+	})
+	fams := waitBoardCounts(t, r, "the first count")
+	if got := value(fams, "leasekeeper_cards", map[string]string{"state": board.StateBacklog}); got != 1 {
+		t.Fatalf("backlog cards = %v, want the one the fleet created before the start", got)
+	}
+
+	elsewhere := board.WorkerMarker("elsewhere", 4242)
+	if _, err := other.CreateCard(ctx, board.NewCard{ID: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.SetState(ctx, board.Move{Card: "b", To: board.StateReady, Actor: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := other.Claim(ctx, board.ClaimRequest{Card: "a", Marker: elsewhere, Lease: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	fams = waitBoardCounts(t, r, "after the fleet's writes")
+	if got := value(fams, "leasekeeper_cards_claimed", nil); got != 1 {
+		t.Errorf("cards claimed = %v, want the other host's claim", got)
+	}
+	if got := value(fams, "leasekeeper_claims_held", nil); got != 0 {
+		t.Errorf("claims held by this agent = %v, want 0: the claim is another host's", got)
+	}
+	if err := other.Release(ctx, "a", elsewhere, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	waitBoardCounts(t, r, "after the fleet's release")
 }
