@@ -16,6 +16,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/client"
 	"github.com/leasekeeper/leasekeeper/heartbeat"
 	"github.com/leasekeeper/leasekeeper/internal/mongotest"
+	"github.com/leasekeeper/leasekeeper/pidprobe"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
 )
 
@@ -450,4 +451,47 @@ func TestQueueMetricsFollowAFleetsWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitBoardCounts(t, r, "after the fleet's release")
+}
+
+// TestOrphanVerdictCountsAsARunOutcome: the watchdog's verdict on a run
+// whose owner died (PROCESS_ORPHANED, written through the agent's store)
+// is a run outcome of the agent that wrote it, counted once.
+func TestOrphanVerdictCountsAsARunOutcome(t *testing.T) {
+	t.Parallel()
+	host, err := pidprobe.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startRun(t, runOpts{
+		yaml:    "reaper: {enabled: true}\n",
+		metrics: true,
+		seed: func(t *testing.T, s *boltstore.Store) {
+			ctx := context.Background()
+			if _, err := s.CreateCard(ctx, board.NewCard{ID: "c"}); err != nil {
+				t.Fatal(err)
+			}
+			dead := deadPID(t)
+			if _, err := s.Start(ctx, board.StartRequest{Card: "c", Marker: board.WorkerMarker(host, dead), Lease: time.Hour,
+				Run: board.Run{ID: "run-1", Host: host, PID: dead}}); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+	r.waitStatus(t, 20*time.Second, "the startup reaper pass", func(st apitype.Status) bool { return st.Reaper.LastPass != nil })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	run, err := r.client().GetRun(ctx, "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Status != board.RunFailed || run.FailureCode != board.FailureProcessOrphaned {
+		t.Fatalf("run after the pass: %s %s, want failed PROCESS_ORPHANED", run.Status, run.FailureCode)
+	}
+	fams := scrape(t, r.metrics)
+	if got, want := runsFinished(fams), map[string]float64{"finished": 0, "failed": 1, "failed_resumable": 0, "cancelled": 0}; !maps.Equal(got, want) {
+		t.Errorf("runs finished = %v, want %v", got, want)
+	}
+	if got := runDurations(t, fams)["failed"]; got != 1 {
+		t.Errorf("failed run durations observed %d times, want 1", got)
+	}
 }
