@@ -92,7 +92,10 @@ type Agent struct {
 	lastTickEnd time.Time
 
 	metrics *metrics
-	notify  *notifier
+	// stopCounter ends the board counter of the metrics and waits for it
+	// (nil: none runs).
+	stopCounter func()
+	notify      *notifier
 }
 
 // NewLogger builds the agent's logger: slog text or JSON, its level read
@@ -183,6 +186,7 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 	defer func() {
 		if err != nil {
 			a.hbStop()
+			a.counterStop()
 			a.effects.Stop()
 			if a.reaper != nil {
 				a.reaper.Stop()
@@ -300,7 +304,13 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 			log:    log.With("component", "metrics"),
 		}
 		a.metrics.watchBoard(counter)
-		go counter.run(ctx)
+		cctx, ccancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			counter.run(cctx)
+		}()
+		a.stopCounter = func() { ccancel(); <-done }
 		if err := a.metrics.serve(ctx, cfg.Metrics, log.With("component", "metrics")); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
@@ -324,6 +334,13 @@ func (a *Agent) hbStop() {
 	}
 }
 
+// counterStop ends the board counter, if one runs, before the store closes.
+func (a *Agent) counterStop() {
+	if a.stopCounter != nil {
+		a.stopCounter()
+	}
+}
+
 // stop shuts the agent down without touching any claim: the workers are
 // still alive, and the next agent adopts their claims at boot. Releasing
 // them here would hand live workers' cards to someone else.
@@ -333,6 +350,7 @@ func (a *Agent) stop() error {
 	srv := a.srv.Load()
 	srv.StopGranting()
 	a.reaper.Stop()
+	a.counterStop()
 	a.effects.Stop()
 	a.hb.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
