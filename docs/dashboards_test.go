@@ -26,7 +26,7 @@ func agentFamilies(t *testing.T) (families, histograms map[string]bool) {
 	for _, m := range regexp.MustCompile(`HistogramOpts\{\s*Name:\s*"(leasekeeper_[a-z_]+)"`).FindAllStringSubmatch(src, -1) {
 		histograms[m[1]] = true
 	}
-	if len(families) < 20 || len(histograms) < 3 {
+	if len(families) < 10 || len(histograms) == 0 {
 		t.Fatalf("read %d families and %d histograms from agent/metrics.go: the patterns no longer match it", len(families), len(histograms))
 	}
 	return families, histograms
