@@ -48,6 +48,9 @@ type Options struct {
 	// Ready, when set, is called once the agent serves (after the boot
 	// sweep); tests and the systemd notification use it.
 	Ready func()
+
+	// boardCountEvery replaces BoardCountEvery (tests).
+	boardCountEvery time.Duration
 }
 
 // ShutdownTimeout bounds how long a stopping agent waits for requests in
@@ -89,7 +92,10 @@ type Agent struct {
 	lastTickEnd time.Time
 
 	metrics *metrics
-	notify  *notifier
+	// stopCounter ends the board counter of the metrics and waits for it
+	// (nil: none runs).
+	stopCounter func()
+	notify      *notifier
 }
 
 // NewLogger builds the agent's logger: slog text or JSON, its level read
@@ -151,6 +157,7 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 		notify:  newNotifier(log.With("component", "systemd")),
 	}
 	a.metrics = newMetrics(opts.Version, a.heldCount, live.ReaperEnabled)
+	a.metrics.watchClaimAge(func() []heartbeat.Claim { return a.hb.Held() }, a.clock.Now)
 	a.notify.checkInterval(cfg.Lease)
 	starting := []any{"marker", a.marker, "socket", cfg.Socket, "backend", cfg.Store.Backend}
 	if f := cfg.BoardFile(); f != "" {
@@ -179,6 +186,7 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 	defer func() {
 		if err != nil {
 			a.hbStop()
+			a.counterStop()
 			a.effects.Stop()
 			if a.reaper != nil {
 				a.reaper.Stop()
@@ -280,6 +288,29 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 		return nil, err
 	}
 	if cfg.Metrics != "" {
+		// The board-wide counts have no reader but the metrics: without a
+		// listener the board is never listed for them.
+		every := opts.boardCountEvery
+		if every <= 0 {
+			every = BoardCountEvery
+		}
+		counter := &boardCounter{
+			list:   func(ctx context.Context) ([]board.Card, error) { return a.store.ListCards(ctx, board.CardFilter{}) },
+			boards: a.boards.Board,
+			head:   a.effects.Head,
+			every:  every,
+			maxAge: BoardCountMaxAge,
+			now:    a.clock.Now,
+			log:    log.With("component", "metrics"),
+		}
+		a.metrics.watchBoard(counter)
+		cctx, ccancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			counter.run(cctx)
+		}()
+		a.stopCounter = func() { ccancel(); <-done }
 		if err := a.metrics.serve(ctx, cfg.Metrics, log.With("component", "metrics")); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
@@ -303,6 +334,13 @@ func (a *Agent) hbStop() {
 	}
 }
 
+// counterStop ends the board counter, if one runs, before the store closes.
+func (a *Agent) counterStop() {
+	if a.stopCounter != nil {
+		a.stopCounter()
+	}
+}
+
 // stop shuts the agent down without touching any claim: the workers are
 // still alive, and the next agent adopts their claims at boot. Releasing
 // them here would hand live workers' cards to someone else.
@@ -312,6 +350,7 @@ func (a *Agent) stop() error {
 	srv := a.srv.Load()
 	srv.StopGranting()
 	a.reaper.Stop()
+	a.counterStop()
 	a.effects.Stop()
 	a.hb.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
@@ -390,6 +429,7 @@ func (a *Agent) bootSweep(ctx context.Context, cfg Config) error {
 		}
 	}
 	for _, ad := range adopted {
+		a.metrics.claims.note(ad.Hold, ad.ClaimedAt)
 		if err := a.hb.Add(ad.Hold, ad.Owner, ad.AttemptStart, ad.Lease); err != nil {
 			a.log.Warn("boot sweep: adoption refused by the heartbeat", "card", ad.Hold.Card, "err", err)
 		}
@@ -407,6 +447,11 @@ func (a *Agent) recordTick(r heartbeat.TickResult) {
 	end := a.clock.Now()
 	took := end.Sub(r.Start)
 	a.metrics.tick(r, took)
+	if a.metrics.claims.size() > r.Held {
+		// Forget the claims held no longer, so the record stays bounded
+		// by the claims held even when nobody scrapes.
+		a.metrics.claims.oldest(a.hb.Held(), end)
+	}
 	t := &apitype.HeartbeatTick{
 		StartedAt:  r.Start,
 		DurationMS: millis(took),

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/apitype"
@@ -102,6 +103,9 @@ type Effects struct {
 	// the trigger, and that removal is later in the log.
 	pending map[oneShotKey]pendingHint
 	cursor  int64
+	// head is cursor published for other goroutines: the board counts
+	// recount only when it moved (DESIGN.md#queue-depth).
+	head atomic.Int64
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -173,12 +177,17 @@ func (e *Effects) SeekHead(ctx context.Context) error {
 		}
 		if len(evs) > 0 {
 			e.cursor = evs[len(evs)-1].Seq
+			e.head.Store(e.cursor)
 		}
 		if len(evs) < page {
 			return nil
 		}
 	}
 }
+
+// Head is the sequence of the last event the tailer handled (or sought
+// past). It is safe to call from any goroutine.
+func (e *Effects) Head() int64 { return e.head.Load() }
 
 // Wake makes the tailer read the log now (after a write this agent made).
 func (e *Effects) Wake() {
@@ -252,6 +261,7 @@ func (e *Effects) RunOnce(ctx context.Context) (EffectsPass, error) {
 				return p, fmt.Errorf("event %d (%s %s): %w", ev.Seq, ev.Type, ev.Card, err)
 			}
 			e.cursor = ev.Seq
+			e.head.Store(e.cursor)
 			p.Seen++
 		}
 		if len(evs) < e.cfg.Page {

@@ -145,18 +145,29 @@ func (s meteredStore) Dependents(ctx context.Context, id string) ([]board.Card, 
 func (s meteredStore) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, board.ClaimToken, error) {
 	c, tok, err := s.inner.Claim(ctx, r)
 	s.acquired("claim", err)
+	if err == nil {
+		s.m.claims.note(board.Hold{Card: c.ID, Token: tok}, c.ClaimedAt)
+	}
 	return c, tok, err
 }
 
 func (s meteredStore) Start(ctx context.Context, r board.StartRequest) (board.Started, error) {
 	out, err := s.inner.Start(ctx, r)
 	s.acquired("start", err)
+	if err == nil {
+		s.m.claims.note(board.Hold{Card: out.Card.ID, Token: out.Token}, out.Card.ClaimedAt)
+	}
 	return out, err
 }
 
 func (s meteredStore) Finish(ctx context.Context, r board.FinishRequest) (board.Finished, error) {
 	out, err := s.inner.Finish(ctx, r)
 	s.owned("finish", err)
+	if err == nil {
+		// Finish refuses a run that has its verdict already
+		// (ErrTransitionRejected): a success is the verdict's one write.
+		s.m.verdict(out.Run)
+	}
 	return out, err
 }
 
@@ -191,6 +202,9 @@ func (s meteredStore) Close() error { return s.inner.Close() }
 func (s meteredStore) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.Card, board.ClaimToken, error) {
 	c, tok, err := s.inner.ClaimNext(ctx, r)
 	s.acquired("claim_next", err)
+	if err == nil {
+		s.m.claims.note(board.Hold{Card: c.ID, Token: tok}, c.ClaimedAt)
+	}
 	return c, tok, err
 }
 
@@ -290,9 +304,25 @@ func (s meteredStore) CreateRun(ctx context.Context, r board.NewRun) (board.Run,
 	return out, err
 }
 
+// UpdateRun observes a run that reaches its verdict by it
+// (DESIGN.md#run-verdicts). The store lets an update rewrite a verdict, so
+// an update is the run's verdict only if the run was open before it: a
+// compare-and-set on an open status (the watchdog's orphan verdict) says
+// so; otherwise the run is read first, and only when the update writes a
+// verdict.
 func (s meteredStore) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run, error) {
+	verdict := u.Status != nil && !u.Status.Open()
+	wasOpen := u.IfStatus != nil && u.IfStatus.Open()
+	if verdict && u.IfStatus == nil {
+		before, err := s.inner.GetRun(ctx, u.ID)
+		s.done("get_run", err)
+		wasOpen = err == nil && before.Status.Open()
+	}
 	out, err := s.inner.UpdateRun(ctx, u)
 	s.done("update_run", err)
+	if err == nil && verdict && wasOpen {
+		s.m.verdict(out)
+	}
 	return out, err
 }
 

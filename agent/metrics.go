@@ -70,7 +70,30 @@ type metrics struct {
 	passDuration prometheus.Histogram
 	decisions    *prometheus.CounterVec
 	sweeps       *prometheus.CounterVec
+	runsFinished *prometheus.CounterVec
+	runDuration  *prometheus.HistogramVec
+	// claims remembers when each held claim was acquired, for the age of
+	// the oldest (watchClaimAge).
+	claims *claimAges
 }
+
+// The board-wide series, collected by boardCounter from its last listing
+// (DESIGN.md#queue-depth). Their labels are the board's own states: a
+// handful the board definition names, not one per card.
+var (
+	cardsOpts = prometheus.GaugeOpts{
+		Name: "leasekeeper_cards",
+		Help: "Cards of the board in each state, from the last count (board-wide: every agent of a fleet reports the same board).",
+	}
+	cardsClaimedOpts = prometheus.GaugeOpts{
+		Name: "leasekeeper_cards_claimed",
+		Help: "Cards of the board that carry a claim (any holder, recovery claims included), from the last count.",
+	}
+	cardsCountedOpts = prometheus.GaugeOpts{
+		Name: "leasekeeper_cards_counted_timestamp_seconds",
+		Help: "When the listing leasekeeper_cards and leasekeeper_cards_claimed come from was asked for, in seconds since the Unix epoch.",
+	}
+)
 
 // newMetrics builds the registry. held reports the claims the heartbeat
 // renews right now and reaperEnabled the gate; both are read at scrape
@@ -123,6 +146,17 @@ func newMetrics(version string, held func() int, reaperEnabled func() bool) *met
 			Name: "leasekeeper_sweeps_total",
 			Help: "Claims a sweep handled (boot, recovery, unleased), by outcome.",
 		}, []string{"sweep", "outcome"}),
+		runsFinished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasekeeper_runs_finished_total",
+			Help: "Runs that reached a verdict through this agent (a worker's finish or verdict update, the watchdog's orphan verdict), by status.",
+		}, []string{"status"}),
+		runDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "leasekeeper_run_duration_seconds",
+			Help: "Duration of a run from its creation to its verdict (the store's stamps), observed when the verdict is written through this agent, by status.",
+			// From a job of a second to one of a day.
+			Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 28800, 86400},
+		}, []string{"status"}),
+		claims: newClaimAges(),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "leasekeeper_build_info", Help: "Always 1; the labels name the build.",
@@ -130,7 +164,7 @@ func newMetrics(version string, held func() int, reaperEnabled func() bool) *met
 	build.WithLabelValues(version, runtime.Version()).Set(1)
 	m.reg.MustRegister(
 		m.acquisitions, m.ticks, m.tickDuration, m.renewed, m.lost, m.fence, m.storeErrors,
-		m.passes, m.passDuration, m.decisions, m.sweeps, build,
+		m.passes, m.passDuration, m.decisions, m.sweeps, m.runsFinished, m.runDuration, build,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "leasekeeper_claims_held", Help: "Claims the heartbeat renews.",
 		}, func() float64 { return float64(held()) }),
@@ -174,8 +208,25 @@ func newMetrics(version string, held func() int, reaperEnabled func() bool) *met
 			m.sweeps.WithLabelValues(string(sw), string(o))
 		}
 	}
+	for _, v := range runVerdicts {
+		m.runsFinished.WithLabelValues(string(v))
+		m.runDuration.WithLabelValues(string(v))
+	}
 	return m
 }
+
+// watchClaimAge adds the age of the oldest claim the heartbeat holds, read
+// at scrape time from held and now (DESIGN.md#claim-age).
+func (m *metrics) watchClaimAge(held func() []heartbeat.Claim, now func() time.Time) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "leasekeeper_claim_age_seconds",
+		Help: "Age of the oldest claim the heartbeat renews (since the card's claimed_at), 0 when none is held.",
+	}, func() float64 { return m.claims.oldest(held(), now()).Seconds() }))
+}
+
+// watchBoard adds the board-wide series of c; the agent calls it only when
+// it serves metrics, the only reader of the counts.
+func (m *metrics) watchBoard(c *boardCounter) { m.reg.MustRegister(c) }
 
 // reaperActions are the decision table's actions, and reaperOutcomes what
 // a pass that writes can do with a card or a sweep's claim (OutcomeDecided

@@ -30,6 +30,8 @@ import (
 var allowedLabels = map[string]bool{
 	"result": true, "reason": true, "verb": true, "op": true, "gate": true,
 	"action": true, "outcome": true, "sweep": true, "version": true, "goversion": true,
+	// state: a state of the board definition; status: a run verdict.
+	"state": true, "status": true,
 }
 
 func checkLabels(t *testing.T, fams map[string]map[string]bool) {

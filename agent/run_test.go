@@ -52,6 +52,12 @@ type runOpts struct {
 	// would. Otherwise the fixture opts in: its temporary directory may be
 	// on a tmpfs, and its board is meant to be lost (DESIGN.md#board-on-disk).
 	refuseTmpfs bool
+	// store, when set, is the store key's YAML value in place of the
+	// bbolt file (a MongoDB fleet's, say); seed and dbPath are then unused.
+	store string
+	// boardCountEvery is the cadence of the board-wide metrics; 0: the
+	// agent's default.
+	boardCountEvery time.Duration
 }
 
 // freeAddr returns a loopback address nobody listens on right now.
@@ -95,6 +101,9 @@ func startRun(t *testing.T, o runOpts) *running {
 	if o.refuseTmpfs {
 		yaml = fmt.Sprintf("socket: %s\nstore: {path: %s}\n", r.socket, dbPath)
 	}
+	if o.store != "" {
+		yaml = fmt.Sprintf("socket: %s\nstore: %s\n", r.socket, o.store)
+	}
 	if o.metrics {
 		r.metrics = freeAddr(t)
 		yaml += "metrics: " + r.metrics + "\n"
@@ -115,6 +124,8 @@ func startRun(t *testing.T, o runOpts) *running {
 			LogOutput: r.logs,
 			Version:   "test-version",
 			Ready:     func() { close(ready) },
+
+			boardCountEvery: o.boardCountEvery,
 		})
 	}()
 	t.Cleanup(func() {

@@ -70,6 +70,9 @@ type Adoption struct {
 	// confirmed the claim; with the lease it gives the trusted deadline.
 	AttemptStart time.Time
 	Lease        time.Duration
+	// ClaimedAt is the card's claimed_at as listed (the store's clock),
+	// for the claim's age in the metrics.
+	ClaimedAt time.Time
 }
 
 // SweepConfig configures BootSweep.
@@ -244,7 +247,7 @@ func BootSweep(ctx context.Context, cfg SweepConfig) ([]SweepItem, []Adoption, e
 			if l.owner.PID == 0 {
 				item.Why = "self-declared worker (keepalive mode): its pings decide"
 			}
-			adopted = append(adopted, Adoption{Hold: holds[i], Owner: l.owner, AttemptStart: attempt, Lease: cfg.Lease})
+			adopted = append(adopted, Adoption{Hold: holds[i], Owner: l.owner, AttemptStart: attempt, Lease: cfg.Lease, ClaimedAt: l.card.ClaimedAt})
 		}
 		items = append(items, item)
 	}

@@ -51,6 +51,9 @@ func TestAlertedCountersStartAtZero(t *testing.T) {
 	for _, r := range []string{"granted", "conflict", "not_found", "error"} {
 		series("leasekeeper_claim_acquisitions_total", "result", r)
 	}
+	for _, st := range []string{"finished", "failed", "failed_resumable", "cancelled"} {
+		series("leasekeeper_runs_finished_total", "status", st)
+	}
 	series("leasekeeper_heartbeat_ticks_total", "result", "error")
 	series("leasekeeper_reaper_passes_total", "gate", "on")
 	for _, s := range want {
