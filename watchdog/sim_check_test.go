@@ -29,6 +29,9 @@ import (
 //	                 ceil(cards/batch)+2 of its passes, counting on the
 //	                 fleet the passes whose share held the claim
 //	                 (DESIGN.md#reaper-shares);
+//	fleet-starvation every expired claim is listed by some agent's steady
+//	                 pass within ceil(cards/batch)+3 intervals and a record's
+//	                 hold of true time: no share is left to nobody;
 //	stuck            no free card sits where nothing picks it up: in a
 //	                 running column that is not a pool state (unless an
 //	                 operator left it there), or in waiting_deps with every
@@ -396,6 +399,69 @@ func (w *simWorld) afterPass(a *simAgent, before passSnapshot, res watchdog.Pass
 	}
 	if !crashed {
 		w.checkStarvation(a, before, res)
+		w.checkFleetStarvation(a, before, res)
+	}
+}
+
+// checkFleetStarvation: an expired claim that no agent's pass lists for
+// longer than the fleet's bound. Every share is listed by its reaper
+// within ceil(cards/batch)+2 of its passes, a share whose reaper stopped
+// passing is taken over once its record runs out (1.5 intervals, at most
+// 90 s), and a reaper that does not trust the clock lists every share
+// (DESIGN.md#reaper-shares); the bound allows one more interval for a
+// share moving to a new reaper. checkStarvation counts one agent's passes
+// over its own share; this one counts true time across the fleet, so a
+// share nobody examines shows up here.
+func (w *simWorld) checkFleetStarvation(a *simAgent, before passSnapshot, res watchdog.PassResult) {
+	if w.missedSince == nil || w.now()-w.lastPass > 2*w.prof.interval {
+		// No agent passed for a while (all down): nothing was owed.
+		w.missedSince = map[string]time.Duration{}
+	}
+	w.lastPass = w.now()
+	cutoff := before.storeNow
+	if before.agentNow.Before(cutoff) {
+		cutoff = before.agentNow
+	}
+	// A pass that does not trust the clock yet lists every share but
+	// decides only what a pid proves: its listing answers for nothing.
+	listed := map[string]bool{}
+	for _, cr := range res.Cards {
+		listed[cr.Card] = res.ClockWait == 0
+	}
+	passes := (w.prof.cards+w.prof.batch-1)/w.prof.batch + 2
+	bound := time.Duration(passes+1)*w.prof.interval + min(w.prof.interval*3/2, 90*time.Second)
+	held := map[string]bool{}
+	for _, id := range w.cardIDs {
+		c := w.m.cards[id]
+		key := fmt.Sprintf("%s %s@%d", id, c.Claim, c.ClaimEpoch)
+		// Renewed since (by the store's clock): it owes nothing yet.
+		held[key] = c.Claimed() && !c.ClaimLeaseUntil.After(before.storeNow)
+		// Expired by this pass's clocks: an agent whose clock runs behind
+		// sees it later, and its pass neither starts nor ends the count.
+		if !c.Claimed() || c.ClaimLeaseUntil.IsZero() || c.ClaimLeaseUntil.After(cutoff) {
+			continue
+		}
+		if listed[id] {
+			delete(w.missedSince, key)
+			continue
+		}
+		since, ok := w.missedSince[key]
+		if !ok {
+			w.missedSince[key] = w.now()
+			continue
+		}
+		if w.now()-since > bound {
+			w.violation(id, "fleet-starvation", "the claim %s@%d, expired since %s, was listed by no agent's pass for %s (bound %s: %d passes of %s, batch %d); %s's pass listed %v",
+				c.Claim, c.ClaimEpoch, c.ClaimLeaseUntil.Truncate(time.Second).Format(time.TimeOnly), w.now()-since, bound, passes, w.prof.interval, w.prof.batch, a.marker, cardsOf(res))
+			delete(w.missedSince, key)
+		}
+	}
+	// A claim that ended (released, transferred, renewed under a new
+	// epoch) owes nothing more.
+	for key := range w.missedSince {
+		if !held[key] {
+			delete(w.missedSince, key)
+		}
 	}
 }
 

@@ -210,6 +210,11 @@ type simWorld struct {
 	rng   *rand.Rand
 	prof  simProfile
 	fleet bool
+	// missedSince: per expired claim, since when (true time) the passes of
+	// every agent have seen it expired and left it unlisted (checked by
+	// checkFleetStarvation); lastPass is the true time of the last pass.
+	missedSince map[string]time.Duration
+	lastPass    time.Duration
 	b     board.Board
 
 	elapsed atomic.Int64 // true simulated time since simT0, in ns
@@ -506,7 +511,7 @@ func (w *simWorld) pass(a *simAgent) []string {
 	a.nextPass = w.now() + w.prof.interval
 	before := w.beforePass(a)
 	res, err := a.reaper.RunOnce(w.ctx, false)
-	w.tracef("pass %s (agent clock %s): %d listed, %d swept, err %v", a.marker, a.host.clock.Now().Format(time.TimeOnly), len(res.Cards), len(res.Sweeps), err)
+	w.tracef("pass %s (agent clock %s): %d listed (share %d of %d), %d swept, err %v", a.marker, a.host.clock.Now().Format(time.TimeOnly), len(res.Cards), res.ShareIndex, res.Reapers, len(res.Sweeps), err)
 	for _, cr := range res.Cards {
 		msg := fmt.Sprintf("pass %s: listed %s@%d run %q, pre-check %s, decision %s → %s", a.marker, cr.Prev.Marker, cr.Prev.Epoch, cr.Run, cr.PreCheck.Rule, cr.Decision.Rule, cr.Outcome)
 		if cr.FiledTo != "" {
