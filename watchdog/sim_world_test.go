@@ -215,7 +215,7 @@ type simWorld struct {
 	// checkFleetStarvation); lastPass is the true time of the last pass.
 	missedSince map[string]time.Duration
 	lastPass    time.Duration
-	b     board.Board
+	b           board.Board
 
 	elapsed atomic.Int64 // true simulated time since simT0, in ns
 	step    int
