@@ -14,9 +14,10 @@ import (
 // documents: a worker asking for [gpu big] on a board of free gpu cards
 // none of which is big must not decode every one of them inside the
 // write, where every other write (a heartbeat's included) waits behind it
-// (DESIGN.md#label-routing). Decoding a card costs dozens of allocations;
-// the index lookup costs none, so the allocations of an empty routed pick
-// do not grow with the cards it passes over.
+// (DESIGN.md#label-routing). Decoding a card document costs over 25
+// allocations; looking its key up in the further label's queue a few (the
+// key's lookups in the memtables), so an empty routed pick's allocations
+// grow by fewer than 10 per card it passes over.
 func TestRoutedPickPassesOverCardsByTheIndex(t *testing.T) {
 	s, _, _ := openTest(t)
 	ctx := t.Context()
@@ -40,7 +41,7 @@ func TestRoutedPickPassesOverCardsByTheIndex(t *testing.T) {
 	few := allocs()
 	create(400)
 	many := allocs()
-	if perCard := (many - few) / 400; perCard > 1 {
-		t.Errorf("an empty ClaimNext [gpu big] allocates %.0f times over 10 gpu cards and %.0f over 410: %.1f per card passed over, want at most 1 (its document is not decoded)", few, many, perCard)
+	if perCard := (many - few) / 400; perCard >= 10 {
+		t.Errorf("an empty ClaimNext [gpu big] allocates %.0f times over 10 gpu cards and %.0f over 410: %.1f per card passed over, want fewer than 10 (its document is not decoded)", few, many, perCard)
 	}
 }
