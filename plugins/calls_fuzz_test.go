@@ -68,7 +68,7 @@ func FuzzCallBatches(f *testing.F) {
 		if hold {
 			held = holdFirstSend(cc)
 		}
-		rs := newUnaryRemoteStore(cc)
+		rs := newUnaryRemoteStore(cc, ProtocolVersion)
 		defer cc.close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

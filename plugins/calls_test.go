@@ -166,7 +166,7 @@ func TestConcurrentCallsShareMessages(t *testing.T) {
 	conn, counts := servePair(t, openBolt(t, board.DefaultBoard(true), nil))
 	cc := newCallConn(conn)
 	held := holdFirstSend(cc)
-	rs := newUnaryRemoteStore(cc)
+	rs := newUnaryRemoteStore(cc, ProtocolVersion)
 	ctx := t.Context()
 
 	const n = 24
@@ -217,7 +217,7 @@ func TestOneCallsFailureIsItsOwn(t *testing.T) {
 	conn, counts := servePair(t, store)
 	cc := newCallConn(conn)
 	held := holdFirstSend(cc)
-	rs := newUnaryRemoteStore(cc)
+	rs := newUnaryRemoteStore(cc, ProtocolVersion)
 	ctx := t.Context()
 
 	ids := []string{"a", "missing", "b", "legacy", "c"}
@@ -301,7 +301,7 @@ func TestCancelledCallInABatch(t *testing.T) {
 	conn, counts := servePair(t, b.store())
 	cc := newCallConn(conn)
 	held := holdFirstSend(cc)
-	rs := newUnaryRemoteStore(cc)
+	rs := newUnaryRemoteStore(cc, ProtocolVersion)
 	ctx := t.Context()
 
 	plug := make(chan error, 1)
@@ -355,7 +355,7 @@ func TestDeadlineOfOneCallInABatch(t *testing.T) {
 	conn, _ := servePair(t, b.store())
 	cc := newCallConn(conn)
 	held := holdFirstSend(cc)
-	rs := newUnaryRemoteStore(cc)
+	rs := newUnaryRemoteStore(cc, ProtocolVersion)
 	ctx := t.Context()
 
 	plug := make(chan error, 1)
@@ -451,7 +451,7 @@ func TestCallContextsEndWithTheirCalls(t *testing.T) {
 		close(made)
 		return streamCtx
 	})
-	rs := newUnaryRemoteStore(newCallConn(conn))
+	rs := newUnaryRemoteStore(newCallConn(conn), ProtocolVersion)
 	ctx := t.Context()
 
 	// The counter sees a running call's context: the test can fail.
@@ -492,7 +492,7 @@ func TestCallAbandonedBeforeItIsSentIsNotSent(t *testing.T) {
 	conn, counts := servePair(t, b.store())
 	cc := newCallConn(conn)
 	held := holdFirstSend(cc)
-	rs := newUnaryRemoteStore(cc)
+	rs := newUnaryRemoteStore(cc, ProtocolVersion)
 	ctx := t.Context()
 
 	plug := make(chan error, 1)
@@ -538,7 +538,7 @@ func TestOversizedRequestFailsAlone(t *testing.T) {
 		},
 	}
 	conn, counts := servePair(t, store)
-	rs := newRemoteStore(conn)
+	rs := newRemoteStore(conn, ProtocolVersion)
 	_, err := rs.ListCards(t.Context(), board.CardFilter{State: strings.Repeat("x", 5<<20)})
 	if err == nil || brokenPlugin(err) || !strings.Contains(err.Error(), "larger than max") {
 		t.Errorf("ListCards with a 5 MiB state: %v, want a call over the size limit that leaves the plugin alone", err)
@@ -678,7 +678,7 @@ func TestCallerGivesUpWhileTheStreamOpens(t *testing.T) {
 	}
 	defer conn.Close()
 	cc := newCallConn(conn)
-	rs := newUnaryRemoteStore(cc)
+	rs := newUnaryRemoteStore(cc, ProtocolVersion)
 
 	for range 2 {
 		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)

@@ -2,6 +2,8 @@ package plugins
 
 import (
 	"context"
+	"fmt"
+	"path"
 	"sync"
 	"time"
 
@@ -36,18 +38,49 @@ type remoteStore struct {
 
 var _ board.Store = (*remoteStore)(nil)
 
-// newRemoteStore is the store over conn's Calls stream (protocol 4).
-func newRemoteStore(conn grpc.ClientConnInterface) *remoteStore {
+// newRemoteStore is the store over conn's Calls stream (protocol 4 and
+// later), speaking protocol version.
+func newRemoteStore(conn grpc.ClientConnInterface, version int) *remoteStore {
 	cc := newCallConn(conn)
-	rs := newUnaryRemoteStore(cc)
+	rs := newUnaryRemoteStore(cc, version)
 	rs.calls = cc
 	return rs
 }
 
-// newUnaryRemoteStore sends every call as its own RPC on conn (protocol 3).
-func newUnaryRemoteStore(conn grpc.ClientConnInterface) *remoteStore {
-	c := classified{sendableConn{conn}}
+// newUnaryRemoteStore sends every call as its own RPC on conn (protocol 3;
+// and protocol 4 and later under newRemoteStore's Calls stream).
+func newUnaryRemoteStore(conn grpc.ClientConnInterface, version int) *remoteStore {
+	c := labelsGuard{classified{sendableConn{conn}}, version}
 	return &remoteStore{verbs: newVerbs(c), conn: c}
+}
+
+// labelsGuard refuses, before it is sent, a ClaimNext or a Start that
+// routes by labels when the plugin negotiated a protocol from before them
+// (DESIGN.md#label-routing): that plugin reads the request without the
+// labels and would take the oldest card of all. It sits under the Proxy's
+// verbs too (the supervisor calls through remoteStore.conn), so a plugin
+// replaced by an older build is caught on its first routed pick.
+type labelsGuard struct {
+	grpc.ClientConnInterface
+	version int
+}
+
+func (g labelsGuard) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	if g.version < labelsProtocolVersion {
+		var labels []string
+		switch r := args.(type) {
+		case *storepb.ClaimNextRequest:
+			labels = r.GetLabels()
+		case *storepb.StartRequest:
+			labels = r.GetLabels()
+		}
+		if len(labels) > 0 {
+			return fmt.Errorf("store plugin: %s: %w", path.Base(method), board.Invalid(
+				"the plugin speaks store protocol %d, from before routing by labels (protocol %d), and would ignore the labels %q: rebuild it against this leasekeeper release; nothing was sent",
+				g.version, labelsProtocolVersion, labels))
+		}
+	}
+	return g.ClientConnInterface.Invoke(ctx, method, args, reply, opts...)
 }
 
 func newVerbs(conn grpc.ClientConnInterface) *verbs {

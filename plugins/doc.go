@@ -17,7 +17,9 @@
 // message at once, so the bbolt store commits their writes together, and
 // answers each as it finishes, many replies to a message. A lone call is
 // sent at once; one call's failure, cancellation or deadline is its own.
-// Protocol 3, one RPC per call, is still spoken both ways.
+// Protocol 3, one RPC per call, and protocol 4, the stream before routing
+// by labels, are still spoken both ways; a ClaimNext or Start that routes
+// by labels is refused, unsent, to a plugin that negotiated either.
 //
 // A plugin call that was in flight when the plugin died fails with an error
 // wrapping board.ErrOutcomeUnknown: the write may or may not have landed,

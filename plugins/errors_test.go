@@ -130,7 +130,7 @@ func TestUnencodableRequestsAreTheCallers(t *testing.T) {
 		t.Errorf("gRPC's own refusal to encode the request (%v) was taken for a broken plugin: %v", err, cerr)
 	}
 
-	rs := newRemoteStore(conn)
+	rs := newRemoteStore(conn, ProtocolVersion)
 	calls := []struct {
 		name string
 		call func() error
@@ -177,7 +177,7 @@ func TestAnswerTheAgentCannotReadKeepsThePlugin(t *testing.T) {
 	t.Parallel()
 	rs := newRemoteStore(rawPair(t, &scripted{getCard: func(_ context.Context, id string) (board.Card, error) {
 		return board.Card{ID: id, Title: "legacy \xff title", State: board.StateReady}, nil
-	}}))
+	}}), ProtocolVersion)
 	_, err := rs.GetCard(t.Context(), "c1")
 	if err == nil {
 		t.Fatal("an answer holding a string that is not UTF-8 crossed the boundary; the case tests nothing")

@@ -15,11 +15,21 @@ import (
 // speaks. Bump it (and keep serving the old version in VersionedPlugins for
 // as long as it is supported) whenever proto/store.proto changes in a way an
 // older peer cannot read.
-const ProtocolVersion = 4
+const ProtocolVersion = 5
 
-// unaryProtocolVersion is the previous protocol, still spoken: the same
-// service, each call its own RPC. Version 4 added the Calls stream, on which
-// the agent sends the same calls many to a message.
+// Version 5 added the labels a ClaimNext or a Start next routes by
+// (DESIGN.md#label-routing). A plugin built before it reads such a request
+// without them and would take any card, so the agent refuses to send one
+// to a plugin that negotiated an older version (labelsGuard).
+const labelsProtocolVersion = 5
+
+// callsProtocolVersion is the protocol before labels, still spoken: version
+// 4 added the Calls stream, on which the agent sends the same calls many to
+// a message.
+const callsProtocolVersion = 4
+
+// unaryProtocolVersion is the protocol before that, still spoken: the same
+// service, each call its own RPC.
 const unaryProtocolVersion = 3
 
 // PluginName is the name the store is dispensed under.
@@ -42,8 +52,9 @@ var Handshake = plugin.HandshakeConfig{
 // a client passes nil.
 func VersionedPlugins(store board.Store) map[int]plugin.PluginSet {
 	return map[int]plugin.PluginSet{
-		ProtocolVersion:      {PluginName: &StorePlugin{Store: store}},
-		unaryProtocolVersion: {PluginName: &StorePlugin{Store: store, unary: true}},
+		ProtocolVersion:      {PluginName: &StorePlugin{Store: store, version: ProtocolVersion}},
+		callsProtocolVersion: {PluginName: &StorePlugin{Store: store, version: callsProtocolVersion}},
+		unaryProtocolVersion: {PluginName: &StorePlugin{Store: store, unary: true, version: unaryProtocolVersion}},
 	}
 }
 
@@ -57,6 +68,9 @@ type StorePlugin struct {
 	// unary: the agent side sends each call as its own RPC (protocol 3)
 	// rather than on the Calls stream.
 	unary bool
+	// version is the protocol version the set is offered under; zero is
+	// ProtocolVersion (a set built by hand, as in tests).
+	version int
 }
 
 var _ plugin.GRPCPlugin = (*StorePlugin)(nil)
@@ -75,8 +89,12 @@ func (p *StorePlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 // previous protocol. Its Traits are empty until the first round trip: use Launch, which does it, rather than
 // dispensing by hand.
 func (p *StorePlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
-	if p.unary {
-		return newUnaryRemoteStore(c), nil
+	v := p.version
+	if v == 0 {
+		v = ProtocolVersion
 	}
-	return newRemoteStore(c), nil
+	if p.unary {
+		return newUnaryRemoteStore(c, v), nil
+	}
+	return newRemoteStore(c, v), nil
 }

@@ -48,9 +48,10 @@ type LaunchConfig struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Protocols, when set, are the protocol versions offered to the plugin
 	// (of those this build speaks); the highest both speak is used. Empty
-	// offers every version: ProtocolVersion and the unary protocol 3 before
-	// it, in which each call is its own RPC rather than sharing a message
-	// on the Calls stream.
+	// offers every version: ProtocolVersion, protocol 4 (the Calls stream,
+	// before routing by labels) and the unary protocol 3, in which each
+	// call is its own RPC rather than sharing a message on the Calls
+	// stream.
 	Protocols []int
 }
 

@@ -135,26 +135,22 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 // With no labels it walks each pool state's part of idx_state; with labels,
 // the same part of the first label's queue in idx_label, so the cards
 // without it are never read (DESIGN.md#label-routing). Further labels are
-// checked on the cards that queue offers.
+// checked on the cards that queue offers through their own queues' entries
+// (same state, same order), so a card without one is passed over
+// undecoded: the walk is inside the write, which every other write waits
+// for.
 func (s *Store) pickNext(w *wtx, labels []string, skip func(*cardRecord) (bool, error)) (*cardRecord, error) {
 	var (
 		best    []byte
 		bestRec *cardRecord
+		rest    []string
+		key     []byte // scratch for the further labels' keys
 	)
 	if len(labels) > 1 {
-		rest, inner := labels[1:], skip
-		skip = func(rec *cardRecord) (bool, error) {
-			if !rec.CarriesLabels(rest) {
-				return true, nil
-			}
-			if inner == nil {
-				return false, nil
-			}
-			return inner(rec)
-		}
+		rest = labels[1:]
 	}
 	for _, state := range s.brd().PoolStates() {
-		bucket, p := bucketIdxState, statePrefix(state)
+		bucket, p, sp := bucketIdxState, statePrefix(state), statePrefix(state)
 		if len(labels) > 0 {
 			bucket, p = bucketIdxLabel, labelStatePrefix(labels[0], state)
 		}
@@ -165,6 +161,12 @@ func (s *Store) pickNext(w *wtx, labels []string, skip func(*cardRecord) (bool, 
 			order := k[len(p):]
 			if best != nil && bytes.Compare(order, best) >= 0 {
 				return false, nil // this state's index is in creation order
+			}
+			for _, l := range rest {
+				key = append(append(append(append(key[:0], l...), sep), sp...), order...)
+				if w.get(bucketIdxLabel, key) == nil {
+					return true, nil
+				}
 			}
 			var rec *cardRecord
 			if skip != nil {

@@ -18,6 +18,9 @@
 //	idx_deps     blocker 0x00 dependent → empty
 //	idx_recovery created seq id → empty, cards held by a recovery
 //	             (reaper:) claim only (since schema version 3)
+//	idx_label    label 0x00 state 0x00 created seq id → 1 byte: 1 claimed,
+//	             0 free; once per label a card carries (since schema
+//	             version 5, DESIGN.md#label-routing)
 //
 // "created" is the card's created_at in sortable nanoseconds and "seq" its
 // creation sequence, which breaks ties between cards created in the same

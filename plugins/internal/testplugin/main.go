@@ -4,6 +4,10 @@
 //
 //	(empty)        serve the bbolt store named by the agent's ChildConfig
 //	wrong-version  answer the handshake with another protocol version
+//	before-labels  serve the bbolt store as a build from before routing by
+//	               labels did: protocols 4 and 3 only, and a ClaimNext or
+//	               Start that routes by labels is run without them (that
+//	               build's messages have no such field, so it drops it)
 //	fail-open      fail to open the store
 //	launcher       play the agent: Launch this binary as a plugin, print
 //	               "child <pid>" and wait to be killed (the parent-death test)
@@ -53,6 +57,18 @@ func main() {
 				plugins.ProtocolVersion + 98: {plugins.PluginName: &plugins.StorePlugin{Store: unused{}}},
 			},
 			GRPCServer: plugin.DefaultGRPCServer,
+		})
+	case "before-labels":
+		store, err := openBolt(context.Background())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		all := plugins.VersionedPlugins(unrouted{store})
+		plugin.Serve(&plugin.ServeConfig{
+			HandshakeConfig:  plugins.Handshake,
+			VersionedPlugins: map[int]plugin.PluginSet{4: all[4], 3: all[3]},
+			GRPCServer:       plugin.DefaultGRPCServer,
 		})
 	case "fail-open":
 		if err := plugins.Serve(func(context.Context) (board.Store, error) {
@@ -133,6 +149,20 @@ func openBolt(ctx context.Context) (board.Store, error) {
 	}
 	// Keep the real stderr: go-plugin redirects os.Stderr once serving.
 	return &hangStore{Store: s, stderr: os.Stderr, dieAfterStart: os.Getenv("TESTPLUGIN_DIE_AFTER_START")}, nil
+}
+
+// unrouted runs ClaimNext and Start as a build from before routing by
+// labels does: it never sees the labels.
+type unrouted struct{ board.Store }
+
+func (u unrouted) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.Card, board.ClaimToken, error) {
+	r.Labels = nil
+	return u.Store.ClaimNext(ctx, r)
+}
+
+func (u unrouted) Start(ctx context.Context, r board.StartRequest) (board.Started, error) {
+	r.Labels = nil
+	return u.Store.Start(ctx, r)
 }
 
 // unused stands in for a store no call reaches.

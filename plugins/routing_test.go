@@ -1,0 +1,65 @@
+package plugins
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/board"
+)
+
+// A plugin built before routing by labels speaks protocol 4 at most and
+// drops the labels of a ClaimNext or a Start it cannot read: it would hand
+// a worker that asked for "gpu" the oldest card of all. The agent never
+// sends it a routed pick: the call is refused before it is sent, naming
+// the fix, and no card is claimed (DESIGN.md#label-routing).
+func TestAPluginFromBeforeLabelRoutingIsNotSentARoutedPick(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	p, err := Launch(ctx, LaunchConfig{
+		Cmd:   testPluginCmd(t, "before-labels"),
+		Child: &ChildConfig{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
+	})
+	if err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
+	defer p.Close()
+	for _, nc := range []board.NewCard{
+		{ID: "plain", State: board.StateReady, Actor: "cli"},
+		{ID: "gpu", State: board.StateReady, Labels: []string{"gpu"}, Actor: "cli"},
+	} {
+		if _, err := p.CreateCard(ctx, nc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, _, err := p.ClaimNext(ctx, board.ClaimNextRequest{Marker: "hosta-4242", Lease: 30 * time.Second, Labels: []string{"gpu"}})
+	if err == nil {
+		t.Errorf("ClaimNext [gpu] through a plugin from before label routing took %q, want a refusal", c.ID)
+	} else if !errors.Is(err, board.ErrInvalidArgument) || !strings.Contains(err.Error(), "rebuild") {
+		t.Errorf("ClaimNext [gpu] through a plugin from before label routing = %v, want ErrInvalidArgument naming the rebuild", err)
+	}
+	st, err := p.Start(ctx, board.StartRequest{Next: true, Labels: []string{"gpu"}, Marker: "hosta-4242", Lease: 30 * time.Second,
+		Run: board.Run{ID: "r1", Host: "hosta", PID: 4242}})
+	if err == nil {
+		t.Errorf("Start next [gpu] through a plugin from before label routing started %q, want a refusal", st.Card.ID)
+	} else if !errors.Is(err, board.ErrInvalidArgument) {
+		t.Errorf("Start next [gpu] through a plugin from before label routing = %v, want ErrInvalidArgument", err)
+	}
+	for _, id := range []string{"plain", "gpu"} {
+		c, err := p.GetCard(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Claimed() {
+			t.Errorf("%s was claimed by %q through a plugin that cannot route", id, c.Claim)
+		}
+	}
+	// An unrouted pick still works with it.
+	if c, _, err := p.ClaimNext(ctx, board.ClaimNextRequest{Marker: "hosta-4242", Lease: 30 * time.Second}); err != nil || c.ID != "plain" {
+		t.Errorf("unrouted ClaimNext = %q, %v; want plain", c.ID, err)
+	}
+}
