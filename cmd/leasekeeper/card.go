@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/user"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,8 +28,11 @@ type cardCreateOpts struct {
 }
 
 type cardListOpts struct {
-	state string
-	json  bool
+	state   string
+	labels  []string
+	claimed bool
+	limit   int
+	json    bool
 }
 
 type cardShowOpts struct {
@@ -107,10 +111,12 @@ func runCardCreate(ctx context.Context, env *cli, o cardCreateOpts) error {
 }
 
 func runCardList(ctx context.Context, env *cli, o cardListOpts) error {
-	c := env.client()
-	cards, err := c.ListCards(ctx, board.CardFilter{State: o.state})
+	if o.limit < 0 {
+		return usageError("--limit %d: want 0 (no limit) or more", o.limit)
+	}
+	cards, err := listCards(ctx, env, o)
 	if err != nil {
-		return env.agentError(c, err)
+		return err
 	}
 	if o.json {
 		if cards == nil {
@@ -118,16 +124,55 @@ func runCardList(ctx context.Context, env *cli, o cardListOpts) error {
 		}
 		return printJSON(env.stdout, cards)
 	}
-	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tCLAIM\tEPOCH\tLABELS\tTITLE")
+	var t table
+	t.row("ID", "STATE", "CLAIM", "EPOCH", "LABELS", "DEPS", "TITLE")
 	for _, cd := range cards {
-		claim := cd.Claim
-		if claim == "" {
-			claim = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", cd.ID, cd.State, claim, cd.ClaimEpoch, strings.Join(cd.Labels, ","), cd.Title)
+		t.row(cd.ID, cd.State, orDash(cd.Claim), strconv.FormatInt(cd.ClaimEpoch, 10),
+			orDash(strings.Join(cd.Labels, ",")), orDash(strings.Join(cd.DependsOn, ",")),
+			truncateCells(cd.Title, titleWidth))
 	}
-	return tw.Flush()
+	return t.write(env.stdout)
+}
+
+// listCards reads the cards `card ls` shows. The agent filters by state,
+// claimed and limit (GET /v1/cards); it has no label filter, so --label
+// is applied here, on every card the agent returns for the other
+// filters, and --limit then counts the cards that carry the labels.
+func listCards(ctx context.Context, env *cli, o cardListOpts) ([]board.Card, error) {
+	c := env.client()
+	f := board.CardFilter{State: o.state, ClaimedOnly: o.claimed, Limit: o.limit}
+	if len(o.labels) > 0 {
+		f.Limit = 0
+	}
+	cards, err := c.ListCards(ctx, f)
+	if err != nil {
+		return nil, env.agentError(c, err)
+	}
+	if len(o.labels) == 0 {
+		return cards, nil
+	}
+	var out []board.Card
+	for _, cd := range cards {
+		if !hasAllLabels(cd.Labels, o.labels) {
+			continue
+		}
+		out = append(out, cd)
+		if o.limit > 0 && len(out) == o.limit {
+			break
+		}
+	}
+	return out, nil
+}
+
+// hasAllLabels says whether a card carrying have carries every label in
+// want. Labels compare as the store keeps them (trimmed, case-sensitive).
+func hasAllLabels(have, want []string) bool {
+	for _, l := range want {
+		if !slices.Contains(have, strings.TrimSpace(l)) {
+			return false
+		}
+	}
+	return true
 }
 
 func runCardShow(ctx context.Context, env *cli, o cardShowOpts) error {

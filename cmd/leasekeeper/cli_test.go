@@ -151,7 +151,7 @@ func TestEveryDocumentedCommandExists(t *testing.T) {
 		"claim":   {"next", "resumable", "fresh", "grace", "held-exit", "lost-exit"},
 		"status":  {"json"},
 		"events":  {"follow", "json"},
-		"ls":      {"state", "json"},
+		"ls":      {"state", "label", "claimed", "limit", "json"},
 		"show":    {"json"},
 		"create":  {"title", "state", "depends-on", "label"},
 		"label":   {"add", "remove", "set"},

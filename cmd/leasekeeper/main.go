@@ -205,12 +205,21 @@ waiting_deps while one of its --depends-on blockers is not complete.`,
 
 	var ls cardListOpts
 	cl := &cobra.Command{
-		Use:   "ls [--state S] [--json]",
+		Use:   "ls [--state S] [--label L]... [--claimed] [--limit N] [--json]",
 		Short: "List cards, oldest first",
-		Args:  exactArgs(0),
-		RunE:  func(cmd *cobra.Command, _ []string) error { return runCardList(cmd.Context(), env, ls) },
+		Long: `List cards, oldest first: id, state, holder (- when free), claim epoch,
+labels, blockers (DEPS, - when none) and title, cut to 40 display cells.
+
+--state, --claimed and --limit are served by the agent. --label is not: the
+agent returns the cards the other filters select and ls keeps those that
+carry every --label given; --limit then counts those cards.`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error { return runCardList(cmd.Context(), env, ls) },
 	}
 	cl.Flags().StringVar(&ls.state, "state", "", "only cards in this state")
+	cl.Flags().StringArrayVar(&ls.labels, "label", nil, "only cards carrying this label (repeatable: all of them; filtered by ls, not the agent)")
+	cl.Flags().BoolVar(&ls.claimed, "claimed", false, "only claimed cards")
+	cl.Flags().IntVar(&ls.limit, "limit", 0, "at most N cards (0: no limit)")
 	cl.Flags().BoolVar(&ls.json, "json", false, "print JSON (one array of cards)")
 
 	var show cardShowOpts

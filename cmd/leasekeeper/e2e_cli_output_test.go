@@ -1,0 +1,109 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mattn/go-runewidth"
+)
+
+// lsRows is `card ls` output split into rows of whitespace-separated
+// cells (the title, last, may hold spaces: it is the rest of the row).
+func lsRows(out string) (header string, rows map[string]string) {
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	rows = map[string]string{}
+	for _, l := range lines[1:] {
+		rows[strings.Fields(l)[0]] = l
+	}
+	return lines[0], rows
+}
+
+func lsIDs(out string) []string {
+	var ids []string
+	for _, l := range strings.Split(strings.TrimRight(out, "\n"), "\n")[1:] {
+		ids = append(ids, strings.Fields(l)[0])
+	}
+	return ids
+}
+
+// TestE2ECardLsFilters: `card ls` narrows by --state, --label (all of
+// them), --claimed and --limit against a real agent, shows each card's
+// blockers in DEPS, and truncates titles to a fixed display width that
+// keeps the columns aligned when a cell holds wide (CJK, emoji) characters.
+func TestE2ECardLsFilters(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "lease: 3s\n")
+	e.Start()
+	e.MustRun("card", "create", "a1", "--label", "gpu", "--label", "x86", "--title", "plain")
+	e.MustRun("card", "create", "b2", "--label", "gpu", "--depends-on", "a1", "--title", "blocked")
+	e.MustRun("card", "create", "c3", "--label", "x86", "--depends-on", "a1,b2",
+		"--title", "夜間ビルドと統合テストとデプロイの全部をまとめて走らせる長いタイトル🚀🚀")
+	e.MustRun("card", "create", "d4", "--title", "held")
+
+	claim := e.startClaim("d4", "--", "sh", "-c", workerScript, "sh", "worker.pid")
+	t.Cleanup(func() { _ = os.WriteFile(filepath.Join(e.Dir, "finish"), nil, 0o600) })
+	e.WaitFor(10*time.Second, "d4 claimed", func() bool { return e.Card("d4").Claim != "" })
+	_ = claim
+
+	check := func(args []string, want ...string) {
+		t.Helper()
+		got := lsIDs(e.MustRun(append([]string{"card", "ls"}, args...)...))
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("card ls %v = %v, want %v", args, got, want)
+		}
+	}
+	check(nil, "a1", "b2", "c3", "d4")
+	check([]string{"--label", "gpu"}, "a1", "b2")
+	check([]string{"--label", "gpu", "--label", "x86"}, "a1")
+	check([]string{"--label", "x86", "--limit", "1"}, "a1")
+	check([]string{"--label", "gpu", "--state", "waiting_deps"}, "b2")
+	check([]string{"--claimed"}, "d4")
+	check([]string{"--limit", "2"}, "a1", "b2")
+	check([]string{"--label", "nope"})
+
+	out := e.MustRun("card", "ls")
+	header, rows := lsRows(out)
+	if !strings.Contains(header, "DEPS") {
+		t.Fatalf("no DEPS column:\n%s", out)
+	}
+	if f := strings.Fields(rows["c3"]); !containsCell(f, "a1,b2") {
+		t.Errorf("c3's row does not name its blockers a1,b2: %q", rows["c3"])
+	}
+	if f := strings.Fields(rows["d4"]); !containsCell(f, "-") {
+		t.Errorf("d4's row does not say it has no blockers (-): %q", rows["d4"])
+	}
+	// Titles are cut to titleWidth display cells (an ellipsis marks the
+	// cut), and every TITLE starts at the same display column.
+	col := runewidth.StringWidth(header[:strings.Index(header, "TITLE")])
+	for id, row := range rows {
+		i := strings.Index(row, map[string]string{"a1": "plain", "b2": "blocked", "c3": "夜間", "d4": "held"}[id])
+		if i < 0 {
+			t.Fatalf("row %s has no title: %q", id, row)
+		}
+		if got := runewidth.StringWidth(row[:i]); got != col {
+			t.Errorf("row %s: title at display column %d, header TITLE at %d:\n%s", id, got, col, out)
+		}
+		if w := runewidth.StringWidth(row[i:]); w > titleWidth {
+			t.Errorf("row %s: title %d cells wide, want at most %d: %q", id, w, titleWidth, row[i:])
+		}
+	}
+	if !strings.HasSuffix(rows["c3"], "…") {
+		t.Errorf("c3's long title is not cut with an ellipsis: %q", rows["c3"])
+	}
+
+	if _, stderr, code := e.Run("card", "ls", "--limit", "-1"); code != exitUsage {
+		t.Errorf("card ls --limit -1: exit %d, want %d: %s", code, exitUsage, stderr)
+	}
+}
+
+func containsCell(fields []string, cell string) bool {
+	for _, f := range fields {
+		if f == cell {
+			return true
+		}
+	}
+	return false
+}
