@@ -150,7 +150,7 @@ func TestEveryDocumentedCommandExists(t *testing.T) {
 		"agent":   {"config"},
 		"claim":   {"next", "resumable", "fresh", "grace", "held-exit", "lost-exit"},
 		"status":  {"json"},
-		"events":  {"follow", "json"},
+		"events":  {"follow", "json", "card", "type", "since"},
 		"ls":      {"state", "label", "claimed", "limit", "json"},
 		"show":    {"json"},
 		"create":  {"title", "state", "depends-on", "label"},

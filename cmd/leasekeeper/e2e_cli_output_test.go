@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"github.com/mattn/go-runewidth"
+
+	"github.com/leasekeeper/leasekeeper/board"
 )
 
 // lsRows is `card ls` output split into rows of whitespace-separated
@@ -106,4 +109,104 @@ func containsCell(fields []string, cell string) bool {
 		}
 	}
 	return false
+}
+
+// TestE2EEventsFilters: `events` narrows by --card, --type (repeatable)
+// and --since (a duration or an RFC 3339 time), also while following;
+// its times have a fixed width, and a labels event names what was added
+// and removed.
+func TestE2EEventsFilters(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "lease: 3s\n")
+	e.Start()
+	e.MustRun("card", "create", "e1", "--label", "x86")
+	e.MustRun("card", "create", "e2")
+	e.MustRun("card", "label", "e1", "--add", "gpu", "--remove", "x86")
+	e.MustRun("card", "move", "e2", "backlog")
+
+	lines := func(out string) []string { return strings.Split(strings.TrimRight(out, "\n"), "\n") }
+	jsonEvents := func(args ...string) []board.Event {
+		t.Helper()
+		var evs []board.Event
+		for _, l := range lines(e.MustRun(append([]string{"events", "--json"}, args...)...)) {
+			if l == "" {
+				continue
+			}
+			var ev board.Event
+			if err := json.Unmarshal([]byte(l), &ev); err != nil {
+				t.Fatalf("events line %q: %v", l, err)
+			}
+			evs = append(evs, ev)
+		}
+		return evs
+	}
+	all := jsonEvents()
+	if len(all) < 4 {
+		t.Fatalf("want at least 4 events, got %d", len(all))
+	}
+	for _, ev := range jsonEvents("--card", "e1") {
+		if ev.Card != "e1" {
+			t.Errorf("--card e1 printed an event of %q", ev.Card)
+		}
+	}
+	got := jsonEvents("--type", "labels", "--type", "state")
+	if len(got) != 2 || got[0].Type != board.EventLabels || got[1].Type != board.EventState {
+		t.Errorf("--type labels --type state = %+v, want the labels event then the state event", got)
+	}
+	if got := jsonEvents("--card", "e2", "--type", "state"); len(got) != 1 || got[0].Data.To != "backlog" {
+		t.Errorf("--card e2 --type state = %+v, want e2's move to backlog", got)
+	}
+	if got := jsonEvents("--since", "1h"); len(got) != len(all) {
+		t.Errorf("--since 1h printed %d events, want all %d", len(got), len(all))
+	}
+	last := all[len(all)-1]
+	if got := jsonEvents("--since", last.At.Format(time.RFC3339Nano)); len(got) == 0 || got[0].At.Before(last.At) {
+		t.Errorf("--since %s = %+v, want the events from then on", last.At.Format(time.RFC3339Nano), got)
+	}
+	if got := jsonEvents("--since", time.Now().Add(time.Hour).Format(time.RFC3339)); len(got) != 0 {
+		t.Errorf("--since an hour ahead printed %d events", len(got))
+	}
+
+	// Text: every time the same width; the labels event names the change.
+	text := lines(e.MustRun("events"))
+	width := -1
+	for _, l := range text {
+		f := strings.Fields(l)
+		if width >= 0 && len(f[1]) != width {
+			t.Errorf("event time %q is %d wide, others %d", f[1], len(f[1]), width)
+		}
+		width = len(f[1])
+	}
+	lbl := lines(e.MustRun("events", "--type", "labels"))
+	if len(lbl) != 1 || !strings.Contains(lbl[0], "+gpu") || !strings.Contains(lbl[0], "-x86") {
+		t.Errorf("labels event does not name +gpu and -x86: %q", lbl)
+	}
+
+	for _, bad := range [][]string{{"--type", "nonsense"}, {"--since", "yesterday"}} {
+		if _, stderr, code := e.Run(append([]string{"events"}, bad...)...); code != exitUsage {
+			t.Errorf("events %v: exit %d, want %d: %s", bad, code, exitUsage, stderr)
+		}
+	}
+
+	// --follow applies the same filters to the stream.
+	f := e.startFollow("--card", "e2", "--type", "labels")
+	e.MustRun("card", "label", "e1", "--add", "late")
+	e.MustRun("card", "label", "e2", "--add", "late")
+	e.WaitFor(10*time.Second, "the follower prints e2's labels event", func() bool {
+		return strings.Contains(f.stdout.String(), `"late"`)
+	})
+	e.MustRun("card", "create", "e3")
+	e.MustRun("card", "label", "e2", "--add", "later")
+	e.WaitFor(10*time.Second, "the follower prints e2's second labels event", func() bool {
+		return strings.Contains(f.stdout.String(), `"later"`)
+	})
+	for _, l := range lines(f.stdout.String()) {
+		var ev board.Event
+		if err := json.Unmarshal([]byte(l), &ev); err != nil {
+			t.Fatalf("follow line %q: %v", l, err)
+		}
+		if ev.Card != "e2" || ev.Type != board.EventLabels {
+			t.Errorf("follower printed %s of %s, want only e2's labels events", ev.Type, ev.Card)
+		}
+	}
 }

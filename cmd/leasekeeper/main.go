@@ -452,9 +452,15 @@ Kubernetes probes run it; it gives up after 5s.`,
 func newEventsCmd(env *cli) *cobra.Command {
 	var o eventsOpts
 	c := &cobra.Command{
-		Use:   "events [--follow] [--json]",
+		Use:   "events [--follow] [--card ID] [--type T]... [--since D|TIME] [--json]",
 		Short: "Print the audit event log",
 		Long: `Print the audit event log, oldest first, after --after.
+
+--card, --type (repeatable: any of them) and --since (a duration back from
+now, as 90s or 2h, or an RFC 3339 time) keep only the matching events. The
+agent's log API has no such filter: events applies them itself, on the log
+it reads and on the --follow stream. A labels event names the labels added
+(+L) and removed (-L), then the card's labels after it.
 
 With --follow, keep printing events as the agent logs them until SIGINT or
 SIGTERM (exit 0). When the agent goes away (a restart, an upgrade), say so
@@ -467,6 +473,9 @@ itself ends the command (exit 1).`,
 	c.Flags().BoolVarP(&o.follow, "follow", "f", false, "keep printing new events")
 	c.Flags().BoolVar(&o.json, "json", false, "print one JSON event per line")
 	c.Flags().Int64Var(&o.after, "after", 0, "start after this sequence number")
+	c.Flags().StringVar(&o.card, "card", "", "only this card's events")
+	c.Flags().StringArrayVar(&o.types, "type", nil, "only events of this type (repeatable: any of them)")
+	c.Flags().StringVar(&o.since, "since", "", "only events at or after this time: a duration back from now (90s, 2h) or an RFC 3339 time")
 	return c
 }
 

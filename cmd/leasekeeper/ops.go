@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -25,6 +26,58 @@ type eventsOpts struct {
 	follow bool
 	json   bool
 	after  int64
+	card   string
+	types  []string
+	since  string
+}
+
+// eventTypes are the types `events --type` accepts.
+var eventTypes = []board.EventType{
+	board.EventCardCreated, board.EventClaimed, board.EventReleased, board.EventState,
+	board.EventLabels, board.EventLastRun, board.EventAwaitingInput, board.EventGaveUp,
+	board.EventRunCreated, board.EventRunUpdated,
+}
+
+// eventFilter is what `events --card/--type/--since` keep. The agent's log
+// API has no such filter: it is applied here, on every event read or
+// streamed (the position to resume from still advances past the rest).
+type eventFilter struct {
+	card  string
+	types map[board.EventType]bool // empty: every type
+	since time.Time                // zero: from the start
+}
+
+func newEventFilter(o eventsOpts, now time.Time) (eventFilter, error) {
+	f := eventFilter{card: o.card, types: map[board.EventType]bool{}}
+	for _, t := range o.types {
+		if !slices.Contains(eventTypes, board.EventType(t)) {
+			names := make([]string, len(eventTypes))
+			for i, et := range eventTypes {
+				names[i] = string(et)
+			}
+			return f, usageError("--type %q: want one of %s", t, strings.Join(names, ", "))
+		}
+		f.types[board.EventType(t)] = true
+	}
+	if o.since != "" {
+		if d, err := time.ParseDuration(o.since); err == nil {
+			if d < 0 {
+				return f, usageError("--since %s: want a duration of 0 or more, or an RFC 3339 time", o.since)
+			}
+			f.since = now.Add(-d)
+		} else if t, err := time.Parse(time.RFC3339Nano, o.since); err == nil {
+			f.since = t
+		} else {
+			return f, usageError("--since %q: want a duration (90s, 2h) or an RFC 3339 time (2026-01-02T15:04:05Z)", o.since)
+		}
+	}
+	return f, nil
+}
+
+func (f eventFilter) keep(ev board.Event) bool {
+	return (f.card == "" || ev.Card == f.card) &&
+		(len(f.types) == 0 || f.types[ev.Type]) &&
+		(f.since.IsZero() || !ev.At.Before(f.since))
 }
 
 type reaperOpts struct {
@@ -229,8 +282,15 @@ func oneLine(err error) error {
 }
 
 func runEvents(ctx context.Context, env *cli, o eventsOpts) error {
+	filter, err := newEventFilter(o, time.Now())
+	if err != nil {
+		return err
+	}
 	c := env.client()
 	print := func(ev board.Event) error {
+		if !filter.keep(ev) {
+			return nil
+		}
 		if o.json {
 			return printJSONLine(env, ev)
 		}
@@ -262,9 +322,13 @@ func printJSONLine(env *cli, v any) error {
 	return json.NewEncoder(env.stdout).Encode(v)
 }
 
+// eventTimeLayout prints an event's time in UTC to the microsecond, every
+// digit kept, so the columns after it line up.
+const eventTimeLayout = "2006-01-02T15:04:05.000000Z07:00"
+
 func formatEvent(ev board.Event) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%6d  %s  %-13s %s", ev.Seq, ev.At.Format(time.RFC3339Nano), ev.Type, ev.Card)
+	fmt.Fprintf(&b, "%6d  %s  %-14s %s", ev.Seq, ev.At.UTC().Format(eventTimeLayout), ev.Type, ev.Card)
 	d := ev.Data
 	switch ev.Type {
 	case board.EventState:
@@ -272,6 +336,12 @@ func formatEvent(ev board.Event) string {
 	case board.EventClaimed, board.EventReleased:
 		fmt.Fprintf(&b, " %s epoch %d", d.Marker, d.Epoch)
 	case board.EventLabels:
+		for _, l := range d.Added {
+			fmt.Fprintf(&b, " +%s", l)
+		}
+		for _, l := range d.Removed {
+			fmt.Fprintf(&b, " -%s", l)
+		}
 		fmt.Fprintf(&b, " [%s]", strings.Join(d.Labels, ","))
 	case board.EventRunCreated, board.EventRunUpdated, board.EventLastRun:
 		fmt.Fprintf(&b, " run %s %s", d.RunID, d.Status)
