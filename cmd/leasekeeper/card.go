@@ -32,12 +32,12 @@ type cardListOpts struct {
 	labels  []string
 	claimed bool
 	limit   int
-	json    bool
+	out     outputOpts
 }
 
 type cardShowOpts struct {
-	id   string
-	json bool
+	id  string
+	out outputOpts
 }
 
 type cardLabelOpts struct {
@@ -111,6 +111,10 @@ func runCardCreate(ctx context.Context, env *cli, o cardCreateOpts) error {
 }
 
 func runCardList(ctx context.Context, env *cli, o cardListOpts) error {
+	format, err := o.out.resolve()
+	if err != nil {
+		return err
+	}
 	if o.limit < 0 {
 		return usageError("--limit %d: want 0 (no limit) or more", o.limit)
 	}
@@ -118,20 +122,37 @@ func runCardList(ctx context.Context, env *cli, o cardListOpts) error {
 	if err != nil {
 		return err
 	}
-	if o.json {
-		if cards == nil {
-			cards = []board.Card{}
-		}
-		return printJSON(env.stdout, cards)
+	if cards == nil {
+		cards = []board.Card{}
+	}
+	if done, err := printOutput(env.stdout, format, cards); done {
+		return err
 	}
 	var t table
-	t.row("ID", "STATE", "CLAIM", "EPOCH", "LABELS", "DEPS", "TITLE")
+	if format == outputWide {
+		t.row("ID", "STATE", "CLAIM", "EPOCH", "LEASE-UNTIL", "LABELS", "DEPS", "LAST-RUN", "UPDATED", "TITLE")
+	} else {
+		t.row("ID", "STATE", "CLAIM", "EPOCH", "LABELS", "DEPS", "TITLE")
+	}
 	for _, cd := range cards {
-		t.row(cd.ID, cd.State, orDash(cd.Claim), strconv.FormatInt(cd.ClaimEpoch, 10),
-			orDash(strings.Join(cd.Labels, ",")), orDash(strings.Join(cd.DependsOn, ",")),
-			truncateCells(cd.Title, titleWidth))
+		claim, epoch := orDash(cd.Claim), strconv.FormatInt(cd.ClaimEpoch, 10)
+		labels, deps := orDash(strings.Join(cd.Labels, ",")), orDash(strings.Join(cd.DependsOn, ","))
+		if format == outputWide {
+			t.row(cd.ID, cd.State, claim, epoch, tableTime(cd.ClaimLeaseUntil), labels, deps,
+				orDash(cd.LastRunID), tableTime(cd.UpdatedAt), cd.Title)
+		} else {
+			t.row(cd.ID, cd.State, claim, epoch, labels, deps, truncateCells(cd.Title, titleWidth))
+		}
 	}
 	return t.write(env.stdout)
+}
+
+// tableTime is a time in a table cell: UTC to the second, "-" when unset.
+func tableTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
 // listCards reads the cards `card ls` shows. The agent filters by state,
@@ -176,15 +197,19 @@ func hasAllLabels(have, want []string) bool {
 }
 
 func runCardShow(ctx context.Context, env *cli, o cardShowOpts) error {
+	format, err := o.out.resolve()
+	if err != nil {
+		return err
+	}
 	c := env.client()
 	cd, err := c.GetCard(ctx, o.id)
 	if err != nil {
 		return env.agentError(c, err)
 	}
-	if o.json {
-		return printJSON(env.stdout, cd)
+	if done, err := printOutput(env.stdout, format, cd); done {
+		return err
 	}
-	printCard(env.stdout, cd)
+	printCard(env.stdout, cd) // wide: the same; it shows every field
 	return nil
 }
 

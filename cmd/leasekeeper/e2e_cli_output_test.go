@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mattn/go-runewidth"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/leasekeeper/leasekeeper/board"
 )
@@ -207,6 +208,92 @@ func TestE2EEventsFilters(t *testing.T) {
 		}
 		if ev.Card != "e2" || ev.Type != board.EventLabels {
 			t.Errorf("follower printed %s of %s, want only e2's labels events", ev.Type, ev.Card)
+		}
+	}
+}
+
+// TestE2EOutputFormats: card ls, card show, events, status and board
+// show take
+// -o json|yaml|wide; --json stays an alias of -o json; YAML carries the
+// JSON field names; wide adds columns to card ls.
+func TestE2EOutputFormats(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "lease: 3s\n")
+	e.Start()
+	long := strings.Repeat("a long title ", 6)
+	e.MustRun("card", "create", "o1", "--label", "gpu", "--title", long)
+	e.MustRun("card", "create", "o2", "--depends-on", "o1")
+
+	// -o json is --json.
+	for _, args := range [][]string{{"card", "ls"}, {"card", "show", "o1"}, {"events"}, {"board", "show"}} {
+		a, b := e.MustRun(append(args, "--json")...), e.MustRun(append(args, "-o", "json")...)
+		if a != b {
+			t.Errorf("%v: -o json differs from --json:\n%s\n---\n%s", args, b, a)
+		}
+	}
+	var st map[string]any
+	if err := json.Unmarshal([]byte(e.MustRun("status", "-o", "json")), &st); err != nil || st["pid"] == nil {
+		t.Errorf("status -o json: %v %v", st, err)
+	}
+
+	// YAML: the same documents under the same (JSON) field names.
+	var cards []map[string]any
+	if err := yaml.Unmarshal([]byte(e.MustRun("card", "ls", "-o", "yaml")), &cards); err != nil {
+		t.Fatalf("card ls -o yaml: %v", err)
+	}
+	if len(cards) != 2 || cards[0]["id"] != "o1" || cards[1]["depends_on"] == nil || cards[0]["claim_epoch"] == nil {
+		t.Errorf("card ls -o yaml = %v, want o1 and o2 under the board field names", cards)
+	}
+	var card map[string]any
+	if err := yaml.Unmarshal([]byte(e.MustRun("card", "show", "o1", "-o", "yaml")), &card); err != nil || card["title"] != long {
+		t.Errorf("card show -o yaml = %v (%v), want o1 with its title", card, err)
+	}
+	if err := yaml.Unmarshal([]byte(e.MustRun("status", "-o", "yaml")), &st); err != nil || st["pid"] == nil || st["marker"] == nil {
+		t.Errorf("status -o yaml = %v (%v)", st, err)
+	}
+	var bd map[string]any
+	if err := yaml.Unmarshal([]byte(e.MustRun("board", "show", "-o", "yaml")), &bd); err != nil || bd["states"] == nil || bd["first_pool"] == nil {
+		t.Errorf("board show -o yaml = %v (%v)", bd, err)
+	}
+	dec := yaml.NewDecoder(strings.NewReader(e.MustRun("events", "-o", "yaml")))
+	n := 0
+	for {
+		var ev map[string]any
+		if err := dec.Decode(&ev); err != nil {
+			break
+		}
+		if ev["seq"] == nil || ev["type"] == nil {
+			t.Errorf("events -o yaml document %d = %v", n, ev)
+		}
+		n++
+	}
+	if want := len(strings.Split(strings.TrimSpace(e.MustRun("events", "--json")), "\n")); n != want {
+		t.Errorf("events -o yaml printed %d documents, want %d", n, want)
+	}
+
+	// wide: more columns, the whole title.
+	out := e.MustRun("card", "ls", "-o", "wide")
+	header, rows := lsRows(out)
+	for _, col := range []string{"EPOCH", "LEASE-UNTIL", "LAST-RUN", "UPDATED", "DEPS", "TITLE"} {
+		if !containsCell(strings.Fields(header), col) {
+			t.Errorf("card ls -o wide has no %s column:\n%s", col, out)
+		}
+	}
+	if !strings.Contains(rows["o1"], strings.TrimSpace(long)) {
+		t.Errorf("card ls -o wide cut o1's title: %q", rows["o1"])
+	}
+	if _, narrow := lsRows(e.MustRun("card", "ls")); strings.Contains(narrow["o1"], strings.TrimSpace(long)) {
+		t.Errorf("card ls (not wide) did not cut o1's title: %q", narrow["o1"])
+	}
+	for _, args := range [][]string{{"card", "show", "o1"}, {"events"}, {"status"}} {
+		if _, stderr, code := e.Run(append(args, "-o", "wide")...); code != 0 {
+			t.Errorf("%v -o wide: exit %d: %s", args, code, stderr)
+		}
+	}
+
+	for _, bad := range [][]string{{"card", "ls", "-o", "xml"}, {"card", "ls", "--json", "-o", "yaml"}, {"status", "-o", "csv"}} {
+		if _, stderr, code := e.Run(bad...); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d: %s", bad, code, exitUsage, stderr)
 		}
 	}
 }

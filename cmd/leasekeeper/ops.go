@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"sort"
@@ -24,7 +25,7 @@ type agentOpts struct {
 
 type eventsOpts struct {
 	follow bool
-	json   bool
+	out    outputOpts
 	after  int64
 	card   string
 	types  []string
@@ -116,15 +117,20 @@ func pluginCommand() []string {
 	return []string{self, pluginCmdName}
 }
 
-func runStatus(ctx context.Context, env *cli, asJSON bool) error {
+func runStatus(ctx context.Context, env *cli, out outputOpts) error {
+	format, err := out.resolve()
+	if err != nil {
+		return err
+	}
 	c := env.client()
 	st, err := c.Status(ctx)
 	if err != nil {
 		return env.agentError(c, err)
 	}
-	if asJSON {
-		return printJSON(env.stdout, st)
+	if done, err := printOutput(env.stdout, format, st); done {
+		return err
 	}
+	// wide: the same text; it shows every field.
 	ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "agent:\t%s (pid %d, %s)\n", st.Marker, st.PID, st.Version)
@@ -282,6 +288,10 @@ func oneLine(err error) error {
 }
 
 func runEvents(ctx context.Context, env *cli, o eventsOpts) error {
+	format, err := o.out.resolve()
+	if err != nil {
+		return err
+	}
 	filter, err := newEventFilter(o, time.Now())
 	if err != nil {
 		return err
@@ -291,11 +301,19 @@ func runEvents(ctx context.Context, env *cli, o eventsOpts) error {
 		if !filter.keep(ev) {
 			return nil
 		}
-		if o.json {
+		switch format {
+		case outputJSON:
 			return printJSONLine(env, ev)
+		case outputYAML:
+			// One YAML document per event, so a stream (--follow) parses
+			// as it comes.
+			if _, err := io.WriteString(env.stdout, "---\n"); err != nil {
+				return err
+			}
+			return printYAML(env.stdout, ev)
 		}
-		fmt.Fprintln(env.stdout, formatEvent(ev))
-		return nil
+		_, err := fmt.Fprintln(env.stdout, formatEvent(ev)) // wide: the same line
+		return err
 	}
 	after := o.after
 	if !o.follow {
@@ -402,15 +420,19 @@ func printDecisions(env *cli, ds []apitype.ReaperDecision) {
 	_ = tw.Flush()
 }
 
-func runBoardShow(ctx context.Context, env *cli, asJSON bool) error {
+func runBoardShow(ctx context.Context, env *cli, out outputOpts) error {
+	format, err := out.resolve()
+	if err != nil {
+		return err
+	}
 	c := env.client()
 	b, err := c.Board(ctx)
 	if err != nil {
 		return env.agentError(c, err)
 	}
 	resp := apitype.BoardOf(b)
-	if asJSON {
-		return printJSON(env.stdout, resp)
+	if done, err := printOutput(env.stdout, format, resp); done {
+		return err
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STATE\tFLAGS")

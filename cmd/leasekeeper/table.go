@@ -21,7 +21,7 @@ func truncateCells(s string, w int) string {
 // table writes rows in aligned columns, two spaces apart. Unlike
 // text/tabwriter, which counts runes, it pads by display width, so a
 // cell with wide characters (CJK, emoji) does not shift the columns after
-// it. The last column is not padded.
+// it. No line ends in spaces (an empty last cell leaves none).
 type table struct {
 	rows [][]string
 }
@@ -40,12 +40,14 @@ func (t *table) write(w io.Writer) error {
 	}
 	var b strings.Builder
 	for _, r := range t.rows {
+		var line strings.Builder
 		for i, c := range r {
-			b.WriteString(c)
+			line.WriteString(c)
 			if i < len(r)-1 {
-				b.WriteString(strings.Repeat(" ", widths[i]-runewidth.StringWidth(c)+2))
+				line.WriteString(strings.Repeat(" ", widths[i]-runewidth.StringWidth(c)+2))
 			}
 		}
+		b.WriteString(strings.TrimRight(line.String(), " "))
 		b.WriteByte('\n')
 	}
 	_, err := io.WriteString(w, b.String())
