@@ -36,14 +36,15 @@ func lsIDs(out string) []string {
 // TestE2ECardLsFilters: `card ls` narrows by --state, --label (all of
 // them), --claimed and --limit against a real agent, shows each card's
 // blockers in DEPS, and truncates titles to a fixed display width that
-// keeps the columns aligned when a cell holds wide (CJK, emoji) characters.
+// keeps the columns aligned when a cell (a label, a title) holds wide
+// (CJK, emoji) characters.
 func TestE2ECardLsFilters(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "lease: 3s\n")
 	e.Start()
 	e.MustRun("card", "create", "a1", "--label", "gpu", "--label", "x86", "--title", "plain")
 	e.MustRun("card", "create", "b2", "--label", "gpu", "--depends-on", "a1", "--title", "blocked")
-	e.MustRun("card", "create", "c3", "--label", "x86", "--depends-on", "a1,b2",
+	e.MustRun("card", "create", "c3", "--label", "x86", "--label", "夜間", "--depends-on", "a1,b2",
 		"--title", "夜間ビルドと統合テストとデプロイの全部をまとめて走らせる長いタイトル🚀🚀")
 	e.MustRun("card", "create", "d4", "--title", "held")
 
@@ -83,7 +84,7 @@ func TestE2ECardLsFilters(t *testing.T) {
 	// cut), and every TITLE starts at the same display column.
 	col := runewidth.StringWidth(header[:strings.Index(header, "TITLE")])
 	for id, row := range rows {
-		i := strings.Index(row, map[string]string{"a1": "plain", "b2": "blocked", "c3": "夜間", "d4": "held"}[id])
+		i := strings.Index(row, map[string]string{"a1": "plain", "b2": "blocked", "c3": "夜間ビルド", "d4": "held"}[id])
 		if i < 0 {
 			t.Fatalf("row %s has no title: %q", id, row)
 		}
