@@ -118,6 +118,10 @@ func runCardList(ctx context.Context, env *cli, o cardListOpts) error {
 	if o.limit < 0 {
 		return usageError("--limit %d: want 0 (no limit) or more", o.limit)
 	}
+	// The labels as the store keeps them (trimmed, empty ones dropped).
+	if o.labels, err = board.NormalizeLabels(o.labels); err != nil {
+		return usageError("--label: %v", err)
+	}
 	cards, err := listCards(ctx, env, o)
 	if err != nil {
 		return err
@@ -186,10 +190,10 @@ func listCards(ctx context.Context, env *cli, o cardListOpts) ([]board.Card, err
 }
 
 // hasAllLabels says whether a card carrying have carries every label in
-// want. Labels compare as the store keeps them (trimmed, case-sensitive).
+// want (normalized as the store keeps labels; compared case-sensitively).
 func hasAllLabels(have, want []string) bool {
 	for _, l := range want {
-		if !slices.Contains(have, strings.TrimSpace(l)) {
+		if !slices.Contains(have, l) {
 			return false
 		}
 	}

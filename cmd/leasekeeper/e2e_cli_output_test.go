@@ -68,6 +68,7 @@ func TestE2ECardLsFilters(t *testing.T) {
 	check([]string{"--claimed"}, "d4")
 	check([]string{"--limit", "2"}, "a1", "b2")
 	check([]string{"--label", "nope"})
+	check([]string{"--label", " gpu ", "--label", ""}, "a1", "b2") // labels as the store keeps them
 
 	out := e.MustRun("card", "ls")
 	header, rows := lsRows(out)
@@ -290,6 +291,14 @@ func TestE2EOutputFormats(t *testing.T) {
 		if _, stderr, code := e.Run(append(args, "-o", "wide")...); code != 0 {
 			t.Errorf("%v -o wide: exit %d: %s", args, code, stderr)
 		}
+	}
+
+	// -o and events --type complete without an agent's help.
+	if out := e.MustRun("__complete", "card", "ls", "-o", ""); !strings.Contains(out, "json\nyaml\nwide\n") {
+		t.Errorf("-o completes to:\n%s", out)
+	}
+	if out := e.MustRun("__complete", "events", "--type", "la"); !strings.Contains(out, "labels\nlast_run\n") {
+		t.Errorf("events --type la completes to:\n%s", out)
 	}
 
 	for _, bad := range [][]string{{"card", "ls", "-o", "xml"}, {"card", "ls", "--json", "-o", "yaml"}, {"status", "-o", "csv"}} {
