@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/user"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,13 +28,16 @@ type cardCreateOpts struct {
 }
 
 type cardListOpts struct {
-	state string
-	json  bool
+	state   string
+	labels  []string
+	claimed bool
+	limit   int
+	out     outputOpts
 }
 
 type cardShowOpts struct {
-	id   string
-	json bool
+	id  string
+	out outputOpts
 }
 
 type cardLabelOpts struct {
@@ -107,39 +111,109 @@ func runCardCreate(ctx context.Context, env *cli, o cardCreateOpts) error {
 }
 
 func runCardList(ctx context.Context, env *cli, o cardListOpts) error {
-	c := env.client()
-	cards, err := c.ListCards(ctx, board.CardFilter{State: o.state})
+	format, err := o.out.resolve()
 	if err != nil {
-		return env.agentError(c, err)
+		return err
 	}
-	if o.json {
-		if cards == nil {
-			cards = []board.Card{}
-		}
-		return printJSON(env.stdout, cards)
+	if o.limit < 0 {
+		return usageError("--limit %d: want 0 (no limit) or more", o.limit)
 	}
-	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tCLAIM\tEPOCH\tLABELS\tTITLE")
+	// The labels as the store keeps them (trimmed, empty ones dropped).
+	if o.labels, err = board.NormalizeLabels(o.labels); err != nil {
+		return usageError("--label: %v", err)
+	}
+	cards, err := listCards(ctx, env, o)
+	if err != nil {
+		return err
+	}
+	if cards == nil {
+		cards = []board.Card{}
+	}
+	if done, err := printOutput(env.stdout, format, cards); done {
+		return err
+	}
+	var t table
+	if format == outputWide {
+		t.row("ID", "STATE", "CLAIM", "EPOCH", "LEASE-UNTIL", "LABELS", "DEPS", "LAST-RUN", "UPDATED", "TITLE")
+	} else {
+		t.row("ID", "STATE", "CLAIM", "EPOCH", "LABELS", "DEPS", "TITLE")
+	}
 	for _, cd := range cards {
-		claim := cd.Claim
-		if claim == "" {
-			claim = "-"
+		claim, epoch := orDash(cd.Claim), strconv.FormatInt(cd.ClaimEpoch, 10)
+		labels, deps := orDash(strings.Join(cd.Labels, ",")), orDash(strings.Join(cd.DependsOn, ","))
+		if format == outputWide {
+			t.row(cd.ID, cd.State, claim, epoch, tableTime(cd.ClaimLeaseUntil), labels, deps,
+				orDash(cd.LastRunID), tableTime(cd.UpdatedAt), cd.Title)
+		} else {
+			t.row(cd.ID, cd.State, claim, epoch, labels, deps, truncateCells(cd.Title, titleWidth))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", cd.ID, cd.State, claim, cd.ClaimEpoch, strings.Join(cd.Labels, ","), cd.Title)
 	}
-	return tw.Flush()
+	return t.write(env.stdout)
+}
+
+// tableTime is a time in a table cell: UTC to the second, "-" when unset.
+func tableTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// listCards reads the cards `card ls` shows. The agent filters by state,
+// claimed and limit (GET /v1/cards); it has no label filter, so --label
+// is applied here, on every card the agent returns for the other
+// filters, and --limit then counts the cards that carry the labels.
+func listCards(ctx context.Context, env *cli, o cardListOpts) ([]board.Card, error) {
+	c := env.client()
+	f := board.CardFilter{State: o.state, ClaimedOnly: o.claimed, Limit: o.limit}
+	if len(o.labels) > 0 {
+		f.Limit = 0
+	}
+	cards, err := c.ListCards(ctx, f)
+	if err != nil {
+		return nil, env.agentError(c, err)
+	}
+	if len(o.labels) == 0 {
+		return cards, nil
+	}
+	var out []board.Card
+	for _, cd := range cards {
+		if !hasAllLabels(cd.Labels, o.labels) {
+			continue
+		}
+		out = append(out, cd)
+		if o.limit > 0 && len(out) == o.limit {
+			break
+		}
+	}
+	return out, nil
+}
+
+// hasAllLabels says whether a card carrying have carries every label in
+// want (normalized as the store keeps labels; compared case-sensitively).
+func hasAllLabels(have, want []string) bool {
+	for _, l := range want {
+		if !slices.Contains(have, l) {
+			return false
+		}
+	}
+	return true
 }
 
 func runCardShow(ctx context.Context, env *cli, o cardShowOpts) error {
+	format, err := o.out.resolve()
+	if err != nil {
+		return err
+	}
 	c := env.client()
 	cd, err := c.GetCard(ctx, o.id)
 	if err != nil {
 		return env.agentError(c, err)
 	}
-	if o.json {
-		return printJSON(env.stdout, cd)
+	if done, err := printOutput(env.stdout, format, cd); done {
+		return err
 	}
-	printCard(env.stdout, cd)
+	printCard(env.stdout, cd) // wide: the same; it shows every field
 	return nil
 }
 

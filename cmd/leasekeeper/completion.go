@@ -124,6 +124,7 @@ func addAgentCompletions(env *cli, root *cobra.Command) {
 	flags := map[string]map[string]completeFn{
 		"card create":        {"state": states(anyState)},
 		"card ls":            {"state": states(anyState)},
+		"events":             {"card": cards(anyCard), "type": eventTypeCandidates},
 		"board state delete": {"into": states(anyState)},
 	}
 	for path, fn := range args {
@@ -137,6 +138,18 @@ func addAgentCompletions(env *cli, root *cobra.Command) {
 			}
 		}
 	}
+}
+
+// eventTypeCandidates completes `events --type`: the event types, which
+// need no agent.
+func eventTypeCandidates(_ *cobra.Command, _ []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	var out []cobra.Completion
+	for _, t := range eventTypes {
+		if strings.HasPrefix(string(t), prefix) {
+			out = append(out, string(t))
+		}
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
 }
 
 // claimArgs completes `claim`: a card id before --, unless --next is

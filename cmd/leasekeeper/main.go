@@ -205,17 +205,30 @@ waiting_deps while one of its --depends-on blockers is not complete.`,
 
 	var ls cardListOpts
 	cl := &cobra.Command{
-		Use:   "ls [--state S] [--json]",
+		Use:   "ls [--state S] [--label L]... [--claimed] [--limit N] [-o json|yaml|wide]",
 		Short: "List cards, oldest first",
-		Args:  exactArgs(0),
-		RunE:  func(cmd *cobra.Command, _ []string) error { return runCardList(cmd.Context(), env, ls) },
+		Long: `List cards, oldest first: id, state, holder (- when free), claim epoch,
+labels, blockers (DEPS, - when none) and title, cut to 40 display cells.
+
+--state, --claimed and --limit are served by the agent. --label is not: the
+agent returns the cards the other filters select and ls keeps those that
+carry every --label given; --limit then counts those cards.
+
+-o json (or --json) prints one array of cards, -o yaml the same in YAML;
+-o wide adds the lease's end, the last run and the last update, and shows
+whole titles.`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error { return runCardList(cmd.Context(), env, ls) },
 	}
 	cl.Flags().StringVar(&ls.state, "state", "", "only cards in this state")
-	cl.Flags().BoolVar(&ls.json, "json", false, "print JSON (one array of cards)")
+	cl.Flags().StringArrayVar(&ls.labels, "label", nil, "only cards carrying this label (repeatable: all of them; filtered by ls, not the agent)")
+	cl.Flags().BoolVar(&ls.claimed, "claimed", false, "only claimed cards")
+	cl.Flags().IntVar(&ls.limit, "limit", 0, "at most N cards (0: no limit)")
+	addOutputFlags(cl, &ls.out, "wide: lease end, last run, last update, whole titles")
 
 	var show cardShowOpts
 	cs := &cobra.Command{
-		Use:   "show ID [--json]",
+		Use:   "show ID [-o json|yaml|wide]",
 		Short: "Show one card",
 		Args:  exactArgs(1, "ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -223,7 +236,7 @@ waiting_deps while one of its --depends-on blockers is not complete.`,
 			return runCardShow(cmd.Context(), env, show)
 		},
 	}
-	cs.Flags().BoolVar(&show.json, "json", false, "print the card as JSON (the board field names)")
+	addOutputFlags(cs, &show.out, "wide: as the default, which shows every field")
 
 	cm := &cobra.Command{
 		Use:   "move ID STATE",
@@ -298,17 +311,17 @@ func newBoardCmd(env *cli) *cobra.Command {
 		Args:  subcommandArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return withCode(exitUsage, cmd.Help()) },
 	}
-	var asJSON bool
+	var out outputOpts
 	show := &cobra.Command{
-		Use:   "show [--json]",
+		Use:   "show [-o json|yaml|wide]",
 		Short: "Print the board's states in order with their flags",
 		Long: `Print the board's states in order with their flags (pool, launch, running,
 terminal, completion) and the columns cards are routed by: the running
 column, the first pool state, the completion state and the failed state.`,
 		Args: exactArgs(0),
-		RunE: func(cmd *cobra.Command, _ []string) error { return runBoardShow(cmd.Context(), env, asJSON) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return runBoardShow(cmd.Context(), env, out) },
 	}
-	show.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	addOutputFlags(show, &out, "wide: as the default, which shows every field")
 	c.AddCommand(show, newBoardStateCmd(env), newBoardLabelCmd(env)) // board.go
 	return c
 }
@@ -412,18 +425,18 @@ filing it to failed.
 }
 
 func newStatusCmd(env *cli) *cobra.Command {
-	var asJSON bool
+	var out outputOpts
 	c := &cobra.Command{
-		Use:   "status [--json]",
+		Use:   "status [-o json|yaml|wide]",
 		Short: "Show the agent's status and the claims it renews",
 		Long: `Show the agent's status: its store (reachable, and the plugin process:
 up, restarts, last error), the reaper gate, the lease and liveness mode, the
 claims it renews, the last heartbeat tick (when, result, duration) and the
 last reaper pass (when, how long, what it decided, counted by action).`,
 		Args: exactArgs(0),
-		RunE: func(cmd *cobra.Command, _ []string) error { return runStatus(cmd.Context(), env, asJSON) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return runStatus(cmd.Context(), env, out) },
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	addOutputFlags(c, &out, "wide: as the default, which shows every field")
 	return c
 }
 
@@ -443,9 +456,18 @@ Kubernetes probes run it; it gives up after 5s.`,
 func newEventsCmd(env *cli) *cobra.Command {
 	var o eventsOpts
 	c := &cobra.Command{
-		Use:   "events [--follow] [--json]",
+		Use:   "events [--follow] [--card ID] [--type T]... [--since D|TIME] [-o json|yaml|wide]",
 		Short: "Print the audit event log",
 		Long: `Print the audit event log, oldest first, after --after.
+
+--card, --type (repeatable: any of them) and --since (a duration back from
+now, as 90s or 2h, or an RFC 3339 time) keep only the matching events. The
+agent's log API has no such filter: events applies them itself, on the log
+it reads and on the --follow stream. A labels event names the labels added
+(+L) and removed (-L), then the card's labels after it.
+
+-o json (or --json) prints one JSON event per line; -o yaml one YAML
+document per event, each after "---".
 
 With --follow, keep printing events as the agent logs them until SIGINT or
 SIGTERM (exit 0). When the agent goes away (a restart, an upgrade), say so
@@ -456,8 +478,11 @@ itself ends the command (exit 1).`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runEvents(cmd.Context(), env, o) },
 	}
 	c.Flags().BoolVarP(&o.follow, "follow", "f", false, "keep printing new events")
-	c.Flags().BoolVar(&o.json, "json", false, "print one JSON event per line")
+	addOutputFlags(c, &o.out, "wide: as the default, one line per event")
 	c.Flags().Int64Var(&o.after, "after", 0, "start after this sequence number")
+	c.Flags().StringVar(&o.card, "card", "", "only this card's events")
+	c.Flags().StringArrayVar(&o.types, "type", nil, "only events of this type (repeatable: any of them)")
+	c.Flags().StringVar(&o.since, "since", "", "only events at or after this time: a duration back from now (90s, 2h) or an RFC 3339 time")
 	return c
 }
 

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -23,8 +25,60 @@ type agentOpts struct {
 
 type eventsOpts struct {
 	follow bool
-	json   bool
+	out    outputOpts
 	after  int64
+	card   string
+	types  []string
+	since  string
+}
+
+// eventTypes are the types `events --type` accepts.
+var eventTypes = []board.EventType{
+	board.EventCardCreated, board.EventClaimed, board.EventReleased, board.EventState,
+	board.EventLabels, board.EventLastRun, board.EventAwaitingInput, board.EventGaveUp,
+	board.EventRunCreated, board.EventRunUpdated,
+}
+
+// eventFilter is what `events --card/--type/--since` keep. The agent's log
+// API has no such filter: it is applied here, on every event read or
+// streamed (the position to resume from still advances past the rest).
+type eventFilter struct {
+	card  string
+	types map[board.EventType]bool // empty: every type
+	since time.Time                // zero: from the start
+}
+
+func newEventFilter(o eventsOpts, now time.Time) (eventFilter, error) {
+	f := eventFilter{card: o.card, types: map[board.EventType]bool{}}
+	for _, t := range o.types {
+		if !slices.Contains(eventTypes, board.EventType(t)) {
+			names := make([]string, len(eventTypes))
+			for i, et := range eventTypes {
+				names[i] = string(et)
+			}
+			return f, usageError("--type %q: want one of %s", t, strings.Join(names, ", "))
+		}
+		f.types[board.EventType(t)] = true
+	}
+	if o.since != "" {
+		if d, err := time.ParseDuration(o.since); err == nil {
+			if d < 0 {
+				return f, usageError("--since %s: want a duration of 0 or more, or an RFC 3339 time", o.since)
+			}
+			f.since = now.Add(-d)
+		} else if t, err := time.Parse(time.RFC3339Nano, o.since); err == nil {
+			f.since = t
+		} else {
+			return f, usageError("--since %q: want a duration (90s, 2h) or an RFC 3339 time (2026-01-02T15:04:05Z)", o.since)
+		}
+	}
+	return f, nil
+}
+
+func (f eventFilter) keep(ev board.Event) bool {
+	return (f.card == "" || ev.Card == f.card) &&
+		(len(f.types) == 0 || f.types[ev.Type]) &&
+		(f.since.IsZero() || !ev.At.Before(f.since))
 }
 
 type reaperOpts struct {
@@ -63,15 +117,20 @@ func pluginCommand() []string {
 	return []string{self, pluginCmdName}
 }
 
-func runStatus(ctx context.Context, env *cli, asJSON bool) error {
+func runStatus(ctx context.Context, env *cli, out outputOpts) error {
+	format, err := out.resolve()
+	if err != nil {
+		return err
+	}
 	c := env.client()
 	st, err := c.Status(ctx)
 	if err != nil {
 		return env.agentError(c, err)
 	}
-	if asJSON {
-		return printJSON(env.stdout, st)
+	if done, err := printOutput(env.stdout, format, st); done {
+		return err
 	}
+	// wide: the same text; it shows every field.
 	ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "agent:\t%s (pid %d, %s)\n", st.Marker, st.PID, st.Version)
@@ -229,13 +288,32 @@ func oneLine(err error) error {
 }
 
 func runEvents(ctx context.Context, env *cli, o eventsOpts) error {
+	format, err := o.out.resolve()
+	if err != nil {
+		return err
+	}
+	filter, err := newEventFilter(o, time.Now())
+	if err != nil {
+		return err
+	}
 	c := env.client()
 	print := func(ev board.Event) error {
-		if o.json {
-			return printJSONLine(env, ev)
+		if !filter.keep(ev) {
+			return nil
 		}
-		fmt.Fprintln(env.stdout, formatEvent(ev))
-		return nil
+		switch format {
+		case outputJSON:
+			return printJSONLine(env, ev)
+		case outputYAML:
+			// One YAML document per event, so a stream (--follow) parses
+			// as it comes.
+			if _, err := io.WriteString(env.stdout, "---\n"); err != nil {
+				return err
+			}
+			return printYAML(env.stdout, ev)
+		}
+		_, err := fmt.Fprintln(env.stdout, formatEvent(ev)) // wide: the same line
+		return err
 	}
 	after := o.after
 	if !o.follow {
@@ -262,9 +340,13 @@ func printJSONLine(env *cli, v any) error {
 	return json.NewEncoder(env.stdout).Encode(v)
 }
 
+// eventTimeLayout prints an event's time in UTC to the microsecond, every
+// digit kept, so the columns after it line up.
+const eventTimeLayout = "2006-01-02T15:04:05.000000Z07:00"
+
 func formatEvent(ev board.Event) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%6d  %s  %-13s %s", ev.Seq, ev.At.Format(time.RFC3339Nano), ev.Type, ev.Card)
+	fmt.Fprintf(&b, "%6d  %s  %-14s %s", ev.Seq, ev.At.UTC().Format(eventTimeLayout), ev.Type, ev.Card)
 	d := ev.Data
 	switch ev.Type {
 	case board.EventState:
@@ -272,6 +354,12 @@ func formatEvent(ev board.Event) string {
 	case board.EventClaimed, board.EventReleased:
 		fmt.Fprintf(&b, " %s epoch %d", d.Marker, d.Epoch)
 	case board.EventLabels:
+		for _, l := range d.Added {
+			fmt.Fprintf(&b, " +%s", l)
+		}
+		for _, l := range d.Removed {
+			fmt.Fprintf(&b, " -%s", l)
+		}
 		fmt.Fprintf(&b, " [%s]", strings.Join(d.Labels, ","))
 	case board.EventRunCreated, board.EventRunUpdated, board.EventLastRun:
 		fmt.Fprintf(&b, " run %s %s", d.RunID, d.Status)
@@ -332,15 +420,19 @@ func printDecisions(env *cli, ds []apitype.ReaperDecision) {
 	_ = tw.Flush()
 }
 
-func runBoardShow(ctx context.Context, env *cli, asJSON bool) error {
+func runBoardShow(ctx context.Context, env *cli, out outputOpts) error {
+	format, err := out.resolve()
+	if err != nil {
+		return err
+	}
 	c := env.client()
 	b, err := c.Board(ctx)
 	if err != nil {
 		return env.agentError(c, err)
 	}
 	resp := apitype.BoardOf(b)
-	if asJSON {
-		return printJSON(env.stdout, resp)
+	if done, err := printOutput(env.stdout, format, resp); done {
+		return err
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STATE\tFLAGS")
