@@ -71,6 +71,8 @@ func TestUsageErrors(t *testing.T) {
 		{"claim with an empty command", []string{"claim", "c1", "--"}, claimExitUsage, "needs a command after --"},
 		{"claim with id and --next", []string{"claim", "c1", "--next", "--", "true"}, claimExitUsage, "not both"},
 		{"claim with id and --label", []string{"claim", "c1", "--label", "gpu", "--", "true"}, claimExitUsage, "--label routes --next"},
+		{"claim with an empty label", []string{"claim", "--next", "--label", " ", "--", "true"}, claimExitUsage, "empty label"},
+		{"claim with a label not UTF-8", []string{"claim", "--next", "--label", "g\xff", "--", "true"}, claimExitUsage, "--label"},
 		{"claim with neither id nor --next", []string{"claim", "--", "true"}, claimExitUsage, "exactly one card ID"},
 		{"claim with two ids", []string{"claim", "c1", "c2", "--", "true"}, claimExitUsage, "exactly one card ID"},
 		{"claim with a bad flag value", []string{"claim", "c1", "--grace", "soon", "--", "true"}, claimExitUsage, "invalid duration"},

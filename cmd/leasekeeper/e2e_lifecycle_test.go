@@ -310,7 +310,8 @@ func TestE2EClaimNextRoutedByLabel(t *testing.T) {
 	if code != 0 || strings.TrimSpace(stdout) != "big-gpu-job" {
 		t.Fatalf("claim --next --label gpu --label big ran on %q (exit %d), want big-gpu-job; stderr:\n%s", stdout, code, stderr)
 	}
-	stdout, stderr, code = e.Run("claim", "--next", "--label", "gpu", "--", "sh", "-c", `echo "$LEASEKEEPER_CARD"`)
+	// A label is read as a card stores it: trimmed.
+	stdout, stderr, code = e.Run("claim", "--next", "--label", " gpu ", "--", "sh", "-c", `echo "$LEASEKEEPER_CARD"`)
 	if code != 0 || strings.TrimSpace(stdout) != "gpu-job" {
 		t.Fatalf("claim --next --label gpu ran on %q (exit %d), want gpu-job, not the older cpu-job; stderr:\n%s", stdout, code, stderr)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/agent"
 	"github.com/leasekeeper/leasekeeper/agent/supervise"
+	"github.com/leasekeeper/leasekeeper/board"
 )
 
 func main() {
@@ -399,6 +400,23 @@ filing it to failed.
 				return claimUsage("give either a card ID or --next, not both")
 			case !o.next && len(o.labels) > 0:
 				return claimUsage("--label routes --next; a card named by ID is claimed whatever its labels")
+			}
+			// Labels are read as a card stores them (trimmed), so
+			// --label " gpu" routes to what `card create --label " gpu"`
+			// labelled. An empty one is refused: dropped, it would turn
+			// a GPU worker whose $LABEL came out empty into one that
+			// takes any card.
+			for _, l := range o.labels {
+				if strings.TrimSpace(l) == "" {
+					return claimUsage("--label: an empty label routes nothing (leave the flag out to take any card)")
+				}
+			}
+			labels, err := board.NormalizeLabels(o.labels)
+			if err != nil {
+				return claimUsage("--label: %v", err)
+			}
+			o.labels = labels
+			switch {
 			case !o.next && dash != 1:
 				return claimUsage("give exactly one card ID (or --next) before --")
 			case o.grace < 0:
