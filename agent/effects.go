@@ -40,10 +40,20 @@ func IsOneShot(label string) bool {
 // consumption an election across agents sharing one store (see Effects).
 const EffectsActorPrefix = "effects:"
 
+// EffectsStore is what the effects layer calls on the store: the event
+// log it tails, the card whose one-shots a launch move fires (GetCard) and
+// the board (LoadBoard, when EffectsConfig.Board is nil), and AdjustLabels,
+// which consumes a fired one-shot. Every board.Store is one.
+type EffectsStore interface {
+	board.EventLog
+	board.CardReader
+	board.CardWriter
+}
+
 // EffectsConfig configures the effects layer.
 type EffectsConfig struct {
 	// Store is the store whose event log is tailed.
-	Store board.Store
+	Store EffectsStore
 	// Board reads the board definition the launch states are decided by:
 	// the agent's cache of it. Nil reads Store.LoadBoard.
 	Board func(ctx context.Context) (board.Board, error)

@@ -27,13 +27,21 @@ type LabelsFrom struct {
 	Actor  string   `json:"actor,omitempty"`
 }
 
-// BoardAdmin is the part of the Store contract that administers the board.
-type BoardAdmin interface {
+// BoardReader is the read of the board definition, which lives in the
+// store (DESIGN.md#board-in-store). CardReader and BoardAdmin both carry it.
+type BoardReader interface {
 	// LoadBoard reads the stored board definition. A store seeds the
 	// definition from its configuration when the store is first created;
 	// after that the stored one wins. Another writer of a shared store may
 	// change it at any time: the result is as of the read.
 	LoadBoard(ctx context.Context) (Board, error)
+}
+
+// BoardAdmin is the part of the Store contract that administers the board
+// (DESIGN.md#label-sweeps).
+type BoardAdmin interface {
+	BoardReader
+
 	// SetBoard replaces the stored definition with next while it is still
 	// exactly expect (a compare-and-set). On a miss nothing is written and
 	// it returns the stored board with changed=false. next must validate.

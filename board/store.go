@@ -244,31 +244,90 @@ type Traits struct {
 // The board definition is read with LoadBoard, under the caller's
 // context: the store keeps no copy for its callers to read without one
 // (the agent caches it, with a bound on how stale it may be).
+//
+// Store is the union of the role interfaces declared below (and
+// BoardAdmin): a consumer takes only the roles it calls, so a test double
+// implements those and a reader sees what the consumer may write. A new
+// verb joins the role of the callers it is for (CONTRIBUTING.md, "Adding a
+// store verb").
 type Store interface {
 	BoardAdmin
+	CardReader
+	CardWriter
+	Claimer
+	OwnerWriter
+	Lifecycle
+	Runs
+	Recovery
+	EventLog
 
 	// Traits are the store's declaration of what it is (see Traits). They
 	// do not change while the store is open.
 	Traits() Traits
 
-	// Now is the store's clock: the time its own lease, claimed_at and
-	// updated_at stamps are taken from, as a lower bound (the MongoDB twin
-	// reads the server's clock and subtracts the round trip). Every
-	// comparison against a store-stamped time — an expiry cutoff, a grace,
-	// a horizon — must use it, never the caller's clock: two clocks that
-	// disagree would otherwise judge a live lease expired.
-	Now(ctx context.Context) (time.Time, error)
+	Close() error
+}
 
-	// CreateCard creates a card. Empty State means the first pool state, or
-	// waiting_deps when a blocker is not yet complete. Unknown blockers, a
-	// dependency cycle or a duplicate id are ErrInvalidArgument.
-	CreateCard(ctx context.Context, c NewCard) (Card, error)
+// CardReader is the reads of cards and of the board definition. The
+// board is read under the caller's context, never from a copy the store
+// keeps (DESIGN.md#board-in-store).
+type CardReader interface {
+	BoardReader
+
 	GetCard(ctx context.Context, id string) (Card, error)
 	// ListCards lists cards ordered by creation time, oldest first.
 	ListCards(ctx context.Context, f CardFilter) ([]Card, error)
 	// Dependents lists the cards that declare id among their blockers.
 	Dependents(ctx context.Context, id string) ([]Card, error)
+}
 
+// CardWriter is the writes that need no claim: card creation, operator
+// and automation moves, labels, and the force-release by marker
+// (DESIGN.md#automation-moves, DESIGN.md#reopen, DESIGN.md#one-shot-labels).
+type CardWriter interface {
+	// CreateCard creates a card. Empty State means the first pool state, or
+	// waiting_deps when a blocker is not yet complete. Unknown blockers, a
+	// dependency cycle or a duplicate id are ErrInvalidArgument.
+	CreateCard(ctx context.Context, c NewCard) (Card, error)
+	// SetState is an operator move. Leaving a terminal state is
+	// ErrTerminalStateExit; terminal → terminal is an ordinary refiling.
+	SetState(ctx context.Context, m Move) error
+	// SetStateFrom is an automation move, CAS on m.From: drift is
+	// changed=false with no event; a terminal From is ErrTerminalStateExit
+	// even when drifted.
+	SetStateFrom(ctx context.Context, m Move) (changed bool, err error)
+	// Reopen is the only exit from a terminal state: the card must be
+	// terminal, the target a working (non-terminal) state, and no card that
+	// names this one among its blockers may be outside waiting_deps
+	// (Board.ReopenBlockedBy words the refusal). A declared
+	// m.From makes it a compare-and-set on the source as well: a card no
+	// longer in From is refused with ErrTransitionRejected and nothing is
+	// written (the bulk reopen of a state sweep walks an ageing snapshot).
+	Reopen(ctx context.Context, m Move) error
+	// AdjustLabels adds then removes labels in one atomic step (removes win).
+	// A no-op writes nothing and emits no event.
+	AdjustLabels(ctx context.Context, c LabelChange) (Card, error)
+	// SetLabels replaces the label set (absolute by contract: it may re-arm
+	// a one-shot label, by design).
+	SetLabels(ctx context.Context, card string, labels []string, actor string) (Card, error)
+	// Release clears the claim when it is held by exactly marker (any epoch):
+	// the operator's force-release (after reading the holder) and the sweeps
+	// of legacy and recovery claims. A free card is nil; another holder is
+	// ErrClaimConflict. In the same write it closes the released claim's
+	// own open run — the card's recorded run when its owner and epoch are
+	// the released claim's and its status is running or queued — as
+	// RunFailedResumable with failure code FailureClaimReleased, so the
+	// next Start resumes it and the released holder's late run writes are
+	// refused by the fence — and a card that would be left free in a
+	// running column that is not a pool state is filed to the first pool
+	// state (as ReleaseOwned; Board.ReleaseFiling).
+	Release(ctx context.Context, card, marker, actor string) error
+}
+
+// Claimer takes claims and keeps their leases: a claim, the heartbeat's
+// batched renewal, and the expiry of a dead worker's lease
+// (DESIGN.md#lease, DESIGN.md#heartbeat-batch, DESIGN.md#owner-dead).
+type Claimer interface {
 	// Claim acquires a free card (epoch bumped, claimed_at and lease stamped,
 	// claimed event) or refreshes the lease of the same marker (idempotent:
 	// same epoch, no event, no updated_at bump). Another marker's live or
@@ -278,7 +337,46 @@ type Store interface {
 	// ClaimNext claims the oldest unclaimed card in a pool state;
 	// ErrNotFound when there is none.
 	ClaimNext(ctx context.Context, r ClaimNextRequest) (Card, ClaimToken, error)
+	// RenewClaims pushes the lease of each hold to now+lease, never
+	// backwards, in one batched write. One result per hold, in order. The
+	// returned error is for the batch as a whole (store unreachable,
+	// ErrOutcomeUnknown); per-hold conflicts are in the results.
+	RenewClaims(ctx context.Context, holds []Hold, lease time.Duration) ([]RenewResult, error)
+	// ExpireClaimOwned sets the lease to now, so the watchdog may rule on the
+	// card at once instead of waiting out the TTL (a dead worker's claims).
+	ExpireClaimOwned(ctx context.Context, card string, tok ClaimToken) error
+}
 
+// OwnerWriter is the claim holder's fenced writes: each is a
+// compare-and-set on (claim, claim_epoch) (DESIGN.md#fence).
+type OwnerWriter interface {
+	// Owner writes: CAS on (claim, claim_epoch).
+	SetStateOwned(ctx context.Context, m OwnedMove) (changed bool, err error)
+	// SetLastRunOwned points the card at runID and records tok's epoch as
+	// the pointer's (Card.LastRunEpoch), also when the pointer is already
+	// runID but was stamped by an earlier claim. A run that has no final
+	// verdict must be tok's own (its Owner and Epoch): pointing at another
+	// claim's open run is ErrInvalidArgument and writes nothing — taking
+	// it over is Start's resume — so an open run's pointer epoch is always
+	// its own (board.PointFence).
+	SetLastRunOwned(ctx context.Context, card string, tok ClaimToken, runID string) error
+	SetAwaitingInputOwned(ctx context.Context, card string, tok ClaimToken, awaiting bool) error
+	SetGaveUpOwned(ctx context.Context, card string, tok ClaimToken, g *GaveUp) error
+	// ReleaseOwned clears claim, claimed_at and lease and keeps the epoch:
+	// the holder's hand-back. Releasing a free card is nil. In the same
+	// write, as Release does, it closes the released claim's own open run
+	// (RunFailedResumable, FailureClaimReleased; a recovery claim owns no
+	// run) and files a card that would be left free in a running column
+	// that is not a pool state (Board.Strands: the fleet board's) to the
+	// first pool state, with no reason and the move's state event, so
+	// nothing is left where no worker picks it up.
+	ReleaseOwned(ctx context.Context, card string, tok ClaimToken) error
+}
+
+// Lifecycle is a card's first and last write in one each: Start claims
+// and starts the run, Finish records the verdict, files and releases
+// (DESIGN.md#lifecycle).
+type Lifecycle interface {
 	// Start is a card's first lifecycle write: it claims the card (as
 	// Claim or ClaimNext would, epoch bumped, claimed event), starts its
 	// run owned by the new token, points the card at it (LastRunID,
@@ -346,75 +444,11 @@ type Store interface {
 	// the release still land. A stale token is ErrClaimConflict and
 	// writes nothing.
 	Finish(ctx context.Context, r FinishRequest) (Finished, error)
-	// RenewClaims pushes the lease of each hold to now+lease, never
-	// backwards, in one batched write. One result per hold, in order. The
-	// returned error is for the batch as a whole (store unreachable,
-	// ErrOutcomeUnknown); per-hold conflicts are in the results.
-	RenewClaims(ctx context.Context, holds []Hold, lease time.Duration) ([]RenewResult, error)
+}
 
-	// Owner writes: CAS on (claim, claim_epoch).
-	SetStateOwned(ctx context.Context, m OwnedMove) (changed bool, err error)
-	// SetLastRunOwned points the card at runID and records tok's epoch as
-	// the pointer's (Card.LastRunEpoch), also when the pointer is already
-	// runID but was stamped by an earlier claim. A run that has no final
-	// verdict must be tok's own (its Owner and Epoch): pointing at another
-	// claim's open run is ErrInvalidArgument and writes nothing — taking
-	// it over is Start's resume — so an open run's pointer epoch is always
-	// its own (board.PointFence).
-	SetLastRunOwned(ctx context.Context, card string, tok ClaimToken, runID string) error
-	SetAwaitingInputOwned(ctx context.Context, card string, tok ClaimToken, awaiting bool) error
-	SetGaveUpOwned(ctx context.Context, card string, tok ClaimToken, g *GaveUp) error
-	// ExpireClaimOwned sets the lease to now, so the watchdog may rule on the
-	// card at once instead of waiting out the TTL (a dead worker's claims).
-	ExpireClaimOwned(ctx context.Context, card string, tok ClaimToken) error
-	// ReleaseOwned clears claim, claimed_at and lease and keeps the epoch:
-	// the holder's hand-back. Releasing a free card is nil. In the same
-	// write, as Release does, it closes the released claim's own open run
-	// (RunFailedResumable, FailureClaimReleased; a recovery claim owns no
-	// run) and files a card that would be left free in a running column
-	// that is not a pool state (Board.Strands: the fleet board's) to the
-	// first pool state, with no reason and the move's state event, so
-	// nothing is left where no worker picks it up.
-	ReleaseOwned(ctx context.Context, card string, tok ClaimToken) error
-	// ReleaseExpired clears an abandoned claim in one CAS on its whole
-	// precondition (see ExpiredRelease). A free card is ErrClaimConflict:
-	// the claim the caller judged is not there any more.
-	ReleaseExpired(ctx context.Context, r ExpiredRelease) error
-	// Release clears the claim when it is held by exactly marker (any epoch):
-	// the operator's force-release (after reading the holder) and the sweeps
-	// of legacy and recovery claims. A free card is nil; another holder is
-	// ErrClaimConflict. In the same write it closes the released claim's
-	// own open run — the card's recorded run when its owner and epoch are
-	// the released claim's and its status is running or queued — as
-	// RunFailedResumable with failure code FailureClaimReleased, so the
-	// next Start resumes it and the released holder's late run writes are
-	// refused by the fence — and a card that would be left free in a
-	// running column that is not a pool state is filed to the first pool
-	// state (as ReleaseOwned; Board.ReleaseFiling).
-	Release(ctx context.Context, card, marker, actor string) error
-
-	// SetState is an operator move. Leaving a terminal state is
-	// ErrTerminalStateExit; terminal → terminal is an ordinary refiling.
-	SetState(ctx context.Context, m Move) error
-	// SetStateFrom is an automation move, CAS on m.From: drift is
-	// changed=false with no event; a terminal From is ErrTerminalStateExit
-	// even when drifted.
-	SetStateFrom(ctx context.Context, m Move) (changed bool, err error)
-	// Reopen is the only exit from a terminal state: the card must be
-	// terminal, the target a working (non-terminal) state, and no card that
-	// names this one among its blockers may be outside waiting_deps
-	// (Board.ReopenBlockedBy words the refusal). A declared
-	// m.From makes it a compare-and-set on the source as well: a card no
-	// longer in From is refused with ErrTransitionRejected and nothing is
-	// written (the bulk reopen of a state sweep walks an ageing snapshot).
-	Reopen(ctx context.Context, m Move) error
-	// AdjustLabels adds then removes labels in one atomic step (removes win).
-	// A no-op writes nothing and emits no event.
-	AdjustLabels(ctx context.Context, c LabelChange) (Card, error)
-	// SetLabels replaces the label set (absolute by contract: it may re-arm
-	// a one-shot label, by design).
-	SetLabels(ctx context.Context, card string, labels []string, actor string) (Card, error)
-
+// Runs is the fine-grained run verbs: a run started, updated and read
+// under the claim that owns it (DESIGN.md#claim-run).
+type Runs interface {
 	// CreateRun starts a run for a worker that uses the fine-grained
 	// verbs: fenced on r.Token (the card r.Run.Card must be claimed by
 	// exactly it), the run created owned by the token (Owner, Epoch) and
@@ -434,7 +468,20 @@ type Store interface {
 	// on the run's status.
 	UpdateRun(ctx context.Context, u RunUpdate) (Run, error)
 	GetRun(ctx context.Context, id string) (Run, error)
+}
 
+// Recovery is the watchdog's verbs: the store's clock every expiry is
+// judged by, the listings of expired and un-leased claims, the transfer
+// and the fenced release of an abandoned claim (DESIGN.md#store-clock,
+// DESIGN.md#transfer-first, DESIGN.md#recovery-sweep).
+type Recovery interface {
+	// Now is the store's clock: the time its own lease, claimed_at and
+	// updated_at stamps are taken from, as a lower bound (the MongoDB twin
+	// reads the server's clock and subtracts the round trip). Every
+	// comparison against a store-stamped time — an expiry cutoff, a grace,
+	// a horizon — must use it, never the caller's clock: two clocks that
+	// disagree would otherwise judge a live lease expired.
+	Now(ctx context.Context) (time.Time, error)
 	// ListExpiredClaimCandidates lists one page of claimed cards whose lease
 	// ended at or before q.Cutoff, lease ascending, at most q.Limit (applied
 	// in the query), resuming after q.After.
@@ -453,11 +500,17 @@ type Store interface {
 	// the recovery claim judges (Card.RecoveredEpoch): the transferred
 	// worker claim's epoch, or, from a recovery claim, the one it carried.
 	ReclaimExpired(ctx context.Context, r Reclaim) (Card, ClaimToken, error)
+	// ReleaseExpired clears an abandoned claim in one CAS on its whole
+	// precondition (see ExpiredRelease). A free card is ErrClaimConflict:
+	// the claim the caller judged is not there any more.
+	ReleaseExpired(ctx context.Context, r ExpiredRelease) error
+}
 
+// EventLog is the read of the event log every write appends to
+// (DESIGN.md#effects, DESIGN.md#event-log).
+type EventLog interface {
 	// Events returns events with Seq > after, oldest first, at most limit,
 	// and exactly limit while more than that follow: a shorter page is the
 	// end of the log as the call saw it (agent.Effects.SeekHead relies on it).
 	Events(ctx context.Context, after int64, limit int) ([]Event, error)
-
-	Close() error
 }

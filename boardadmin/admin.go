@@ -28,9 +28,15 @@ import (
 	"github.com/leasekeeper/leasekeeper/board"
 )
 
-// Store is what the walkers need: the store contract, which includes its
-// board administration verbs (board.BoardAdmin).
-type Store = board.Store
+// Store is what the walkers call: the reads of the cards and the board,
+// the compare-and-set moves (SetStateFrom, Reopen) a state sweep files
+// cards with, and the board administration verbs (board.BoardAdmin).
+// Every board.Store is one.
+type Store interface {
+	board.CardReader
+	board.CardWriter
+	board.BoardAdmin
+}
 
 // Defaults of Config.
 const (

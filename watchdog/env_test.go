@@ -256,7 +256,7 @@ func wantOutcome(t *testing.T, cr CardResult, want Outcome) {
 // un-leased listing (the bbolt twin cannot hold an un-leased claim, on
 // purpose: DESIGN.md#twin-unleased).
 type faultStore struct {
-	board.Store
+	Store
 	mu sync.Mutex
 	// failSetState makes the next n SetStateOwned calls fail.
 	failSetState int

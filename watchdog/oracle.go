@@ -25,7 +25,9 @@ type Prober interface {
 // A queued run is never promoted: it has not started, and row 5 never
 // steals from it.
 type Oracle struct {
-	Store board.Store
+	// Store is read (GetRun) and written (UpdateRun, the promotion) for
+	// the judged claim's run: the run verbs are all the oracle calls.
+	Store board.Runs
 	// Host is this agent's host name; the pid proof applies only to runs
 	// started on this host, because a pid means nothing elsewhere.
 	Host   string

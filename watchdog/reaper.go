@@ -25,9 +25,22 @@ const (
 	DefaultFleetWorkers    = 1
 )
 
+// Store is the part of the board store the watchdog calls: the reads, the
+// recovery verbs (the store's clock, the listings, the transfer and the
+// fenced release of an abandoned claim), the fenced writes it makes under
+// its recovery claim (filing, give-up stamp, release) and the run verbs the
+// oracle promotes with. Every board.Store is one; a test double implements
+// only these.
+type Store interface {
+	board.CardReader
+	board.Recovery
+	board.OwnerWriter
+	board.Runs
+}
+
 // Config configures a Reaper. Zero fields take the defaults above.
 type Config struct {
-	Store board.Store
+	Store Store
 	// Board reads the board definition a pass decides by, once at the
 	// start of each pass: the agent's cache of it, which follows another
 	// agent's state sweep within a bound. Nil reads Store.LoadBoard.

@@ -18,7 +18,7 @@ import (
 // hookStore runs a hook once, right after the first expired listing: what
 // other agents did between this reaper's listing and its work on a card.
 type hookStore struct {
-	board.Store
+	Store
 	once      sync.Once
 	afterList func()
 }
@@ -33,7 +33,7 @@ func (h *hookStore) ListExpiredClaimCandidates(ctx context.Context, q board.Expi
 	return p, err
 }
 
-func (e *env) reaperOn(s board.Store, marker string) *Reaper {
+func (e *env) reaperOn(s Store, marker string) *Reaper {
 	e.t.Helper()
 	r, err := New(Config{
 		Store: s, Marker: marker, Prober: e.probe,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/watchdog"
 )
 
 // simStore is one simulated agent's connection to the store: every write the
@@ -17,10 +18,13 @@ import (
 // on its workers' behalf — goes through it, so the simulation can kill the
 // agent between any two of its writes or lose the reply of one.
 //
-// It names every verb itself: the ones it does not intercept (the reads,
+// It is a simConn, not a whole board.Store: the simulated agent reaches the
+// store only through its reaper (watchdog.Store), its heartbeat and its
+// workers' claims; the operator's writes go to the store itself. It names
+// every verb of simConn itself: the ones it does not intercept (the reads,
 // and the watchdog's listing, whose signature is the reaper's business)
 // pass through untouched. TestSimStoreCoversEveryVerb keeps the list of
-// what is intercepted honest as the contract grows.
+// what is intercepted honest as the roles grow.
 type simStore struct {
 	inner board.Store
 	a     *simAgent
@@ -36,6 +40,15 @@ type simStore struct {
 	trace func(format string, args ...any)
 }
 
+// simConn is what a simulated agent calls on the store: its reaper's
+// verbs, and the claims its heartbeat renews and its workers take.
+type simConn interface {
+	watchdog.Store
+	board.Claimer
+}
+
+var _ simConn = (*simStore)(nil)
+
 type loseKind int
 
 const (
@@ -49,42 +62,40 @@ var (
 	errTransportCut = errors.New("sim: transport error: connection reset by peer after the request was sent")
 )
 
-// simWrites are the verbs simStore intercepts: every write of the store
-// contract. simPassThrough are the ones it deliberately does not: reads, the
-// watchdog's listings, and writes no simulated component makes. A verb in
-// neither list fails TestSimStoreCoversEveryVerb, which is the prompt to
-// decide which it is (and, for a write, to intercept it below).
+// simWrites are the verbs simStore intercepts: every write of simConn.
+// simPassThrough are the ones it deliberately does not: reads, the
+// watchdog's listings and the store's clock. A verb in neither list fails
+// TestSimStoreCoversEveryVerb, which is the prompt to decide which it is
+// (and, for a write, to intercept it below).
 var (
 	simWrites = []string{
-		"CreateCard", "Claim", "ClaimNext", "Start", "Finish", "RenewClaims",
+		"Claim", "ClaimNext", "RenewClaims",
 		"SetStateOwned", "SetLastRunOwned", "SetAwaitingInputOwned", "SetGaveUpOwned",
-		"ExpireClaimOwned", "ReleaseOwned", "Release", "ReleaseExpired",
-		"SetState", "SetStateFrom", "Reopen", "AdjustLabels", "SetLabels",
+		"ExpireClaimOwned", "ReleaseOwned", "ReleaseExpired",
 		"CreateRun", "UpdateRun", "ReclaimExpired",
 	}
 	simPassThrough = []string{
-		"LoadBoard", "GetCard", "ListCards", "Dependents", "GetRun", "Events", "Close",
+		"LoadBoard", "GetCard", "ListCards", "Dependents", "GetRun",
 		"ListExpiredClaimCandidates", "ListUnleasedRunningClaims",
-		// The store's clock is a read; its traits are a declaration.
-		"Now", "Traits",
-		// Board administration: no simulated component edits the board.
-		"SetBoard", "SetLabelsFrom",
+		// The store's clock is a read.
+		"Now",
 	}
 )
 
-// TestSimStoreCoversEveryVerb pins that every verb of board.Store is either
+// TestSimStoreCoversEveryVerb pins that every verb of simConn is either
 // intercepted by simStore or named as deliberately passed through, so a new
-// write verb cannot slip past the simulation's fault injection unnoticed.
+// write verb of the roles the agent calls cannot slip past the
+// simulation's fault injection unnoticed.
 func TestSimStoreCoversEveryVerb(t *testing.T) {
 	overridden := simStoreOverrides()
-	st := reflect.TypeFor[board.Store]()
+	st := reflect.TypeFor[simConn]()
 	for i := range st.NumMethod() {
 		name := st.Method(i).Name
 		switch {
 		case slices.Contains(simWrites, name):
 		case slices.Contains(simPassThrough, name):
 		default:
-			t.Errorf("board.Store verb %s is neither intercepted by simStore (simWrites) nor passed through on purpose (simPassThrough): classify it, and intercept it if it writes", name)
+			t.Errorf("simConn verb %s is neither intercepted by simStore (simWrites) nor passed through on purpose (simPassThrough): classify it, and intercept it if it writes", name)
 		}
 	}
 	// Every name in simWrites must really be overridden: a stale entry
@@ -112,11 +123,8 @@ func simStoreOverrides() map[string]bool {
 		}()
 		out[name] = errors.Is(f(), errAgentKilled)
 	}
-	try("CreateCard", func() error { _, err := s.CreateCard(ctx, board.NewCard{}); return err })
 	try("Claim", func() error { _, _, err := s.Claim(ctx, board.ClaimRequest{}); return err })
 	try("ClaimNext", func() error { _, _, err := s.ClaimNext(ctx, board.ClaimNextRequest{}); return err })
-	try("Start", func() error { _, err := s.Start(ctx, board.StartRequest{}); return err })
-	try("Finish", func() error { _, err := s.Finish(ctx, board.FinishRequest{}); return err })
 	try("RenewClaims", func() error { _, err := s.RenewClaims(ctx, nil, time.Second); return err })
 	try("SetStateOwned", func() error { _, err := s.SetStateOwned(ctx, board.OwnedMove{}); return err })
 	try("SetLastRunOwned", func() error { return s.SetLastRunOwned(ctx, "", board.ClaimToken{}, "") })
@@ -124,13 +132,7 @@ func simStoreOverrides() map[string]bool {
 	try("SetGaveUpOwned", func() error { return s.SetGaveUpOwned(ctx, "", board.ClaimToken{}, nil) })
 	try("ExpireClaimOwned", func() error { return s.ExpireClaimOwned(ctx, "", board.ClaimToken{}) })
 	try("ReleaseOwned", func() error { return s.ReleaseOwned(ctx, "", board.ClaimToken{}) })
-	try("Release", func() error { return s.Release(ctx, "", "", "") })
 	try("ReleaseExpired", func() error { return s.ReleaseExpired(ctx, board.ExpiredRelease{}) })
-	try("SetState", func() error { return s.SetState(ctx, board.Move{}) })
-	try("SetStateFrom", func() error { _, err := s.SetStateFrom(ctx, board.Move{}); return err })
-	try("Reopen", func() error { return s.Reopen(ctx, board.Move{}) })
-	try("AdjustLabels", func() error { _, err := s.AdjustLabels(ctx, board.LabelChange{}); return err })
-	try("SetLabels", func() error { _, err := s.SetLabels(ctx, "", nil, ""); return err })
 	try("CreateRun", func() error { _, err := s.CreateRun(ctx, board.NewRun{}); return err })
 	try("UpdateRun", func() error { _, err := s.UpdateRun(ctx, board.RunUpdate{}); return err })
 	try("ReclaimExpired", func() error { _, _, err := s.ReclaimExpired(ctx, board.Reclaim{}); return err })
@@ -187,17 +189,6 @@ func (s *simStore) answer(verb, card string, err error) error {
 	return fmt.Errorf("%s %s: %w", verb, card, errTransportCut)
 }
 
-func (s *simStore) CreateCard(ctx context.Context, c board.NewCard) (board.Card, error) {
-	if err := s.admit("CreateCard", c.ID); err != nil {
-		return board.Card{}, err
-	}
-	out, err := s.inner.CreateCard(ctx, c)
-	if err = s.answer("CreateCard", c.ID, err); err != nil {
-		return board.Card{}, err
-	}
-	return out, nil
-}
-
 func (s *simStore) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, board.ClaimToken, error) {
 	if err := s.admit("Claim", r.Card); err != nil {
 		return board.Card{}, board.ClaimToken{}, err
@@ -208,29 +199,6 @@ func (s *simStore) Claim(ctx context.Context, r board.ClaimRequest) (board.Card,
 		return board.Card{}, board.ClaimToken{}, err
 	}
 	return c, tok, nil
-}
-
-func (s *simStore) Start(ctx context.Context, r board.StartRequest) (board.Started, error) {
-	if err := s.admit("Start", r.Card); err != nil {
-		return board.Started{}, err
-	}
-	s.stamp()
-	out, err := s.inner.Start(ctx, r)
-	if err = s.answer("Start", r.Card, err); err != nil {
-		return board.Started{}, err
-	}
-	return out, nil
-}
-
-func (s *simStore) Finish(ctx context.Context, r board.FinishRequest) (board.Finished, error) {
-	if err := s.admit("Finish", r.Card); err != nil {
-		return board.Finished{}, err
-	}
-	out, err := s.inner.Finish(ctx, r)
-	if err = s.answer("Finish", r.Card, err); err != nil {
-		return board.Finished{}, err
-	}
-	return out, nil
 }
 
 func (s *simStore) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.Card, board.ClaimToken, error) {
@@ -306,65 +274,11 @@ func (s *simStore) ReleaseOwned(ctx context.Context, card string, tok board.Clai
 	return s.answer("ReleaseOwned", card, s.inner.ReleaseOwned(ctx, card, tok))
 }
 
-func (s *simStore) Release(ctx context.Context, card, marker, actor string) error {
-	if err := s.admit("Release", card); err != nil {
-		return err
-	}
-	return s.answer("Release", card, s.inner.Release(ctx, card, marker, actor))
-}
-
 func (s *simStore) ReleaseExpired(ctx context.Context, r board.ExpiredRelease) error {
 	if err := s.admit("ReleaseExpired", r.Card); err != nil {
 		return err
 	}
 	return s.answer("ReleaseExpired", r.Card, s.inner.ReleaseExpired(ctx, r))
-}
-
-func (s *simStore) SetState(ctx context.Context, m board.Move) error {
-	if err := s.admit("SetState", m.Card); err != nil {
-		return err
-	}
-	return s.answer("SetState", m.Card, s.inner.SetState(ctx, m))
-}
-
-func (s *simStore) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
-	if err := s.admit("SetStateFrom", m.Card); err != nil {
-		return false, err
-	}
-	changed, err := s.inner.SetStateFrom(ctx, m)
-	if err = s.answer("SetStateFrom", m.Card, err); err != nil {
-		return false, err
-	}
-	return changed, nil
-}
-
-func (s *simStore) Reopen(ctx context.Context, m board.Move) error {
-	if err := s.admit("Reopen", m.Card); err != nil {
-		return err
-	}
-	return s.answer("Reopen", m.Card, s.inner.Reopen(ctx, m))
-}
-
-func (s *simStore) AdjustLabels(ctx context.Context, c board.LabelChange) (board.Card, error) {
-	if err := s.admit("AdjustLabels", c.Card); err != nil {
-		return board.Card{}, err
-	}
-	out, err := s.inner.AdjustLabels(ctx, c)
-	if err = s.answer("AdjustLabels", c.Card, err); err != nil {
-		return board.Card{}, err
-	}
-	return out, nil
-}
-
-func (s *simStore) SetLabels(ctx context.Context, card string, labels []string, actor string) (board.Card, error) {
-	if err := s.admit("SetLabels", card); err != nil {
-		return board.Card{}, err
-	}
-	out, err := s.inner.SetLabels(ctx, card, labels, actor)
-	if err = s.answer("SetLabels", card, err); err != nil {
-		return board.Card{}, err
-	}
-	return out, nil
 }
 
 func (s *simStore) CreateRun(ctx context.Context, r board.NewRun) (board.Run, error) {
@@ -406,15 +320,8 @@ func (s *simStore) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.C
 
 // The verbs passed through on purpose (simPassThrough).
 
-func (s *simStore) Traits() board.Traits { return s.inner.Traits() }
 func (s *simStore) LoadBoard(ctx context.Context) (board.Board, error) {
 	return s.inner.LoadBoard(ctx)
-}
-func (s *simStore) SetBoard(ctx context.Context, expect, next board.Board) (board.Board, bool, error) {
-	return s.inner.SetBoard(ctx, expect, next)
-}
-func (s *simStore) SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error) {
-	return s.inner.SetLabelsFrom(ctx, l)
 }
 func (s *simStore) Now(ctx context.Context) (time.Time, error) { return s.inner.Now(ctx) }
 func (s *simStore) GetCard(ctx context.Context, id string) (board.Card, error) {
@@ -435,7 +342,3 @@ func (s *simStore) ListExpiredClaimCandidates(ctx context.Context, q board.Expir
 func (s *simStore) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
 	return s.inner.ListUnleasedRunningClaims(ctx, cutoff, limit)
 }
-func (s *simStore) Events(ctx context.Context, after int64, limit int) ([]board.Event, error) {
-	return s.inner.Events(ctx, after, limit)
-}
-func (s *simStore) Close() error { return s.inner.Close() }

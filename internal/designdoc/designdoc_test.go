@@ -357,7 +357,9 @@ func TestLoadSymbols(t *testing.T) {
 	for _, ref := range []Ref{
 		{"watchdog", "DecideStuckCard"},           // function
 		{"watchdog", "Reaper.RunOnce"},            // method on a pointer
-		{"board", "Store.ReclaimExpired"},         // interface method
+		{"board", "Store.ReclaimExpired"},         // interface method, promoted from Recovery
+		{"board", "Recovery.ReclaimExpired"},      // interface method, declared
+		{"board", "Store.LoadBoard"},              // promoted through two embeddings
 		{"watchdog", "Config.Workers"},            // struct field
 		{"internal/designdoc", "TestLoadSymbols"}, // test
 	} {
@@ -365,7 +367,7 @@ func TestLoadSymbols(t *testing.T) {
 			t.Errorf("LoadSymbols misses %s", ref)
 		}
 	}
-	for _, ref := range []Ref{{"watchdog", "NoSuchThing"}, {"bench", "main"}} {
+	for _, ref := range []Ref{{"watchdog", "NoSuchThing"}, {"bench", "main"}, {"board", "Claimer.Start"}} {
 		if syms.Has(ref) {
 			t.Errorf("LoadSymbols has %s, which the module's packages do not declare", ref)
 		}

@@ -16,9 +16,11 @@ import (
 // package directory (relative to the module root, slash-separated, "." for
 // the root) and then by name: a function or type is "Name", a method is
 // "Type.Method", and so is a struct's field or an interface's method
-// ("Type.Field", "Store.Claim"). Test functions are functions like any other, and a
-// directory's external test package (package x_test) counts as the
-// directory's own.
+// ("Type.Field", "Store.Claim"). An interface also has the methods of the
+// interfaces of its own package it embeds, as Go promotes them
+// ("Store.Claim" when Store embeds Claimer). Test functions are functions
+// like any other, and a directory's external test package (package
+// x_test) counts as the directory's own.
 type Symbols map[string]map[string]bool
 
 // Has reports whether ref ("dir.Name" or "dir.Type.Method") names a
@@ -45,6 +47,7 @@ func (s Symbols) Dirs() []string {
 // regardless of build tags, so a platform-specific declaration counts.
 func LoadSymbols(root string) (Symbols, error) {
 	syms := Symbols{}
+	embeds := map[string]map[string][]string{} // dir → interface → embedded interfaces
 	fset := token.NewFileSet()
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -75,13 +78,71 @@ func LoadSymbols(root string) (Symbols, error) {
 			for _, name := range declNames(decl) {
 				syms[dir][name] = true
 			}
+			for iface, embedded := range interfaceEmbeds(decl) {
+				if embeds[dir] == nil {
+					embeds[dir] = map[string][]string{}
+				}
+				embeds[dir][iface] = append(embeds[dir][iface], embedded...)
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("index the module's declarations: %w", err)
 	}
+	for dir, ifaces := range embeds {
+		promote(syms[dir], ifaces)
+	}
 	return syms, nil
+}
+
+// interfaceEmbeds lists, for each interface type one declaration
+// introduces, the interfaces of the same package it embeds (by name).
+func interfaceEmbeds(decl ast.Decl) map[string][]string {
+	d, ok := decl.(*ast.GenDecl)
+	if !ok {
+		return nil
+	}
+	var out map[string][]string
+	for _, spec := range d.Specs {
+		s, ok := spec.(*ast.TypeSpec)
+		if !ok {
+			continue
+		}
+		it, ok := s.Type.(*ast.InterfaceType)
+		if !ok {
+			continue
+		}
+		for _, f := range it.Methods.List {
+			if id, ok := f.Type.(*ast.Ident); ok && len(f.Names) == 0 {
+				if out == nil {
+					out = map[string][]string{}
+				}
+				out[s.Name.Name] = append(out[s.Name.Name], id.Name)
+			}
+		}
+	}
+	return out
+}
+
+// promote gives each interface the methods of the interfaces it embeds,
+// through any depth of embedding, until nothing changes.
+func promote(names map[string]bool, ifaces map[string][]string) {
+	for changed := true; changed; {
+		changed = false
+		for iface, embedded := range ifaces {
+			for _, e := range embedded {
+				for name := range names {
+					m, ok := strings.CutPrefix(name, e+".")
+					if !ok || names[iface+"."+m] {
+						continue
+					}
+					names[iface+"."+m] = true
+					changed = true
+				}
+			}
+		}
+	}
 }
 
 // skipDir reports the directories that are not the module's packages.
