@@ -26,7 +26,7 @@ import (
 // pass through untouched. TestSimStoreCoversEveryVerb keeps the list of
 // what is intercepted honest as the roles grow.
 type simStore struct {
-	inner board.Store
+	inner simConn
 	a     *simAgent
 
 	// crashIn, when ≥ 0, is how many more writes go through before the
