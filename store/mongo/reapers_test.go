@@ -30,15 +30,7 @@ func TestReapersShareTheExpiredClaims(t *testing.T) {
 	for _, r := range reapers[1:] {
 		stores[r] = openStore(t, mongostore.Options{URI: mongotest.URI(t), Database: f.raw.Name()})
 	}
-	var all []string
-	for i := range 30 {
-		id := fmt.Sprintf("exp%02d", i)
-		f.create(id, board.StateInProgress)
-		if err := f.s.ExpireClaimOwned(f.ctx, id, f.claim(id, workerA)); err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, id)
-	}
+	all := f.expiredClaims(30)
 	// One claim has no share key (an older release took it, or a foreign
 	// write dropped it): no reaper can know whose share it is, so it is
 	// everyone's.
@@ -157,10 +149,7 @@ func TestReaperSharesListAClaimWithAForeignShareKey(t *testing.T) {
 		"key-huge":     float64(1 << 62),
 	}
 	for id, v := range foreign {
-		f.create(id, board.StateInProgress)
-		if err := f.s.ExpireClaimOwned(f.ctx, id, f.claim(id, workerA)); err != nil {
-			t.Fatal(err)
-		}
+		f.expiredClaim(id)
 		f.foreign(id, bson.D{{Key: "$set", Value: bson.D{{Key: "claim_share_key", Value: v}}}})
 	}
 	// Every reaper records itself first, so each listing below is shared
@@ -203,13 +192,7 @@ func TestReaperSharesListAClaimWithAForeignShareKey(t *testing.T) {
 func TestReaperSharesSurviveAForeignReaperRecord(t *testing.T) {
 	t.Parallel()
 	f := openFleet(t, mongostore.Options{})
-	for i := range 6 {
-		id := fmt.Sprintf("exp%02d", i)
-		f.create(id, board.StateInProgress)
-		if err := f.s.ExpireClaimOwned(f.ctx, id, f.claim(id, workerA)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	f.expiredClaims(6)
 	now := f.serverNow()
 	if _, err := f.raw.Collection("reapers").InsertMany(f.ctx, []any{
 		bson.D{{Key: "_id", Value: bson.NewObjectID()}, {Key: "until", Value: now.Add(time.Hour)}},
@@ -245,15 +228,7 @@ func TestReaperSharesOutliveNoForwardStep(t *testing.T) {
 		return openStore(t, mongostore.Options{URI: uri, Database: f.raw.Name(), Clock: clock})
 	}
 	a, b := open(), open()
-	var all []string
-	for i := range 12 {
-		id := fmt.Sprintf("exp%02d", i)
-		f.create(id, board.StateInProgress)
-		if err := f.s.ExpireClaimOwned(f.ctx, id, f.claim(id, workerA)); err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, id)
-	}
+	all := f.expiredClaims(12)
 	list := func(s *mongostore.Store, r string) board.ExpiredPage {
 		t.Helper()
 		p, err := s.ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: clock.Now(),
@@ -291,13 +266,7 @@ func TestAShareThatCannotBeWorkedOutListsEveryShare(t *testing.T) {
 	t.Parallel()
 	f := openFleet(t, mongostore.Options{})
 	other := openStore(t, mongostore.Options{URI: mongotest.URI(t), Database: f.raw.Name()})
-	for i := range 6 {
-		id := fmt.Sprintf("exp%d", i)
-		f.create(id, board.StateInProgress)
-		if err := f.s.ExpireClaimOwned(f.ctx, id, f.claim(id, workerA)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	f.expiredClaims(6)
 	share := func(s *mongostore.Store, r string) board.ExpiredPage {
 		t.Helper()
 		p, err := s.ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: f.serverNow(),
@@ -347,5 +316,27 @@ func TestASlowReaperHoldsItsShareBriefly(t *testing.T) {
 		if got := rec.Until.Sub(rec.Since); got != want {
 			t.Errorf("a reaper passing every %s is recorded live for %s after its pass, want %s", every, got, want)
 		}
+	}
+}
+
+// expiredClaims creates n cards exp00…, each claimed by workerA with its
+// lease ended, and returns their ids.
+func (f *fleet) expiredClaims(n int) []string {
+	f.t.Helper()
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("exp%02d", i)
+		f.expiredClaim(id)
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// expiredClaim creates card id, claimed by workerA with its lease ended.
+func (f *fleet) expiredClaim(id string) {
+	f.t.Helper()
+	f.create(id, board.StateInProgress)
+	if err := f.s.ExpireClaimOwned(f.ctx, id, f.claim(id, workerA)); err != nil {
+		f.t.Fatal(err)
 	}
 }
