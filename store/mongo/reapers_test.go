@@ -38,11 +38,7 @@ func TestReapersShareTheExpiredClaims(t *testing.T) {
 
 	list := func(r string) ([]string, int) {
 		t.Helper()
-		p, err := stores[r].ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: f.serverNow(),
-			Share: &board.ReaperShare{Reaper: r, Interval: time.Minute}})
-		if err != nil {
-			t.Fatalf("%s lists its share: %v", r, err)
-		}
+		p := listShare(t, stores[r], f.serverNow(), r)
 		var got []string
 		for _, c := range p.Cards {
 			got = append(got, c.ID)
@@ -154,15 +150,7 @@ func TestReaperSharesListAClaimWithAForeignShareKey(t *testing.T) {
 	}
 	// Every reaper records itself first, so each listing below is shared
 	// three ways.
-	list := func(r string) board.ExpiredPage {
-		t.Helper()
-		p, err := stores[r].ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: f.serverNow(),
-			Share: &board.ReaperShare{Reaper: r, Interval: time.Minute}})
-		if err != nil {
-			t.Fatalf("%s lists its share: %v", r, err)
-		}
-		return p
-	}
+	list := func(r string) board.ExpiredPage { return listShare(t, stores[r], f.serverNow(), r) }
 	for _, r := range reapers {
 		list(r)
 	}
@@ -200,11 +188,7 @@ func TestReaperSharesSurviveAForeignReaperRecord(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	p, err := f.s.ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: f.serverNow(),
-		Share: &board.ReaperShare{Reaper: "host-a-11", Interval: time.Minute}})
-	if err != nil {
-		t.Fatalf("a foreign document in the reapers collection fails the listing: %v", err)
-	}
+	p := listShare(t, f.s, f.serverNow(), "host-a-11")
 	if len(p.Cards) != 6 || p.Reapers > 1 {
 		t.Errorf("the only live reaper lists %d of 6 expired claims, shared by %d reapers; want all, alone", len(p.Cards), p.Reapers)
 	}
@@ -229,15 +213,7 @@ func TestReaperSharesOutliveNoForwardStep(t *testing.T) {
 	}
 	a, b := open(), open()
 	all := f.expiredClaims(12)
-	list := func(s *mongostore.Store, r string) board.ExpiredPage {
-		t.Helper()
-		p, err := s.ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: clock.Now(),
-			Share: &board.ReaperShare{Reaper: r, Interval: time.Minute}})
-		if err != nil {
-			t.Fatalf("%s lists its share: %v", r, err)
-		}
-		return p
-	}
+	list := func(s *mongostore.Store, r string) board.ExpiredPage { return listShare(t, s, clock.Now(), r) }
 	list(a, "host-a-11")
 	list(b, "host-b-22")
 	// The server's clock steps a year ahead; both reapers pass by it.
@@ -267,15 +243,7 @@ func TestAShareThatCannotBeWorkedOutListsEveryShare(t *testing.T) {
 	f := openFleet(t, mongostore.Options{})
 	other := openStore(t, mongostore.Options{URI: mongotest.URI(t), Database: f.raw.Name()})
 	f.expiredClaims(6)
-	share := func(s *mongostore.Store, r string) board.ExpiredPage {
-		t.Helper()
-		p, err := s.ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: f.serverNow(),
-			Share: &board.ReaperShare{Reaper: r, Interval: time.Minute}})
-		if err != nil {
-			t.Fatalf("%s lists: %v", r, err)
-		}
-		return p
-	}
+	share := func(s *mongostore.Store, r string) board.ExpiredPage { return listShare(t, s, f.serverNow(), r) }
 	// Both reapers are recorded; then one loses the collection.
 	share(f.s, "host-a-11")
 	share(other, "host-b-22")
@@ -339,4 +307,16 @@ func (f *fleet) expiredClaim(id string) {
 	if err := f.s.ExpireClaimOwned(f.ctx, id, f.claim(id, workerA)); err != nil {
 		f.t.Fatal(err)
 	}
+}
+
+// listShare lists reaper r's share of the claims expired at cutoff, as a
+// reaper passing every minute does; a failed listing ends the test.
+func listShare(t *testing.T, s *mongostore.Store, cutoff time.Time, r string) board.ExpiredPage {
+	t.Helper()
+	p, err := s.ListExpiredClaimCandidates(t.Context(), board.ExpiredQuery{Cutoff: cutoff,
+		Share: &board.ReaperShare{Reaper: r, Interval: time.Minute}})
+	if err != nil {
+		t.Fatalf("%s lists its share: %v", r, err)
+	}
+	return p
 }
