@@ -7,6 +7,10 @@
 // nothing is built, so the same suites certify the twin against the real
 // server wherever one exists.
 //
+// The server's FerretDB is patched to narrow a filter naming _id by its
+// _id (see pushdown.go): the answers are the same, the fleet tests run in
+// less than half the time.
+//
 // The server binary is built WITHOUT the race detector even when the tests
 // run with -race: FerretDB takes minutes to compile and runs slowly under
 // it, and the race detector is there for leasekeeper's code, which still
@@ -266,7 +270,16 @@ func Binary() (string, error) {
 	tmp := fmt.Sprintf("%s.tmp%d", bin, os.Getpid())
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-C", dir, "-o", tmp, ".")
+	work, err := os.MkdirTemp(cacheDir, "build-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(work)
+	modfile, err := patchedModfile(ctx, dir, work, buildEnv())
+	if err != nil {
+		return "", fmt.Errorf("build ferretserver: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-C", dir, "-modfile", modfile, "-o", tmp, ".")
 	cmd.Env = buildEnv()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -315,6 +328,7 @@ func sourceDir() (string, error) {
 func sourceKey(dir string) (string, error) {
 	h := sha256.New()
 	fmt.Fprintln(h, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintln(h, pushdownFile, pushdownFrom, pushdownTo)
 	for _, name := range []string{"go.mod", "go.sum"} {
 		if err := hashFile(h, filepath.Join(dir, name)); err != nil {
 			return "", err

@@ -1,0 +1,136 @@
+package mongotest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// The test server's one change to FerretDB: narrowing by _id.
+//
+// FerretDB v1's SQLite backend turns a query filter into SQL only when the
+// filter is exactly {_id: v}; any other filter reads every document of the
+// collection and matches it in Go. Every compare-and-set the MongoDB twin
+// sends names the card's _id together with the fenced fields (the claim,
+// the epoch, the version), so on the unpatched server each one decodes the
+// whole cards collection, and the fleet tests spend most of their time in
+// FerretDB's JSON decoder.
+//
+// The patch narrows the SQL to the _id whenever the filter has a top-level
+// _id equal to a string or ObjectID, whatever else it names. That changes
+// no answer: a filter's top-level keys are a conjunction, so a document
+// with another _id can never match; and every command that reads through
+// the backend (find, findAndModify, update, delete, count, distinct,
+// aggregate's first $match) matches the whole filter again on what the
+// backend returns. TestNarrowedFilterStillMatchesEveryField pins that.
+//
+// The patch is applied to a copy of the module taken from the module
+// cache, and the server is built against the copy with a replace
+// directive in a temporary go.mod: the cache itself is read-only and go
+// build refuses overlays beneath it. A FerretDB whose source no longer
+// has the patched lines fails the build loudly rather than running
+// unpatched and slow.
+const (
+	ferretModule = "github.com/FerretDB/FerretDB"
+	pushdownFile = "internal/backends/sqlite/collection.go"
+	// pushdownFrom is the condition as FerretDB writes it in
+	// collection.Query (its first occurrence in the file; the second, in
+	// Explain, only reports and is left alone).
+	pushdownFrom = "\tif params.Filter.Len() == 1 {\n\t\tv, _ := params.Filter.Get(\"_id\")\n\t\tswitch v.(type) {\n\t\tcase string, types.ObjectID:\n\t\t\twhereClause = "
+	pushdownTo   = "\tif params.Filter.Len() >= 1 {\n\t\tv, _ := params.Filter.Get(\"_id\")\n\t\tswitch v.(type) {\n\t\tcase string, types.ObjectID:\n\t\t\twhereClause = "
+)
+
+// patchedModfile copies FerretDB out of the module cache into work, applies
+// the _id narrowing, and writes a go.mod (with its go.sum) that builds the
+// server in dir against the copy. It returns the go.mod's path for
+// go build -modfile.
+func patchedModfile(ctx context.Context, dir, work string, env []string) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", ferretModule)
+	cmd.Dir = dir
+	cmd.Env = env
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("locate %s: %w", ferretModule, err)
+	}
+	var mod struct{ Dir, Version, Error string }
+	if err := json.Unmarshal(out, &mod); err != nil {
+		return "", fmt.Errorf("locate %s: %w", ferretModule, err)
+	}
+	if mod.Error != "" || mod.Dir == "" {
+		return "", fmt.Errorf("locate %s: %s", ferretModule, mod.Error)
+	}
+
+	src := filepath.Join(work, "ferretdb")
+	if err := os.RemoveAll(src); err != nil {
+		return "", err
+	}
+	if err := copyTree(mod.Dir, src); err != nil {
+		return "", fmt.Errorf("copy %s %s: %w", ferretModule, mod.Version, err)
+	}
+	target := filepath.Join(src, filepath.FromSlash(pushdownFile))
+	code, err := os.ReadFile(target)
+	if err != nil {
+		return "", err
+	}
+	if !bytes.Contains(code, []byte(pushdownFrom)) {
+		return "", fmt.Errorf("%s %s: %s no longer has the filter pushdown this package narrows; revisit pushdown.go", ferretModule, mod.Version, pushdownFile)
+	}
+	code = bytes.Replace(code, []byte(pushdownFrom), []byte(pushdownTo), 1)
+	if err := os.WriteFile(target, code, 0o644); err != nil {
+		return "", err
+	}
+
+	gomod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		return "", err
+	}
+	gosum, err := os.ReadFile(filepath.Join(dir, "go.sum"))
+	if err != nil {
+		return "", err
+	}
+	modfile := filepath.Join(work, "go.mod")
+	gomod = fmt.Appendf(gomod, "\nreplace %s => %s\n", ferretModule, src)
+	if err := os.WriteFile(modfile, gomod, 0o644); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(work, "go.sum"), gosum, 0o644); err != nil {
+		return "", err
+	}
+	return modfile, nil
+}
+
+// copyTree copies the regular files and directories under from into to,
+// writable (the module cache's files are read-only).
+func copyTree(from, to string) error {
+	return filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(from, path)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(to, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(dst, 0o755)
+		case d.Type().IsRegular():
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(dst, b, 0o644)
+		case strings.HasPrefix(rel, ".."):
+			return errors.New("walked outside the module")
+		default:
+			return nil // symlinks and the like: a module zip has none
+		}
+	})
+}
