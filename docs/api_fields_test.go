@@ -76,6 +76,7 @@ var wireTypes = []reflect.Type{
 	reflect.TypeFor[apitype.TrustedClaim](),
 	reflect.TypeFor[apitype.KeepaliveResponse](),
 	reflect.TypeFor[apitype.ListCardsResponse](),
+	reflect.TypeFor[apitype.ListRunsResponse](),
 	reflect.TypeFor[apitype.MoveRequest](),
 	reflect.TypeFor[apitype.AdjustLabelsRequest](),
 	reflect.TypeFor[apitype.SetLabelsRequest](),

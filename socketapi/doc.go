@@ -116,6 +116,9 @@
 //
 //	GET /v1/cards?state=S&limit=N&claimed=true → 200 {"cards": [Card]}
 //	GET /v1/cards/{id}                         → 200 Card
+//	GET /v1/runs?card=ID&status=S&limit=N      → 200 {"runs": [Run]}
+//	    newest first; one card's runs, or every card's (one store read
+//	    per run: the store has no listing of runs)
 //	GET /v1/runs/{id}                          → 200 Run
 //	GET /v1/status                             → 200 apitype.Status
 //	GET /v1/board                              → 200 apitype.BoardResponse

@@ -74,6 +74,7 @@ var routeInputs = map[string]routeInput{
 	"GET /v1/watch":                {query: map[string]string{"after": "0"}},
 	"GET /v1/cards":                {query: map[string]string{"state": "backlog", "limit": "10", "claimed": "false"}},
 	"GET /v1/cards/{id}":           {},
+	"GET /v1/runs":                 {query: map[string]string{"card": "nope", "status": "finished", "limit": "10"}},
 	"GET /v1/runs/{id}":            {},
 	"GET /v1/status":               {},
 	"GET /v1/board":                {},
