@@ -56,6 +56,8 @@ var wireTypes = []reflect.Type{
 	reflect.TypeFor[apitype.DeleteStateRequest](),
 	reflect.TypeFor[apitype.MergeLabelsRequest](),
 	reflect.TypeFor[apitype.DeleteLabelRequest](),
+	reflect.TypeFor[apitype.SweepFrame](),
+	reflect.TypeFor[apitype.SweepProgress](),
 	reflect.TypeFor[apitype.ErrorBody](),
 	reflect.TypeFor[apitype.Error](),
 	reflect.TypeFor[apitype.Frame](),

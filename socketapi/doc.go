@@ -144,6 +144,9 @@
 // package boardadmin and answers 200 board.SweepReport {op, cards,
 // changed, unchanged, gone, contended, board, notes}; cards still contended
 // after every attempt are in the report, not an error (DESIGN.md#label-sweeps).
+// ?dry_run=true decides and writes nothing (the report's dry_run set);
+// ?progress=true answers NDJSON apitype.SweepFrame lines instead: progress
+// every 100 cards and at the last, then the report (or an error frame).
 //
 //	POST   /v1/board/states/rename   {"from", "to"}
 //	POST   /v1/board/states/delete   {"state", "into"} (a bulk reopen while a
