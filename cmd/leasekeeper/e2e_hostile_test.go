@@ -56,6 +56,10 @@ type routeInput struct {
 	good  []string
 }
 
+// sweepQuery is the board routes' query, modes off: a hostile value in
+// either is refused, and the sweep itself still runs for real.
+var sweepQuery = map[string]string{"dry_run": "false", "progress": "false"}
+
 // routeInputs covers every route of socketapi.Routes; a route missing here
 // fails the tests, so a new route cannot go unexercised.
 var routeInputs = map[string]routeInput{
@@ -86,11 +90,11 @@ var routeInputs = map[string]routeInput{
 	"PUT /v1/cards/{id}/labels":    {body: `{"labels":[%[1]s]}`, good: []string{`"a"`}},
 	"DELETE /v1/cards/{id}/claim":  {},
 	"POST /v1/reaper/pass":         {query: map[string]string{"dry_run": "true"}},
-	"POST /v1/board/states/rename": {body: `{"from":%[1]s,"to":%[2]s}`, good: []string{`"nope"`, `"nope2"`}},
-	"POST /v1/board/states/delete": {body: `{"state":%[1]s,"into":%[2]s}`, good: []string{`"nope"`, `"backlog"`}},
-	"POST /v1/board/labels/rename": {body: `{"from":%[1]s,"to":%[2]s}`, good: []string{`"nope"`, `"nope2"`}},
-	"POST /v1/board/labels/merge":  {body: `{"from":[%[1]s],"into":%[2]s}`, good: []string{`"nope"`, `"nope2"`}},
-	"POST /v1/board/labels/delete": {body: `{"label":%[1]s}`, good: []string{`"nope"`}},
+	"POST /v1/board/states/rename": {query: sweepQuery, body: `{"from":%[1]s,"to":%[2]s}`, good: []string{`"nope"`, `"nope2"`}},
+	"POST /v1/board/states/delete": {query: sweepQuery, body: `{"state":%[1]s,"into":%[2]s}`, good: []string{`"nope"`, `"backlog"`}},
+	"POST /v1/board/labels/rename": {query: sweepQuery, body: `{"from":%[1]s,"to":%[2]s}`, good: []string{`"nope"`, `"nope2"`}},
+	"POST /v1/board/labels/merge":  {query: sweepQuery, body: `{"from":[%[1]s],"into":%[2]s}`, good: []string{`"nope"`, `"nope2"`}},
+	"POST /v1/board/labels/delete": {query: sweepQuery, body: `{"label":%[1]s}`, good: []string{`"nope"`}},
 }
 
 // hostileRequest is one request of a sweep. inputless marks the one request
