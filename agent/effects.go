@@ -17,7 +17,9 @@ import (
 // OneShotPrefix marks a one-shot label: "once:<name>" is a standing request
 // for ONE launch of the card. It fires on the first firing event that either
 // adds it to a card (a labels event or a card created with it) or moves a
-// card that carries it into a launch state; firing pushes a launch hint and
+// card that carries it into a launch state, except that a card waiting on
+// its blockers (in waiting_deps) cannot launch: there it stays armed until
+// a move takes the card into a launch state (its promotion); firing pushes a launch hint and
 // consumes the label (AdjustLabels remove), so it never fires twice. A
 // machine-reason event neither fires nor consumes it (DESIGN.md#machine-reasons). SetLabels is absolute by contract, so stating the label
 // again re-arms it (DESIGN.md#label-sweeps).
@@ -299,12 +301,30 @@ func (e *Effects) apply(ctx context.Context, ev board.Event, p *EffectsPass) err
 	launchTo := ""
 	switch ev.Type {
 	case board.EventCardCreated:
-		armed = oneShots(ev.Data.Labels)
+		// DESIGN.md#one-shot-labels: a card created to wait on its
+		// blockers cannot launch; its one-shots stay armed for the move
+		// that takes it out of waiting_deps into a launch state.
+		if ev.Data.To != board.StateWaitingDeps {
+			armed = oneShots(ev.Data.Labels)
+		}
 		if b.IsLaunch(ev.Data.To) {
 			launchTo = ev.Data.To
 		}
 	case board.EventLabels:
-		armed = oneShots(ev.Data.Added)
+		if armed = oneShots(ev.Data.Added); len(armed) > 0 {
+			// The same for a one-shot given to a card that waits, judged
+			// on the card as it is now: one promoted since fires here, and
+			// its promotion, later in the log, finds the one-shot gone.
+			c, err := e.cfg.Store.GetCard(ctx, ev.Card)
+			switch {
+			case errors.Is(err, board.ErrNotFound):
+				armed = nil
+			case err != nil:
+				return err
+			case c.State == board.StateWaitingDeps:
+				armed = nil
+			}
+		}
 	case board.EventState:
 		if !b.IsLaunch(ev.Data.To) {
 			return nil

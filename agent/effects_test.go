@@ -467,3 +467,60 @@ func TestEffectsSeekHeadEndsOnABusyLog(t *testing.T) {
 		t.Fatalf("SeekHead on a log that grows while it is read: %v", err)
 	}
 }
+
+// TestEffectsOneShotWaitsOutTheBlockers: a one-shot on a card waiting in
+// waiting_deps — created there with it, or given it there — asks for a
+// launch the card cannot take yet. It stays armed, hints nothing, and
+// fires (and is consumed) when the card leaves waiting_deps into a launch
+// state: here, the promotion when its blocker completes.
+func TestEffectsOneShotWaitsOutTheBlockers(t *testing.T) {
+	t.Parallel()
+	e := newEffectsEnv(t, "fxhost-107")
+	e.create("blocker", board.StateInProgress)
+	if err := e.fx.SeekHead(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.agent.Store.CreateCard(e.ctx, board.NewCard{
+		ID: "dep", DependsOn: []string{"blocker"}, Labels: []string{"once:go", "keep"}, Actor: "uid:1000",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.agent.Store.CreateCard(e.ctx, board.NewCard{ID: "dep2", DependsOn: []string{"blocker"}, Actor: "uid:1000"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.agent.Store.AdjustLabels(e.ctx, board.LabelChange{Card: "dep2", Add: []string{"once:go"}, Actor: "uid:1000"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"dep", "dep2"} {
+		if c, err := e.agent.Store.GetCard(e.ctx, id); err != nil || c.State != board.StateWaitingDeps {
+			t.Fatalf("%s: state %q (err %v), want waiting_deps", id, c.State, err)
+		}
+	}
+	if got := launches(e.hintsAfter("sentinel")); len(got) != 0 {
+		t.Errorf("launch hints while the cards wait on their blocker = %v, want none", got)
+	}
+	for _, id := range []string{"dep", "dep2"} {
+		if c, _ := e.agent.Store.GetCard(e.ctx, id); !slices.Contains(c.Labels, "once:go") {
+			t.Errorf("%s labels = %v while it waits: the one-shot was consumed without a launch", id, c.Labels)
+		}
+	}
+
+	e.move("blocker", board.StateDone) // promotes both, reason unblocked
+	got := launches(e.hintsAfter("sentinel2"))
+	slices.Sort(got)
+	if want := []string{"dep2@ready", "dep@ready"}; !slices.Equal(got, want) {
+		t.Errorf("launch hints after the promotion = %v, want %v (one each)", got, want)
+	}
+	for id, want := range map[string][]string{"dep": {"keep"}, "dep2": nil} {
+		c, err := e.agent.Store.GetCard(e.ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c.Labels) != len(want) || !slices.Equal(c.Labels, want) && len(want) > 0 {
+			t.Errorf("%s labels after the promotion = %v, want %v (the one-shot consumed)", id, c.Labels, want)
+		}
+	}
+	if got := launches(e.hintsAfter("sentinel3")); len(got) != 0 {
+		t.Errorf("launch hints on a later pass = %v, want none", got)
+	}
+}

@@ -158,4 +158,7 @@ type SweepReport struct {
 	// Notes says what the operator should know (a state left retiring,
 	// a well-known state name whose behaviour the change gives up).
 	Notes []string `json:"notes,omitempty"`
+	// DryRun: the operation only decided and wrote nothing. Changed lists
+	// the cards it would write and Board the definition it would leave.
+	DryRun bool `json:"dry_run,omitempty"`
 }

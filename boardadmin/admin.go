@@ -67,6 +67,16 @@ type Config struct {
 	// injects a concurrent write there to make the compare-and-set miss
 	// deterministically, without sleeping.
 	BeforeWrite func(card string, attempt int)
+	// DryRun makes every operation decide and write nothing: not the board
+	// definition, not a card. The checks that refuse an operation run as
+	// they would (a refusal is the same error), and the report lists the
+	// cards the operation would change, with DryRun set.
+	DryRun bool
+	// Progress, when set, is called after each card of the walk with the
+	// cards handled so far and the size of the snapshot walked (a state
+	// sweep reports its first pass; the few stragglers after it are not
+	// counted).
+	Progress func(done, total int)
 }
 
 // Admin runs board-administration operations against one store.
@@ -122,6 +132,13 @@ func record(rep *board.SweepReport, id string, o outcome) {
 
 func newReport(op string) board.SweepReport {
 	return board.SweepReport{Op: op, Changed: []string{}}
+}
+
+// progressed reports that done of total cards were handled.
+func (a *Admin) progressed(done, total int) {
+	if a.cfg.Progress != nil {
+		a.cfg.Progress(done, total)
+	}
 }
 
 // write runs one store write under its own time budget.

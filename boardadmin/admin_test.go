@@ -3,6 +3,7 @@ package boardadmin_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -212,4 +213,74 @@ func mustLoadBoard(t *testing.T, s board.Store) board.Board {
 		t.Fatalf("LoadBoard: %v", err)
 	}
 	return b
+}
+
+// TestDryRunWritesNothing: with DryRun every operation decides as it
+// would and writes nothing — no card, no board change, no event — and its
+// report lists the cards it would change; Progress hears every card.
+func TestDryRunWritesNothing(t *testing.T) {
+	t.Parallel()
+	s := openStore(t)
+	seed(t, s, board.StateBacklog, []string{"old", "x"}, "c1", "c2")
+	seed(t, s, "", []string{"x"}, "c3")
+	head := func() int64 {
+		evs, err := s.Events(t.Context(), 0, 10000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return evs[len(evs)-1].Seq
+	}
+	seq := head()
+	b0, err := s.LoadBoard(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var progress []string
+	a := newAdmin(t, boardadmin.Config{Store: s, DryRun: true, Progress: func(done, total int) {
+		progress = append(progress, fmt.Sprintf("%d/%d", done, total))
+	}})
+	for _, tc := range []struct {
+		name     string
+		op       func() (board.SweepReport, error)
+		changed  []string
+		progress []string
+	}{
+		{"RenameLabel", func() (board.SweepReport, error) { return a.RenameLabel(t.Context(), "old", "new") }, []string{"c1", "c2"}, []string{"1/3", "2/3", "3/3"}},
+		{"MergeLabels", func() (board.SweepReport, error) { return a.MergeLabels(t.Context(), []string{"x"}, "y") }, []string{"c1", "c2", "c3"}, []string{"1/3", "2/3", "3/3"}},
+		{"DeleteLabel", func() (board.SweepReport, error) { return a.DeleteLabel(t.Context(), "nope") }, []string{}, []string{"1/3", "2/3", "3/3"}},
+		{"RenameState", func() (board.SweepReport, error) { return a.RenameState(t.Context(), board.StateBacklog, "icebox") }, []string{"c1", "c2"}, []string{"1/2", "2/2"}},
+		{"DeleteState", func() (board.SweepReport, error) {
+			return a.DeleteState(t.Context(), board.StateBacklog, board.StateReady)
+		}, []string{"c1", "c2"}, []string{"1/2", "2/2"}},
+	} {
+		progress = nil
+		rep, err := tc.op()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if !rep.DryRun || !slices.Equal(rep.Changed, tc.changed) {
+			t.Errorf("%s: report %+v, want a dry run changing %v", tc.name, rep, tc.changed)
+		}
+		if !slices.Equal(progress, tc.progress) {
+			t.Errorf("%s: progress %v, want %v", tc.name, progress, tc.progress)
+		}
+		if strings.HasSuffix(tc.name, "State") && (rep.Board == nil || rep.Board.Has(board.StateBacklog)) {
+			t.Errorf("%s: report's board %v, want the board without backlog", tc.name, rep.Board)
+		}
+	}
+	// A refusal is the real operation's.
+	if _, err := a.DeleteState(t.Context(), board.StateBacklog, board.StateDone); !errors.Is(err, board.ErrInvalidArgument) {
+		t.Errorf("dry run of a delete into a completion state: %v, want ErrInvalidArgument", err)
+	}
+	if got := head(); got != seq {
+		t.Errorf("the dry runs logged events up to %d, want none after %d", got, seq)
+	}
+	if b, err := s.LoadBoard(t.Context()); err != nil || !b.Equal(b0) {
+		t.Errorf("the dry runs changed the board: %v (%v)", b, err)
+	}
+	for _, id := range []string{"c1", "c2"} {
+		if c, err := s.GetCard(t.Context(), id); err != nil || c.State != board.StateBacklog || !slices.Equal(c.Labels, []string{"old", "x"}) {
+			t.Errorf("%s after the dry runs: %+v (%v)", id, c, err)
+		}
+	}
 }

@@ -88,15 +88,27 @@ func (a *Admin) walkLabels(ctx context.Context, op string, reason board.Reason, 
 	if err != nil {
 		return rep, fmt.Errorf("%s: list cards: %w", op, err)
 	}
-	rep.Cards = len(cards)
+	rep.Cards, rep.DryRun = len(cards), a.cfg.DryRun
 	for i, c := range cards {
-		o, err := a.labelCard(ctx, c, reason, transform)
-		if err != nil {
+		var o outcome
+		if a.cfg.DryRun {
+			o = previewLabels(c, transform)
+		} else if o, err = a.labelCard(ctx, c, reason, transform); err != nil {
 			return rep, progress(op, c.ID, i, len(cards), err)
 		}
 		record(&rep, c.ID, o)
+		a.progressed(i+1, len(cards))
 	}
 	return rep, nil
+}
+
+// previewLabels is a dry run's outcome for one card: whether the
+// transform changes the labels the snapshot read.
+func previewLabels(c board.Card, transform func([]string) []string) outcome {
+	if slices.Equal(transform(slices.Clone(c.Labels)), c.Labels) {
+		return outUnchanged
+	}
+	return outChanged
 }
 
 func (a *Admin) labelCard(ctx context.Context, cur board.Card, reason board.Reason, transform func([]string) []string) (outcome, error) {

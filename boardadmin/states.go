@@ -137,6 +137,9 @@ func (a *Admin) sweepState(ctx context.Context, op, from, to string, reason boar
 	if note, ok := wellKnown[from]; ok && from != to {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%q is a well-known state name: %s", from, note))
 	}
+	if a.cfg.DryRun {
+		return a.previewState(ctx, rep, op, from, drop(mid, from))
+	}
 	if _, err := a.updateBoard(ctx, retire); err != nil {
 		return rep, fmt.Errorf("%s: mark %q retiring: %w", op, from, err)
 	}
@@ -157,6 +160,9 @@ func (a *Admin) sweepState(ctx context.Context, op, from, to string, reason boar
 			o, err := a.moveCard(ctx, c.ID, from, to, reason, reopen)
 			if err != nil {
 				return rep, progress(op, c.ID, i, len(cards), err)
+			}
+			if pass == 0 {
+				a.progressed(i+1, len(cards))
 			}
 			if o == outContended {
 				contended[c.ID] = true
@@ -195,6 +201,25 @@ func (a *Admin) sweepState(ctx context.Context, op, from, to string, reason boar
 		return rep, fmt.Errorf("%s: drop %q from the board: %w", op, from, err)
 	}
 	rep.Board = &final
+	return rep, nil
+}
+
+// previewState is a state sweep's dry run, once every check passed:
+// the cards now in from, each one a card the sweep would move, and the
+// board it would leave (after: from dropped). Nothing is written, not
+// even the retiring mark.
+func (a *Admin) previewState(ctx context.Context, rep board.SweepReport, op, from string, after board.Board) (board.SweepReport, error) {
+	rep.DryRun = true
+	cards, err := a.cfg.Store.ListCards(ctx, board.CardFilter{State: from})
+	if err != nil {
+		return rep, fmt.Errorf("%s: list cards in %q: %w", op, from, err)
+	}
+	rep.Cards = len(cards)
+	for i, c := range cards {
+		record(&rep, c.ID, outChanged)
+		a.progressed(i+1, len(cards))
+	}
+	rep.Board = &after
 	return rep, nil
 }
 

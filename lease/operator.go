@@ -127,6 +127,8 @@ func (s *Service) ForceRelease(ctx context.Context, actor, card string) (board.C
 }
 
 // Admin is a board-administration walker over the store acting for actor.
-func (s *Service) Admin(actor string) (*boardadmin.Admin, error) {
-	return boardadmin.New(boardadmin.Config{Store: s.cfg.Store, Actor: actor})
+// dryRun makes it decide and write nothing; progress, when set, hears
+// after each card how far the walk got (boardadmin.Config).
+func (s *Service) Admin(actor string, dryRun bool, progress func(done, total int)) (*boardadmin.Admin, error) {
+	return boardadmin.New(boardadmin.Config{Store: s.cfg.Store, Actor: actor, DryRun: dryRun, Progress: progress})
 }

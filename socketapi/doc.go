@@ -116,6 +116,9 @@
 //
 //	GET /v1/cards?state=S&limit=N&claimed=true → 200 {"cards": [Card]}
 //	GET /v1/cards/{id}                         → 200 Card
+//	GET /v1/runs?card=ID&status=S&limit=N      → 200 {"runs": [Run]}
+//	    newest first; one card's runs, or every card's (one store read
+//	    per run: the store has no listing of runs)
 //	GET /v1/runs/{id}                          → 200 Run
 //	GET /v1/status                             → 200 apitype.Status
 //	GET /v1/board                              → 200 apitype.BoardResponse
@@ -141,6 +144,9 @@
 // package boardadmin and answers 200 board.SweepReport {op, cards,
 // changed, unchanged, gone, contended, board, notes}; cards still contended
 // after every attempt are in the report, not an error (DESIGN.md#label-sweeps).
+// ?dry_run=true decides and writes nothing (the report's dry_run set);
+// ?progress=true answers NDJSON apitype.SweepFrame lines instead: progress
+// every 100 cards and at the last, then the report (or an error frame).
 //
 //	POST   /v1/board/states/rename   {"from", "to"}
 //	POST   /v1/board/states/delete   {"state", "into"} (a bulk reopen while a

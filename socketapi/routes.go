@@ -89,6 +89,7 @@ func (s *Server) coreRoutes() []route {
 		// Reads: any connected peer.
 		{"GET", "/v1/cards", permRead, s.handleListCards},
 		{"GET", "/v1/cards/{id}", permRead, s.handleGetCard},
+		{"GET", "/v1/runs", permRead, s.handleListRuns}, // runs.go
 		{"GET", "/v1/runs/{id}", permRead, s.handleGetRun},
 		{"GET", "/v1/status", permRead, s.handleStatus},
 		{"GET", "/v1/board", permRead, s.handleBoard},

@@ -3,10 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
+	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/client"
 )
@@ -24,7 +28,14 @@ one-shot consumption). Claims are never touched.
 The summary counts the cards changed, unchanged and contended. A contended
 card is one other writers kept changing through every attempt: the rest of
 the walk completes without it, the command exits 1, and running the same
-command again picks it up.`
+command again picks it up.
+
+--dry-run decides and writes nothing (not the board, not a card): it runs
+the same checks, so a refusal is the same, and prints how many cards the
+command would change and which (the first 20 ids), with the board it
+would leave. --progress prints how far the walk got on stderr, every 100
+cards and at the last; it is on by default when stderr is a terminal
+(--progress=false turns it off).`
 
 func newBoardStateCmd(env *cli) *cobra.Command {
 	c := &cobra.Command{
@@ -33,7 +44,7 @@ func newBoardStateCmd(env *cli) *cobra.Command {
 		Args:  subcommandArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return withCode(exitUsage, cmd.Help()) },
 	}
-	var asJSON bool
+	var so sweepOpts
 	rename := &cobra.Command{
 		Use:   "rename OLD NEW",
 		Short: "Rename a state; its cards move to NEW with reason state_rename",
@@ -46,8 +57,8 @@ rename is finished by running it again.
 ` + sweepHelp,
 		Args: exactArgs(2, "OLD", "NEW"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runSweep(cmd.Context(), env, asJSON, func(ctx context.Context, c *client.Client) (board.SweepReport, error) {
-				return c.RenameState(ctx, args[0], args[1])
+			return runSweep(cmd, env, so, func(ctx context.Context, c *client.Client, o client.SweepOptions) (board.SweepReport, error) {
+				return c.RenameState(ctx, args[0], args[1], o)
 			})
 		},
 	}
@@ -69,14 +80,14 @@ refused too: a sweep promotes nobody, so it must not complete anything.
 			if into == "" {
 				return usageError("--into is required: the state that receives %s's cards", args[0])
 			}
-			return runSweep(cmd.Context(), env, asJSON, func(ctx context.Context, c *client.Client) (board.SweepReport, error) {
-				return c.DeleteState(ctx, args[0], into)
+			return runSweep(cmd, env, so, func(ctx context.Context, c *client.Client, o client.SweepOptions) (board.SweepReport, error) {
+				return c.DeleteState(ctx, args[0], into, o)
 			})
 		},
 	}
 	del.Flags().StringVar(&into, "into", "", "the state that receives the deleted state's cards (required)")
 	for _, sc := range []*cobra.Command{rename, del} {
-		sc.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+		so.addFlags(sc)
 	}
 	c.AddCommand(rename, del)
 	return c
@@ -89,15 +100,15 @@ func newBoardLabelCmd(env *cli) *cobra.Command {
 		Args:  subcommandArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return withCode(exitUsage, cmd.Help()) },
 	}
-	var asJSON bool
+	var so sweepOpts
 	rename := &cobra.Command{
 		Use:   "rename OLD NEW",
 		Short: "Rename a label on every card (reason field_rename)",
 		Long:  "Rename the label OLD to NEW on every card; a card that has both keeps NEW once.\n\n" + sweepHelp,
 		Args:  exactArgs(2, "OLD", "NEW"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runSweep(cmd.Context(), env, asJSON, func(ctx context.Context, c *client.Client) (board.SweepReport, error) {
-				return c.RenameLabel(ctx, args[0], args[1])
+			return runSweep(cmd, env, so, func(ctx context.Context, c *client.Client, o client.SweepOptions) (board.SweepReport, error) {
+				return c.RenameLabel(ctx, args[0], args[1], o)
 			})
 		},
 	}
@@ -116,8 +127,8 @@ func newBoardLabelCmd(env *cli) *cobra.Command {
 			if into == "" {
 				return usageError("--into is required: the label that replaces %s", strings.Join(args, ", "))
 			}
-			return runSweep(cmd.Context(), env, asJSON, func(ctx context.Context, c *client.Client) (board.SweepReport, error) {
-				return c.MergeLabels(ctx, args, into)
+			return runSweep(cmd, env, so, func(ctx context.Context, c *client.Client, o client.SweepOptions) (board.SweepReport, error) {
+				return c.MergeLabels(ctx, args, into, o)
 			})
 		},
 	}
@@ -128,28 +139,53 @@ func newBoardLabelCmd(env *cli) *cobra.Command {
 		Long:  "Remove the label L from every card.\n\n" + sweepHelp,
 		Args:  exactArgs(1, "L"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runSweep(cmd.Context(), env, asJSON, func(ctx context.Context, c *client.Client) (board.SweepReport, error) {
-				return c.DeleteLabel(ctx, args[0])
+			return runSweep(cmd, env, so, func(ctx context.Context, c *client.Client, o client.SweepOptions) (board.SweepReport, error) {
+				return c.DeleteLabel(ctx, args[0], o)
 			})
 		},
 	}
 	for _, sc := range []*cobra.Command{rename, merge, del} {
-		sc.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+		so.addFlags(sc)
 	}
 	c.AddCommand(rename, merge, del)
 	return c
 }
 
+// sweepOpts are the flags every sweep command takes.
+type sweepOpts struct {
+	json     bool
+	dryRun   bool
+	progress bool
+}
+
+func (o *sweepOpts) addFlags(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&o.json, "json", false, "print the report as JSON")
+	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "decide and write nothing: print the cards the command would change")
+	cmd.Flags().BoolVar(&o.progress, "progress", false, "print the walk's progress on stderr (default: when stderr is a terminal)")
+}
+
 // runSweep runs one operation and prints its report. Contended cards make
 // the command fail (exit 1) after the report is printed: the walk is not
-// finished until a re-run picks them up.
-func runSweep(ctx context.Context, env *cli, asJSON bool, op func(ctx context.Context, c *client.Client) (board.SweepReport, error)) error {
+// finished until a re-run picks them up. Progress goes to stderr, every
+// 100 cards and at the last, when --progress says so or, without it, when
+// stderr is a terminal.
+func runSweep(cmd *cobra.Command, env *cli, o sweepOpts, op func(ctx context.Context, c *client.Client, o client.SweepOptions) (board.SweepReport, error)) error {
 	c := env.client()
-	rep, err := op(ctx, c)
+	opts := client.SweepOptions{DryRun: o.dryRun}
+	show := o.progress
+	if !cmd.Flags().Changed("progress") {
+		show = isTerminal(env.stderr)
+	}
+	if show {
+		opts.Progress = func(p apitype.SweepProgress) {
+			fmt.Fprintf(env.stderr, "%s: %d of %d card(s)\n", cmd.CommandPath(), p.Done, p.Total)
+		}
+	}
+	rep, err := op(cmd.Context(), c, opts)
 	if err != nil {
 		return env.agentError(c, err)
 	}
-	if asJSON {
+	if o.json {
 		if err := printJSON(env.stdout, rep); err != nil {
 			return err
 		}
@@ -162,8 +198,30 @@ func runSweep(ctx context.Context, env *cli, asJSON bool, op func(ctx context.Co
 	return nil
 }
 
+// isTerminal says whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
 func printSweep(env *cli, rep board.SweepReport) {
 	w := env.stdout
+	if rep.DryRun {
+		fmt.Fprintf(w, "%s (dry run: nothing written): %d card(s) examined\n", rep.Op, rep.Cards)
+		fmt.Fprintf(w, "  would change: %d%s\n", len(rep.Changed), list(rep.Changed))
+		fmt.Fprintf(w, "  unchanged:    %d\n", rep.Unchanged)
+		if rep.Board != nil {
+			fmt.Fprintf(w, "board afterwards: %s\n", rep.Board)
+		}
+		for _, n := range rep.Notes {
+			fmt.Fprintf(w, "note: %s\n", n)
+		}
+		return
+	}
 	fmt.Fprintf(w, "%s: %d card(s) examined\n", rep.Op, rep.Cards)
 	fmt.Fprintf(w, "  changed:   %d%s\n", len(rep.Changed), list(rep.Changed))
 	fmt.Fprintf(w, "  unchanged: %d\n", rep.Unchanged)

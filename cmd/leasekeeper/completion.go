@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/client"
 )
 
 // completionShells are the shells `leasekeeper completion` writes scripts
@@ -117,6 +118,7 @@ func addAgentCompletions(env *cli, root *cobra.Command) {
 		"card move":          positional(cards(anyCard), states(anyState)),
 		"card reopen":        positional(cards(anyCard), states(workingState)),
 		"card release":       positional(cards(claimedCard)),
+		"run show":           positional(env.runCandidates),
 		"board state rename": positional(states(anyState)),
 		"board state delete": positional(states(anyState)),
 		"claim":              claimArgs(env, cards(claimableCard)),
@@ -125,6 +127,7 @@ func addAgentCompletions(env *cli, root *cobra.Command) {
 		"card create":        {"state": states(anyState)},
 		"card ls":            {"state": states(anyState)},
 		"events":             {"card": cards(anyCard), "type": eventTypeCandidates},
+		"run ls":             {"card": cards(anyCard), "status": runStatusCandidates},
 		"board state delete": {"into": states(anyState)},
 	}
 	for path, fn := range args {
@@ -147,6 +150,37 @@ func eventTypeCandidates(_ *cobra.Command, _ []string, prefix string) ([]cobra.C
 	for _, t := range eventTypes {
 		if strings.HasPrefix(string(t), prefix) {
 			out = append(out, string(t))
+		}
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
+}
+
+// runStatusCandidates completes `run ls --status`: the run statuses,
+// which need no agent.
+func runStatusCandidates(_ *cobra.Command, _ []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	var out []cobra.Completion
+	for _, s := range runStatuses {
+		if strings.HasPrefix(string(s), prefix) {
+			out = append(out, string(s))
+		}
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
+}
+
+// runCandidates completes `run show`: the ids of the agent's runs that
+// start with prefix, newest first, each described by its card and status;
+// nothing when the agent does not answer in completionTimeout.
+func (env *cli) runCandidates(_ *cobra.Command, _ []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	ctx, cancel := context.WithTimeout(context.Background(), completionTimeout)
+	defer cancel()
+	runs, err := env.client().ListRuns(ctx, client.RunFilter{})
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var out []cobra.Completion
+	for _, r := range runs {
+		if strings.HasPrefix(r.ID, prefix) {
+			out = append(out, cobra.CompletionWithDesc(r.ID, r.Card+" "+string(r.Status)))
 		}
 	}
 	return out, cobra.ShellCompDirectiveNoFileComp

@@ -42,7 +42,7 @@ func TestE2EAPIAsDocumented(t *testing.T) {
 	e.Start()
 	e.MustRun("card", "create", "free")
 
-	for _, path := range []string{"/v1/cards?limit=-1", "/v1/cards?limit=10001", "/v1/events?limit=-1", "/v1/events?limit=0"} {
+	for _, path := range []string{"/v1/cards?limit=-1", "/v1/cards?limit=10001", "/v1/events?limit=-1", "/v1/events?limit=0", "/v1/runs?limit=-1", "/v1/runs?limit=10001"} {
 		status, body := rawGet(t, e.Socket, path)
 		var eb struct{ Code string }
 		if err := json.Unmarshal([]byte(body), &eb); err != nil || status != http.StatusBadRequest || eb.Code != "bad_request" {

@@ -56,6 +56,10 @@ type routeInput struct {
 	good  []string
 }
 
+// sweepQuery is the board routes' query, modes off: a hostile value in
+// either is refused, and the sweep itself still runs for real.
+var sweepQuery = map[string]string{"dry_run": "false", "progress": "false"}
+
 // routeInputs covers every route of socketapi.Routes; a route missing here
 // fails the tests, so a new route cannot go unexercised.
 var routeInputs = map[string]routeInput{
@@ -74,6 +78,7 @@ var routeInputs = map[string]routeInput{
 	"GET /v1/watch":                {query: map[string]string{"after": "0"}},
 	"GET /v1/cards":                {query: map[string]string{"state": "backlog", "limit": "10", "claimed": "false"}},
 	"GET /v1/cards/{id}":           {},
+	"GET /v1/runs":                 {query: map[string]string{"card": "nope", "status": "finished", "limit": "10"}},
 	"GET /v1/runs/{id}":            {},
 	"GET /v1/status":               {},
 	"GET /v1/board":                {},
@@ -85,11 +90,11 @@ var routeInputs = map[string]routeInput{
 	"PUT /v1/cards/{id}/labels":    {body: `{"labels":[%[1]s]}`, good: []string{`"a"`}},
 	"DELETE /v1/cards/{id}/claim":  {},
 	"POST /v1/reaper/pass":         {query: map[string]string{"dry_run": "true"}},
-	"POST /v1/board/states/rename": {body: `{"from":%[1]s,"to":%[2]s}`, good: []string{`"nope"`, `"nope2"`}},
-	"POST /v1/board/states/delete": {body: `{"state":%[1]s,"into":%[2]s}`, good: []string{`"nope"`, `"backlog"`}},
-	"POST /v1/board/labels/rename": {body: `{"from":%[1]s,"to":%[2]s}`, good: []string{`"nope"`, `"nope2"`}},
-	"POST /v1/board/labels/merge":  {body: `{"from":[%[1]s],"into":%[2]s}`, good: []string{`"nope"`, `"nope2"`}},
-	"POST /v1/board/labels/delete": {body: `{"label":%[1]s}`, good: []string{`"nope"`}},
+	"POST /v1/board/states/rename": {query: sweepQuery, body: `{"from":%[1]s,"to":%[2]s}`, good: []string{`"nope"`, `"nope2"`}},
+	"POST /v1/board/states/delete": {query: sweepQuery, body: `{"state":%[1]s,"into":%[2]s}`, good: []string{`"nope"`, `"backlog"`}},
+	"POST /v1/board/labels/rename": {query: sweepQuery, body: `{"from":%[1]s,"to":%[2]s}`, good: []string{`"nope"`, `"nope2"`}},
+	"POST /v1/board/labels/merge":  {query: sweepQuery, body: `{"from":[%[1]s],"into":%[2]s}`, good: []string{`"nope"`, `"nope2"`}},
+	"POST /v1/board/labels/delete": {query: sweepQuery, body: `{"label":%[1]s}`, good: []string{`"nope"`}},
 }
 
 // hostileRequest is one request of a sweep. inputless marks the one request

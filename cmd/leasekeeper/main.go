@@ -90,6 +90,7 @@ XDG_RUNTIME_DIR is unset).
 	root.AddCommand(
 		newAgentCmd(env),
 		newCardCmd(env),
+		newRunCmd(env), // run.go
 		newBoardCmd(env),
 		newClaimCmd(env),
 		newStatusCmd(env),
