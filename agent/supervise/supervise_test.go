@@ -551,22 +551,59 @@ func TestKillByStopsTheCommandAtTheDeadline(t *testing.T) {
 // The first deadline travels with the start: a caller stopped right after
 // Start, before it could hand any deadline on, still has its command
 // stopped by it.
+//
+// The command must have set its trap before the deadline, or SIGTERM ends
+// it before the kill and the run proves nothing: a run whose "ready" is
+// read only after the deadline (a loaded machine) is repeated with a
+// deadline four times as far, never judged.
 func TestTheFirstDeadlineComesWithTheStart(t *testing.T) {
 	t.Parallel()
 	const grace = 200 * time.Millisecond
-	deadline := time.Now().Add(700 * time.Millisecond)
+	for lead := 700 * time.Millisecond; lead <= 45*time.Second; lead *= 4 {
+		if firstDeadlineRun(t, lead, grace) {
+			return
+		}
+		t.Logf("the command was not ready %v after its start; again with a longer deadline", lead)
+	}
+	t.Fatal("the command never set its trap before its deadline")
+}
+
+// firstDeadlineRun runs one command whose only deadline is the one given at
+// its start, lead from now, and reports false when the run is not a fair
+// test of it (the command was not ready before the deadline).
+func firstDeadlineRun(t *testing.T, lead, grace time.Duration) bool {
+	t.Helper()
+	deadline := time.Now().Add(lead)
 	l := launcher
 	l.KillBy, l.KillGrace = deadline, grace
-	c, err := Start(l, exec.Command("sh", "-c", `trap '' TERM; while :; do sleep 0.05; done`))
+	cmd := exec.Command("sh", "-c", `trap '' TERM; echo ready; while :; do sleep 0.05; done`)
+	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Terminate(0) })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	c, err := Start(l, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Terminate(0)
+	// Read "ready" beside the wait: a shell the TERM reached before its
+	// trap never says it, and the read ends only when Wait closes the pipe.
+	readyAt := make(chan time.Time, 1)
+	go func() {
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err == nil && strings.TrimSpace(line) == "ready" {
+			readyAt <- time.Now()
+		}
+		close(readyAt)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), lead+30*time.Second)
 	defer cancel()
 	code, err := c.Wait(ctx)
 	if err != nil {
 		t.Fatalf("the command outlived a deadline given only at its start: %v", err)
+	}
+	if at, ok := <-readyAt; !ok || !at.Before(deadline.Add(-grace)) {
+		return false
 	}
 	if !c.Expired() || code != 128+int(syscall.SIGKILL) {
 		t.Errorf("exit code %d, Expired %v; want killed at the deadline", code, c.Expired())
@@ -574,6 +611,7 @@ func TestTheFirstDeadlineComesWithTheStart(t *testing.T) {
 	if ended := time.Now(); ended.Before(deadline) {
 		t.Errorf("killed %v before its deadline", deadline.Sub(ended))
 	}
+	return true
 }
 
 // TestStartErrorCarriesTheErrno: a command the supervisor cannot exec is
