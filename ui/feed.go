@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,15 +20,22 @@ type feedState struct {
 	Error string
 }
 
-// change is what the browser is told: an event happened (Seq > 0), or the
+// change is what the browser is told: an event happened (Seq > 0), the
 // server's link to the agent came back after a break and events may have
-// been missed (Resync).
+// been missed (Resync), or it broke (Down, with the reason).
 type change struct {
 	Seq    int64  `json:"seq,omitempty"`
 	Type   string `json:"type,omitempty"`
 	Card   string `json:"card,omitempty"`
 	Resync bool   `json:"resync,omitempty"`
+	Down   string `json:"down,omitempty"`
 }
+
+// eventRef is where one of a card's events lies: its sequence number and
+// its position in the log as the feed read it (how many events came
+// before it), so a read of the log from one of a card's events to another
+// asks for exactly the events between them.
+type eventRef struct{ seq, pos int64 }
 
 // feed follows the agent's audit log (GET /v1/events?follow=true) and fans
 // every event out to the browsers subscribed. One follower serves every
@@ -41,10 +49,40 @@ type feed struct {
 	mu   sync.Mutex
 	st   feedState
 	subs map[chan change]struct{}
+	// byCard indexes the log the feed has read by card: the card page
+	// reads a card's events through it instead of scanning the log. read
+	// counts the events recorded, last is the newest one's seq. 16 bytes
+	// an event.
+	byCard map[string][]eventRef
+	read   int64
+	last   int64
 }
 
 func newFeed(c *client.Client, runs *runCache, log *slog.Logger) *feed {
-	return &feed{c: c, runs: runs, log: log, subs: map[chan change]struct{}{}}
+	return &feed{c: c, runs: runs, log: log, subs: map[chan change]struct{}{}, byCard: map[string][]eventRef{}}
+}
+
+// record adds ev to the index. The feed reads the log in order, from its
+// first event (tail), then from the follow stream.
+func (f *feed) record(ev board.Event) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if ev.Seq <= f.last {
+		return
+	}
+	if ev.Card != "" {
+		f.byCard[ev.Card] = append(f.byCard[ev.Card], eventRef{seq: ev.Seq, pos: f.read})
+	}
+	f.read++
+	f.last = ev.Seq
+}
+
+// cardRefs returns where card id's events lie in the log, and the last
+// seq the index has read: the log after it is not indexed yet.
+func (f *feed) cardRefs(id string) ([]eventRef, int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.byCard[id]), f.last
 }
 
 // retryAfter is how long the follower waits before it reconnects a broken
@@ -56,7 +94,7 @@ const (
 
 // run follows the stream until ctx ends. It starts from the end of the log
 // as it is now: the pages read the board itself, the stream only says when
-// to read it again.
+// to read it again. Reading the log up to there builds the card index.
 func (f *feed) run(ctx context.Context) {
 	after := f.tail(ctx)
 	wait := retryFirst
@@ -102,6 +140,9 @@ func (f *feed) tail(ctx context.Context) int64 {
 		if len(evs) == 0 {
 			break
 		}
+		for _, ev := range evs {
+			f.record(ev)
+		}
 		after = evs[len(evs)-1].Seq
 	}
 	f.mu.Lock()
@@ -111,6 +152,7 @@ func (f *feed) tail(ctx context.Context) int64 {
 }
 
 func (f *feed) event(ev board.Event) {
+	f.record(ev)
 	if ev.Data.RunID != "" {
 		f.runs.forget(ev.Data.RunID)
 	}
@@ -122,12 +164,16 @@ func (f *feed) event(ev board.Event) {
 
 func (f *feed) broke(err error) {
 	f.mu.Lock()
+	was := f.st.Connected
 	f.st.Connected = false
 	if err != nil {
 		f.st.Error = err.Error()
 	}
 	f.mu.Unlock()
 	f.log.Warn("agent event stream broke; reconnecting", "err", err)
+	if was {
+		f.send(change{Down: agentDown(f.c, err)})
+	}
 }
 
 func (f *feed) resync(seq int64) {
