@@ -67,6 +67,7 @@ type Server struct {
 	hosts map[string]bool
 	feed  *feed
 	runs  *runCache
+	cards cardCache
 	pages map[string]*template.Template
 	mux   *http.ServeMux
 	done  chan struct{}

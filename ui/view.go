@@ -237,7 +237,7 @@ func (s *Server) loadBoard(ctx context.Context, f filter) (boardView, error) {
 	if err != nil {
 		return boardView{}, fmt.Errorf("read the board: %w", err)
 	}
-	cards, err := c.ListCards(ctx, board.CardFilter{})
+	cards, err := s.cards.list(ctx, c, s.feed.state())
 	if err != nil {
 		return boardView{}, fmt.Errorf("list the cards: %w", err)
 	}
@@ -460,7 +460,7 @@ func (s *Server) loadCard(ctx context.Context, id string) (cardPage, error) {
 	if err != nil {
 		return cardPage{}, fmt.Errorf("read the board: %w", err)
 	}
-	cards, err := c.ListCards(ctx, board.CardFilter{})
+	cards, err := s.cards.list(ctx, c, s.feed.state())
 	if err != nil {
 		return cardPage{}, fmt.Errorf("list the cards: %w", err)
 	}
@@ -494,10 +494,14 @@ func (s *Server) loadCard(ctx context.Context, id string) (cardPage, error) {
 	return p, nil
 }
 
-// eventWindow bounds one read of the log for a card's events: the index
-// reads a stretch of the log in one request when the card's events lie
-// within eventWindow events of each other, else one request an event.
-const eventWindow = 1000
+// A card's events are read in stretches of the log: one request reads a
+// run of the card's events that lie at most eventGap events apart, and at
+// most eventWindow events long; an event far from the others is a request
+// of its own.
+const (
+	eventGap    = 16
+	eventWindow = 1000
+)
 
 // cardEvents reads card id's events through the feed's index (which
 // events are the card's, and where they lie in the log), then the part of
@@ -510,7 +514,7 @@ func (s *Server) cardEvents(ctx context.Context, id string) ([]board.Event, bool
 	var out []board.Event
 	for i := 0; i < len(refs); {
 		j := i
-		for j+1 < len(refs) && refs[j+1].pos-refs[i].pos < eventWindow {
+		for j+1 < len(refs) && refs[j+1].pos-refs[j].pos <= eventGap && refs[j+1].pos-refs[i].pos < eventWindow {
 			j++
 		}
 		evs, err := c.Events(ctx, refs[i].seq-1, int(refs[j].pos-refs[i].pos+1))
@@ -553,6 +557,77 @@ func (s *Server) cardEvents(ctx context.Context, id string) ([]board.Event, bool
 		}
 		after = evs[len(evs)-1].Seq
 	}
+}
+
+// cardCache keeps the last full listing of the cards and the feed's seq
+// when it was read. While no event has arrived since, the cards are as
+// listed but for their leases (a renewal writes no event), so a refresh
+// lists the claimed cards only (an index read) and takes their claims from
+// it: at 10,000 cards a full listing costs the agent a second on a busy
+// host, and every open page refreshes on the heartbeat's schedule.
+type cardCache struct {
+	mu    sync.Mutex
+	seq   int64
+	at    time.Time
+	cards []board.Card
+}
+
+// cardCacheTTL bounds how long a listing is reused.
+const cardCacheTTL = time.Minute
+
+func (cc *cardCache) list(ctx context.Context, c *client.Client, fs feedState) ([]board.Card, error) {
+	cc.mu.Lock()
+	cards := cc.cards
+	fresh := cards != nil && fs.Connected && fs.Seq == cc.seq && time.Since(cc.at) < cardCacheTTL
+	cc.mu.Unlock()
+	if fresh {
+		if out, ok := withClaims(ctx, c, cards); ok {
+			return out, nil
+		}
+	}
+	// fs was read before the listing: an event that lands meanwhile moves
+	// the feed past it, and the next refresh lists again.
+	cards, err := c.ListCards(ctx, board.CardFilter{})
+	if err != nil {
+		return nil, err
+	}
+	cards = slices.Clip(cards) // callers may append: never into the cache
+	cc.mu.Lock()
+	if fs.Connected {
+		cc.cards, cc.seq, cc.at = cards, fs.Seq, time.Now()
+	} else {
+		cc.cards = nil
+	}
+	cc.mu.Unlock()
+	return cards, nil
+}
+
+// withClaims is cards with the claims of the claimed cards read now; false
+// when that cannot be trusted (the listing failed, or a card held in the
+// cached listing is no longer claimed, which an event would have said).
+func withClaims(ctx context.Context, c *client.Client, cards []board.Card) ([]board.Card, bool) {
+	claimed, err := c.ListCards(ctx, board.CardFilter{ClaimedOnly: true})
+	if err != nil {
+		return nil, false
+	}
+	byID := make(map[string]board.Card, len(claimed))
+	for _, cl := range claimed {
+		byID[cl.ID] = cl
+	}
+	out := make([]board.Card, len(cards))
+	n := 0
+	for i, cd := range cards {
+		if cl, ok := byID[cd.ID]; ok {
+			out[i] = cl
+			n++
+			continue
+		}
+		if cd.Claimed() {
+			return nil, false
+		}
+		out[i] = cd
+	}
+	return out, n == len(claimed)
 }
 
 // runCache keeps the runs the board shows, so a refresh does not read every
