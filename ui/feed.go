@@ -56,6 +56,9 @@ type feed struct {
 	byCard map[string][]eventRef
 	read   int64
 	last   int64
+	// down is the last reason the pages were told the agent is down;
+	// empty while the link is up.
+	down string
 }
 
 func newFeed(c *client.Client, runs *runCache, log *slog.Logger) *feed {
@@ -147,6 +150,7 @@ func (f *feed) tail(ctx context.Context) int64 {
 	}
 	f.mu.Lock()
 	f.st = feedState{Connected: true, Seq: after}
+	f.down = ""
 	f.mu.Unlock()
 	return after
 }
@@ -158,21 +162,27 @@ func (f *feed) event(ev board.Event) {
 	}
 	f.mu.Lock()
 	f.st = feedState{Connected: true, Seq: ev.Seq}
+	f.down = ""
 	f.mu.Unlock()
 	f.send(change{Seq: ev.Seq, Type: string(ev.Type), Card: ev.Card})
 }
 
+// broke notes the link to the agent down, and tells the pages why when
+// that is news: first the stream's end, then (the reconnects failing) that
+// nothing answers.
 func (f *feed) broke(err error) {
+	down := agentDown(f.c, err)
 	f.mu.Lock()
-	was := f.st.Connected
 	f.st.Connected = false
 	if err != nil {
 		f.st.Error = err.Error()
 	}
+	news := down != f.down
+	f.down = down
 	f.mu.Unlock()
 	f.log.Warn("agent event stream broke; reconnecting", "err", err)
-	if was {
-		f.send(change{Down: agentDown(f.c, err)})
+	if news {
+		f.send(change{Down: down})
 	}
 }
 
@@ -180,6 +190,7 @@ func (f *feed) resync(seq int64) {
 	f.runs.clear()
 	f.mu.Lock()
 	f.st = feedState{Connected: true, Seq: seq}
+	f.down = ""
 	f.mu.Unlock()
 	f.send(change{Resync: true})
 }

@@ -488,3 +488,56 @@ func TestRenewalShowsWithoutAnEvent(t *testing.T) {
 		t.Logf("the log grew from #%d to #%d meanwhile: the test proves less than it says", seq, now)
 	}
 }
+
+// TestAgentUnreachableIsSaidAndRecovers stops the agent under a running
+// UI: the event stream says the agent is down, an update answers with a
+// message in words (not the transport's "dial unix"), the page opened
+// meanwhile says the same and keeps its place, and all of it comes back
+// when the agent does.
+func TestAgentUnreachableIsSaidAndRecovers(t *testing.T) {
+	t.Parallel()
+	f := start(t, "")
+	f.agent.MustRun("card", "create", "c1")
+	b := browser(t)
+	f.login(b)
+	s := f.events(b)
+	s.await(10*time.Second, "hello", func(ev string, _ map[string]any) bool { return ev == "hello" })
+	if a, _ := f.update(b, "/board/parts", nil); len(a.Parts) == 0 {
+		t.Fatal("no parts in the update")
+	}
+
+	f.agent.Stop()
+	s.await(30*time.Second, "the agent reported down", func(ev string, d map[string]any) bool {
+		down, _ := d["down"].(string)
+		return ev == "change" && strings.Contains(down, "not running")
+	})
+	got := f.do(b, "GET", "/board/parts", nil)
+	var a updateAnswer
+	if err := json.Unmarshal([]byte(got.body), &a); err != nil || got.code != http.StatusBadGateway || a.Down == nil {
+		t.Fatalf("update with the agent stopped: %d %v, want 502 with down:\n%s", got.code, err, got.body)
+	}
+	if !strings.Contains(a.Down.Message, "not running") || strings.Contains(a.Down.Message, "dial unix") || !strings.Contains(a.Down.Detail, "dial unix") {
+		t.Errorf("down = %+v: want words in the message and the error in the detail", a.Down)
+	}
+	page := f.do(b, "GET", "/", nil)
+	msg := regexp.MustCompile(`<span class="msg">([^<]*)</span>`).FindStringSubmatch(page.body)
+	if page.code != http.StatusOK || !strings.Contains(page.body, `class="status down"`) || msg == nil || strings.Contains(msg[1], "dial unix") ||
+		!strings.Contains(page.body, `data-src="/board/parts"`) {
+		t.Errorf("GET / with the agent stopped: %d, want the board page saying the agent is unreachable in words, and updating:\n%.3000s", page.code, page.body)
+	}
+	card := f.do(b, "GET", "/cards/c1", nil)
+	if card.code != http.StatusBadGateway || !strings.Contains(card.body, "Agent unreachable.") || !strings.Contains(card.body, `data-src="/cards/c1/parts"`) {
+		t.Errorf("GET /cards/c1 with the agent stopped: %d, want 502 saying so and updating:\n%.3000s", card.code, card.body)
+	}
+
+	f.agent.Start()
+	s.await(30*time.Second, "a resync after the agent came back", func(ev string, d map[string]any) bool {
+		return ev == "change" && d["resync"] == true
+	})
+	agentproc.WaitFor(t, 20*time.Second, "an update to answer again", func() bool {
+		return f.do(b, "GET", "/board/parts", nil).code == http.StatusOK
+	})
+	if page := f.do(b, "GET", "/", nil); strings.Contains(page.body, `class="status down"`) || !strings.Contains(page.body, `data-card="c1"`) {
+		t.Errorf("GET / after the agent came back still says it is down, or lacks c1")
+	}
+}
