@@ -141,13 +141,16 @@
         if (!el) {
           if (!p.html) { return false; }
           el = fromHTML(p.html);
-          // A replaced part keeps the scroll position of what scrolls in it.
+          // A changed part takes its predecessor's place (moving the
+          // others would drop the focus and their scroll positions), and
+          // keeps the scroll position of what scrolls in it.
           var prev = slot.querySelector(':scope > [data-part="' + CSS.escape(p.k) + '"]');
-          if (prev) { keepScroll(prev, el); }
+          if (prev) { keepScroll(prev, el); prev.replaceWith(el); }
         }
         want.push(el);
       }
-      // Put want in order, moving or inserting only what is out of place.
+      // Put want in order, inserting what is new and moving only what is
+      // out of place (a column the board reordered).
       var cur = slot.firstElementChild;
       for (var k = 0; k < want.length; k++) {
         if (cur === want[k]) { cur = cur.nextElementSibling; continue; }
