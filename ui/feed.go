@@ -45,6 +45,8 @@ type feed struct {
 	c    *client.Client
 	runs *runCache
 	log  *slog.Logger
+	// hist counts the moves the charts draw (nil: none).
+	hist *history
 
 	mu   sync.Mutex
 	st   feedState
@@ -78,6 +80,9 @@ func (f *feed) record(ev board.Event) {
 	}
 	f.read++
 	f.last = ev.Seq
+	if f.hist != nil {
+		f.hist.move(ev)
+	}
 }
 
 // cardRefs returns where card id's events lie in the log, and the last

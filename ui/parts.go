@@ -207,7 +207,9 @@ func (v *boardView) partSpecs() []partSpec {
 	for _, c := range v.Columns {
 		specs = append(specs, partSpec{Key: "col:" + c.State.Name, In: "slot-columns", Tmpl: "column", Data: c})
 	}
-	return append(specs, partSpec{Key: "watchdog", In: "slot-bottom", Tmpl: "watchdog", Data: v})
+	return append(specs,
+		partSpec{Key: "charts", In: "slot-bottom", Tmpl: "charts", Data: v.Charts},
+		partSpec{Key: "watchdog", In: "slot-bottom", Tmpl: "watchdog", Data: v})
 }
 
 // partSpecs are a card page's parts.

@@ -551,3 +551,49 @@ func TestAgentUnreachableIsSaidAndRecovers(t *testing.T) {
 		t.Errorf("GET / after the agent came back still says it is down, or lacks c1")
 	}
 }
+
+// TestTimelineAndCharts: a card's page draws its history on a time axis,
+// and the board draws throughput, queue depth and lease health, all as
+// inline SVG rendered by the server.
+func TestTimelineAndCharts(t *testing.T) {
+	t.Parallel()
+	f := start(t, "")
+	f.agent.MustRun("card", "create", "c1")
+	f.agent.MustRun("card", "create", "c2")
+	f.agent.MustRun("card", "move", "c1", board.StateInProgress)
+	f.agent.MustRun("card", "move", "c1", board.StateDone)
+	b := browser(t)
+	f.login(b)
+	evs := 0
+	for _, ev := range f.agent.Events() {
+		if ev.Card == "c1" {
+			evs++
+		}
+	}
+	page := f.do(b, "GET", "/cards/c1", nil).body
+	tl := regexp.MustCompile(`(?s)<svg class="tl".*?</svg>`).FindString(page)
+	if tl == "" {
+		t.Fatalf("the card page has no timeline:\n%s", page)
+	}
+	if n := strings.Count(tl, `<rect class="st"`); n != 3 {
+		t.Errorf("the timeline draws %d state bars, want 3 (ready, in_progress, done)", n)
+	}
+	if n := strings.Count(tl, `<rect class="ev ev-`); n != evs {
+		t.Errorf("the timeline draws %d event ticks, want c1's %d events", n, evs)
+	}
+	for _, want := range []string{"<title>done since ", "<title>ready from "} {
+		if !strings.Contains(tl, want) {
+			t.Errorf("the timeline lacks %q", want)
+		}
+	}
+	// The feed counts the move into done once it has read the log.
+	agentproc.WaitFor(t, 20*time.Second, "the throughput chart to count c1's completion", func() bool {
+		return strings.Contains(f.do(b, "GET", "/board", nil).body, `<b>throughput</b> <span class="last">1</span>`)
+	})
+	page = f.do(b, "GET", "/board", nil).body
+	for _, want := range []string{`<b>queue depth</b> <span class="last">1</span>`, `<b>claims held</b> <span class="last">0</span>`, `<polyline points="`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the board's charts lack %q", want)
+		}
+	}
+}

@@ -68,6 +68,7 @@ type Server struct {
 	feed  *feed
 	runs  *runCache
 	cards cardCache
+	hist  *history
 	pages map[string]*template.Template
 	mux   *http.ServeMux
 	done  chan struct{}
@@ -125,6 +126,7 @@ func Listen(cfg Config) (*Server, error) {
 			net.JoinHostPort("localhost", port): true,
 		},
 		runs:  newRunCache(),
+		hist:  newHistory(),
 		pages: pages,
 		done:  make(chan struct{}),
 	}
@@ -132,6 +134,7 @@ func Listen(cfg Config) (*Server, error) {
 		s.hosts[addr.IP.String()], s.hosts["localhost"] = true, true
 	}
 	s.feed = newFeed(cfg.Client, s.runs, cfg.Logger)
+	s.feed.hist = s.hist
 	s.routes()
 	return s, nil
 }

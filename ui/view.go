@@ -101,6 +101,8 @@ type boardView struct {
 	// arrives: leases are renewed without an event, so a countdown would
 	// otherwise run out on a card whose lease the agent keeps extending.
 	RefreshMS int64
+	// Charts are the throughput, queue depth and lease health over time.
+	Charts []chart
 	// Parts are the live region, rendered (a full render only).
 	Parts partSet
 	// Down: the agent could not be read; the page says why and waits.
@@ -260,6 +262,8 @@ func (s *Server) loadBoard(ctx context.Context, f filter) (boardView, error) {
 		v.Watchdog.LastPass = newPassView(*st.Reaper.LastPass)
 	}
 	views := cardViews(b, cards, now)
+	s.hist.sample(now, b, views)
+	v.Charts = s.hist.charts(b, now)
 	lease := time.Duration(st.LeaseMS) * time.Millisecond
 	v.Attention = needsAttention(views, st, lease)
 	v.AttentionTotal = len(v.Attention)
