@@ -99,6 +99,9 @@ const (
 )
 
 func polyline(vals []int) (string, int) {
+	if len(vals) == 1 {
+		vals = []int{vals[0], vals[0]} // one sample: a flat line, not a dot
+	}
 	top := 1
 	for _, v := range vals {
 		top = max(top, v)

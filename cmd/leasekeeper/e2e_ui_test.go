@@ -350,6 +350,19 @@ func TestE2EBrowserBoard(t *testing.T) {
 	}
 	run("show more", chromedp.Click(chromedp.CSS(`[data-state="ready"] a.more`)))
 	poll("the whole ready column", `document.querySelectorAll('[data-state="ready"] [data-card]').length === 58 && document.querySelector('[data-state="ready"] a.more') == null`)
+	// The column scrolls in itself; scrolled down, it stays so when an
+	// update replaces it.
+	readyCards := `document.querySelector('[data-state="ready"] .cards')`
+	run("scroll the ready column down", chromedp.Evaluate[chromedp.Void](readyCards+`.scrollTop = 400`))
+	down := evalJS[int](t, ctx, readyCards+`.scrollTop`)
+	if down <= 0 {
+		t.Fatalf("the ready column does not scroll in itself")
+	}
+	e.MustRun("card", "label", "bulk-10", "--add", "seen")
+	poll("bulk-10's new label", cardSel("bulk-10")+`?.textContent.includes('seen')`)
+	if got := evalJS[int](t, ctx, readyCards+`.scrollTop`); got != down {
+		t.Errorf("the ready column's scroll went from %d to %d px across an update; want it kept", down, got)
+	}
 
 	// The search narrows the board as one types, by id or title.
 	run("search", chromedp.SendKeys(chromedp.ID(`q`), "NIGHTLY"))
@@ -425,6 +438,17 @@ func TestE2EBrowserBoard(t *testing.T) {
 	if n := exceptions.Load(); n != 0 {
 		t.Errorf("%d uncaught exceptions in the page, the last: %v", n, lastException.Load())
 	}
+
+	// A card's page draws its timeline: its states, its claims and runs,
+	// its events.
+	run("open crash-1's page", chromedp.Click(chromedp.CSS(`[data-card="crash-1"] a.id`)), chromedp.WaitVisible(chromedp.CSS(`svg.tl`)))
+	bars := evalJS[int](t, ctx, `document.querySelectorAll('svg.tl rect.st, svg.tl rect.claim, svg.tl rect.run').length`)
+	ticks := evalJS[int](t, ctx, `document.querySelectorAll('svg.tl rect.ev').length`)
+	rows := evalJS[int](t, ctx, `document.querySelectorAll('.events tbody tr').length`)
+	if bars < 4 || ticks != rows {
+		t.Errorf("crash-1's timeline draws %d bars and %d event ticks for %d events: want its states, claim and run, and a tick an event", bars, ticks, rows)
+	}
+	viewportShot("ui-card.png")
 }
 
 // isDark says whether a computed rgb() colour is dark.
