@@ -535,6 +535,9 @@ func TestAgentUnreachableIsSaidAndRecovers(t *testing.T) {
 		!strings.Contains(page.body, `data-src="/board/parts"`) {
 		t.Errorf("GET / with the agent stopped: %d, want the board page saying the agent is unreachable in words, and updating:\n%.3000s", page.code, page.body)
 	}
+	if frag := f.do(b, "GET", "/board", nil); frag.code != http.StatusBadGateway || !strings.Contains(frag.body, "Agent unreachable.") {
+		t.Errorf("GET /board with the agent stopped: %d, want 502 saying so:\n%s", frag.code, frag.body)
+	}
 	card := f.do(b, "GET", "/cards/c1", nil)
 	if card.code != http.StatusBadGateway || !strings.Contains(card.body, "Agent unreachable.") || !strings.Contains(card.body, `data-src="/cards/c1/parts"`) {
 		t.Errorf("GET /cards/c1 with the agent stopped: %d, want 502 saying so and updating:\n%.3000s", card.code, card.body)

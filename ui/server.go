@@ -476,6 +476,9 @@ func (s *Server) render(w http.ResponseWriter, page, name string, data any, load
 		ev := errorView{Err: loadErr.Error(), Code: code}
 		if isUnreachable(loadErr) {
 			ev.Down = s.down(loadErr)
+			if name == "live" {
+				name = "downfragment"
+			}
 		}
 		var buf bytes.Buffer
 		if err := s.pages["error"].ExecuteTemplate(&buf, name, ev); err != nil {
