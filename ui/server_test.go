@@ -366,7 +366,8 @@ func TestHostileNamesRenderAsText(t *testing.T) {
 	f.agent.MustRun("card", "create", "dep", "--depends-on", id, "--title", `</article><script>alert(3)</script>`)
 	b := browser(t)
 	f.login(b)
-	for _, path := range []string{"/", "/board", "/cards/" + url.PathEscape(id), "/cards/" + url.PathEscape(id) + "/fragment", "/cards/dep"} {
+	for _, path := range []string{"/", "/board", "/board/parts", "/cards/" + url.PathEscape(id), "/cards/" + url.PathEscape(id) + "/fragment",
+		"/cards/" + url.PathEscape(id) + "/parts", "/cards/dep"} {
 		got := f.do(b, "GET", path, nil)
 		if got.code != http.StatusOK {
 			t.Fatalf("GET %s: %d\n%s", path, got.code, got.body)
