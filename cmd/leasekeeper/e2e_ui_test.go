@@ -16,6 +16,7 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -449,6 +450,15 @@ func TestE2EBrowserBoard(t *testing.T) {
 		t.Errorf("crash-1's timeline draws %d bars and %d event ticks for %d events: want its states, claim and run, and a tick an event", bars, ticks, rows)
 	}
 	viewportShot("ui-card.png")
+
+	// The session's cookie gone (as when leasekeeper ui restarts with a
+	// new token): the page says the session is over, not that the server
+	// is unreachable.
+	run("drop the cookie", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, network.ClearBrowserCookies, cdp.Empty{})
+		return err
+	}))
+	poll("the page to say its session is over", `!document.getElementById('status').hidden && document.getElementById('status').textContent.includes('session is over')`)
 }
 
 // isDark says whether a computed rgb() colour is dark.

@@ -191,11 +191,22 @@
     if (inflight) { again = true; return; }
     inflight = true;
     fetch(updateURL().toString(), { credentials: "same-origin", cache: "no-store" })
-      .then(function (r) { return r.json().then(function (a) { return { ok: r.ok, status: r.status, ans: a }; }); })
+      .then(function (r) {
+        return r.text().then(function (t) {
+          var a = null;
+          try { a = JSON.parse(t); } catch (e) { a = { error: t.trim() || ("error " + r.status) }; }
+          return { ok: r.ok, status: r.status, ans: a };
+        });
+      })
       .then(function (res) {
         serverDown = false;
         var a = res.ans;
-        if (a.down) {
+        if (res.status === 401) {
+          // This server no longer knows the page's cookie: it restarted
+          // (a new token) or another browser's session is the one open.
+          agentDown = false;
+          setStatus("bad", text("span", "This page's session is over (leasekeeper ui restarted?): open the URL it printed last. " + (a.error || "")));
+        } else if (a.down) {
           agentDown = true;
           setStatus("down", downMessage(a.down.message, a.down.detail));
         } else if (!res.ok) {
