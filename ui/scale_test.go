@@ -578,13 +578,13 @@ func TestTimelineAndCharts(t *testing.T) {
 	if tl == "" {
 		t.Fatalf("the card page has no timeline:\n%s", page)
 	}
-	if n := strings.Count(tl, `<rect class="st"`); n != 3 {
+	if n := strings.Count(tl, `<rect class="st`); n != 3 {
 		t.Errorf("the timeline draws %d state bars, want 3 (ready, in_progress, done)", n)
 	}
 	if n := strings.Count(tl, `<rect class="ev ev-`); n != evs {
 		t.Errorf("the timeline draws %d event ticks, want c1's %d events", n, evs)
 	}
-	for _, want := range []string{"<title>done since ", "<title>ready from "} {
+	for _, want := range []string{`<rect class="st st-completion"`, `<rect class="st st-running"`, "<title>done since ", "<title>ready from "} {
 		if !strings.Contains(tl, want) {
 			t.Errorf("the timeline lacks %q", want)
 		}

@@ -41,7 +41,7 @@ const (
 	tlMinBar = 1.5
 )
 
-func newTimeline(cv cardView, runs []board.Run, evs []board.Event, now time.Time) timeline {
+func newTimeline(b board.Board, cv cardView, runs []board.Run, evs []board.Event, now time.Time) timeline {
 	start := cv.CreatedAt
 	if len(evs) > 0 && (start.IsZero() || evs[0].At.Before(start)) {
 		start = evs[0].At
@@ -77,10 +77,10 @@ func newTimeline(cv cardView, runs []board.Run, evs []board.Event, now time.Time
 		if ev.Type != board.EventState {
 			continue
 		}
-		bar(0, since, ev.At, "st", fmt.Sprintf("%s from %s", state, fmtTime(since)))
+		bar(0, since, ev.At, stateClass(b, state), fmt.Sprintf("%s from %s", state, fmtTime(since)))
 		state, since = ev.Data.To, ev.At
 	}
-	bar(0, since, now, "st", fmt.Sprintf("%s since %s", state, fmtTime(since)))
+	bar(0, since, now, stateClass(b, state), fmt.Sprintf("%s since %s", state, fmtTime(since)))
 
 	// Claims: from each claimed event to the release (or the next claim,
 	// a takeover); the claim held now runs to the end.
@@ -123,4 +123,20 @@ func newTimeline(cv cardView, runs []board.Run, evs []board.Event, now time.Time
 			Title: fmt.Sprintf("#%d %s %s", ev.Seq, ev.Type, fmtTime(ev.At))})
 	}
 	return tl
+}
+
+// stateClass colours a state's bar by what the state is.
+func stateClass(b board.Board, name string) string {
+	st, _ := b.State(name)
+	switch {
+	case st.Completion:
+		return "st st-completion"
+	case st.Terminal:
+		return "st st-terminal"
+	case st.Running:
+		return "st st-running"
+	case st.Pool:
+		return "st st-pool"
+	}
+	return "st"
 }

@@ -494,7 +494,7 @@ func (s *Server) loadCard(ctx context.Context, id string) (cardPage, error) {
 	if err != nil {
 		return cardPage{}, fmt.Errorf("read the events: %w", err)
 	}
-	p.Timeline = newTimeline(p.Card, p.Runs, p.Events, now)
+	p.Timeline = newTimeline(b, p.Card, p.Runs, p.Events, now)
 	return p, nil
 }
 
