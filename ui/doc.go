@@ -1,8 +1,15 @@
 // Package ui serves the read-only board view of `leasekeeper ui`: the
 // board's columns in board order with each card's claim, its lease
 // countdown and its last run, a Needs-attention lane, the watchdog's gate,
-// last pass and a dry-run preview, and the agent's health — updated live
-// from the agent's event stream.
+// last pass and a dry-run preview, charts of throughput, queue depth and
+// lease health, and the agent's health — updated live from the agent's
+// event stream. A card's page adds its runs, its events and a timeline.
+//
+// An update sends only what changed: the live region is made of parts,
+// each named by a hash of its HTML, and the page names the hashes it holds
+// (parts.go). A column shows a page of cards; the card listing is reused
+// while no event arrives (cardCache); a card's events are read through the
+// feed's index of the log (feed.byCard), not a scan of it.
 //
 // The server is a client of the agent like the command line: it reaches the
 // agent only over its Unix socket (package client), as the user who started

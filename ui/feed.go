@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,15 +20,22 @@ type feedState struct {
 	Error string
 }
 
-// change is what the browser is told: an event happened (Seq > 0), or the
+// change is what the browser is told: an event happened (Seq > 0), the
 // server's link to the agent came back after a break and events may have
-// been missed (Resync).
+// been missed (Resync), or it broke (Down, with the reason).
 type change struct {
 	Seq    int64  `json:"seq,omitempty"`
 	Type   string `json:"type,omitempty"`
 	Card   string `json:"card,omitempty"`
 	Resync bool   `json:"resync,omitempty"`
+	Down   string `json:"down,omitempty"`
 }
+
+// eventRef is where one of a card's events lies: its sequence number and
+// its position in the log as the feed read it (how many events came
+// before it), so a read of the log from one of a card's events to another
+// asks for exactly the events between them.
+type eventRef struct{ seq, pos int64 }
 
 // feed follows the agent's audit log (GET /v1/events?follow=true) and fans
 // every event out to the browsers subscribed. One follower serves every
@@ -37,14 +45,52 @@ type feed struct {
 	c    *client.Client
 	runs *runCache
 	log  *slog.Logger
+	// hist counts the moves the charts draw (nil: none).
+	hist *history
 
 	mu   sync.Mutex
 	st   feedState
 	subs map[chan change]struct{}
+	// byCard indexes the log the feed has read by card: the card page
+	// reads a card's events through it instead of scanning the log. read
+	// counts the events recorded, last is the newest one's seq. 16 bytes
+	// an event.
+	byCard map[string][]eventRef
+	read   int64
+	last   int64
+	// down is the last reason the pages were told the agent is down;
+	// empty while the link is up.
+	down string
 }
 
 func newFeed(c *client.Client, runs *runCache, log *slog.Logger) *feed {
-	return &feed{c: c, runs: runs, log: log, subs: map[chan change]struct{}{}}
+	return &feed{c: c, runs: runs, log: log, subs: map[chan change]struct{}{}, byCard: map[string][]eventRef{}}
+}
+
+// record adds ev to the index. The feed reads the log in order, from its
+// first event (tail), then from the follow stream.
+func (f *feed) record(ev board.Event) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if ev.Seq <= f.last {
+		return
+	}
+	if ev.Card != "" {
+		f.byCard[ev.Card] = append(f.byCard[ev.Card], eventRef{seq: ev.Seq, pos: f.read})
+	}
+	f.read++
+	f.last = ev.Seq
+	if f.hist != nil {
+		f.hist.move(ev)
+	}
+}
+
+// cardRefs returns where card id's events lie in the log, and the last
+// seq the index has read: the log after it is not indexed yet.
+func (f *feed) cardRefs(id string) ([]eventRef, int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.byCard[id]), f.last
 }
 
 // retryAfter is how long the follower waits before it reconnects a broken
@@ -56,7 +102,7 @@ const (
 
 // run follows the stream until ctx ends. It starts from the end of the log
 // as it is now: the pages read the board itself, the stream only says when
-// to read it again.
+// to read it again. Reading the log up to there builds the card index.
 func (f *feed) run(ctx context.Context) {
 	after := f.tail(ctx)
 	wait := retryFirst
@@ -102,38 +148,54 @@ func (f *feed) tail(ctx context.Context) int64 {
 		if len(evs) == 0 {
 			break
 		}
+		for _, ev := range evs {
+			f.record(ev)
+		}
 		after = evs[len(evs)-1].Seq
 	}
 	f.mu.Lock()
 	f.st = feedState{Connected: true, Seq: after}
+	f.down = ""
 	f.mu.Unlock()
 	return after
 }
 
 func (f *feed) event(ev board.Event) {
+	f.record(ev)
 	if ev.Data.RunID != "" {
 		f.runs.forget(ev.Data.RunID)
 	}
 	f.mu.Lock()
 	f.st = feedState{Connected: true, Seq: ev.Seq}
+	f.down = ""
 	f.mu.Unlock()
 	f.send(change{Seq: ev.Seq, Type: string(ev.Type), Card: ev.Card})
 }
 
+// broke notes the link to the agent down, and tells the pages why when
+// that is news: first the stream's end, then (the reconnects failing) that
+// nothing answers.
 func (f *feed) broke(err error) {
+	down := agentDown(f.c, err)
 	f.mu.Lock()
 	f.st.Connected = false
 	if err != nil {
 		f.st.Error = err.Error()
 	}
+	news := down != f.down
+	f.down = down
 	f.mu.Unlock()
 	f.log.Warn("agent event stream broke; reconnecting", "err", err)
+	if news {
+		f.send(change{Down: down})
+	}
 }
 
 func (f *feed) resync(seq int64) {
 	f.runs.clear()
 	f.mu.Lock()
 	f.st = feedState{Connected: true, Seq: seq}
+	f.down = ""
 	f.mu.Unlock()
 	f.send(change{Resync: true})
 }

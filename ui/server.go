@@ -67,6 +67,8 @@ type Server struct {
 	hosts map[string]bool
 	feed  *feed
 	runs  *runCache
+	cards cardCache
+	hist  *history
 	pages map[string]*template.Template
 	mux   *http.ServeMux
 	done  chan struct{}
@@ -124,6 +126,7 @@ func Listen(cfg Config) (*Server, error) {
 			net.JoinHostPort("localhost", port): true,
 		},
 		runs:  newRunCache(),
+		hist:  newHistory(),
 		pages: pages,
 		done:  make(chan struct{}),
 	}
@@ -131,6 +134,7 @@ func Listen(cfg Config) (*Server, error) {
 		s.hosts[addr.IP.String()], s.hosts["localhost"] = true, true
 	}
 	s.feed = newFeed(cfg.Client, s.runs, cfg.Logger)
+	s.feed.hist = s.hist
 	s.routes()
 	return s, nil
 }
@@ -225,8 +229,10 @@ func (s *Server) routes() {
 	m := http.NewServeMux()
 	m.HandleFunc("GET /{$}", s.handleBoardPage)
 	m.HandleFunc("GET /board", s.handleBoardFragment)
+	m.HandleFunc("GET /board/parts", s.handleBoardParts)
 	m.HandleFunc("GET /cards/{id}", s.handleCardPage)
 	m.HandleFunc("GET /cards/{id}/fragment", s.handleCardFragment)
+	m.HandleFunc("GET /cards/{id}/parts", s.handleCardParts)
 	m.HandleFunc("GET /events", s.handleEvents)
 	m.HandleFunc("POST /preview", s.handlePreview)
 	static, _ := fs.Sub(staticFS, "static")
@@ -329,27 +335,87 @@ func localPath(p string) string {
 
 func filterOf(r *http.Request) filter {
 	q := r.URL.Query()
-	return filter{State: q.Get("state"), Label: q.Get("label"), Holder: q.Get("holder")}
+	f := filter{State: q.Get("state"), Label: q.Get("label"), Holder: q.Get("holder"), Q: strings.TrimSpace(q.Get("q"))}
+	for _, v := range q["show"] {
+		i := strings.LastIndexByte(v, ':')
+		if i < 0 {
+			continue
+		}
+		if n, err := strconv.Atoi(v[i+1:]); err == nil && n > 0 {
+			if f.Show == nil {
+				f.Show = map[string]int{}
+			}
+			f.Show[v[:i]] = n
+		}
+	}
+	return f
 }
 
 func (s *Server) handleBoardPage(w http.ResponseWriter, r *http.Request) {
-	v, err := s.loadBoard(r.Context(), filterOf(r))
+	f := filterOf(r)
+	v, err := s.loadBoard(r.Context(), f)
+	if err == nil {
+		v.Parts, err = s.fullParts("board", v.partSpecs())
+	}
+	if err != nil && isUnreachable(err) {
+		// The page itself, empty, saying why: its script keeps asking and
+		// fills it in when the agent is back.
+		v = boardView{Filter: f, Down: s.down(err), RefreshMS: 1000}
+		err = nil
+	}
 	s.render(w, "board", "page", v, err)
 }
 
 func (s *Server) handleBoardFragment(w http.ResponseWriter, r *http.Request) {
 	v, err := s.loadBoard(r.Context(), filterOf(r))
+	if err == nil {
+		v.Parts, err = s.fullParts("board", v.partSpecs())
+	}
 	s.render(w, "board", "live", v, err)
 }
 
+// handleBoardParts is the page's update: the board's parts, each with its
+// hash, and the HTML only of those whose hash the page does not hold.
+func (s *Server) handleBoardParts(w http.ResponseWriter, r *http.Request) {
+	v, err := s.loadBoard(r.Context(), filterOf(r))
+	if err != nil {
+		s.renderPartsError(w, err)
+		return
+	}
+	ps, err := s.parts("board", v.partSpecs(), haveOf(r))
+	s.renderParts(w, v.Now, ps, err)
+}
+
 func (s *Server) handleCardPage(w http.ResponseWriter, r *http.Request) {
-	p, err := s.loadCard(r.Context(), r.PathValue("id"))
+	id := r.PathValue("id")
+	p, err := s.loadCard(r.Context(), id)
+	if err == nil {
+		p.Parts, err = s.fullParts("card", p.partSpecs())
+	}
+	if err != nil && isUnreachable(err) {
+		ev := errorView{Err: err.Error(), Code: http.StatusBadGateway, Down: s.down(err), Src: "/cards/" + url.PathEscape(id) + "/parts"}
+		s.renderStatus(w, "error", "page", ev, ev.Code)
+		return
+	}
 	s.render(w, "card", "page", p, err)
 }
 
 func (s *Server) handleCardFragment(w http.ResponseWriter, r *http.Request) {
 	p, err := s.loadCard(r.Context(), r.PathValue("id"))
+	if err == nil {
+		p.Parts, err = s.fullParts("card", p.partSpecs())
+	}
 	s.render(w, "card", "live", p, err)
+}
+
+func (s *Server) handleCardParts(w http.ResponseWriter, r *http.Request) {
+	p, err := s.loadCard(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.renderPartsError(w, err)
+		return
+	}
+	ps, err := s.parts("card", p.partSpecs(), haveOf(r))
+	s.renderParts(w, p.Now, ps, err)
 }
 
 // handlePreview runs a dry-run reaper pass: the decision the watchdog would
@@ -381,6 +447,20 @@ func previewError(err error) string {
 	return err.Error()
 }
 
+// renderStatus executes one template of a page with data and sends it
+// with code.
+func (s *Server) renderStatus(w http.ResponseWriter, page, name string, data any, code int) {
+	var buf bytes.Buffer
+	if err := s.pages[page].ExecuteTemplate(&buf, name, data); err != nil {
+		s.cfg.Logger.Error("render", "page", page, "template", name, "err", err)
+		http.Error(w, "internal error rendering the page", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(code)
+	_, _ = w.Write(buf.Bytes())
+}
+
 // render executes one template of a page into a buffer first, so a failed
 // render never sends half a page.
 func (s *Server) render(w http.ResponseWriter, page, name string, data any, loadErr error) {
@@ -393,8 +473,15 @@ func (s *Server) render(w http.ResponseWriter, page, name string, data any, load
 		case errors.As(loadErr, &se):
 			code = se.code
 		}
+		ev := errorView{Err: loadErr.Error(), Code: code}
+		if isUnreachable(loadErr) {
+			ev.Down = s.down(loadErr)
+			if name == "live" {
+				name = "downfragment"
+			}
+		}
 		var buf bytes.Buffer
-		if err := s.pages["error"].ExecuteTemplate(&buf, name, errorView{Err: loadErr.Error(), Code: code}); err != nil {
+		if err := s.pages["error"].ExecuteTemplate(&buf, name, ev); err != nil {
 			http.Error(w, loadErr.Error(), code)
 			return
 		}
@@ -416,6 +503,10 @@ func (s *Server) render(w http.ResponseWriter, page, name string, data any, load
 type errorView struct {
 	Err  string
 	Code int
+	Down *downView
+	// Src is the update the page keeps asking for, if any: the page
+	// reloads when it answers.
+	Src string
 }
 
 // keepAlive is how often an idle event stream carries a comment, so a

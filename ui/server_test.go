@@ -34,7 +34,7 @@ func TestMain(m *testing.M) { agentproc.Main(m, map[string]*string{"./cmd/leasek
 // fixture is an agent, a UI server in front of it and the server's
 // address.
 type fixture struct {
-	t     *testing.T
+	t     testing.TB
 	agent *agentproc.Agent
 	srv   *ui.Server
 	base  string // http://127.0.0.1:PORT
@@ -45,7 +45,13 @@ func start(t *testing.T, agentYAML string) *fixture {
 	t.Helper()
 	a := agentproc.New(t, binary, "lease: 3s\n"+agentYAML)
 	a.Start()
-	srv, err := ui.Listen(ui.Config{Client: &client.Client{Socket: a.Socket}, Listen: "127.0.0.1:0"})
+	return serve(t, a, a.Socket)
+}
+
+// serve starts a UI server in front of agent a, reaching it at socket.
+func serve(t testing.TB, a *agentproc.Agent, socket string) *fixture {
+	t.Helper()
+	srv, err := ui.Listen(ui.Config{Client: &client.Client{Socket: socket}, Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +73,7 @@ func start(t *testing.T, agentYAML string) *fixture {
 
 // browser is an HTTP client that keeps cookies and does not follow
 // redirects, so a test sees each answer.
-func browser(t *testing.T) *http.Client {
+func browser(t testing.TB) *http.Client {
 	t.Helper()
 	jar, err := cookiejar.New(nil)
 	if err != nil {
@@ -360,7 +366,8 @@ func TestHostileNamesRenderAsText(t *testing.T) {
 	f.agent.MustRun("card", "create", "dep", "--depends-on", id, "--title", `</article><script>alert(3)</script>`)
 	b := browser(t)
 	f.login(b)
-	for _, path := range []string{"/", "/board", "/cards/" + url.PathEscape(id), "/cards/" + url.PathEscape(id) + "/fragment", "/cards/dep"} {
+	for _, path := range []string{"/", "/board", "/board/parts", "/cards/" + url.PathEscape(id), "/cards/" + url.PathEscape(id) + "/fragment",
+		"/cards/" + url.PathEscape(id) + "/parts", "/cards/dep"} {
 		got := f.do(b, "GET", path, nil)
 		if got.code != http.StatusOK {
 			t.Fatalf("GET %s: %d\n%s", path, got.code, got.body)
@@ -385,7 +392,7 @@ func TestHostileNamesRenderAsText(t *testing.T) {
 // sse reads the UI's event stream until want accepts a message or the
 // bound passes.
 type sse struct {
-	t    *testing.T
+	t    testing.TB
 	body io.ReadCloser
 	msgs chan map[string]string
 }

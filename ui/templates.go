@@ -17,6 +17,19 @@ var funcs = template.FuncMap{
 	"lease":      fmtLease,
 	"ts":         fmtTime,
 	"pathEscape": url.PathEscape,
+	"unixms":     func(t time.Time) int64 { return t.UnixMilli() },
+	"sub":        func(a, b int) int { return a - b },
+	"first": func(n int, v any) any {
+		switch v := v.(type) {
+		case []string:
+			return v[:min(n, len(v))]
+		case []decisionRow:
+			return v[:min(n, len(v))]
+		case []board.Event:
+			return v[max(len(v)-n, 0):] // the newest n
+		}
+		return v
+	},
 	"eventData": func(d board.EventData) string {
 		b, err := json.Marshal(d)
 		if err != nil {

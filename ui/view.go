@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -16,16 +18,69 @@ import (
 	"github.com/leasekeeper/leasekeeper/client"
 )
 
-// filter narrows the board to one state, one label and one holder; an empty
-// field does not narrow.
+// filter narrows the board to one state, one label and one holder, and to
+// the cards whose id or title contains Q (case-insensitive); an empty field
+// does not narrow. Show is how many cards a column shows (by state name)
+// where the page asked for more than a page of them.
 type filter struct {
-	State, Label, Holder string
+	State, Label, Holder, Q string
+	Show                    map[string]int
 }
 
 func (f filter) match(c board.Card) bool {
 	return (f.State == "" || c.State == f.State) &&
 		(f.Label == "" || slices.Contains(c.Labels, f.Label)) &&
-		(f.Holder == "" || c.Claim == f.Holder)
+		(f.Holder == "" || c.Claim == f.Holder) &&
+		(f.Q == "" || containsFold(c.ID, f.Q) || containsFold(c.Title, f.Q))
+}
+
+// containsFold says whether s contains q, ignoring case.
+func containsFold(s, q string) bool {
+	return strings.Contains(strings.ToLower(s), strings.ToLower(q))
+}
+
+// columnPage is how many cards a column shows at first, and how many more
+// each "more" adds: a column of 10,000 cards is a page of them and a count,
+// not 10,000 articles (docs/OPERATIONS.md, "Large boards").
+const columnPage = 50
+
+// maxShown bounds what a column can be asked to show.
+const maxShown = 5000
+
+// attentionPage is how many Needs-attention entries the lane lists.
+const attentionPage = 50
+
+// query is f as the board's query string, for links that keep it.
+func (f filter) query() url.Values {
+	q := url.Values{}
+	for k, v := range map[string]string{"state": f.State, "label": f.Label, "holder": f.Holder, "q": f.Q} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	for _, st := range sortedKeys(boolKeys(f.Show)) {
+		q.Add("show", st+":"+strconv.Itoa(f.Show[st]))
+	}
+	return q
+}
+
+// shown is how many cards column state shows.
+func (f filter) shown(state string) int {
+	if n, ok := f.Show[state]; ok && n > columnPage {
+		return min(n, maxShown)
+	}
+	return columnPage
+}
+
+// moreHref is the board's address with column state showing n cards.
+func (f filter) moreHref(state string, n int) string {
+	g := f
+	g.Show = maps.Clone(f.Show)
+	if g.Show == nil {
+		g.Show = map[string]int{}
+	}
+	g.Show[state] = n
+	return "/?" + g.query().Encode()
 }
 
 // boardView is what the board page renders.
@@ -33,9 +88,12 @@ type boardView struct {
 	Now       time.Time
 	Health    healthView
 	Attention []attention
-	Columns   []column
-	Watchdog  watchdogView
-	Filter    filter
+	// AttentionTotal counts the lane's entries; Attention lists the first
+	// attentionPage of them.
+	AttentionTotal int
+	Columns        []column
+	Watchdog       watchdogView
+	Filter         filter
 	// The values the filters offer, from the whole board.
 	States, Labels, Holders []string
 	Shown, Total            int
@@ -43,11 +101,23 @@ type boardView struct {
 	// arrives: leases are renewed without an event, so a countdown would
 	// otherwise run out on a card whose lease the agent keeps extending.
 	RefreshMS int64
+	// Charts are the throughput, queue depth and lease health over time.
+	Charts []chart
+	// Parts are the live region, rendered (a full render only).
+	Parts partSet
+	// Down: the agent could not be read; the page says why and waits.
+	Down *downView
 }
 
+// column is one state's cards: the first Shown of Count (after the filter).
 type column struct {
 	State board.State
 	Cards []cardView
+	Count int
+	// More is how many cards the column does not show; MoreHref the
+	// board's address with the next page shown too.
+	More     int
+	MoreHref string
 }
 
 // cardView is one card with what the board shows beside it.
@@ -169,7 +239,7 @@ func (s *Server) loadBoard(ctx context.Context, f filter) (boardView, error) {
 	if err != nil {
 		return boardView{}, fmt.Errorf("read the board: %w", err)
 	}
-	cards, err := c.ListCards(ctx, board.CardFilter{})
+	cards, err := s.cards.list(ctx, c, s.feed.state())
 	if err != nil {
 		return boardView{}, fmt.Errorf("list the cards: %w", err)
 	}
@@ -191,9 +261,15 @@ func (s *Server) loadBoard(ctx context.Context, f filter) (boardView, error) {
 	if st.Reaper.LastPass != nil {
 		v.Watchdog.LastPass = newPassView(*st.Reaper.LastPass)
 	}
-	views := s.cardViews(ctx, b, cards, now)
+	views := cardViews(b, cards, now)
+	s.hist.sample(now, b, views)
+	v.Charts = s.hist.charts(b, now)
 	lease := time.Duration(st.LeaseMS) * time.Millisecond
 	v.Attention = needsAttention(views, st, lease)
+	v.AttentionTotal = len(v.Attention)
+	if len(v.Attention) > attentionPage {
+		v.Attention = v.Attention[:attentionPage]
+	}
 
 	labels, holders := map[string]bool{}, map[string]bool{}
 	for _, cv := range views {
@@ -217,20 +293,38 @@ func (s *Server) loadBoard(ctx context.Context, f filter) (boardView, error) {
 		if f.State != "" && state.Name != f.State {
 			continue
 		}
-		v.Columns = append(v.Columns, column{State: state, Cards: byState[state.Name]})
+		v.Columns = append(v.Columns, s.column(ctx, f, state, byState[state.Name]))
 		delete(byState, state.Name)
 	}
 	// A card in a state the board no longer has (a sweep in progress)
 	// still shows, in a column of its own after the board's.
 	for _, name := range sortedKeys(boolKeys(byState)) {
-		v.Columns = append(v.Columns, column{State: board.State{Name: name}, Cards: byState[name]})
+		v.Columns = append(v.Columns, s.column(ctx, f, board.State{Name: name}, byState[name]))
 	}
 	return v, nil
 }
 
-// cardViews adds to each card its lease, its last run and its dependency
-// links.
-func (s *Server) cardViews(ctx context.Context, b board.Board, cards []board.Card, now time.Time) []cardView {
+// column is the first page of a state's cards, each shown with its last
+// run (read only for the cards shown).
+func (s *Server) column(ctx context.Context, f filter, state board.State, cards []cardView) column {
+	col := column{State: state, Count: len(cards)}
+	n := f.shown(state.Name)
+	if len(cards) > n {
+		col.More = len(cards) - n
+		col.MoreHref = f.moreHref(state.Name, n+columnPage)
+		cards = cards[:n]
+	}
+	col.Cards = make([]cardView, len(cards))
+	for i, cv := range cards {
+		s.addRun(ctx, &cv)
+		col.Cards[i] = cv
+	}
+	return col
+}
+
+// cardViews adds to each card its lease and its dependency links (its last
+// run is read for the cards shown only: addRun).
+func cardViews(b board.Board, cards []board.Card, now time.Time) []cardView {
 	byID := make(map[string]board.Card, len(cards))
 	dependents := map[string][]string{}
 	for _, c := range cards {
@@ -241,7 +335,7 @@ func (s *Server) cardViews(ctx context.Context, b board.Board, cards []board.Car
 	}
 	out := make([]cardView, 0, len(cards))
 	for _, c := range cards {
-		cv := s.cardView(ctx, c, now)
+		cv := newCardView(c, now)
 		cv.Dependents = dependents[c.ID]
 		for _, d := range c.DependsOn {
 			bc, ok := byID[d]
@@ -252,7 +346,7 @@ func (s *Server) cardViews(ctx context.Context, b board.Board, cards []board.Car
 	return out
 }
 
-func (s *Server) cardView(ctx context.Context, c board.Card, now time.Time) cardView {
+func newCardView(c board.Card, now time.Time) cardView {
 	cv := cardView{Card: c}
 	if c.Claimed() {
 		cv.Recovery = board.IsRecoveryMarker(c.Claim)
@@ -263,7 +357,12 @@ func (s *Server) cardView(ctx context.Context, c board.Card, now time.Time) card
 			cv.Expired = c.LeaseExpired(now)
 		}
 	}
-	if c.LastRunID != "" {
+	return cv
+}
+
+// addRun reads cv's last run (through the run cache).
+func (s *Server) addRun(ctx context.Context, cv *cardView) {
+	if c := cv.Card; c.LastRunID != "" {
 		run, err := s.runs.get(ctx, s.cfg.Client, c.LastRunID)
 		switch {
 		case err == nil:
@@ -274,7 +373,6 @@ func (s *Server) cardView(ctx context.Context, c board.Card, now time.Time) card
 			cv.RunErr = err.Error()
 		}
 	}
-	return cv
 }
 
 // needsAttention picks the cards an operator should look at: those the
@@ -342,14 +440,18 @@ type cardPage struct {
 	Runs   []board.Run
 	RunErr map[string]string
 	Events []board.Event
-	// EventsCapped: the log is longer than the page scans.
+	// EventsCapped: the log past the feed's index is longer than the
+	// page scans.
 	EventsCapped bool
+	Timeline     timeline
 	Health       healthView
 	RefreshMS    int64
+	Parts        partSet
+	Down         *downView // never set: an unreachable agent is the error page
 }
 
-// maxScannedEvents bounds how much of the audit log a card page reads: the
-// socket has no per-card filter, so the page scans the log.
+// maxScannedEvents bounds how much of the log past the feed's index a
+// card page reads (the index is behind only while the feed starts).
 const maxScannedEvents = 200_000
 
 func (s *Server) loadCard(ctx context.Context, id string) (cardPage, error) {
@@ -362,7 +464,7 @@ func (s *Server) loadCard(ctx context.Context, id string) (cardPage, error) {
 	if err != nil {
 		return cardPage{}, fmt.Errorf("read the board: %w", err)
 	}
-	cards, err := c.ListCards(ctx, board.CardFilter{})
+	cards, err := s.cards.list(ctx, c, s.feed.state())
 	if err != nil {
 		return cardPage{}, fmt.Errorf("list the cards: %w", err)
 	}
@@ -373,11 +475,12 @@ func (s *Server) loadCard(ctx context.Context, id string) (cardPage, error) {
 	now := s.now()
 	p := cardPage{Now: now, Health: s.health(st), RunErr: map[string]string{},
 		RefreshMS: min(max(st.Heartbeat.IntervalMS, 500), 5000)}
-	for _, cv := range s.cardViews(ctx, b, append(cards, card), now) {
+	for _, cv := range cardViews(b, append(cards, card), now) {
 		if cv.ID == id {
 			p.Card = cv // the last one: the card as just read
 		}
 	}
+	s.addRun(ctx, &p.Card)
 	for _, rid := range card.Runs {
 		run, err := s.runs.get(ctx, c, rid)
 		if err != nil {
@@ -387,28 +490,148 @@ func (s *Server) loadCard(ctx context.Context, id string) (cardPage, error) {
 		}
 		p.Runs = append(p.Runs, run)
 	}
-	var after int64
+	p.Events, p.EventsCapped, err = s.cardEvents(ctx, id)
+	if err != nil {
+		return cardPage{}, fmt.Errorf("read the events: %w", err)
+	}
+	p.Timeline = newTimeline(b, p.Card, p.Runs, p.Events, now)
+	return p, nil
+}
+
+// A card's events are read in stretches of the log: one request reads a
+// run of the card's events that lie at most eventGap events apart, and at
+// most eventWindow events long; an event far from the others is a request
+// of its own.
+const (
+	eventGap    = 16
+	eventWindow = 1000
+)
+
+// cardEvents reads card id's events through the feed's index (which
+// events are the card's, and where they lie in the log), then the part of
+// the log the index has not read yet: normally nothing. Reading the whole
+// log for one card cost a page 370 ms at 4,400 events (docs/OPERATIONS.md,
+// "Large boards").
+func (s *Server) cardEvents(ctx context.Context, id string) ([]board.Event, bool, error) {
+	c := s.cfg.Client
+	refs, indexed := s.feed.cardRefs(id)
+	var out []board.Event
+	for i := 0; i < len(refs); {
+		j := i
+		for j+1 < len(refs) && refs[j+1].pos-refs[j].pos <= eventGap && refs[j+1].pos-refs[i].pos < eventWindow {
+			j++
+		}
+		evs, err := c.Events(ctx, refs[i].seq-1, int(refs[j].pos-refs[i].pos+1))
+		if err != nil {
+			return nil, false, err
+		}
+		end := refs[i].seq - 1
+		for _, ev := range evs {
+			if ev.Seq > refs[j].seq {
+				break
+			}
+			end = ev.Seq
+			if ev.Card == id {
+				out = append(out, ev)
+			}
+		}
+		k := i
+		for k < len(refs) && refs[k].seq <= end {
+			k++
+		}
+		i = max(k, i+1) // an event no longer in the log (retention) is skipped
+	}
+	after := indexed
 	for scanned := 0; ; {
 		evs, err := c.Events(ctx, after, 10000)
 		if err != nil {
-			return cardPage{}, fmt.Errorf("read the events: %w", err)
+			return nil, false, err
 		}
 		for _, ev := range evs {
 			if ev.Card == id {
-				p.Events = append(p.Events, ev)
+				out = append(out, ev)
 			}
 		}
 		scanned += len(evs)
 		if len(evs) < 10000 {
-			break
+			return out, false, nil
 		}
 		if scanned >= maxScannedEvents {
-			p.EventsCapped = true
-			break
+			return out, true, nil
 		}
 		after = evs[len(evs)-1].Seq
 	}
-	return p, nil
+}
+
+// cardCache keeps the last full listing of the cards and the feed's seq
+// when it was read. While no event has arrived since, the cards are as
+// listed but for their leases (a renewal writes no event), so a refresh
+// lists the claimed cards only (an index read) and takes their claims from
+// it: at 10,000 cards a full listing costs the agent a second on a busy
+// host, and every open page refreshes on the heartbeat's schedule.
+type cardCache struct {
+	mu    sync.Mutex
+	seq   int64
+	at    time.Time
+	cards []board.Card
+}
+
+// cardCacheTTL bounds how long a listing is reused.
+const cardCacheTTL = time.Minute
+
+func (cc *cardCache) list(ctx context.Context, c *client.Client, fs feedState) ([]board.Card, error) {
+	cc.mu.Lock()
+	cards := cc.cards
+	fresh := cards != nil && fs.Connected && fs.Seq == cc.seq && time.Since(cc.at) < cardCacheTTL
+	cc.mu.Unlock()
+	if fresh {
+		if out, ok := withClaims(ctx, c, cards); ok {
+			return out, nil
+		}
+	}
+	// fs was read before the listing: an event that lands meanwhile moves
+	// the feed past it, and the next refresh lists again.
+	cards, err := c.ListCards(ctx, board.CardFilter{})
+	if err != nil {
+		return nil, err
+	}
+	cards = slices.Clip(cards) // callers may append: never into the cache
+	cc.mu.Lock()
+	if fs.Connected {
+		cc.cards, cc.seq, cc.at = cards, fs.Seq, time.Now()
+	} else {
+		cc.cards = nil
+	}
+	cc.mu.Unlock()
+	return cards, nil
+}
+
+// withClaims is cards with the claims of the claimed cards read now; false
+// when that cannot be trusted (the listing failed, or a card held in the
+// cached listing is no longer claimed, which an event would have said).
+func withClaims(ctx context.Context, c *client.Client, cards []board.Card) ([]board.Card, bool) {
+	claimed, err := c.ListCards(ctx, board.CardFilter{ClaimedOnly: true})
+	if err != nil {
+		return nil, false
+	}
+	byID := make(map[string]board.Card, len(claimed))
+	for _, cl := range claimed {
+		byID[cl.ID] = cl
+	}
+	out := make([]board.Card, len(cards))
+	n := 0
+	for i, cd := range cards {
+		if cl, ok := byID[cd.ID]; ok {
+			out[i] = cl
+			n++
+			continue
+		}
+		if cd.Claimed() {
+			return nil, false
+		}
+		out[i] = cd
+	}
+	return out, n == len(claimed)
 }
 
 // runCache keeps the runs the board shows, so a refresh does not read every

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -276,6 +278,157 @@ func TestE2EBrowserBoard(t *testing.T) {
 		t.Errorf("the preview wrote: the log went from %d to %d events", before, after)
 	}
 
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	shot := filepath.Join(t.TempDir(), "ui-board.png")
+	if err := os.WriteFile(shot, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot of the board: %s", shot)
+	// The other screenshots go beside it: ui-board-dark.png and the like.
+	shotDir := ""
+	if dst := os.Getenv(screenshotEnv); dst != "" {
+		if err := os.WriteFile(dst, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot also written to %s", dst)
+		shotDir = filepath.Dir(dst)
+	}
+	viewportShot := func(name string) {
+		t.Helper()
+		png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		if shotDir != "" {
+			if err := os.WriteFile(filepath.Join(shotDir, name), png, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("screenshot written to %s", filepath.Join(shotDir, name))
+		}
+	}
+
+	// At 1280 px the columns overflow their scroller. Scrolled to its
+	// right end (the failed column in view) and with the focus on a card's
+	// link, an update that replaces the columns on both sides of the
+	// scroller keeps both.
+	run("a 1280 px window", chromedp.EmulateViewport(1280, 900))
+	scroller := `document.querySelector('#board .columns')`
+	if w := evalJS[int](t, ctx, scroller+`.scrollWidth - `+scroller+`.clientWidth`); w <= 0 {
+		t.Fatalf("the columns do not overflow a 1280 px window (by %d px): nothing to scroll", w)
+	}
+	run("scroll the columns to the right and focus crash-1", chromedp.Evaluate[chromedp.Void](
+		scroller+`.scrollLeft = `+scroller+`.scrollWidth; `+cardSel("crash-1")+`.querySelector('a.id').focus()`))
+	scrolled := evalJS[int](t, ctx, scroller+`.scrollLeft`)
+	if scrolled <= 0 {
+		t.Fatalf("the columns' scroller did not scroll")
+	}
+	e.MustRun("card", "create", "late-1", "--title", "created while scrolled")
+	e.MustRun("card", "label", "crash-1", "--add", "seen")
+	poll("late-1 on the board", cardSel("late-1")+` != null`)
+	// crash-1's column was replaced, the focus restored on its new link.
+	poll("crash-1's new label", cardSel("crash-1")+`?.textContent.includes('seen')`)
+	if got := evalJS[int](t, ctx, scroller+`.scrollLeft`); got != scrolled {
+		t.Errorf("the columns' scroll went from %d to %d px across an update; want it kept", scrolled, got)
+	}
+	if got := evalJS[string](t, ctx, `document.activeElement?.closest('[data-card]')?.dataset.card ?? document.activeElement?.tagName`); got != "crash-1" {
+		t.Errorf("the focus is on %q after an update, want crash-1's link", got)
+	}
+
+	// A column longer than a page shows 50 cards and "N more", which
+	// shows the next page in place.
+	for i := range 55 {
+		if _, err := wc.CreateCard(ctx, board.NewCard{ID: fmt.Sprintf("bulk-%02d", i), Title: "one of many"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every card created first: a click races the column's replacement.
+	poll("the ready column's \"more\" with every card", `document.querySelector('[data-state="ready"] a.more')?.textContent.includes('of 58')`)
+	if n := evalJS[int](t, ctx, `document.querySelectorAll('[data-state="ready"] [data-card]').length`); n != 50 {
+		t.Errorf("the ready column shows %d cards, want a page of 50", n)
+	}
+	run("show more", chromedp.Click(chromedp.CSS(`[data-state="ready"] a.more`)))
+	poll("the whole ready column", `document.querySelectorAll('[data-state="ready"] [data-card]').length === 58 && document.querySelector('[data-state="ready"] a.more') == null`)
+	// The column scrolls in itself; scrolled down, it stays so when an
+	// update replaces it.
+	readyCards := `document.querySelector('[data-state="ready"] .cards')`
+	run("scroll the ready column down", chromedp.Evaluate[chromedp.Void](readyCards+`.scrollTop = 400`))
+	down := evalJS[int](t, ctx, readyCards+`.scrollTop`)
+	if down <= 0 {
+		t.Fatalf("the ready column does not scroll in itself")
+	}
+	e.MustRun("card", "label", "bulk-10", "--add", "seen")
+	poll("bulk-10's new label", cardSel("bulk-10")+`?.textContent.includes('seen')`)
+	if got := evalJS[int](t, ctx, readyCards+`.scrollTop`); got != down {
+		t.Errorf("the ready column's scroll went from %d to %d px across an update; want it kept", down, got)
+	}
+
+	// The search narrows the board as one types, by id or title.
+	run("search", chromedp.SendKeys(chromedp.ID(`q`), "NIGHTLY"))
+	poll("only build-1 on the board", `document.querySelectorAll('#board [data-card]').length === 1 && `+cardSel("build-1")+` != null`)
+	if !strings.Contains(evalJS[string](t, ctx, `location.search`), "q=NIGHTLY") {
+		t.Errorf("the address does not keep the search")
+	}
+	run("clear the search", chromedp.Evaluate[chromedp.Void](`(() => { const q = document.getElementById('q'); q.value = ''; q.dispatchEvent(new Event('input')); })()`))
+	poll("the whole board again", cardSel("docs-1")+` != null && `+cardSel("late-1")+` != null`)
+
+	// Dark mode follows the system's setting.
+	setDark := func(dark bool) {
+		t.Helper()
+		v := "light"
+		if dark {
+			v = "dark"
+		}
+		run("prefers-color-scheme: "+v, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+				Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: v}}})
+			return err
+		}))
+	}
+	bg := func(sel string) string {
+		return evalJS[string](t, ctx, `getComputedStyle(document.querySelector('`+sel+`')).backgroundColor`)
+	}
+	light := bg("body")
+	setDark(true)
+	if dark := bg("body"); dark == light || !isDark(dark) {
+		t.Errorf("body background %s in dark mode (light: %s), want a dark one", dark, light)
+	}
+	if c := bg(".card"); !isDark(c) {
+		t.Errorf("a card's background is %s in dark mode, want a dark one", c)
+	}
+	run("scroll back", chromedp.Evaluate[chromedp.Void](scroller+`.scrollLeft = 0; window.scrollTo(0, 0)`))
+	viewportShot("ui-board-dark.png")
+	setDark(false)
+
+	// A phone: the columns stack, nothing is wider than the screen.
+	run("a phone's viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
+	poll("the columns stacked", `getComputedStyle(`+scroller+`).flexDirection === 'column'`)
+	if w := evalJS[int](t, ctx, `document.documentElement.scrollWidth`); w > 390 {
+		t.Errorf("the page is %d px wide on a 390 px phone, want no sideways scroll", w)
+	}
+	if w := evalJS[int](t, ctx, `Math.round(document.querySelector('[data-state="failed"]').getBoundingClientRect().width)`); w < 300 {
+		t.Errorf("a column is %d px wide on a 390 px phone, want the screen's width", w)
+	}
+	viewportShot("ui-board-phone.png")
+	run("back to a desktop", chromedp.EmulateViewport(1280, 900))
+
+	// The agent goes away: the link says so (not "live"), the board says
+	// why in words, keeps what it showed, and comes back with the agent.
+	e.Stop()
+	poll("the link to say the agent is unreachable", `document.getElementById('link').textContent === 'agent unreachable' && document.getElementById('link').classList.contains('down')`)
+	poll("the board to say why", `!document.getElementById('status').hidden && document.querySelector('#status .msg')?.textContent.includes('not running')`)
+	if msg := evalJS[string](t, ctx, `document.querySelector('#status .msg').textContent`); strings.Contains(msg, "dial unix") || strings.Contains(msg, "502") {
+		t.Errorf("the unreachable message is the transport's error: %q", msg)
+	}
+	if evalJS[bool](t, ctx, cardSel("build-1")+` == null`) {
+		t.Errorf("the board emptied while the agent was down; want what it last read")
+	}
+	viewportShot("ui-board-unreachable.png")
+	e.Start()
+	poll("the link live again", `document.getElementById('link').textContent === 'live' && document.getElementById('status').hidden`)
+
 	notReloaded := evalJS[bool](t, ctx, `window.notReloaded === true`)
 	if !notReloaded {
 		t.Error("the page was reloaded; updates must arrive without one")
@@ -287,21 +440,34 @@ func TestE2EBrowserBoard(t *testing.T) {
 		t.Errorf("%d uncaught exceptions in the page, the last: %v", n, lastException.Load())
 	}
 
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
+	// A card's page draws its timeline: its states, its claims and runs,
+	// its events.
+	run("open crash-1's page", chromedp.Click(chromedp.CSS(`[data-card="crash-1"] a.id`)), chromedp.WaitVisible(chromedp.CSS(`svg.tl`)))
+	bars := evalJS[int](t, ctx, `document.querySelectorAll('svg.tl rect.st, svg.tl rect.claim, svg.tl rect.run').length`)
+	ticks := evalJS[int](t, ctx, `document.querySelectorAll('svg.tl rect.ev').length`)
+	rows := evalJS[int](t, ctx, `document.querySelectorAll('.events tbody tr').length`)
+	if bars < 4 || ticks != rows {
+		t.Errorf("crash-1's timeline draws %d bars and %d event ticks for %d events: want its states, claim and run, and a tick an event", bars, ticks, rows)
 	}
-	shot := filepath.Join(t.TempDir(), "ui-board.png")
-	if err := os.WriteFile(shot, png, 0o644); err != nil {
-		t.Fatal(err)
+	viewportShot("ui-card.png")
+
+	// The session's cookie gone (as when leasekeeper ui restarts with a
+	// new token): the page says the session is over, not that the server
+	// is unreachable.
+	run("drop the cookie", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, network.ClearBrowserCookies, cdp.Empty{})
+		return err
+	}))
+	poll("the page to say its session is over", `!document.getElementById('status').hidden && document.getElementById('status').textContent.includes('session is over')`)
+}
+
+// isDark says whether a computed rgb() colour is dark.
+func isDark(rgb string) bool {
+	var r, g, b int
+	if _, err := fmt.Sscanf(rgb, "rgb(%d, %d, %d)", &r, &g, &b); err != nil {
+		return false
 	}
-	t.Logf("screenshot of the board: %s", shot)
-	if dst := os.Getenv(screenshotEnv); dst != "" {
-		if err := os.WriteFile(dst, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("screenshot also written to %s", dst)
-	}
+	return r+g+b < 3*80
 }
 
 // evalJS evaluates js in the page and decodes its value.

@@ -27,8 +27,12 @@ func newUICmd(env *cli) *cobra.Command {
 		Long: `Serve the board in a browser: its columns in board order, each card's
 claim, epoch and live lease countdown, its last run and its dependencies; a
 Needs-attention lane (give-ups, expired claims the watchdog keeps, stuck
-recovery claims); the watchdog's gate, last pass and a dry-run preview; the
-agent's health. The page updates live from the agent's event stream.
+recovery claims); charts of throughput, queue depth and lease health; the
+watchdog's gate, last pass and a dry-run preview; the agent's health. A
+search box filters by card id and title; a card's page shows its runs,
+events and timeline. The page updates live from the agent's event stream,
+replacing only what changed; a column shows 50 cards and "N more". When the
+agent stops, the page says so and recovers with it.
 
 The UI talks to the agent over its socket as you, so it shows what you could
 read with the CLI; the preview needs an operator uid. It listens on loopback
