@@ -95,6 +95,9 @@ type Config struct {
 type Service struct {
 	cfg      Config
 	draining atomic.Bool
+	// head is the highest event sequence EventsHead has seen: the next
+	// seek starts there, so it reads only what was written since.
+	head atomic.Int64
 }
 
 // New builds a service from cfg.
