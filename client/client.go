@@ -78,6 +78,12 @@ type Client struct {
 	// process gave up on by itself; closed when it is done.
 	handingBack map[string]chan struct{}
 	link        *link // watch stream + keepalive, while claims are open
+
+	// waitBackstop is the safety re-try of a wait (0: DefaultWaitBackstop);
+	// waitAfterTry runs between a wait's first try and its follow of the
+	// log. Tests set both (export_test.go).
+	waitBackstop time.Duration
+	waitAfterTry func()
 }
 
 func (c *Client) init() {
