@@ -178,7 +178,12 @@ func (c *Client) wait(ctx context.Context, wake func(board.Event) bool, try func
 			return ok, false, nil
 		case waitable != nil:
 			if keep, now := waitable(err); keep {
-				last = err
+				if !now || last == nil {
+					// A pick that changed under the write is tried
+					// again at once; the refusal a timeout reports is
+					// the one waited on.
+					last = err
+				}
 				return false, now, nil
 			}
 		}

@@ -216,3 +216,38 @@ func TestWaitCardReturnsWhenTheCardIsDone(t *testing.T) {
 		t.Fatalf("WaitCard on a card that does not exist: %v, want ErrNotFound", err)
 	}
 }
+
+// TestStartWaitTakesACardWhenItsLastBlockerCompletes: a card waiting on its
+// blockers is waited for, and the promotion its blocker's completion
+// writes (an event of the waited card) wakes the waiter.
+func TestStartWaitTakesACardWhenItsLastBlockerCompletes(t *testing.T) {
+	t.Parallel()
+	a, c, ctx := lifecycleEnv(t, "blocker")
+	if _, err := a.Store.CreateCard(ctx, board.NewCard{ID: "gated", DependsOn: []string{"blocker"}, Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	tried := make(chan struct{})
+	client.SetWaitHooks(c, func() { close(tried) }, noBackstop)
+	res := make(chan claimResult, 1)
+	go func() {
+		cl, err := c.Start(ctx, "gated", client.StartOptions{Wait: true})
+		res <- claimResult{cl, err}
+	}()
+	<-tried
+	select {
+	case r := <-res:
+		t.Fatalf("the waiter returned while the blocker was open: %v", r.err)
+	default:
+	}
+	if err := a.Store.SetState(ctx, board.Move{Card: "blocker", To: board.StateDone, Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	r := <-res
+	if r.err != nil {
+		t.Fatalf("waiting Start on a gated card: %v", r.err)
+	}
+	defer r.cl.Release(context.Background())
+	if cd := getCard(t, a, "gated"); cd.Claim != r.cl.Token().Marker || cd.State != board.StateInProgress {
+		t.Fatalf("gated in %s claimed by %q, want in progress under the waiter", cd.State, cd.Claim)
+	}
+}
