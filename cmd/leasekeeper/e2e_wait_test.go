@@ -208,16 +208,18 @@ func TestE2EClaimWaitInterruptedClaimsNothing(t *testing.T) {
 	e.workerPID("holder.pid")
 	held := e.Card("c1")
 
-	waiter := e.startClaim("--wait", "c1", "--", "touch", "ran")
-	waiter.waiting(t, "claim --wait")
-	if err := waiter.cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	if code := waiter.wait(t, 20*time.Second); code != 130 {
-		t.Fatalf("waiter exit %d after SIGINT, want 130:\n%s", code, waiter.output.String())
-	}
-	if out := waiter.output.String(); !strings.Contains(out, "nothing was claimed") {
-		t.Errorf("the interrupted waiter does not say it claimed nothing:\n%s", out)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		waiter := e.startClaim("--wait", "c1", "--", "touch", "ran")
+		waiter.waiting(t, "claim --wait")
+		if err := waiter.cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		if code := waiter.wait(t, 20*time.Second); code != 128+int(sig) {
+			t.Fatalf("waiter exit %d after %v, want %d:\n%s", code, sig, 128+int(sig), waiter.output.String())
+		}
+		if out := waiter.output.String(); !strings.Contains(out, "nothing was claimed") {
+			t.Errorf("the waiter interrupted by %v does not say it claimed nothing:\n%s", sig, out)
+		}
 	}
 	e.letGo()
 	holder.wait(t, 20*time.Second)

@@ -463,6 +463,8 @@ filing it to failed.
 			}
 			o.labels = labels
 			switch {
+			case !o.next && dash != 1 && o.wait.set && o.wait.d == 0 && dash == 2:
+				return claimUsage("give exactly one card ID (or --next) before --; a duration for --wait goes right after it (--wait 10m ID) or as --wait=10m")
 			case !o.next && dash != 1:
 				return claimUsage("give exactly one card ID (or --next) before --")
 			case o.grace < 0:

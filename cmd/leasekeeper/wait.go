@@ -88,18 +88,24 @@ func waitBound(d time.Duration) string {
 }
 
 // interruptCode is the exit status of a wait a signal ended: 128+N, as a
-// shell reports a command the signal killed (130 for ^C). sigs holds the
-// signal when claim or card wait subscribed to it; SIGINT otherwise.
+// shell reports a command the signal killed (130 for ^C). The signal that
+// cancelled the command's context is also sent to sigs, claim's and card
+// wait's own subscription, though not necessarily first: it is given a
+// moment to arrive there; SIGINT when it does not.
 func interruptCode(sigs <-chan os.Signal) (int, os.Signal) {
 	select {
 	case s := <-sigs:
 		if n, ok := s.(syscall.Signal); ok {
 			return 128 + int(n), s
 		}
-	default:
+	case <-time.After(signalArrival):
 	}
 	return 128 + int(syscall.SIGINT), syscall.SIGINT
 }
+
+// signalArrival bounds how long interruptCode waits for the signal to
+// reach sigs after it cancelled the context.
+const signalArrival = 200 * time.Millisecond
 
 // Exit codes of `card wait`.
 const (
