@@ -32,9 +32,9 @@ import (
 // (DESIGN.md#waiting).
 const DefaultWaitBackstop = 30 * time.Second
 
-// waitTryTimeout bounds one try of a claim wait. A try runs detached from
-// the wait's context: a Start cut off mid-request could land unheard and
-// leave the card claimed by this process.
+// waitTryTimeout bounds the head read and each try of a wait. They run
+// detached from the wait's context: a Start cut off mid-request could land
+// unheard and leave the card claimed by this process.
 const waitTryTimeout = 30 * time.Second
 
 // The reconnect backoff of a waiter's follow of the log.
@@ -96,9 +96,7 @@ func (c *Client) ClaimNextWait(ctx context.Context, labels ...string) (*Claim, e
 // returned with a nil error, and the caller decides what to do with it.
 func (c *Client) waitClaim(ctx context.Context, card, path string, req any) (*Claim, error) {
 	var cl *Claim
-	try := func(context.Context) (bool, error) {
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), waitTryTimeout)
-		defer cancel()
+	try := func(tctx context.Context) (bool, error) {
 		var err error
 		cl, err = c.claim(tctx, card, path, req)
 		return err == nil, err
@@ -166,13 +164,23 @@ func (c *Client) WaitCard(ctx context.Context, id string, until func(board.Card)
 func (c *Client) wait(ctx context.Context, wake func(board.Event) bool, try func(context.Context) (bool, error),
 	waitable func(error) (keep, now bool)) error {
 	c.init()
-	head, err := c.EventsHead(ctx)
+	// The head read and every try run to their answer, bounded on their
+	// own: ctx ends the waiting between them, so a wait it ends always
+	// reports a refusal, and a try's write is never cut off unheard.
+	detached := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), waitTryTimeout)
+	}
+	hctx, cancel := detached()
+	head, err := c.EventsHead(hctx)
+	cancel()
 	if err != nil {
 		return err
 	}
 	var last error
 	attempt := func() (done bool, again bool, err error) {
-		ok, err := try(ctx)
+		tctx, cancel := detached()
+		defer cancel()
+		ok, err := try(tctx)
 		switch {
 		case err == nil:
 			return ok, false, nil

@@ -321,6 +321,7 @@ func startClaim(ctx context.Context, env *cli, c *client.Client, o claimOpts, sp
 	if !o.wait.set || !waitMends(o, err) {
 		return cl, err
 	}
+	first := err
 	what := "no claimable card in a pool state"
 	switch ce, ok := board.AsClaimConflict(err); {
 	case !o.next && ok && ce.Holder != "":
@@ -338,9 +339,14 @@ func startClaim(ctx context.Context, env *cli, c *client.Client, o claimOpts, sp
 	defer cancel()
 	spec.Wait = true
 	if o.next {
-		return c.StartNext(wctx, spec)
+		cl, err = c.StartNext(wctx, spec)
+	} else {
+		cl, err = c.Start(wctx, o.card, spec)
 	}
-	return c.Start(wctx, o.card, spec)
+	if we := (*client.WaitError)(nil); errors.As(err, &we) && we.Last == nil {
+		we.Last = first // the wait ended before its own first try
+	}
+	return cl, err
 }
 
 // waitMends says whether --wait waits on a refusal: a card held by

@@ -173,7 +173,11 @@ func runCardWait(ctx context.Context, env *cli, o cardWaitOpts) error {
 		fmt.Fprintf(env.stdout, "%s is in %s\n", card.ID, card.State)
 		return nil
 	case errors.As(err, &we) && errors.Is(err, context.DeadlineExceeded):
-		return withCode(cardWaitExitTimeout, fmt.Errorf("timed out after %s waiting for card %s to be in %s (it is in %s)", o.timeout, o.id, o.state, card.State))
+		now := ""
+		if card.ID != "" {
+			now = fmt.Sprintf(" (it is in %s)", card.State)
+		}
+		return withCode(cardWaitExitTimeout, fmt.Errorf("timed out after %s waiting for card %s to be in %s%s", o.timeout, o.id, o.state, now))
 	case errors.As(err, &we):
 		code, sig := interruptCode(sigs)
 		return withCode(code, fmt.Errorf("interrupted (%v) while waiting for card %s to be in %s", sig, o.id, o.state))
