@@ -251,3 +251,21 @@ func TestStartWaitTakesACardWhenItsLastBlockerCompletes(t *testing.T) {
 		t.Fatalf("gated in %s claimed by %q, want in progress under the waiter", cd.State, cd.Claim)
 	}
 }
+
+// TestClaimWaitEndedBeforeItBeganStillReportsTheRefusal: a wait whose
+// context is already over still reads the head and tries once, each to
+// its answer, so it reports what it would have waited on (a timeout that
+// ran out before the first try must not turn into a bare context error).
+func TestClaimWaitEndedBeforeItBeganStillReportsTheRefusal(t *testing.T) {
+	t.Parallel()
+	a, c, _ := lifecycleEnv(t, "job")
+	holdElsewhere(t, a, "job")
+	client.SetWaitHooks(c, nil, noBackstop)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := c.ClaimWait(ctx, "job")
+	var we *client.WaitError
+	if !errors.As(err, &we) || !errors.Is(err, context.Canceled) || !errors.Is(err, board.ErrClaimConflict) {
+		t.Fatalf("ClaimWait on an ended context: %v, want a WaitError of the cancellation and the claim conflict", err)
+	}
+}
