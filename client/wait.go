@@ -248,25 +248,42 @@ func (c *Client) wait(ctx context.Context, wake func(board.Event) bool, try func
 // followForWait follows the log after `after` and calls signal for each
 // event wake picks, until ctx ends. A broken stream (the agent restarting)
 // is resumed after the last event seen once the agent answers again, with
-// backoff, and signals once more then; an answer refusing the follow
-// itself is returned.
+// backoff, and signals once more then. A follow the agent refuses (its
+// position no longer served, say the log was pruned past it) starts over
+// from a fresh head, then signals: the try that follows comes after that
+// head, so the rule of the first try holds again (DESIGN.md#waiting). A
+// second refusal in a row, with no event between, is returned.
 func (c *Client) followForWait(ctx context.Context, after int64, wake func(board.Event) bool, signal func()) error {
+	refused := false
 	for {
 		err := c.FollowEvents(ctx, after, func(ev board.Event) error {
-			after = ev.Seq
+			after, refused = ev.Seq, false
 			if wake(ev) {
 				signal()
 			}
 			return nil
 		})
-		backoff := waitFollowMin
-		for {
-			if ctx.Err() != nil {
-				return nil
-			}
-			if final(err) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if final(err) {
+			if refused {
 				return err
 			}
+			refused = true
+			head, herr := c.EventsHead(ctx)
+			if herr != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return herr
+			}
+			after = head
+			signal()
+			continue
+		}
+		backoff := waitFollowMin
+		for {
 			t := time.NewTimer(backoff)
 			select {
 			case <-ctx.Done():
@@ -275,7 +292,7 @@ func (c *Client) followForWait(ctx context.Context, after int64, wake func(board
 			case <-t.C:
 			}
 			backoff = min(2*backoff, waitFollowMax)
-			if _, err = c.Events(ctx, after, 1); err == nil {
+			if _, err = c.Events(ctx, after, 1); err == nil || final(err) {
 				break
 			}
 		}

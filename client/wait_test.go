@@ -3,11 +3,19 @@ package client_test
 import (
 	"context"
 	"errors"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/client"
+	"github.com/leasekeeper/leasekeeper/internal/agentproc"
 	"github.com/leasekeeper/leasekeeper/socketapi/socketapitest"
 )
 
@@ -267,5 +275,113 @@ func TestClaimWaitEndedBeforeItBeganStillReportsTheRefusal(t *testing.T) {
 	var we *client.WaitError
 	if !errors.As(err, &we) || !errors.Is(err, context.Canceled) || !errors.Is(err, board.ErrClaimConflict) {
 		t.Fatalf("ClaimWait on an ended context: %v, want a WaitError of the cancellation and the claim conflict", err)
+	}
+}
+
+// TestClaimWaitOutlivesAnAgentRestart: the agent goes away while a waiter
+// waits, the holder lets go while it is down, and a new agent serves the
+// same board: the waiter reconnects, resumes the log where it left it, and
+// takes the card.
+func TestClaimWaitOutlivesAnAgentRestart(t *testing.T) {
+	t.Parallel()
+	a, c, ctx := lifecycleEnv(t, "job")
+	holdElsewhere(t, a, "job")
+	tried := make(chan struct{})
+	client.SetWaitHooks(c, func() { close(tried) }, noBackstop)
+	res := make(chan claimResult, 1)
+	go func() {
+		cl, err := c.ClaimWait(ctx, "job")
+		res <- claimResult{cl, err}
+	}()
+	<-tried
+	a.Stop()
+	releaseElsewhere(t, a, "job")
+	socketapitest.Start(t, socketapitest.Options{Path: a.Path, Store: a.Store})
+	r := <-res
+	if r.err != nil {
+		t.Fatalf("ClaimWait across an agent restart: %v", r.err)
+	}
+	defer r.cl.Release(context.Background())
+	if cd := getCard(t, a, "job"); cd.Claim != r.cl.Token().Marker {
+		t.Fatalf("card held by %q, want the waiter %q", cd.Claim, r.cl.Token().Marker)
+	}
+}
+
+// refusingProxy stands between a client and a real agent and answers the
+// first `refuse` follows of the event log with a refusal, as an agent does
+// for a position it no longer serves (the log pruned past it); everything
+// else passes through. It runs in the test process, so the agent sees the
+// same peer as the client.
+func refusingProxy(t *testing.T, agentSocket string, refuse int32) (path string, refused *atomic.Int32) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "lkr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	path = filepath.Join(dir, "proxy.sock")
+	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", agentSocket)
+	}
+	target := &url.URL{Scheme: "http", Host: "leasekeeper"}
+	rp := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }, Transport: &http.Transport{DialContext: dial}}
+	refused = new(atomic.Int32)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/events" && r.URL.Query().Get("follow") == "true" && refused.Load() < refuse {
+			refused.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write([]byte(`{"error": "position no longer served", "code": "invalid_argument"}`))
+			return
+		}
+		rp.ServeHTTP(w, r)
+	})
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return path, refused
+}
+
+// TestClaimWaitStartsOverFromAFreshHeadWhenItsFollowIsRefused: a follow
+// the agent refuses once is started again from a fresh head, with a try
+// after it, and the waiter still takes the card when its holder lets go;
+// refused again with no event between, the wait ends with the refusal
+// rather than spin.
+func TestClaimWaitStartsOverFromAFreshHeadWhenItsFollowIsRefused(t *testing.T) {
+	t.Parallel()
+	a, _, ctx := lifecycleEnv(t, "job", "other")
+	holdElsewhere(t, a, "job")
+	path, refused := refusingProxy(t, a.Path, 1)
+	c := &client.Client{Socket: path}
+	client.SetWaitHooks(c, nil, noBackstop)
+	res := make(chan claimResult, 1)
+	go func() {
+		cl, err := c.ClaimWait(ctx, "job")
+		res <- claimResult{cl, err}
+	}()
+	agentproc.WaitFor(t, 10*time.Second, "the waiter's follow to be refused", func() bool { return refused.Load() == 1 })
+	select {
+	case r := <-res:
+		t.Fatalf("the waiter returned on a refused follow: %v", r.err)
+	default:
+	}
+	releaseElsewhere(t, a, "job")
+	r := <-res
+	if r.err != nil {
+		t.Fatalf("ClaimWait after a refused follow: %v", r.err)
+	}
+	r.cl.Release(context.Background())
+
+	holdElsewhere(t, a, "other")
+	always, _ := refusingProxy(t, a.Path, 1<<30)
+	c2 := &client.Client{Socket: always}
+	client.SetWaitHooks(c2, nil, noBackstop)
+	if _, err := c2.ClaimWait(ctx, "other"); !errors.Is(err, board.ErrInvalidArgument) {
+		t.Fatalf("ClaimWait whose every follow is refused: %v, want the refusal", err)
 	}
 }
