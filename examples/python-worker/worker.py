@@ -336,7 +336,8 @@ class LogFollower(threading.Thread):
     """Follows the event log (GET /v1/events?after=SEQ&follow=true) from a
     head read before the try it backs, and sets `woken` on each event that
     may have made a card claimable. A broken stream is resumed after the
-    last event read: the log is the store's, so nothing is skipped."""
+    last event read: the log is the store's, so nothing is skipped. A
+    refused one starts over from a fresh head, and wakes a try."""
 
     def __init__(self, agent, after):
         super().__init__(daemon=True)
@@ -352,8 +353,18 @@ class LogFollower(threading.Thread):
             try:
                 self.follow()
                 backoff = 0.1
-            except (OSError, http.client.HTTPException, ValueError, AgentError):
-                pass  # the agent is restarting, or refused: the backstop still tries
+            except AgentError as e:
+                if e.code != "unavailable":
+                    # The agent refuses this position (the log pruned past
+                    # it, say): start over from a fresh head, and have the
+                    # worker try after reading it, as at the start.
+                    try:
+                        self.after = self.agent.request("GET", "/v1/events/head")["seq"]
+                        self.woken.set()
+                    except (OSError, http.client.HTTPException, ValueError, AgentError):
+                        pass
+            except (OSError, http.client.HTTPException, ValueError):
+                pass  # the agent is restarting: resume after the last event read
             if self.closed.wait(backoff):
                 return
             backoff = min(backoff * 2, 3.0)
