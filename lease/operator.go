@@ -52,14 +52,17 @@ const headPage = 10000
 // it sees every event written once it has the answer and none from before
 // (DESIGN.md#waiting). The seek reads forward from the highest head this
 // service has answered, to the first page shorter than its limit (the end
-// of the log as the store saw it, board.EventLog.Events), so each call
-// reads only what was written since the last; the first call of an agent
-// reads the log once, as the effects layer's start does. A head is never
+// of the log as the store saw it, board.EventLog.Events), or from
+// Config.HeadHint when that is further, so each call reads only what was
+// written since. A head is never
 // later than the log it was read from: on the fleet the store's reads stop
 // at its horizon (DESIGN.md#event-log), and an event that becomes visible
 // later has a higher number than any it showed.
 func (s *Service) EventsHead(ctx context.Context) (int64, error) {
 	head := s.head.Load()
+	if s.cfg.HeadHint != nil {
+		head = max(head, s.cfg.HeadHint())
+	}
 	for {
 		evs, err := s.cfg.Store.Events(ctx, head, headPage)
 		if err != nil {
