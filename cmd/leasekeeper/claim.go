@@ -177,7 +177,7 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 	if o.resumable {
 		spec.Checkpoint = resumableCheckpoint
 	}
-	cl, err := startClaim(ctx, env, c, o, spec, sigs)
+	cl, err := startClaim(ctx, env, c, o, spec)
 	var timedOut string
 	if we := (*client.WaitError)(nil); errors.As(err, &we) {
 		if !errors.Is(err, context.DeadlineExceeded) {
@@ -309,7 +309,7 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 // to its answer whatever ctx does: a Start cut off mid-request could land
 // unheard. A nil claim and a nil error mean a signal came before the wait
 // began.
-func startClaim(ctx context.Context, env *cli, c *client.Client, o claimOpts, spec client.StartOptions, sigs <-chan os.Signal) (*client.Claim, error) {
+func startClaim(ctx context.Context, env *cli, c *client.Client, o claimOpts, spec client.StartOptions) (*client.Claim, error) {
 	work := context.WithoutCancel(ctx)
 	try := func() (*client.Claim, error) {
 		if o.next {
@@ -321,7 +321,6 @@ func startClaim(ctx context.Context, env *cli, c *client.Client, o claimOpts, sp
 	if !o.wait.set || !waitMends(o, err) {
 		return cl, err
 	}
-	first := err
 	what := "no claimable card in a pool state"
 	switch ce, ok := board.AsClaimConflict(err); {
 	case !o.next && ok && ce.Holder != "":
@@ -339,14 +338,9 @@ func startClaim(ctx context.Context, env *cli, c *client.Client, o claimOpts, sp
 	defer cancel()
 	spec.Wait = true
 	if o.next {
-		cl, err = c.StartNext(wctx, spec)
-	} else {
-		cl, err = c.Start(wctx, o.card, spec)
+		return c.StartNext(wctx, spec)
 	}
-	if we := (*client.WaitError)(nil); errors.As(err, &we) && we.Last == nil {
-		we.Last = first // the wait ended before its own first try
-	}
-	return cl, err
+	return c.Start(wctx, o.card, spec)
 }
 
 // waitMends says whether --wait waits on a refusal: a card held by
