@@ -250,7 +250,9 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 		Status:     a.status,
 		ReaperPass: a.reaperPass,
 		AfterWrite: a.wakeEffects,
-		Logger:     log.With("component", "socket"),
+		// Where GET /v1/events/head starts reading (DESIGN.md#waiting).
+		EventHeadHint: a.effectsHead,
+		Logger:        log.With("component", "socket"),
 	})
 	if err != nil {
 		return nil, err

@@ -429,6 +429,15 @@ func (a *Agent) initEffects(ctx context.Context) error {
 	return nil
 }
 
+// effectsHead is the socket server's EventHeadHint: the effects layer's
+// cursor, an event of the log, so never past its head.
+func (a *Agent) effectsHead() int64 {
+	if a.effects != nil {
+		return a.effects.Head()
+	}
+	return 0
+}
+
 // wakeEffects is the socket server's AfterWrite hook.
 func (a *Agent) wakeEffects() {
 	if a.effects != nil {

@@ -202,6 +202,15 @@ type EventsResponse struct {
 	Events []board.Event `json:"events"`
 }
 
+// EventsHeadResponse is the head of the audit log: the sequence number of
+// its last event (0 while it has none). Following the log with after= it
+// delivers every event written after the read, none from before; a waiter
+// reads it before it tries, so a change between its try and its follow is
+// never missed (DESIGN.md#waiting).
+type EventsHeadResponse struct {
+	Seq int64 `json:"seq"`
+}
+
 // HeldClaim is one claim the agent renews, as shown by status.
 type HeldClaim struct {
 	Card      string `json:"card"`

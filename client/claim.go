@@ -206,6 +206,12 @@ type StartOptions struct {
 	Fresh bool
 	// Labels: StartNext takes only a card carrying every one of them.
 	Labels []string
+	// Wait makes Start wait, while the card is held by another process or
+	// waits on its blockers, and StartNext wait, while no card is
+	// claimable, until it can start one or ctx ends (then a *WaitError
+	// carrying the last refusal). Woken by the agent's event log
+	// (DESIGN.md#waiting), as ClaimWait and ClaimNextWait.
+	Wait bool
 }
 
 // Start claims card and starts its run in one write: the card is claimed,
@@ -214,12 +220,18 @@ type StartOptions struct {
 // terminal state is board.ErrTerminalStateExit; a held card is
 // board.ErrClaimConflict; neither mints anything. End it with Finish.
 func (c *Client) Start(ctx context.Context, card string, o StartOptions) (*Claim, error) {
+	if o.Wait {
+		return c.waitClaim(ctx, card, "/v1/starts", o.request(card, false))
+	}
 	return c.claim(ctx, card, "/v1/starts", o.request(card, false))
 }
 
 // StartNext is Start on the oldest unclaimed card in a pool state;
 // board.ErrNotFound when there is none.
 func (c *Client) StartNext(ctx context.Context, o StartOptions) (*Claim, error) {
+	if o.Wait {
+		return c.waitClaim(ctx, "", "/v1/starts", o.request("", true))
+	}
 	return c.claim(ctx, "", "/v1/starts", o.request("", true))
 }
 

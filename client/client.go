@@ -17,6 +17,11 @@
 // on the client's own clock, when the agent has been silent for as long as
 // it trusted the lease; a claim given up that way is also handed back to
 // the agent: see Claim.Context.
+//
+// A worker that would rather wait than poll uses ClaimWait, ClaimNextWait
+// or StartOptions.Wait, and a script WaitCard: they are woken by the
+// agent's event log, read from its head before each wait's first try so no
+// change is missed (DESIGN.md#waiting).
 package client
 
 import (
@@ -78,6 +83,12 @@ type Client struct {
 	// process gave up on by itself; closed when it is done.
 	handingBack map[string]chan struct{}
 	link        *link // watch stream + keepalive, while claims are open
+
+	// waitBackstop is the safety re-try of a wait (0: DefaultWaitBackstop);
+	// waitAfterTry runs between a wait's first try and its follow of the
+	// log. Tests set both (export_test.go).
+	waitBackstop time.Duration
+	waitAfterTry func()
 }
 
 func (c *Client) init() {

@@ -84,6 +84,7 @@ var wireTypes = []reflect.Type{
 	reflect.TypeFor[apitype.SetLabelsRequest](),
 	reflect.TypeFor[apitype.ForceReleaseResponse](),
 	reflect.TypeFor[apitype.EventsResponse](),
+	reflect.TypeFor[apitype.EventsHeadResponse](),
 	reflect.TypeFor[apitype.HeldClaim](),
 	reflect.TypeFor[apitype.Status](),
 	reflect.TypeFor[apitype.Backend](),

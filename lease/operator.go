@@ -44,6 +44,45 @@ func (s *Service) Events(ctx context.Context, after int64, limit int) ([]board.E
 	return evs, err
 }
 
+// headPage is the page size of EventsHead's seek.
+const headPage = 10000
+
+// EventsHead is the sequence number of the log's last event as of the
+// call (0 while the log is empty): what a waiter follows the log after, so
+// it sees every event written once it has the answer and none from before
+// (DESIGN.md#waiting). The seek reads forward from the highest head this
+// service has answered, to the first page shorter than its limit (the end
+// of the log as the store saw it, board.EventLog.Events), or from
+// Config.HeadHint when that is further, so each call reads only what was
+// written since. A head is never
+// later than the log it was read from: on the fleet the store's reads stop
+// at its horizon (DESIGN.md#event-log), and an event that becomes visible
+// later has a higher number than any it showed.
+func (s *Service) EventsHead(ctx context.Context) (int64, error) {
+	head := s.head.Load()
+	if s.cfg.HeadHint != nil {
+		head = max(head, s.cfg.HeadHint())
+	}
+	for {
+		evs, err := s.cfg.Store.Events(ctx, head, headPage)
+		if err != nil {
+			return 0, err
+		}
+		if len(evs) > 0 {
+			head = evs[len(evs)-1].Seq
+		}
+		if len(evs) < headPage {
+			break
+		}
+	}
+	for {
+		cur := s.head.Load()
+		if cur >= head || s.head.CompareAndSwap(cur, head) {
+			return head, nil
+		}
+	}
+}
+
 // StoredBoard is the board as stored now: another agent sharing the store
 // may have changed it since this one last looked.
 func (s *Service) StoredBoard(ctx context.Context) (board.Board, error) {

@@ -84,6 +84,10 @@ type Config struct {
 	// Lease is the claim lease the agent stamps and renews.
 	Lease  func() time.Duration
 	Logger *slog.Logger
+	// HeadHint, when set, is a position no later than the event log's
+	// head (the agent's effects layer's cursor): EventsHead starts its
+	// seek there rather than at the log's start.
+	HeadHint func() int64
 	// CleanupTimeout bounds a compensating write made after the request
 	// that caused it ended (default 5s). Such a write never runs on the
 	// request's context: a cancelled request must not leave its cleanup
@@ -95,6 +99,9 @@ type Config struct {
 type Service struct {
 	cfg      Config
 	draining atomic.Bool
+	// head is the highest event sequence EventsHead has seen: the next
+	// seek starts there, so it reads only what was written since.
+	head atomic.Int64
 }
 
 // New builds a service from cfg.

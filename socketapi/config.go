@@ -63,6 +63,10 @@ type Config struct {
 	// FrameBuffer is how many claim_lost / launch frames the watch stream
 	// keeps for resumption (default 1024).
 	FrameBuffer int
+	// EventHeadHint, when set, is a position no later than the event
+	// log's head (the agent's effects layer's cursor), where the seek of
+	// GET /v1/events/head starts (DESIGN.md#waiting); nil: the log's start.
+	EventHeadHint func() int64
 	// EventPoll is how often a following events stream polls the store for
 	// writes made elsewhere (default 500ms).
 	EventPoll time.Duration

@@ -128,6 +128,9 @@
 //	    real columns.
 //	GET /v1/events?after=SEQ&limit=N           → 200 {"events": [Event]}
 //	GET /v1/events?after=SEQ&follow=true       → NDJSON, one Event per line
+//	GET /v1/events/head                        → 200 {"seq": N}
+//	    the log's last sequence number now (0: empty); follow after it to
+//	    see every later event and none before (a waiter's start position).
 //
 // # Operator routes (allowed uids)
 //

@@ -197,6 +197,16 @@ func (s *Server) handleReaperPass(w http.ResponseWriter, r *http.Request, _ call
 	return writeJSON(w, http.StatusOK, pass)
 }
 
+// handleEventsHead answers the log's head, the position a waiter follows
+// the log from (DESIGN.md#waiting).
+func (s *Server) handleEventsHead(w http.ResponseWriter, r *http.Request, _ caller) error {
+	seq, err := s.lease.EventsHead(r.Context())
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, apitype.EventsHeadResponse{Seq: seq})
+}
+
 // eventsPage is the page size of a following events stream.
 const eventsPage = 256
 

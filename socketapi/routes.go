@@ -94,6 +94,7 @@ func (s *Server) coreRoutes() []route {
 		{"GET", "/v1/status", permRead, s.handleStatus},
 		{"GET", "/v1/board", permRead, s.handleBoard},
 		{"GET", "/v1/events", permRead, s.handleEvents},
+		{"GET", "/v1/events/head", permRead, s.handleEventsHead},
 
 		// Operator routes.
 		{"POST", "/v1/cards", permOperator, s.handleCreateCard},

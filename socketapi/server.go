@@ -45,7 +45,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	ls, err := lease.New(lease.Config{Store: cfg.Store, Claims: cfg.Claims, Clock: cfg.Clock, Lease: cfg.Lease, Logger: cfg.Logger})
+	ls, err := lease.New(lease.Config{Store: cfg.Store, Claims: cfg.Claims, Clock: cfg.Clock, Lease: cfg.Lease, Logger: cfg.Logger, HeadHint: cfg.EventHeadHint})
 	if err != nil {
 		return nil, err
 	}

@@ -30,6 +30,9 @@ type claimOpts struct {
 	// (claimExitHeld, claimExitLost unless moved).
 	heldExit, lostExit int
 	command            []string
+	// wait: block until the card (with --next, any matching card) can be
+	// claimed, for as long as it says (DESIGN.md#waiting).
+	wait waitFlag
 }
 
 // Exit codes of `claim`. CMD's own status passes through (0 filed the card
@@ -66,17 +69,22 @@ const (
 
 const claimExitCodesHelp = `Exit codes:
   CMD's status  CMD ran; its own exit status (128+N if a signal N killed it)
-  3    the card is held by someone else (nothing was written; --held-exit)
+  3    the card is held by someone else (nothing was written; --held-exit);
+       with --wait, still held when the wait timed out
   4    the claim was lost while CMD ran; CMD was stopped (--lost-exit)
   120  usage error
   121  the card waits in waiting_deps on its blockers, which the message
-       names (nothing was written; claim it once they complete)
-  122  --next found no claimable card
+       names (nothing was written; claim it once they complete); with
+       --wait, still waiting when the wait timed out
+  122  --next found no claimable card (with --wait: none before the
+       timeout)
   123  the card is in a terminal state (nothing was written; reopen it first)
   125  leasekeeper failed: agent unreachable, request refused, store failure
   126  CMD was found but could not be executed (permission denied, not
        an executable)
-  127  CMD was not found (no such file, not in PATH)`
+  127  CMD was not found (no such file, not in PATH)
+  130  interrupted (SIGINT; 143 for SIGTERM) while waiting (--wait):
+       nothing was claimed`
 
 // claimUsage is a bad invocation of claim.
 func claimUsage(format string, args ...any) error {
@@ -169,30 +177,48 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 	if o.resumable {
 		spec.Checkpoint = resumableCheckpoint
 	}
-	var cl *client.Claim
-	if o.next {
-		cl, err = c.StartNext(work, spec)
-	} else {
-		cl, err = c.Start(work, o.card, spec)
+	cl, err := startClaim(ctx, env, c, o, spec)
+	var timedOut string
+	if we := (*client.WaitError)(nil); errors.As(err, &we) {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			code, sig := interruptCode(sigs)
+			return withCode(code, fmt.Errorf("interrupted (%v) while waiting: nothing was claimed", sig))
+		}
+		// Timed out: the exit code and message are those of the last
+		// refusal, as if it had come without --wait.
+		timedOut = fmt.Sprintf("timed out after %s waiting: ", o.wait.d)
+		err = we.Last
 	}
 	switch {
+	case err == nil && cl == nil:
+		// Interrupted between two tries (startClaim said so).
+		code, sig := interruptCode(sigs)
+		return withCode(code, fmt.Errorf("interrupted (%v) while waiting: nothing was claimed", sig))
 	case err == nil:
 	case errors.Is(err, board.ErrClaimConflict):
 		if ce, ok := board.AsClaimConflict(err); ok && ce.Holder != "" {
-			return withCode(o.heldExit, fmt.Errorf("card %s is held by %s (epoch %d)", ce.Card, ce.Holder, ce.Epoch))
+			return withCode(o.heldExit, fmt.Errorf("%scard %s is held by %s (epoch %d)", timedOut, ce.Card, ce.Holder, ce.Epoch))
 		}
-		return withCode(o.heldExit, err)
+		return withCode(o.heldExit, fmt.Errorf("%s%w", timedOut, err))
 	case errors.Is(err, board.ErrTerminalStateExit):
 		return withCode(claimExitSink, err)
 	case errors.Is(err, board.ErrWaitingOnBlockers):
-		return withCode(claimExitWaiting, err)
+		return withCode(claimExitWaiting, fmt.Errorf("%s%w", timedOut, err))
 	case o.next && errors.Is(err, board.ErrNotFound):
 		if len(o.labels) > 0 {
-			return withCode(claimExitNothing, fmt.Errorf("no claimable card in a pool state carries the labels %q", o.labels))
+			return withCode(claimExitNothing, fmt.Errorf("%sno claimable card in a pool state carries the labels %q", timedOut, o.labels))
 		}
-		return withCode(claimExitNothing, errors.New("no claimable card in a pool state"))
+		return withCode(claimExitNothing, fmt.Errorf("%sno claimable card in a pool state", timedOut))
 	default:
 		return withCode(claimExitError, env.agentError(c, err))
+	}
+	if o.wait.set && ctx.Err() != nil {
+		// The signal came while the try that got the card was in flight:
+		// the user asked to stop waiting, so the card goes straight back
+		// (its run resumable) and nothing runs.
+		code, sig := interruptCode(sigs)
+		_, _ = finish(work, env, cl, board.RunFailedResumable, "INTERRUPTED")
+		return withCode(code, fmt.Errorf("interrupted (%v) while waiting: the card granted at that moment was handed back", sig))
 	}
 	card, tok, run := cl.Card(), cl.Token(), cl.Run()
 	how := "started run"
@@ -273,6 +299,58 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 			return routeExit(work, env, cl, code, o.resumable, o.lostExit)
 		}
 	}
+}
+
+// startClaim is the Start (or StartNext) before CMD. With --wait, a first
+// try that is refused for a reason waiting mends says so on stderr, and the
+// client then waits, woken by the agent's event log (DESIGN.md#waiting),
+// until the card can be started, the wait's duration passes, or a signal
+// ends it (ctx is cancelled by the first SIGINT or SIGTERM). Each try runs
+// to its answer whatever ctx does: a Start cut off mid-request could land
+// unheard. A nil claim and a nil error mean a signal came before the wait
+// began.
+func startClaim(ctx context.Context, env *cli, c *client.Client, o claimOpts, spec client.StartOptions) (*client.Claim, error) {
+	work := context.WithoutCancel(ctx)
+	try := func() (*client.Claim, error) {
+		if o.next {
+			return c.StartNext(work, spec)
+		}
+		return c.Start(work, o.card, spec)
+	}
+	cl, err := try()
+	if !o.wait.set || !waitMends(o, err) {
+		return cl, err
+	}
+	what := "no claimable card in a pool state"
+	switch ce, ok := board.AsClaimConflict(err); {
+	case !o.next && ok && ce.Holder != "":
+		what = fmt.Sprintf("card %s is held by %s (epoch %d)", ce.Card, ce.Holder, ce.Epoch)
+	case !o.next && errors.Is(err, board.ErrWaitingOnBlockers):
+		what = fmt.Sprintf("card %s waits on its blockers", o.card)
+	case len(o.labels) > 0:
+		what = fmt.Sprintf("no claimable card in a pool state carries the labels %q", o.labels)
+	}
+	fmt.Fprintf(env.stderr, "leasekeeper: %s; waiting, %s\n", what, waitBound(o.wait.d))
+	if ctx.Err() != nil {
+		return nil, nil
+	}
+	wctx, cancel := waitContext(ctx, o.wait)
+	defer cancel()
+	spec.Wait = true
+	if o.next {
+		return c.StartNext(wctx, spec)
+	}
+	return c.Start(wctx, o.card, spec)
+}
+
+// waitMends says whether --wait waits on a refusal: a card held by
+// another process or waiting on its blockers; for --next, no claimable
+// card (or the pick changing under the write).
+func waitMends(o claimOpts, err error) bool {
+	if o.next {
+		return errors.Is(err, board.ErrNotFound) || errors.Is(err, board.ErrClaimConflict)
+	}
+	return errors.Is(err, board.ErrClaimConflict) || errors.Is(err, board.ErrWaitingOnBlockers)
 }
 
 // supervisorCmdName is the hidden subcommand `claim` re-executes its own

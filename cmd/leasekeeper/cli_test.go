@@ -117,10 +117,15 @@ func TestHelpDocumentsExitCodes(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"--help"}, []string{"2  usage error", "claim has codes of its own"}},
+		{[]string{"--help"}, []string{"2  usage error", "claim and card wait have codes of their own"}},
 		{[]string{"claim", "--help"}, []string{
 			"CMD's status", "3    the card is held by someone else", "4    the claim was lost", "120  usage error",
 			"122  --next found no claimable card", "123  the card is in a terminal state", "125  leasekeeper failed",
+			"130  interrupted (SIGINT; 143 for SIGTERM) while waiting",
+		}},
+		{[]string{"card", "wait", "--help"}, []string{
+			"0    the card is in STATE", "3    the card rests in another terminal state", "4    the card does not exist",
+			"124  --timeout passed first",
 		}},
 	} {
 		var out, errb bytes.Buffer
@@ -140,7 +145,7 @@ func TestEveryDocumentedCommandExists(t *testing.T) {
 	root := newRoot(&cli{})
 	for _, path := range [][]string{
 		{"agent"}, {"card", "create"}, {"card", "ls"}, {"card", "show"}, {"card", "move"}, {"card", "reopen"},
-		{"card", "label"}, {"card", "release"}, {"claim"}, {"status"}, {"events"}, {"reaper", "pass"}, {"health"},
+		{"card", "label"}, {"card", "release"}, {"card", "wait"}, {"claim"}, {"status"}, {"events"}, {"reaper", "pass"}, {"health"},
 		{"board", "show"}, {pluginCmdName},
 	} {
 		c, rest, err := root.Find(path)
@@ -150,7 +155,8 @@ func TestEveryDocumentedCommandExists(t *testing.T) {
 	}
 	flags := map[string][]string{
 		"agent":   {"config"},
-		"claim":   {"next", "resumable", "fresh", "grace", "held-exit", "lost-exit"},
+		"claim":   {"next", "resumable", "fresh", "grace", "held-exit", "lost-exit", "wait"},
+		"wait":    {"for", "timeout"},
 		"status":  {"json", "output"},
 		"events":  {"follow", "json", "output", "card", "type", "since"},
 		"ls":      {"state", "label", "claimed", "limit", "json", "output"},
@@ -161,7 +167,7 @@ func TestEveryDocumentedCommandExists(t *testing.T) {
 		"pass":    {"dry-run"},
 	}
 	for _, path := range [][]string{{"agent"}, {"claim"}, {"status"}, {"events"}, {"card", "ls"}, {"card", "show"},
-		{"card", "create"}, {"card", "label"}, {"card", "release"}, {"reaper", "pass"}, {"board", "show"}} {
+		{"card", "create"}, {"card", "label"}, {"card", "release"}, {"card", "wait"}, {"reaper", "pass"}, {"board", "show"}} {
 		c, _, _ := root.Find(path)
 		for _, f := range flags[c.Name()] {
 			if c.Flags().Lookup(f) == nil {

@@ -71,6 +71,7 @@ const (
 	anyCard       cardPick = iota
 	claimedCard            // card release: only a held card can be released
 	claimableCard          // claim: a free card outside a sink and waiting_deps
+	waitableCard           // claim --wait: any card outside a sink (held or waiting_deps: waited for)
 )
 
 // Which states a state argument or flag offers.
@@ -119,13 +120,15 @@ func addAgentCompletions(env *cli, root *cobra.Command) {
 		"card reopen":        positional(cards(anyCard), states(workingState)),
 		"card release":       positional(cards(claimedCard)),
 		"run show":           positional(env.runCandidates),
+		"card wait":          positional(cards(anyCard)),
 		"board state rename": positional(states(anyState)),
 		"board state delete": positional(states(anyState)),
-		"claim":              claimArgs(env, cards(claimableCard)),
+		"claim":              claimArgs(env, cards(claimableCard), cards(waitableCard)),
 	}
 	flags := map[string]map[string]completeFn{
 		"card create":        {"state": states(anyState)},
 		"card ls":            {"state": states(anyState)},
+		"card wait":          {"for": states(anyState)},
 		"events":             {"card": cards(anyCard), "type": eventTypeCandidates},
 		"run ls":             {"card": cards(anyCard), "status": runStatusCandidates},
 		"board state delete": {"into": states(anyState)},
@@ -187,19 +190,23 @@ func (env *cli) runCandidates(_ *cobra.Command, _ []string, prefix string) ([]co
 }
 
 // claimArgs completes `claim`: a card id before --, unless --next is
-// given; after -- the shell's own completion of the command and its
+// given (with --wait, a held card or one waiting on its blockers too: it is
+// waited for); after -- the shell's own completion of the command and its
 // arguments.
 //
 // Whether -- came before the word being completed is read from the command
 // line itself: cobra's __complete parses the flags twice, once with a --
 // of its own appended, so ArgsLenAtDash does not tell.
-func claimArgs(env *cli, cards completeFn) completeFn {
+func claimArgs(env *cli, cards, waitable completeFn) completeFn {
 	return func(cmd *cobra.Command, args []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		if n := len(env.args); n > 0 && slices.Contains(env.args[:n-1], "--") {
 			return nil, cobra.ShellCompDirectiveDefault
 		}
 		if next, _ := cmd.Flags().GetBool("next"); next || len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		if f := cmd.Flags().Lookup("wait"); f != nil && f.Changed {
+			return waitable(cmd, args, prefix)
 		}
 		return cards(cmd, args, prefix)
 	}
@@ -239,7 +246,7 @@ func (env *cli) cardCandidates(p cardPick, prefix string) []cobra.Completion {
 		return nil
 	}
 	var b board.Board
-	if p == claimableCard {
+	if p == claimableCard || p == waitableCard {
 		if b, err = c.Board(ctx); err != nil {
 			return nil
 		}
@@ -249,7 +256,7 @@ func (env *cli) cardCandidates(p cardPick, prefix string) []cobra.Completion {
 	}
 	var out []cobra.Completion
 	for _, c := range cards {
-		if !strings.HasPrefix(c.ID, prefix) || (p == claimableCard && !claimable(c)) {
+		if !strings.HasPrefix(c.ID, prefix) || (p == claimableCard && !claimable(c)) || (p == waitableCard && b.IsTerminal(c.State)) {
 			continue
 		}
 		desc := c.State

@@ -51,7 +51,7 @@ func TestCompletionCandidates(t *testing.T) {
 		want []string
 	}{
 		{"top level", []string{"__complete", ""}, []string{"agent", "card", "claim", "completion", "reaper", "status"}},
-		{"card verbs", []string{"__complete", "card", ""}, []string{"create", "ls", "move", "reopen", "release"}},
+		{"card verbs", []string{"__complete", "card", ""}, []string{"create", "ls", "move", "reopen", "release", "wait"}},
 		{"shells", []string{"__complete", "completion", ""}, []string{"bash", "zsh", "fish"}},
 		{"flags", []string{"__complete", "reaper", "pass", "--"}, []string{"--dry-run", "--json"}},
 	} {

@@ -102,6 +102,11 @@ func TestE2ECompletionFromAgent(t *testing.T) {
 		{"claim: claimable cards only", []string{"claim", ""}, []string{"c-one"}},
 		{"claim: a sink card by prefix", []string{"claim", "o"}, nil},
 		{"claim --next: no id", []string{"claim", "--next", ""}, nil},
+		// claim --wait: a held card (c-two) and one waiting on its
+		// blockers are waited for; a sink still is not.
+		{"claim --wait: held and gated too", []string{"claim", "--wait", ""}, []string{"c-one", "c-two", "gated"}},
+		{"card wait: every card", []string{"card", "wait", "c-"}, []string{"c-one", "c-two"}},
+		{"card wait --for", []string{"card", "wait", "c-one", "--for", ""}, allStates},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, directive, _ := e.complete(nil, tc.args...)

@@ -83,6 +83,7 @@ var routeInputs = map[string]routeInput{
 	"GET /v1/status":               {},
 	"GET /v1/board":                {},
 	"GET /v1/events":               {query: map[string]string{"after": "0", "limit": "10", "follow": "false"}},
+	"GET /v1/events/head":          {},
 	"POST /v1/cards":               {body: `{"id":%[1]s,"title":%[2]s,"state":%[3]s,"labels":[%[4]s],"depends_on":[%[5]s]}`, good: []string{`"new"`, `"t"`, `"backlog"`, `"l"`, `"nope"`}},
 	"PUT /v1/cards/{id}/state":     {body: `{"to":%[1]s,"reason":%[2]s}`, good: []string{`"ready"`, `""`}},
 	"POST /v1/cards/{id}/reopen":   {body: `{"to":%[1]s,"reason":%[2]s}`, good: []string{`"ready"`, `""`}},

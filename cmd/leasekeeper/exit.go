@@ -19,7 +19,7 @@ const exitCodesHelp = `Exit codes:
   0  success
   1  error (agent unreachable, request refused, store failure)
   2  usage error
-  (claim has codes of its own: see leasekeeper claim --help)`
+  (claim and card wait have codes of their own: see their --help)`
 
 // exitError carries an exit code through cobra's error return.
 type codeError struct {

@@ -302,7 +302,33 @@ label). --set cannot be combined with --add or --remove.`,
 	}
 	crl.Flags().BoolVar(&force, "force", false, "confirm the steal")
 
-	c.AddCommand(cc, cl, cs, cm, cr, clb, crl)
+	var wait cardWaitOpts
+	cw := &cobra.Command{
+		Use:   "wait ID --for STATE [--timeout D]",
+		Short: "Wait until a card is in a state (for scripts)",
+		Long: `Wait until the card is in STATE (done, say), and exit 0: at once when it
+already is. The agent's event log wakes the wait whenever the card changes
+(it is not a polling loop); a re-try every 30s is the backstop for a change
+no event announces. Without --timeout it waits for as long as it takes.
+
+It gives up early, with a code of its own, when the card rests in a
+terminal state other than STATE (waiting for done on a card that failed)
+or when the card does not exist or is deleted.
+
+` + cardWaitExitCodesHelp,
+		Args: exactArgs(1, "ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			wait.id = args[0]
+			if wait.state == "" {
+				return usageError("card wait needs --for STATE (done, say)")
+			}
+			return runCardWait(cmd.Context(), env, wait)
+		},
+	}
+	cw.Flags().StringVar(&wait.state, "for", "", "the state to wait for (done, failed, ready, ...)")
+	cw.Flags().DurationVar(&wait.timeout, "timeout", 0, "give up after this long (exit 124; 0: wait for as long as it takes)")
+
+	c.AddCommand(cc, cl, cs, cm, cr, clb, crl, cw)
 	return c
 }
 
@@ -331,7 +357,7 @@ column, the first pool state, the completion state and the failed state.`,
 func newClaimCmd(env *cli) *cobra.Command {
 	var o claimOpts
 	c := &cobra.Command{
-		Use:   "claim (ID | --next [--label L]...) [--resumable] [--grace D] -- CMD [ARGS...]",
+		Use:   "claim (ID | --next [--label L]...) [--wait [DURATION]] [--resumable] [--grace D] -- CMD [ARGS...]",
 		Short: "Hold a claim on a card while CMD runs",
 		Long: `Claim the card (or the oldest claimable one with --next), start its run and
 move it into the running column, in one write, then run CMD while the agent
@@ -345,6 +371,18 @@ terminal state, or held by anyone, is refused too, and nothing is written.
 With --next, each --label narrows the pick to cards carrying that label
 (all of them when given several): a GPU worker runs
 claim --next --label gpu -- CMD.
+
+With --wait, a card held by someone else or waiting on its blockers (with
+--next: no claimable card) is waited for instead of refused, as flock -w
+and consul lock wait: for ever, or up to DURATION (--wait=10m, or --wait
+10m before the ID or --). claim says on stderr what it waits for; the
+agent's event log wakes it the moment a release, a move, a new card, a
+label change or a blocker finishing may let it claim, with a re-try every
+30s as a backstop for a change no event announces. A card that does not
+exist or is in a terminal state is refused at once, waiting or not. On
+timeout claim exits with the code of the refusal it waited on (3, 121,
+122) and says it timed out; SIGINT or SIGTERM while it waits exits 130
+(143) and claims nothing.
 
 When CMD exits, one write records the run's verdict, files the card and
 releases the claim:
@@ -396,6 +434,14 @@ filing it to failed.
 				return claimUsage("claim needs a command after --")
 			}
 			o.command = args[dash:]
+			// claim --wait 10s ID -- CMD: the bare flag's duration as a
+			// word of its own (DESIGN.md#waiting).
+			want := 1
+			if o.next {
+				want = 0
+			}
+			before := waitDurationArg(&o.wait, args[:dash], want)
+			dash = len(before)
 			switch {
 			case o.next && dash != 0:
 				return claimUsage("give either a card ID or --next, not both")
@@ -418,6 +464,8 @@ filing it to failed.
 			}
 			o.labels = labels
 			switch {
+			case !o.next && dash != 1 && o.wait.set && o.wait.d == 0 && dash == 2:
+				return claimUsage("give exactly one card ID (or --next) before --; a duration for --wait goes right after it (--wait 10m ID) or as --wait=10m")
 			case !o.next && dash != 1:
 				return claimUsage("give exactly one card ID (or --next) before --")
 			case o.grace < 0:
@@ -425,12 +473,14 @@ filing it to failed.
 			case o.heldExit < 1 || o.heldExit > 255 || o.lostExit < 1 || o.lostExit > 255:
 				return claimUsage("--held-exit and --lost-exit must be between 1 and 255")
 			case !o.next:
-				o.card = args[0]
+				o.card = before[0]
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error { return runClaim(cmd.Context(), env, o) },
 	}
+	c.Flags().Var(&o.wait, "wait", "wait until the card (with --next, a matching card) can be claimed: for ever, or up to DURATION (--wait=10m, or --wait 10m before the ID); woken by the agent's event log")
+	c.Flags().Lookup("wait").NoOptDefVal = waitForever
 	c.Flags().BoolVar(&o.next, "next", false, "claim the oldest unclaimed card in a pool state")
 	c.Flags().StringArrayVar(&o.labels, "label", nil, "with --next, take only a card carrying this label (repeat for several: all must be carried)")
 	c.Flags().BoolVar(&o.resumable, "resumable", false, "a failed CMD is safe to restart: return the card to the pool")

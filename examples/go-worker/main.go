@@ -36,9 +36,14 @@
 //     as failed_resumable at the progress made, which hands the card back
 //     to the pool for the next Start to resume, then exits.
 //
+// With -wait, an empty pool does not end the worker: StartNext waits for
+// the next claimable card (StartOptions.Wait), woken by the agent's event
+// log the moment a card is created, released or moved into the pool
+// (DESIGN.md#waiting), until SIGINT or SIGTERM.
+//
 // Usage:
 //
-//	go-worker [-socket PATH] [-work 2s] [-max N]
+//	go-worker [-socket PATH] [-work 2s] [-max N] [-label L]... [-wait]
 //
 // The agent is found through -socket, else LEASEKEEPER_SOCKET, else the
 // default path (see `leasekeeper --help`).
@@ -68,6 +73,8 @@ type worker struct {
 	out  io.Writer
 	// labels: start only cards carrying every one (DESIGN.md#label-routing).
 	labels []string
+	// wait: an empty pool is waited on, not the end (DESIGN.md#waiting).
+	wait bool
 }
 
 // labelFlags is a repeatable -label flag.
@@ -100,11 +107,12 @@ func main() {
 	maxCards := flag.Int("max", 0, "stop after this many claimed cards (0: until the pool is empty)")
 	var labels labelFlags
 	flag.Var(&labels, "label", "start only cards carrying this label (repeatable: all of them)")
+	wait := flag.Bool("wait", false, "when the pool is empty, wait for new work instead of exiting")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	w := &worker{c: &client.Client{Socket: *socket}, work: *work, out: os.Stdout, labels: labels}
+	w := &worker{c: &client.Client{Socket: *socket}, work: *work, out: os.Stdout, labels: labels, wait: *wait}
 	if err := w.loop(ctx, *maxCards); err != nil {
 		fmt.Fprintln(os.Stderr, "go-worker:", err)
 		os.Exit(1)
@@ -118,17 +126,27 @@ func (w *worker) loop(ctx context.Context, maxCards int) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		// Detached from the signal: a Start cut off mid-request may still
-		// land, and would leave the card claimed by a worker that never
-		// heard the answer. A signal that arrives now is seen by handle,
-		// which hands the card straight back.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 		// The checkpoint marks the run resumable: should this process die,
 		// the watchdog returns the card to the pool rather than failing it.
 		// A resumed run keeps its own checkpoint.
-		cl, err := w.c.StartNext(sctx, client.StartOptions{Checkpoint: checkpoint(0), Labels: w.labels})
-		cancel()
+		opts := client.StartOptions{Checkpoint: checkpoint(0), Labels: w.labels}
+		var cl *client.Claim
+		var err error
+		if w.wait {
+			cl, err = w.startWaiting(ctx, opts)
+		} else {
+			// Detached from the signal: a Start cut off mid-request may
+			// still land, and would leave the card claimed by a worker
+			// that never heard the answer. A signal that arrives now is
+			// seen by handle, which hands the card straight back.
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+			cl, err = w.c.StartNext(sctx, opts)
+			cancel()
+		}
+		var we *client.WaitError
 		switch {
+		case errors.As(err, &we):
+			return nil // a signal ended the wait: nothing was claimed
 		case errors.Is(err, board.ErrNotFound):
 			fmt.Fprintln(w.out, "pool empty: nothing left to claim")
 			return nil
@@ -148,6 +166,24 @@ func (w *worker) loop(ctx context.Context, maxCards int) error {
 		}
 	}
 	return nil
+}
+
+// startWaiting starts the next card, waiting for one when the pool is
+// empty. The client reads the event log's head, tries, and then follows
+// the log from that head, trying again on each event that may have made a
+// card claimable (DESIGN.md#waiting). The wait ends with ctx (a signal);
+// each try runs to its answer regardless, so a card granted at that moment
+// comes back and handle hands it straight back.
+func (w *worker) startWaiting(ctx context.Context, opts client.StartOptions) (*client.Claim, error) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	cl, err := w.c.StartNext(sctx, opts)
+	cancel()
+	if !errors.Is(err, board.ErrNotFound) {
+		return cl, err
+	}
+	fmt.Fprintln(w.out, "pool empty: waiting for work")
+	opts.Wait = true
+	return w.c.StartNext(ctx, opts)
 }
 
 // handle works one started card and finishes it. Finish uses a context

@@ -48,7 +48,21 @@ card back to the pool for the next start to resume.
 With --label L (repeatable) the worker starts only cards carrying every
 such label ({"next": true, "labels": [...]}): a GPU worker passes --label gpu.
 
-Usage: worker.py [--socket PATH] [--work SECONDS] [--max N] [--label L]...
+With --wait an empty pool does not end the worker: it waits for new work,
+woken by the agent's event log, not by asking again and again (docs/API.md,
+"Waiting"; DESIGN.md#waiting). The order is what makes it race-free:
+
+1. read the log's head: GET /v1/events/head -> {"seq": N};
+2. try the start; when nothing is claimable,
+3. follow the log after that head (GET /v1/events?after=N&follow=true)
+   and try again on each event that may have made a card claimable (a
+   release, a move, a card created, a label change, a run update).
+
+An event written between the try and the follow is numbered above the
+head, so the follow delivers it. A re-try every 30 s is a backstop for a
+change no event announces, not the wake-up.
+
+Usage: worker.py [--socket PATH] [--work SECONDS] [--max N] [--label L]... [--wait]
 """
 
 import argparse
@@ -81,6 +95,12 @@ LOST_AT_GRANT = "reported lost as it was granted"
 # Bounds the verdict sent after the claim ended: the agent may be the reason
 # it ended, and the worker must go on (or exit) even when the agent is frozen.
 LATE_WRITE_TIMEOUT = 2
+
+# Waiting for work (--wait): the events that may make a card claimable, and
+# the interval of the safety re-try, a backstop for a change no event
+# announces (DESIGN.md#waiting).
+WAKE_TYPES = ("released", "state", "card_created", "labels", "run_updated")
+WAIT_BACKSTOP = 30
 
 # The checkpoints this worker records: how much of the work is behind the run.
 CHECKPOINT_PREFIX = "worked-ms="
@@ -312,10 +332,81 @@ class Watch(threading.Thread):
             self.lose("card is now held by %r at epoch %s" % (c.get("claim"), c.get("claim_epoch")))
 
 
+class LogFollower(threading.Thread):
+    """Follows the event log (GET /v1/events?after=SEQ&follow=true) from a
+    head read before the try it backs, and sets `woken` on each event that
+    may have made a card claimable. A broken stream is resumed after the
+    last event read: the log is the store's, so nothing is skipped. A
+    refused one starts over from a fresh head, and wakes a try."""
+
+    def __init__(self, agent, after):
+        super().__init__(daemon=True)
+        self.agent, self.after = agent, after
+        self.woken = threading.Event()
+        self.closed = threading.Event()
+        self.lock = threading.Lock()
+        self.conn = None
+
+    def run(self):
+        backoff = 0.1
+        while not self.closed.is_set():
+            try:
+                self.follow()
+                backoff = 0.1
+            except AgentError as e:
+                if e.code != "unavailable":
+                    # The agent refuses this position (the log pruned past
+                    # it, say): start over from a fresh head, and have the
+                    # worker try after reading it, as at the start.
+                    try:
+                        self.after = self.agent.request("GET", "/v1/events/head")["seq"]
+                        self.woken.set()
+                    except (OSError, http.client.HTTPException, ValueError, AgentError):
+                        pass
+            except (OSError, http.client.HTTPException, ValueError):
+                pass  # the agent is restarting: resume after the last event read
+            if self.closed.wait(backoff):
+                return
+            backoff = min(backoff * 2, 3.0)
+
+    def follow(self):
+        conn = UnixHTTPConnection(self.agent.path, timeout=None)
+        with self.lock:
+            if self.closed.is_set():
+                return
+            self.conn = conn
+        try:
+            conn.request("GET", "/v1/events?" + urllib.parse.urlencode({"after": self.after, "follow": "true"}),
+                         headers={"Leasekeeper-Worker": self.agent.identity})
+            resp = conn.getresponse()
+            if resp.status != 200:
+                raise AgentError(resp.status, json.loads(resp.read() or b"{}"))
+            while True:
+                line = resp.readline()
+                if not line:
+                    return
+                ev = json.loads(line)
+                self.after = ev.get("seq", self.after)
+                if ev.get("type") in WAKE_TYPES:
+                    self.woken.set()
+        finally:
+            conn.close()
+
+    def close(self):
+        with self.lock:
+            self.closed.set()
+            if self.conn is not None and self.conn.sock is not None:
+                try:
+                    self.conn.sock.shutdown(socket.SHUT_RDWR)  # ends the blocked read
+                except OSError:
+                    pass
+
+
 class Worker:
-    def __init__(self, agent, watch, work, out, labels=()):
+    def __init__(self, agent, watch, work, out, labels=(), wait=False):
         self.agent, self.watch, self.work = agent, watch, work
         self.labels = list(labels)
+        self.wait = wait
         self.out = out
         self.stop = threading.Event()
 
@@ -334,7 +425,12 @@ class Worker:
                 body = {"next": True, "checkpoint": checkpoint(0)}
                 if self.labels:
                     body["labels"] = self.labels
-                started = self.agent.request("POST", "/v1/starts", body)
+                if self.wait:
+                    started, sent = self.start_waiting(body)
+                    if started is None:
+                        return 0  # stopped by a signal while waiting: nothing claimed
+                else:
+                    started = self.agent.request("POST", "/v1/starts", body)
             except AgentError as e:
                 if e.code == "not_found":
                     self.say("pool empty: nothing left to claim")
@@ -345,6 +441,43 @@ class Worker:
             if self.handle(started, sent) == "interrupted":
                 return 0
         return 0
+
+    def start_waiting(self, body):
+        """POST /v1/starts, waiting while nothing is claimable: the log's
+        head first, then the try, then a follow of the log after the head,
+        trying again on each event that may matter (DESIGN.md#waiting).
+        Returns (started, sent), or (None, None) when a signal ended the
+        wait."""
+        head = self.agent.request("GET", "/v1/events/head")["seq"]
+        follower = None
+        try:
+            while True:
+                sent = time.monotonic()
+                try:
+                    return self.agent.request("POST", "/v1/starts", body), sent
+                except AgentError as e:
+                    if e.code == "claim_conflict":
+                        continue  # the pick changed under the write: at once
+                    if e.code != "not_found":
+                        raise
+                if follower is None:
+                    self.say("pool empty: waiting for work")
+                    follower = LogFollower(self.agent, head)
+                    follower.start()
+                # Until an event, the backstop or a signal (the flag is
+                # looked at every 0.1 s, as while working).
+                backstop = time.monotonic() + WAIT_BACKSTOP
+                while not self.stop.is_set() and not follower.woken.wait(min(0.1, max(backstop - time.monotonic(), 0))):
+                    if time.monotonic() >= backstop:
+                        break
+                if self.stop.is_set():
+                    return None, None
+                # Cleared BEFORE the next try: an event after it sets it
+                # again, one before it is seen by the try.
+                follower.woken.clear()
+        finally:
+            if follower is not None:
+                follower.close()
 
     def trusted_left(self):
         # A holder's request may not outlive the lease the agent last
@@ -476,6 +609,7 @@ def main():
     p.add_argument("--work", type=float, default=2.0, help="seconds of simulated work per card")
     p.add_argument("--max", type=int, default=0, help="stop after this many claimed cards (0: until the pool is empty)")
     p.add_argument("--label", action="append", default=[], help="start only cards carrying this label (repeatable: all of them)")
+    p.add_argument("--wait", action="store_true", help="when the pool is empty, wait for new work instead of exiting")
     args = p.parse_args()
 
     agent = Agent(args.socket)
@@ -484,7 +618,7 @@ def main():
     if not watch.ready.wait(30) or watch.error is not None:
         print("python-worker: cannot open the watch stream at %s: %s" % (args.socket, watch.error), file=sys.stderr)
         return 1
-    w = Worker(agent, watch, args.work, sys.stdout, args.label)
+    w = Worker(agent, watch, args.work, sys.stdout, args.label, args.wait)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: w.stop.set())
     try:

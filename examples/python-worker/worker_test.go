@@ -158,6 +158,48 @@ func TestRoutesByLabel(t *testing.T) {
 	}
 }
 
+// TestWaitsForNewWork: with --wait an empty pool does not end the worker:
+// it says it waits, takes each card carrying its label as it is created
+// (woken by the event log it follows from the head it read before its
+// try, DESIGN.md#waiting), passes over the others, and SIGTERM ends the
+// wait with nothing claimed.
+func TestWaitsForNewWork(t *testing.T) {
+	t.Parallel()
+	python3(t)
+	a := agentproc.New(t, leasekeeperBin, "")
+	a.Start()
+	w := startWorker(t, a, "--work", "0.02", "--wait", "--label", "gpu")
+	waiting := func(n int) {
+		t.Helper()
+		a.WaitFor(20*time.Second, fmt.Sprintf("the worker to wait for work (%d)", n), func() bool {
+			select {
+			case <-w.done:
+				t.Fatalf("the waiting worker exited: %v\n%s", w.err, w.out.String())
+			default:
+			}
+			return strings.Count(w.out.String(), "waiting for work") >= n
+		})
+	}
+	waiting(1)
+	a.MustRun("card", "create", "cpu-1", "--label", "cpu")
+	a.MustRun("card", "create", "gpu-1", "--label", "gpu")
+	waiting(2)
+	if out := w.out.String(); !strings.Contains(out, "gpu-1: run") || strings.Contains(out, "cpu-1") {
+		t.Fatalf("worker output, want gpu-1 worked and cpu-1 left alone:\n%s", out)
+	}
+	a.MustRun("card", "create", "gpu-2", "--label", "gpu")
+	waiting(3)
+	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	w.wait(t, 30*time.Second)
+	for id, want := range map[string]string{"gpu-1": board.StateDone, "gpu-2": board.StateDone, "cpu-1": board.StateReady} {
+		if c := a.Card(id); c.State != want || c.Claimed() {
+			t.Errorf("card %s in %s claimed by %q, want %s and free", id, c.State, c.Claim, want)
+		}
+	}
+}
+
 // TestNoticesClaimLost: an operator's force-release reaches the Python
 // worker on its watch stream; it stops working at once. Its one late
 // Finish is refused by the fence and writes nothing: the run stays as the

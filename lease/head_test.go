@@ -1,0 +1,64 @@
+package lease_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/heartbeat"
+	"github.com/leasekeeper/leasekeeper/lease"
+)
+
+// eventsSpy records where each read of the event log starts.
+type eventsSpy struct {
+	board.Store
+	afters []int64
+}
+
+func (s *eventsSpy) Events(ctx context.Context, after int64, limit int) ([]board.Event, error) {
+	s.afters = append(s.afters, after)
+	return s.Store.Events(ctx, after, limit)
+}
+
+// TestEventsHeadSeeksFromWhereItKnowsTheLogIs: the head is the last
+// event's number; the seek starts at the hint (the effects layer's
+// cursor) and then at the last head answered, never at the log's start
+// again (DESIGN.md#waiting).
+func TestEventsHeadSeeksFromWhereItKnowsTheLogIs(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, heartbeat.ModePID)
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := r.s.CreateCard(ctx, board.NewCard{ID: id, State: board.StateReady}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := r.s.Events(ctx, 0, 100)
+	if err != nil || len(evs) != 3 {
+		t.Fatalf("events = %v, %v; want three", evs, err)
+	}
+	spy := &eventsSpy{Store: r.s}
+	svc, err := lease.New(lease.Config{Store: spy, Claims: r.hb, Clock: r.clk, Lease: func() time.Duration { return term },
+		HeadHint: func() int64 { return evs[1].Seq }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, err := svc.EventsHead(ctx)
+	if err != nil || head != evs[2].Seq {
+		t.Fatalf("EventsHead = %d, %v; want %d", head, err, evs[2].Seq)
+	}
+	if len(spy.afters) != 1 || spy.afters[0] != evs[1].Seq {
+		t.Fatalf("the seek read the log after %v, want once after the hint %d", spy.afters, evs[1].Seq)
+	}
+	if _, err := r.s.CreateCard(ctx, board.NewCard{ID: "d", State: board.StateReady}); err != nil {
+		t.Fatal(err)
+	}
+	spy.afters = nil
+	again, err := svc.EventsHead(ctx)
+	if err != nil || again <= head {
+		t.Fatalf("EventsHead after a write = %d, %v; want past %d", again, err, head)
+	}
+	if len(spy.afters) != 1 || spy.afters[0] != head {
+		t.Fatalf("the second seek read the log after %v, want once after the last head %d", spy.afters, head)
+	}
+}
