@@ -254,6 +254,10 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 		ReaperPass: a.reaperPass,
 		AfterWrite: a.wakeEffects,
 		Logger:     log.With("component", "socket"),
+		// An operator's prune keeps what the effects layer has not
+		// applied, as the background pruner does (DESIGN.md#retention).
+		RetentionAge:   cfg.Retention.Age,
+		KeepEventsFrom: func() int64 { return a.effects.Head() + 1 },
 	})
 	if err != nil {
 		return nil, err

@@ -117,6 +117,8 @@ func addAgentCompletions(env *cli, root *cobra.Command) {
 		"card move":          positional(cards(anyCard), states(anyState)),
 		"card reopen":        positional(cards(anyCard), states(workingState)),
 		"card release":       positional(cards(claimedCard)),
+		"card delete":        positional(cards(anyCard)),
+		"prune":              positional(),
 		"board state rename": positional(states(anyState)),
 		"board state delete": positional(states(anyState)),
 		"claim":              claimArgs(env, cards(claimableCard)),

@@ -96,6 +96,7 @@ XDG_RUNTIME_DIR is unset).
 		newHealthCmd(env),
 		newEventsCmd(env),
 		newReaperCmd(env),
+		newPruneCmd(env),      // retention.go
 		newUICmd(env),         // ui.go
 		newCompletionCmd(env), // completion.go
 		newPluginCmd(env),
@@ -302,6 +303,7 @@ label). --set cannot be combined with --add or --remove.`,
 	crl.Flags().BoolVar(&force, "force", false, "confirm the steal")
 
 	c.AddCommand(cc, cl, cs, cm, cr, clb, crl)
+	c.AddCommand(newCardDeleteCmd(env)) // retention.go
 	return c
 }
 
