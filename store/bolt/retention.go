@@ -135,6 +135,9 @@ func (s *Store) Prune(ctx context.Context, p board.PruneParams) (board.PruneResu
 	if len(runs) == 0 && len(seqs) == 0 {
 		return out, nil
 	}
+	if s.pruneListed != nil {
+		s.pruneListed()
+	}
 	more := out.More
 	err = s.write(ctx, func(w *wtx) error {
 		out = board.PruneResult{Cards: []string{}, More: more}
