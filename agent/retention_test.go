@@ -117,8 +117,8 @@ func TestPrunerPassesOnItsTimerAndDrainsABacklog(t *testing.T) {
 	}
 }
 
-// A store that cannot prune (the MongoDB twin for now, a plugin from
-// before retention) is told once: the pruner stops instead of failing
+// A store that cannot prune (a plugin from before retention, refused the
+// verb as an invalid argument) is told once: the pruner stops instead of failing
 // every interval.
 func TestPrunerStopsOnAStoreThatCannotPrune(t *testing.T) {
 	t.Parallel()
