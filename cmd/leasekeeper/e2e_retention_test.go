@@ -115,3 +115,20 @@ func TestE2ECardDelete(t *testing.T) {
 		t.Errorf("the holder's claim exit = %d, want %d (lost); output:\n%s", got, want, claim.output.String())
 	}
 }
+
+// A follower whose position was pruned (`events --follow` resuming after a
+// long disconnection) is told what happened and what to do, not handed a
+// bare 410 (DESIGN.md#retention).
+func TestPrunedEventsErrorIsExplained(t *testing.T) {
+	t.Parallel()
+	env := &cli{}
+	c := &client.Client{Socket: "unused.sock"}
+	gone := &apitype.Error{Status: http.StatusGone, Body: apitype.ErrorBody{Code: apitype.CodeEventsPruned, Error: "events after 3 were pruned through 9"}}
+	if retryable(gone) {
+		t.Error("a pruned position is retried, but no retry brings the events back")
+	}
+	err := env.agentError(c, gone)
+	if !errors.Is(err, board.ErrEventsPruned) || !strings.Contains(err.Error(), "deleted by retention") || !strings.Contains(err.Error(), "run the command again") {
+		t.Errorf("agentError = %v; want it to say retention deleted them and how to read on", err)
+	}
+}
