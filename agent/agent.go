@@ -83,6 +83,8 @@ type Agent struct {
 	// effects turns the store's event log into launch hints and one-shot
 	// consumptions (effects.go).
 	effects *Effects
+	// pruner deletes old history in the background (retention.go).
+	pruner *Pruner
 
 	passMu   sync.Mutex
 	lastPass *apitype.ReaperPass
@@ -187,6 +189,7 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 		if err != nil {
 			a.hbStop()
 			a.counterStop()
+			a.pruner.Stop()
 			a.effects.Stop()
 			if a.reaper != nil {
 				a.reaper.Stop()
@@ -253,6 +256,10 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 		// Where GET /v1/events/head starts reading (DESIGN.md#waiting).
 		EventHeadHint: a.effectsHead,
 		Logger:        log.With("component", "socket"),
+		// An operator's prune keeps what the effects layer has not
+		// applied, as the background pruner does (DESIGN.md#retention).
+		RetentionAge:   cfg.Retention.Age,
+		KeepEventsFrom: func() int64 { return a.effects.Head() + 1 },
 	})
 	if err != nil {
 		return nil, err
@@ -289,6 +296,17 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 	if err := a.effects.Start(ctx); err != nil {
 		return nil, err
 	}
+	// Retention starts once the effects layer has found its place in the
+	// log: the pruner never deletes an event it has not applied
+	// (DESIGN.md#retention). The policy is said once, whatever it is.
+	log.Info("retention policy", "policy", cfg.Retention.String())
+	a.pruner = NewPruner(PrunerConfig{
+		Store:    a.store,
+		Policy:   cfg.Retention,
+		KeepFrom: func() int64 { return a.effects.Head() + 1 },
+		Logger:   log.With("component", "retention"),
+	})
+	a.pruner.Start(ctx)
 	if cfg.Metrics != "" {
 		// The board-wide counts have no reader but the metrics: without a
 		// listener the board is never listed for them.
@@ -352,6 +370,7 @@ func (a *Agent) stop() error {
 	srv := a.srv.Load()
 	srv.StopGranting()
 	a.reaper.Stop()
+	a.pruner.Stop()
 	a.counterStop()
 	a.effects.Stop()
 	a.hb.Stop()

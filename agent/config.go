@@ -58,6 +58,16 @@ const (
 	DefaultUnleasedHorizon = 24 * time.Hour
 	DefaultLogLevel        = "info"
 	DefaultMongoURI        = "mongodb://127.0.0.1:27017"
+
+	// DefaultRetentionAge: retention is on out of the box, keeping 30
+	// days. A board whose history only grows fills its disk, and a full
+	// disk stops every write, fences included (DESIGN.md#wal-recovery);
+	// 30 days is past any investigation of a finished card, and the agent
+	// says the policy once at start, so nothing goes unannounced
+	// (DESIGN.md#retention).
+	DefaultRetentionAge      = 720 * time.Hour
+	DefaultRetentionPerPass  = 500
+	DefaultRetentionInterval = 10 * time.Minute
 )
 
 // ErrConfig marks every configuration error, so callers can tell a bad file
@@ -87,6 +97,8 @@ type Config struct {
 	// Liveness is LivenessPID or LivenessKeepalive.
 	Liveness string
 	Reaper   ReaperConfig
+	// Retention is the retention.* block (DESIGN.md#retention).
+	Retention RetentionConfig
 	// UnleasedHorizon is how old an un-leased claim must be before the fleet
 	// twin lists it (DESIGN.md#unleased-sweep).
 	UnleasedHorizon time.Duration
@@ -116,6 +128,29 @@ type ReaperConfig struct {
 	Batch    int
 }
 
+// RetentionConfig is the retention.* block: what the background pruner
+// deletes and how fast (DESIGN.md#retention).
+type RetentionConfig struct {
+	// Age: runs of finished cards and events older than it are pruned; 0
+	// keeps everything (the pruner does not run).
+	Age time.Duration
+	// PerPass bounds the runs and, separately, the events of one pass.
+	PerPass int
+	// Interval is the time between passes.
+	Interval time.Duration
+}
+
+// Enabled reports whether the pruner runs.
+func (r RetentionConfig) Enabled() bool { return r.Age > 0 }
+
+// String is the policy as the agent logs it at start.
+func (r RetentionConfig) String() string {
+	if !r.Enabled() {
+		return "off (retention.age: 0): runs and events are kept for ever"
+	}
+	return fmt.Sprintf("runs of finished cards and events older than %s are deleted, at most %d of each every %s", r.Age, r.PerPass, r.Interval)
+}
+
 // HeartbeatInterval is the renewal cadence: a third of the lease (DESIGN.md#heartbeat).
 func (c Config) HeartbeatInterval() time.Duration { return c.Lease / 3 }
 
@@ -128,18 +163,19 @@ func (c Config) StoreSpec() storespec.Spec {
 // The file* types mirror the YAML document. Pointers tell "absent" from
 // "zero" so defaults apply only to keys the file leaves out.
 type fileConfig struct {
-	Socket          *string       `yaml:"socket"`
-	Store           *fileStore    `yaml:"store"`
-	Board           *string       `yaml:"board"`
-	States          []board.State `yaml:"states"`
-	Lease           *duration     `yaml:"lease"`
-	Liveness        *string       `yaml:"liveness"`
-	Reaper          *fileReaper   `yaml:"reaper"`
-	UnleasedHorizon *duration     `yaml:"unleased_horizon"`
-	OrphanGrace     *duration     `yaml:"orphan_grace"`
-	Operators       *uidList      `yaml:"operators"`
-	Metrics         *string       `yaml:"metrics"`
-	Log             *string       `yaml:"log"`
+	Socket          *string        `yaml:"socket"`
+	Store           *fileStore     `yaml:"store"`
+	Board           *string        `yaml:"board"`
+	States          []board.State  `yaml:"states"`
+	Lease           *duration      `yaml:"lease"`
+	Liveness        *string        `yaml:"liveness"`
+	Reaper          *fileReaper    `yaml:"reaper"`
+	Retention       *fileRetention `yaml:"retention"`
+	UnleasedHorizon *duration      `yaml:"unleased_horizon"`
+	OrphanGrace     *duration      `yaml:"orphan_grace"`
+	Operators       *uidList       `yaml:"operators"`
+	Metrics         *string        `yaml:"metrics"`
+	Log             *string        `yaml:"log"`
 }
 
 type fileStore struct {
@@ -154,6 +190,12 @@ type fileReaper struct {
 	Enabled  *bool     `yaml:"enabled"`
 	Interval *duration `yaml:"interval"`
 	Batch    *int      `yaml:"batch"`
+}
+
+type fileRetention struct {
+	Age      *duration `yaml:"age"`
+	PerPass  *int      `yaml:"per_pass"`
+	Interval *duration `yaml:"interval"`
 }
 
 // duration decodes Go duration syntax ("30s", "2m") and nothing else: a bare
@@ -422,10 +464,11 @@ func ParseConfig(data []byte, env Environment) (Config, error) {
 // yamlKeyPrefix maps the Go type yaml.v3 names in an unknown-field error to
 // the dotted key prefix a user wrote.
 var yamlKeyPrefix = map[string]string{
-	"agent.fileConfig": "",
-	"agent.fileStore":  "store.",
-	"agent.fileReaper": "reaper.",
-	"board.State":      "states[].",
+	"agent.fileConfig":    "",
+	"agent.fileStore":     "store.",
+	"agent.fileReaper":    "reaper.",
+	"agent.fileRetention": "retention.",
+	"board.State":         "states[].",
 }
 
 var unknownFieldRE = regexp.MustCompile(`line (\d+): field (\S+) not found in type (\S+)`)
@@ -458,6 +501,7 @@ func (fc fileConfig) resolve(env Environment) (Config, error) {
 		Liveness:        LivenessPID,
 		UnleasedHorizon: DefaultUnleasedHorizon,
 		Reaper:          ReaperConfig{Enabled: DefaultReaperEnabled, Interval: DefaultReaperInterval, Batch: DefaultReaperBatch},
+		Retention:       RetentionConfig{Age: DefaultRetentionAge, PerPass: DefaultRetentionPerPass, Interval: DefaultRetentionInterval},
 		Store:           storespec.Spec{Backend: BackendBolt},
 	}
 	if fc.Board != nil {
@@ -563,6 +607,30 @@ func (fc fileConfig) resolve(env Environment) (Config, error) {
 		if warning != "" {
 			cfg.Warnings = append(cfg.Warnings, warning)
 		}
+	}
+
+	if r := fc.Retention; r != nil {
+		if r.Age != nil {
+			cfg.Retention.Age = r.Age.d
+		}
+		if r.PerPass != nil {
+			cfg.Retention.PerPass = *r.PerPass
+		}
+		if r.Interval != nil {
+			cfg.Retention.Interval = r.Interval.d
+		}
+	}
+	if cfg.Retention.Age < 0 {
+		return Config{}, keyErr("retention.age", "%s is negative (0 keeps everything)", cfg.Retention.Age)
+	}
+	if cfg.Retention.Age > 0 && cfg.Retention.Age < time.Hour {
+		return Config{}, keyErr("retention.age", "%s is too short: the minimum is 1h (0 keeps everything); prune now with leasekeeper prune --older-than", cfg.Retention.Age)
+	}
+	if cfg.Retention.PerPass < 1 || cfg.Retention.PerPass > board.MaxPruneLimit {
+		return Config{}, keyErr("retention.per_pass", "%d is out of range 1..%d", cfg.Retention.PerPass, board.MaxPruneLimit)
+	}
+	if cfg.Retention.Interval < time.Minute {
+		return Config{}, keyErr("retention.interval", "%s is too short: the minimum is 1m", cfg.Retention.Interval)
 	}
 
 	if fc.UnleasedHorizon != nil {
@@ -672,6 +740,9 @@ func ReloadableDiff(old, next Config) (restart []string) {
 	}
 	if old.Reaper.Interval != next.Reaper.Interval || old.Reaper.Batch != next.Reaper.Batch {
 		restart = append(restart, "reaper.interval/reaper.batch")
+	}
+	if old.Retention != next.Retention {
+		restart = append(restart, "retention")
 	}
 	if old.UnleasedHorizon != next.UnleasedHorizon {
 		restart = append(restart, "unleased_horizon")

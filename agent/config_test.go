@@ -163,6 +163,10 @@ reaper:
   enabled: true
   interval: 2m
   batch: 7
+retention:
+  age: 168h
+  per_pass: 50
+  interval: 5m
 unleased_horizon: 48h
 orphan_grace: 20s
 operators: [0, 42, 42]
@@ -180,6 +184,7 @@ log: debug
 		Lease:           45 * time.Second,
 		Liveness:        LivenessKeepalive,
 		Reaper:          ReaperConfig{Enabled: true, Interval: 2 * time.Minute, Batch: 7},
+		Retention:       RetentionConfig{Age: 168 * time.Hour, PerPass: 50, Interval: 5 * time.Minute},
 		UnleasedHorizon: 48 * time.Hour,
 		OrphanGrace:     20 * time.Second,
 		Operators:       []uint32{0, 42},
@@ -357,5 +362,34 @@ func TestReloadableDiff(t *testing.T) {
 				t.Errorf("ReloadableDiff = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// Retention is on by default (DESIGN.md#retention), age 0 turns it off,
+// and the strict loader refuses what a pruner cannot run with.
+func TestConfigRetention(t *testing.T) {
+	t.Parallel()
+	cfg, err := ParseConfig(nil, testEnv(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (RetentionConfig{Age: DefaultRetentionAge, PerPass: DefaultRetentionPerPass, Interval: DefaultRetentionInterval}); cfg.Retention != want || !cfg.Retention.Enabled() {
+		t.Errorf("default retention = %+v, want %+v, enabled", cfg.Retention, want)
+	}
+	off, err := ParseConfig([]byte("retention: {age: 0s}\n"), testEnv(nil))
+	if err != nil || off.Retention.Enabled() || !strings.Contains(off.Retention.String(), "off") {
+		t.Errorf("retention.age 0 = %+v, %v; want it off", off.Retention, err)
+	}
+	for doc, key := range map[string]string{
+		"retention: {age: -1h}\n":        "retention.age",
+		"retention: {age: 10m}\n":        "retention.age",
+		"retention: {per_pass: 0}\n":     "retention.per_pass",
+		"retention: {per_pass: 20000}\n": "retention.per_pass",
+		"retention: {interval: 1s}\n":    "retention.interval",
+		"retention: {every: 1m}\n":       "retention.every",
+	} {
+		if _, err := ParseConfig([]byte(doc), testEnv(nil)); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), key) {
+			t.Errorf("%q: err = %v, want ErrConfig naming %s", doc, err, key)
+		}
 	}
 }

@@ -263,6 +263,24 @@ func (e *Effects) RunOnce(ctx context.Context) (EffectsPass, error) {
 	var p EffectsPass
 	for {
 		evs, err := e.cfg.Store.Events(ctx, e.cursor, e.cfg.Page)
+		if errors.Is(err, board.ErrEventsPruned) {
+			// Another agent's prune (a fleet's agents each keep only
+			// their own cursor) cut the log below this one: what was
+			// pruned is older than the retention age, so the layer moves
+			// to the head as a new agent does rather than stall on the
+			// gap for ever (DESIGN.md#retention).
+			e.cfg.Logger.Warn("effects: the event log was pruned past this agent's position; moving to its head", "after", e.cursor, "err", err)
+			prev := e.cursor
+			e.cursor = 0 // the pruned position reads as the same error
+			if err := e.SeekHead(ctx); err != nil {
+				e.cursor = prev // never left at 0: that would replay the log
+				e.head.Store(prev)
+				p.Cursor = e.cursor
+				return p, err
+			}
+			p.Cursor = e.cursor
+			return p, nil
+		}
 		if err != nil {
 			p.Cursor = e.cursor
 			return p, err

@@ -75,9 +75,9 @@ var readOps = map[string]bool{
 // meteredStore counts, so each series exists at 0 from the start.
 var storeOps = []string{
 	"adjust_labels", "claim", "claim_next", "create_card", "create_run",
-	"dependents", "events", "expire_claim_owned", "finish", "get_card", "get_run",
+	"delete_card", "dependents", "events", "expire_claim_owned", "finish", "get_card", "get_run",
 	"list_cards", "list_expired_claim_candidates", "list_unleased_running_claims",
-	"load_board", "now", "reclaim_expired", "release", "release_expired", "release_owned",
+	"load_board", "now", "prune", "reclaim_expired", "release", "release_expired", "release_owned",
 	"renew_claims", "reopen", "set_awaiting_input_owned", "set_board", "set_gave_up_owned",
 	"set_labels", "set_labels_from", "set_last_run_owned", "set_state", "set_state_from",
 	"set_state_owned", "start", "update_run",
@@ -359,5 +359,17 @@ func (s meteredStore) ReclaimExpired(ctx context.Context, r board.Reclaim) (boar
 func (s meteredStore) Events(ctx context.Context, after int64, limit int) ([]board.Event, error) {
 	out, err := s.inner.Events(ctx, after, limit)
 	s.done("events", err)
+	return out, err
+}
+
+func (s meteredStore) Prune(ctx context.Context, p board.PruneParams) (board.PruneResult, error) {
+	out, err := s.inner.Prune(ctx, p)
+	s.done("prune", err)
+	return out, err
+}
+
+func (s meteredStore) DeleteCard(ctx context.Context, p board.DeleteCardParams) (board.DeleteCardResult, error) {
+	out, err := s.inner.DeleteCard(ctx, p)
+	s.done("delete_card", err)
 	return out, err
 }

@@ -43,6 +43,7 @@ const (
 	CodeTransitionRejected Code = "transition_rejected"
 	CodeTerminalStateExit  Code = "terminal_state_exit"
 	CodeWaitingOnBlockers  Code = "waiting_on_blockers"
+	CodeEventsPruned       Code = "events_pruned"
 	CodeInvalidArgument    Code = "invalid_argument"
 	CodeAlreadyExists      Code = "already_exists"
 	CodeOutcomeUnknown     Code = "outcome_unknown"
@@ -55,8 +56,8 @@ const (
 )
 
 // codeTable is ordered most specific first: ErrTerminalStateExit and
-// ErrWaitingOnBlockers wrap ErrTransitionRejected and ErrAlreadyExists
-// wraps ErrInvalidArgument, so the wrapper must be matched before what it
+// ErrWaitingOnBlockers wrap ErrTransitionRejected, ErrAlreadyExists
+// wraps ErrInvalidArgument and ErrEventsPruned wraps ErrNotFound, so the wrapper must be matched before what it
 // wraps.
 var codeTable = []struct {
 	code   Code
@@ -69,6 +70,7 @@ var codeTable = []struct {
 	{CodeTransitionRejected, board.ErrTransitionRejected, http.StatusConflict},
 	{CodeAlreadyExists, board.ErrAlreadyExists, http.StatusConflict},
 	{CodeInvalidArgument, board.ErrInvalidArgument, http.StatusBadRequest},
+	{CodeEventsPruned, board.ErrEventsPruned, http.StatusGone},
 	{CodeNotFound, board.ErrNotFound, http.StatusNotFound},
 	{CodeOutcomeUnknown, board.ErrOutcomeUnknown, http.StatusBadGateway},
 	{CodeForbidden, ErrForbidden, http.StatusForbidden},

@@ -197,6 +197,45 @@ type ForceReleaseResponse struct {
 	Epoch  int64  `json:"epoch,omitempty"`
 }
 
+// DeleteCardResponse is what an operator's card delete removed
+// (DESIGN.md#retention).
+type DeleteCardResponse struct {
+	// Card is the card as it was deleted.
+	Card board.Card `json:"card"`
+	// Runs is how many of its runs went with it.
+	Runs int `json:"runs"`
+	// Holder and Epoch are the claim a forced delete released first;
+	// empty when the card was free.
+	Holder string `json:"holder,omitempty"`
+	Epoch  int64  `json:"epoch,omitempty"`
+}
+
+// PruneRequest asks for one bounded prune now (DESIGN.md#retention).
+type PruneRequest struct {
+	// OlderThanMS is the age of what goes, in milliseconds; 0 is the
+	// agent's retention.age.
+	OlderThanMS int64 `json:"older_than_ms,omitempty"`
+	// Limit bounds the runs and, separately, the events; 0 is 500.
+	Limit int `json:"limit,omitempty"`
+	// DryRun reports what would go and deletes nothing.
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// PruneResponse is what a prune deleted, or would delete.
+type PruneResponse struct {
+	// Before is the cutoff, by the store's clock.
+	Before time.Time `json:"before"`
+	Runs   int       `json:"runs"`
+	Events int       `json:"events"`
+	// Cards are the cards whose runs went.
+	Cards []string `json:"cards"`
+	// EventsThrough is the highest event seq that went; 0 when none.
+	EventsThrough int64 `json:"events_through,omitempty"`
+	// More is true when the limit stopped the prune with more to go.
+	More   bool `json:"more,omitempty"`
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
 // EventsResponse is a page of the audit log.
 type EventsResponse struct {
 	Events []board.Event `json:"events"`

@@ -18,6 +18,9 @@ const (
 	EventGaveUp        EventType = "gave_up"
 	EventRunCreated    EventType = "run_created"
 	EventRunUpdated    EventType = "run_updated"
+	// EventCardDeleted records an operator's Store.DeleteCard
+	// (DESIGN.md#retention); the card is gone when it is read.
+	EventCardDeleted EventType = "card_deleted"
 )
 
 // Reason is the provenance of a state event.

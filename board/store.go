@@ -260,6 +260,7 @@ type Store interface {
 	Runs
 	Recovery
 	EventLog
+	Retention
 
 	// Traits are the store's declaration of what it is (see Traits). They
 	// do not change while the store is open.

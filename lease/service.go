@@ -93,6 +93,12 @@ type Config struct {
 	// request's context: a cancelled request must not leave its cleanup
 	// undone.
 	CleanupTimeout time.Duration
+	// RetentionAge is the age an operator's prune uses when it names none
+	// (the agent's retention.age; 0: it must name one).
+	RetentionAge time.Duration
+	// KeepEventsFrom, when set, is the first event seq a prune must keep:
+	// the agent's effects layer has not applied it yet (DESIGN.md#retention).
+	KeepEventsFrom func() int64
 }
 
 // Service is the lease service. It is safe for concurrent use.

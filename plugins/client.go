@@ -54,7 +54,8 @@ func newUnaryRemoteStore(conn grpc.ClientConnInterface, version int) *remoteStor
 	return &remoteStore{verbs: newVerbs(c), conn: c}
 }
 
-// labelsGuard refuses, before it is sent, a ClaimNext or a Start that
+// labelsGuard refuses, before it is sent, a Prune or a DeleteCard to a
+// plugin from before retention (DESIGN.md#retention), and a ClaimNext or a Start that
 // routes by labels when the plugin negotiated a protocol from before them
 // (DESIGN.md#label-routing): that plugin reads the request without the
 // labels and would take the oldest card of all. It sits under the Proxy's
@@ -66,6 +67,14 @@ type labelsGuard struct {
 }
 
 func (g labelsGuard) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	if g.version < retentionProtocolVersion {
+		switch args.(type) {
+		case *storepb.PruneRequest, *storepb.DeleteCardRequest:
+			return fmt.Errorf("store plugin: %s: %w", path.Base(method), board.Invalid(
+				"the plugin speaks store protocol %d, from before retention (protocol %d), and cannot prune or delete cards: rebuild it against this leasekeeper release; nothing was sent",
+				g.version, retentionProtocolVersion))
+		}
+	}
 	if g.version < labelsProtocolVersion {
 		var labels []string
 		switch r := args.(type) {

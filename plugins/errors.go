@@ -41,6 +41,7 @@ var sentinels = []struct {
 	{board.ErrTransitionRejected, storepb.ErrorKind_ERROR_KIND_TRANSITION_REJECTED},
 	{board.ErrTerminalStateExit, storepb.ErrorKind_ERROR_KIND_TERMINAL_STATE_EXIT},
 	{board.ErrWaitingOnBlockers, storepb.ErrorKind_ERROR_KIND_WAITING_ON_BLOCKERS},
+	{board.ErrEventsPruned, storepb.ErrorKind_ERROR_KIND_EVENTS_PRUNED},
 	{board.ErrInvalidArgument, storepb.ErrorKind_ERROR_KIND_INVALID_ARGUMENT},
 	{board.ErrAlreadyExists, storepb.ErrorKind_ERROR_KIND_ALREADY_EXISTS},
 	{board.ErrOutcomeUnknown, storepb.ErrorKind_ERROR_KIND_OUTCOME_UNKNOWN},

@@ -15,7 +15,14 @@ import (
 // speaks. Bump it (and keep serving the old version in VersionedPlugins for
 // as long as it is supported) whenever proto/store.proto changes in a way an
 // older peer cannot read.
-const ProtocolVersion = 5
+const ProtocolVersion = 6
+
+// Version 6 added the retention verbs, Prune and DeleteCard
+// (DESIGN.md#retention). A plugin built before them answers them
+// Unimplemented; the agent refuses to send them to a plugin that negotiated
+// an older version (retentionGuard), so the operator reads which plugin to
+// rebuild rather than a bare "not implemented".
+const retentionProtocolVersion = 6
 
 // Version 5 added the labels a ClaimNext or a Start next routes by
 // (DESIGN.md#label-routing). A plugin built before it reads such a request
@@ -52,9 +59,10 @@ var Handshake = plugin.HandshakeConfig{
 // a client passes nil.
 func VersionedPlugins(store board.Store) map[int]plugin.PluginSet {
 	return map[int]plugin.PluginSet{
-		ProtocolVersion:      {PluginName: &StorePlugin{Store: store, version: ProtocolVersion}},
-		callsProtocolVersion: {PluginName: &StorePlugin{Store: store, version: callsProtocolVersion}},
-		unaryProtocolVersion: {PluginName: &StorePlugin{Store: store, unary: true, version: unaryProtocolVersion}},
+		ProtocolVersion:       {PluginName: &StorePlugin{Store: store, version: ProtocolVersion}},
+		labelsProtocolVersion: {PluginName: &StorePlugin{Store: store, version: labelsProtocolVersion}},
+		callsProtocolVersion:  {PluginName: &StorePlugin{Store: store, version: callsProtocolVersion}},
+		unaryProtocolVersion:  {PluginName: &StorePlugin{Store: store, unary: true, version: unaryProtocolVersion}},
 	}
 }
 

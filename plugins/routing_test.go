@@ -63,3 +63,39 @@ func TestAPluginFromBeforeLabelRoutingIsNotSentARoutedPick(t *testing.T) {
 		t.Errorf("unrouted ClaimNext = %q, %v; want plain", c.ID, err)
 	}
 }
+
+// A plugin built before the retention verbs speaks protocol 5 at most and
+// would answer Prune and DeleteCard Unimplemented at best. The agent never
+// sends them: each is refused before it is sent, naming the rebuild, and
+// nothing is deleted (DESIGN.md#retention).
+func TestAPluginFromBeforeRetentionIsNotSentAPrune(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	p, err := Launch(ctx, LaunchConfig{
+		Cmd:   testPluginCmd(t, "before-retention"),
+		Child: &ChildConfig{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
+	})
+	if err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
+	defer p.Close()
+	if _, err := p.CreateCard(ctx, board.NewCard{ID: "old", State: board.StateDone, Actor: "cli"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.Prune(ctx, board.PruneParams{Before: time.Now().Add(time.Hour)})
+	if !errors.Is(err, board.ErrInvalidArgument) || !strings.Contains(err.Error(), "rebuild") || !strings.Contains(err.Error(), "protocol 5") {
+		t.Errorf("Prune through a plugin from before retention = %v, want ErrInvalidArgument naming protocol 5 and the rebuild", err)
+	}
+	_, err = p.DeleteCard(ctx, board.DeleteCardParams{ID: "old", Actor: "uid:0"})
+	if !errors.Is(err, board.ErrInvalidArgument) || !strings.Contains(err.Error(), "rebuild") {
+		t.Errorf("DeleteCard through a plugin from before retention = %v, want ErrInvalidArgument naming the rebuild", err)
+	}
+	if _, err := p.GetCard(ctx, "old"); err != nil {
+		t.Errorf("the card is gone after a refused DeleteCard: %v", err)
+	}
+	evs, err := p.Events(ctx, 0, 10)
+	if err != nil || len(evs) != 1 {
+		t.Errorf("events after refused retention verbs = %v, %v; want the one card_created", evs, err)
+	}
+}

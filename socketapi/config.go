@@ -55,6 +55,10 @@ type Config struct {
 	// the store's event log (the agent's effects layer) wakes at once
 	// instead of waiting for its poll.
 	AfterWrite func()
+	// RetentionAge and KeepEventsFrom serve the operator's prune
+	// (lease.Config; DESIGN.md#retention).
+	RetentionAge   time.Duration
+	KeepEventsFrom func() int64
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 

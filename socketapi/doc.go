@@ -128,6 +128,7 @@
 //	    real columns.
 //	GET /v1/events?after=SEQ&limit=N           → 200 {"events": [Event]}
 //	GET /v1/events?after=SEQ&follow=true       → NDJSON, one Event per line
+//	    (a positive after below what retention pruned: 410 events_pruned)
 //	GET /v1/events/head                        → 200 {"seq": N}
 //	    the log's last sequence number now (0: empty); follow after it to
 //	    see every later event and none before (a waiter's start position).
@@ -141,6 +142,9 @@
 //	PUT    /v1/cards/{id}/labels     {"labels": [...]} → 200 Card (absolute)
 //	DELETE /v1/cards/{id}/claim      → 200 {"card", "holder", "epoch"}: force-release;
 //	    the holder's watch stream gets claim_lost (reason force_released)
+//	DELETE /v1/cards/{id}?force=true → 200 apitype.DeleteCardResponse: the card
+//	    and its runs (retention.go; force force-releases a claimed card first)
+//	POST   /v1/prune                 apitype.PruneRequest → 200 apitype.PruneResponse
 //	POST   /v1/reaper/pass?dry_run=true → 200 apitype.ReaperPass
 //
 // Board administration (operator; admin.go). Each runs one sweep of

@@ -148,6 +148,14 @@ func checkBody(r *http.Request, v any) error {
 		return firstErr(checkNames("label", req.From), board.ValidateName("target label", req.Into))
 	case *apitype.DeleteLabelRequest:
 		return board.ValidateName("label", req.Label)
+	case *apitype.PruneRequest:
+		if req.OlderThanMS < 0 {
+			return board.Invalid("older_than_ms %d is negative", req.OlderThanMS)
+		}
+		if req.Limit < 0 || req.Limit > board.MaxPruneLimit {
+			return board.Invalid("limit %d out of range 0..%d", req.Limit, board.MaxPruneLimit)
+		}
+		return nil
 	case *struct{}:
 		return nil
 	}

@@ -103,6 +103,8 @@ func (s *Server) coreRoutes() []route {
 		{"PATCH", "/v1/cards/{id}/labels", permOperator, s.handleAdjustLabels},
 		{"PUT", "/v1/cards/{id}/labels", permOperator, s.handleSetLabels},
 		{"DELETE", "/v1/cards/{id}/claim", permOperator, s.handleForceRelease},
+		{"DELETE", "/v1/cards/{id}", permOperator, s.handleDeleteCard},
+		{"POST", "/v1/prune", permOperator, s.handlePrune},
 		{"POST", "/v1/reaper/pass", permOperator, s.handleReaperPass},
 	}
 }

@@ -45,7 +45,8 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	ls, err := lease.New(lease.Config{Store: cfg.Store, Claims: cfg.Claims, Clock: cfg.Clock, Lease: cfg.Lease, Logger: cfg.Logger, HeadHint: cfg.EventHeadHint})
+	ls, err := lease.New(lease.Config{Store: cfg.Store, Claims: cfg.Claims, Clock: cfg.Clock, Lease: cfg.Lease, Logger: cfg.Logger, HeadHint: cfg.EventHeadHint,
+		RetentionAge: cfg.RetentionAge, KeepEventsFrom: cfg.KeepEventsFrom})
 	if err != nil {
 		return nil, err
 	}

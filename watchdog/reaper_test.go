@@ -852,3 +852,46 @@ func TestPassReadsTheBoardItDecidesBy(t *testing.T) {
 		}
 	}
 }
+
+// A run retention pruned can still be pointed at: a card finished, its run
+// pruned (DESIGN.md#retention), the card reopened, and a worker that
+// claims it re-stamps the run it remembers, as one resuming it would. The
+// claim then records a run the store no longer has: row 2, a give-up a
+// person decides, never a release that would launch the card as new
+// (DESIGN.md#row-2).
+func TestReaperGivesUpOnARunRetentionPruned(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.card("c1", board.StateReady)
+	st, err := e.store.Start(e.ctx, board.StartRequest{Card: "c1", Marker: workerMarker, Lease: lease,
+		Run: board.Run{ID: "run-old", Host: workerHost, PID: workerPID}})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if _, err := e.store.Finish(e.ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "run-old", Status: board.RunFinished}); err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	e.clock.Advance(31 * 24 * time.Hour)
+	res, err := e.store.Prune(e.ctx, board.PruneParams{Before: e.clock.Now().Add(-720 * time.Hour)})
+	if err != nil || res.Runs != 1 {
+		t.Fatalf("Prune = %+v, %v; want run-old pruned", res, err)
+	}
+	if err := e.store.Reopen(e.ctx, board.Move{Card: "c1", To: board.StateReady, Actor: "uid:0"}); err != nil {
+		t.Fatalf("Reopen: %v", err)
+	}
+	tok := e.claim("c1", workerMarker)
+	if _, err := e.store.SetStateOwned(e.ctx, board.OwnedMove{Card: "c1", Token: tok, To: board.StateInProgress}); err != nil {
+		t.Fatalf("SetStateOwned: %v", err)
+	}
+	if err := e.store.SetLastRunOwned(e.ctx, "c1", tok, "run-old"); err != nil {
+		t.Fatalf("SetLastRunOwned of the pruned run: %v", err)
+	}
+	e.expire()
+
+	wantOutcome(t, e.pass("c1"), OutcomeFiled)
+	c := e.wantState("c1", board.StateFailed)
+	e.wantFree("c1")
+	if c.GaveUp == nil || c.GaveUp.RunID != "run-old" {
+		t.Errorf("gave_up = %+v, want a give-up naming the pruned run-old", c.GaveUp)
+	}
+}

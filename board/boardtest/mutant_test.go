@@ -79,6 +79,29 @@ func (m sinkLeaks) SetState(ctx context.Context, mv board.Move) error {
 	return err
 }
 
+// pruneIgnoresDryRun deletes on a dry run.
+type pruneIgnoresDryRun struct{ board.Store }
+
+func (m pruneIgnoresDryRun) Prune(ctx context.Context, p board.PruneParams) (board.PruneResult, error) {
+	dry := p.DryRun
+	p.DryRun = false
+	res, err := m.Store.Prune(ctx, p)
+	res.DryRun = dry
+	return res, err
+}
+
+// eventsSkipPruned serves a reader positioned below what a prune deleted
+// from what the log keeps: the silent gap DESIGN.md#retention forbids.
+type eventsSkipPruned struct{ board.Store }
+
+func (m eventsSkipPruned) Events(ctx context.Context, after int64, limit int) ([]board.Event, error) {
+	evs, err := m.Store.Events(ctx, after, limit)
+	if errors.Is(err, board.ErrEventsPruned) {
+		return m.Store.Events(ctx, 0, limit)
+	}
+	return evs, err
+}
+
 // reopenLastBlockerOnly applies the old Reopen guard: a dependent held the
 // blocker only while it was working on the promotion this blocker's
 // completion made (PromotedBy), so an earlier blocker, a dependent moved on
@@ -273,6 +296,8 @@ var mutants = map[string]func(board.Store) board.Store{
 	"sinkLeaks":              func(s board.Store) board.Store { return sinkLeaks{s} },
 	"recoveryListsClaimed":   func(s board.Store) board.Store { return recoveryListsClaimed{s} },
 	"reopenLastBlockerOnly":  func(s board.Store) board.Store { return reopenLastBlockerOnly{s} },
+	"pruneIgnoresDryRun":     func(s board.Store) board.Store { return pruneIgnoresDryRun{s} },
+	"eventsSkipPruned":       func(s board.Store) board.Store { return eventsSkipPruned{s} },
 }
 
 func mutantHarness(t *testing.T) boardtest.Harness {
@@ -331,6 +356,10 @@ func TestSuiteCatchesMutants(t *testing.T) {
 			[]string{"TestMutantExercise/Lifecycle/ReleaseHandsTheCardBack/Release", "TestMutantExercise/Lifecycle/ReleaseHandsTheCardBack/ReleaseOwned"}},
 		{"claimPassesBlockers", "TestMutantExercise/Blockers/",
 			[]string{"TestMutantExercise/Blockers/ClaimByIDOfAWaitingCardIsRefused", "TestMutantExercise/Blockers/ParkedInWaitingDepsWithNothingOutstanding"}},
+		{"pruneIgnoresDryRun", "TestMutantExercise/Retention/PruneIsBounded",
+			[]string{"TestMutantExercise/Retention/PruneIsBoundedAndDryRunWritesNothing"}},
+		{"eventsSkipPruned", "TestMutantExercise/Retention/PrunedEvents",
+			[]string{"TestMutantExercise/Retention/PrunedEventsAreRefusedNotSkipped"}},
 		{"reopenLastBlockerOnly", "TestMutantExercise/States/ReopenGuard/",
 			[]string{"TestMutantExercise/States/ReopenGuard/EarlierBlocker", "TestMutantExercise/States/ReopenGuard/DependentMovedByHand", "TestMutantExercise/States/ReopenGuard/FinishedDependent"}},
 	}

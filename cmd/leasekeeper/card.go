@@ -62,6 +62,10 @@ func (env *cli) agentError(c *client.Client, err error) error {
 	if errors.As(err, &op) || errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
 		return fmt.Errorf("cannot reach the agent at %s (is `leasekeeper agent` running? set --socket or LEASEKEEPER_SOCKET): %w", c.SocketPath(), err)
 	}
+	if errors.Is(err, board.ErrEventsPruned) {
+		// DESIGN.md#retention: never a silent gap.
+		return fmt.Errorf("the events after this position were deleted by retention (prune), so reading on would skip them: run the command again without a position (it reads what the log keeps), and see docs/OPERATIONS.md#retention: %w", err)
+	}
 	return err
 }
 

@@ -121,6 +121,8 @@ func addAgentCompletions(env *cli, root *cobra.Command) {
 		"card release":       positional(cards(claimedCard)),
 		"run show":           positional(env.runCandidates),
 		"card wait":          positional(cards(anyCard)),
+		"card delete":        positional(cards(anyCard)),
+		"prune":              positional(),
 		"board state rename": positional(states(anyState)),
 		"board state delete": positional(states(anyState)),
 		"claim":              claimArgs(env, cards(claimableCard), cards(waitableCard)),

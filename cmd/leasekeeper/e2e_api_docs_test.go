@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // rawGet sends GET path over the agent's socket and returns the status and
@@ -70,5 +71,23 @@ func TestE2EAPIAsDocumented(t *testing.T) {
 	status, body = rawGet(t, e.Socket, "/v1/status")
 	if status != http.StatusOK || !strings.Contains(body, `"draining":false`) {
 		t.Errorf("GET /v1/status = %d %s, want draining:false", status, body)
+	}
+
+	// A position below what retention pruned is 410 events_pruned, never
+	// a page past the gap (API.md, DESIGN.md#retention). The prune keeps
+	// what the agent's effects layer has not applied, so it is repeated
+	// until that layer has caught up.
+	e.MustRun("card", "create", "second")
+	e.WaitFor(20*time.Second, "a prune past seq 1", func() bool {
+		e.MustRun("prune", "--older-than", "1ms")
+		status, body = rawGet(t, e.Socket, "/v1/events?after=1")
+		return status != http.StatusOK
+	})
+	var eb struct{ Code, Error string }
+	if err := json.Unmarshal([]byte(body), &eb); err != nil || status != http.StatusGone || eb.Code != "events_pruned" || !strings.Contains(eb.Error, "pruned through") {
+		t.Errorf("GET /v1/events?after=1 once pruned = %d %s, want 410 events_pruned naming where the log was cut", status, body)
+	}
+	if status, body = rawGet(t, e.Socket, "/v1/events?after=0"); status != http.StatusOK {
+		t.Errorf("GET /v1/events?after=0 once pruned = %d %s, want 200: what the log keeps", status, body)
 	}
 }

@@ -90,6 +90,8 @@ var routeInputs = map[string]routeInput{
 	"PATCH /v1/cards/{id}/labels":  {body: `{"add":[%[1]s],"remove":[%[2]s]}`, good: []string{`"a"`, `"b"`}},
 	"PUT /v1/cards/{id}/labels":    {body: `{"labels":[%[1]s]}`, good: []string{`"a"`}},
 	"DELETE /v1/cards/{id}/claim":  {},
+	"DELETE /v1/cards/{id}":        {query: map[string]string{"force": "false"}},
+	"POST /v1/prune":               {body: `{"dry_run":true,"unknown":%[1]s}`, good: []string{`"x"`}},
 	"POST /v1/reaper/pass":         {query: map[string]string{"dry_run": "true"}},
 	"POST /v1/board/states/rename": {query: sweepQuery, body: `{"from":%[1]s,"to":%[2]s}`, good: []string{`"nope"`, `"nope2"`}},
 	"POST /v1/board/states/delete": {query: sweepQuery, body: `{"state":%[1]s,"into":%[2]s}`, good: []string{`"nope"`, `"backlog"`}},

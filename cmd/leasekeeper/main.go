@@ -97,6 +97,7 @@ XDG_RUNTIME_DIR is unset).
 		newHealthCmd(env),
 		newEventsCmd(env),
 		newReaperCmd(env),
+		newPruneCmd(env),      // retention.go
 		newUICmd(env),         // ui.go
 		newCompletionCmd(env), // completion.go
 		newPluginCmd(env),
@@ -329,6 +330,7 @@ or when the card does not exist or is deleted.
 	cw.Flags().DurationVar(&wait.timeout, "timeout", 0, "give up after this long (exit 124; 0: wait for as long as it takes)")
 
 	c.AddCommand(cc, cl, cs, cm, cr, clb, crl, cw)
+	c.AddCommand(newCardDeleteCmd(env)) // retention.go
 	return c
 }
 

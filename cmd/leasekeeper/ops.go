@@ -36,7 +36,7 @@ type eventsOpts struct {
 var eventTypes = []board.EventType{
 	board.EventCardCreated, board.EventClaimed, board.EventReleased, board.EventState,
 	board.EventLabels, board.EventLastRun, board.EventAwaitingInput, board.EventGaveUp,
-	board.EventRunCreated, board.EventRunUpdated,
+	board.EventRunCreated, board.EventRunUpdated, board.EventCardDeleted,
 }
 
 // eventFilter is what `events --card/--type/--since` keep. The agent's log
@@ -363,6 +363,8 @@ func formatEvent(ev board.Event) string {
 		fmt.Fprintf(&b, " [%s]", strings.Join(d.Labels, ","))
 	case board.EventRunCreated, board.EventRunUpdated, board.EventLastRun:
 		fmt.Fprintf(&b, " run %s %s", d.RunID, d.Status)
+	case board.EventCardDeleted:
+		fmt.Fprintf(&b, " from %s", d.From)
 	}
 	if ev.Reason != "" {
 		fmt.Fprintf(&b, " reason=%s", ev.Reason)

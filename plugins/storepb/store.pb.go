@@ -47,6 +47,9 @@ const (
 	// ERROR_KIND_TRANSITION_REJECTED, which it refines: a peer that does not
 	// know this kind still sees a transition refusal.
 	ErrorKind_ERROR_KIND_WAITING_ON_BLOCKERS ErrorKind = 10
+	// Events after a position a Prune deleted (board.ErrEventsPruned). Always
+	// sent with ERROR_KIND_NOT_FOUND, which it refines.
+	ErrorKind_ERROR_KIND_EVENTS_PRUNED ErrorKind = 11
 )
 
 // Enum value maps for ErrorKind.
@@ -63,6 +66,7 @@ var (
 		8:  "ERROR_KIND_CANCELED",
 		9:  "ERROR_KIND_DEADLINE_EXCEEDED",
 		10: "ERROR_KIND_WAITING_ON_BLOCKERS",
+		11: "ERROR_KIND_EVENTS_PRUNED",
 	}
 	ErrorKind_value = map[string]int32{
 		"ERROR_KIND_UNSPECIFIED":         0,
@@ -76,6 +80,7 @@ var (
 		"ERROR_KIND_CANCELED":            8,
 		"ERROR_KIND_DEADLINE_EXCEEDED":   9,
 		"ERROR_KIND_WAITING_ON_BLOCKERS": 10,
+		"ERROR_KIND_EVENTS_PRUNED":       11,
 	}
 )
 
@@ -4138,6 +4143,278 @@ func (x *EventsReply) GetNil() bool {
 	return false
 }
 
+type PruneRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Before        *Time                  `protobuf:"bytes,1,opt,name=before,proto3" json:"before,omitempty"`
+	Limit         int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	KeepFrom      int64                  `protobuf:"varint,3,opt,name=keep_from,json=keepFrom,proto3" json:"keep_from,omitempty"`
+	DryRun        bool                   `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneRequest) Reset() {
+	*x = PruneRequest{}
+	mi := &file_store_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneRequest) ProtoMessage() {}
+
+func (x *PruneRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneRequest.ProtoReflect.Descriptor instead.
+func (*PruneRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *PruneRequest) GetBefore() *Time {
+	if x != nil {
+		return x.Before
+	}
+	return nil
+}
+
+func (x *PruneRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *PruneRequest) GetKeepFrom() int64 {
+	if x != nil {
+		return x.KeepFrom
+	}
+	return 0
+}
+
+func (x *PruneRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type PruneReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Runs          int64                  `protobuf:"varint,1,opt,name=runs,proto3" json:"runs,omitempty"`
+	Events        int64                  `protobuf:"varint,2,opt,name=events,proto3" json:"events,omitempty"`
+	Cards         *Strings               `protobuf:"bytes,3,opt,name=cards,proto3" json:"cards,omitempty"`
+	EventsThrough int64                  `protobuf:"varint,4,opt,name=events_through,json=eventsThrough,proto3" json:"events_through,omitempty"`
+	More          bool                   `protobuf:"varint,5,opt,name=more,proto3" json:"more,omitempty"`
+	DryRun        bool                   `protobuf:"varint,6,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneReply) Reset() {
+	*x = PruneReply{}
+	mi := &file_store_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneReply) ProtoMessage() {}
+
+func (x *PruneReply) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneReply.ProtoReflect.Descriptor instead.
+func (*PruneReply) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *PruneReply) GetRuns() int64 {
+	if x != nil {
+		return x.Runs
+	}
+	return 0
+}
+
+func (x *PruneReply) GetEvents() int64 {
+	if x != nil {
+		return x.Events
+	}
+	return 0
+}
+
+func (x *PruneReply) GetCards() *Strings {
+	if x != nil {
+		return x.Cards
+	}
+	return nil
+}
+
+func (x *PruneReply) GetEventsThrough() int64 {
+	if x != nil {
+		return x.EventsThrough
+	}
+	return 0
+}
+
+func (x *PruneReply) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+func (x *PruneReply) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type DeleteCardRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Actor         string                 `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
+	DryRun        bool                   `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteCardRequest) Reset() {
+	*x = DeleteCardRequest{}
+	mi := &file_store_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteCardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteCardRequest) ProtoMessage() {}
+
+func (x *DeleteCardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteCardRequest.ProtoReflect.Descriptor instead.
+func (*DeleteCardRequest) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *DeleteCardRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DeleteCardRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *DeleteCardRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type DeleteCardReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Card          *Card                  `protobuf:"bytes,1,opt,name=card,proto3" json:"card,omitempty"`
+	Runs          int64                  `protobuf:"varint,2,opt,name=runs,proto3" json:"runs,omitempty"`
+	DryRun        bool                   `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteCardReply) Reset() {
+	*x = DeleteCardReply{}
+	mi := &file_store_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteCardReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteCardReply) ProtoMessage() {}
+
+func (x *DeleteCardReply) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteCardReply.ProtoReflect.Descriptor instead.
+func (*DeleteCardReply) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *DeleteCardReply) GetCard() *Card {
+	if x != nil {
+		return x.Card
+	}
+	return nil
+}
+
+func (x *DeleteCardReply) GetRuns() int64 {
+	if x != nil {
+		return x.Runs
+	}
+	return 0
+}
+
+func (x *DeleteCardReply) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 var File_store_proto protoreflect.FileDescriptor
 
 const file_store_proto_rawDesc = "" +
@@ -4469,7 +4746,28 @@ const file_store_proto_rawDesc = "" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\"T\n" +
 	"\vEventsReply\x123\n" +
 	"\x06events\x18\x01 \x03(\v2\x1b.leasekeeper.store.v1.EventR\x06events\x12\x10\n" +
-	"\x03nil\x18\x02 \x01(\bR\x03nil*\xe7\x02\n" +
+	"\x03nil\x18\x02 \x01(\bR\x03nil\"\x8e\x01\n" +
+	"\fPruneRequest\x122\n" +
+	"\x06before\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\x06before\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1b\n" +
+	"\tkeep_from\x18\x03 \x01(\x03R\bkeepFrom\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"\xc1\x01\n" +
+	"\n" +
+	"PruneReply\x12\x12\n" +
+	"\x04runs\x18\x01 \x01(\x03R\x04runs\x12\x16\n" +
+	"\x06events\x18\x02 \x01(\x03R\x06events\x123\n" +
+	"\x05cards\x18\x03 \x01(\v2\x1d.leasekeeper.store.v1.StringsR\x05cards\x12%\n" +
+	"\x0eevents_through\x18\x04 \x01(\x03R\reventsThrough\x12\x12\n" +
+	"\x04more\x18\x05 \x01(\bR\x04more\x12\x17\n" +
+	"\adry_run\x18\x06 \x01(\bR\x06dryRun\"R\n" +
+	"\x11DeleteCardRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"n\n" +
+	"\x0fDeleteCardReply\x12.\n" +
+	"\x04card\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.CardR\x04card\x12\x12\n" +
+	"\x04runs\x18\x02 \x01(\x03R\x04runs\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun*\x85\x03\n" +
 	"\tErrorKind\x12\x1a\n" +
 	"\x16ERROR_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ERROR_KIND_NOT_FOUND\x10\x01\x12\x1d\n" +
@@ -4482,7 +4780,8 @@ const file_store_proto_rawDesc = "" +
 	"\x13ERROR_KIND_CANCELED\x10\b\x12 \n" +
 	"\x1cERROR_KIND_DEADLINE_EXCEEDED\x10\t\x12\"\n" +
 	"\x1eERROR_KIND_WAITING_ON_BLOCKERS\x10\n" +
-	"2\x8b\x18\n" +
+	"\x12\x1c\n" +
+	"\x18ERROR_KIND_EVENTS_PRUNED\x10\v2\xb8\x19\n" +
 	"\x05Store\x12M\n" +
 	"\x05Board\x12\".leasekeeper.store.v1.BoardRequest\x1a .leasekeeper.store.v1.BoardReply\x12>\n" +
 	"\x03Now\x12\x1b.leasekeeper.store.v1.Empty\x1a\x1a.leasekeeper.store.v1.Time\x12V\n" +
@@ -4520,7 +4819,10 @@ const file_store_proto_rawDesc = "" +
 	"\x19ListUnleasedRunningClaims\x12'.leasekeeper.store.v1.ListCutoffRequest\x1a .leasekeeper.store.v1.CardsReply\x12c\n" +
 	"\x0eReclaimExpired\x12+.leasekeeper.store.v1.ReclaimExpiredRequest\x1a$.leasekeeper.store.v1.CardTokenReply\x12P\n" +
 	"\x06Events\x12#.leasekeeper.store.v1.EventsRequest\x1a!.leasekeeper.store.v1.EventsReply\x12N\n" +
-	"\x05Calls\x12\x1f.leasekeeper.store.v1.CallBatch\x1a .leasekeeper.store.v1.ReplyBatch(\x010\x01B4Z2github.com/leasekeeper/leasekeeper/plugins/storepbb\x06proto3"
+	"\x05Calls\x12\x1f.leasekeeper.store.v1.CallBatch\x1a .leasekeeper.store.v1.ReplyBatch(\x010\x01\x12M\n" +
+	"\x05Prune\x12\".leasekeeper.store.v1.PruneRequest\x1a .leasekeeper.store.v1.PruneReply\x12\\\n" +
+	"\n" +
+	"DeleteCard\x12'.leasekeeper.store.v1.DeleteCardRequest\x1a%.leasekeeper.store.v1.DeleteCardReplyB4Z2github.com/leasekeeper/leasekeeper/plugins/storepbb\x06proto3"
 
 var (
 	file_store_proto_rawDescOnce sync.Once
@@ -4535,7 +4837,7 @@ func file_store_proto_rawDescGZIP() []byte {
 }
 
 var file_store_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_store_proto_goTypes = []any{
 	(ErrorKind)(0),                       // 0: leasekeeper.store.v1.ErrorKind
 	(*Call)(nil),                         // 1: leasekeeper.store.v1.Call
@@ -4599,6 +4901,10 @@ var file_store_proto_goTypes = []any{
 	(*ReclaimExpiredRequest)(nil),        // 59: leasekeeper.store.v1.ReclaimExpiredRequest
 	(*EventsRequest)(nil),                // 60: leasekeeper.store.v1.EventsRequest
 	(*EventsReply)(nil),                  // 61: leasekeeper.store.v1.EventsReply
+	(*PruneRequest)(nil),                 // 62: leasekeeper.store.v1.PruneRequest
+	(*PruneReply)(nil),                   // 63: leasekeeper.store.v1.PruneReply
+	(*DeleteCardRequest)(nil),            // 64: leasekeeper.store.v1.DeleteCardRequest
+	(*DeleteCardReply)(nil),              // 65: leasekeeper.store.v1.DeleteCardReply
 }
 var file_store_proto_depIdxs = []int32{
 	1,   // 0: leasekeeper.store.v1.CallBatch.calls:type_name -> leasekeeper.store.v1.Call
@@ -4668,81 +4974,88 @@ var file_store_proto_depIdxs = []int32{
 	12,  // 64: leasekeeper.store.v1.ReclaimExpiredRequest.prev:type_name -> leasekeeper.store.v1.ClaimToken
 	5,   // 65: leasekeeper.store.v1.ReclaimExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
 	18,  // 66: leasekeeper.store.v1.EventsReply.events:type_name -> leasekeeper.store.v1.Event
-	19,  // 67: leasekeeper.store.v1.Store.Board:input_type -> leasekeeper.store.v1.BoardRequest
-	9,   // 68: leasekeeper.store.v1.Store.Now:input_type -> leasekeeper.store.v1.Empty
-	22,  // 69: leasekeeper.store.v1.Store.CreateCard:input_type -> leasekeeper.store.v1.CreateCardRequest
-	23,  // 70: leasekeeper.store.v1.Store.GetCard:input_type -> leasekeeper.store.v1.GetCardRequest
-	25,  // 71: leasekeeper.store.v1.Store.ListCards:input_type -> leasekeeper.store.v1.ListCardsRequest
-	26,  // 72: leasekeeper.store.v1.Store.Dependents:input_type -> leasekeeper.store.v1.DependentsRequest
-	28,  // 73: leasekeeper.store.v1.Store.Claim:input_type -> leasekeeper.store.v1.ClaimRequest
-	29,  // 74: leasekeeper.store.v1.Store.ClaimNext:input_type -> leasekeeper.store.v1.ClaimNextRequest
-	31,  // 75: leasekeeper.store.v1.Store.RenewClaims:input_type -> leasekeeper.store.v1.RenewClaimsRequest
-	50,  // 76: leasekeeper.store.v1.Store.Start:input_type -> leasekeeper.store.v1.StartRequest
-	52,  // 77: leasekeeper.store.v1.Store.Finish:input_type -> leasekeeper.store.v1.FinishRequest
-	34,  // 78: leasekeeper.store.v1.Store.SetStateOwned:input_type -> leasekeeper.store.v1.SetStateOwnedRequest
-	36,  // 79: leasekeeper.store.v1.Store.SetLastRunOwned:input_type -> leasekeeper.store.v1.SetLastRunOwnedRequest
-	37,  // 80: leasekeeper.store.v1.Store.SetAwaitingInputOwned:input_type -> leasekeeper.store.v1.SetAwaitingInputOwnedRequest
-	38,  // 81: leasekeeper.store.v1.Store.SetGaveUpOwned:input_type -> leasekeeper.store.v1.SetGaveUpOwnedRequest
-	39,  // 82: leasekeeper.store.v1.Store.ExpireClaimOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
-	39,  // 83: leasekeeper.store.v1.Store.ReleaseOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
-	40,  // 84: leasekeeper.store.v1.Store.Release:input_type -> leasekeeper.store.v1.ReleaseRequest
-	55,  // 85: leasekeeper.store.v1.Store.ReleaseExpired:input_type -> leasekeeper.store.v1.ReleaseExpiredRequest
-	41,  // 86: leasekeeper.store.v1.Store.SetState:input_type -> leasekeeper.store.v1.MoveRequest
-	41,  // 87: leasekeeper.store.v1.Store.SetStateFrom:input_type -> leasekeeper.store.v1.MoveRequest
-	41,  // 88: leasekeeper.store.v1.Store.Reopen:input_type -> leasekeeper.store.v1.MoveRequest
-	42,  // 89: leasekeeper.store.v1.Store.AdjustLabels:input_type -> leasekeeper.store.v1.AdjustLabelsRequest
-	43,  // 90: leasekeeper.store.v1.Store.SetLabels:input_type -> leasekeeper.store.v1.SetLabelsRequest
-	19,  // 91: leasekeeper.store.v1.Store.LoadBoard:input_type -> leasekeeper.store.v1.BoardRequest
-	44,  // 92: leasekeeper.store.v1.Store.SetBoard:input_type -> leasekeeper.store.v1.SetBoardRequest
-	46,  // 93: leasekeeper.store.v1.Store.SetLabelsFrom:input_type -> leasekeeper.store.v1.SetLabelsFromRequest
-	49,  // 94: leasekeeper.store.v1.Store.CreateRun:input_type -> leasekeeper.store.v1.NewRunRequest
-	48,  // 95: leasekeeper.store.v1.Store.UpdateRun:input_type -> leasekeeper.store.v1.RunUpdateRequest
-	54,  // 96: leasekeeper.store.v1.Store.GetRun:input_type -> leasekeeper.store.v1.GetRunRequest
-	56,  // 97: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:input_type -> leasekeeper.store.v1.ListExpiredRequest
-	58,  // 98: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:input_type -> leasekeeper.store.v1.ListCutoffRequest
-	59,  // 99: leasekeeper.store.v1.Store.ReclaimExpired:input_type -> leasekeeper.store.v1.ReclaimExpiredRequest
-	60,  // 100: leasekeeper.store.v1.Store.Events:input_type -> leasekeeper.store.v1.EventsRequest
-	2,   // 101: leasekeeper.store.v1.Store.Calls:input_type -> leasekeeper.store.v1.CallBatch
-	20,  // 102: leasekeeper.store.v1.Store.Board:output_type -> leasekeeper.store.v1.BoardReply
-	5,   // 103: leasekeeper.store.v1.Store.Now:output_type -> leasekeeper.store.v1.Time
-	24,  // 104: leasekeeper.store.v1.Store.CreateCard:output_type -> leasekeeper.store.v1.CardReply
-	24,  // 105: leasekeeper.store.v1.Store.GetCard:output_type -> leasekeeper.store.v1.CardReply
-	27,  // 106: leasekeeper.store.v1.Store.ListCards:output_type -> leasekeeper.store.v1.CardsReply
-	27,  // 107: leasekeeper.store.v1.Store.Dependents:output_type -> leasekeeper.store.v1.CardsReply
-	30,  // 108: leasekeeper.store.v1.Store.Claim:output_type -> leasekeeper.store.v1.CardTokenReply
-	30,  // 109: leasekeeper.store.v1.Store.ClaimNext:output_type -> leasekeeper.store.v1.CardTokenReply
-	33,  // 110: leasekeeper.store.v1.Store.RenewClaims:output_type -> leasekeeper.store.v1.RenewClaimsReply
-	51,  // 111: leasekeeper.store.v1.Store.Start:output_type -> leasekeeper.store.v1.StartedReply
-	53,  // 112: leasekeeper.store.v1.Store.Finish:output_type -> leasekeeper.store.v1.FinishedReply
-	35,  // 113: leasekeeper.store.v1.Store.SetStateOwned:output_type -> leasekeeper.store.v1.ChangedReply
-	9,   // 114: leasekeeper.store.v1.Store.SetLastRunOwned:output_type -> leasekeeper.store.v1.Empty
-	9,   // 115: leasekeeper.store.v1.Store.SetAwaitingInputOwned:output_type -> leasekeeper.store.v1.Empty
-	9,   // 116: leasekeeper.store.v1.Store.SetGaveUpOwned:output_type -> leasekeeper.store.v1.Empty
-	9,   // 117: leasekeeper.store.v1.Store.ExpireClaimOwned:output_type -> leasekeeper.store.v1.Empty
-	9,   // 118: leasekeeper.store.v1.Store.ReleaseOwned:output_type -> leasekeeper.store.v1.Empty
-	9,   // 119: leasekeeper.store.v1.Store.Release:output_type -> leasekeeper.store.v1.Empty
-	9,   // 120: leasekeeper.store.v1.Store.ReleaseExpired:output_type -> leasekeeper.store.v1.Empty
-	9,   // 121: leasekeeper.store.v1.Store.SetState:output_type -> leasekeeper.store.v1.Empty
-	35,  // 122: leasekeeper.store.v1.Store.SetStateFrom:output_type -> leasekeeper.store.v1.ChangedReply
-	9,   // 123: leasekeeper.store.v1.Store.Reopen:output_type -> leasekeeper.store.v1.Empty
-	24,  // 124: leasekeeper.store.v1.Store.AdjustLabels:output_type -> leasekeeper.store.v1.CardReply
-	24,  // 125: leasekeeper.store.v1.Store.SetLabels:output_type -> leasekeeper.store.v1.CardReply
-	20,  // 126: leasekeeper.store.v1.Store.LoadBoard:output_type -> leasekeeper.store.v1.BoardReply
-	45,  // 127: leasekeeper.store.v1.Store.SetBoard:output_type -> leasekeeper.store.v1.SetBoardReply
-	47,  // 128: leasekeeper.store.v1.Store.SetLabelsFrom:output_type -> leasekeeper.store.v1.CardChangedReply
-	16,  // 129: leasekeeper.store.v1.Store.CreateRun:output_type -> leasekeeper.store.v1.RunMessage
-	16,  // 130: leasekeeper.store.v1.Store.UpdateRun:output_type -> leasekeeper.store.v1.RunMessage
-	16,  // 131: leasekeeper.store.v1.Store.GetRun:output_type -> leasekeeper.store.v1.RunMessage
-	57,  // 132: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:output_type -> leasekeeper.store.v1.ExpiredPageReply
-	27,  // 133: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:output_type -> leasekeeper.store.v1.CardsReply
-	30,  // 134: leasekeeper.store.v1.Store.ReclaimExpired:output_type -> leasekeeper.store.v1.CardTokenReply
-	61,  // 135: leasekeeper.store.v1.Store.Events:output_type -> leasekeeper.store.v1.EventsReply
-	4,   // 136: leasekeeper.store.v1.Store.Calls:output_type -> leasekeeper.store.v1.ReplyBatch
-	102, // [102:137] is the sub-list for method output_type
-	67,  // [67:102] is the sub-list for method input_type
-	67,  // [67:67] is the sub-list for extension type_name
-	67,  // [67:67] is the sub-list for extension extendee
-	0,   // [0:67] is the sub-list for field type_name
+	5,   // 67: leasekeeper.store.v1.PruneRequest.before:type_name -> leasekeeper.store.v1.Time
+	6,   // 68: leasekeeper.store.v1.PruneReply.cards:type_name -> leasekeeper.store.v1.Strings
+	15,  // 69: leasekeeper.store.v1.DeleteCardReply.card:type_name -> leasekeeper.store.v1.Card
+	19,  // 70: leasekeeper.store.v1.Store.Board:input_type -> leasekeeper.store.v1.BoardRequest
+	9,   // 71: leasekeeper.store.v1.Store.Now:input_type -> leasekeeper.store.v1.Empty
+	22,  // 72: leasekeeper.store.v1.Store.CreateCard:input_type -> leasekeeper.store.v1.CreateCardRequest
+	23,  // 73: leasekeeper.store.v1.Store.GetCard:input_type -> leasekeeper.store.v1.GetCardRequest
+	25,  // 74: leasekeeper.store.v1.Store.ListCards:input_type -> leasekeeper.store.v1.ListCardsRequest
+	26,  // 75: leasekeeper.store.v1.Store.Dependents:input_type -> leasekeeper.store.v1.DependentsRequest
+	28,  // 76: leasekeeper.store.v1.Store.Claim:input_type -> leasekeeper.store.v1.ClaimRequest
+	29,  // 77: leasekeeper.store.v1.Store.ClaimNext:input_type -> leasekeeper.store.v1.ClaimNextRequest
+	31,  // 78: leasekeeper.store.v1.Store.RenewClaims:input_type -> leasekeeper.store.v1.RenewClaimsRequest
+	50,  // 79: leasekeeper.store.v1.Store.Start:input_type -> leasekeeper.store.v1.StartRequest
+	52,  // 80: leasekeeper.store.v1.Store.Finish:input_type -> leasekeeper.store.v1.FinishRequest
+	34,  // 81: leasekeeper.store.v1.Store.SetStateOwned:input_type -> leasekeeper.store.v1.SetStateOwnedRequest
+	36,  // 82: leasekeeper.store.v1.Store.SetLastRunOwned:input_type -> leasekeeper.store.v1.SetLastRunOwnedRequest
+	37,  // 83: leasekeeper.store.v1.Store.SetAwaitingInputOwned:input_type -> leasekeeper.store.v1.SetAwaitingInputOwnedRequest
+	38,  // 84: leasekeeper.store.v1.Store.SetGaveUpOwned:input_type -> leasekeeper.store.v1.SetGaveUpOwnedRequest
+	39,  // 85: leasekeeper.store.v1.Store.ExpireClaimOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
+	39,  // 86: leasekeeper.store.v1.Store.ReleaseOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
+	40,  // 87: leasekeeper.store.v1.Store.Release:input_type -> leasekeeper.store.v1.ReleaseRequest
+	55,  // 88: leasekeeper.store.v1.Store.ReleaseExpired:input_type -> leasekeeper.store.v1.ReleaseExpiredRequest
+	41,  // 89: leasekeeper.store.v1.Store.SetState:input_type -> leasekeeper.store.v1.MoveRequest
+	41,  // 90: leasekeeper.store.v1.Store.SetStateFrom:input_type -> leasekeeper.store.v1.MoveRequest
+	41,  // 91: leasekeeper.store.v1.Store.Reopen:input_type -> leasekeeper.store.v1.MoveRequest
+	42,  // 92: leasekeeper.store.v1.Store.AdjustLabels:input_type -> leasekeeper.store.v1.AdjustLabelsRequest
+	43,  // 93: leasekeeper.store.v1.Store.SetLabels:input_type -> leasekeeper.store.v1.SetLabelsRequest
+	19,  // 94: leasekeeper.store.v1.Store.LoadBoard:input_type -> leasekeeper.store.v1.BoardRequest
+	44,  // 95: leasekeeper.store.v1.Store.SetBoard:input_type -> leasekeeper.store.v1.SetBoardRequest
+	46,  // 96: leasekeeper.store.v1.Store.SetLabelsFrom:input_type -> leasekeeper.store.v1.SetLabelsFromRequest
+	49,  // 97: leasekeeper.store.v1.Store.CreateRun:input_type -> leasekeeper.store.v1.NewRunRequest
+	48,  // 98: leasekeeper.store.v1.Store.UpdateRun:input_type -> leasekeeper.store.v1.RunUpdateRequest
+	54,  // 99: leasekeeper.store.v1.Store.GetRun:input_type -> leasekeeper.store.v1.GetRunRequest
+	56,  // 100: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:input_type -> leasekeeper.store.v1.ListExpiredRequest
+	58,  // 101: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:input_type -> leasekeeper.store.v1.ListCutoffRequest
+	59,  // 102: leasekeeper.store.v1.Store.ReclaimExpired:input_type -> leasekeeper.store.v1.ReclaimExpiredRequest
+	60,  // 103: leasekeeper.store.v1.Store.Events:input_type -> leasekeeper.store.v1.EventsRequest
+	2,   // 104: leasekeeper.store.v1.Store.Calls:input_type -> leasekeeper.store.v1.CallBatch
+	62,  // 105: leasekeeper.store.v1.Store.Prune:input_type -> leasekeeper.store.v1.PruneRequest
+	64,  // 106: leasekeeper.store.v1.Store.DeleteCard:input_type -> leasekeeper.store.v1.DeleteCardRequest
+	20,  // 107: leasekeeper.store.v1.Store.Board:output_type -> leasekeeper.store.v1.BoardReply
+	5,   // 108: leasekeeper.store.v1.Store.Now:output_type -> leasekeeper.store.v1.Time
+	24,  // 109: leasekeeper.store.v1.Store.CreateCard:output_type -> leasekeeper.store.v1.CardReply
+	24,  // 110: leasekeeper.store.v1.Store.GetCard:output_type -> leasekeeper.store.v1.CardReply
+	27,  // 111: leasekeeper.store.v1.Store.ListCards:output_type -> leasekeeper.store.v1.CardsReply
+	27,  // 112: leasekeeper.store.v1.Store.Dependents:output_type -> leasekeeper.store.v1.CardsReply
+	30,  // 113: leasekeeper.store.v1.Store.Claim:output_type -> leasekeeper.store.v1.CardTokenReply
+	30,  // 114: leasekeeper.store.v1.Store.ClaimNext:output_type -> leasekeeper.store.v1.CardTokenReply
+	33,  // 115: leasekeeper.store.v1.Store.RenewClaims:output_type -> leasekeeper.store.v1.RenewClaimsReply
+	51,  // 116: leasekeeper.store.v1.Store.Start:output_type -> leasekeeper.store.v1.StartedReply
+	53,  // 117: leasekeeper.store.v1.Store.Finish:output_type -> leasekeeper.store.v1.FinishedReply
+	35,  // 118: leasekeeper.store.v1.Store.SetStateOwned:output_type -> leasekeeper.store.v1.ChangedReply
+	9,   // 119: leasekeeper.store.v1.Store.SetLastRunOwned:output_type -> leasekeeper.store.v1.Empty
+	9,   // 120: leasekeeper.store.v1.Store.SetAwaitingInputOwned:output_type -> leasekeeper.store.v1.Empty
+	9,   // 121: leasekeeper.store.v1.Store.SetGaveUpOwned:output_type -> leasekeeper.store.v1.Empty
+	9,   // 122: leasekeeper.store.v1.Store.ExpireClaimOwned:output_type -> leasekeeper.store.v1.Empty
+	9,   // 123: leasekeeper.store.v1.Store.ReleaseOwned:output_type -> leasekeeper.store.v1.Empty
+	9,   // 124: leasekeeper.store.v1.Store.Release:output_type -> leasekeeper.store.v1.Empty
+	9,   // 125: leasekeeper.store.v1.Store.ReleaseExpired:output_type -> leasekeeper.store.v1.Empty
+	9,   // 126: leasekeeper.store.v1.Store.SetState:output_type -> leasekeeper.store.v1.Empty
+	35,  // 127: leasekeeper.store.v1.Store.SetStateFrom:output_type -> leasekeeper.store.v1.ChangedReply
+	9,   // 128: leasekeeper.store.v1.Store.Reopen:output_type -> leasekeeper.store.v1.Empty
+	24,  // 129: leasekeeper.store.v1.Store.AdjustLabels:output_type -> leasekeeper.store.v1.CardReply
+	24,  // 130: leasekeeper.store.v1.Store.SetLabels:output_type -> leasekeeper.store.v1.CardReply
+	20,  // 131: leasekeeper.store.v1.Store.LoadBoard:output_type -> leasekeeper.store.v1.BoardReply
+	45,  // 132: leasekeeper.store.v1.Store.SetBoard:output_type -> leasekeeper.store.v1.SetBoardReply
+	47,  // 133: leasekeeper.store.v1.Store.SetLabelsFrom:output_type -> leasekeeper.store.v1.CardChangedReply
+	16,  // 134: leasekeeper.store.v1.Store.CreateRun:output_type -> leasekeeper.store.v1.RunMessage
+	16,  // 135: leasekeeper.store.v1.Store.UpdateRun:output_type -> leasekeeper.store.v1.RunMessage
+	16,  // 136: leasekeeper.store.v1.Store.GetRun:output_type -> leasekeeper.store.v1.RunMessage
+	57,  // 137: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:output_type -> leasekeeper.store.v1.ExpiredPageReply
+	27,  // 138: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:output_type -> leasekeeper.store.v1.CardsReply
+	30,  // 139: leasekeeper.store.v1.Store.ReclaimExpired:output_type -> leasekeeper.store.v1.CardTokenReply
+	61,  // 140: leasekeeper.store.v1.Store.Events:output_type -> leasekeeper.store.v1.EventsReply
+	4,   // 141: leasekeeper.store.v1.Store.Calls:output_type -> leasekeeper.store.v1.ReplyBatch
+	63,  // 142: leasekeeper.store.v1.Store.Prune:output_type -> leasekeeper.store.v1.PruneReply
+	65,  // 143: leasekeeper.store.v1.Store.DeleteCard:output_type -> leasekeeper.store.v1.DeleteCardReply
+	107, // [107:144] is the sub-list for method output_type
+	70,  // [70:107] is the sub-list for method input_type
+	70,  // [70:70] is the sub-list for extension type_name
+	70,  // [70:70] is the sub-list for extension extendee
+	0,   // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_store_proto_init() }
@@ -4758,7 +5071,7 @@ func file_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   61,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

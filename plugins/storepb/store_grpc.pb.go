@@ -62,6 +62,8 @@ const (
 	Store_ReclaimExpired_FullMethodName             = "/leasekeeper.store.v1.Store/ReclaimExpired"
 	Store_Events_FullMethodName                     = "/leasekeeper.store.v1.Store/Events"
 	Store_Calls_FullMethodName                      = "/leasekeeper.store.v1.Store/Calls"
+	Store_Prune_FullMethodName                      = "/leasekeeper.store.v1.Store/Prune"
+	Store_DeleteCard_FullMethodName                 = "/leasekeeper.store.v1.Store/DeleteCard"
 )
 
 // StoreClient is the client API for Store service.
@@ -110,6 +112,9 @@ type StoreClient interface {
 	// at once, each under its own deadline, and answers each as it finishes;
 	// a call's failure is its own reply and never ends the stream.
 	Calls(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CallBatch, ReplyBatch], error)
+	// Retention (board.Retention; protocol version 6, DESIGN.md#retention).
+	Prune(ctx context.Context, in *PruneRequest, opts ...grpc.CallOption) (*PruneReply, error)
+	DeleteCard(ctx context.Context, in *DeleteCardRequest, opts ...grpc.CallOption) (*DeleteCardReply, error)
 }
 
 type storeClient struct {
@@ -473,6 +478,26 @@ func (c *storeClient) Calls(ctx context.Context, opts ...grpc.CallOption) (grpc.
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Store_CallsClient = grpc.BidiStreamingClient[CallBatch, ReplyBatch]
 
+func (c *storeClient) Prune(ctx context.Context, in *PruneRequest, opts ...grpc.CallOption) (*PruneReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PruneReply)
+	err := c.cc.Invoke(ctx, Store_Prune_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storeClient) DeleteCard(ctx context.Context, in *DeleteCardRequest, opts ...grpc.CallOption) (*DeleteCardReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteCardReply)
+	err := c.cc.Invoke(ctx, Store_DeleteCard_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StoreServer is the server API for Store service.
 // All implementations must embed UnimplementedStoreServer
 // for forward compatibility.
@@ -519,6 +544,9 @@ type StoreServer interface {
 	// at once, each under its own deadline, and answers each as it finishes;
 	// a call's failure is its own reply and never ends the stream.
 	Calls(grpc.BidiStreamingServer[CallBatch, ReplyBatch]) error
+	// Retention (board.Retention; protocol version 6, DESIGN.md#retention).
+	Prune(context.Context, *PruneRequest) (*PruneReply, error)
+	DeleteCard(context.Context, *DeleteCardRequest) (*DeleteCardReply, error)
 	mustEmbedUnimplementedStoreServer()
 }
 
@@ -633,6 +661,12 @@ func (UnimplementedStoreServer) Events(context.Context, *EventsRequest) (*Events
 }
 func (UnimplementedStoreServer) Calls(grpc.BidiStreamingServer[CallBatch, ReplyBatch]) error {
 	return status.Error(codes.Unimplemented, "method Calls not implemented")
+}
+func (UnimplementedStoreServer) Prune(context.Context, *PruneRequest) (*PruneReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Prune not implemented")
+}
+func (UnimplementedStoreServer) DeleteCard(context.Context, *DeleteCardRequest) (*DeleteCardReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteCard not implemented")
 }
 func (UnimplementedStoreServer) mustEmbedUnimplementedStoreServer() {}
 func (UnimplementedStoreServer) testEmbeddedByValue()               {}
@@ -1274,6 +1308,42 @@ func _Store_Calls_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Store_CallsServer = grpc.BidiStreamingServer[CallBatch, ReplyBatch]
 
+func _Store_Prune_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PruneRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).Prune(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_Prune_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).Prune(ctx, req.(*PruneRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Store_DeleteCard_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteCardRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).DeleteCard(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_DeleteCard_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).DeleteCard(ctx, req.(*DeleteCardRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Store_ServiceDesc is the grpc.ServiceDesc for Store service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1416,6 +1486,14 @@ var Store_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Events",
 			Handler:    _Store_Events_Handler,
+		},
+		{
+			MethodName: "Prune",
+			Handler:    _Store_Prune_Handler,
+		},
+		{
+			MethodName: "DeleteCard",
+			Handler:    _Store_DeleteCard_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -213,6 +213,9 @@ func (s *Store) Events(ctx context.Context, after int64, limit int) ([]board.Eve
 	}
 	var out []board.Event
 	err := s.view(func(tx *snap) error {
+		if err := board.CheckEventsPruned(after, prunedThrough(tx.get)); err != nil {
+			return err
+		}
 		return tx.iterate(bucketEvents, seqKey(uint64(after)+1), func(k, v []byte) (bool, error) {
 			var ev board.Event
 			if err := json.Unmarshal(v, &ev); err != nil {

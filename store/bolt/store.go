@@ -103,6 +103,9 @@ type Store struct {
 	// viewTook is a test hook, nil in production: it runs in every read
 	// once its layers are taken, before its bbolt transaction begins.
 	viewTook func()
+	// pruneListed is a test hook, nil in production: it runs in Prune
+	// between its listing and its write.
+	pruneListed func()
 }
 
 var _ board.Store = (*Store)(nil)

@@ -71,6 +71,10 @@ var (
 	// ixRuns: the card that lists a run id (a multikey index: one key per
 	// run a card ever pointed at).
 	ixRuns = index{name: "runs", keys: []string{"runs"}}
+	// ixPrune: retention's listing (DESIGN.md#retention): the sink cards
+	// that still embed a run, oldest run first. A card whose run was
+	// pruned embeds none and has no key past the state.
+	ixPrune = sortedBy("state_run_updated_id", runUpdateOrder, "state")
 )
 
 // cardIndexes are the cards indexes the queries rely on. Indexes earlier
@@ -79,7 +83,7 @@ var (
 // the same fleet may still be sending the queries they served.
 var cardIndexes = []index{
 	ixQueue, ixLabelQueue, ixCreated, ixStateCreated, ixClaim, ixDependents,
-	ixLease, ixUnleasedClaims, ixUnleasedRunning, ixRun, ixRuns,
+	ixLease, ixUnleasedClaims, ixUnleasedRunning, ixRun, ixRuns, ixPrune,
 }
 
 // fleetQuery is one shape of query the twin sends and the index that
@@ -121,7 +125,7 @@ var fleetQueries = []fleetQuery{
 		Why: "one key per listed id",
 	},
 	{
-		Verbs: "mutate (every card write's compare-and-set)", Coll: collCards, Cmd: "findAndModify",
+		Verbs: "mutate (every card write's compare-and-set), DeleteCard", Coll: collCards, Cmd: "findAndModify",
 		Shapes: []string{"_id = …"}, Index: idIndex,
 		Why: "one key of the unique _id index; the other conditions are checked on that one card",
 	},
@@ -228,5 +232,26 @@ var fleetQueries = []fleetQuery{
 		Verbs: "SetBoard", Coll: collMeta, Cmd: "update",
 		Shapes: []string{"_id =, version ="}, Index: idIndex,
 		Why: "the one board document",
+	},
+	{
+		Verbs: "Prune (finished cards that embed an old run)", Coll: collCards, Cmd: "find",
+		Shapes: []string{"state $in, run.updated_at $lt, claim $in, updated_at $lt"},
+		Sort:   runUpdateOrder, Index: ixPrune.name,
+		Why: "points on state (the sinks), then the embedded run's last update in the sort's order: the finished cards whose run is older than the cutoff only (a pruned card embeds none); claim and updated_at are checked on those",
+	},
+	{
+		Verbs: "Prune, DeleteCard (a dry run counts)", Coll: collRuns, Cmd: "find",
+		Shapes: []string{"_id $in, updated_at $lt", "_id $in"}, Index: idIndex,
+		Why: "one key per run the card lists",
+	},
+	{
+		Verbs: "Prune, DeleteCard", Coll: collRuns, Cmd: "delete",
+		Shapes: []string{"_id $in, updated_at $lt", "_id $in"}, Index: idIndex,
+		Why: "one key per run the card lists",
+	},
+	{
+		Verbs: "stampNow (DeleteCard's event)", Coll: collMeta, Cmd: "findAndModify",
+		Shapes: []string{"_id ="}, Index: idIndex,
+		Why: "one small document",
 	},
 }

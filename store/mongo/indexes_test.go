@@ -283,6 +283,29 @@ func exerciseFleetQueries(t *testing.T, f *fleet, background int) {
 		must("ListExpiredClaimCandidates (share of "+r+", page 2)", err)
 	}
 
+	// Retention (DESIGN.md#retention): finished cards with an archived
+	// and an embedded run, a prune (dry, then real), a card delete (dry,
+	// then real).
+	for _, id := range []string{"fin1", "fin2"} {
+		f.create(id, board.StateReady)
+		tok := f.claim(id, workerA)
+		for _, r := range []string{id + "-a", id + "-b"} {
+			_, err := f.s.CreateRun(ctx, board.NewRun{Token: tok, Run: board.Run{ID: r, Card: id, Status: board.RunFinished}})
+			must("CreateRun "+r, err)
+		}
+		must("ReleaseOwned "+id, f.s.ReleaseOwned(ctx, id, tok))
+		must("SetState "+id+" done", f.s.SetState(ctx, board.Move{Card: id, To: board.StateDone, Actor: "cli"}))
+	}
+	_, err = f.s.DeleteCard(ctx, board.DeleteCardParams{ID: "fin2", Actor: "cli", DryRun: true})
+	must("DeleteCard (dry run)", err)
+	_, err = f.s.DeleteCard(ctx, board.DeleteCardParams{ID: "fin2", Actor: "cli"})
+	must("DeleteCard", err)
+	later := f.serverNow().Add(time.Hour)
+	_, err = f.s.Prune(ctx, board.PruneParams{Before: later, DryRun: true})
+	must("Prune (dry run)", err)
+	_, err = f.s.Prune(ctx, board.PruneParams{Before: later})
+	must("Prune", err)
+
 	// The board definition.
 	b, err := f.s.LoadBoard(ctx)
 	must("LoadBoard", err)

@@ -143,6 +143,14 @@ func (r *roundRobin) Events(ctx context.Context, after int64, limit int) ([]boar
 	return r.pick().Events(ctx, after, limit)
 }
 
+func (r *roundRobin) Prune(ctx context.Context, p board.PruneParams) (board.PruneResult, error) {
+	return r.pick().Prune(ctx, p)
+}
+
+func (r *roundRobin) DeleteCard(ctx context.Context, p board.DeleteCardParams) (board.DeleteCardResult, error) {
+	return r.pick().DeleteCard(ctx, p)
+}
+
 // Close closes nothing: each client is closed by its own test cleanup.
 func (r *roundRobin) Close() error { return nil }
 

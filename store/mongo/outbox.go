@@ -400,7 +400,10 @@ func (s *Store) Events(ctx context.Context, after int64, limit int) ([]board.Eve
 	}
 	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}})
 	if limit > 0 {
-		opts.SetLimit(int64(limit))
+		// A few more than the page, for the prune markers passed over
+		// (DESIGN.md#retention): a page is still exactly limit while
+		// more follow.
+		opts.SetLimit(int64(limit) + prunedMarkerSlack)
 	}
 	cur, err := s.events.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: after}, {Key: "$lt", Value: limitSeq}}}}, opts)
 	if err != nil {
@@ -413,6 +416,14 @@ func (s *Store) Events(ctx context.Context, after int64, limit int) ([]board.Eve
 		seq, err := eventSeq(cur.Current)
 		if err != nil {
 			return nil, err
+		}
+		if typ, _ := cur.Current.Lookup("type").StringValueOK(); typ == eventsPrunedType {
+			// Where a prune stopped: a reader positioned below it would
+			// skip what was deleted (DESIGN.md#retention).
+			if err := board.CheckEventsPruned(after, seq); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		r := &reader{raw: cur.Current, coll: collEvents, id: strconv.FormatInt(seq, 10)}
 		e := readEvent(r)
@@ -450,6 +461,11 @@ func (s *Store) Events(ctx context.Context, after int64, limit int) ([]board.Eve
 	}
 	return out, nil
 }
+
+// prunedMarkerSlack is how many prune markers a page of Events reads past
+// and still fills its limit: a marker is left by each prune and removed by
+// the next, so a few at most lie side by side.
+const prunedMarkerSlack = 8
 
 func eventSeq(raw bson.Raw) (int64, error) {
 	v := raw.Lookup("_id")

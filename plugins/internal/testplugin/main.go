@@ -8,6 +8,8 @@
 //	               labels did: protocols 4 and 3 only, and a ClaimNext or
 //	               Start that routes by labels is run without them (that
 //	               build's messages have no such field, so it drops it)
+//	before-retention serve the bbolt store as a build from before the
+//	               retention verbs: protocols 5, 4 and 3 only
 //	fail-open      fail to open the store
 //	launcher       play the agent: Launch this binary as a plugin, print
 //	               "child <pid>" and wait to be killed (the parent-death test)
@@ -68,6 +70,18 @@ func main() {
 		plugin.Serve(&plugin.ServeConfig{
 			HandshakeConfig:  plugins.Handshake,
 			VersionedPlugins: map[int]plugin.PluginSet{4: all[4], 3: all[3]},
+			GRPCServer:       plugin.DefaultGRPCServer,
+		})
+	case "before-retention":
+		store, err := openBolt(context.Background())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		all := plugins.VersionedPlugins(store)
+		plugin.Serve(&plugin.ServeConfig{
+			HandshakeConfig:  plugins.Handshake,
+			VersionedPlugins: map[int]plugin.PluginSet{5: all[5], 4: all[4], 3: all[3]},
 			GRPCServer:       plugin.DefaultGRPCServer,
 		})
 	case "fail-open":
