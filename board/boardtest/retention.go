@@ -172,8 +172,13 @@ func exerciseRetention(t *testing.T, h Harness) {
 				t.Errorf("ListCards still lists the deleted card")
 			}
 		}
-		// The id is free again.
+		// The id is free again, and its epochs go on from the deleted
+		// card's: a token of the old card is never handed out again
+		// (DESIGN.md#epoch-monotone).
 		e.card("gone", "")
+		if tok := e.claim("gone", markerA); tok.Epoch <= got.Card.ClaimEpoch {
+			t.Errorf("the re-created card's first claim has epoch %d, not past the deleted card's %d: the epoch repeated", tok.Epoch, got.Card.ClaimEpoch)
+		}
 	})
 	t.Run("ConcurrentPrunesDeleteEachThingOnce", func(t *testing.T) {
 		t.Parallel()

@@ -51,6 +51,15 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 			CreatedAt: now,
 			UpdatedAt: now,
 		}}
+		// A deleted card's claim record is its id's epoch floor: the new
+		// card counts on from it (DESIGN.md#epoch-monotone).
+		if floor := w.get(bucketClaims, []byte(nc.ID)); floor != nil {
+			f, err := decodeClaim(floor)
+			if err != nil {
+				return fmt.Errorf("card %q: %w", nc.ID, err)
+			}
+			rec.ClaimEpoch = f.Epoch
+		}
 		if err := w.putCard(nil, rec); err != nil {
 			return err
 		}

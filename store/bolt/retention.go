@@ -208,8 +208,9 @@ func (w *wtx) deleteRun(id string) {
 
 // DeleteCard deletes an unclaimed card that no card depends on, with its
 // runs and its index entries, and records a card_deleted event, in one
-// write. Its claim record goes too: a card created again under the same id
-// starts its epochs afresh (DESIGN.md#retention).
+// write. Its claim record stays behind, free, as the id's epoch floor: a
+// card created again under the same id goes on counting from the deleted
+// card's epoch, so no token is ever handed out twice (DESIGN.md#epoch-monotone).
 func (s *Store) DeleteCard(ctx context.Context, p board.DeleteCardParams) (board.DeleteCardResult, error) {
 	if err := p.Validate(); err != nil {
 		return board.DeleteCardResult{}, err
@@ -250,7 +251,7 @@ func (s *Store) DeleteCard(ctx context.Context, p board.DeleteCardParams) (board
 			w.del(e.bucket, e.key)
 		}
 		w.del(bucketCards, []byte(p.ID))
-		w.del(bucketClaims, []byte(p.ID))
+		w.setKey(bucketClaims, p.ID, appendClaim(nil, claimFamily{Epoch: rec.ClaimEpoch}))
 		w.emit(board.Event{
 			Type: board.EventCardDeleted, Card: p.ID, Actor: p.Actor, At: s.now(),
 			Data: board.EventData{From: rec.State, Labels: rec.Labels},
