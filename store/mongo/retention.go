@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -335,7 +336,15 @@ func (s *Store) DeleteCard(ctx context.Context, p board.DeleteCardParams) (board
 		if err != nil {
 			return board.DeleteCardResult{}, err
 		}
-		filter := append(bson.D{{Key: "_id", Value: p.ID}, same(c.raw, "claim"), same(c.raw, "state"), same(c.raw, fieldEvTS)}, outboxAsRead(c.outbox)...)
+		// A card created again under this id starts from no stored epoch,
+		// so its first claim's epoch is the server's clock in milliseconds
+		// (DESIGN.md#twin-epoch). That never repeats one of this card's
+		// only once the clock has passed them all.
+		if clk.now.UnixMilli() <= c.ClaimEpoch {
+			return board.DeleteCardResult{}, fmt.Errorf("delete card %q: the server's clock (%s) has not yet passed the card's epoch %d, which a card created again under the id could then repeat; try again in a moment (DESIGN.md#epoch-monotone): %w",
+				p.ID, clk.now.UTC().Format(time.RFC3339Nano), c.ClaimEpoch, board.ErrTransitionRejected)
+		}
+		filter := append(bson.D{{Key: "_id", Value: p.ID}, same(c.raw, "claim"), same(c.raw, "claim_epoch"), same(c.raw, "state"), same(c.raw, fieldEvTS)}, outboxAsRead(c.outbox)...)
 		err = s.cards.FindOneAndDelete(ctx, filter).Err()
 		if errors.Is(err, mongo.ErrNoDocuments) {
 			continue // changed since the read: decide again

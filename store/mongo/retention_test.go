@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/board/boardtest"
 	mongostore "github.com/leasekeeper/leasekeeper/store/mongo"
 )
 
@@ -95,5 +96,46 @@ func TestConcurrentPrunesAcrossClients(t *testing.T) {
 		if got, err := c.Events(ctx, 0, 10); err != nil || len(got) != 0 {
 			t.Errorf("client %d: Events(0) after pruning everything = %v, %v; want none", i, got, err)
 		}
+	}
+}
+
+// A deleted card's epochs are not stored anywhere, so the card created
+// again under its id starts from the server's clock (DESIGN.md#twin-epoch):
+// the delete waits for the clock to pass the card's epoch, or the new
+// card's first claim could repeat the deleted card's last token
+// (DESIGN.md#epoch-monotone). The store's clock is held still here, as a
+// stepped-back server clock would hold it.
+func TestDeleteCardWaitsForTheClockToPassItsEpoch(t *testing.T) {
+	t.Parallel()
+	clock := boardtest.NewManualClock(time.Now())
+	s := openStore(t, mongostore.Options{Clock: clock})
+	ctx := t.Context()
+	if _, err := s.CreateCard(ctx, board.NewCard{ID: "c", Actor: "cli"}); err != nil {
+		t.Fatal(err)
+	}
+	_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: "c", Marker: "host-42", Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, "c", "host-42", "cli"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.DeleteCard(ctx, board.DeleteCardParams{ID: "c", Actor: "uid:0"})
+	if !errors.Is(err, board.ErrTransitionRejected) {
+		t.Fatalf("DeleteCard before the clock passed epoch %d = %v, want ErrTransitionRejected", tok.Epoch, err)
+	}
+	clock.Advance(time.Millisecond)
+	if _, err := s.DeleteCard(ctx, board.DeleteCardParams{ID: "c", Actor: "uid:0"}); err != nil {
+		t.Fatalf("DeleteCard once the clock passed the epoch: %v", err)
+	}
+	if _, err := s.CreateCard(ctx, board.NewCard{ID: "c", Actor: "cli"}); err != nil {
+		t.Fatal(err)
+	}
+	_, again, err := s.Claim(ctx, board.ClaimRequest{Card: "c", Marker: "host-42", Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Epoch <= tok.Epoch {
+		t.Errorf("the re-created card's claim has epoch %d, not past the deleted card's %d", again.Epoch, tok.Epoch)
 	}
 }
