@@ -66,6 +66,13 @@ type labelsGuard struct {
 }
 
 func (g labelsGuard) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	if g.version < retryProtocolVersion {
+		if what := retryWrite(args); what != "" {
+			return fmt.Errorf("store plugin: %s: %w", path.Base(method), board.Invalid(
+				"the plugin speaks store protocol %d, from before the retry policy (protocol %d), and would drop %s: rebuild it against this leasekeeper release; nothing was sent",
+				g.version, retryProtocolVersion, what))
+		}
+	}
 	if g.version < labelsProtocolVersion {
 		var labels []string
 		switch r := args.(type) {
@@ -113,6 +120,7 @@ func (s *verbs) CreateCard(ctx context.Context, c board.NewCard) (board.Card, er
 	r, err := s.rpc.CreateCard(ctx, &storepb.CreateCardRequest{
 		Id: c.ID, Title: c.Title, State: c.State,
 		Labels: stringsToPB(c.Labels), DependsOn: stringsToPB(c.DependsOn), Actor: c.Actor,
+		Retry: retryToPB(c.Retry),
 	})
 	if err != nil {
 		return board.Card{}, err
@@ -197,7 +205,7 @@ func (s *verbs) RenewClaims(ctx context.Context, holds []board.Hold, lease time.
 
 func (s *verbs) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, error) {
 	r, err := s.rpc.SetStateOwned(ctx, &storepb.SetStateOwnedRequest{
-		Card: m.Card, Token: tokenToPB(m.Token), To: m.To, From: m.From, Reason: string(m.Reason),
+		Card: m.Card, Token: tokenToPB(m.Token), To: m.To, From: m.From, Reason: string(m.Reason), Retry: m.Retry,
 	})
 	if err != nil {
 		return false, err
@@ -372,4 +380,30 @@ func (s *remoteStore) Close() error {
 		s.calls.close()
 	}
 	return nil
+}
+
+// retryWrite names what of the retry policy (DESIGN.md#retries) args
+// carries that a plugin from before protocol 6 would silently drop; ""
+// when nothing. The guard that sits under every call refuses those
+// (labelsGuard.Invoke).
+func retryWrite(args any) string {
+	switch r := args.(type) {
+	case *storepb.CreateCardRequest:
+		if r.GetRetry() != nil {
+			return "the card's retry policy"
+		}
+	case *storepb.FinishRequest:
+		if r.GetRetryable() {
+			return "a retryable verdict"
+		}
+	case *storepb.SetStateOwnedRequest:
+		if r.GetRetry() {
+			return "a retry's backoff"
+		}
+	case *storepb.SetBoardRequest:
+		if r.GetNext().GetRetry() != nil {
+			return "the board's retry policy"
+		}
+	}
+	return ""
 }

@@ -15,13 +15,24 @@ import (
 // speaks. Bump it (and keep serving the old version in VersionedPlugins for
 // as long as it is supported) whenever proto/store.proto changes in a way an
 // older peer cannot read.
-const ProtocolVersion = 5
+const ProtocolVersion = 6
 
-// Version 5 added the labels a ClaimNext or a Start next routes by
+// Version 6 added the retry policy (DESIGN.md#retries): a board's and a
+// card's policy, a retryable Finish, and a move that is a retry. A plugin
+// built before it would store a card without its policy, file a retryable
+// failure as a plain one and drop a retry's backoff, so the agent refuses
+// to send it any of these (retryGuard).
+const retryProtocolVersion = 6
+
+// labelsProtocolVersion: version 5 added the labels a ClaimNext or a Start next routes by
 // (DESIGN.md#label-routing). A plugin built before it reads such a request
 // without them and would take any card, so the agent refuses to send one
 // to a plugin that negotiated an older version (labelsGuard).
 const labelsProtocolVersion = 5
+
+// labelsOnlyProtocolVersion is the protocol before the retry policy, still
+// spoken: labels, no retry policy.
+const labelsOnlyProtocolVersion = 5
 
 // callsProtocolVersion is the protocol before labels, still spoken: version
 // 4 added the Calls stream, on which the agent sends the same calls many to
@@ -52,9 +63,10 @@ var Handshake = plugin.HandshakeConfig{
 // a client passes nil.
 func VersionedPlugins(store board.Store) map[int]plugin.PluginSet {
 	return map[int]plugin.PluginSet{
-		ProtocolVersion:      {PluginName: &StorePlugin{Store: store, version: ProtocolVersion}},
-		callsProtocolVersion: {PluginName: &StorePlugin{Store: store, version: callsProtocolVersion}},
-		unaryProtocolVersion: {PluginName: &StorePlugin{Store: store, unary: true, version: unaryProtocolVersion}},
+		ProtocolVersion:           {PluginName: &StorePlugin{Store: store, version: ProtocolVersion}},
+		labelsOnlyProtocolVersion: {PluginName: &StorePlugin{Store: store, version: labelsOnlyProtocolVersion}},
+		callsProtocolVersion:      {PluginName: &StorePlugin{Store: store, version: callsProtocolVersion}},
+		unaryProtocolVersion:      {PluginName: &StorePlugin{Store: store, unary: true, version: unaryProtocolVersion}},
 	}
 }
 
