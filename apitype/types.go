@@ -132,6 +132,9 @@ type FinishRequest struct {
 	Status      board.RunStatus `json:"status"`
 	FailureCode string          `json:"failure_code,omitempty"`
 	Checkpoint  *string         `json:"checkpoint,omitempty"`
+	// Retryable marks a failed verdict worth another attempt under the
+	// card's retry policy (DESIGN.md#retries); only with status failed.
+	Retryable bool `json:"retryable,omitempty"`
 }
 
 // FinishResponse is the card and the run as Finish left them.
