@@ -1,5 +1,7 @@
 package apitype
 
+import "github.com/leasekeeper/leasekeeper/board"
+
 // Board administration requests (operator routes under /v1/board/). Names
 // travel in the body, never in the path, so a label may hold any printable
 // character. Each route answers with a board.SweepReport.
@@ -21,6 +23,11 @@ type MergeLabelsRequest struct {
 	From []string `json:"from"`
 	Into string   `json:"into"`
 }
+
+// BoardRetryRequest sets the board's default retry policy
+// (DESIGN.md#retries): max_attempts, backoff and backoff_max, each
+// optional (absent: the default). It answers with the board as stored.
+type BoardRetryRequest = board.RetryPolicy
 
 // DeleteLabelRequest removes Label from every card.
 type DeleteLabelRequest struct {

@@ -392,11 +392,15 @@ type BoardResponse struct {
 	// "failed", which the watchdog requires as well; empty when the board
 	// has none.
 	Failed string `json:"failed,omitempty"`
+	// Retry is the board's default retry policy as stored; absent when it
+	// sets none (the defaults apply: DESIGN.md#retries).
+	Retry board.RetryPolicy `json:"retry,omitzero"`
 }
 
 // BoardOf describes b for the socket.
 func BoardOf(b board.Board) BoardResponse {
 	r := BoardResponse{
+		Retry:      b.Retry,
 		States:     b.States,
 		Running:    b.Running(),
 		FirstPool:  b.FirstPool(),

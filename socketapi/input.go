@@ -88,6 +88,8 @@ func checkBody(r *http.Request, v any) error {
 	switch req := v.(type) {
 	case *apitype.ClaimRequest:
 		return optionalName("card id", req.Card)
+	case *apitype.BoardRetryRequest:
+		return req.Validate()
 	case *apitype.SetStateRequest:
 		return firstErr(board.ValidateName("state", req.To), optionalName("from state", req.From),
 			board.ValidateText("reason", string(req.Reason)))

@@ -69,3 +69,32 @@ func TestE2EACrashIsRetriedUntilAttemptsAreSpent(t *testing.T) {
 		t.Errorf("card after exit 137: state %s gave_up %+v; want failed, no retry", c.State, c.GaveUp)
 	}
 }
+
+// TestE2EBoardRetrySetsTheBoardsDefault: `board retry` changes the stored
+// board's default retry policy, which a card without its own follows
+// (DESIGN.md#retries), and `board show` prints it.
+func TestE2EBoardRetrySetsTheBoardsDefault(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "lease: 3s\n")
+	e.Start()
+	if out := e.MustRun("board", "show"); !strings.Contains(out, "max_attempts 20, backoff 10s") {
+		t.Errorf("board show before: want the defaults\n%s", out)
+	}
+	if out := e.MustRun("board", "retry", "--max-attempts", "1", "--backoff", "1s"); !strings.Contains(out, "max_attempts 1, backoff 1s") {
+		t.Errorf("board retry printed:\n%s", out)
+	}
+	if out := e.MustRun("board", "show"); !strings.Contains(out, "max_attempts 1, backoff 1s, backoff_max 10m0s") {
+		t.Errorf("board show after: want the new policy\n%s", out)
+	}
+	if _, stderr, code := e.Run("board", "retry", "--max-attempts", "-2"); code == 0 {
+		t.Errorf("board retry --max-attempts -2 succeeded; stderr:\n%s", stderr)
+	}
+	// A card without its own policy follows the board's: one crash spends it.
+	e.MustRun("card", "create", "once")
+	if _, stderr, code := e.Run("claim", "once", "--", "sh", "-c", "kill -9 $$"); code != 137 {
+		t.Fatalf("claim exited %d, want 137; stderr:\n%s", code, stderr)
+	}
+	if c := e.Card("once"); c.State != board.StateFailed || c.GaveUp == nil || !strings.Contains(c.GaveUp.Reason, "attempts spent (1 of 1)") {
+		t.Errorf("card after one crash under the board's max_attempts 1: %s gave_up %+v", c.State, c.GaveUp)
+	}
+}

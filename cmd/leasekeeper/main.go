@@ -332,7 +332,7 @@ column, the first pool state, the completion state and the failed state.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBoardShow(cmd.Context(), env, out) },
 	}
 	addOutputFlags(show, &out, "wide: as the default, which shows every field")
-	c.AddCommand(show, newBoardStateCmd(env), newBoardLabelCmd(env)) // board.go
+	c.AddCommand(show, newBoardStateCmd(env), newBoardLabelCmd(env), newBoardRetryCmd(env)) // board.go
 	return c
 }
 
