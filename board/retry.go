@@ -63,24 +63,29 @@ func (p RetryPolicy) MarshalJSON() ([]byte, error) {
 	return json.Marshal(out)
 }
 
-// UnmarshalJSON reads the durations in Go syntax.
+// UnmarshalJSON reads the durations in Go syntax. An absent duration is
+// not set; an empty one is refused (it is not a duration).
 func (p *RetryPolicy) UnmarshalJSON(b []byte) error {
-	var in retryPolicyJSON
+	var in struct {
+		MaxAttempts int     `json:"max_attempts"`
+		Backoff     *string `json:"backoff"`
+		BackoffMax  *string `json:"backoff_max"`
+	}
 	if err := json.Unmarshal(b, &in); err != nil {
 		return err
 	}
 	out := RetryPolicy{MaxAttempts: in.MaxAttempts}
 	for _, f := range []struct {
 		name string
-		s    string
+		s    *string
 		d    *time.Duration
 	}{{"backoff", in.Backoff, &out.Backoff}, {"backoff_max", in.BackoffMax, &out.BackoffMax}} {
-		if f.s == "" {
+		if f.s == nil {
 			continue
 		}
-		d, err := time.ParseDuration(f.s)
+		d, err := time.ParseDuration(*f.s)
 		if err != nil {
-			return Invalid("retry policy: %s %q is not a duration: use Go syntax such as 30s or 2m", f.name, f.s)
+			return Invalid("retry policy: %s %q is not a duration: use Go syntax such as 30s or 2m", f.name, *f.s)
 		}
 		*f.d = d
 	}
