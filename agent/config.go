@@ -167,6 +167,7 @@ type fileConfig struct {
 	Store           *fileStore     `yaml:"store"`
 	Board           *string        `yaml:"board"`
 	States          []board.State  `yaml:"states"`
+	Retry           *fileRetry     `yaml:"retry"`
 	Lease           *duration      `yaml:"lease"`
 	Liveness        *string        `yaml:"liveness"`
 	Reaper          *fileReaper    `yaml:"reaper"`
@@ -184,6 +185,14 @@ type fileStore struct {
 	URI        *string `yaml:"uri"`
 	Database   *string `yaml:"database"`
 	AllowTmpfs *bool   `yaml:"allow_tmpfs"`
+}
+
+// fileRetry is the board's default retry policy (DESIGN.md#retries): it
+// seeds a new store with the states.
+type fileRetry struct {
+	MaxAttempts *int      `yaml:"max_attempts"`
+	Backoff     *duration `yaml:"backoff"`
+	BackoffMax  *duration `yaml:"backoff_max"`
 }
 
 type fileReaper struct {
@@ -468,6 +477,7 @@ var yamlKeyPrefix = map[string]string{
 	"agent.fileStore":     "store.",
 	"agent.fileReaper":    "reaper.",
 	"agent.fileRetention": "retention.",
+	"agent.fileRetry":     "retry.",
 	"board.State":         "states[].",
 }
 
@@ -564,6 +574,30 @@ func (fc fileConfig) resolve(env Environment) (Config, error) {
 		// The local twin's default board lets a re-claim of a card in the
 		// running column resume its recorded run (DESIGN.md#twin-repark).
 		cfg.Board = board.DefaultBoard(cfg.Store.Backend != BackendMongo)
+	}
+	if r := fc.Retry; r != nil {
+		if r.MaxAttempts != nil {
+			if *r.MaxAttempts < 1 {
+				return Config{}, keyErr("retry.max_attempts", "%d: want 1 or more", *r.MaxAttempts)
+			}
+			cfg.Board.Retry.MaxAttempts = *r.MaxAttempts
+		}
+		for _, d := range []struct {
+			key string
+			in  *duration
+			out *time.Duration
+		}{{"retry.backoff", r.Backoff, &cfg.Board.Retry.Backoff}, {"retry.backoff_max", r.BackoffMax, &cfg.Board.Retry.BackoffMax}} {
+			if d.in == nil {
+				continue
+			}
+			if d.in.d <= 0 {
+				return Config{}, keyErr(d.key, "%s: want a positive duration", d.in.d)
+			}
+			*d.out = d.in.d
+		}
+		if err := cfg.Board.Retry.Validate(); err != nil {
+			return Config{}, keyErr("retry", "%v", err)
+		}
 	}
 
 	if fc.Lease != nil {

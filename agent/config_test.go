@@ -157,6 +157,7 @@ states:
   - {name: doing, running: true}
   - {name: shipped, terminal: true, completion: true}
   - {name: failed, terminal: true}
+retry: {max_attempts: 5, backoff: 30s, backoff_max: 1h}
 lease: 45s
 liveness: keepalive
 reaper:
@@ -205,8 +206,11 @@ log: debug
 	if !slices.Equal(cfg.Operators, want.Operators) {
 		t.Errorf("operators = %v, want %v", cfg.Operators, want.Operators)
 	}
-	if got, want := cfg.Board.String(), "todo[pool launch] doing[running] shipped[terminal completion] failed[terminal]"; got != want {
+	if got, want := cfg.Board.String(), "todo[pool launch] doing[running] shipped[terminal completion] failed[terminal] retry{max_attempts 5, backoff 30s, backoff_max 1h0m0s}"; got != want {
 		t.Errorf("board = %s, want %s", got, want)
+	}
+	if got, want := cfg.Board.Retry, (board.RetryPolicy{MaxAttempts: 5, Backoff: 30 * time.Second, BackoffMax: time.Hour}); got != want {
+		t.Errorf("retry = %+v, want %+v", got, want)
 	}
 }
 
@@ -250,6 +254,10 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"allow_tmpfs on mongo", "store: {backend: mongo, allow_tmpfs: true}\n", []string{"store.allow_tmpfs:", "bbolt file"}},
 		{"invalid board states", "states:\n  - {name: a, pool: true}\n", []string{"states:", "running"}},
 		{"negative orphan grace", "orphan_grace: -1s\n", []string{"orphan_grace:"}},
+		{"retry max_attempts zero", "retry: {max_attempts: 0}\n", []string{"retry.max_attempts:"}},
+		{"retry backoff not a duration", "retry:\n  backoff: 10\n", []string{"line 2", "not a duration"}},
+		{"retry backoff above its maximum", "retry: {backoff: 1h, backoff_max: 1m}\n", []string{"retry:", "above backoff_max"}},
+		{"unknown retry key", "retry:\n  attempts: 3\n", []string{"line 2", `unknown key "retry.attempts"`}},
 		{"operators not uids", "operators: [root]\n", []string{"line 1"}},
 		// A user name is not a uid: said so, with the uid of the user
 		// named when there is one.

@@ -167,6 +167,7 @@ func (s meteredStore) Finish(ctx context.Context, r board.FinishRequest) (board.
 		// Finish refuses a run that has its verdict already
 		// (ErrTransitionRejected): a success is the verdict's one write.
 		s.m.verdict(out.Run)
+		s.m.retried(out)
 	}
 	return out, err
 }

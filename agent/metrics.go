@@ -71,6 +71,7 @@ type metrics struct {
 	decisions    *prometheus.CounterVec
 	sweeps       *prometheus.CounterVec
 	runsFinished *prometheus.CounterVec
+	retries      *prometheus.CounterVec
 	runDuration  *prometheus.HistogramVec
 	// claims remembers when each held claim was acquired, for the age of
 	// the oldest (watchClaimAge).
@@ -150,6 +151,10 @@ func newMetrics(version string, held func() int, reaperEnabled func() bool) *met
 			Name: "leasekeeper_runs_finished_total",
 			Help: "Runs that reached a verdict through this agent (a worker's finish or verdict update, the watchdog's orphan verdict), by status.",
 		}, []string{"status"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasekeeper_retries_total",
+			Help: "Run ends the retry policy routed through this agent (a worker's finish, the reaper's filing), by outcome: retried (the card returned to the pool for another attempt) or spent (its attempts were spent: filed failed, or to the ceiling state).",
+		}, []string{"outcome"}),
 		runDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "leasekeeper_run_duration_seconds",
 			Help: "Duration of a run from its creation to its verdict (the store's stamps), observed when the verdict is written through this agent, by status.",
@@ -164,7 +169,7 @@ func newMetrics(version string, held func() int, reaperEnabled func() bool) *met
 	build.WithLabelValues(version, runtime.Version()).Set(1)
 	m.reg.MustRegister(
 		m.acquisitions, m.ticks, m.tickDuration, m.renewed, m.lost, m.fence, m.storeErrors,
-		m.passes, m.passDuration, m.decisions, m.sweeps, m.runsFinished, m.runDuration, build,
+		m.passes, m.passDuration, m.decisions, m.sweeps, m.runsFinished, m.retries, m.runDuration, build,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "leasekeeper_claims_held", Help: "Claims the heartbeat renews.",
 		}, func() float64 { return float64(held()) }),
@@ -207,6 +212,9 @@ func newMetrics(version string, held func() int, reaperEnabled func() bool) *met
 		for _, o := range reaperOutcomes {
 			m.sweeps.WithLabelValues(string(sw), string(o))
 		}
+	}
+	for _, o := range []string{retryRetried, retrySpent} {
+		m.retries.WithLabelValues(o)
 	}
 	for _, v := range runVerdicts {
 		m.runsFinished.WithLabelValues(string(v))
@@ -295,6 +303,14 @@ func (m *metrics) pass(p watchdog.PassResult, took time.Duration) {
 	m.passDuration.Observe(took.Seconds())
 	for _, c := range p.Cards {
 		m.decisions.WithLabelValues(string(c.Decision.Action), string(c.Outcome)).Inc()
+		if c.Outcome == watchdog.OutcomeFiled || c.Outcome == watchdog.OutcomeReleased {
+			switch {
+			case c.Decision.Retry:
+				m.retries.WithLabelValues(retryRetried).Inc()
+			case c.Decision.Rule == watchdog.RuleAttemptsSpent:
+				m.retries.WithLabelValues(retrySpent).Inc()
+			}
+		}
 	}
 	for _, s := range p.Sweeps {
 		m.sweeps.WithLabelValues(string(s.Sweep), string(s.Outcome)).Inc()

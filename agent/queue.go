@@ -245,6 +245,24 @@ var runVerdicts = []board.RunStatus{
 	board.RunFinished, board.RunFailed, board.RunFailedResumable, board.RunCancelled,
 }
 
+// The outcomes of leasekeeper_retries_total (DESIGN.md#retries).
+const (
+	retryRetried = "retried"
+	retrySpent   = "spent"
+)
+
+// retried records what the retry policy made of a Finish written through
+// this agent: a retry (the card backs off in the pool) or attempts spent
+// (Finish stamps gave_up only then).
+func (m *metrics) retried(f board.Finished) {
+	switch {
+	case f.Card.GaveUp != nil:
+		m.retries.WithLabelValues(retrySpent).Inc()
+	case f.Run.Retryable() && !f.Card.RetryAt.IsZero():
+		m.retries.WithLabelValues(retryRetried).Inc()
+	}
+}
+
 // verdict records a run that reached its verdict through this agent: its
 // duration is from its creation to the verdict, both stamped by the store.
 func (m *metrics) verdict(r board.Run) {

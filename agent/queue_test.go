@@ -494,4 +494,12 @@ func TestOrphanVerdictCountsAsARunOutcome(t *testing.T) {
 	if got := runDurations(t, fams)["failed"]; got != 1 {
 		t.Errorf("failed run durations observed %d times, want 1", got)
 	}
+	// The orphaned run is retryable: the pass returned the card to the pool
+	// for another attempt (DESIGN.md#retries), and counted it.
+	if got := value(fams, "leasekeeper_retries_total", map[string]string{"outcome": "retried"}); got != 1 {
+		t.Errorf("retries retried = %v, want 1", got)
+	}
+	if got := value(fams, "leasekeeper_retries_total", map[string]string{"outcome": "spent"}); got != 0 {
+		t.Errorf("retries spent = %v, want 0", got)
+	}
 }

@@ -25,6 +25,11 @@ type MergeLabelsRequest struct {
 	Into string   `json:"into"`
 }
 
+// BoardRetryRequest sets the board's default retry policy
+// (DESIGN.md#retries): max_attempts, backoff and backoff_max, each
+// optional (absent: the default). It answers with the board as stored.
+type BoardRetryRequest = board.RetryPolicy
+
 // DeleteLabelRequest removes Label from every card.
 type DeleteLabelRequest struct {
 	Label string `json:"label"`

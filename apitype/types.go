@@ -132,6 +132,9 @@ type FinishRequest struct {
 	Status      board.RunStatus `json:"status"`
 	FailureCode string          `json:"failure_code,omitempty"`
 	Checkpoint  *string         `json:"checkpoint,omitempty"`
+	// Retryable marks a failed verdict worth another attempt under the
+	// card's retry policy (DESIGN.md#retries); only with status failed.
+	Retryable bool `json:"retryable,omitempty"`
 }
 
 // FinishResponse is the card and the run as Finish left them.
@@ -437,11 +440,15 @@ type BoardResponse struct {
 	// "failed", which the watchdog requires as well; empty when the board
 	// has none.
 	Failed string `json:"failed,omitempty"`
+	// Retry is the board's default retry policy as stored; absent when it
+	// sets none (the defaults apply: DESIGN.md#retries).
+	Retry board.RetryPolicy `json:"retry,omitzero"`
 }
 
 // BoardOf describes b for the socket.
 func BoardOf(b board.Board) BoardResponse {
 	r := BoardResponse{
+		Retry:      b.Retry,
 		States:     b.States,
 		Running:    b.Running(),
 		FirstPool:  b.FirstPool(),

@@ -72,10 +72,10 @@ func (b Board) RequireTarget(name string) (State, error) {
 }
 
 // Equal reports whether two boards have the same states, flags and order.
-func (b Board) Equal(o Board) bool { return slices.Equal(b.States, o.States) }
+func (b Board) Equal(o Board) bool { return slices.Equal(b.States, o.States) && b.Retry == o.Retry }
 
 // Clone returns a copy that shares no memory with b.
-func (b Board) Clone() Board { return Board{States: slices.Clone(b.States)} }
+func (b Board) Clone() Board { return Board{States: slices.Clone(b.States), Retry: b.Retry} }
 
 // Diff names, in plain words, how other differs from b: states only one
 // of them has, flags that differ, and a different order. An empty result
@@ -102,7 +102,10 @@ func (b Board) DiffNamed(other Board, name, otherName string) []string {
 			out = append(out, fmt.Sprintf("state %q is only in the %s board", o.Name, otherName))
 		}
 	}
-	if len(out) == 0 && !b.Equal(other) {
+	if b.Retry != other.Retry {
+		out = append(out, fmt.Sprintf("the retry policy is %s in the %s board, %s in the %s board", b.RetryFor(Card{}), name, other.RetryFor(Card{}), otherName))
+	}
+	if len(out) == 0 && !slices.Equal(b.States, other.States) {
 		out = append(out, fmt.Sprintf("same states in another order: %s in the %s board, %s in the %s board", names(b), name, names(other), otherName))
 	}
 	return out

@@ -65,6 +65,19 @@ type Card struct {
 	// it — Reopen refuses while any dependent of the blocker is outside
 	// waiting_deps, whichever blocker promoted it (Board.ReopenBlockedBy).
 	PromotedBy string `json:"promoted_by,omitempty"`
+	// Attempts counts the runs started for the card since it was created,
+	// reopened or moved into a pool state by a person; a resumed run is
+	// not a new one (DESIGN.md#retries). A counter, not len(Runs): the run
+	// list is history, and may be pruned.
+	Attempts int `json:"attempts,omitempty"`
+	// RetryAt, when later than the store's clock, is when the pool takes
+	// the card again after a retryable failure: ClaimNext and a Start of
+	// the next card pass it over until then, and a claim by id is refused
+	// (RetryRefusal). Stamped by the store's clock; a Reopen clears it.
+	RetryAt time.Time `json:"retry_at,omitzero"`
+	// Retry is the card's own retry policy, over the board's
+	// (Board.RetryFor); nil: the board's.
+	Retry *RetryPolicy `json:"retry,omitempty"`
 
 	// The claim family. Ordinary writes never touch it.
 	Claim           string    `json:"claim"`
@@ -114,7 +127,9 @@ type NewCard struct {
 	State     string   `json:"state,omitempty"` // empty: first pool state, or waiting_deps when a blocker is not complete
 	Labels    []string `json:"labels,omitempty"`
 	DependsOn []string `json:"depends_on,omitempty"`
-	Actor     string   `json:"actor,omitempty"`
+	// Retry, when set, is the card's own retry policy (DESIGN.md#retries).
+	Retry *RetryPolicy `json:"retry,omitempty"`
+	Actor string       `json:"actor,omitempty"`
 }
 
 // CardFilter selects cards for ListCards.

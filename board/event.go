@@ -35,6 +35,9 @@ const (
 	ReasonFieldRename  Reason = "field_rename"
 	ReasonFieldDelete  Reason = "field_delete"
 	ReasonUnlaunchable Reason = "unlaunchable"
+	// ReasonRetry returns a card to the pool for another attempt under its
+	// retry policy (DESIGN.md#retries).
+	ReasonRetry Reason = "retry"
 
 	// Descriptive reasons: not machine. unblocked is the cascade of a closed
 	// blocker; run_finished / run_failed are a run's own verdict, which the
@@ -56,6 +59,7 @@ var machineReasons = map[Reason]bool{
 	ReasonFieldRename:  true,
 	ReasonFieldDelete:  true,
 	ReasonUnlaunchable: true,
+	ReasonRetry:        true,
 }
 
 // IsMachineReason reports whether r is machine provenance.
@@ -63,7 +67,7 @@ func IsMachineReason(r Reason) bool { return machineReasons[r] }
 
 // MachineReasons lists the machine reasons.
 func MachineReasons() []Reason {
-	return []Reason{ReasonWatchdog, ReasonStateRename, ReasonStateDelete, ReasonFieldRename, ReasonFieldDelete, ReasonUnlaunchable}
+	return []Reason{ReasonWatchdog, ReasonStateRename, ReasonStateDelete, ReasonFieldRename, ReasonFieldDelete, ReasonUnlaunchable, ReasonRetry}
 }
 
 // Event is one entry of the audit log, appended in the same atomic step as

@@ -114,6 +114,14 @@ func (nc NewCard) Normalize() (NewCard, error) {
 			deps = append(deps, d)
 		}
 	}
+	if nc.Retry != nil {
+		if err := nc.Retry.Validate(); err != nil {
+			return NewCard{}, inCard(nc.ID, err)
+		}
+		if nc.Retry.IsZero() {
+			nc.Retry = nil
+		}
+	}
 	out := nc
 	out.Labels, out.DependsOn = labels, deps
 	return out, nil

@@ -96,6 +96,9 @@ func (r FinishRequest) Validate() error {
 	if err := ValidateText("failure code", r.FailureCode); err != nil {
 		return inCard(r.Card, err)
 	}
+	if r.Retryable && r.Status != RunFailed {
+		return Invalid("card %q: finish run %q: only a failed verdict is retryable, not %s", r.Card, r.RunID, r.Status)
+	}
 	if r.Checkpoint != nil {
 		if err := ValidateCheckpoint(*r.Checkpoint); err != nil {
 			return inCard(r.Card, err)
@@ -186,37 +189,40 @@ func (b Board) FinishCheck(r FinishRequest) error {
 }
 
 // FinishFiling decides where Finish files a card read in state cur whose
-// run was started from column from (Run.StartedFrom): the target state and
-// the reason, or to == "" when the card is not moved (an operator put it
-// in a terminal state, or, for a resumable failure, anywhere but the
-// running column).
+// run was started from column from (Run.StartedFrom) and whose end routes
+// as route (Board.RouteRun): the target state and the reason, or to == ""
+// when the card is not moved (an operator put it in a terminal state, or,
+// for a return to the pool, anywhere but the running column).
 //
-// A resumable failure of a run started out of a column outside the pool
-// (backlog, say: no worker's to take yet) files the card back to that
-// column: returning it to the pool would hand it to the next Start of any
-// card, which nobody asked for. Otherwise the card is released where it
-// is when the running column is a pool state (the local board: the next
-// Start resumes the run), or filed to the first pool state when it would
-// strand there (the fleet board).
-func (b Board) FinishFiling(cur, from string, status RunStatus) (to string, reason Reason) {
-	switch status {
-	case RunFinished:
-		to, reason = b.Completion(), ReasonRunFinished
-	case RunFailed:
-		to, reason = StateFailed, ReasonRunFailed
-	case RunFailedResumable:
+// A return to the pool (a resumable failure, or a retry) of a run started
+// out of a column outside the pool (backlog, say: no worker's to take yet)
+// files the card back to that column: returning it to the pool would hand
+// it to the next Start of any card, which nobody asked for. Otherwise a
+// resumable failure releases the card where it is when the running column
+// is a pool state (the local board: the next Start resumes the run), or
+// files it to the first pool state when it would strand there (the fleet
+// board); a retry, a fresh attempt with nothing to resume, files it to the
+// first pool state on either (DESIGN.md#retries).
+func (b Board) FinishFiling(cur, from string, route RunRoute) (to string, reason Reason) {
+	switch route.Kind {
+	case RouteComplete, RouteFail, RouteSpent:
+		to, reason = route.To, route.Reason
+	case RouteReturn, RouteRetry:
+		if route.Kind == RouteRetry {
+			reason = route.Reason
+		}
 		switch {
 		case !b.IsRunning(cur):
 			return "", ReasonNone
 		case b.startedOutsidePool(from):
 			to = from
-		case !b.Strands(cur):
+		case route.Kind == RouteReturn && !b.Strands(cur):
 			return "", ReasonNone
 		default:
 			to = b.FirstPool()
 		}
 	}
-	if b.IsTerminal(cur) || cur == to {
+	if to == "" || b.IsTerminal(cur) || cur == to {
 		return "", ReasonNone
 	}
 	return to, reason

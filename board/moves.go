@@ -138,7 +138,7 @@ func (m OwnedMove) StampedReason() Reason {
 	if !IsRecoveryMarker(m.Token.Marker) {
 		return m.Reason
 	}
-	if m.Reason == ReasonRunFinished || m.Reason == ReasonRunFailed {
+	if m.Reason == ReasonRunFinished || m.Reason == ReasonRunFailed || m.Reason == ReasonRetry {
 		return m.Reason
 	}
 	return ReasonWatchdog

@@ -83,9 +83,12 @@ type Run struct {
 	// Finish files the card back there when it lies outside the pool
 	// (Board.FinishFiling). Empty for a run made by CreateRun or recorded
 	// before the field existed.
-	StartedFrom string    `json:"started_from,omitempty"`
-	CreatedAt   time.Time `json:"created_at"`
-	UpdatedAt   time.Time `json:"updated_at"`
+	StartedFrom string `json:"started_from,omitempty"`
+	// RetryableFailure is set by a failed Finish its worker marked
+	// retryable (FinishRequest.Retryable; Run.Retryable).
+	RetryableFailure bool      `json:"retryable,omitempty"`
+	CreatedAt        time.Time `json:"created_at"`
+	UpdatedAt        time.Time `json:"updated_at"`
 }
 
 // RunUpdate changes a run. Nil fields are left alone. IfStatus, when set,

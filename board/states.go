@@ -46,6 +46,9 @@ const (
 // is where an unblocked dependent or a reparked card goes.
 type Board struct {
 	States []State `json:"states" yaml:"states"`
+	// Retry is the board's default retry policy (DESIGN.md#retries); zero
+	// fields take the defaults (DefaultRetryPolicy).
+	Retry RetryPolicy `json:"retry,omitzero" yaml:"-"`
 }
 
 // DefaultBoard is the board a new store is seeded with when the
@@ -112,6 +115,9 @@ func (b Board) Validate() error {
 		if into, ok := b.State(s.RetiringInto); !ok || into.Retiring() {
 			return Invalid("state %q is retiring into %q, which is not a live state of the board", s.Name, s.RetiringInto)
 		}
+	}
+	if err := b.Retry.Validate(); err != nil {
+		return err
 	}
 	switch {
 	case pool == 0:
@@ -215,6 +221,9 @@ func (b Board) String() string {
 		if len(flags) > 0 {
 			out += fmt.Sprint(flags)
 		}
+	}
+	if !b.Retry.IsZero() {
+		out += " retry" + b.RetryFor(Card{}).String()
 	}
 	return out
 }

@@ -71,6 +71,10 @@ type FinishRequest struct {
 	// Checkpoint, when set, replaces the run's checkpoint (a resumable run
 	// records where the next claim resumes from).
 	Checkpoint *string `json:"checkpoint,omitempty"`
+	// Retryable marks a failed verdict worth another attempt under the
+	// card's retry policy (DESIGN.md#retries): a crash rather than the
+	// work's own verdict. Only with Status RunFailed.
+	Retryable bool `json:"retryable,omitempty"`
 }
 
 // Finished is what Finish wrote.
@@ -111,6 +115,10 @@ type OwnedMove struct {
 	// stamped ReasonWatchdog whatever is passed here, except the descriptive
 	// run_finished / run_failed verdicts a watchdog filing carries.
 	Reason Reason
+	// Retry makes the move a retry (DESIGN.md#retries): the store stamps
+	// the card's RetryAt from its own clock and the card's retry policy
+	// (Board.RetryFor, RetryPolicy.Delay of its Attempts).
+	Retry bool
 }
 
 // Move is an operator or automation state move (no claim needed).

@@ -155,3 +155,16 @@ func (a *Admin) write(ctx context.Context, card string, attempt int, fn func(ctx
 func progress(op, card string, i, n int, err error) error {
 	return fmt.Errorf("%s: card %q (%d of %d): %w", op, card, i+1, n, err)
 }
+
+// SetRetry sets the board's default retry policy (DESIGN.md#retries), a
+// compare-and-set on the stored definition like every board change; the
+// cards are not touched (each reads the policy when a run of it ends).
+func (a *Admin) SetRetry(ctx context.Context, p board.RetryPolicy) (board.Board, error) {
+	if err := p.Validate(); err != nil {
+		return board.Board{}, err
+	}
+	return a.updateBoard(ctx, func(b board.Board) (board.Board, error) {
+		b.Retry = p
+		return b, nil
+	})
+}

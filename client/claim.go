@@ -513,6 +513,10 @@ type Verdict struct {
 	FailureCode string
 	// Checkpoint, when set, replaces the run's checkpoint.
 	Checkpoint *string
+	// Retryable marks a failed verdict worth another attempt under the
+	// card's retry policy (DESIGN.md#retries): a crash, say, rather than
+	// the work's own verdict. Only with board.RunFailed.
+	Retryable bool
 }
 
 // Finish ends the claim's run with v, files the card (finished: the
@@ -527,6 +531,7 @@ func (cl *Claim) Finish(ctx context.Context, v Verdict) (apitype.FinishResponse,
 	}
 	err := cl.owned(ctx, http.MethodPost, "/finish", nil, apitype.FinishRequest{
 		Fenced: cl.fence(), RunID: cl.run.ID, Status: v.Status, FailureCode: v.FailureCode, Checkpoint: v.Checkpoint,
+		Retryable: v.Retryable,
 	}, &resp)
 	if err == nil {
 		cl.end(ErrReleased)

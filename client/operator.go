@@ -156,5 +156,16 @@ func (c *Client) Board(ctx context.Context) (board.Board, error) {
 	if err := c.do(ctx, http.MethodGet, "/v1/board", nil, nil, &resp); err != nil {
 		return board.Board{}, err
 	}
-	return board.Board{States: resp.States}, nil
+	return board.Board{States: resp.States, Retry: resp.Retry}, nil
+}
+
+// SetBoardRetry sets the board's default retry policy (operator;
+// DESIGN.md#retries): p's zero fields take the defaults. It returns the
+// board as stored after the write.
+func (c *Client) SetBoardRetry(ctx context.Context, p board.RetryPolicy) (board.Board, error) {
+	var resp apitype.BoardResponse
+	if err := c.do(ctx, http.MethodPost, "/v1/board/retry", nil, apitype.BoardRetryRequest(p), &resp); err != nil {
+		return board.Board{}, err
+	}
+	return board.Board{States: resp.States, Retry: resp.Retry}, nil
 }

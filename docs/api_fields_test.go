@@ -110,6 +110,7 @@ var wireTypes = []reflect.Type{
 	reflect.TypeFor[board.NewCard](),
 	reflect.TypeFor[board.SweepReport](),
 	reflect.TypeFor[board.State](),
+	reflect.TypeFor[board.RetryPolicy](),
 }
 
 // TestWireTypesComplete: wireTypes names every struct type package apitype

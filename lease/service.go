@@ -416,6 +416,8 @@ type Verdict struct {
 	Status      board.RunStatus
 	FailureCode string
 	Checkpoint  *string
+	// Retryable: a failure worth another attempt (DESIGN.md#retries).
+	Retryable bool
 }
 
 // Finish records the verdict on the claim's run, files the card and
@@ -432,6 +434,7 @@ func (s *Service) Finish(ctx context.Context, w Worker, card string, epoch int64
 	end := s.cfg.Claims.BeginClose(card, tok)
 	f, err := s.cfg.Store.Finish(ctx, board.FinishRequest{
 		Card: card, Token: tok, RunID: v.RunID, Status: v.Status, FailureCode: v.FailureCode, Checkpoint: v.Checkpoint,
+		Retryable: v.Retryable,
 	})
 	end(err == nil)
 	if ce, ok := board.AsClaimConflict(err); ok && ce.Holder != tok.Marker {

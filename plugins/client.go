@@ -50,23 +50,32 @@ func newRemoteStore(conn grpc.ClientConnInterface, version int) *remoteStore {
 // newUnaryRemoteStore sends every call as its own RPC on conn (protocol 3;
 // and protocol 4 and later under newRemoteStore's Calls stream).
 func newUnaryRemoteStore(conn grpc.ClientConnInterface, version int) *remoteStore {
-	c := labelsGuard{classified{sendableConn{conn}}, version}
+	c := versionGuard{classified{sendableConn{conn}}, version}
 	return &remoteStore{verbs: newVerbs(c), conn: c}
 }
 
-// labelsGuard refuses, before it is sent, a Prune or a DeleteCard to a
-// plugin from before retention (DESIGN.md#retention), and a ClaimNext or a Start that
-// routes by labels when the plugin negotiated a protocol from before them
-// (DESIGN.md#label-routing): that plugin reads the request without the
-// labels and would take the oldest card of all. It sits under the Proxy's
-// verbs too (the supervisor calls through remoteStore.conn), so a plugin
-// replaced by an older build is caught on its first routed pick.
-type labelsGuard struct {
+// versionGuard refuses, before it is sent, a request the plugin's
+// negotiated protocol cannot carry whole: a retry policy, a retryable
+// verdict or a retry's backoff to a plugin from before the retry policy
+// (DESIGN.md#retries), a Prune or a DeleteCard to one from before retention
+// (DESIGN.md#retention), and a ClaimNext or a Start that routes by labels
+// to one from before labels (DESIGN.md#label-routing), which would take the
+// oldest card of all. It sits under the Proxy's verbs too (the supervisor
+// calls through remoteStore.conn), so a plugin replaced by an older build
+// is caught on its first such call.
+type versionGuard struct {
 	grpc.ClientConnInterface
 	version int
 }
 
-func (g labelsGuard) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+func (g versionGuard) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	if g.version < retryProtocolVersion {
+		if what := retryWrite(args); what != "" {
+			return fmt.Errorf("store plugin: %s: %w", path.Base(method), board.Invalid(
+				"the plugin speaks store protocol %d, from before the retry policy (protocol %d), and would drop %s: rebuild it against this leasekeeper release; nothing was sent",
+				g.version, retryProtocolVersion, what))
+		}
+	}
 	if g.version < retentionProtocolVersion {
 		switch args.(type) {
 		case *storepb.PruneRequest, *storepb.DeleteCardRequest:
@@ -122,6 +131,7 @@ func (s *verbs) CreateCard(ctx context.Context, c board.NewCard) (board.Card, er
 	r, err := s.rpc.CreateCard(ctx, &storepb.CreateCardRequest{
 		Id: c.ID, Title: c.Title, State: c.State,
 		Labels: stringsToPB(c.Labels), DependsOn: stringsToPB(c.DependsOn), Actor: c.Actor,
+		Retry: retryToPB(c.Retry),
 	})
 	if err != nil {
 		return board.Card{}, err
@@ -206,7 +216,7 @@ func (s *verbs) RenewClaims(ctx context.Context, holds []board.Hold, lease time.
 
 func (s *verbs) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, error) {
 	r, err := s.rpc.SetStateOwned(ctx, &storepb.SetStateOwnedRequest{
-		Card: m.Card, Token: tokenToPB(m.Token), To: m.To, From: m.From, Reason: string(m.Reason),
+		Card: m.Card, Token: tokenToPB(m.Token), To: m.To, From: m.From, Reason: string(m.Reason), Retry: m.Retry,
 	})
 	if err != nil {
 		return false, err
@@ -381,4 +391,30 @@ func (s *remoteStore) Close() error {
 		s.calls.close()
 	}
 	return nil
+}
+
+// retryWrite names what of the retry policy (DESIGN.md#retries) args
+// carries that a plugin from before protocol 7 would silently drop; ""
+// when nothing. The guard that sits under every call refuses those
+// (versionGuard.Invoke).
+func retryWrite(args any) string {
+	switch r := args.(type) {
+	case *storepb.CreateCardRequest:
+		if r.GetRetry() != nil {
+			return "the card's retry policy"
+		}
+	case *storepb.FinishRequest:
+		if r.GetRetryable() {
+			return "a retryable verdict"
+		}
+	case *storepb.SetStateOwnedRequest:
+		if r.GetRetry() {
+			return "a retry's backoff"
+		}
+	case *storepb.SetBoardRequest:
+		if r.GetNext().GetRetry() != nil {
+			return "the board's retry policy"
+		}
+	}
+	return ""
 }

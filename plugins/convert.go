@@ -52,7 +52,24 @@ func boardToPB(b board.Board) *storepb.BoardMessage {
 			Terminal: s.Terminal, Completion: s.Completion, RetiringInto: s.RetiringInto,
 		})
 	}
+	out.Retry = retryToPB(&b.Retry)
 	return out
+}
+
+// retryToPB is a retry policy on the wire; nil (absent) for none or one
+// that sets nothing.
+func retryToPB(p *board.RetryPolicy) *storepb.RetryPolicy {
+	if p == nil || p.IsZero() {
+		return nil
+	}
+	return &storepb.RetryPolicy{MaxAttempts: int64(p.MaxAttempts), BackoffNanos: int64(p.Backoff), BackoffMaxNanos: int64(p.BackoffMax)}
+}
+
+func retryFromPB(p *storepb.RetryPolicy) *board.RetryPolicy {
+	if p == nil {
+		return nil
+	}
+	return &board.RetryPolicy{MaxAttempts: int(p.GetMaxAttempts()), Backoff: time.Duration(p.GetBackoffNanos()), BackoffMax: time.Duration(p.GetBackoffMaxNanos())}
 }
 
 func boardFromPB(b *storepb.BoardMessage) board.Board {
@@ -62,6 +79,9 @@ func boardFromPB(b *storepb.BoardMessage) board.Board {
 			Name: s.GetName(), Pool: s.GetPool(), Launch: s.GetLaunch(), Running: s.GetRunning(),
 			Terminal: s.GetTerminal(), Completion: s.GetCompletion(), RetiringInto: s.GetRetiringInto(),
 		})
+	}
+	if p := retryFromPB(b.GetRetry()); p != nil {
+		out.Retry = *p
 	}
 	return out
 }
@@ -109,6 +129,9 @@ func cardToPB(c board.Card) *storepb.Card {
 		ClaimLeaseUntil: timeToPB(c.ClaimLeaseUntil),
 		RecoveredEpoch:  c.RecoveredEpoch,
 		LastRunEpoch:    c.LastRunEpoch,
+		Attempts:        int64(c.Attempts),
+		RetryAt:         timeToPB(c.RetryAt),
+		Retry:           retryToPB(c.Retry),
 	}
 }
 
@@ -136,6 +159,9 @@ func cardFromPB(c *storepb.Card) board.Card {
 		ClaimLeaseUntil: timeFromPB(c.GetClaimLeaseUntil()),
 		RecoveredEpoch:  c.GetRecoveredEpoch(),
 		LastRunEpoch:    c.GetLastRunEpoch(),
+		Attempts:        int(c.GetAttempts()),
+		RetryAt:         timeFromPB(c.GetRetryAt()),
+		Retry:           retryFromPB(c.GetRetry()),
 	}
 }
 
@@ -174,6 +200,7 @@ func runToPB(r board.Run) *storepb.RunMessage {
 		PidStartTicks: r.PIDStartTicks,
 		BootId:        r.BootID,
 		StartedFrom:   r.StartedFrom,
+		Retryable:     r.RetryableFailure,
 		CreatedAt:     timeToPB(r.CreatedAt),
 		UpdatedAt:     timeToPB(r.UpdatedAt),
 	}
@@ -181,22 +208,23 @@ func runToPB(r board.Run) *storepb.RunMessage {
 
 func runFromPB(r *storepb.RunMessage) board.Run {
 	return board.Run{
-		ID:            r.GetId(),
-		Card:          r.GetCard(),
-		Status:        board.RunStatus(r.GetStatus()),
-		Continuation:  board.Continuation(r.GetContinuation()),
-		FailureCode:   r.GetFailureCode(),
-		Checkpoint:    r.GetCheckpoint(),
-		Owner:         r.GetOwner(),
-		Epoch:         r.GetEpoch(),
-		Host:          r.GetHost(),
-		PID:           int(r.GetPid()),
-		PIDStart:      r.GetPidStart(),
-		PIDStartTicks: r.GetPidStartTicks(),
-		BootID:        r.GetBootId(),
-		StartedFrom:   r.GetStartedFrom(),
-		CreatedAt:     timeFromPB(r.GetCreatedAt()),
-		UpdatedAt:     timeFromPB(r.GetUpdatedAt()),
+		ID:               r.GetId(),
+		Card:             r.GetCard(),
+		Status:           board.RunStatus(r.GetStatus()),
+		Continuation:     board.Continuation(r.GetContinuation()),
+		FailureCode:      r.GetFailureCode(),
+		Checkpoint:       r.GetCheckpoint(),
+		Owner:            r.GetOwner(),
+		Epoch:            r.GetEpoch(),
+		Host:             r.GetHost(),
+		PID:              int(r.GetPid()),
+		PIDStart:         r.GetPidStart(),
+		PIDStartTicks:    r.GetPidStartTicks(),
+		BootID:           r.GetBootId(),
+		StartedFrom:      r.GetStartedFrom(),
+		RetryableFailure: r.GetRetryable(),
+		CreatedAt:        timeFromPB(r.GetCreatedAt()),
+		UpdatedAt:        timeFromPB(r.GetUpdatedAt()),
 	}
 }
 
@@ -285,11 +313,11 @@ func startedFromPB(s *storepb.StartedReply) board.Started {
 }
 
 func finishToPB(r board.FinishRequest) *storepb.FinishRequest {
-	return &storepb.FinishRequest{Card: r.Card, Token: tokenToPB(r.Token), RunId: r.RunID, Status: string(r.Status), FailureCode: r.FailureCode, Checkpoint: r.Checkpoint}
+	return &storepb.FinishRequest{Card: r.Card, Token: tokenToPB(r.Token), RunId: r.RunID, Status: string(r.Status), FailureCode: r.FailureCode, Checkpoint: r.Checkpoint, Retryable: r.Retryable}
 }
 
 func finishFromPB(r *storepb.FinishRequest) board.FinishRequest {
-	return board.FinishRequest{Card: r.GetCard(), Token: tokenFromPB(r.GetToken()), RunID: r.GetRunId(), Status: board.RunStatus(r.GetStatus()), FailureCode: r.GetFailureCode(), Checkpoint: r.Checkpoint}
+	return board.FinishRequest{Card: r.GetCard(), Token: tokenFromPB(r.GetToken()), RunID: r.GetRunId(), Status: board.RunStatus(r.GetStatus()), FailureCode: r.GetFailureCode(), Checkpoint: r.Checkpoint, Retryable: r.GetRetryable()}
 }
 
 func finishedToPB(f board.Finished) *storepb.FinishedReply {

@@ -15,19 +15,25 @@ import (
 // speaks. Bump it (and keep serving the old version in VersionedPlugins for
 // as long as it is supported) whenever proto/store.proto changes in a way an
 // older peer cannot read.
-const ProtocolVersion = 6
+const ProtocolVersion = 7
+
+// Version 7 added the retry policy (DESIGN.md#retries): a board's and a
+// card's policy, a retryable verdict, a retry's backoff. A plugin built
+// before it would drop them silently, so the agent refuses to send any of
+// them to a plugin that negotiated an older version (versionGuard).
+const retryProtocolVersion = 7
 
 // Version 6 added the retention verbs, Prune and DeleteCard
 // (DESIGN.md#retention). A plugin built before them answers them
 // Unimplemented; the agent refuses to send them to a plugin that negotiated
-// an older version (retentionGuard), so the operator reads which plugin to
+// an older version (versionGuard), so the operator reads which plugin to
 // rebuild rather than a bare "not implemented".
 const retentionProtocolVersion = 6
 
 // Version 5 added the labels a ClaimNext or a Start next routes by
 // (DESIGN.md#label-routing). A plugin built before it reads such a request
 // without them and would take any card, so the agent refuses to send one
-// to a plugin that negotiated an older version (labelsGuard).
+// to a plugin that negotiated an older version (versionGuard).
 const labelsProtocolVersion = 5
 
 // callsProtocolVersion is the protocol before labels, still spoken: version
@@ -59,10 +65,11 @@ var Handshake = plugin.HandshakeConfig{
 // a client passes nil.
 func VersionedPlugins(store board.Store) map[int]plugin.PluginSet {
 	return map[int]plugin.PluginSet{
-		ProtocolVersion:       {PluginName: &StorePlugin{Store: store, version: ProtocolVersion}},
-		labelsProtocolVersion: {PluginName: &StorePlugin{Store: store, version: labelsProtocolVersion}},
-		callsProtocolVersion:  {PluginName: &StorePlugin{Store: store, version: callsProtocolVersion}},
-		unaryProtocolVersion:  {PluginName: &StorePlugin{Store: store, unary: true, version: unaryProtocolVersion}},
+		ProtocolVersion:          {PluginName: &StorePlugin{Store: store, version: ProtocolVersion}},
+		retentionProtocolVersion: {PluginName: &StorePlugin{Store: store, version: retentionProtocolVersion}},
+		labelsProtocolVersion:    {PluginName: &StorePlugin{Store: store, version: labelsProtocolVersion}},
+		callsProtocolVersion:     {PluginName: &StorePlugin{Store: store, version: callsProtocolVersion}},
+		unaryProtocolVersion:     {PluginName: &StorePlugin{Store: store, unary: true, version: unaryProtocolVersion}},
 	}
 }
 

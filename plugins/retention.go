@@ -10,7 +10,7 @@ import (
 // The retention verbs (board.Retention, DESIGN.md#retention) on both sides
 // of the boundary: the plugin's handlers and the verbs remoteStore and
 // Proxy share. A plugin from before protocol 6 is never sent them
-// (labelsGuard).
+// (versionGuard).
 
 func (s *server) Prune(ctx context.Context, r *storepb.PruneRequest) (*storepb.PruneReply, error) {
 	res, err := s.store.Prune(ctx, pruneFromPB(r))

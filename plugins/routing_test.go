@@ -99,3 +99,50 @@ func TestAPluginFromBeforeRetentionIsNotSentAPrune(t *testing.T) {
 		t.Errorf("events after refused retention verbs = %v, %v; want the one card_created", evs, err)
 	}
 }
+
+// TestAPluginFromBeforeRetriesIsNotSentARetryPolicy: a plugin that speaks
+// protocol 5, from before the retry policy (DESIGN.md#retries), would store
+// a card without its own policy, file a retryable failure as a plain one and
+// drop a retry's backoff. The agent refuses to send it any of them, naming
+// the rebuild, and sends nothing; the verbs without them still work.
+func TestAPluginFromBeforeRetriesIsNotSentARetryPolicy(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	p, err := Launch(ctx, LaunchConfig{
+		Cmd:   testPluginCmd(t, "before-retries"),
+		Child: &ChildConfig{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
+	})
+	if err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
+	defer p.Close()
+	refused := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, board.ErrInvalidArgument) || !strings.Contains(err.Error(), "rebuild") {
+			t.Errorf("%s through a plugin from before the retry policy = %v, want ErrInvalidArgument naming the rebuild", what, err)
+		}
+	}
+	_, err = p.CreateCard(ctx, board.NewCard{ID: "own", Retry: &board.RetryPolicy{MaxAttempts: 2}, Actor: "cli"})
+	refused("CreateCard with a retry policy", err)
+	if _, err := p.GetCard(ctx, "own"); !errors.Is(err, board.ErrNotFound) {
+		t.Errorf("GetCard own = %v: the refused create wrote the card", err)
+	}
+	if _, err := p.CreateCard(ctx, board.NewCard{ID: "c1", Actor: "cli"}); err != nil {
+		t.Fatalf("CreateCard without a policy: %v", err)
+	}
+	st, err := p.Start(ctx, board.StartRequest{Card: "c1", Marker: "hosta-4242", Lease: 30 * time.Second, Run: board.Run{ID: "r1", Host: "hosta", PID: 4242}})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	_, err = p.Finish(ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFailed, FailureCode: "SIGNAL_9", Retryable: true})
+	refused("a retryable Finish", err)
+	_, err = p.SetStateOwned(ctx, board.OwnedMove{Card: "c1", Token: st.Token, To: board.StateReady, Retry: true})
+	refused("a retry's move", err)
+	if c, err := p.GetCard(ctx, "c1"); err != nil || c.State != board.StateInProgress || c.Token() != st.Token {
+		t.Errorf("c1 = %+v, %v: a refused write landed", c, err)
+	}
+	if _, err := p.Finish(ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFailed, FailureCode: "EXIT_1"}); err != nil {
+		t.Errorf("a plain Finish: %v", err)
+	}
+}

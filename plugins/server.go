@@ -32,6 +32,7 @@ func (s *server) CreateCard(ctx context.Context, r *storepb.CreateCardRequest) (
 	c, err := s.store.CreateCard(ctx, board.NewCard{
 		ID: r.GetId(), Title: r.GetTitle(), State: r.GetState(),
 		Labels: stringsFromPB(r.GetLabels()), DependsOn: stringsFromPB(r.GetDependsOn()), Actor: r.GetActor(),
+		Retry: retryFromPB(r.GetRetry()),
 	})
 	if err != nil {
 		return nil, toStatus(err)
@@ -117,6 +118,7 @@ func (s *server) RenewClaims(ctx context.Context, r *storepb.RenewClaimsRequest)
 func (s *server) SetStateOwned(ctx context.Context, r *storepb.SetStateOwnedRequest) (*storepb.ChangedReply, error) {
 	changed, err := s.store.SetStateOwned(ctx, board.OwnedMove{
 		Card: r.GetCard(), Token: tokenFromPB(r.GetToken()), To: r.GetTo(), From: r.GetFrom(), Reason: board.Reason(r.GetReason()),
+		Retry: r.GetRetry(),
 	})
 	if err != nil {
 		return nil, toStatus(err)

@@ -21,7 +21,27 @@ func (s *Server) adminRoutes() []route {
 		{"POST", "/v1/board/labels/rename", permOperator, s.handleRenameLabel},
 		{"POST", "/v1/board/labels/merge", permOperator, s.handleMergeLabels},
 		{"POST", "/v1/board/labels/delete", permOperator, s.handleDeleteLabel},
+		{"POST", "/v1/board/retry", permOperator, s.handleBoardRetry},
 	}
+}
+
+// handleBoardRetry sets the board's default retry policy
+// (DESIGN.md#retries): a write of the definition, no sweep.
+func (s *Server) handleBoardRetry(w http.ResponseWriter, r *http.Request, c caller) error {
+	var req apitype.BoardRetryRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return err
+	}
+	a, err := s.boardAdmin(c.actor, false, nil)
+	if err != nil {
+		return err
+	}
+	b, err := a.SetRetry(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	s.cfg.Logger.Info("board administration", "op", "board retry", "actor", c.actor, "retry", b.RetryFor(board.Card{}).String())
+	return writeJSON(w, http.StatusOK, apitype.BoardOf(b))
 }
 
 // boardAdmin returns a walker over the store acting for actor (dryRun,

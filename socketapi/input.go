@@ -88,6 +88,8 @@ func checkBody(r *http.Request, v any) error {
 	switch req := v.(type) {
 	case *apitype.ClaimRequest:
 		return optionalName("card id", req.Card)
+	case *apitype.BoardRetryRequest:
+		return req.Validate()
 	case *apitype.SetStateRequest:
 		return firstErr(board.ValidateName("state", req.To), optionalName("from state", req.From),
 			board.ValidateText("reason", string(req.Reason)))
@@ -120,7 +122,11 @@ func checkBody(r *http.Request, v any) error {
 		if req.Checkpoint != nil {
 			cp = board.ValidateCheckpoint(*req.Checkpoint)
 		}
-		return firstErr(board.ValidateName("run id", req.RunID), board.ValidateText("failure code", req.FailureCode), cp)
+		var retry error
+		if req.Retryable && req.Status != board.RunFailed {
+			retry = board.Invalid("only a failed verdict is retryable, not %s", req.Status)
+		}
+		return firstErr(board.ValidateName("run id", req.RunID), board.ValidateText("failure code", req.FailureCode), cp, retry)
 	case *apitype.UpdateRunRequest:
 		return board.RunUpdate{
 			ID: r.PathValue("id"), IfStatus: req.IfStatus, Status: req.Status, Continuation: req.Continuation,

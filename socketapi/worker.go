@@ -66,6 +66,7 @@ func (s *Server) handleFinish(w http.ResponseWriter, r *http.Request, c caller) 
 	}
 	f, err := s.lease.Finish(r.Context(), c.worker, card, req.Epoch, lease.Verdict{
 		RunID: req.RunID, Status: req.Status, FailureCode: req.FailureCode, Checkpoint: req.Checkpoint,
+		Retryable: req.Retryable,
 	})
 	if err != nil {
 		return err

@@ -45,6 +45,8 @@ const (
 	RuleContinuation      Rule = "continuation_armed"  // row 8
 	RuleRunFinished       Rule = "run_finished"        // row 9
 	RuleRunFailed         Rule = "run_failed"          // row 10
+	RuleRunRetry          Rule = "run_retry"           // row 10, a retryable failure: repark
+	RuleAttemptsSpent     Rule = "attempts_spent"      // rows 10 and 11: the retry policy's limit
 	RuleRunResumable      Rule = "run_resumable"       // row 11, repark
 	RuleParkedOutsidePool Rule = "parked_outside_pool" // row 11, keep
 	RuleUnknownStatus     Rule = "unknown_status"      // row 12
@@ -81,6 +83,18 @@ type Decision struct {
 	// as it would have for the living owner), machine provenance for
 	// everything the watchdog decides on its own (DESIGN.md#verdict-provenance).
 	StateReason board.Reason `json:"state_reason,omitempty"`
+	// Retry marks a repark that is a retry under the card's retry policy
+	// (DESIGN.md#retries): a fresh attempt, the card passed over by the
+	// pool until the backoff the store stamps has passed.
+	Retry bool `json:"retry,omitempty"`
+	// Attempts and MaxAttempts are the card's runs and its policy's limit,
+	// for the rows the retry policy routes (9–11).
+	Attempts    int `json:"attempts,omitempty"`
+	MaxAttempts int `json:"max_attempts,omitempty"`
+	// Stamp is the gave_up stamp a filing leaves once the card's attempts
+	// are spent (rule attempts_spent); zero otherwise. A value, so a
+	// Decision stays comparable.
+	Stamp board.GaveUp `json:"gave_up,omitzero"`
 }
 
 // StuckCard is the input of the decision table: the judged claim's run (or
@@ -103,6 +117,11 @@ type StuckCard struct {
 	// Lease is the configured claim lease; the stamp window closes two
 	// leases after the claim began.
 	Lease time.Duration
+	// Fleet is the twin's: a Start never resumes a recorded run there, so
+	// every return to the pool is a fresh attempt under the retry policy
+	// (DESIGN.md#retries). False on the local twin, where a resumed run
+	// is the same attempt.
+	Fleet bool
 	// ClaimStart is when the claim being judged began. Zero means
 	// Card.ClaimedAt. The reaper sets it to the listed claim's claimed_at
 	// when it re-decides after a transfer, because the transfer re-stamps
@@ -214,29 +233,10 @@ func decide(in StuckCard, column string) Decision {
 		return Decision{Action: ActionKeep, Row: 8, Rule: RuleContinuation,
 			Reason: fmt.Sprintf("run %q has %s armed: the continuation owns its future", r.ID, r.Continuation)}
 
-	// Row 9: the watchdog merely writes down what the run decided.
-	case r.Status == board.RunFinished:
-		return Decision{Action: ActionComplete, Row: 9, Rule: RuleRunFinished,
-			Target: in.Board.Completion(), StateReason: board.ReasonRunFinished,
-			Reason: fmt.Sprintf("run %q finished: file the card as the living owner would have", r.ID)}
-
-	// Row 10: a terminal failure, likewise the run's own verdict.
-	case r.Status == board.RunFailed:
-		return Decision{Action: ActionFail, Row: 10, Rule: RuleRunFailed,
-			Target: board.StateFailed, StateReason: board.ReasonRunFailed,
-			Reason: fmt.Sprintf("run %q failed: file the card as the living owner would have", r.ID)}
-
-	// Row 11: resumable → back to the pool, unless somebody parked the card
-	// outside the pool: returning it only means something if the pool can
-	// reach it, and releasing would lift a brake somebody set.
-	case r.Status == board.RunFailedResumable:
-		if parkedOutsidePool(in.Board, column) {
-			return Decision{Action: ActionKeep, Row: 11, Rule: RuleParkedOutsidePool,
-				Reason: fmt.Sprintf("run %q is resumable but the card is parked in %q, outside the pool: the brake stays", r.ID, column)}
-		}
-		return Decision{Action: ActionRepark, Row: 11, Rule: RuleRunResumable,
-			StateReason: board.ReasonWatchdog,
-			Reason:      fmt.Sprintf("run %q is resumable: return the card to the pool", r.ID)}
+	// Rows 9–11: where the run's end sends the card is the retry policy's
+	// routing, the one the lifecycle's Finish uses too (DESIGN.md#retries).
+	case r.Status == board.RunFinished || r.Status == board.RunFailed || r.Status == board.RunFailedResumable:
+		return routeRun(in, column, r)
 	}
 
 	// Row 12: never guess.
@@ -309,4 +309,67 @@ func GiveUpStamp(card board.Card, runID string, now time.Time) *board.GaveUp {
 			runID),
 		At: now,
 	}
+}
+
+// routeRun is rows 9–11: the watchdog writes down what the run's end
+// means for the card, by board.Board.RouteRun, as the living owner's
+// Finish would have (DESIGN.md#retries).
+//
+//   - Row 9: finished → complete, the run's own verdict.
+//   - Row 10: failed → fail, the run's own verdict; a retryable failure
+//     (PROCESS_ORPHANED, or marked retryable) is reparked as a fresh
+//     attempt while attempts remain, and filed failed with an
+//     attempts-spent stamp once they are spent.
+//   - Row 11: resumable → back to the pool; on the fleet, where the
+//     return is a fresh attempt, the ceiling state once attempts are
+//     spent.
+//
+// A return to the pool (a repark) of a card somebody parked outside the
+// pool keeps it instead: returning it only means something if the pool
+// can reach it, and releasing would lift a brake somebody set.
+func routeRun(in StuckCard, column string, r *board.Run) Decision {
+	route := in.Board.RouteRun(in.Card, *r, !in.Fleet)
+	d := Decision{Attempts: route.Attempts, MaxAttempts: route.MaxAttempts}
+	row := 11
+	if r.Status == board.RunFailed {
+		row = 10
+	}
+	switch route.Kind {
+	case board.RouteComplete:
+		d.Action, d.Row, d.Rule, d.Target, d.StateReason = ActionComplete, 9, RuleRunFinished, route.To, route.Reason
+		d.Reason = fmt.Sprintf("run %q finished: file the card as the living owner would have", r.ID)
+	case board.RouteFail:
+		d.Action, d.Row, d.Rule, d.Target, d.StateReason = ActionFail, 10, RuleRunFailed, route.To, route.Reason
+		d.Reason = fmt.Sprintf("run %q failed: file the card as the living owner would have", r.ID)
+	case board.RouteSpent:
+		d.Row, d.Rule, d.Target, d.StateReason = row, RuleAttemptsSpent, route.To, route.Reason
+		d.Stamp = *board.SpentStamp(*r, route, in.Now)
+		if row == 10 {
+			// The run's own verdict, filed as the living owner would have.
+			d.Action = ActionFail
+			d.Reason = fmt.Sprintf("run %q failed (%s), retryable, but the card's %s: file it failed", r.ID, r.FailureCode, route.Why())
+		} else {
+			// The watchdog's own judgement: machine provenance.
+			d.Action = ActionGiveUp
+			d.Reason = fmt.Sprintf("run %q is resumable, but the card's %s: file it to %s", r.ID, route.Why(), route.To)
+		}
+	case board.RouteRetry, board.RouteReturn:
+		if parkedOutsidePool(in.Board, column) {
+			return Decision{Action: ActionKeep, Row: row, Rule: RuleParkedOutsidePool, Attempts: d.Attempts, MaxAttempts: d.MaxAttempts,
+				Reason: fmt.Sprintf("run %q would return to the pool but the card is parked in %q, outside the pool: the brake stays", r.ID, column)}
+		}
+		d.Action, d.Row, d.StateReason = ActionRepark, row, board.ReasonWatchdog
+		if route.Kind == board.RouteRetry {
+			d.Rule, d.Retry, d.StateReason = RuleRunRetry, true, route.Reason
+			d.Reason = fmt.Sprintf("run %q failed (%s), retryable: return the card to the pool for attempt %d of %d, after a backoff of %s",
+				r.ID, r.FailureCode, route.Attempts+1, route.MaxAttempts, route.Delay)
+		} else {
+			d.Rule = RuleRunResumable
+			d.Reason = fmt.Sprintf("run %q is resumable: return the card to the pool", r.ID)
+		}
+	default:
+		return Decision{Action: ActionKeep, Row: 12, Rule: RuleUnknownStatus,
+			Reason: fmt.Sprintf("run %q has status %q: never guess", r.ID, r.Status)}
+	}
+	return d
 }

@@ -3,6 +3,7 @@ package watchdog
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,6 +54,33 @@ func stuck(state, runPointer string, age time.Duration) StuckCard {
 		Now:           t0,
 		Lease:         lease,
 	}
+}
+
+// failedWith is a failed run with failure code, marked retryable by its
+// worker or not.
+func failedWith(code string, retryable bool) *board.Run {
+	r := run(board.RunFailed)
+	r.FailureCode, r.RetryableFailure = code, retryable
+	return r
+}
+
+// attempts sets the runs the card has started (DESIGN.md#retries).
+func (in StuckCard) attempts(n int) StuckCard {
+	in.Card.Attempts = n
+	return in
+}
+
+// fleet judges the card as the fleet's reaper does: no resume.
+func (in StuckCard) fleet() StuckCard {
+	in.Fleet = true
+	return in
+}
+
+// policy sets the card's own retry policy and the board's.
+func (in StuckCard) policy(card *board.RetryPolicy, brd board.RetryPolicy) StuckCard {
+	in.Card.Retry = card
+	in.Board.Retry = brd
+	return in
 }
 
 func (in StuckCard) with(r *board.Run, err error) StuckCard {
@@ -165,6 +193,57 @@ func TestDecideStuckCard(t *testing.T) {
 				return in
 			}(),
 			verdict{Action: ActionRepark, Row: 11, Rule: RuleRunResumable, StateReason: board.ReasonWatchdog}},
+		// DESIGN.md#retries: rows 10 and 11 under the retry policy.
+		{"row 10: orphaned (PROCESS_ORPHANED), attempts left → repark as a retry, machine provenance",
+			stuck(board.StateInProgress, "r1", old).with(failedWith(board.FailureProcessOrphaned, false), nil).attempts(1),
+			verdict{Action: ActionRepark, Row: 10, Rule: RuleRunRetry, StateReason: board.ReasonRetry}},
+		{"row 10: a failure its worker marked retryable, attempts left → repark as a retry",
+			stuck(board.StateInProgress, "r1", old).with(failedWith("SIGNAL_9", true), nil).attempts(19),
+			verdict{Action: ActionRepark, Row: 10, Rule: RuleRunRetry, StateReason: board.ReasonRetry}},
+		{"row 10: orphaned, attempts spent (20 of 20, the board's default) → fail, naming the attempts",
+			stuck(board.StateInProgress, "r1", old).with(failedWith(board.FailureProcessOrphaned, false), nil).attempts(20),
+			verdict{Action: ActionFail, Row: 10, Rule: RuleAttemptsSpent, Target: board.StateFailed, StateReason: board.ReasonRunFailed}},
+		{"row 10: the card's own max_attempts beats the board's: 2 of 2 spent → fail",
+			stuck(board.StateInProgress, "r1", old).with(failedWith(board.FailureProcessOrphaned, false), nil).attempts(2).
+				policy(&board.RetryPolicy{MaxAttempts: 2}, board.RetryPolicy{MaxAttempts: 5}),
+			verdict{Action: ActionFail, Row: 10, Rule: RuleAttemptsSpent, Target: board.StateFailed, StateReason: board.ReasonRunFailed}},
+		{"row 10: the board's max_attempts beats the default: 3 of 3 spent → fail",
+			stuck(board.StateInProgress, "r1", old).with(failedWith(board.FailureProcessOrphaned, false), nil).attempts(3).
+				policy(nil, board.RetryPolicy{MaxAttempts: 3}),
+			verdict{Action: ActionFail, Row: 10, Rule: RuleAttemptsSpent, Target: board.StateFailed, StateReason: board.ReasonRunFailed}},
+		{"row 10: an exit status is the command's own verdict → fail, never retried",
+			stuck(board.StateInProgress, "r1", old).with(failedWith("EXIT_1", false), nil).attempts(1),
+			verdict{Action: ActionFail, Row: 10, Rule: RuleRunFailed, Target: board.StateFailed, StateReason: board.ReasonRunFailed}},
+		{"row 10: retryable but parked in awaiting_input → keep",
+			stuck(board.StateAwaitingInput, "r1", old).with(failedWith(board.FailureProcessOrphaned, false), nil).attempts(1),
+			keep(10, RuleParkedOutsidePool)},
+		{"row 11: fleet, resumable, attempts left → repark (a fresh attempt)",
+			stuck(board.StateInProgress, "r1", old).with(run(board.RunFailedResumable), nil).attempts(19).fleet(),
+			verdict{Action: ActionRepark, Row: 11, Rule: RuleRunResumable, StateReason: board.ReasonWatchdog}},
+		{"row 11: fleet, resumable, attempts spent → give up to blocked (the run ceiling), machine provenance",
+			stuck(board.StateInProgress, "r1", old).with(run(board.RunFailedResumable), nil).attempts(20).fleet(),
+			verdict{Action: ActionGiveUp, Row: 11, Rule: RuleAttemptsSpent, Target: board.StateBlocked, StateReason: board.ReasonWatchdog}},
+		{"row 11: fleet, the card's own max_attempts is the ceiling",
+			stuck(board.StateInProgress, "r1", old).with(run(board.RunFailedResumable), nil).attempts(3).fleet().
+				policy(&board.RetryPolicy{MaxAttempts: 3}, board.RetryPolicy{}),
+			verdict{Action: ActionGiveUp, Row: 11, Rule: RuleAttemptsSpent, Target: board.StateBlocked, StateReason: board.ReasonWatchdog}},
+		{"row 11: fleet, a board without blocked → the ceiling files to failed",
+			func() StuckCard {
+				in := stuck(board.StateInProgress, "r1", old).with(run(board.RunFailedResumable), nil).attempts(20).fleet()
+				in.Board = board.Board{States: []board.State{
+					{Name: board.StateReady, Pool: true}, {Name: board.StateInProgress, Running: true},
+					{Name: board.StateDone, Terminal: true, Completion: true}, {Name: board.StateFailed, Terminal: true},
+				}}
+				return in
+			}(),
+			verdict{Action: ActionGiveUp, Row: 11, Rule: RuleAttemptsSpent, Target: board.StateFailed, StateReason: board.ReasonWatchdog}},
+		{"row 11: local, resumable past max_attempts → repark: a resume adds no attempt",
+			func() StuckCard {
+				in := stuck(board.StateInProgress, "r1", old).with(run(board.RunFailedResumable), nil).attempts(25)
+				in.Board = board.DefaultBoard(true)
+				return in
+			}(),
+			verdict{Action: ActionRepark, Row: 11, Rule: RuleRunResumable, StateReason: board.ReasonWatchdog}},
 		{"row 12: an unknown status → keep",
 			stuck(board.StateInProgress, "r1", old).with(run("exploded"), nil), keep(12, RuleUnknownStatus)},
 		{"row 12: an empty status → keep",
@@ -179,6 +258,16 @@ func TestDecideStuckCard(t *testing.T) {
 			}
 			if d.Reason == "" {
 				t.Errorf("decision %s carries no human-readable reason", d.Rule)
+			}
+			// A card whose attempts are spent says so, naming them.
+			if d.Rule == RuleAttemptsSpent {
+				want := fmt.Sprintf("attempts spent (%d of %d)", tc.in.Card.Attempts, d.MaxAttempts)
+				if !strings.Contains(d.Stamp.Reason, want) || !strings.Contains(d.Reason, want) || d.Stamp.Attempts != tc.in.Card.Attempts {
+					t.Errorf("stamp %+v, reason %q: want both to name %q", d.Stamp, d.Reason, want)
+				}
+			}
+			if d.Retry != (d.Rule == RuleRunRetry) {
+				t.Errorf("decision %s: Retry = %v", d.Rule, d.Retry)
 			}
 			if again := DecideStuckCard(tc.in); again != d {
 				t.Errorf("second call = %+v, first %+v: the table must be pure", again, d)

@@ -820,8 +820,8 @@ func TestFleetRunCeiling(t *testing.T) {
 		want      string
 	}{
 		{"a healthy card returns to the pool", 2, board.StateReady},
-		{"nineteen lifetime runs return to the pool", watchdog.DefaultRunCeiling - 2, board.StateReady},
-		{"twenty lifetime runs file the card to blocked", watchdog.DefaultRunCeiling - 1, board.StateBlocked},
+		{"nineteen lifetime runs return to the pool", board.DefaultMaxAttempts - 2, board.StateReady},
+		{"twenty lifetime runs file the card to blocked", board.DefaultMaxAttempts - 1, board.StateBlocked},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -870,8 +870,14 @@ func TestFleetRunCeiling(t *testing.T) {
 				t.Fatalf("RunOnce: %v", err)
 			}
 			cr, ok := res.Card("c1")
-			if !ok || cr.Outcome != watchdog.OutcomeFiled || cr.Decision.Action != watchdog.ActionRepark || cr.FiledTo != tc.want {
-				t.Fatalf("record = %+v (listed %v), want a repark filed to %s", cr, ok, tc.want)
+			// The ceiling is the retry policy's limit (DESIGN.md#retries):
+			// a repark while attempts remain, a give-up once they are spent.
+			action := watchdog.ActionRepark
+			if tc.want == board.StateBlocked {
+				action = watchdog.ActionGiveUp
+			}
+			if !ok || cr.Outcome != watchdog.OutcomeFiled || cr.Decision.Action != action || cr.FiledTo != tc.want {
+				t.Fatalf("record = %+v (listed %v), want a %s filed to %s", cr, ok, action, tc.want)
 			}
 			if c := f.get("c1"); c.State != tc.want || c.Claimed() {
 				t.Errorf("c1 = %s claimed by %q, want %s and free", c.State, c.Claim, tc.want)

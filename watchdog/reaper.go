@@ -19,7 +19,6 @@ const (
 	DefaultInterval        = 60 * time.Second
 	DefaultBatch           = 100
 	DefaultLease           = 30 * time.Second
-	DefaultRunCeiling      = 20
 	DefaultUnleasedHorizon = 24 * time.Hour
 	DefaultWorkers         = 16
 	DefaultFleetWorkers    = 1
@@ -77,12 +76,11 @@ type Config struct {
 	// off: code that embeds the watchdog states the gate it wants.
 	Enabled func() bool
 	// Fleet selects the MongoDB twin's dispositions: a repark writes the
-	// card back to the first pool state, the run ceiling applies, and the
-	// un-leased sweep runs (DESIGN.md#twin-unleased).
+	// card back to the first pool state and is a fresh attempt under the
+	// card's retry policy, whose max_attempts is the run ceiling
+	// (DESIGN.md#retries), and the un-leased sweep runs
+	// (DESIGN.md#twin-unleased).
 	Fleet bool
-	// RunCeiling: on the fleet, a reparked card with at least this many
-	// lifetime runs is filed to blocked instead.
-	RunCeiling int
 	// UnleasedHorizon: the fleet's un-leased sweep selects claims whose
 	// card was last updated longer ago than this. It may not be below one
 	// lease: a missing lease is an absence, not positive evidence.
@@ -134,9 +132,6 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.Enabled == nil {
 		out.Enabled = func() bool { return false }
-	}
-	if out.RunCeiling <= 0 {
-		out.RunCeiling = DefaultRunCeiling
 	}
 	if out.UnleasedHorizon == 0 {
 		out.UnleasedHorizon = DefaultUnleasedHorizon
@@ -538,16 +533,18 @@ func settles(a Action) bool {
 }
 
 // repairable is d as a repair sweep may carry it out: a settled
-// disposition, and not the fleet's run ceiling, which files a merely
-// resumable run's card to a sink on the watchdog's own judgement — a
-// decision, which the gate stops. Anything else is kept.
-func (p *pass) repairable(d Decision, c board.Card) Decision {
+// disposition. The run ceiling — the retry policy's limit reached by a
+// merely resumable run (rule attempts_spent, a give-up) — files the card to
+// a sink on the watchdog's own judgement: a decision, which the gate
+// stops. Anything else is kept.
+func (p *pass) repairable(d Decision) Decision {
 	why := ""
 	switch {
+	case d.Rule == RuleAttemptsSpent && d.Action == ActionGiveUp:
+		why = fmt.Sprintf("a resumable run's card whose %s is filed to a sink, a decision the gate stops",
+			board.RunRoute{Attempts: d.Attempts, MaxAttempts: d.MaxAttempts}.Why())
 	case !settles(d.Action):
 		why = "not a settled disposition"
-	case d.Action == ActionRepark && p.r.cfg.Fleet && len(c.Runs) >= p.r.cfg.RunCeiling:
-		why = fmt.Sprintf("a repark past the run ceiling (%d runs) is filed to a sink, a decision the gate stops", len(c.Runs))
 	default:
 		return d
 	}
@@ -577,8 +574,9 @@ func (p *pass) reapOne(ctx context.Context, listed board.Card, m mode) (cr CardR
 	}
 	cr.Run = res.Recorded
 	in := res.Stuck(listed, p.board, p.now, p.lease)
+	in.Fleet = r.cfg.Fleet
 	if m == modeRepair {
-		cr.PreCheck = p.repairable(DecideStuckCard(in), listed)
+		cr.PreCheck = p.repairable(DecideStuckCard(in))
 	} else {
 		cr.PreCheck = PreCheck(in)
 	}
@@ -641,12 +639,13 @@ func (p *pass) reapOne(ctx context.Context, listed board.Card, m mode) (cr CardR
 	}
 	cr.Run = res2.Recorded
 	in2 := res2.Stuck(observed, p.board, p.now, p.lease)
+	in2.Fleet = r.cfg.Fleet
 	// The transfer re-stamped claimed_at; the window is the listed
 	// claim's, or the transfer would re-open it.
 	in2.ClaimStart = listed.ClaimedAt
 	d := DecideStuckCard(in2)
 	if m == modeRepair {
-		d = p.repairable(d, observed)
+		d = p.repairable(d)
 	}
 	cr.Decision = AfterTransfer(d, listed.Claim, Strands(p.board, observed.State))
 	p.act(ctx, &cr, observed, tok, res2.Recorded)
@@ -701,40 +700,42 @@ func (p *pass) act(ctx context.Context, cr *CardResult, c board.Card, tok board.
 		if Strands(p.board, c.State) && !p.file(ctx, cr, c, tok, p.board.FirstPool(), board.ReasonWatchdog) {
 			return
 		}
-	case ActionComplete, ActionFail:
-		if !p.file(ctx, cr, c, tok, d.Target, d.StateReason) {
-			return
-		}
-	case ActionGiveUp:
+	case ActionComplete, ActionFail, ActionGiveUp:
 		if !p.file(ctx, cr, c, tok, d.Target, d.StateReason) {
 			return
 		}
 		// The stamp goes on after the move (a state move clears gave_up),
-		// and only on a card that sits in the give-up column: a card an
+		// and only on a card that sits in the filing's column: a card an
 		// operator moved elsewhere, or one already in another sink, keeps
-		// its own story.
-		if cr.FiledTo == d.Target || c.State == d.Target {
-			if err := r.cfg.Store.SetGaveUpOwned(ctx, c.ID, tok, GiveUpStamp(c, runID, p.now)); err != nil {
+		// its own story. A give-up always leaves one (row 2's names the
+		// gone run); a failure leaves one when the retry policy's attempts
+		// are spent (DESIGN.md#retries).
+		var stamp *board.GaveUp
+		if d.Stamp != (board.GaveUp{}) {
+			stamp = &d.Stamp
+		} else if d.Action == ActionGiveUp {
+			stamp = GiveUpStamp(c, runID, p.now)
+		}
+		if stamp != nil && (cr.FiledTo == d.Target || c.State == d.Target) {
+			if err := r.cfg.Store.SetGaveUpOwned(ctx, c.ID, tok, stamp); err != nil {
 				cr.Outcome, cr.Err = OutcomeError, fmt.Errorf("stamp gave_up: %w", err)
 				return
 			}
 		}
 	case ActionRepark:
-		// DESIGN.md#twin-repark: the twins diverge on purpose. Locally a repark is a
-		// release only — in_progress is a pool state there and the local
-		// re-claim resumes the run the card records, so returning it costs
-		// nothing new and needs no ceiling. On the fleet the launcher cannot
-		// resume a recorded run, so the card goes back to the first pool
-		// state (a fresh run), and after RunCeiling lifetime runs it is
-		// filed to blocked instead of spending yet another. A local board
+		// DESIGN.md#twin-repark: the twins diverge on purpose. Locally a
+		// resumable run's repark is a release only — in_progress is a pool
+		// state there and the local re-claim resumes the run the card
+		// records, so returning it costs no attempt. On the fleet the
+		// launcher cannot resume a recorded run, so the card goes back to
+		// the first pool state (a fresh run, an attempt: the table files it
+		// to the ceiling state instead once they are spent). A local board
 		// whose running column is not a pool state is reparked like the
-		// fleet, or the release would strand the card there.
-		if r.cfg.Fleet || Strands(p.board, c.State) {
-			target := p.board.FirstPool()
-			if r.cfg.Fleet && len(c.Runs) >= r.cfg.RunCeiling {
-				target = p.ceilingState()
-			}
-			if !p.file(ctx, cr, c, tok, target, board.ReasonWatchdog) {
+		// fleet, or the release would strand the card there. A retry
+		// (DESIGN.md#retries) is a fresh attempt on either twin: the card
+		// goes to the first pool state with its backoff stamped.
+		if d.Retry || r.cfg.Fleet || Strands(p.board, c.State) {
+			if !p.fileMove(ctx, cr, c, tok, p.board.FirstPool(), d.StateReason, d.Retry) {
 				return
 			}
 		}
@@ -745,30 +746,28 @@ func (p *pass) act(ctx context.Context, cr *CardResult, c board.Card, tok board.
 	p.release(ctx, cr, c, tok)
 }
 
-// ceilingState is where the run ceiling files a card: blocked, or failed on
-// a board that has no blocked column.
-func (p *pass) ceilingState() string {
-	if p.board.Has(board.StateBlocked) {
-		return board.StateBlocked
-	}
-	return board.StateFailed
-}
-
 // file moves c to target under the recovery token, unless NeedsFiling says
 // there is nothing to write. It reports whether the pass should go on to
 // release; on an error it records it and the recovery claim is kept.
 func (p *pass) file(ctx context.Context, cr *CardResult, c board.Card, tok board.ClaimToken, target string, reason board.Reason) bool {
+	return p.fileMove(ctx, cr, c, tok, target, reason, false)
+}
+
+// fileMove is file, the move a retry when retry is set: the store stamps
+// the card's backoff with it (DESIGN.md#retries).
+func (p *pass) fileMove(ctx context.Context, cr *CardResult, c board.Card, tok board.ClaimToken, target string, reason board.Reason, retry bool) bool {
 	r, b := p.r, p.board
 	if !NeedsFiling(b, c, target) {
 		return true
 	}
 	// DESIGN.md#verdict-provenance: a launch-column target never carries a reason
-	// that fires. Blank, the store stamps watchdog for a recovery marker.
-	if b.IsLaunch(target) {
+	// that fires. Blank, the store stamps watchdog for a recovery marker;
+	// a machine reason (a retry's) fires nothing and is kept.
+	if b.IsLaunch(target) && !board.IsMachineReason(reason) {
 		reason = board.ReasonNone
 	}
 	changed, err := r.cfg.Store.SetStateOwned(ctx, board.OwnedMove{
-		Card: c.ID, Token: tok, To: target, From: c.State, Reason: reason,
+		Card: c.ID, Token: tok, To: target, From: c.State, Reason: reason, Retry: retry,
 	})
 	if err != nil {
 		cr.Outcome, cr.Err = OutcomeError, fmt.Errorf("file %s → %s: %w", c.State, target, err)
@@ -897,7 +896,7 @@ func (p *pass) reconcile(ctx context.Context, sr *SweepResult, c board.Card) {
 	}
 	cr := p.reapOne(ctx, c, m)
 	if p.dryRun && cr.Decision.Action != ActionKeep {
-		cr.Decision = p.repairable(cr.Decision, c)
+		cr.Decision = p.repairable(cr.Decision)
 	}
 	sr.Decision, sr.Outcome, sr.FiledTo, sr.Err, sr.Error = &cr.Decision, cr.Outcome, cr.FiledTo, cr.Err, cr.Error
 }

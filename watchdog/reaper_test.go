@@ -365,8 +365,8 @@ func TestReaperRunCeiling(t *testing.T) {
 		want      string
 	}{
 		{"a healthy card is reparked", 2, board.StateReady},
-		{"one run short of the ceiling is reparked", DefaultRunCeiling - 2, board.StateReady},
-		{"twenty lifetime runs files the card to blocked", DefaultRunCeiling - 1, board.StateBlocked},
+		{"one run short of the ceiling is reparked", board.DefaultMaxAttempts - 2, board.StateReady},
+		{"twenty lifetime runs files the card to blocked", board.DefaultMaxAttempts - 1, board.StateBlocked},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -394,7 +394,7 @@ func TestReaperRunCeiling(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
 		e.card("c1", board.StateReady)
-		e.priorRuns("c1", DefaultRunCeiling)
+		e.priorRuns("c1", board.DefaultMaxAttempts)
 		e.launch("c1", board.RunFailedResumable, board.Run{Checkpoint: "step-3"})
 		e.expire()
 		wantOutcome(t, e.pass("c1"), OutcomeReleased)
@@ -467,7 +467,7 @@ func TestReaperLivenessOracleInThePass(t *testing.T) {
 		}
 		e.wantClaim("c1", prev)
 	})
-	t.Run("other host, lease past the grace: promoted to failed and filed", func(t *testing.T) {
+	t.Run("other host, lease past the grace: promoted to failed and retried", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
 		e.card("c1", board.StateReady)
@@ -479,7 +479,12 @@ func TestReaperLivenessOracleInThePass(t *testing.T) {
 		if got := e.getRun(run.ID); got.Status != board.RunFailed || got.FailureCode != board.FailureProcessOrphaned {
 			t.Errorf("run = %s/%s, want failed/PROCESS_ORPHANED", got.Status, got.FailureCode)
 		}
-		e.wantState("c1", board.StateFailed)
+		// PROCESS_ORPHANED is retryable (DESIGN.md#retries): a fresh
+		// attempt, not a failed card.
+		e.wantState("c1", board.StateReady)
+		if cr.Decision.Rule != RuleRunRetry {
+			t.Errorf("rule = %s, want %s", cr.Decision.Rule, RuleRunRetry)
+		}
 	})
 	t.Run("other host, lease expired within the grace: kept", func(t *testing.T) {
 		t.Parallel()
@@ -549,7 +554,8 @@ func TestReaperDryRunWritesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatalf("RunOnce(dry): %v", err)
 	}
-	want := map[string]Action{"c1": ActionComplete, "c2": ActionFail, "c3": ActionKeep}
+	// c2's orphaned run is retryable: a repark (DESIGN.md#retries).
+	want := map[string]Action{"c1": ActionComplete, "c2": ActionRepark, "c3": ActionKeep}
 	for id, action := range want {
 		cr, ok := res.Card(id)
 		if !ok {

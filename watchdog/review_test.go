@@ -134,7 +134,7 @@ func TestGateOffSweepNeverAppliesTheRunCeiling(t *testing.T) {
 	e.gate.Store(false)
 	e.card("c1", board.StateReady)
 	tok := e.claim("c1", workerMarker)
-	for i := range DefaultRunCeiling - 1 {
+	for i := range board.DefaultMaxAttempts - 1 {
 		if err := e.store.SetLastRunOwned(e.ctx, "c1", tok, fmt.Sprintf("old-%02d", i)); err != nil {
 			t.Fatal(err)
 		}

@@ -75,6 +75,7 @@ type Child struct {
 
 	// Set by watch before done is closed.
 	code          int
+	killedBy      syscall.Signal
 	killed        bool
 	expired       bool
 	survivors     []Survivor
@@ -177,6 +178,10 @@ func (c *Child) watch(l Launcher, st *os.File, first chan<- string) {
 		case "exited":
 			if n, err := strconv.Atoi(arg); err == nil {
 				c.code = n
+			}
+		case "killedby":
+			if n, err := strconv.Atoi(arg); err == nil {
+				c.killedBy = syscall.Signal(n)
 			}
 		case "survivor":
 			p, msg, _ := strings.Cut(arg, " ")
@@ -320,6 +325,14 @@ func (c *Child) KillBy(t time.Time, grace time.Duration) {
 func (c *Child) Expired() bool {
 	<-c.done
 	return c.expired
+}
+
+// KilledBy is the signal that ended the command's first process, 0 when it
+// exited (with whatever status, 128+N included: a status is the command's
+// own verdict, a signal is not). Valid once Done is closed.
+func (c *Child) KilledBy() syscall.Signal {
+	<-c.done
+	return c.killedBy
 }
 
 // Survivors lists the processes of the command's tree that refused to be

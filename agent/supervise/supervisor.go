@@ -38,7 +38,8 @@ import (
 //	                              "killby MONO_NS GRACE_NS"
 //	supervisor → claimer (fd 4):  "started PID" | "failed MSG" |
 //	                              "signalled N" | "delivered N" |
-//	                              "exited CODE" | "survivor PID MSG" |
+//	                              "exited CODE" | "killedby N" |
+//	                              "survivor PID MSG" |
 //	                              "expired" | "done KILLED"
 //
 // "signal N" asks for N to be passed on to CMD; the supervisor answers
@@ -196,6 +197,11 @@ func (s *supervisor) run(ctl *os.File, pgid int, path string, argv []string) (ki
 	}
 	s.reap()
 	if s.mainDone {
+		if s.mainStatus.Signaled() {
+			// Which signal ended CMD, beside the shell-style code that
+			// cannot tell it from an exit with 128+N (Child.KilledBy).
+			s.report("killedby %d", int(s.mainStatus.Signal()))
+		}
 		s.report("exited %d", exitCode(s.mainStatus))
 	}
 	return killed

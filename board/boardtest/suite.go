@@ -63,6 +63,7 @@ func Exercise(t *testing.T, h Harness) {
 	t.Run("Lifecycle", func(t *testing.T) { exerciseLifecycle(t, h) })
 	t.Run("Blockers", func(t *testing.T) { exerciseBlockers(t, h) })
 	t.Run("Retention", func(t *testing.T) { exerciseRetention(t, h) })
+	t.Run("Retries", func(t *testing.T) { exerciseRetries(t, h) })
 }
 
 // Markers used throughout the suite. Two workers, plus the recovery marker

@@ -248,3 +248,45 @@ func list(ids []string) string {
 	}
 	return " (" + strings.Join(ids, ", ") + ")"
 }
+
+// newBoardRetryCmd sets the board's default retry policy
+// (DESIGN.md#retries): one write of the stored definition, no sweep.
+func newBoardRetryCmd(env *cli) *cobra.Command {
+	var (
+		p      board.RetryPolicy
+		asJSON bool
+	)
+	c := &cobra.Command{
+		Use:   "retry [--max-attempts N] [--backoff D] [--backoff-max D] [--json]",
+		Short: "Set the board's default retry policy (operator)",
+		Long: `Set the board's default retry policy: how many runs a card may start
+before a crash (an orphaned run, a command killed by a signal) stops
+returning it to the pool (and, on MongoDB, before a resumable failure
+files it to blocked: the run ceiling), and how long the pool passes over a
+card after a crash (doubling per attempt, at most --backoff-max). A flag
+left out takes the default (20 attempts, 10s, 10m). A card's own policy
+(card create --max-attempts ...) wins over the board's. The cards are not
+rewritten: each follows the policy when a run of it ends.`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := p.Validate(); err != nil {
+				return usageError("%v", err)
+			}
+			c := env.client()
+			b, err := c.SetBoardRetry(cmd.Context(), p)
+			if err != nil {
+				return env.agentError(c, err)
+			}
+			if asJSON {
+				return printJSON(env.stdout, b.Retry)
+			}
+			fmt.Fprintf(env.stdout, "board retry policy: %s\n", b.RetryFor(board.Card{}))
+			return nil
+		},
+	}
+	c.Flags().IntVar(&p.MaxAttempts, "max-attempts", 0, "runs a card may start before its failures stop returning it to the pool (0: the default, 20)")
+	c.Flags().DurationVar(&p.Backoff, "backoff", 0, "how long the pool passes over a card after its first crash, doubling per attempt (0: the default, 10s)")
+	c.Flags().DurationVar(&p.BackoffMax, "backoff-max", 0, "the longest backoff (0: the default, 10m)")
+	c.Flags().BoolVar(&asJSON, "json", false, "print the board's policy as JSON")
+	return c
+}

@@ -25,6 +25,9 @@ type cardCreateOpts struct {
 	dependsOn        []string
 	labels           []string
 	json             bool
+	// retry is the card's own retry policy (DESIGN.md#retries); zero
+	// fields are the board's.
+	retry board.RetryPolicy
 }
 
 type cardListOpts struct {
@@ -100,10 +103,17 @@ func printJSON(w io.Writer, v any) error {
 }
 
 func runCardCreate(ctx context.Context, env *cli, o cardCreateOpts) error {
-	c := env.client()
-	card, err := c.CreateCard(ctx, board.NewCard{
+	if err := o.retry.Validate(); err != nil {
+		return usageError("%v", err)
+	}
+	nc := board.NewCard{
 		ID: o.id, Title: o.title, State: o.state, Labels: o.labels, DependsOn: o.dependsOn, Actor: "cli",
-	})
+	}
+	if !o.retry.IsZero() {
+		nc.Retry = &o.retry
+	}
+	c := env.client()
+	card, err := c.CreateCard(ctx, nc)
 	if err != nil {
 		return env.agentError(c, err)
 	}
@@ -217,11 +227,18 @@ func runCardShow(ctx context.Context, env *cli, o cardShowOpts) error {
 	if done, err := printOutput(env.stdout, format, cd); done {
 		return err
 	}
-	printCard(env.stdout, cd) // wide: the same; it shows every field
+	// The card's attempts are shown against its effective policy, which
+	// takes the board's for what the card does not set.
+	var policy *board.RetryPolicy
+	if b, err := c.Board(ctx); err == nil {
+		p := b.RetryFor(cd)
+		policy = &p
+	}
+	printCard(env.stdout, cd, policy) // wide: the same; it shows every field
 	return nil
 }
 
-func printCard(w io.Writer, cd board.Card) {
+func printCard(w io.Writer, cd board.Card, policy *board.RetryPolicy) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) {
 		if v != "" {
@@ -248,6 +265,17 @@ func printCard(w io.Writer, cd board.Card) {
 	if g := cd.GaveUp; g != nil {
 		row("gave_up", fmt.Sprintf("%s (run %s, state %s, at %s)", g.Reason, g.RunID, g.State, ts(g.At)))
 	}
+	// DESIGN.md#retries: the attempts against the card's effective policy.
+	if policy != nil {
+		own := "the board's"
+		if cd.Retry != nil {
+			own = "its own over the board's"
+		}
+		row("attempts", fmt.Sprintf("%d of %d (retry policy: %s, %s)", cd.Attempts, policy.MaxAttempts, own, policy))
+	} else {
+		row("attempts", strconv.Itoa(cd.Attempts))
+	}
+	row("retry_at", ts(cd.RetryAt))
 	row("claim", cd.Claim)
 	fmt.Fprintf(tw, "claim_epoch:\t%d\n", cd.ClaimEpoch)
 	row("claimed_at", ts(cd.ClaimedAt))

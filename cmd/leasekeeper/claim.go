@@ -296,7 +296,7 @@ func runClaim(ctx context.Context, env *cli, o claimOpts) error {
 			if interrupted != nil {
 				return interruptedExit(work, env, cl, code, interrupted)
 			}
-			return routeExit(work, env, cl, code, o.resumable, o.lostExit)
+			return routeExit(work, env, cl, code, child.KilledBy(), o.resumable, o.lostExit)
 		}
 	}
 }
@@ -430,9 +430,14 @@ func claimLost(ctx context.Context, env *cli, cl *client.Claim, child *supervise
 // claim ended on its own (an operator, the watchdog): the verdict is
 // theirs to write now.
 func finish(ctx context.Context, env *cli, cl *client.Claim, status board.RunStatus, code string) (apitype.FinishResponse, error) {
+	return finishVerdict(ctx, env, cl, client.Verdict{Status: status, FailureCode: code})
+}
+
+// finishVerdict is finish with a whole verdict (a retryable one, say).
+func finishVerdict(ctx context.Context, env *cli, cl *client.Claim, v client.Verdict) (apitype.FinishResponse, error) {
 	ctx, cancel := context.WithDeadline(ctx, cl.TrustedUntil().Add(lateWriteTimeout))
 	defer cancel()
-	v := client.Verdict{Status: status, FailureCode: code}
+	status := v.Status
 	wait, uncertain := 100*time.Millisecond, false
 	for {
 		f, err := cl.Finish(ctx, v)
@@ -485,18 +490,24 @@ func finishLanded(ctx context.Context, env *cli, cl *client.Claim, status board.
 // routeExit records the run's verdict, files the card and releases the
 // claim in one Finish: what the watchdog would do for a run that ended so
 // (rows 9–11 of its table, DESIGN.md#decision-table). CMD's status is
-// claim's.
-func routeExit(ctx context.Context, env *cli, cl *client.Claim, code int, resumable bool, lostExit int) error {
+// claim's. A CMD killed by a signal nobody sent it (sig: claim passed on
+// none, its supervisor stopped it at no deadline) crashed: its failure,
+// SIGNAL_N, is retryable under the card's retry policy
+// (DESIGN.md#retries). An exit status, 128+N included, is the command's
+// own verdict and is not retried.
+func routeExit(ctx context.Context, env *cli, cl *client.Claim, code int, sig syscall.Signal, resumable bool, lostExit int) error {
 	id := cl.Card().ID
-	status, failure := board.RunFinished, ""
+	status, failure, retryable := board.RunFinished, "", false
 	switch {
-	case code == 0:
+	case code == 0 && sig == 0:
 	case resumable:
-		status, failure = board.RunFailedResumable, fmt.Sprintf("EXIT_%d", code)
+		status, failure = board.RunFailedResumable, exitFailure(code, sig)
+	case sig != 0:
+		status, failure, retryable = board.RunFailed, exitFailure(code, sig), true
 	default:
-		status, failure = board.RunFailed, fmt.Sprintf("EXIT_%d", code)
+		status, failure = board.RunFailed, exitFailure(code, sig)
 	}
-	f, err := finish(ctx, env, cl, status, failure)
+	f, err := finishVerdict(ctx, env, cl, client.Verdict{Status: status, FailureCode: failure, Retryable: retryable})
 	if err != nil {
 		if errors.Is(err, board.ErrClaimConflict) || cl.Context().Err() != nil && !errors.Is(context.Cause(cl.Context()), client.ErrReleased) {
 			return withCode(lostExit, fmt.Errorf("claim on %s lost before its verdict landed: %w", id, err))
@@ -504,9 +515,14 @@ func routeExit(ctx context.Context, env *cli, cl *client.Claim, code int, resuma
 		return withCode(claimExitError, err)
 	}
 	switch {
-	case code == 0:
+	case code == 0 && sig == 0:
 		fmt.Fprintf(env.stderr, "leasekeeper: %s finished; filed to %s\n", id, f.Card.State)
 		return nil
+	case f.Card.GaveUp != nil:
+		fmt.Fprintf(env.stderr, "leasekeeper: %s failed (%s); filed to %s: %s\n", id, failure, f.Card.State, f.Card.GaveUp.Reason)
+	case retryable && !f.Card.RetryAt.IsZero():
+		fmt.Fprintf(env.stderr, "leasekeeper: %s was killed by %v (%s), a crash: returned to %s for another attempt (%d spent so far), not before %s\n",
+			id, sig, failure, f.Card.State, f.Card.Attempts, f.Card.RetryAt.Format(time.RFC3339))
 	case resumable:
 		fmt.Fprintf(env.stderr, "leasekeeper: %s failed with status %d; run is resumable, card released in %s (the next claim resumes it)\n", id, code, f.Card.State)
 	default:
@@ -532,4 +548,13 @@ func interruptedExit(ctx context.Context, env *cli, cl *client.Claim, code int, 
 		}
 	}
 	return withCode(code, fmt.Errorf("interrupted by %v", sig))
+}
+
+// exitFailure is the failure code of CMD's end: EXIT_N for a status,
+// SIGNAL_N for a signal that killed it (DESIGN.md#retries).
+func exitFailure(code int, sig syscall.Signal) string {
+	if sig != 0 {
+		return fmt.Sprintf("SIGNAL_%d", int(sig))
+	}
+	return fmt.Sprintf("EXIT_%d", code)
 }

@@ -98,6 +98,7 @@ var routeInputs = map[string]routeInput{
 	"POST /v1/board/labels/rename": {query: sweepQuery, body: `{"from":%[1]s,"to":%[2]s}`, good: []string{`"nope"`, `"nope2"`}},
 	"POST /v1/board/labels/merge":  {query: sweepQuery, body: `{"from":[%[1]s],"into":%[2]s}`, good: []string{`"nope"`, `"nope2"`}},
 	"POST /v1/board/labels/delete": {query: sweepQuery, body: `{"label":%[1]s}`, good: []string{`"nope"`}},
+	"POST /v1/board/retry":         {body: `{"backoff":%[1]s}`, good: []string{`"1s"`}},
 }
 
 // hostileRequest is one request of a sweep. inputless marks the one request

@@ -190,10 +190,16 @@ func newCardCmd(env *cli) *cobra.Command {
 
 	var create cardCreateOpts
 	cc := &cobra.Command{
-		Use:   "create ID [--title T] [--state S] [--depends-on A,B] [--label L]...",
+		Use:   "create ID [--title T] [--state S] [--depends-on A,B] [--label L]... [--max-attempts N] [--backoff D] [--backoff-max D]",
 		Short: "Create a card",
 		Long: `Create a card. Without --state it lands in the first pool state, or in
-waiting_deps while one of its --depends-on blockers is not complete.`,
+waiting_deps while one of its --depends-on blockers is not complete.
+
+--max-attempts, --backoff and --backoff-max give the card a retry policy of
+its own, over the board's: how many runs it may start before a crash (or, on
+MongoDB, a resumable failure) stops returning it to the pool, and how long
+the pool passes over it after a crash (doubling per attempt, at most
+--backoff-max). A flag left out takes the board's value (docs/DESIGN.md#retries).`,
 		Args: exactArgs(1, "ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			create.id = args[0]
@@ -205,6 +211,9 @@ waiting_deps while one of its --depends-on blockers is not complete.`,
 	cc.Flags().StringSliceVar(&create.dependsOn, "depends-on", nil, "blocker card ids, comma separated")
 	cc.Flags().StringArrayVar(&create.labels, "label", nil, "label (repeatable)")
 	cc.Flags().BoolVar(&create.json, "json", false, "print the card as JSON")
+	cc.Flags().IntVar(&create.retry.MaxAttempts, "max-attempts", 0, "runs the card may start before its failures stop returning it to the pool (0: the board's)")
+	cc.Flags().DurationVar(&create.retry.Backoff, "backoff", 0, "how long the pool passes over the card after its first crash, doubling per attempt (0: the board's)")
+	cc.Flags().DurationVar(&create.retry.BackoffMax, "backoff-max", 0, "the longest backoff (0: the board's)")
 
 	var ls cardListOpts
 	cl := &cobra.Command{
@@ -352,7 +361,7 @@ column, the first pool state, the completion state and the failed state.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBoardShow(cmd.Context(), env, out) },
 	}
 	addOutputFlags(show, &out, "wide: as the default, which shows every field")
-	c.AddCommand(show, newBoardStateCmd(env), newBoardLabelCmd(env)) // board.go
+	c.AddCommand(show, newBoardStateCmd(env), newBoardLabelCmd(env), newBoardRetryCmd(env)) // board.go
 	return c
 }
 

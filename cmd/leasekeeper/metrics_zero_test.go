@@ -54,6 +54,9 @@ func TestAlertedCountersStartAtZero(t *testing.T) {
 	for _, st := range []string{"finished", "failed", "failed_resumable", "cancelled"} {
 		series("leasekeeper_runs_finished_total", "status", st)
 	}
+	for _, o := range []string{"retried", "spent"} {
+		series("leasekeeper_retries_total", "outcome", o)
+	}
 	series("leasekeeper_heartbeat_ticks_total", "result", "error")
 	series("leasekeeper_reaper_passes_total", "gate", "on")
 	for _, s := range want {

@@ -460,5 +460,7 @@ func runBoardShow(ctx context.Context, env *cli, out outputOpts) error {
 	}
 	fmt.Fprintf(env.stdout, "\nrunning: %s  first pool: %s  completion: %s  failed: %s\n",
 		resp.Running, resp.FirstPool, resp.Completion, failed)
+	// DESIGN.md#retries: the board's default, as cards without their own follow it.
+	fmt.Fprintf(env.stdout, "retry: %s\n", b.RetryFor(board.Card{}))
 	return nil
 }

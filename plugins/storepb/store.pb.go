@@ -704,16 +704,80 @@ func (x *State) GetRetiringInto() string {
 	return ""
 }
 
+// RetryPolicy is board.RetryPolicy (DESIGN.md#retries); zero fields are
+// not set. From protocol 7.
+type RetryPolicy struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	MaxAttempts     int64                  `protobuf:"varint,1,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	BackoffNanos    int64                  `protobuf:"varint,2,opt,name=backoff_nanos,json=backoffNanos,proto3" json:"backoff_nanos,omitempty"`
+	BackoffMaxNanos int64                  `protobuf:"varint,3,opt,name=backoff_max_nanos,json=backoffMaxNanos,proto3" json:"backoff_max_nanos,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *RetryPolicy) Reset() {
+	*x = RetryPolicy{}
+	mi := &file_store_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryPolicy) ProtoMessage() {}
+
+func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
+func (*RetryPolicy) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RetryPolicy) GetMaxAttempts() int64 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetBackoffNanos() int64 {
+	if x != nil {
+		return x.BackoffNanos
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetBackoffMaxNanos() int64 {
+	if x != nil {
+		return x.BackoffMaxNanos
+	}
+	return 0
+}
+
 type BoardMessage struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	States        []*State               `protobuf:"bytes,1,rep,name=states,proto3" json:"states,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	States []*State               `protobuf:"bytes,1,rep,name=states,proto3" json:"states,omitempty"`
+	// The board's default retry policy; absent: the defaults.
+	Retry         *RetryPolicy `protobuf:"bytes,2,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BoardMessage) Reset() {
 	*x = BoardMessage{}
-	mi := &file_store_proto_msgTypes[10]
+	mi := &file_store_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +789,7 @@ func (x *BoardMessage) String() string {
 func (*BoardMessage) ProtoMessage() {}
 
 func (x *BoardMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[10]
+	mi := &file_store_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,12 +802,19 @@ func (x *BoardMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BoardMessage.ProtoReflect.Descriptor instead.
 func (*BoardMessage) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{10}
+	return file_store_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *BoardMessage) GetStates() []*State {
 	if x != nil {
 		return x.States
+	}
+	return nil
+}
+
+func (x *BoardMessage) GetRetry() *RetryPolicy {
+	if x != nil {
+		return x.Retry
 	}
 	return nil
 }
@@ -758,7 +829,7 @@ type ClaimToken struct {
 
 func (x *ClaimToken) Reset() {
 	*x = ClaimToken{}
-	mi := &file_store_proto_msgTypes[11]
+	mi := &file_store_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +841,7 @@ func (x *ClaimToken) String() string {
 func (*ClaimToken) ProtoMessage() {}
 
 func (x *ClaimToken) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[11]
+	mi := &file_store_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +854,7 @@ func (x *ClaimToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimToken.ProtoReflect.Descriptor instead.
 func (*ClaimToken) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{11}
+	return file_store_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ClaimToken) GetMarker() string {
@@ -810,7 +881,7 @@ type Hold struct {
 
 func (x *Hold) Reset() {
 	*x = Hold{}
-	mi := &file_store_proto_msgTypes[12]
+	mi := &file_store_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +893,7 @@ func (x *Hold) String() string {
 func (*Hold) ProtoMessage() {}
 
 func (x *Hold) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[12]
+	mi := &file_store_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +906,7 @@ func (x *Hold) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hold.ProtoReflect.Descriptor instead.
 func (*Hold) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{12}
+	return file_store_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Hold) GetCard() string {
@@ -865,7 +936,7 @@ type GaveUp struct {
 
 func (x *GaveUp) Reset() {
 	*x = GaveUp{}
-	mi := &file_store_proto_msgTypes[13]
+	mi := &file_store_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +948,7 @@ func (x *GaveUp) String() string {
 func (*GaveUp) ProtoMessage() {}
 
 func (x *GaveUp) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[13]
+	mi := &file_store_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +961,7 @@ func (x *GaveUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GaveUp.ProtoReflect.Descriptor instead.
 func (*GaveUp) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{13}
+	return file_store_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GaveUp) GetRunId() string {
@@ -949,13 +1020,18 @@ type Card struct {
 	ClaimLeaseUntil *Time                  `protobuf:"bytes,17,opt,name=claim_lease_until,json=claimLeaseUntil,proto3" json:"claim_lease_until,omitempty"`
 	RecoveredEpoch  int64                  `protobuf:"varint,18,opt,name=recovered_epoch,json=recoveredEpoch,proto3" json:"recovered_epoch,omitempty"`
 	LastRunEpoch    int64                  `protobuf:"varint,19,opt,name=last_run_epoch,json=lastRunEpoch,proto3" json:"last_run_epoch,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The retry policy's bookkeeping (board.Card.Attempts, RetryAt, Retry).
+	// An older peer ignores them.
+	Attempts      int64        `protobuf:"varint,20,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	RetryAt       *Time        `protobuf:"bytes,21,opt,name=retry_at,json=retryAt,proto3" json:"retry_at,omitempty"`
+	Retry         *RetryPolicy `protobuf:"bytes,22,opt,name=retry,proto3" json:"retry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Card) Reset() {
 	*x = Card{}
-	mi := &file_store_proto_msgTypes[14]
+	mi := &file_store_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -967,7 +1043,7 @@ func (x *Card) String() string {
 func (*Card) ProtoMessage() {}
 
 func (x *Card) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[14]
+	mi := &file_store_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1056,7 @@ func (x *Card) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Card.ProtoReflect.Descriptor instead.
 func (*Card) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{14}
+	return file_store_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Card) GetId() string {
@@ -1116,6 +1192,27 @@ func (x *Card) GetLastRunEpoch() int64 {
 	return 0
 }
 
+func (x *Card) GetAttempts() int64 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *Card) GetRetryAt() *Time {
+	if x != nil {
+		return x.RetryAt
+	}
+	return nil
+}
+
+func (x *Card) GetRetry() *RetryPolicy {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
 type RunMessage struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1138,14 +1235,16 @@ type RunMessage struct {
 	// The column Start found the card in (board.Run.StartedFrom). An older
 	// peer ignores it, and its runs arrive without it: a resumable Finish
 	// files those as before.
-	StartedFrom   string `protobuf:"bytes,16,opt,name=started_from,json=startedFrom,proto3" json:"started_from,omitempty"`
+	StartedFrom string `protobuf:"bytes,16,opt,name=started_from,json=startedFrom,proto3" json:"started_from,omitempty"`
+	// A failure its worker marked retryable (board.Run.RetryableFailure).
+	Retryable     bool `protobuf:"varint,17,opt,name=retryable,proto3" json:"retryable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunMessage) Reset() {
 	*x = RunMessage{}
-	mi := &file_store_proto_msgTypes[15]
+	mi := &file_store_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1157,7 +1256,7 @@ func (x *RunMessage) String() string {
 func (*RunMessage) ProtoMessage() {}
 
 func (x *RunMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[15]
+	mi := &file_store_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1269,7 @@ func (x *RunMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunMessage.ProtoReflect.Descriptor instead.
 func (*RunMessage) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{15}
+	return file_store_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RunMessage) GetId() string {
@@ -1285,6 +1384,13 @@ func (x *RunMessage) GetStartedFrom() string {
 	return ""
 }
 
+func (x *RunMessage) GetRetryable() bool {
+	if x != nil {
+		return x.Retryable
+	}
+	return false
+}
+
 type EventData struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -1303,7 +1409,7 @@ type EventData struct {
 
 func (x *EventData) Reset() {
 	*x = EventData{}
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1315,7 +1421,7 @@ func (x *EventData) String() string {
 func (*EventData) ProtoMessage() {}
 
 func (x *EventData) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[16]
+	mi := &file_store_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1328,7 +1434,7 @@ func (x *EventData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventData.ProtoReflect.Descriptor instead.
 func (*EventData) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{16}
+	return file_store_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *EventData) GetFrom() string {
@@ -1416,7 +1522,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1428,7 +1534,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[17]
+	mi := &file_store_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1441,7 +1547,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{17}
+	return file_store_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Event) GetSeq() int64 {
@@ -1501,7 +1607,7 @@ type BoardRequest struct {
 
 func (x *BoardRequest) Reset() {
 	*x = BoardRequest{}
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1513,7 +1619,7 @@ func (x *BoardRequest) String() string {
 func (*BoardRequest) ProtoMessage() {}
 
 func (x *BoardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[18]
+	mi := &file_store_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1526,7 +1632,7 @@ func (x *BoardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BoardRequest.ProtoReflect.Descriptor instead.
 func (*BoardRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{18}
+	return file_store_proto_rawDescGZIP(), []int{19}
 }
 
 type BoardReply struct {
@@ -1541,7 +1647,7 @@ type BoardReply struct {
 
 func (x *BoardReply) Reset() {
 	*x = BoardReply{}
-	mi := &file_store_proto_msgTypes[19]
+	mi := &file_store_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1553,7 +1659,7 @@ func (x *BoardReply) String() string {
 func (*BoardReply) ProtoMessage() {}
 
 func (x *BoardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[19]
+	mi := &file_store_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1566,7 +1672,7 @@ func (x *BoardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BoardReply.ProtoReflect.Descriptor instead.
 func (*BoardReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{19}
+	return file_store_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BoardReply) GetBoard() *BoardMessage {
@@ -1594,7 +1700,7 @@ type TraitsMessage struct {
 
 func (x *TraitsMessage) Reset() {
 	*x = TraitsMessage{}
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1606,7 +1712,7 @@ func (x *TraitsMessage) String() string {
 func (*TraitsMessage) ProtoMessage() {}
 
 func (x *TraitsMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[20]
+	mi := &file_store_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1619,7 +1725,7 @@ func (x *TraitsMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TraitsMessage.ProtoReflect.Descriptor instead.
 func (*TraitsMessage) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{20}
+	return file_store_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TraitsMessage) GetShared() bool {
@@ -1644,20 +1750,22 @@ func (x *TraitsMessage) GetOutbox() bool {
 }
 
 type CreateCardRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Title         string                 `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
-	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
-	Labels        *Strings               `protobuf:"bytes,4,opt,name=labels,proto3" json:"labels,omitempty"`
-	DependsOn     *Strings               `protobuf:"bytes,5,opt,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
-	Actor         string                 `protobuf:"bytes,6,opt,name=actor,proto3" json:"actor,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Title     string                 `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	State     string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Labels    *Strings               `protobuf:"bytes,4,opt,name=labels,proto3" json:"labels,omitempty"`
+	DependsOn *Strings               `protobuf:"bytes,5,opt,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	Actor     string                 `protobuf:"bytes,6,opt,name=actor,proto3" json:"actor,omitempty"`
+	// The card's own retry policy (board.NewCard.Retry). From protocol 7.
+	Retry         *RetryPolicy `protobuf:"bytes,7,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateCardRequest) Reset() {
 	*x = CreateCardRequest{}
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1777,7 @@ func (x *CreateCardRequest) String() string {
 func (*CreateCardRequest) ProtoMessage() {}
 
 func (x *CreateCardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[21]
+	mi := &file_store_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1790,7 @@ func (x *CreateCardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateCardRequest.ProtoReflect.Descriptor instead.
 func (*CreateCardRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{21}
+	return file_store_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CreateCardRequest) GetId() string {
@@ -1727,6 +1835,13 @@ func (x *CreateCardRequest) GetActor() string {
 	return ""
 }
 
+func (x *CreateCardRequest) GetRetry() *RetryPolicy {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
 type GetCardRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1736,7 +1851,7 @@ type GetCardRequest struct {
 
 func (x *GetCardRequest) Reset() {
 	*x = GetCardRequest{}
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1748,7 +1863,7 @@ func (x *GetCardRequest) String() string {
 func (*GetCardRequest) ProtoMessage() {}
 
 func (x *GetCardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[22]
+	mi := &file_store_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1761,7 +1876,7 @@ func (x *GetCardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCardRequest.ProtoReflect.Descriptor instead.
 func (*GetCardRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{22}
+	return file_store_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetCardRequest) GetId() string {
@@ -1780,7 +1895,7 @@ type CardReply struct {
 
 func (x *CardReply) Reset() {
 	*x = CardReply{}
-	mi := &file_store_proto_msgTypes[23]
+	mi := &file_store_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1792,7 +1907,7 @@ func (x *CardReply) String() string {
 func (*CardReply) ProtoMessage() {}
 
 func (x *CardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[23]
+	mi := &file_store_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1805,7 +1920,7 @@ func (x *CardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CardReply.ProtoReflect.Descriptor instead.
 func (*CardReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{23}
+	return file_store_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CardReply) GetCard() *Card {
@@ -1832,7 +1947,7 @@ type ListCardsRequest struct {
 
 func (x *ListCardsRequest) Reset() {
 	*x = ListCardsRequest{}
-	mi := &file_store_proto_msgTypes[24]
+	mi := &file_store_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +1959,7 @@ func (x *ListCardsRequest) String() string {
 func (*ListCardsRequest) ProtoMessage() {}
 
 func (x *ListCardsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[24]
+	mi := &file_store_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +1972,7 @@ func (x *ListCardsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCardsRequest.ProtoReflect.Descriptor instead.
 func (*ListCardsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{24}
+	return file_store_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListCardsRequest) GetState() string {
@@ -1904,7 +2019,7 @@ type DependentsRequest struct {
 
 func (x *DependentsRequest) Reset() {
 	*x = DependentsRequest{}
-	mi := &file_store_proto_msgTypes[25]
+	mi := &file_store_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2031,7 @@ func (x *DependentsRequest) String() string {
 func (*DependentsRequest) ProtoMessage() {}
 
 func (x *DependentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[25]
+	mi := &file_store_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2044,7 @@ func (x *DependentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DependentsRequest.ProtoReflect.Descriptor instead.
 func (*DependentsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{25}
+	return file_store_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DependentsRequest) GetId() string {
@@ -1951,7 +2066,7 @@ type CardsReply struct {
 
 func (x *CardsReply) Reset() {
 	*x = CardsReply{}
-	mi := &file_store_proto_msgTypes[26]
+	mi := &file_store_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2078,7 @@ func (x *CardsReply) String() string {
 func (*CardsReply) ProtoMessage() {}
 
 func (x *CardsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[26]
+	mi := &file_store_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2091,7 @@ func (x *CardsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CardsReply.ProtoReflect.Descriptor instead.
 func (*CardsReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{26}
+	return file_store_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CardsReply) GetCards() []*Card {
@@ -2004,7 +2119,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_store_proto_msgTypes[27]
+	mi := &file_store_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2016,7 +2131,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[27]
+	mi := &file_store_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2029,7 +2144,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{27}
+	return file_store_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ClaimRequest) GetCard() string {
@@ -2064,7 +2179,7 @@ type ClaimNextRequest struct {
 
 func (x *ClaimNextRequest) Reset() {
 	*x = ClaimNextRequest{}
-	mi := &file_store_proto_msgTypes[28]
+	mi := &file_store_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2076,7 +2191,7 @@ func (x *ClaimNextRequest) String() string {
 func (*ClaimNextRequest) ProtoMessage() {}
 
 func (x *ClaimNextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[28]
+	mi := &file_store_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2089,7 +2204,7 @@ func (x *ClaimNextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimNextRequest.ProtoReflect.Descriptor instead.
 func (*ClaimNextRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{28}
+	return file_store_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ClaimNextRequest) GetMarker() string {
@@ -2123,7 +2238,7 @@ type CardTokenReply struct {
 
 func (x *CardTokenReply) Reset() {
 	*x = CardTokenReply{}
-	mi := &file_store_proto_msgTypes[29]
+	mi := &file_store_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2250,7 @@ func (x *CardTokenReply) String() string {
 func (*CardTokenReply) ProtoMessage() {}
 
 func (x *CardTokenReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[29]
+	mi := &file_store_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2263,7 @@ func (x *CardTokenReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CardTokenReply.ProtoReflect.Descriptor instead.
 func (*CardTokenReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{29}
+	return file_store_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CardTokenReply) GetCard() *Card {
@@ -2176,7 +2291,7 @@ type RenewClaimsRequest struct {
 
 func (x *RenewClaimsRequest) Reset() {
 	*x = RenewClaimsRequest{}
-	mi := &file_store_proto_msgTypes[30]
+	mi := &file_store_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2188,7 +2303,7 @@ func (x *RenewClaimsRequest) String() string {
 func (*RenewClaimsRequest) ProtoMessage() {}
 
 func (x *RenewClaimsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[30]
+	mi := &file_store_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2201,7 +2316,7 @@ func (x *RenewClaimsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewClaimsRequest.ProtoReflect.Descriptor instead.
 func (*RenewClaimsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{30}
+	return file_store_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RenewClaimsRequest) GetHolds() []*Hold {
@@ -2237,7 +2352,7 @@ type RenewResult struct {
 
 func (x *RenewResult) Reset() {
 	*x = RenewResult{}
-	mi := &file_store_proto_msgTypes[31]
+	mi := &file_store_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2364,7 @@ func (x *RenewResult) String() string {
 func (*RenewResult) ProtoMessage() {}
 
 func (x *RenewResult) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[31]
+	mi := &file_store_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2377,7 @@ func (x *RenewResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResult.ProtoReflect.Descriptor instead.
 func (*RenewResult) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{31}
+	return file_store_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RenewResult) GetCard() string {
@@ -2296,7 +2411,7 @@ type RenewClaimsReply struct {
 
 func (x *RenewClaimsReply) Reset() {
 	*x = RenewClaimsReply{}
-	mi := &file_store_proto_msgTypes[32]
+	mi := &file_store_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2308,7 +2423,7 @@ func (x *RenewClaimsReply) String() string {
 func (*RenewClaimsReply) ProtoMessage() {}
 
 func (x *RenewClaimsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[32]
+	mi := &file_store_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2321,7 +2436,7 @@ func (x *RenewClaimsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewClaimsReply.ProtoReflect.Descriptor instead.
 func (*RenewClaimsReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{32}
+	return file_store_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RenewClaimsReply) GetResults() []*RenewResult {
@@ -2339,19 +2454,22 @@ func (x *RenewClaimsReply) GetNil() bool {
 }
 
 type SetStateOwnedRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Card          string                 `protobuf:"bytes,1,opt,name=card,proto3" json:"card,omitempty"`
-	Token         *ClaimToken            `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
-	To            string                 `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
-	From          string                 `protobuf:"bytes,4,opt,name=from,proto3" json:"from,omitempty"`
-	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Card   string                 `protobuf:"bytes,1,opt,name=card,proto3" json:"card,omitempty"`
+	Token  *ClaimToken            `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	To     string                 `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	From   string                 `protobuf:"bytes,4,opt,name=from,proto3" json:"from,omitempty"`
+	Reason string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The move is a retry: the store stamps the backoff (board.OwnedMove.Retry).
+	// From protocol 7.
+	Retry         bool `protobuf:"varint,6,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetStateOwnedRequest) Reset() {
 	*x = SetStateOwnedRequest{}
-	mi := &file_store_proto_msgTypes[33]
+	mi := &file_store_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2363,7 +2481,7 @@ func (x *SetStateOwnedRequest) String() string {
 func (*SetStateOwnedRequest) ProtoMessage() {}
 
 func (x *SetStateOwnedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[33]
+	mi := &file_store_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2376,7 +2494,7 @@ func (x *SetStateOwnedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetStateOwnedRequest.ProtoReflect.Descriptor instead.
 func (*SetStateOwnedRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{33}
+	return file_store_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetStateOwnedRequest) GetCard() string {
@@ -2414,6 +2532,13 @@ func (x *SetStateOwnedRequest) GetReason() string {
 	return ""
 }
 
+func (x *SetStateOwnedRequest) GetRetry() bool {
+	if x != nil {
+		return x.Retry
+	}
+	return false
+}
+
 type ChangedReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Changed       bool                   `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
@@ -2423,7 +2548,7 @@ type ChangedReply struct {
 
 func (x *ChangedReply) Reset() {
 	*x = ChangedReply{}
-	mi := &file_store_proto_msgTypes[34]
+	mi := &file_store_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2435,7 +2560,7 @@ func (x *ChangedReply) String() string {
 func (*ChangedReply) ProtoMessage() {}
 
 func (x *ChangedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[34]
+	mi := &file_store_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2448,7 +2573,7 @@ func (x *ChangedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangedReply.ProtoReflect.Descriptor instead.
 func (*ChangedReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{34}
+	return file_store_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ChangedReply) GetChanged() bool {
@@ -2469,7 +2594,7 @@ type SetLastRunOwnedRequest struct {
 
 func (x *SetLastRunOwnedRequest) Reset() {
 	*x = SetLastRunOwnedRequest{}
-	mi := &file_store_proto_msgTypes[35]
+	mi := &file_store_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2481,7 +2606,7 @@ func (x *SetLastRunOwnedRequest) String() string {
 func (*SetLastRunOwnedRequest) ProtoMessage() {}
 
 func (x *SetLastRunOwnedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[35]
+	mi := &file_store_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2494,7 +2619,7 @@ func (x *SetLastRunOwnedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLastRunOwnedRequest.ProtoReflect.Descriptor instead.
 func (*SetLastRunOwnedRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{35}
+	return file_store_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetLastRunOwnedRequest) GetCard() string {
@@ -2529,7 +2654,7 @@ type SetAwaitingInputOwnedRequest struct {
 
 func (x *SetAwaitingInputOwnedRequest) Reset() {
 	*x = SetAwaitingInputOwnedRequest{}
-	mi := &file_store_proto_msgTypes[36]
+	mi := &file_store_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2541,7 +2666,7 @@ func (x *SetAwaitingInputOwnedRequest) String() string {
 func (*SetAwaitingInputOwnedRequest) ProtoMessage() {}
 
 func (x *SetAwaitingInputOwnedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[36]
+	mi := &file_store_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2554,7 +2679,7 @@ func (x *SetAwaitingInputOwnedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAwaitingInputOwnedRequest.ProtoReflect.Descriptor instead.
 func (*SetAwaitingInputOwnedRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{36}
+	return file_store_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetAwaitingInputOwnedRequest) GetCard() string {
@@ -2590,7 +2715,7 @@ type SetGaveUpOwnedRequest struct {
 
 func (x *SetGaveUpOwnedRequest) Reset() {
 	*x = SetGaveUpOwnedRequest{}
-	mi := &file_store_proto_msgTypes[37]
+	mi := &file_store_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2602,7 +2727,7 @@ func (x *SetGaveUpOwnedRequest) String() string {
 func (*SetGaveUpOwnedRequest) ProtoMessage() {}
 
 func (x *SetGaveUpOwnedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[37]
+	mi := &file_store_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2615,7 +2740,7 @@ func (x *SetGaveUpOwnedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGaveUpOwnedRequest.ProtoReflect.Descriptor instead.
 func (*SetGaveUpOwnedRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{37}
+	return file_store_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetGaveUpOwnedRequest) GetCard() string {
@@ -2649,7 +2774,7 @@ type OwnedCardRequest struct {
 
 func (x *OwnedCardRequest) Reset() {
 	*x = OwnedCardRequest{}
-	mi := &file_store_proto_msgTypes[38]
+	mi := &file_store_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2661,7 +2786,7 @@ func (x *OwnedCardRequest) String() string {
 func (*OwnedCardRequest) ProtoMessage() {}
 
 func (x *OwnedCardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[38]
+	mi := &file_store_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2674,7 +2799,7 @@ func (x *OwnedCardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnedCardRequest.ProtoReflect.Descriptor instead.
 func (*OwnedCardRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{38}
+	return file_store_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *OwnedCardRequest) GetCard() string {
@@ -2702,7 +2827,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_store_proto_msgTypes[39]
+	mi := &file_store_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2714,7 +2839,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[39]
+	mi := &file_store_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2727,7 +2852,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{39}
+	return file_store_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReleaseRequest) GetCard() string {
@@ -2764,7 +2889,7 @@ type MoveRequest struct {
 
 func (x *MoveRequest) Reset() {
 	*x = MoveRequest{}
-	mi := &file_store_proto_msgTypes[40]
+	mi := &file_store_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2776,7 +2901,7 @@ func (x *MoveRequest) String() string {
 func (*MoveRequest) ProtoMessage() {}
 
 func (x *MoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[40]
+	mi := &file_store_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2789,7 +2914,7 @@ func (x *MoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRequest.ProtoReflect.Descriptor instead.
 func (*MoveRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{40}
+	return file_store_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *MoveRequest) GetCard() string {
@@ -2839,7 +2964,7 @@ type AdjustLabelsRequest struct {
 
 func (x *AdjustLabelsRequest) Reset() {
 	*x = AdjustLabelsRequest{}
-	mi := &file_store_proto_msgTypes[41]
+	mi := &file_store_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2851,7 +2976,7 @@ func (x *AdjustLabelsRequest) String() string {
 func (*AdjustLabelsRequest) ProtoMessage() {}
 
 func (x *AdjustLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[41]
+	mi := &file_store_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2864,7 +2989,7 @@ func (x *AdjustLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdjustLabelsRequest.ProtoReflect.Descriptor instead.
 func (*AdjustLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{41}
+	return file_store_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AdjustLabelsRequest) GetCard() string {
@@ -2906,7 +3031,7 @@ type SetLabelsRequest struct {
 
 func (x *SetLabelsRequest) Reset() {
 	*x = SetLabelsRequest{}
-	mi := &file_store_proto_msgTypes[42]
+	mi := &file_store_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2918,7 +3043,7 @@ func (x *SetLabelsRequest) String() string {
 func (*SetLabelsRequest) ProtoMessage() {}
 
 func (x *SetLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[42]
+	mi := &file_store_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2931,7 +3056,7 @@ func (x *SetLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLabelsRequest.ProtoReflect.Descriptor instead.
 func (*SetLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{42}
+	return file_store_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SetLabelsRequest) GetCard() string {
@@ -2965,7 +3090,7 @@ type SetBoardRequest struct {
 
 func (x *SetBoardRequest) Reset() {
 	*x = SetBoardRequest{}
-	mi := &file_store_proto_msgTypes[43]
+	mi := &file_store_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2977,7 +3102,7 @@ func (x *SetBoardRequest) String() string {
 func (*SetBoardRequest) ProtoMessage() {}
 
 func (x *SetBoardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[43]
+	mi := &file_store_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2990,7 +3115,7 @@ func (x *SetBoardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBoardRequest.ProtoReflect.Descriptor instead.
 func (*SetBoardRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{43}
+	return file_store_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SetBoardRequest) GetExpect() *BoardMessage {
@@ -3017,7 +3142,7 @@ type SetBoardReply struct {
 
 func (x *SetBoardReply) Reset() {
 	*x = SetBoardReply{}
-	mi := &file_store_proto_msgTypes[44]
+	mi := &file_store_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3029,7 +3154,7 @@ func (x *SetBoardReply) String() string {
 func (*SetBoardReply) ProtoMessage() {}
 
 func (x *SetBoardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[44]
+	mi := &file_store_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3042,7 +3167,7 @@ func (x *SetBoardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBoardReply.ProtoReflect.Descriptor instead.
 func (*SetBoardReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{44}
+	return file_store_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SetBoardReply) GetBoard() *BoardMessage {
@@ -3072,7 +3197,7 @@ type SetLabelsFromRequest struct {
 
 func (x *SetLabelsFromRequest) Reset() {
 	*x = SetLabelsFromRequest{}
-	mi := &file_store_proto_msgTypes[45]
+	mi := &file_store_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3084,7 +3209,7 @@ func (x *SetLabelsFromRequest) String() string {
 func (*SetLabelsFromRequest) ProtoMessage() {}
 
 func (x *SetLabelsFromRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[45]
+	mi := &file_store_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3097,7 +3222,7 @@ func (x *SetLabelsFromRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLabelsFromRequest.ProtoReflect.Descriptor instead.
 func (*SetLabelsFromRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{45}
+	return file_store_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SetLabelsFromRequest) GetCard() string {
@@ -3145,7 +3270,7 @@ type CardChangedReply struct {
 
 func (x *CardChangedReply) Reset() {
 	*x = CardChangedReply{}
-	mi := &file_store_proto_msgTypes[46]
+	mi := &file_store_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3157,7 +3282,7 @@ func (x *CardChangedReply) String() string {
 func (*CardChangedReply) ProtoMessage() {}
 
 func (x *CardChangedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[46]
+	mi := &file_store_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3170,7 +3295,7 @@ func (x *CardChangedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CardChangedReply.ProtoReflect.Descriptor instead.
 func (*CardChangedReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{46}
+	return file_store_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CardChangedReply) GetCard() *Card {
@@ -3204,7 +3329,7 @@ type RunUpdateRequest struct {
 
 func (x *RunUpdateRequest) Reset() {
 	*x = RunUpdateRequest{}
-	mi := &file_store_proto_msgTypes[47]
+	mi := &file_store_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3216,7 +3341,7 @@ func (x *RunUpdateRequest) String() string {
 func (*RunUpdateRequest) ProtoMessage() {}
 
 func (x *RunUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[47]
+	mi := &file_store_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3229,7 +3354,7 @@ func (x *RunUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunUpdateRequest.ProtoReflect.Descriptor instead.
 func (*RunUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{47}
+	return file_store_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RunUpdateRequest) GetId() string {
@@ -3299,7 +3424,7 @@ type NewRunRequest struct {
 
 func (x *NewRunRequest) Reset() {
 	*x = NewRunRequest{}
-	mi := &file_store_proto_msgTypes[48]
+	mi := &file_store_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3311,7 +3436,7 @@ func (x *NewRunRequest) String() string {
 func (*NewRunRequest) ProtoMessage() {}
 
 func (x *NewRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[48]
+	mi := &file_store_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3324,7 +3449,7 @@ func (x *NewRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewRunRequest.ProtoReflect.Descriptor instead.
 func (*NewRunRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{48}
+	return file_store_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *NewRunRequest) GetToken() *ClaimToken {
@@ -3356,7 +3481,7 @@ type StartRequest struct {
 
 func (x *StartRequest) Reset() {
 	*x = StartRequest{}
-	mi := &file_store_proto_msgTypes[49]
+	mi := &file_store_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3368,7 +3493,7 @@ func (x *StartRequest) String() string {
 func (*StartRequest) ProtoMessage() {}
 
 func (x *StartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[49]
+	mi := &file_store_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3381,7 +3506,7 @@ func (x *StartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRequest.ProtoReflect.Descriptor instead.
 func (*StartRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{49}
+	return file_store_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *StartRequest) GetCard() string {
@@ -3445,7 +3570,7 @@ type StartedReply struct {
 
 func (x *StartedReply) Reset() {
 	*x = StartedReply{}
-	mi := &file_store_proto_msgTypes[50]
+	mi := &file_store_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3457,7 +3582,7 @@ func (x *StartedReply) String() string {
 func (*StartedReply) ProtoMessage() {}
 
 func (x *StartedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[50]
+	mi := &file_store_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3470,7 +3595,7 @@ func (x *StartedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartedReply.ProtoReflect.Descriptor instead.
 func (*StartedReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{50}
+	return file_store_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *StartedReply) GetCard() *Card {
@@ -3502,20 +3627,22 @@ func (x *StartedReply) GetResumed() bool {
 }
 
 type FinishRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Card          string                 `protobuf:"bytes,1,opt,name=card,proto3" json:"card,omitempty"`
-	Token         *ClaimToken            `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
-	RunId         string                 `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	Status        string                 `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
-	FailureCode   string                 `protobuf:"bytes,5,opt,name=failure_code,json=failureCode,proto3" json:"failure_code,omitempty"`
-	Checkpoint    *string                `protobuf:"bytes,6,opt,name=checkpoint,proto3,oneof" json:"checkpoint,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Card        string                 `protobuf:"bytes,1,opt,name=card,proto3" json:"card,omitempty"`
+	Token       *ClaimToken            `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	RunId       string                 `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Status      string                 `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	FailureCode string                 `protobuf:"bytes,5,opt,name=failure_code,json=failureCode,proto3" json:"failure_code,omitempty"`
+	Checkpoint  *string                `protobuf:"bytes,6,opt,name=checkpoint,proto3,oneof" json:"checkpoint,omitempty"`
+	// The failure is retryable (board.FinishRequest.Retryable). From protocol 7.
+	Retryable     bool `protobuf:"varint,7,opt,name=retryable,proto3" json:"retryable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FinishRequest) Reset() {
 	*x = FinishRequest{}
-	mi := &file_store_proto_msgTypes[51]
+	mi := &file_store_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3527,7 +3654,7 @@ func (x *FinishRequest) String() string {
 func (*FinishRequest) ProtoMessage() {}
 
 func (x *FinishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[51]
+	mi := &file_store_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3540,7 +3667,7 @@ func (x *FinishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRequest.ProtoReflect.Descriptor instead.
 func (*FinishRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{51}
+	return file_store_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *FinishRequest) GetCard() string {
@@ -3585,6 +3712,13 @@ func (x *FinishRequest) GetCheckpoint() string {
 	return ""
 }
 
+func (x *FinishRequest) GetRetryable() bool {
+	if x != nil {
+		return x.Retryable
+	}
+	return false
+}
+
 type FinishedReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Card          *Card                  `protobuf:"bytes,1,opt,name=card,proto3" json:"card,omitempty"`
@@ -3595,7 +3729,7 @@ type FinishedReply struct {
 
 func (x *FinishedReply) Reset() {
 	*x = FinishedReply{}
-	mi := &file_store_proto_msgTypes[52]
+	mi := &file_store_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3607,7 +3741,7 @@ func (x *FinishedReply) String() string {
 func (*FinishedReply) ProtoMessage() {}
 
 func (x *FinishedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[52]
+	mi := &file_store_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3620,7 +3754,7 @@ func (x *FinishedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishedReply.ProtoReflect.Descriptor instead.
 func (*FinishedReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{52}
+	return file_store_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *FinishedReply) GetCard() *Card {
@@ -3646,7 +3780,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_store_proto_msgTypes[53]
+	mi := &file_store_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3658,7 +3792,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[53]
+	mi := &file_store_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3671,7 +3805,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{53}
+	return file_store_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetRunRequest) GetId() string {
@@ -3694,7 +3828,7 @@ type ReleaseExpiredRequest struct {
 
 func (x *ReleaseExpiredRequest) Reset() {
 	*x = ReleaseExpiredRequest{}
-	mi := &file_store_proto_msgTypes[54]
+	mi := &file_store_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3706,7 +3840,7 @@ func (x *ReleaseExpiredRequest) String() string {
 func (*ReleaseExpiredRequest) ProtoMessage() {}
 
 func (x *ReleaseExpiredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[54]
+	mi := &file_store_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3719,7 +3853,7 @@ func (x *ReleaseExpiredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseExpiredRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseExpiredRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{54}
+	return file_store_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReleaseExpiredRequest) GetCard() string {
@@ -3772,7 +3906,7 @@ type ListExpiredRequest struct {
 
 func (x *ListExpiredRequest) Reset() {
 	*x = ListExpiredRequest{}
-	mi := &file_store_proto_msgTypes[55]
+	mi := &file_store_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3784,7 +3918,7 @@ func (x *ListExpiredRequest) String() string {
 func (*ListExpiredRequest) ProtoMessage() {}
 
 func (x *ListExpiredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[55]
+	mi := &file_store_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3797,7 +3931,7 @@ func (x *ListExpiredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExpiredRequest.ProtoReflect.Descriptor instead.
 func (*ListExpiredRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{55}
+	return file_store_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListExpiredRequest) GetCutoff() *Time {
@@ -3848,7 +3982,7 @@ type ExpiredPageReply struct {
 
 func (x *ExpiredPageReply) Reset() {
 	*x = ExpiredPageReply{}
-	mi := &file_store_proto_msgTypes[56]
+	mi := &file_store_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3860,7 +3994,7 @@ func (x *ExpiredPageReply) String() string {
 func (*ExpiredPageReply) ProtoMessage() {}
 
 func (x *ExpiredPageReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[56]
+	mi := &file_store_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3873,7 +4007,7 @@ func (x *ExpiredPageReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpiredPageReply.ProtoReflect.Descriptor instead.
 func (*ExpiredPageReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{56}
+	return file_store_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ExpiredPageReply) GetCards() []*Card {
@@ -3921,7 +4055,7 @@ type ListCutoffRequest struct {
 
 func (x *ListCutoffRequest) Reset() {
 	*x = ListCutoffRequest{}
-	mi := &file_store_proto_msgTypes[57]
+	mi := &file_store_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3933,7 +4067,7 @@ func (x *ListCutoffRequest) String() string {
 func (*ListCutoffRequest) ProtoMessage() {}
 
 func (x *ListCutoffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[57]
+	mi := &file_store_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3946,7 +4080,7 @@ func (x *ListCutoffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCutoffRequest.ProtoReflect.Descriptor instead.
 func (*ListCutoffRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{57}
+	return file_store_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListCutoffRequest) GetCutoff() *Time {
@@ -3976,7 +4110,7 @@ type ReclaimExpiredRequest struct {
 
 func (x *ReclaimExpiredRequest) Reset() {
 	*x = ReclaimExpiredRequest{}
-	mi := &file_store_proto_msgTypes[58]
+	mi := &file_store_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3988,7 +4122,7 @@ func (x *ReclaimExpiredRequest) String() string {
 func (*ReclaimExpiredRequest) ProtoMessage() {}
 
 func (x *ReclaimExpiredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[58]
+	mi := &file_store_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4001,7 +4135,7 @@ func (x *ReclaimExpiredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReclaimExpiredRequest.ProtoReflect.Descriptor instead.
 func (*ReclaimExpiredRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{58}
+	return file_store_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ReclaimExpiredRequest) GetCard() string {
@@ -4049,7 +4183,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_store_proto_msgTypes[59]
+	mi := &file_store_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4061,7 +4195,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[59]
+	mi := &file_store_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4074,7 +4208,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{59}
+	return file_store_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *EventsRequest) GetAfter() int64 {
@@ -4101,7 +4235,7 @@ type EventsReply struct {
 
 func (x *EventsReply) Reset() {
 	*x = EventsReply{}
-	mi := &file_store_proto_msgTypes[60]
+	mi := &file_store_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4113,7 +4247,7 @@ func (x *EventsReply) String() string {
 func (*EventsReply) ProtoMessage() {}
 
 func (x *EventsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[60]
+	mi := &file_store_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4126,7 +4260,7 @@ func (x *EventsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsReply.ProtoReflect.Descriptor instead.
 func (*EventsReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{60}
+	return file_store_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *EventsReply) GetEvents() []*Event {
@@ -4155,7 +4289,7 @@ type PruneRequest struct {
 
 func (x *PruneRequest) Reset() {
 	*x = PruneRequest{}
-	mi := &file_store_proto_msgTypes[61]
+	mi := &file_store_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4167,7 +4301,7 @@ func (x *PruneRequest) String() string {
 func (*PruneRequest) ProtoMessage() {}
 
 func (x *PruneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[61]
+	mi := &file_store_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4180,7 +4314,7 @@ func (x *PruneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneRequest.ProtoReflect.Descriptor instead.
 func (*PruneRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{61}
+	return file_store_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PruneRequest) GetBefore() *Time {
@@ -4225,7 +4359,7 @@ type PruneReply struct {
 
 func (x *PruneReply) Reset() {
 	*x = PruneReply{}
-	mi := &file_store_proto_msgTypes[62]
+	mi := &file_store_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4237,7 +4371,7 @@ func (x *PruneReply) String() string {
 func (*PruneReply) ProtoMessage() {}
 
 func (x *PruneReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[62]
+	mi := &file_store_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4250,7 +4384,7 @@ func (x *PruneReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneReply.ProtoReflect.Descriptor instead.
 func (*PruneReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{62}
+	return file_store_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PruneReply) GetRuns() int64 {
@@ -4306,7 +4440,7 @@ type DeleteCardRequest struct {
 
 func (x *DeleteCardRequest) Reset() {
 	*x = DeleteCardRequest{}
-	mi := &file_store_proto_msgTypes[63]
+	mi := &file_store_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4318,7 +4452,7 @@ func (x *DeleteCardRequest) String() string {
 func (*DeleteCardRequest) ProtoMessage() {}
 
 func (x *DeleteCardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[63]
+	mi := &file_store_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4331,7 +4465,7 @@ func (x *DeleteCardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCardRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCardRequest) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{63}
+	return file_store_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DeleteCardRequest) GetId() string {
@@ -4366,7 +4500,7 @@ type DeleteCardReply struct {
 
 func (x *DeleteCardReply) Reset() {
 	*x = DeleteCardReply{}
-	mi := &file_store_proto_msgTypes[64]
+	mi := &file_store_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4378,7 +4512,7 @@ func (x *DeleteCardReply) String() string {
 func (*DeleteCardReply) ProtoMessage() {}
 
 func (x *DeleteCardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_store_proto_msgTypes[64]
+	mi := &file_store_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4391,7 +4525,7 @@ func (x *DeleteCardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCardReply.ProtoReflect.Descriptor instead.
 func (*DeleteCardReply) Descriptor() ([]byte, []int) {
-	return file_store_proto_rawDescGZIP(), []int{64}
+	return file_store_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *DeleteCardReply) GetCard() *Card {
@@ -4459,9 +4593,14 @@ const file_store_proto_rawDesc = "" +
 	"\n" +
 	"completion\x18\x06 \x01(\bR\n" +
 	"completion\x12#\n" +
-	"\rretiring_into\x18\a \x01(\tR\fretiringInto\"C\n" +
+	"\rretiring_into\x18\a \x01(\tR\fretiringInto\"\x81\x01\n" +
+	"\vRetryPolicy\x12!\n" +
+	"\fmax_attempts\x18\x01 \x01(\x03R\vmaxAttempts\x12#\n" +
+	"\rbackoff_nanos\x18\x02 \x01(\x03R\fbackoffNanos\x12*\n" +
+	"\x11backoff_max_nanos\x18\x03 \x01(\x03R\x0fbackoffMaxNanos\"|\n" +
 	"\fBoardMessage\x123\n" +
-	"\x06states\x18\x01 \x03(\v2\x1b.leasekeeper.store.v1.StateR\x06states\":\n" +
+	"\x06states\x18\x01 \x03(\v2\x1b.leasekeeper.store.v1.StateR\x06states\x127\n" +
+	"\x05retry\x18\x02 \x01(\v2!.leasekeeper.store.v1.RetryPolicyR\x05retry\":\n" +
 	"\n" +
 	"ClaimToken\x12\x16\n" +
 	"\x06marker\x18\x01 \x01(\tR\x06marker\x12\x14\n" +
@@ -4474,7 +4613,7 @@ const file_store_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1a\n" +
 	"\battempts\x18\x03 \x01(\x03R\battempts\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12*\n" +
-	"\x02at\x18\x05 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\x02at\"\xab\x06\n" +
+	"\x02at\x18\x05 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\x02at\"\xb7\a\n" +
 	"\x04Card\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12\x14\n" +
@@ -4501,7 +4640,10 @@ const file_store_proto_rawDesc = "" +
 	"claimed_at\x18\x10 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\tclaimedAt\x12F\n" +
 	"\x11claim_lease_until\x18\x11 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\x0fclaimLeaseUntil\x12'\n" +
 	"\x0frecovered_epoch\x18\x12 \x01(\x03R\x0erecoveredEpoch\x12$\n" +
-	"\x0elast_run_epoch\x18\x13 \x01(\x03R\flastRunEpoch\"\xf8\x03\n" +
+	"\x0elast_run_epoch\x18\x13 \x01(\x03R\flastRunEpoch\x12\x1a\n" +
+	"\battempts\x18\x14 \x01(\x03R\battempts\x125\n" +
+	"\bretry_at\x18\x15 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\aretryAt\x127\n" +
+	"\x05retry\x18\x16 \x01(\v2!.leasekeeper.store.v1.RetryPolicyR\x05retry\"\x96\x04\n" +
 	"\n" +
 	"RunMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -4524,7 +4666,8 @@ const file_store_proto_rawDesc = "" +
 	"updated_at\x18\r \x01(\v2\x1a.leasekeeper.store.v1.TimeR\tupdatedAt\x12&\n" +
 	"\x0fpid_start_ticks\x18\x0e \x01(\x03R\rpidStartTicks\x12\x17\n" +
 	"\aboot_id\x18\x0f \x01(\tR\x06bootId\x12!\n" +
-	"\fstarted_from\x18\x10 \x01(\tR\vstartedFrom\"\xc7\x02\n" +
+	"\fstarted_from\x18\x10 \x01(\tR\vstartedFrom\x12\x1c\n" +
+	"\tretryable\x18\x11 \x01(\bR\tretryable\"\xc7\x02\n" +
 	"\tEventData\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x16\n" +
@@ -4553,7 +4696,7 @@ const file_store_proto_rawDesc = "" +
 	"\rTraitsMessage\x12\x16\n" +
 	"\x06shared\x18\x01 \x01(\bR\x06shared\x12!\n" +
 	"\fserver_clock\x18\x02 \x01(\bR\vserverClock\x12\x16\n" +
-	"\x06outbox\x18\x03 \x01(\bR\x06outbox\"\xda\x01\n" +
+	"\x06outbox\x18\x03 \x01(\bR\x06outbox\"\x93\x02\n" +
 	"\x11CreateCardRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12\x14\n" +
@@ -4561,7 +4704,8 @@ const file_store_proto_rawDesc = "" +
 	"\x06labels\x18\x04 \x01(\v2\x1d.leasekeeper.store.v1.StringsR\x06labels\x12<\n" +
 	"\n" +
 	"depends_on\x18\x05 \x01(\v2\x1d.leasekeeper.store.v1.StringsR\tdependsOn\x12\x14\n" +
-	"\x05actor\x18\x06 \x01(\tR\x05actor\" \n" +
+	"\x05actor\x18\x06 \x01(\tR\x05actor\x127\n" +
+	"\x05retry\x18\a \x01(\v2!.leasekeeper.store.v1.RetryPolicyR\x05retry\" \n" +
 	"\x0eGetCardRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\";\n" +
 	"\tCardReply\x12.\n" +
@@ -4604,13 +4748,14 @@ const file_store_proto_rawDesc = "" +
 	"\x03err\x18\x03 \x01(\v2 .leasekeeper.store.v1.StoreErrorR\x03err\"a\n" +
 	"\x10RenewClaimsReply\x12;\n" +
 	"\aresults\x18\x01 \x03(\v2!.leasekeeper.store.v1.RenewResultR\aresults\x12\x10\n" +
-	"\x03nil\x18\x02 \x01(\bR\x03nil\"\x9e\x01\n" +
+	"\x03nil\x18\x02 \x01(\bR\x03nil\"\xb4\x01\n" +
 	"\x14SetStateOwnedRequest\x12\x12\n" +
 	"\x04card\x18\x01 \x01(\tR\x04card\x126\n" +
 	"\x05token\x18\x02 \x01(\v2 .leasekeeper.store.v1.ClaimTokenR\x05token\x12\x0e\n" +
 	"\x02to\x18\x03 \x01(\tR\x02to\x12\x12\n" +
 	"\x04from\x18\x04 \x01(\tR\x04from\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"(\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05retry\x18\x06 \x01(\bR\x05retry\"(\n" +
 	"\fChangedReply\x12\x18\n" +
 	"\achanged\x18\x01 \x01(\bR\achanged\"{\n" +
 	"\x16SetLastRunOwnedRequest\x12\x12\n" +
@@ -4695,7 +4840,7 @@ const file_store_proto_rawDesc = "" +
 	"\x04card\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.CardR\x04card\x126\n" +
 	"\x05token\x18\x02 \x01(\v2 .leasekeeper.store.v1.ClaimTokenR\x05token\x122\n" +
 	"\x03run\x18\x03 \x01(\v2 .leasekeeper.store.v1.RunMessageR\x03run\x12\x18\n" +
-	"\aresumed\x18\x04 \x01(\bR\aresumed\"\xe1\x01\n" +
+	"\aresumed\x18\x04 \x01(\bR\aresumed\"\xff\x01\n" +
 	"\rFinishRequest\x12\x12\n" +
 	"\x04card\x18\x01 \x01(\tR\x04card\x126\n" +
 	"\x05token\x18\x02 \x01(\v2 .leasekeeper.store.v1.ClaimTokenR\x05token\x12\x15\n" +
@@ -4704,7 +4849,8 @@ const file_store_proto_rawDesc = "" +
 	"\ffailure_code\x18\x05 \x01(\tR\vfailureCode\x12#\n" +
 	"\n" +
 	"checkpoint\x18\x06 \x01(\tH\x00R\n" +
-	"checkpoint\x88\x01\x01B\r\n" +
+	"checkpoint\x88\x01\x01\x12\x1c\n" +
+	"\tretryable\x18\a \x01(\bR\tretryableB\r\n" +
 	"\v_checkpoint\"s\n" +
 	"\rFinishedReply\x12.\n" +
 	"\x04card\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.CardR\x04card\x122\n" +
@@ -4837,7 +4983,7 @@ func file_store_proto_rawDescGZIP() []byte {
 }
 
 var file_store_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_store_proto_goTypes = []any{
 	(ErrorKind)(0),                       // 0: leasekeeper.store.v1.ErrorKind
 	(*Call)(nil),                         // 1: leasekeeper.store.v1.Call
@@ -4850,61 +4996,62 @@ var file_store_proto_goTypes = []any{
 	(*StoreError)(nil),                   // 8: leasekeeper.store.v1.StoreError
 	(*Empty)(nil),                        // 9: leasekeeper.store.v1.Empty
 	(*State)(nil),                        // 10: leasekeeper.store.v1.State
-	(*BoardMessage)(nil),                 // 11: leasekeeper.store.v1.BoardMessage
-	(*ClaimToken)(nil),                   // 12: leasekeeper.store.v1.ClaimToken
-	(*Hold)(nil),                         // 13: leasekeeper.store.v1.Hold
-	(*GaveUp)(nil),                       // 14: leasekeeper.store.v1.GaveUp
-	(*Card)(nil),                         // 15: leasekeeper.store.v1.Card
-	(*RunMessage)(nil),                   // 16: leasekeeper.store.v1.RunMessage
-	(*EventData)(nil),                    // 17: leasekeeper.store.v1.EventData
-	(*Event)(nil),                        // 18: leasekeeper.store.v1.Event
-	(*BoardRequest)(nil),                 // 19: leasekeeper.store.v1.BoardRequest
-	(*BoardReply)(nil),                   // 20: leasekeeper.store.v1.BoardReply
-	(*TraitsMessage)(nil),                // 21: leasekeeper.store.v1.TraitsMessage
-	(*CreateCardRequest)(nil),            // 22: leasekeeper.store.v1.CreateCardRequest
-	(*GetCardRequest)(nil),               // 23: leasekeeper.store.v1.GetCardRequest
-	(*CardReply)(nil),                    // 24: leasekeeper.store.v1.CardReply
-	(*ListCardsRequest)(nil),             // 25: leasekeeper.store.v1.ListCardsRequest
-	(*DependentsRequest)(nil),            // 26: leasekeeper.store.v1.DependentsRequest
-	(*CardsReply)(nil),                   // 27: leasekeeper.store.v1.CardsReply
-	(*ClaimRequest)(nil),                 // 28: leasekeeper.store.v1.ClaimRequest
-	(*ClaimNextRequest)(nil),             // 29: leasekeeper.store.v1.ClaimNextRequest
-	(*CardTokenReply)(nil),               // 30: leasekeeper.store.v1.CardTokenReply
-	(*RenewClaimsRequest)(nil),           // 31: leasekeeper.store.v1.RenewClaimsRequest
-	(*RenewResult)(nil),                  // 32: leasekeeper.store.v1.RenewResult
-	(*RenewClaimsReply)(nil),             // 33: leasekeeper.store.v1.RenewClaimsReply
-	(*SetStateOwnedRequest)(nil),         // 34: leasekeeper.store.v1.SetStateOwnedRequest
-	(*ChangedReply)(nil),                 // 35: leasekeeper.store.v1.ChangedReply
-	(*SetLastRunOwnedRequest)(nil),       // 36: leasekeeper.store.v1.SetLastRunOwnedRequest
-	(*SetAwaitingInputOwnedRequest)(nil), // 37: leasekeeper.store.v1.SetAwaitingInputOwnedRequest
-	(*SetGaveUpOwnedRequest)(nil),        // 38: leasekeeper.store.v1.SetGaveUpOwnedRequest
-	(*OwnedCardRequest)(nil),             // 39: leasekeeper.store.v1.OwnedCardRequest
-	(*ReleaseRequest)(nil),               // 40: leasekeeper.store.v1.ReleaseRequest
-	(*MoveRequest)(nil),                  // 41: leasekeeper.store.v1.MoveRequest
-	(*AdjustLabelsRequest)(nil),          // 42: leasekeeper.store.v1.AdjustLabelsRequest
-	(*SetLabelsRequest)(nil),             // 43: leasekeeper.store.v1.SetLabelsRequest
-	(*SetBoardRequest)(nil),              // 44: leasekeeper.store.v1.SetBoardRequest
-	(*SetBoardReply)(nil),                // 45: leasekeeper.store.v1.SetBoardReply
-	(*SetLabelsFromRequest)(nil),         // 46: leasekeeper.store.v1.SetLabelsFromRequest
-	(*CardChangedReply)(nil),             // 47: leasekeeper.store.v1.CardChangedReply
-	(*RunUpdateRequest)(nil),             // 48: leasekeeper.store.v1.RunUpdateRequest
-	(*NewRunRequest)(nil),                // 49: leasekeeper.store.v1.NewRunRequest
-	(*StartRequest)(nil),                 // 50: leasekeeper.store.v1.StartRequest
-	(*StartedReply)(nil),                 // 51: leasekeeper.store.v1.StartedReply
-	(*FinishRequest)(nil),                // 52: leasekeeper.store.v1.FinishRequest
-	(*FinishedReply)(nil),                // 53: leasekeeper.store.v1.FinishedReply
-	(*GetRunRequest)(nil),                // 54: leasekeeper.store.v1.GetRunRequest
-	(*ReleaseExpiredRequest)(nil),        // 55: leasekeeper.store.v1.ReleaseExpiredRequest
-	(*ListExpiredRequest)(nil),           // 56: leasekeeper.store.v1.ListExpiredRequest
-	(*ExpiredPageReply)(nil),             // 57: leasekeeper.store.v1.ExpiredPageReply
-	(*ListCutoffRequest)(nil),            // 58: leasekeeper.store.v1.ListCutoffRequest
-	(*ReclaimExpiredRequest)(nil),        // 59: leasekeeper.store.v1.ReclaimExpiredRequest
-	(*EventsRequest)(nil),                // 60: leasekeeper.store.v1.EventsRequest
-	(*EventsReply)(nil),                  // 61: leasekeeper.store.v1.EventsReply
-	(*PruneRequest)(nil),                 // 62: leasekeeper.store.v1.PruneRequest
-	(*PruneReply)(nil),                   // 63: leasekeeper.store.v1.PruneReply
-	(*DeleteCardRequest)(nil),            // 64: leasekeeper.store.v1.DeleteCardRequest
-	(*DeleteCardReply)(nil),              // 65: leasekeeper.store.v1.DeleteCardReply
+	(*RetryPolicy)(nil),                  // 11: leasekeeper.store.v1.RetryPolicy
+	(*BoardMessage)(nil),                 // 12: leasekeeper.store.v1.BoardMessage
+	(*ClaimToken)(nil),                   // 13: leasekeeper.store.v1.ClaimToken
+	(*Hold)(nil),                         // 14: leasekeeper.store.v1.Hold
+	(*GaveUp)(nil),                       // 15: leasekeeper.store.v1.GaveUp
+	(*Card)(nil),                         // 16: leasekeeper.store.v1.Card
+	(*RunMessage)(nil),                   // 17: leasekeeper.store.v1.RunMessage
+	(*EventData)(nil),                    // 18: leasekeeper.store.v1.EventData
+	(*Event)(nil),                        // 19: leasekeeper.store.v1.Event
+	(*BoardRequest)(nil),                 // 20: leasekeeper.store.v1.BoardRequest
+	(*BoardReply)(nil),                   // 21: leasekeeper.store.v1.BoardReply
+	(*TraitsMessage)(nil),                // 22: leasekeeper.store.v1.TraitsMessage
+	(*CreateCardRequest)(nil),            // 23: leasekeeper.store.v1.CreateCardRequest
+	(*GetCardRequest)(nil),               // 24: leasekeeper.store.v1.GetCardRequest
+	(*CardReply)(nil),                    // 25: leasekeeper.store.v1.CardReply
+	(*ListCardsRequest)(nil),             // 26: leasekeeper.store.v1.ListCardsRequest
+	(*DependentsRequest)(nil),            // 27: leasekeeper.store.v1.DependentsRequest
+	(*CardsReply)(nil),                   // 28: leasekeeper.store.v1.CardsReply
+	(*ClaimRequest)(nil),                 // 29: leasekeeper.store.v1.ClaimRequest
+	(*ClaimNextRequest)(nil),             // 30: leasekeeper.store.v1.ClaimNextRequest
+	(*CardTokenReply)(nil),               // 31: leasekeeper.store.v1.CardTokenReply
+	(*RenewClaimsRequest)(nil),           // 32: leasekeeper.store.v1.RenewClaimsRequest
+	(*RenewResult)(nil),                  // 33: leasekeeper.store.v1.RenewResult
+	(*RenewClaimsReply)(nil),             // 34: leasekeeper.store.v1.RenewClaimsReply
+	(*SetStateOwnedRequest)(nil),         // 35: leasekeeper.store.v1.SetStateOwnedRequest
+	(*ChangedReply)(nil),                 // 36: leasekeeper.store.v1.ChangedReply
+	(*SetLastRunOwnedRequest)(nil),       // 37: leasekeeper.store.v1.SetLastRunOwnedRequest
+	(*SetAwaitingInputOwnedRequest)(nil), // 38: leasekeeper.store.v1.SetAwaitingInputOwnedRequest
+	(*SetGaveUpOwnedRequest)(nil),        // 39: leasekeeper.store.v1.SetGaveUpOwnedRequest
+	(*OwnedCardRequest)(nil),             // 40: leasekeeper.store.v1.OwnedCardRequest
+	(*ReleaseRequest)(nil),               // 41: leasekeeper.store.v1.ReleaseRequest
+	(*MoveRequest)(nil),                  // 42: leasekeeper.store.v1.MoveRequest
+	(*AdjustLabelsRequest)(nil),          // 43: leasekeeper.store.v1.AdjustLabelsRequest
+	(*SetLabelsRequest)(nil),             // 44: leasekeeper.store.v1.SetLabelsRequest
+	(*SetBoardRequest)(nil),              // 45: leasekeeper.store.v1.SetBoardRequest
+	(*SetBoardReply)(nil),                // 46: leasekeeper.store.v1.SetBoardReply
+	(*SetLabelsFromRequest)(nil),         // 47: leasekeeper.store.v1.SetLabelsFromRequest
+	(*CardChangedReply)(nil),             // 48: leasekeeper.store.v1.CardChangedReply
+	(*RunUpdateRequest)(nil),             // 49: leasekeeper.store.v1.RunUpdateRequest
+	(*NewRunRequest)(nil),                // 50: leasekeeper.store.v1.NewRunRequest
+	(*StartRequest)(nil),                 // 51: leasekeeper.store.v1.StartRequest
+	(*StartedReply)(nil),                 // 52: leasekeeper.store.v1.StartedReply
+	(*FinishRequest)(nil),                // 53: leasekeeper.store.v1.FinishRequest
+	(*FinishedReply)(nil),                // 54: leasekeeper.store.v1.FinishedReply
+	(*GetRunRequest)(nil),                // 55: leasekeeper.store.v1.GetRunRequest
+	(*ReleaseExpiredRequest)(nil),        // 56: leasekeeper.store.v1.ReleaseExpiredRequest
+	(*ListExpiredRequest)(nil),           // 57: leasekeeper.store.v1.ListExpiredRequest
+	(*ExpiredPageReply)(nil),             // 58: leasekeeper.store.v1.ExpiredPageReply
+	(*ListCutoffRequest)(nil),            // 59: leasekeeper.store.v1.ListCutoffRequest
+	(*ReclaimExpiredRequest)(nil),        // 60: leasekeeper.store.v1.ReclaimExpiredRequest
+	(*EventsRequest)(nil),                // 61: leasekeeper.store.v1.EventsRequest
+	(*EventsReply)(nil),                  // 62: leasekeeper.store.v1.EventsReply
+	(*PruneRequest)(nil),                 // 63: leasekeeper.store.v1.PruneRequest
+	(*PruneReply)(nil),                   // 64: leasekeeper.store.v1.PruneReply
+	(*DeleteCardRequest)(nil),            // 65: leasekeeper.store.v1.DeleteCardRequest
+	(*DeleteCardReply)(nil),              // 66: leasekeeper.store.v1.DeleteCardReply
 }
 var file_store_proto_depIdxs = []int32{
 	1,   // 0: leasekeeper.store.v1.CallBatch.calls:type_name -> leasekeeper.store.v1.Call
@@ -4912,150 +5059,154 @@ var file_store_proto_depIdxs = []int32{
 	0,   // 2: leasekeeper.store.v1.StoreError.kinds:type_name -> leasekeeper.store.v1.ErrorKind
 	7,   // 3: leasekeeper.store.v1.StoreError.conflict:type_name -> leasekeeper.store.v1.Conflict
 	10,  // 4: leasekeeper.store.v1.BoardMessage.states:type_name -> leasekeeper.store.v1.State
-	12,  // 5: leasekeeper.store.v1.Hold.token:type_name -> leasekeeper.store.v1.ClaimToken
-	5,   // 6: leasekeeper.store.v1.GaveUp.at:type_name -> leasekeeper.store.v1.Time
-	6,   // 7: leasekeeper.store.v1.Card.labels:type_name -> leasekeeper.store.v1.Strings
-	6,   // 8: leasekeeper.store.v1.Card.depends_on:type_name -> leasekeeper.store.v1.Strings
-	6,   // 9: leasekeeper.store.v1.Card.runs:type_name -> leasekeeper.store.v1.Strings
-	14,  // 10: leasekeeper.store.v1.Card.gave_up:type_name -> leasekeeper.store.v1.GaveUp
-	5,   // 11: leasekeeper.store.v1.Card.created_at:type_name -> leasekeeper.store.v1.Time
-	5,   // 12: leasekeeper.store.v1.Card.updated_at:type_name -> leasekeeper.store.v1.Time
-	5,   // 13: leasekeeper.store.v1.Card.claimed_at:type_name -> leasekeeper.store.v1.Time
-	5,   // 14: leasekeeper.store.v1.Card.claim_lease_until:type_name -> leasekeeper.store.v1.Time
-	5,   // 15: leasekeeper.store.v1.RunMessage.created_at:type_name -> leasekeeper.store.v1.Time
-	5,   // 16: leasekeeper.store.v1.RunMessage.updated_at:type_name -> leasekeeper.store.v1.Time
-	6,   // 17: leasekeeper.store.v1.EventData.labels:type_name -> leasekeeper.store.v1.Strings
-	6,   // 18: leasekeeper.store.v1.EventData.added:type_name -> leasekeeper.store.v1.Strings
-	6,   // 19: leasekeeper.store.v1.EventData.removed:type_name -> leasekeeper.store.v1.Strings
-	5,   // 20: leasekeeper.store.v1.Event.at:type_name -> leasekeeper.store.v1.Time
-	17,  // 21: leasekeeper.store.v1.Event.data:type_name -> leasekeeper.store.v1.EventData
-	11,  // 22: leasekeeper.store.v1.BoardReply.board:type_name -> leasekeeper.store.v1.BoardMessage
-	21,  // 23: leasekeeper.store.v1.BoardReply.traits:type_name -> leasekeeper.store.v1.TraitsMessage
-	6,   // 24: leasekeeper.store.v1.CreateCardRequest.labels:type_name -> leasekeeper.store.v1.Strings
-	6,   // 25: leasekeeper.store.v1.CreateCardRequest.depends_on:type_name -> leasekeeper.store.v1.Strings
-	15,  // 26: leasekeeper.store.v1.CardReply.card:type_name -> leasekeeper.store.v1.Card
-	15,  // 27: leasekeeper.store.v1.CardsReply.cards:type_name -> leasekeeper.store.v1.Card
-	15,  // 28: leasekeeper.store.v1.CardTokenReply.card:type_name -> leasekeeper.store.v1.Card
-	12,  // 29: leasekeeper.store.v1.CardTokenReply.token:type_name -> leasekeeper.store.v1.ClaimToken
-	13,  // 30: leasekeeper.store.v1.RenewClaimsRequest.holds:type_name -> leasekeeper.store.v1.Hold
-	5,   // 31: leasekeeper.store.v1.RenewResult.lease_until:type_name -> leasekeeper.store.v1.Time
-	8,   // 32: leasekeeper.store.v1.RenewResult.err:type_name -> leasekeeper.store.v1.StoreError
-	32,  // 33: leasekeeper.store.v1.RenewClaimsReply.results:type_name -> leasekeeper.store.v1.RenewResult
-	12,  // 34: leasekeeper.store.v1.SetStateOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
-	12,  // 35: leasekeeper.store.v1.SetLastRunOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
-	12,  // 36: leasekeeper.store.v1.SetAwaitingInputOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
-	12,  // 37: leasekeeper.store.v1.SetGaveUpOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
-	14,  // 38: leasekeeper.store.v1.SetGaveUpOwnedRequest.gave_up:type_name -> leasekeeper.store.v1.GaveUp
-	12,  // 39: leasekeeper.store.v1.OwnedCardRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
-	6,   // 40: leasekeeper.store.v1.AdjustLabelsRequest.add:type_name -> leasekeeper.store.v1.Strings
-	6,   // 41: leasekeeper.store.v1.AdjustLabelsRequest.remove:type_name -> leasekeeper.store.v1.Strings
-	6,   // 42: leasekeeper.store.v1.SetLabelsRequest.labels:type_name -> leasekeeper.store.v1.Strings
-	11,  // 43: leasekeeper.store.v1.SetBoardRequest.expect:type_name -> leasekeeper.store.v1.BoardMessage
-	11,  // 44: leasekeeper.store.v1.SetBoardRequest.next:type_name -> leasekeeper.store.v1.BoardMessage
-	11,  // 45: leasekeeper.store.v1.SetBoardReply.board:type_name -> leasekeeper.store.v1.BoardMessage
-	6,   // 46: leasekeeper.store.v1.SetLabelsFromRequest.expect:type_name -> leasekeeper.store.v1.Strings
-	6,   // 47: leasekeeper.store.v1.SetLabelsFromRequest.labels:type_name -> leasekeeper.store.v1.Strings
-	15,  // 48: leasekeeper.store.v1.CardChangedReply.card:type_name -> leasekeeper.store.v1.Card
-	12,  // 49: leasekeeper.store.v1.RunUpdateRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
-	12,  // 50: leasekeeper.store.v1.NewRunRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
-	16,  // 51: leasekeeper.store.v1.NewRunRequest.run:type_name -> leasekeeper.store.v1.RunMessage
-	16,  // 52: leasekeeper.store.v1.StartRequest.run:type_name -> leasekeeper.store.v1.RunMessage
-	15,  // 53: leasekeeper.store.v1.StartedReply.card:type_name -> leasekeeper.store.v1.Card
-	12,  // 54: leasekeeper.store.v1.StartedReply.token:type_name -> leasekeeper.store.v1.ClaimToken
-	16,  // 55: leasekeeper.store.v1.StartedReply.run:type_name -> leasekeeper.store.v1.RunMessage
-	12,  // 56: leasekeeper.store.v1.FinishRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
-	15,  // 57: leasekeeper.store.v1.FinishedReply.card:type_name -> leasekeeper.store.v1.Card
-	16,  // 58: leasekeeper.store.v1.FinishedReply.run:type_name -> leasekeeper.store.v1.RunMessage
-	12,  // 59: leasekeeper.store.v1.ReleaseExpiredRequest.prev:type_name -> leasekeeper.store.v1.ClaimToken
-	5,   // 60: leasekeeper.store.v1.ReleaseExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
-	5,   // 61: leasekeeper.store.v1.ListExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
-	15,  // 62: leasekeeper.store.v1.ExpiredPageReply.cards:type_name -> leasekeeper.store.v1.Card
-	5,   // 63: leasekeeper.store.v1.ListCutoffRequest.cutoff:type_name -> leasekeeper.store.v1.Time
-	12,  // 64: leasekeeper.store.v1.ReclaimExpiredRequest.prev:type_name -> leasekeeper.store.v1.ClaimToken
-	5,   // 65: leasekeeper.store.v1.ReclaimExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
-	18,  // 66: leasekeeper.store.v1.EventsReply.events:type_name -> leasekeeper.store.v1.Event
-	5,   // 67: leasekeeper.store.v1.PruneRequest.before:type_name -> leasekeeper.store.v1.Time
-	6,   // 68: leasekeeper.store.v1.PruneReply.cards:type_name -> leasekeeper.store.v1.Strings
-	15,  // 69: leasekeeper.store.v1.DeleteCardReply.card:type_name -> leasekeeper.store.v1.Card
-	19,  // 70: leasekeeper.store.v1.Store.Board:input_type -> leasekeeper.store.v1.BoardRequest
-	9,   // 71: leasekeeper.store.v1.Store.Now:input_type -> leasekeeper.store.v1.Empty
-	22,  // 72: leasekeeper.store.v1.Store.CreateCard:input_type -> leasekeeper.store.v1.CreateCardRequest
-	23,  // 73: leasekeeper.store.v1.Store.GetCard:input_type -> leasekeeper.store.v1.GetCardRequest
-	25,  // 74: leasekeeper.store.v1.Store.ListCards:input_type -> leasekeeper.store.v1.ListCardsRequest
-	26,  // 75: leasekeeper.store.v1.Store.Dependents:input_type -> leasekeeper.store.v1.DependentsRequest
-	28,  // 76: leasekeeper.store.v1.Store.Claim:input_type -> leasekeeper.store.v1.ClaimRequest
-	29,  // 77: leasekeeper.store.v1.Store.ClaimNext:input_type -> leasekeeper.store.v1.ClaimNextRequest
-	31,  // 78: leasekeeper.store.v1.Store.RenewClaims:input_type -> leasekeeper.store.v1.RenewClaimsRequest
-	50,  // 79: leasekeeper.store.v1.Store.Start:input_type -> leasekeeper.store.v1.StartRequest
-	52,  // 80: leasekeeper.store.v1.Store.Finish:input_type -> leasekeeper.store.v1.FinishRequest
-	34,  // 81: leasekeeper.store.v1.Store.SetStateOwned:input_type -> leasekeeper.store.v1.SetStateOwnedRequest
-	36,  // 82: leasekeeper.store.v1.Store.SetLastRunOwned:input_type -> leasekeeper.store.v1.SetLastRunOwnedRequest
-	37,  // 83: leasekeeper.store.v1.Store.SetAwaitingInputOwned:input_type -> leasekeeper.store.v1.SetAwaitingInputOwnedRequest
-	38,  // 84: leasekeeper.store.v1.Store.SetGaveUpOwned:input_type -> leasekeeper.store.v1.SetGaveUpOwnedRequest
-	39,  // 85: leasekeeper.store.v1.Store.ExpireClaimOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
-	39,  // 86: leasekeeper.store.v1.Store.ReleaseOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
-	40,  // 87: leasekeeper.store.v1.Store.Release:input_type -> leasekeeper.store.v1.ReleaseRequest
-	55,  // 88: leasekeeper.store.v1.Store.ReleaseExpired:input_type -> leasekeeper.store.v1.ReleaseExpiredRequest
-	41,  // 89: leasekeeper.store.v1.Store.SetState:input_type -> leasekeeper.store.v1.MoveRequest
-	41,  // 90: leasekeeper.store.v1.Store.SetStateFrom:input_type -> leasekeeper.store.v1.MoveRequest
-	41,  // 91: leasekeeper.store.v1.Store.Reopen:input_type -> leasekeeper.store.v1.MoveRequest
-	42,  // 92: leasekeeper.store.v1.Store.AdjustLabels:input_type -> leasekeeper.store.v1.AdjustLabelsRequest
-	43,  // 93: leasekeeper.store.v1.Store.SetLabels:input_type -> leasekeeper.store.v1.SetLabelsRequest
-	19,  // 94: leasekeeper.store.v1.Store.LoadBoard:input_type -> leasekeeper.store.v1.BoardRequest
-	44,  // 95: leasekeeper.store.v1.Store.SetBoard:input_type -> leasekeeper.store.v1.SetBoardRequest
-	46,  // 96: leasekeeper.store.v1.Store.SetLabelsFrom:input_type -> leasekeeper.store.v1.SetLabelsFromRequest
-	49,  // 97: leasekeeper.store.v1.Store.CreateRun:input_type -> leasekeeper.store.v1.NewRunRequest
-	48,  // 98: leasekeeper.store.v1.Store.UpdateRun:input_type -> leasekeeper.store.v1.RunUpdateRequest
-	54,  // 99: leasekeeper.store.v1.Store.GetRun:input_type -> leasekeeper.store.v1.GetRunRequest
-	56,  // 100: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:input_type -> leasekeeper.store.v1.ListExpiredRequest
-	58,  // 101: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:input_type -> leasekeeper.store.v1.ListCutoffRequest
-	59,  // 102: leasekeeper.store.v1.Store.ReclaimExpired:input_type -> leasekeeper.store.v1.ReclaimExpiredRequest
-	60,  // 103: leasekeeper.store.v1.Store.Events:input_type -> leasekeeper.store.v1.EventsRequest
-	2,   // 104: leasekeeper.store.v1.Store.Calls:input_type -> leasekeeper.store.v1.CallBatch
-	62,  // 105: leasekeeper.store.v1.Store.Prune:input_type -> leasekeeper.store.v1.PruneRequest
-	64,  // 106: leasekeeper.store.v1.Store.DeleteCard:input_type -> leasekeeper.store.v1.DeleteCardRequest
-	20,  // 107: leasekeeper.store.v1.Store.Board:output_type -> leasekeeper.store.v1.BoardReply
-	5,   // 108: leasekeeper.store.v1.Store.Now:output_type -> leasekeeper.store.v1.Time
-	24,  // 109: leasekeeper.store.v1.Store.CreateCard:output_type -> leasekeeper.store.v1.CardReply
-	24,  // 110: leasekeeper.store.v1.Store.GetCard:output_type -> leasekeeper.store.v1.CardReply
-	27,  // 111: leasekeeper.store.v1.Store.ListCards:output_type -> leasekeeper.store.v1.CardsReply
-	27,  // 112: leasekeeper.store.v1.Store.Dependents:output_type -> leasekeeper.store.v1.CardsReply
-	30,  // 113: leasekeeper.store.v1.Store.Claim:output_type -> leasekeeper.store.v1.CardTokenReply
-	30,  // 114: leasekeeper.store.v1.Store.ClaimNext:output_type -> leasekeeper.store.v1.CardTokenReply
-	33,  // 115: leasekeeper.store.v1.Store.RenewClaims:output_type -> leasekeeper.store.v1.RenewClaimsReply
-	51,  // 116: leasekeeper.store.v1.Store.Start:output_type -> leasekeeper.store.v1.StartedReply
-	53,  // 117: leasekeeper.store.v1.Store.Finish:output_type -> leasekeeper.store.v1.FinishedReply
-	35,  // 118: leasekeeper.store.v1.Store.SetStateOwned:output_type -> leasekeeper.store.v1.ChangedReply
-	9,   // 119: leasekeeper.store.v1.Store.SetLastRunOwned:output_type -> leasekeeper.store.v1.Empty
-	9,   // 120: leasekeeper.store.v1.Store.SetAwaitingInputOwned:output_type -> leasekeeper.store.v1.Empty
-	9,   // 121: leasekeeper.store.v1.Store.SetGaveUpOwned:output_type -> leasekeeper.store.v1.Empty
-	9,   // 122: leasekeeper.store.v1.Store.ExpireClaimOwned:output_type -> leasekeeper.store.v1.Empty
-	9,   // 123: leasekeeper.store.v1.Store.ReleaseOwned:output_type -> leasekeeper.store.v1.Empty
-	9,   // 124: leasekeeper.store.v1.Store.Release:output_type -> leasekeeper.store.v1.Empty
-	9,   // 125: leasekeeper.store.v1.Store.ReleaseExpired:output_type -> leasekeeper.store.v1.Empty
-	9,   // 126: leasekeeper.store.v1.Store.SetState:output_type -> leasekeeper.store.v1.Empty
-	35,  // 127: leasekeeper.store.v1.Store.SetStateFrom:output_type -> leasekeeper.store.v1.ChangedReply
-	9,   // 128: leasekeeper.store.v1.Store.Reopen:output_type -> leasekeeper.store.v1.Empty
-	24,  // 129: leasekeeper.store.v1.Store.AdjustLabels:output_type -> leasekeeper.store.v1.CardReply
-	24,  // 130: leasekeeper.store.v1.Store.SetLabels:output_type -> leasekeeper.store.v1.CardReply
-	20,  // 131: leasekeeper.store.v1.Store.LoadBoard:output_type -> leasekeeper.store.v1.BoardReply
-	45,  // 132: leasekeeper.store.v1.Store.SetBoard:output_type -> leasekeeper.store.v1.SetBoardReply
-	47,  // 133: leasekeeper.store.v1.Store.SetLabelsFrom:output_type -> leasekeeper.store.v1.CardChangedReply
-	16,  // 134: leasekeeper.store.v1.Store.CreateRun:output_type -> leasekeeper.store.v1.RunMessage
-	16,  // 135: leasekeeper.store.v1.Store.UpdateRun:output_type -> leasekeeper.store.v1.RunMessage
-	16,  // 136: leasekeeper.store.v1.Store.GetRun:output_type -> leasekeeper.store.v1.RunMessage
-	57,  // 137: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:output_type -> leasekeeper.store.v1.ExpiredPageReply
-	27,  // 138: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:output_type -> leasekeeper.store.v1.CardsReply
-	30,  // 139: leasekeeper.store.v1.Store.ReclaimExpired:output_type -> leasekeeper.store.v1.CardTokenReply
-	61,  // 140: leasekeeper.store.v1.Store.Events:output_type -> leasekeeper.store.v1.EventsReply
-	4,   // 141: leasekeeper.store.v1.Store.Calls:output_type -> leasekeeper.store.v1.ReplyBatch
-	63,  // 142: leasekeeper.store.v1.Store.Prune:output_type -> leasekeeper.store.v1.PruneReply
-	65,  // 143: leasekeeper.store.v1.Store.DeleteCard:output_type -> leasekeeper.store.v1.DeleteCardReply
-	107, // [107:144] is the sub-list for method output_type
-	70,  // [70:107] is the sub-list for method input_type
-	70,  // [70:70] is the sub-list for extension type_name
-	70,  // [70:70] is the sub-list for extension extendee
-	0,   // [0:70] is the sub-list for field type_name
+	11,  // 5: leasekeeper.store.v1.BoardMessage.retry:type_name -> leasekeeper.store.v1.RetryPolicy
+	13,  // 6: leasekeeper.store.v1.Hold.token:type_name -> leasekeeper.store.v1.ClaimToken
+	5,   // 7: leasekeeper.store.v1.GaveUp.at:type_name -> leasekeeper.store.v1.Time
+	6,   // 8: leasekeeper.store.v1.Card.labels:type_name -> leasekeeper.store.v1.Strings
+	6,   // 9: leasekeeper.store.v1.Card.depends_on:type_name -> leasekeeper.store.v1.Strings
+	6,   // 10: leasekeeper.store.v1.Card.runs:type_name -> leasekeeper.store.v1.Strings
+	15,  // 11: leasekeeper.store.v1.Card.gave_up:type_name -> leasekeeper.store.v1.GaveUp
+	5,   // 12: leasekeeper.store.v1.Card.created_at:type_name -> leasekeeper.store.v1.Time
+	5,   // 13: leasekeeper.store.v1.Card.updated_at:type_name -> leasekeeper.store.v1.Time
+	5,   // 14: leasekeeper.store.v1.Card.claimed_at:type_name -> leasekeeper.store.v1.Time
+	5,   // 15: leasekeeper.store.v1.Card.claim_lease_until:type_name -> leasekeeper.store.v1.Time
+	5,   // 16: leasekeeper.store.v1.Card.retry_at:type_name -> leasekeeper.store.v1.Time
+	11,  // 17: leasekeeper.store.v1.Card.retry:type_name -> leasekeeper.store.v1.RetryPolicy
+	5,   // 18: leasekeeper.store.v1.RunMessage.created_at:type_name -> leasekeeper.store.v1.Time
+	5,   // 19: leasekeeper.store.v1.RunMessage.updated_at:type_name -> leasekeeper.store.v1.Time
+	6,   // 20: leasekeeper.store.v1.EventData.labels:type_name -> leasekeeper.store.v1.Strings
+	6,   // 21: leasekeeper.store.v1.EventData.added:type_name -> leasekeeper.store.v1.Strings
+	6,   // 22: leasekeeper.store.v1.EventData.removed:type_name -> leasekeeper.store.v1.Strings
+	5,   // 23: leasekeeper.store.v1.Event.at:type_name -> leasekeeper.store.v1.Time
+	18,  // 24: leasekeeper.store.v1.Event.data:type_name -> leasekeeper.store.v1.EventData
+	12,  // 25: leasekeeper.store.v1.BoardReply.board:type_name -> leasekeeper.store.v1.BoardMessage
+	22,  // 26: leasekeeper.store.v1.BoardReply.traits:type_name -> leasekeeper.store.v1.TraitsMessage
+	6,   // 27: leasekeeper.store.v1.CreateCardRequest.labels:type_name -> leasekeeper.store.v1.Strings
+	6,   // 28: leasekeeper.store.v1.CreateCardRequest.depends_on:type_name -> leasekeeper.store.v1.Strings
+	11,  // 29: leasekeeper.store.v1.CreateCardRequest.retry:type_name -> leasekeeper.store.v1.RetryPolicy
+	16,  // 30: leasekeeper.store.v1.CardReply.card:type_name -> leasekeeper.store.v1.Card
+	16,  // 31: leasekeeper.store.v1.CardsReply.cards:type_name -> leasekeeper.store.v1.Card
+	16,  // 32: leasekeeper.store.v1.CardTokenReply.card:type_name -> leasekeeper.store.v1.Card
+	13,  // 33: leasekeeper.store.v1.CardTokenReply.token:type_name -> leasekeeper.store.v1.ClaimToken
+	14,  // 34: leasekeeper.store.v1.RenewClaimsRequest.holds:type_name -> leasekeeper.store.v1.Hold
+	5,   // 35: leasekeeper.store.v1.RenewResult.lease_until:type_name -> leasekeeper.store.v1.Time
+	8,   // 36: leasekeeper.store.v1.RenewResult.err:type_name -> leasekeeper.store.v1.StoreError
+	33,  // 37: leasekeeper.store.v1.RenewClaimsReply.results:type_name -> leasekeeper.store.v1.RenewResult
+	13,  // 38: leasekeeper.store.v1.SetStateOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	13,  // 39: leasekeeper.store.v1.SetLastRunOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	13,  // 40: leasekeeper.store.v1.SetAwaitingInputOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	13,  // 41: leasekeeper.store.v1.SetGaveUpOwnedRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	15,  // 42: leasekeeper.store.v1.SetGaveUpOwnedRequest.gave_up:type_name -> leasekeeper.store.v1.GaveUp
+	13,  // 43: leasekeeper.store.v1.OwnedCardRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	6,   // 44: leasekeeper.store.v1.AdjustLabelsRequest.add:type_name -> leasekeeper.store.v1.Strings
+	6,   // 45: leasekeeper.store.v1.AdjustLabelsRequest.remove:type_name -> leasekeeper.store.v1.Strings
+	6,   // 46: leasekeeper.store.v1.SetLabelsRequest.labels:type_name -> leasekeeper.store.v1.Strings
+	12,  // 47: leasekeeper.store.v1.SetBoardRequest.expect:type_name -> leasekeeper.store.v1.BoardMessage
+	12,  // 48: leasekeeper.store.v1.SetBoardRequest.next:type_name -> leasekeeper.store.v1.BoardMessage
+	12,  // 49: leasekeeper.store.v1.SetBoardReply.board:type_name -> leasekeeper.store.v1.BoardMessage
+	6,   // 50: leasekeeper.store.v1.SetLabelsFromRequest.expect:type_name -> leasekeeper.store.v1.Strings
+	6,   // 51: leasekeeper.store.v1.SetLabelsFromRequest.labels:type_name -> leasekeeper.store.v1.Strings
+	16,  // 52: leasekeeper.store.v1.CardChangedReply.card:type_name -> leasekeeper.store.v1.Card
+	13,  // 53: leasekeeper.store.v1.RunUpdateRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	13,  // 54: leasekeeper.store.v1.NewRunRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	17,  // 55: leasekeeper.store.v1.NewRunRequest.run:type_name -> leasekeeper.store.v1.RunMessage
+	17,  // 56: leasekeeper.store.v1.StartRequest.run:type_name -> leasekeeper.store.v1.RunMessage
+	16,  // 57: leasekeeper.store.v1.StartedReply.card:type_name -> leasekeeper.store.v1.Card
+	13,  // 58: leasekeeper.store.v1.StartedReply.token:type_name -> leasekeeper.store.v1.ClaimToken
+	17,  // 59: leasekeeper.store.v1.StartedReply.run:type_name -> leasekeeper.store.v1.RunMessage
+	13,  // 60: leasekeeper.store.v1.FinishRequest.token:type_name -> leasekeeper.store.v1.ClaimToken
+	16,  // 61: leasekeeper.store.v1.FinishedReply.card:type_name -> leasekeeper.store.v1.Card
+	17,  // 62: leasekeeper.store.v1.FinishedReply.run:type_name -> leasekeeper.store.v1.RunMessage
+	13,  // 63: leasekeeper.store.v1.ReleaseExpiredRequest.prev:type_name -> leasekeeper.store.v1.ClaimToken
+	5,   // 64: leasekeeper.store.v1.ReleaseExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
+	5,   // 65: leasekeeper.store.v1.ListExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
+	16,  // 66: leasekeeper.store.v1.ExpiredPageReply.cards:type_name -> leasekeeper.store.v1.Card
+	5,   // 67: leasekeeper.store.v1.ListCutoffRequest.cutoff:type_name -> leasekeeper.store.v1.Time
+	13,  // 68: leasekeeper.store.v1.ReclaimExpiredRequest.prev:type_name -> leasekeeper.store.v1.ClaimToken
+	5,   // 69: leasekeeper.store.v1.ReclaimExpiredRequest.cutoff:type_name -> leasekeeper.store.v1.Time
+	19,  // 70: leasekeeper.store.v1.EventsReply.events:type_name -> leasekeeper.store.v1.Event
+	5,   // 71: leasekeeper.store.v1.PruneRequest.before:type_name -> leasekeeper.store.v1.Time
+	6,   // 72: leasekeeper.store.v1.PruneReply.cards:type_name -> leasekeeper.store.v1.Strings
+	16,  // 73: leasekeeper.store.v1.DeleteCardReply.card:type_name -> leasekeeper.store.v1.Card
+	20,  // 74: leasekeeper.store.v1.Store.Board:input_type -> leasekeeper.store.v1.BoardRequest
+	9,   // 75: leasekeeper.store.v1.Store.Now:input_type -> leasekeeper.store.v1.Empty
+	23,  // 76: leasekeeper.store.v1.Store.CreateCard:input_type -> leasekeeper.store.v1.CreateCardRequest
+	24,  // 77: leasekeeper.store.v1.Store.GetCard:input_type -> leasekeeper.store.v1.GetCardRequest
+	26,  // 78: leasekeeper.store.v1.Store.ListCards:input_type -> leasekeeper.store.v1.ListCardsRequest
+	27,  // 79: leasekeeper.store.v1.Store.Dependents:input_type -> leasekeeper.store.v1.DependentsRequest
+	29,  // 80: leasekeeper.store.v1.Store.Claim:input_type -> leasekeeper.store.v1.ClaimRequest
+	30,  // 81: leasekeeper.store.v1.Store.ClaimNext:input_type -> leasekeeper.store.v1.ClaimNextRequest
+	32,  // 82: leasekeeper.store.v1.Store.RenewClaims:input_type -> leasekeeper.store.v1.RenewClaimsRequest
+	51,  // 83: leasekeeper.store.v1.Store.Start:input_type -> leasekeeper.store.v1.StartRequest
+	53,  // 84: leasekeeper.store.v1.Store.Finish:input_type -> leasekeeper.store.v1.FinishRequest
+	35,  // 85: leasekeeper.store.v1.Store.SetStateOwned:input_type -> leasekeeper.store.v1.SetStateOwnedRequest
+	37,  // 86: leasekeeper.store.v1.Store.SetLastRunOwned:input_type -> leasekeeper.store.v1.SetLastRunOwnedRequest
+	38,  // 87: leasekeeper.store.v1.Store.SetAwaitingInputOwned:input_type -> leasekeeper.store.v1.SetAwaitingInputOwnedRequest
+	39,  // 88: leasekeeper.store.v1.Store.SetGaveUpOwned:input_type -> leasekeeper.store.v1.SetGaveUpOwnedRequest
+	40,  // 89: leasekeeper.store.v1.Store.ExpireClaimOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
+	40,  // 90: leasekeeper.store.v1.Store.ReleaseOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
+	41,  // 91: leasekeeper.store.v1.Store.Release:input_type -> leasekeeper.store.v1.ReleaseRequest
+	56,  // 92: leasekeeper.store.v1.Store.ReleaseExpired:input_type -> leasekeeper.store.v1.ReleaseExpiredRequest
+	42,  // 93: leasekeeper.store.v1.Store.SetState:input_type -> leasekeeper.store.v1.MoveRequest
+	42,  // 94: leasekeeper.store.v1.Store.SetStateFrom:input_type -> leasekeeper.store.v1.MoveRequest
+	42,  // 95: leasekeeper.store.v1.Store.Reopen:input_type -> leasekeeper.store.v1.MoveRequest
+	43,  // 96: leasekeeper.store.v1.Store.AdjustLabels:input_type -> leasekeeper.store.v1.AdjustLabelsRequest
+	44,  // 97: leasekeeper.store.v1.Store.SetLabels:input_type -> leasekeeper.store.v1.SetLabelsRequest
+	20,  // 98: leasekeeper.store.v1.Store.LoadBoard:input_type -> leasekeeper.store.v1.BoardRequest
+	45,  // 99: leasekeeper.store.v1.Store.SetBoard:input_type -> leasekeeper.store.v1.SetBoardRequest
+	47,  // 100: leasekeeper.store.v1.Store.SetLabelsFrom:input_type -> leasekeeper.store.v1.SetLabelsFromRequest
+	50,  // 101: leasekeeper.store.v1.Store.CreateRun:input_type -> leasekeeper.store.v1.NewRunRequest
+	49,  // 102: leasekeeper.store.v1.Store.UpdateRun:input_type -> leasekeeper.store.v1.RunUpdateRequest
+	55,  // 103: leasekeeper.store.v1.Store.GetRun:input_type -> leasekeeper.store.v1.GetRunRequest
+	57,  // 104: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:input_type -> leasekeeper.store.v1.ListExpiredRequest
+	59,  // 105: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:input_type -> leasekeeper.store.v1.ListCutoffRequest
+	60,  // 106: leasekeeper.store.v1.Store.ReclaimExpired:input_type -> leasekeeper.store.v1.ReclaimExpiredRequest
+	61,  // 107: leasekeeper.store.v1.Store.Events:input_type -> leasekeeper.store.v1.EventsRequest
+	2,   // 108: leasekeeper.store.v1.Store.Calls:input_type -> leasekeeper.store.v1.CallBatch
+	63,  // 109: leasekeeper.store.v1.Store.Prune:input_type -> leasekeeper.store.v1.PruneRequest
+	65,  // 110: leasekeeper.store.v1.Store.DeleteCard:input_type -> leasekeeper.store.v1.DeleteCardRequest
+	21,  // 111: leasekeeper.store.v1.Store.Board:output_type -> leasekeeper.store.v1.BoardReply
+	5,   // 112: leasekeeper.store.v1.Store.Now:output_type -> leasekeeper.store.v1.Time
+	25,  // 113: leasekeeper.store.v1.Store.CreateCard:output_type -> leasekeeper.store.v1.CardReply
+	25,  // 114: leasekeeper.store.v1.Store.GetCard:output_type -> leasekeeper.store.v1.CardReply
+	28,  // 115: leasekeeper.store.v1.Store.ListCards:output_type -> leasekeeper.store.v1.CardsReply
+	28,  // 116: leasekeeper.store.v1.Store.Dependents:output_type -> leasekeeper.store.v1.CardsReply
+	31,  // 117: leasekeeper.store.v1.Store.Claim:output_type -> leasekeeper.store.v1.CardTokenReply
+	31,  // 118: leasekeeper.store.v1.Store.ClaimNext:output_type -> leasekeeper.store.v1.CardTokenReply
+	34,  // 119: leasekeeper.store.v1.Store.RenewClaims:output_type -> leasekeeper.store.v1.RenewClaimsReply
+	52,  // 120: leasekeeper.store.v1.Store.Start:output_type -> leasekeeper.store.v1.StartedReply
+	54,  // 121: leasekeeper.store.v1.Store.Finish:output_type -> leasekeeper.store.v1.FinishedReply
+	36,  // 122: leasekeeper.store.v1.Store.SetStateOwned:output_type -> leasekeeper.store.v1.ChangedReply
+	9,   // 123: leasekeeper.store.v1.Store.SetLastRunOwned:output_type -> leasekeeper.store.v1.Empty
+	9,   // 124: leasekeeper.store.v1.Store.SetAwaitingInputOwned:output_type -> leasekeeper.store.v1.Empty
+	9,   // 125: leasekeeper.store.v1.Store.SetGaveUpOwned:output_type -> leasekeeper.store.v1.Empty
+	9,   // 126: leasekeeper.store.v1.Store.ExpireClaimOwned:output_type -> leasekeeper.store.v1.Empty
+	9,   // 127: leasekeeper.store.v1.Store.ReleaseOwned:output_type -> leasekeeper.store.v1.Empty
+	9,   // 128: leasekeeper.store.v1.Store.Release:output_type -> leasekeeper.store.v1.Empty
+	9,   // 129: leasekeeper.store.v1.Store.ReleaseExpired:output_type -> leasekeeper.store.v1.Empty
+	9,   // 130: leasekeeper.store.v1.Store.SetState:output_type -> leasekeeper.store.v1.Empty
+	36,  // 131: leasekeeper.store.v1.Store.SetStateFrom:output_type -> leasekeeper.store.v1.ChangedReply
+	9,   // 132: leasekeeper.store.v1.Store.Reopen:output_type -> leasekeeper.store.v1.Empty
+	25,  // 133: leasekeeper.store.v1.Store.AdjustLabels:output_type -> leasekeeper.store.v1.CardReply
+	25,  // 134: leasekeeper.store.v1.Store.SetLabels:output_type -> leasekeeper.store.v1.CardReply
+	21,  // 135: leasekeeper.store.v1.Store.LoadBoard:output_type -> leasekeeper.store.v1.BoardReply
+	46,  // 136: leasekeeper.store.v1.Store.SetBoard:output_type -> leasekeeper.store.v1.SetBoardReply
+	48,  // 137: leasekeeper.store.v1.Store.SetLabelsFrom:output_type -> leasekeeper.store.v1.CardChangedReply
+	17,  // 138: leasekeeper.store.v1.Store.CreateRun:output_type -> leasekeeper.store.v1.RunMessage
+	17,  // 139: leasekeeper.store.v1.Store.UpdateRun:output_type -> leasekeeper.store.v1.RunMessage
+	17,  // 140: leasekeeper.store.v1.Store.GetRun:output_type -> leasekeeper.store.v1.RunMessage
+	58,  // 141: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:output_type -> leasekeeper.store.v1.ExpiredPageReply
+	28,  // 142: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:output_type -> leasekeeper.store.v1.CardsReply
+	31,  // 143: leasekeeper.store.v1.Store.ReclaimExpired:output_type -> leasekeeper.store.v1.CardTokenReply
+	62,  // 144: leasekeeper.store.v1.Store.Events:output_type -> leasekeeper.store.v1.EventsReply
+	4,   // 145: leasekeeper.store.v1.Store.Calls:output_type -> leasekeeper.store.v1.ReplyBatch
+	64,  // 146: leasekeeper.store.v1.Store.Prune:output_type -> leasekeeper.store.v1.PruneReply
+	66,  // 147: leasekeeper.store.v1.Store.DeleteCard:output_type -> leasekeeper.store.v1.DeleteCardReply
+	111, // [111:148] is the sub-list for method output_type
+	74,  // [74:111] is the sub-list for method input_type
+	74,  // [74:74] is the sub-list for extension type_name
+	74,  // [74:74] is the sub-list for extension extendee
+	0,   // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_store_proto_init() }
@@ -5063,15 +5214,15 @@ func file_store_proto_init() {
 	if File_store_proto != nil {
 		return
 	}
-	file_store_proto_msgTypes[47].OneofWrappers = []any{}
-	file_store_proto_msgTypes[51].OneofWrappers = []any{}
+	file_store_proto_msgTypes[48].OneofWrappers = []any{}
+	file_store_proto_msgTypes[52].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   65,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -48,6 +48,7 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 			State:     state,
 			Labels:    labels,
 			DependsOn: deps,
+			Retry:     nc.Retry,
 			CreatedAt: now,
 			UpdatedAt: now,
 		}}
@@ -247,11 +248,21 @@ func (w *wtx) dependents(id string) ([]*cardRecord, error) {
 // target is a completion state, promotes the dependents this completes —
 // all in the caller's write.
 func (s *Store) move(w *wtx, rec *cardRecord, to string, reason board.Reason, actor string) error {
+	return s.moveAnd(w, rec, to, reason, actor, nil)
+}
+
+// moveAnd is move with edit applied to the card in the same update: the
+// retry policy's stamps ride on the move that carries them
+// (DESIGN.md#retries).
+func (s *Store) moveAnd(w *wtx, rec *cardRecord, to string, reason board.Reason, actor string, edit func()) error {
 	ev := board.Event{Type: board.EventState, Reason: reason, Actor: actor, Data: board.EventData{From: rec.State, To: to}}
 	err := w.updateCard(rec, s.now(), ev, func() {
 		rec.State = to
 		rec.StateReason = reason
 		rec.GaveUp = nil
+		if edit != nil {
+			edit()
+		}
 	})
 	if err != nil {
 		return err
@@ -349,7 +360,7 @@ func (s *Store) SetState(ctx context.Context, m board.Move) error {
 		if err != nil || !move {
 			return err
 		}
-		return s.move(w, rec, m.To, m.Reason, m.Actor)
+		return s.moveAnd(w, rec, m.To, m.Reason, m.Actor, resetAttempts(s.brd(), rec, m.To))
 	})
 }
 
@@ -424,7 +435,8 @@ func (s *Store) Reopen(ctx context.Context, m board.Move) error {
 				return err
 			}
 		}
-		return s.move(w, rec, m.To, m.Reason, m.Actor)
+		// A reopened card starts a fresh set of attempts (DESIGN.md#retries).
+		return s.moveAnd(w, rec, m.To, m.Reason, m.Actor, func() { rec.Attempts, rec.RetryAt = 0, time.Time{} })
 	})
 }
 
@@ -486,4 +498,14 @@ func (s *Store) writeLabels(w *wtx, rec *cardRecord, next []string, reason board
 	}
 	*out = rec.Card
 	return nil
+}
+
+// resetAttempts is the edit of a person's move of rec into state to: into
+// a pool state it gives the card a fresh set of attempts and ends its
+// backoff (DESIGN.md#retries); nil otherwise.
+func resetAttempts(b board.Board, rec *cardRecord, to string) func() {
+	if !b.IsPool(to) {
+		return nil
+	}
+	return func() { rec.Attempts, rec.RetryAt = 0, time.Time{} }
 }

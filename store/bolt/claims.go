@@ -58,6 +58,11 @@ func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, bo
 			if err := s.brd().ClaimBlocked(rec.Card, w.blocker); err != nil {
 				return err
 			}
+			// A card backing off is not taken by naming it either
+			// (DESIGN.md#retries).
+			if err := board.RetryRefusal(rec.Card, s.now()); err != nil {
+				return err
+			}
 			tok, err = s.acquire(w, rec, r.Marker, r.Lease, r.Marker)
 		case r.Marker:
 			// Idempotent re-claim: refresh the lease only. Same epoch, no
@@ -145,6 +150,7 @@ func (s *Store) pickNext(w *wtx, labels []string, skip func(*cardRecord) (bool, 
 		bestRec *cardRecord
 		rest    []string
 		key     []byte // scratch for the further labels' keys
+		now     = s.now()
 	)
 	if len(labels) > 1 {
 		rest = labels[1:]
@@ -168,12 +174,16 @@ func (s *Store) pickNext(w *wtx, labels []string, skip func(*cardRecord) (bool, 
 					return true, nil
 				}
 			}
-			var rec *cardRecord
+			// The candidate is read: a card backing off after a retryable
+			// failure is passed over until its retry_at (DESIGN.md#retries).
+			rec, err := w.getCard(idFromOrderKey(order))
+			if err != nil {
+				return false, err
+			}
+			if rec.BackingOff(now) {
+				return true, nil
+			}
 			if skip != nil {
-				var err error
-				if rec, err = w.getCard(idFromOrderKey(order)); err != nil {
-					return false, err
-				}
 				if skipped, err := skip(rec); err != nil || skipped {
 					return err == nil, err
 				}
@@ -306,7 +316,13 @@ func (s *Store) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, err
 		if err != nil || !move {
 			return err
 		}
-		if err := s.move(w, rec, m.To, m.StampedReason(), m.Token.Marker); err != nil {
+		var edit func()
+		if m.Retry {
+			// DESIGN.md#retries: the backoff is stamped by this store's clock.
+			until := s.now().Add(s.brd().RetryFor(rec.Card).Delay(max(rec.Attempts, 1)))
+			edit = func() { rec.RetryAt = until }
+		}
+		if err := s.moveAnd(w, rec, m.To, m.StampedReason(), m.Token.Marker, edit); err != nil {
 			return err
 		}
 		changed = true

@@ -82,6 +82,7 @@ func TestCardDocumentLeavesOutTheClaimFamily(t *testing.T) {
 		GaveUp:      &board.GaveUp{RunID: "r2", State: "blocked", Attempts: 2, Reason: "why", At: at},
 		StateReason: board.ReasonRunFailed, CreatedAt: at, UpdatedAt: at.Add(time.Second), PromotedBy: "b",
 		Claim: "host-100", ClaimEpoch: 9, ClaimedAt: at, ClaimLeaseUntil: at.Add(time.Minute),
+		Attempts: 3, RetryAt: at.Add(time.Hour), Retry: &board.RetryPolicy{MaxAttempts: 4, Backoff: time.Second, BackoffMax: time.Minute},
 	}}
 	// Every field of board.Card is set above, so a field added to the card
 	// later is caught here until this test (and the record layout) learn it.

@@ -62,6 +62,10 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 		if err := brd.ClaimBlocked(rec.Card, w.blocker); err != nil {
 			return err
 		}
+		// Nor one backing off (DESIGN.md#retries); Next passes it over.
+		if err := board.RetryRefusal(rec.Card, s.now()); err != nil {
+			return err
+		}
 		recorded, err := recordedRun(w, rec)
 		if err != nil {
 			return err
@@ -158,15 +162,26 @@ func (s *Store) Finish(ctx context.Context, r board.FinishRequest) (board.Finish
 		now := s.now()
 		next := *run
 		next.Status, next.FailureCode, next.UpdatedAt = r.Status, r.FailureCode, now
+		next.RetryableFailure = r.Retryable
 		if r.Checkpoint != nil {
 			next.Checkpoint = *r.Checkpoint
 		}
 		if err := w.putRun(next, false, r.Token.Marker); err != nil {
 			return err
 		}
-		if to, reason := brd.FinishFiling(rec.State, run.StartedFrom, r.Status); to != "" {
+		// This twin resumes a recorded run, so a return costs no attempt
+		// (DESIGN.md#retries).
+		route := brd.RouteRun(rec.Card, next, true)
+		if to, reason := brd.FinishFiling(rec.State, run.StartedFrom, route); to != "" {
 			m := board.OwnedMove{Token: r.Token, Reason: reason}
-			if err := s.move(w, rec, to, m.StampedReason(), r.Token.Marker); err != nil {
+			var edit func()
+			switch route.Kind {
+			case board.RouteRetry:
+				edit = func() { rec.RetryAt = now.Add(route.Delay) }
+			case board.RouteSpent:
+				edit = func() { rec.GaveUp = board.SpentStamp(next, route, now) }
+			}
+			if err := s.moveAnd(w, rec, to, m.StampedReason(), r.Token.Marker, edit); err != nil {
 				return err
 			}
 		}

@@ -97,7 +97,10 @@ func (s *Store) pointAt(w *wtx, rec *cardRecord, runID string, tok board.ClaimTo
 		rec.LastRunID = runID
 		rec.LastRunEpoch = tok.Epoch
 		if !known {
+			// A run new to the card is an attempt; a resumed one is not
+			// (DESIGN.md#retries).
 			rec.Runs = append(slices.Clone(rec.Runs), runID)
+			rec.Attempts++
 		}
 	})
 }

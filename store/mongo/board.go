@@ -43,6 +43,22 @@ type boardDoc struct {
 	ID      string     `bson:"_id"`
 	Version int64      `bson:"version"`
 	States  []stateDoc `bson:"states"`
+	// Retry is the board's default retry policy (DESIGN.md#retries);
+	// absent from a board an older agent stored: the defaults.
+	Retry *retryPolicyDoc `bson:"retry,omitempty"`
+}
+
+type retryPolicyDoc struct {
+	MaxAttempts  int64 `bson:"max_attempts,omitempty"`
+	BackoffNS    int64 `bson:"backoff_ns,omitempty"`
+	BackoffMaxNS int64 `bson:"backoff_max_ns,omitempty"`
+}
+
+func toRetryDoc(b board.Board) *retryPolicyDoc {
+	if b.Retry.IsZero() {
+		return nil
+	}
+	return &retryPolicyDoc{MaxAttempts: int64(b.Retry.MaxAttempts), BackoffNS: int64(b.Retry.Backoff), BackoffMaxNS: int64(b.Retry.BackoffMax)}
 }
 
 func toStateDocs(b board.Board) []stateDoc {
@@ -57,6 +73,9 @@ func (d boardDoc) board() board.Board {
 	b := board.Board{States: make([]board.State, len(d.States))}
 	for i, s := range d.States {
 		b.States[i] = board.State(s)
+	}
+	if d.Retry != nil {
+		b.Retry = board.RetryPolicy{MaxAttempts: int(d.Retry.MaxAttempts), Backoff: time.Duration(d.Retry.BackoffNS), BackoffMax: time.Duration(d.Retry.BackoffMaxNS)}
 	}
 	return b
 }
@@ -85,7 +104,7 @@ func (s *Store) seedBoard(ctx context.Context, b board.Board) (board.Board, erro
 	if stored, _, ok, err := s.readBoard(ctx); err != nil || ok {
 		return stored, err
 	}
-	_, err := s.meta.InsertOne(ctx, boardDoc{ID: boardID, Version: 1, States: toStateDocs(b)})
+	_, err := s.meta.InsertOne(ctx, boardDoc{ID: boardID, Version: 1, States: toStateDocs(b), Retry: toRetryDoc(b)})
 	if err != nil && !mongo.IsDuplicateKeyError(err) {
 		return board.Board{}, writeErr("mongostore: seed the board definition", err)
 	}
@@ -174,7 +193,7 @@ func (s *Store) SetBoard(ctx context.Context, expect, next board.Board) (board.B
 	}
 	res, err := s.meta.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: boardID}, {Key: "version", Value: ver}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "states", Value: toStateDocs(next)}, {Key: "version", Value: ver + 1}}}})
+		bson.D{{Key: "$set", Value: bson.D{{Key: "states", Value: toStateDocs(next)}, {Key: "retry", Value: toRetryDoc(next)}, {Key: "version", Value: ver + 1}}}})
 	if err != nil {
 		return board.Board{}, false, writeErr("mongostore: write the board definition", err)
 	}

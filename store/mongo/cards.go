@@ -66,6 +66,9 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 		{Key: "claim", Value: ""},
 		{Key: fieldOutbox, Value: []outboxEntry{ev}},
 	}
+	if nc.Retry != nil {
+		doc = append(doc, bson.E{Key: "retry", Value: retryDoc(*nc.Retry)})
+	}
 	// An upsert whose filter no stored card can match (no card has the
 	// field it asks for) inserts the card, or fails on the duplicate _id
 	// when one exists: it is an insert that can use $currentDate. The
@@ -360,8 +363,12 @@ func (s *Store) SetState(ctx context.Context, m board.Move) error {
 	}
 	c, moved, err := s.mutate(ctx, m.Card, func(c *cardState, clk serverClock) (*change, error) {
 		// An operator move declares no source: m.From is SetStateFrom's.
-		if move, err := s.freshBoard(ctx).DecideMove(m.Card, c.State, "", m.To); err != nil || !move {
+		brd := s.freshBoard(ctx)
+		if move, err := brd.DecideMove(m.Card, c.State, "", m.To); err != nil || !move {
 			return nil, err
+		}
+		if brd.IsPool(m.To) {
+			return freshAttempts(moveChange(c, clk, m.To, m.Reason, m.Actor)), nil
 		}
 		return moveChange(c, clk, m.To, m.Reason, m.Actor), nil
 	})
@@ -482,4 +489,21 @@ func labelsChange(c *cardState, clk serverClock, next []string, reason board.Rea
 		events: []outboxEntry{newEvent(board.EventLabels, c.ID, reason, actor, clk.now,
 			board.EventData{Labels: next, Added: added, Removed: removed})},
 	}
+}
+
+// retryDoc is a card's own retry policy as stored (DESIGN.md#retries).
+func retryDoc(p board.RetryPolicy) bson.D {
+	return bson.D{
+		{Key: "max_attempts", Value: int64(p.MaxAttempts)},
+		{Key: "backoff_ns", Value: int64(p.Backoff)},
+		{Key: "backoff_max_ns", Value: int64(p.BackoffMax)},
+	}
+}
+
+// freshAttempts is the change a person's move into a pool state, and a
+// Reopen, carry: a fresh set of attempts and no backoff
+// (DESIGN.md#retries).
+func freshAttempts(ch *change) *change {
+	ch.unset = append(ch.unset, "attempts", "retry_at")
+	return ch
 }

@@ -54,9 +54,14 @@ func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, bo
 					return nil, err
 				}
 			}
+			// Nor one backing off (DESIGN.md#retries), by the server's
+			// clock; retry_at as read is in the CAS.
+			if err := board.RetryRefusal(c.Card, clk.now); err != nil {
+				return nil, err
+			}
 			var ch *change
 			ch, tok = acquireChange(c, clk, r.Marker, r.Lease)
-			ch.cond = append(ch.cond, same(c.raw, "state"))
+			ch.cond = append(ch.cond, same(c.raw, "state"), same(c.raw, "retry_at"))
 			return ch, nil
 		case c.Claim == r.Marker && c.epochSet:
 			// Idempotent re-claim: refresh the lease only, never backwards.
@@ -91,11 +96,16 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 	if err := r.Validate(); err != nil {
 		return board.Card{}, board.ClaimToken{}, err
 	}
-	filter := routed(bson.D{
-		{Key: "state", Value: bson.D{{Key: "$in", Value: s.freshBoard(ctx).PoolStates()}}},
-		{Key: "claim", Value: bson.D{{Key: "$in", Value: bson.A{"", nil}}}},
-	}, r.Labels)
 	for round := 0; round < maxAttempts; round++ {
+		clk, err := s.serverNow(ctx)
+		if err != nil {
+			return board.Card{}, board.ClaimToken{}, err
+		}
+		filter := routed(bson.D{
+			{Key: "state", Value: bson.D{{Key: "$in", Value: s.freshBoard(ctx).PoolStates()}}},
+			{Key: "claim", Value: bson.D{{Key: "$in", Value: bson.A{"", nil}}}},
+			notBackingOff(clk),
+		}, r.Labels)
 		cands, err := s.findCards(ctx, filter, options.Find().SetSort(creationOrder).SetLimit(8))
 		if err != nil {
 			return board.Card{}, board.ClaimToken{}, err
@@ -106,7 +116,7 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 		for _, cand := range cands {
 			var tok board.ClaimToken
 			c, wrote, err := s.mutate(ctx, cand.ID, func(c *cardState, clk serverClock) (*change, error) {
-				if c.Claim != "" || !s.freshBoard(ctx).IsPool(c.State) || !c.CarriesLabels(r.Labels) {
+				if c.Claim != "" || !s.freshBoard(ctx).IsPool(c.State) || !c.CarriesLabels(r.Labels) || c.BackingOff(clk.now) {
 					return nil, nil
 				}
 				var ch *change
@@ -114,8 +124,9 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 				// The pool state it was judged in is part of the CAS: a
 				// card moved out of the pool in between (into waiting_deps,
 				// or a sink) is read again and passed over. So are the
-				// labels it was routed by (DESIGN.md#label-routing).
-				ch.cond = append(ch.cond, same(c.raw, "state"))
+				// labels it was routed by (DESIGN.md#label-routing), and its
+				// backoff (DESIGN.md#retries).
+				ch.cond = append(ch.cond, same(c.raw, "state"), same(c.raw, "retry_at"))
 				if len(r.Labels) > 0 {
 					ch.cond = append(ch.cond, same(c.raw, "labels"))
 				}
@@ -303,10 +314,16 @@ func (s *Store) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, err
 	}
 	reason := m.StampedReason()
 	c, moved, err := s.owned(ctx, m.Card, m.Token, func(c *cardState, clk serverClock) (*change, error) {
-		if move, err := s.freshBoard(ctx).DecideMove(m.Card, c.State, m.From, m.To); err != nil || !move {
+		brd := s.freshBoard(ctx)
+		if move, err := brd.DecideMove(m.Card, c.State, m.From, m.To); err != nil || !move {
 			return nil, err
 		}
-		return moveChange(c, clk, m.To, reason, m.Token.Marker), nil
+		ch := moveChange(c, clk, m.To, reason, m.Token.Marker)
+		if m.Retry {
+			// DESIGN.md#retries: the backoff is stamped by the server's clock.
+			ch.set = append(ch.set, bson.E{Key: "retry_at", Value: clk.now.Add(brd.RetryFor(c.Card).Delay(max(c.Attempts, 1)))})
+		}
+		return ch, nil
 	})
 	if err != nil {
 		return false, err
@@ -386,13 +403,9 @@ func (s *Store) SetGaveUpOwned(ctx context.Context, card string, tok board.Claim
 			if at.IsZero() {
 				at = clk.now
 			}
-			ch.set = append(ch.set, bson.E{Key: "gave_up", Value: bson.D{
-				{Key: "run_id", Value: g.RunID},
-				{Key: "state", Value: g.State},
-				{Key: "attempts", Value: int64(g.Attempts)},
-				{Key: "reason", Value: g.Reason},
-				{Key: "at", Value: at},
-			}})
+			st := *g
+			st.At = at
+			ch.set = append(ch.set, bson.E{Key: "gave_up", Value: gaveUpDoc(st)})
 			data = board.EventData{RunID: g.RunID, To: g.State, Value: true}
 		}
 		ch.events = []outboxEntry{newEvent(board.EventGaveUp, card, board.ReasonNone, tok.Marker, clk.now, data)}
@@ -751,4 +764,25 @@ func (s *Store) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Card
 		return board.Card{}, board.ClaimToken{}, err
 	}
 	return c.Card, tok, nil
+}
+
+// notBackingOff is the condition of a pick on the pool (ClaimNext, Start
+// next) that passes over a card backing off after a retryable failure
+// until its retry_at, by the server's clock (DESIGN.md#retries): no
+// retry_at, or one not after now. It is checked on the cards the queue's
+// index selects, so the pick stays served by that index
+// (DESIGN.md#fleet-indexes).
+func notBackingOff(clk serverClock) bson.E {
+	return bson.E{Key: "retry_at", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: clk.now}}}}}
+}
+
+// gaveUpDoc is a give-up stamp as stored.
+func gaveUpDoc(g board.GaveUp) bson.D {
+	return bson.D{
+		{Key: "run_id", Value: g.RunID},
+		{Key: "state", Value: g.State},
+		{Key: "attempts", Value: int64(g.Attempts)},
+		{Key: "reason", Value: g.Reason},
+		{Key: "at", Value: g.At},
+	}
 }

@@ -227,6 +227,20 @@ func decodeCard(raw bson.Raw) (*cardState, error) {
 	c.CreatedAt = r.time("created_at")
 	c.UpdatedAt = r.time("updated_at")
 	c.PromotedBy = r.str("promoted_by")
+	// Absent from cards an older agent wrote: no attempts counted, no
+	// backoff, the board's policy (DESIGN.md#retries).
+	c.Attempts = int(r.int("attempts"))
+	c.RetryAt = r.time("retry_at")
+	if p, ok := r.doc("retry"); ok {
+		c.Retry = &board.RetryPolicy{
+			MaxAttempts: int(p.int("max_attempts")),
+			Backoff:     time.Duration(p.int("backoff_ns")),
+			BackoffMax:  time.Duration(p.int("backoff_max_ns")),
+		}
+		if p.err != nil {
+			r.err = p.err
+		}
+	}
 	c.Claim = r.str("claim")
 	c.epochSet = r.has("claim_epoch")
 	c.ClaimEpoch = r.int("claim_epoch")
@@ -292,6 +306,7 @@ func readRunFields(r *reader, run *board.Run) {
 	run.BootID = r.str("boot_id")
 	// Absent from runs an older agent wrote: Finish files those as before.
 	run.StartedFrom = r.str("started_from")
+	run.RetryableFailure = r.boolean("retryable")
 	run.CreatedAt = r.time("created_at")
 	run.UpdatedAt = r.time("updated_at")
 }

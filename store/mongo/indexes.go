@@ -167,14 +167,14 @@ var fleetQueries = []fleetQuery{
 	},
 	{
 		Verbs: "ClaimNext, Start (Next)", Coll: collCards, Cmd: "find",
-		Shapes: []string{"state $in, claim $in", "state $in, claim $in, run.status $nin"},
+		Shapes: []string{"state $in, claim $in, retry_at $not", "state $in, claim $in, run.status $nin, retry_at $not"},
 		Sort:   creationOrder, Index: ixQueue.name, Alt: []string{ixStateCreated.name},
-		Why: "points on state (the pool states) and claim (free: \"\" or none), then the sort keys: the free pool cards, one ordered scan per point merged, the first 8 read; the planner may take the pool states' cards in order instead, passing over the claimed ones",
+		Why: "points on state (the pool states) and claim (free: \"\" or none), then the sort keys: the free pool cards, one ordered scan per point merged, the first 8 read; a card backing off (retry_at) is passed over on the index's cards, not read; the planner may take the pool states' cards in order instead, passing over the claimed ones",
 	},
 	{
 		Verbs: "ClaimNext, Start (Next) routed by labels", Coll: collCards, Cmd: "find",
-		Shapes: []string{"labels =, state $in, claim $in", "labels $all, state $in, claim $in",
-			"labels =, state $in, claim $in, run.status $nin", "labels $all, state $in, claim $in, run.status $nin"},
+		Shapes: []string{"labels =, state $in, claim $in, retry_at $not", "labels $all, state $in, claim $in, retry_at $not",
+			"labels =, state $in, claim $in, run.status $nin, retry_at $not", "labels $all, state $in, claim $in, run.status $nin, retry_at $not"},
 		Sort: creationOrder, Index: ixLabelQueue.name, Alt: []string{ixQueue.name, ixStateCreated.name},
 		Why: "a point on one label (of $all, the planner bounds one and checks the rest), then points on state and claim and the sort keys: the free pool cards carrying the label, in order; the planner may take the unrouted queue instead when the label is common",
 	},

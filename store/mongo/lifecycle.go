@@ -43,16 +43,22 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 		st, _, err := s.startOn(ctx, r.Card, r, &freshID)
 		return st, err
 	}
-	filter := bson.D{
-		{Key: "state", Value: bson.D{{Key: "$in", Value: s.freshBoard(ctx).PoolStates()}}},
-		{Key: "claim", Value: bson.D{{Key: "$in", Value: bson.A{"", nil}}}},
-		// Cards whose run is paused are passed over in the query, so
-		// they cannot fill every page of candidates.
-		{Key: fieldRun + ".status", Value: bson.D{{Key: "$nin", Value: bson.A{
-			string(board.RunPausedOperator), string(board.RunPausedWaitingHuman)}}}},
-	}
-	filter = routed(filter, r.Labels)
 	for round := 0; round < maxAttempts; round++ {
+		clk, err := s.serverNow(ctx)
+		if err != nil {
+			return board.Started{}, err
+		}
+		filter := bson.D{
+			{Key: "state", Value: bson.D{{Key: "$in", Value: s.freshBoard(ctx).PoolStates()}}},
+			{Key: "claim", Value: bson.D{{Key: "$in", Value: bson.A{"", nil}}}},
+			// Cards whose run is paused are passed over in the query, so
+			// they cannot fill every page of candidates.
+			{Key: fieldRun + ".status", Value: bson.D{{Key: "$nin", Value: bson.A{
+				string(board.RunPausedOperator), string(board.RunPausedWaitingHuman)}}}},
+			// So are cards backing off (DESIGN.md#retries).
+			notBackingOff(clk),
+		}
+		filter = routed(filter, r.Labels)
 		cands, err := s.findCards(ctx, filter, options.Find().SetSort(creationOrder).SetLimit(8))
 		if err != nil {
 			return board.Started{}, err
@@ -66,7 +72,7 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 			switch {
 			case wrote:
 				return st, nil
-			case errors.Is(err, errNotPool), errors.Is(err, errParked), errors.Is(err, errUnrouted), errors.As(err, &ce):
+			case errors.Is(err, errNotPool), errors.Is(err, errParked), errors.Is(err, errUnrouted), errors.Is(err, errBackingOff), errors.As(err, &ce):
 				continue // taken or moved in between: the next candidate
 			case err != nil:
 				return board.Started{}, err
@@ -108,6 +114,10 @@ var errNotPool = errors.New("not in a pool state")
 // routes by (DESIGN.md#label-routing); it is passed over.
 var errUnrouted = errors.New("not carrying the labels asked for")
 
+// errBackingOff: a Next candidate started backing off after a retryable
+// failure since the listing (DESIGN.md#retries); it is passed over.
+var errBackingOff = errors.New("backing off")
+
 // errParked: a Next candidate's recorded run is paused
 // (board.StartRunRefusal); it is passed over, as a held card is.
 var errParked = errors.New("its run is paused")
@@ -143,6 +153,14 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest, fr
 		// A card waiting on its blockers is not started by naming it
 		// (DESIGN.md#lifecycle-refusals); its state is in the CAS below.
 		if err := brd.ClaimBlocked(c.Card, s.blocker(ctx)); err != nil {
+			return nil, err
+		}
+		// Nor one backing off (DESIGN.md#retries); Next passes it over.
+		// Its retry_at as read is in the CAS below.
+		if err := board.RetryRefusal(c.Card, clk.now); err != nil {
+			if r.Next {
+				return nil, errBackingOff
+			}
 			return nil, err
 		}
 		recorded := c.recordedRun()
@@ -203,7 +221,7 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest, fr
 		// The state as read is part of the CAS whether the card moves or
 		// not: an operator's move in between (to a sink, say) was not
 		// judged by StartRefusal.
-		asRead := &change{cond: bson.D{same(c.raw, "state")}}
+		asRead := &change{cond: bson.D{same(c.raw, "state"), same(c.raw, "retry_at")}}
 		if len(r.Labels) > 0 {
 			// So are its labels when they routed the pick: an operator's
 			// edit in between is not missed.
@@ -256,14 +274,25 @@ func (s *Store) Finish(ctx context.Context, r board.FinishRequest) (board.Finish
 		}
 		next := *run
 		next.Status, next.FailureCode, next.UpdatedAt = r.Status, r.FailureCode, clk.now
+		next.RetryableFailure = r.Retryable
 		if r.Checkpoint != nil {
 			next.Checkpoint = *r.Checkpoint
 		}
 		out.Run = next
 		var move *change
-		if to, reason := brd.FinishFiling(c.State, run.StartedFrom, r.Status); to != "" {
+		// This twin never resumes: a return to the pool is a fresh run, an
+		// attempt (DESIGN.md#retries).
+		route := brd.RouteRun(c.Card, next, false)
+		if to, reason := brd.FinishFiling(c.State, run.StartedFrom, route); to != "" {
 			m := board.OwnedMove{Token: r.Token, Reason: reason}
 			move = moveChange(c, clk, to, m.StampedReason(), r.Token.Marker)
+			switch route.Kind {
+			case board.RouteRetry:
+				move.set = append(move.set, bson.E{Key: "retry_at", Value: clk.now.Add(route.Delay)})
+			case board.RouteSpent:
+				move.unset = nil // the stamp replaces gave_up
+				move.set = append(move.set, bson.E{Key: "gave_up", Value: gaveUpDoc(*board.SpentStamp(next, route, clk.now))})
+			}
 			moved = true
 		}
 		// The state as read is part of the CAS whether the filing moves

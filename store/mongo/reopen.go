@@ -127,7 +127,7 @@ func (s *Store) reopenOnce(ctx context.Context, m board.Move, b board.Board) (do
 		if err := b.CheckReopen(m.Card, c.State, m.From); err != nil {
 			return nil, err
 		}
-		ch := moveChange(c, clk, m.To, m.Reason, m.Actor)
+		ch := freshAttempts(moveChange(c, clk, m.To, m.Reason, m.Actor))
 		ch.cond = append(ch.cond, bson.E{Key: fieldReopenPending, Value: token})
 		ch.unset = append(ch.unset, fieldReopenPending)
 		return ch, nil

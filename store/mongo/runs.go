@@ -53,6 +53,7 @@ func runDoc(r board.Run, idKey string, rev int64) bson.D {
 		{Key: "pid_start_ticks", Value: r.PIDStartTicks},
 		{Key: "boot_id", Value: r.BootID},
 		{Key: "started_from", Value: r.StartedFrom},
+		{Key: "retryable", Value: r.RetryableFailure},
 		{Key: "created_at", Value: r.CreatedAt},
 		{Key: "updated_at", Value: r.UpdatedAt},
 		{Key: "rev", Value: rev},
@@ -252,12 +253,20 @@ func (c *cardState) recordedRun() *board.Run {
 
 // pointAtChange stamps the card's run pointer under tok (last_run event).
 func pointAtChange(c *cardState, clk serverClock, runID string, tok board.ClaimToken) *change {
-	if c.LastRunID == runID && slices.Contains(c.Runs, runID) && c.LastRunEpoch == tok.Epoch {
+	known := slices.Contains(c.Runs, runID)
+	if c.LastRunID == runID && known && c.LastRunEpoch == tok.Epoch {
 		return nil
 	}
+	set := bson.D{{Key: "last_run_id", Value: runID}, {Key: "last_run_epoch", Value: tok.Epoch},
+		{Key: "updated_at", Value: clk.now}}
+	if !known {
+		// A run new to the card is an attempt (DESIGN.md#retries). The
+		// write carries events, so it is conditioned on the outbox stamp
+		// read with c.Attempts: no other write counted in between.
+		set = append(set, bson.E{Key: "attempts", Value: int64(c.Attempts + 1)})
+	}
 	return &change{
-		set: bson.D{{Key: "last_run_id", Value: runID}, {Key: "last_run_epoch", Value: tok.Epoch},
-			{Key: "updated_at", Value: clk.now}},
+		set:      set,
 		addToSet: bson.D{{Key: "runs", Value: runID}},
 		events: []outboxEntry{newEvent(board.EventLastRun, c.ID, board.ReasonNone, tok.Marker, clk.now,
 			board.EventData{RunID: runID})},

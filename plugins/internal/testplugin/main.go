@@ -10,6 +10,10 @@
 //	               build's messages have no such field, so it drops it)
 //	before-retention serve the bbolt store as a build from before the
 //	               retention verbs: protocols 5, 4 and 3 only
+//	before-retries serve the bbolt store as a build from before the retry
+//	               policy did: protocol 6 and older, and a card's policy, a
+//	               retryable verdict and a retry's backoff are dropped
+//	               (that build's messages have no such fields)
 //	fail-open      fail to open the store
 //	launcher       play the agent: Launch this binary as a plugin, print
 //	               "child <pid>" and wait to be killed (the parent-death test)
@@ -82,6 +86,18 @@ func main() {
 		plugin.Serve(&plugin.ServeConfig{
 			HandshakeConfig:  plugins.Handshake,
 			VersionedPlugins: map[int]plugin.PluginSet{5: all[5], 4: all[4], 3: all[3]},
+			GRPCServer:       plugin.DefaultGRPCServer,
+		})
+	case "before-retries":
+		store, err := openBolt(context.Background())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		all := plugins.VersionedPlugins(unretried{store})
+		plugin.Serve(&plugin.ServeConfig{
+			HandshakeConfig:  plugins.Handshake,
+			VersionedPlugins: map[int]plugin.PluginSet{6: all[6], 5: all[5], 4: all[4], 3: all[3]},
 			GRPCServer:       plugin.DefaultGRPCServer,
 		})
 	case "fail-open":
@@ -177,6 +193,24 @@ func (u unrouted) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (boar
 func (u unrouted) Start(ctx context.Context, r board.StartRequest) (board.Started, error) {
 	r.Labels = nil
 	return u.Store.Start(ctx, r)
+}
+
+// unretried is a store from before the retry policy: it never sees one.
+type unretried struct{ board.Store }
+
+func (u unretried) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, error) {
+	nc.Retry = nil
+	return u.Store.CreateCard(ctx, nc)
+}
+
+func (u unretried) Finish(ctx context.Context, r board.FinishRequest) (board.Finished, error) {
+	r.Retryable = false
+	return u.Store.Finish(ctx, r)
+}
+
+func (u unretried) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, error) {
+	m.Retry = false
+	return u.Store.SetStateOwned(ctx, m)
 }
 
 // unused stands in for a store no call reaches.
