@@ -101,16 +101,25 @@ func (c *Client) waitClaim(ctx context.Context, card, path string, req any) (*Cl
 		cl, err = c.claim(tctx, card, path, req)
 		return err == nil, err
 	}
-	err := c.wait(ctx, claimWake(card), try, func(err error) (bool, bool) {
+	err := c.wait(ctx, claimWake(card), try, func(err error) waitVerdict {
 		switch {
 		case card == "" && errors.Is(err, board.ErrNotFound):
-			return true, false // nothing claimable yet
+			return waitVerdict{keep: true} // nothing claimable yet
 		case card == "" && errors.Is(err, board.ErrClaimConflict):
-			return true, true // the pick changed under the write: at once
+			return waitVerdict{keep: true, now: true} // the pick changed under the write: at once
 		case card != "" && (errors.Is(err, board.ErrClaimConflict) || errors.Is(err, board.ErrWaitingOnBlockers)):
-			return true, false
+			return waitVerdict{keep: true}
+		case card != "" && errors.Is(err, board.ErrTransitionRejected):
+			// A card backing off after a retryable failure
+			// (DESIGN.md#retries) is claimable at its retry_at, which
+			// no event announces: wait for that time.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), waitTryTimeout)
+			defer cancel()
+			if cd, gerr := c.GetCard(rctx, card); gerr == nil && !cd.RetryAt.IsZero() && cd.Claim == "" {
+				return waitVerdict{keep: true, at: cd.RetryAt}
+			}
 		}
-		return false, false
+		return waitVerdict{}
 	})
 	if err != nil {
 		return nil, err
@@ -155,6 +164,19 @@ func (c *Client) WaitCard(ctx context.Context, id string, until func(board.Card)
 	return card, err
 }
 
+// waitVerdict is what a wait makes of a refused try: keep waiting, try
+// again at once (now), or try again at a time no event announces (at: a
+// retry's backoff ending).
+type waitVerdict struct {
+	keep, now bool
+	at        time.Time
+}
+
+// backoffFloor is the least a wait for a backoff's end waits between tries:
+// a client whose clock runs ahead of the store's would otherwise try again
+// and again before the store's clock gets there.
+const backoffFloor = time.Second
+
 // wait runs the race-free wait (DESIGN.md#waiting): the log's head first,
 // then the try, then a follow of the log after the head, trying again on
 // each event wake says may matter, and every backstop interval as a safety
@@ -162,7 +184,7 @@ func (c *Client) WaitCard(ctx context.Context, id string, until func(board.Card)
 // wait unless waitable says to keep waiting (and, with now, to try again at
 // once). A nil waitable keeps waiting only on a false, nil answer.
 func (c *Client) wait(ctx context.Context, wake func(board.Event) bool, try func(context.Context) (bool, error),
-	waitable func(error) (keep, now bool)) error {
+	waitable func(error) waitVerdict) error {
 	c.init()
 	// The head read and every try run to their answer, bounded on their
 	// own: ctx ends the waiting between them, so a wait it ends always
@@ -177,22 +199,30 @@ func (c *Client) wait(ctx context.Context, wake func(board.Event) bool, try func
 		return err
 	}
 	var last error
+	var at time.Time // when to try again though no event came; zero: never
 	attempt := func() (done bool, again bool, err error) {
 		tctx, cancel := detached()
 		defer cancel()
+		at = time.Time{}
 		ok, err := try(tctx)
 		switch {
 		case err == nil:
 			return ok, false, nil
 		case waitable != nil:
-			if keep, now := waitable(err); keep {
-				if !now || last == nil {
+			if v := waitable(err); v.keep {
+				if !v.now || last == nil {
 					// A pick that changed under the write is tried
 					// again at once; the refusal a timeout reports is
 					// the one waited on.
 					last = err
 				}
-				return false, now, nil
+				if !v.at.IsZero() {
+					at = v.at
+					if floor := time.Now().Add(backoffFloor); at.Before(floor) {
+						at = floor
+					}
+				}
+				return false, v.now, nil
 			}
 		}
 		return false, false, err
@@ -221,7 +251,13 @@ func (c *Client) wait(ctx context.Context, wake func(board.Event) bool, try func
 	if backstop <= 0 {
 		backstop = DefaultWaitBackstop
 	}
-	timer := time.NewTimer(backstop)
+	next := func() time.Duration {
+		if !at.IsZero() {
+			return min(backstop, time.Until(at))
+		}
+		return backstop
+	}
+	timer := time.NewTimer(next())
 	defer timer.Stop()
 	for {
 		if again {
@@ -238,10 +274,10 @@ func (c *Client) wait(ctx context.Context, wake func(board.Event) bool, try func
 		case <-woke:
 		case <-timer.C:
 		}
-		timer.Reset(backstop)
 		if done, again, err = attempt(); done || err != nil {
 			return err
 		}
+		timer.Reset(next())
 	}
 }
 

@@ -385,3 +385,50 @@ func TestClaimWaitStartsOverFromAFreshHeadWhenItsFollowIsRefused(t *testing.T) {
 		t.Fatalf("ClaimWait whose every follow is refused: %v, want the refusal", err)
 	}
 }
+
+// TestClaimWaitWaitsOutARetryBackoff: a card backing off after a retryable
+// failure (DESIGN.md#retries) is refused by id until its retry_at, and no
+// event marks that time. The waiter reads it from the card and tries again
+// then, with the backstop an hour away.
+func TestClaimWaitWaitsOutARetryBackoff(t *testing.T) {
+	t.Parallel()
+	a, c, ctx := lifecycleEnv(t)
+	const backoff = 300 * time.Millisecond
+	if _, err := a.Store.CreateCard(ctx, board.NewCard{ID: "flaky", Actor: "test",
+		Retry: &board.RetryPolicy{MaxAttempts: 3, Backoff: backoff, BackoffMax: backoff}}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.Store.Start(ctx, board.StartRequest{Card: "flaky", Marker: "otherhost-4242", Lease: time.Minute,
+		Run: board.Run{ID: "r1", Host: "otherhost", PID: 4242}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := a.Store.Finish(ctx, board.FinishRequest{Card: "flaky", Token: st.Token, RunID: "r1",
+		Status: board.RunFailed, FailureCode: "SIGNAL_9", Retryable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Card.RetryAt.IsZero() || f.Card.Claim != "" {
+		t.Fatalf("after a retryable failure the card is %+v, want it free and backing off", f.Card)
+	}
+	tried := make(chan struct{})
+	client.SetWaitHooks(c, func() { close(tried) }, noBackstop)
+	res := make(chan claimResult, 1)
+	go func() {
+		cl, err := c.ClaimWait(ctx, "flaky")
+		res <- claimResult{cl, err}
+	}()
+	select {
+	case <-tried: // refused once, backing off: the waiter waits
+	case r := <-res:
+		t.Fatalf("ClaimWait of a card backing off returned without waiting: %v", r.err)
+	}
+	r := <-res
+	if r.err != nil {
+		t.Fatalf("ClaimWait of a card backing off: %v", r.err)
+	}
+	defer r.cl.Release(context.Background())
+	if now := time.Now(); now.Before(f.Card.RetryAt) {
+		t.Errorf("claimed at %v, before the card's retry_at %v", now, f.Card.RetryAt)
+	}
+}
