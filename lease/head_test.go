@@ -62,3 +62,48 @@ func TestEventsHeadSeeksFromWhereItKnowsTheLogIs(t *testing.T) {
 		t.Fatalf("the second seek read the log after %v, want once after the last head %d", spy.afters, head)
 	}
 }
+
+// TestEventsHeadAfterTheLogWasPrunedPastWhereItKnewIt: a prune (on a
+// fleet, another agent's, bounded by that agent's effects cursor, not this
+// one's) deletes the log past the last head this agent answered and past
+// its hint. The head is still answered — it is never below what was pruned
+// — instead of the seek being refused for as long as the hint lags
+// (DESIGN.md#waiting, DESIGN.md#retention): a waiter whose head read is
+// refused gives up its wait.
+func TestEventsHeadAfterTheLogWasPrunedPastWhereItKnewIt(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, heartbeat.ModePID)
+	for _, id := range []string{"a", "b"} {
+		if _, err := r.s.CreateCard(ctx, board.NewCard{ID: id, State: board.StateReady}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := r.svc.EventsHead(ctx)
+	if err != nil || first == 0 {
+		t.Fatalf("EventsHead = %d, %v", first, err)
+	}
+	for _, id := range []string{"c", "d"} {
+		if _, err := r.s.CreateCard(ctx, board.NewCard{ID: id, State: board.StateReady}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := r.s.Events(ctx, 0, 100)
+	if err != nil || len(evs) != 4 {
+		t.Fatalf("events = %v, %v; want four", evs, err)
+	}
+	last := evs[len(evs)-1].Seq
+	res, err := r.s.Prune(ctx, board.PruneParams{Before: r.clk.Now().Add(time.Hour), KeepFrom: last})
+	if err != nil || res.EventsThrough <= first {
+		t.Fatalf("Prune = %+v, %v; want the log pruned past %d", res, err, first)
+	}
+	head, err := r.svc.EventsHead(ctx)
+	if err != nil {
+		t.Fatalf("EventsHead after a prune past the last head answered: %v", err)
+	}
+	if head < res.EventsThrough {
+		t.Fatalf("EventsHead = %d, below the pruned position %d: a follow after it is refused", head, res.EventsThrough)
+	}
+	if _, err := r.s.Events(ctx, head, 1); err != nil {
+		t.Fatalf("Events after the head answered: %v", err)
+	}
+}

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/boardadmin"
@@ -63,8 +64,23 @@ func (s *Service) EventsHead(ctx context.Context) (int64, error) {
 	if s.cfg.HeadHint != nil {
 		head = max(head, s.cfg.HeadHint())
 	}
-	for {
+	for pruned := false; ; {
 		evs, err := s.cfg.Store.Events(ctx, head, headPage)
+		if errors.Is(err, board.ErrEventsPruned) && !pruned {
+			// A prune (on a fleet, another agent's, bounded by its own
+			// effects cursor) cut the log past where this agent knew it
+			// was: the seek goes on from the pruned position, which a
+			// follow is served from, or from the log's start when the
+			// error does not name it (DESIGN.md#retention).
+			pruned = true
+			var pe *board.EventsPrunedError
+			if errors.As(err, &pe) && pe.Through > head {
+				head = pe.Through
+			} else {
+				head = 0
+			}
+			continue
+		}
 		if err != nil {
 			return 0, err
 		}

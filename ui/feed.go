@@ -2,6 +2,7 @@ package ui
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -128,7 +129,16 @@ func (f *feed) run(ctx context.Context) {
 		// The follow resumes after the last event read, so no event is
 		// skipped; the pages are told to re-read the board all the same,
 		// since what they show was read while the link was down.
-		if _, err := f.c.Events(ctx, after, 1); err == nil {
+		_, err = f.c.Events(ctx, after, 1)
+		switch {
+		case err == nil:
+			f.resync(after)
+		case errors.Is(err, board.ErrEventsPruned):
+			// Retention pruned the log past the last event read
+			// (DESIGN.md#retention): that position is refused for good,
+			// so the feed starts over from the log as it is, as at start.
+			f.log.Warn("the agent's event log was pruned past the feed's position; reading it again from its start", "after", after, "err", err)
+			after = f.tail(ctx)
 			f.resync(after)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/url"
 	"regexp"
 	"slices"
@@ -522,6 +523,28 @@ func (s *Server) cardEvents(ctx context.Context, id string) ([]board.Event, bool
 			j++
 		}
 		evs, err := c.Events(ctx, refs[i].seq-1, int(refs[j].pos-refs[i].pos+1))
+		if errors.Is(err, board.ErrEventsPruned) {
+			// Retention deleted the log below this stretch's start
+			// (DESIGN.md#retention): the card's events before the first
+			// the log keeps are gone, the rest are read as before.
+			first, ferr := c.Events(ctx, 0, 1)
+			if ferr != nil {
+				return nil, false, ferr
+			}
+			kept := int64(math.MaxInt64)
+			if len(first) > 0 {
+				kept = first[0].Seq
+			}
+			k := i
+			for k < len(refs) && refs[k].seq < kept {
+				k++
+			}
+			if k == i {
+				return nil, false, fmt.Errorf("the log refused a read of what it keeps: %w", err)
+			}
+			i = k
+			continue
+		}
 		if err != nil {
 			return nil, false, err
 		}

@@ -91,6 +91,12 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 		return board.Card{}, writeErr(fmt.Sprintf("mongostore: create card %q", nc.ID), err)
 	}
 
+	if len(deps) > 0 {
+		if err := s.claimBlockers(ctx, nc); err != nil {
+			return board.Card{}, err
+		}
+	}
+
 	if state == board.StateWaitingDeps && nc.State == "" && len(deps) > 0 {
 		// Promote it now that it is there, if its blockers are complete
 		// (a completion before the insert promoted nobody: this card was
@@ -110,6 +116,40 @@ func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, e
 		return board.Card{}, err
 	}
 	return c.Card, nil
+}
+
+// fieldBlockedGen counts the cards created naming a card among their
+// blockers: CreateCard bumps it on every blocker after its insert, and
+// DeleteCard's compare-and-set requires it as read (DESIGN.md#retention).
+const fieldBlockedGen = "blocked_gen"
+
+// claimBlockers bumps, after nc's insert, the blocked_gen of every blocker
+// nc names, so a DeleteCard of one that listed its dependents before the
+// insert fails its compare-and-set and lists them again. A blocker that is
+// gone already (deleted between the check before the insert and the insert)
+// is found by the bump: the card just inserted is deleted again, with its
+// card_deleted event, and the create is refused as naming an unknown
+// blocker. Together no card is ever left naming a blocker that is gone
+// (DESIGN.md#never-stranded).
+func (s *Store) claimBlockers(ctx context.Context, nc board.NewCard) error {
+	deps := slices.Clone(nc.DependsOn)
+	slices.Sort(deps)
+	deps = slices.Compact(deps)
+	// Bounded and to its end whatever the caller does: the card exists now.
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createPromotionTimeout)
+	defer cancel()
+	res, err := s.cards.UpdateMany(bctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: deps}}}},
+		bson.D{{Key: "$inc", Value: bson.D{{Key: fieldBlockedGen, Value: int64(1)}}}})
+	if err != nil {
+		return writeErr(fmt.Sprintf("mongostore: create card %q: mark its blockers", nc.ID), err)
+	}
+	if int(res.MatchedCount) == len(deps) {
+		return nil
+	}
+	if _, err := s.DeleteCard(bctx, board.DeleteCardParams{ID: nc.ID, Actor: nc.Actor}); err != nil && !errors.Is(err, board.ErrNotFound) {
+		return fmt.Errorf("mongostore: create card %q: a blocker was deleted meanwhile, and the card could not be taken back: %w", nc.ID, err)
+	}
+	return board.Invalid("card %q: a blocker was deleted while the card was created", nc.ID)
 }
 
 // blockers reads id's blockers: whether all are in a completion state, and

@@ -398,44 +398,59 @@ func (s *Store) Events(ctx context.Context, after int64, limit int) ([]board.Eve
 	if err != nil {
 		return nil, err
 	}
-	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}})
-	if limit > 0 {
-		// A few more than the page, for the prune markers passed over
-		// (DESIGN.md#retention): a page is still exactly limit while
-		// more follow.
-		opts.SetLimit(int64(limit) + prunedMarkerSlack)
-	}
-	cur, err := s.events.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: after}, {Key: "$lt", Value: limitSeq}}}}, opts)
-	if err != nil {
-		return nil, fmt.Errorf("mongostore: events: %w", err)
-	}
-	defer cur.Close(ctx)
 	var out []board.Event
 	seen := map[int64]string{} // sequence number → the key of its event
-	for cur.Next(ctx) {
-		seq, err := eventSeq(cur.Current)
-		if err != nil {
-			return nil, err
+	// A page passes over prune markers (DESIGN.md#retention) and reads on
+	// past them: however many lie side by side (agents that pruned side by
+	// side each leave one), a page is still exactly limit while more
+	// follow, since a short page tells a reader it reached the head.
+	for from := after; ; {
+		opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}})
+		want := int64(0)
+		if limit > 0 {
+			want = int64(limit-len(out)) + prunedMarkerSlack
+			opts.SetLimit(want)
 		}
-		if typ, _ := cur.Current.Lookup("type").StringValueOK(); typ == eventsPrunedType {
-			// Where a prune stopped: a reader positioned below it would
-			// skip what was deleted (DESIGN.md#retention).
-			if err := board.CheckEventsPruned(after, seq); err != nil {
+		cur, err := s.events.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: from}, {Key: "$lt", Value: limitSeq}}}}, opts)
+		if err != nil {
+			return nil, fmt.Errorf("mongostore: events: %w", err)
+		}
+		docs := int64(0)
+		for cur.Next(ctx) {
+			docs++
+			seq, err := eventSeq(cur.Current)
+			if err != nil {
+				cur.Close(ctx)
 				return nil, err
 			}
-			continue
+			from = seq
+			if typ, _ := cur.Current.Lookup("type").StringValueOK(); typ == eventsPrunedType {
+				// Where a prune stopped: a reader positioned below it would
+				// skip what was deleted (DESIGN.md#retention).
+				if err := board.CheckEventsPruned(after, seq); err != nil {
+					cur.Close(ctx)
+					return nil, err
+				}
+				continue
+			}
+			r := &reader{raw: cur.Current, coll: collEvents, id: strconv.FormatInt(seq, 10)}
+			e := readEvent(r)
+			if r.err != nil {
+				cur.Close(ctx)
+				return nil, r.err
+			}
+			out = append(out, e.event(seq))
+			// A logged event keeps its outbox entry's id under "key".
+			seen[seq], _ = cur.Current.Lookup("key").StringValueOK()
 		}
-		r := &reader{raw: cur.Current, coll: collEvents, id: strconv.FormatInt(seq, 10)}
-		e := readEvent(r)
-		if r.err != nil {
-			return nil, r.err
+		err = cur.Err()
+		cur.Close(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("mongostore: events: %w", err)
 		}
-		out = append(out, e.event(seq))
-		// A logged event keeps its outbox entry's id under "key".
-		seen[seq], _ = cur.Current.Lookup("key").StringValueOK()
-	}
-	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("mongostore: events: %w", err)
+		if limit <= 0 || docs < want || len(out) >= limit {
+			break
+		}
 	}
 	// Merge in the pending events the collection does not hold yet.
 	merged := false

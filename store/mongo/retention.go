@@ -344,7 +344,7 @@ func (s *Store) DeleteCard(ctx context.Context, p board.DeleteCardParams) (board
 			return board.DeleteCardResult{}, fmt.Errorf("delete card %q: the server's clock (%s) has not yet passed the card's epoch %d, which a card created again under the id could then repeat; try again in a moment (DESIGN.md#epoch-monotone): %w",
 				p.ID, clk.now.UTC().Format(time.RFC3339Nano), c.ClaimEpoch, board.ErrTransitionRejected)
 		}
-		filter := append(bson.D{{Key: "_id", Value: p.ID}, same(c.raw, "claim"), same(c.raw, "claim_epoch"), same(c.raw, "state"), same(c.raw, fieldEvTS)}, outboxAsRead(c.outbox)...)
+		filter := append(bson.D{{Key: "_id", Value: p.ID}, same(c.raw, "claim"), same(c.raw, "claim_epoch"), same(c.raw, "state"), same(c.raw, fieldEvTS), same(c.raw, fieldBlockedGen)}, outboxAsRead(c.outbox)...)
 		err = s.cards.FindOneAndDelete(ctx, filter).Err()
 		if errors.Is(err, mongo.ErrNoDocuments) {
 			continue // changed since the read: decide again
