@@ -106,6 +106,33 @@ func exerciseRetries(t *testing.T, h Harness) {
 		}
 	})
 
+	// A retry's backoff does not depend on the filing moving the card: a
+	// card claimed by id in the pool and run there (Claim, CreateRun —
+	// never moved into the running column) is not moved by Finish, and
+	// still backs off.
+	t.Run("ARetryUnmovedStillBacksOff", func(t *testing.T) {
+		t.Parallel()
+		e := open(t, h)
+		e.create(board.NewCard{ID: "c1", Actor: "cli", Retry: &board.RetryPolicy{MaxAttempts: 3, Backoff: time.Hour}})
+		tok := e.claim("c1", markerA)
+		if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: tok, Run: board.Run{ID: "r1", Card: "c1"}}); err != nil {
+			t.Fatalf("CreateRun: %v", err)
+		}
+		if _, err := e.s.Finish(e.ctx, board.FinishRequest{Card: "c1", Token: tok, RunID: "r1",
+			Status: board.RunFailed, FailureCode: "SIGNAL_9", Retryable: true}); err != nil {
+			t.Fatalf("Finish (retryable): %v", err)
+		}
+		c := e.get("c1")
+		if c.Claimed() || c.Attempts != 1 || c.RetryAt.IsZero() {
+			t.Fatalf("after a retryable failure c1 = %s attempts %d retry_at %s; want free, 1 attempt, backing off", fmtCard(c), c.Attempts, c.RetryAt)
+		}
+		card, _, err := e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerB, Lease: lease})
+		if err == nil {
+			t.Fatalf("ClaimNext took %s at once: the retry's backoff was lost because the filing did not move the card", card.ID)
+		}
+		wantErr(t, err, board.ErrNotFound, "ClaimNext with only a card backing off")
+	})
+
 	t.Run("AttemptsSpentFileTheCardFailed", func(t *testing.T) {
 		t.Parallel()
 		e := open(t, h)
