@@ -758,6 +758,17 @@ func (p *pass) file(ctx context.Context, cr *CardResult, c board.Card, tok board
 func (p *pass) fileMove(ctx context.Context, cr *CardResult, c board.Card, tok board.ClaimToken, target string, reason board.Reason, retry bool) bool {
 	r, b := p.r, p.board
 	if !NeedsFiling(b, c, target) {
+		if retry && target == c.State && !b.IsTerminal(c.State) {
+			// A retry of a card run where it sat (in the first pool
+			// state) moves nothing but backs off all the same: the store
+			// stamps the backoff alone (DESIGN.md#retries).
+			if _, err := r.cfg.Store.SetStateOwned(ctx, board.OwnedMove{
+				Card: c.ID, Token: tok, To: target, From: c.State, Reason: reason, Retry: true,
+			}); err != nil {
+				cr.Outcome, cr.Err = OutcomeError, fmt.Errorf("stamp the retry's backoff in %s: %w", target, err)
+				return false
+			}
+		}
 		return true
 	}
 	// DESIGN.md#verdict-provenance: a launch-column target never carries a reason

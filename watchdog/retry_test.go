@@ -144,3 +144,39 @@ func TestReaperRetryPolicyOverrides(t *testing.T) {
 		})
 	}
 }
+
+// TestReaperRetryOfACardRunInThePoolBacksOff: a card claimed and run where
+// it sat, in the first pool state (never moved into the running column),
+// is not moved by the retry's filing; it still backs off
+// (DESIGN.md#retries), or a crash loop would spend its attempts with no
+// backoff at all.
+func TestReaperRetryOfACardRunInThePoolBacksOff(t *testing.T) {
+	t.Parallel()
+	b := board.DefaultBoard(true)
+	b.Retry = board.RetryPolicy{MaxAttempts: 3, Backoff: time.Minute}
+	e := newEnv(t, withBoard(b))
+	e.retryCard("c1", nil)
+	tok := e.claim("c1", workerMarker)
+	run, err := e.store.CreateRun(e.ctx, board.NewRun{Token: tok, Run: board.Run{
+		ID: "c1-run-1", Card: "c1", Status: board.RunRunning, Owner: tok.Marker, Epoch: tok.Epoch, Host: workerHost, PID: workerPID}})
+	if err != nil {
+		t.Fatalf("CreateRun: %v", err)
+	}
+	e.clock.Advance(lease + lease/3 + time.Second)
+
+	cr := e.pass("c1")
+	if cr.Decision.Rule != RuleRunRetry {
+		t.Fatalf("decision = %s (%s), want %s", cr.Decision.Rule, cr.Decision.Reason, RuleRunRetry)
+	}
+	if got := e.getRun(run.ID); got.FailureCode != board.FailureProcessOrphaned {
+		t.Fatalf("run = %s/%s, want PROCESS_ORPHANED", got.Status, got.FailureCode)
+	}
+	c := e.wantState("c1", board.StateReady)
+	e.wantFree("c1")
+	if want := e.clock.Now().Add(time.Minute); !c.RetryAt.Equal(want) {
+		t.Errorf("c1 retry_at = %s, want %s: the retry's backoff was lost because its filing moved nothing", c.RetryAt, want)
+	}
+	if card, _, err := e.store.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: workerMarker, Lease: lease}); !errors.Is(err, board.ErrNotFound) {
+		t.Errorf("ClaimNext after a retry = %s, %v; want not found (c1 backs off)", card.ID, err)
+	}
+}

@@ -133,6 +133,32 @@ func exerciseRetries(t *testing.T, h Harness) {
 		wantErr(t, err, board.ErrNotFound, "ClaimNext with only a card backing off")
 	})
 
+	// The watchdog's retry of a card run where it sat, in the first pool
+	// state: SetStateOwned with Retry into the state the card is in moves
+	// nothing and reports no move, but stamps the backoff.
+	t.Run("ARetryMoveIntoTheSameStateStillBacksOff", func(t *testing.T) {
+		t.Parallel()
+		e := open(t, h)
+		e.create(board.NewCard{ID: "c1", Actor: "cli", Retry: &board.RetryPolicy{MaxAttempts: 3, Backoff: time.Hour}})
+		tok := e.claim("c1", markerA)
+		seq := e.lastSeq()
+		changed, err := e.s.SetStateOwned(e.ctx, board.OwnedMove{Card: "c1", Token: tok, From: e.b.FirstPool(), To: e.b.FirstPool(), Reason: board.ReasonRetry, Retry: true})
+		if err != nil || changed {
+			t.Fatalf("SetStateOwned (retry, same state) = %v, %v; want no move reported", changed, err)
+		}
+		for _, ev := range e.eventsAfter(seq) {
+			if ev.Type == board.EventState {
+				t.Errorf("a state event %+v for a move that moved nothing", ev)
+			}
+		}
+		e.release("c1", tok)
+		if c := e.get("c1"); c.RetryAt.IsZero() {
+			t.Fatalf("c1 = %s retry_at zero: the retry's backoff was lost because the move moved nothing", fmtCard(c))
+		}
+		_, _, err = e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerB, Lease: lease})
+		wantErr(t, err, board.ErrNotFound, "ClaimNext with only a card backing off")
+	})
+
 	t.Run("AttemptsSpentFileTheCardFailed", func(t *testing.T) {
 		t.Parallel()
 		e := open(t, h)
