@@ -736,7 +736,24 @@ func (p *pass) act(ctx context.Context, cr *CardResult, c board.Card, tok board.
 		// goes to the first pool state with its backoff stamped.
 		if d.Retry || r.cfg.Fleet || Strands(p.board, c.State) {
 			if !p.fileMove(ctx, cr, c, tok, p.board.FirstPool(), d.StateReason, d.Retry) {
-				return
+				if !d.Retry || !errors.Is(cr.Err, board.ErrInvalidArgument) {
+					return
+				}
+				// A store that cannot carry a retry's move (a plugin from
+				// before the retry policy: the agent's guard refuses it,
+				// nothing sent) would refuse it on every pass, the card
+				// stranded under the recovery claim (DESIGN.md#never-stranded).
+				// The failure is filed as it was before the policy: failed,
+				// the run's own verdict, where a person reaches it.
+				r.cfg.Logger.Warn("watchdog: the store cannot carry a retry; filing the failure as it was before the retry policy",
+					"card", c.ID, "err", cr.Err)
+				cr.Outcome, cr.Err = "", nil
+				cr.Decision.Action, cr.Decision.Rule, cr.Decision.Retry = ActionFail, RuleRunFailed, false
+				cr.Decision.Target, cr.Decision.StateReason = board.StateFailed, board.ReasonRunFailed
+				cr.Decision.Reason += "; the store cannot carry a retry (a plugin from before the retry policy): filed failed as before it"
+				if !p.file(ctx, cr, c, tok, board.StateFailed, board.ReasonRunFailed) {
+					return
+				}
 			}
 		}
 	default:

@@ -180,3 +180,38 @@ func TestReaperRetryOfACardRunInThePoolBacksOff(t *testing.T) {
 		t.Errorf("ClaimNext after a retry = %s, %v; want not found (c1 backs off)", card.ID, err)
 	}
 }
+
+// TestReaperRetryOnAStoreBeforeRetriesIsNotStranded: a store that cannot
+// carry a retry's move (a plugin from before the retry policy: the agent's
+// guard refuses the move, nothing sent) must not strand an orphaned run's
+// card under the recovery claim pass after pass (DESIGN.md#never-stranded):
+// the failure is filed as it was before the policy, failed with the run's
+// own verdict, where a person reaches it.
+func TestReaperRetryOnAStoreBeforeRetriesIsNotStranded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.faults.beforeRetries = true
+	e.retryCard("c1", nil)
+	e.orphan("c1")
+	for pass := 1; pass <= 3; pass++ {
+		cr := e.pass("c1")
+		if cr.Outcome == OutcomeFiled {
+			break
+		}
+		if pass == 3 {
+			c := e.get("c1")
+			t.Fatalf("after %d passes c1 = %s: still %s (%v), held under %q: stranded", pass, fmtCardW(c), cr.Outcome, cr.Err, c.Claim)
+		}
+		// The recovery claim's lease ends: the next pass lists it again.
+		e.clock.Advance(2 * lease)
+	}
+	c := e.wantState("c1", board.StateFailed)
+	e.wantFree("c1")
+	if c.StateReason != board.ReasonRunFailed {
+		t.Errorf("c1 filed with reason %q, want %q (the run's own verdict)", c.StateReason, board.ReasonRunFailed)
+	}
+}
+
+func fmtCardW(c board.Card) string {
+	return c.ID + " in " + c.State + " claim " + c.Claim
+}
