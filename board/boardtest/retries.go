@@ -159,6 +159,32 @@ func exerciseRetries(t *testing.T, h Harness) {
 		wantErr(t, err, board.ErrNotFound, "ClaimNext with only a card backing off")
 	})
 
+	// A retry_at further ahead than any backoff the policy can stamp
+	// (board.MaxBackoff) was stamped by a clock that has since stepped
+	// back: the card is not left passed over until the clock catches up
+	// (DESIGN.md#never-stranded). Locally the suite steps the store's
+	// clock; the fleet's server clock is stepped in store/mongo's own test.
+	t.Run("ARetryAtBeyondAnyBackoffIsAClockStep", func(t *testing.T) {
+		t.Parallel()
+		if h.Fleet {
+			t.Skip("the fleet's server clock is stepped in store/mongo's TestRetryAtFromAServerClockSteppedBack")
+		}
+		e := open(t, h)
+		e.create(board.NewCard{ID: "c1", Actor: "cli", Retry: &board.RetryPolicy{MaxAttempts: 3, Backoff: time.Hour}})
+		before := e.clock.Now()
+		e.clock.Set(before.Add(365 * 24 * time.Hour)) // the clock runs a year ahead…
+		st := e.start(startReq("c1", markerA, "r1"))
+		if _, err := e.s.Finish(e.ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1",
+			Status: board.RunFailed, FailureCode: "SIGNAL_9", Retryable: true}); err != nil {
+			t.Fatalf("Finish (retryable): %v", err)
+		}
+		e.clock.Set(before.Add(time.Minute)) // …and is stepped back
+		card, _, err := e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerB, Lease: lease})
+		if err != nil || card.ID != "c1" {
+			t.Fatalf("ClaimNext after the clock stepped back = %q, %v; want c1 (retry_at %s is a year ahead, beyond any backoff)", card.ID, err, e.get("c1").RetryAt)
+		}
+	})
+
 	t.Run("AttemptsSpentFileTheCardFailed", func(t *testing.T) {
 		t.Parallel()
 		e := open(t, h)

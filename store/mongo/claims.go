@@ -784,11 +784,14 @@ func (s *Store) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Card
 // notBackingOff is the condition of a pick on the pool (ClaimNext, Start
 // next) that passes over a card backing off after a retryable failure
 // until its retry_at, by the server's clock (DESIGN.md#retries): no
-// retry_at, or one not after now. It is checked on the cards the queue's
+// retry_at, one not after now, or one beyond now plus board.MaxBackoff. It is checked on the cards the queue's
 // index selects, so the pick stays served by that index
 // (DESIGN.md#fleet-indexes).
 func notBackingOff(clk serverClock) bson.E {
-	return bson.E{Key: "retry_at", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: clk.now}}}}}
+	// A retry_at beyond any backoff a policy stamps was stamped by a clock
+	// since stepped back: not backing off (board.Card.BackingOff).
+	return bson.E{Key: "retry_at", Value: bson.D{{Key: "$not", Value: bson.D{
+		{Key: "$gt", Value: clk.now}, {Key: "$lte", Value: clk.now.Add(board.MaxBackoff)}}}}}
 }
 
 // gaveUpDoc is a give-up stamp as stored.
