@@ -283,8 +283,14 @@ func RetryRefusal(c Card, now time.Time) error {
 	return nil
 }
 
-// BackingOff reports whether the pool passes c over at now.
-func (c Card) BackingOff(now time.Time) bool { return !c.RetryAt.IsZero() && c.RetryAt.After(now) }
+// BackingOff reports whether the pool passes c over at now: its RetryAt is
+// later than now, but not beyond now plus MaxBackoff. No policy stamps a
+// backoff longer than MaxBackoff, so a RetryAt further ahead was stamped by
+// a clock that has since stepped back, and passing the card over until the
+// clock catches up would strand it (DESIGN.md#never-stranded).
+func (c Card) BackingOff(now time.Time) bool {
+	return !c.RetryAt.IsZero() && c.RetryAt.After(now) && !c.RetryAt.After(now.Add(MaxBackoff))
+}
 
 // String renders the policy compactly for logs and `card show`.
 func (p RetryPolicy) String() string {

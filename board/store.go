@@ -117,7 +117,9 @@ type OwnedMove struct {
 	Reason Reason
 	// Retry makes the move a retry (DESIGN.md#retries): the store stamps
 	// the card's RetryAt from its own clock and the card's retry policy
-	// (Board.RetryFor, RetryPolicy.Delay of its Attempts).
+	// (Board.RetryFor, RetryPolicy.Delay of its Attempts). Into the state
+	// the card is already in, it stamps RetryAt alone: no state event, and
+	// no move reported.
 	Retry bool
 }
 

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/plugins/storepb"
@@ -98,7 +100,41 @@ func (g versionGuard) Invoke(ctx context.Context, method string, args, reply any
 				g.version, labelsProtocolVersion, labels))
 		}
 	}
-	return g.ClientConnInterface.Invoke(ctx, method, args, reply, opts...)
+	if err := g.ClientConnInterface.Invoke(ctx, method, args, reply, opts...); err != nil {
+		return err
+	}
+	if g.version < retryProtocolVersion {
+		// A plugin from before the retry policy keeps no attempts
+		// counter, and cannot give a card a fresh set either: its cards'
+		// runs are their attempts, the count the run ceiling had before
+		// the policy made it max_attempts (DESIGN.md#retries). Read as 0,
+		// the ceiling would never be reached.
+		if m, ok := reply.(proto.Message); ok {
+			runsAsAttempts(m.ProtoReflect())
+		}
+	}
+	return nil
+}
+
+// runsAsAttempts sets every card m holds, at any depth, to count its runs
+// as its attempts (versionGuard.Invoke).
+func runsAsAttempts(m protoreflect.Message) {
+	if c, ok := m.Interface().(*storepb.Card); ok {
+		c.Attempts = max(c.GetAttempts(), int64(len(c.GetRuns().GetValues())))
+		return
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.Message() == nil || fd.IsMap():
+		case fd.IsList():
+			for i, l := 0, v.List(); i < l.Len(); i++ {
+				runsAsAttempts(l.Get(i).Message())
+			}
+		default:
+			runsAsAttempts(v.Message())
+		}
+		return true
+	})
 }
 
 func newVerbs(conn grpc.ClientConnInterface) *verbs {

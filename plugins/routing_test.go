@@ -3,6 +3,7 @@ package plugins
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -144,5 +145,46 @@ func TestAPluginFromBeforeRetriesIsNotSentARetryPolicy(t *testing.T) {
 	}
 	if _, err := p.Finish(ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFailed, FailureCode: "EXIT_1"}); err != nil {
 		t.Errorf("a plain Finish: %v", err)
+	}
+}
+
+// TestAPluginFromBeforeRetriesCountsRunsAsAttempts: a plugin from before
+// the retry policy keeps no attempts counter, so its cards always read 0
+// attempts — and the run ceiling, now the retry policy's max_attempts
+// (DESIGN.md#retries), would never be reached on it: a fleet card whose
+// resumable runs keep failing would be returned to the pool for ever.
+// Such a plugin cannot reopen a card's attempts either, so the agent reads
+// a card's runs as its attempts, the count the ceiling had before.
+func TestAPluginFromBeforeRetriesCountsRunsAsAttempts(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	p, err := Launch(ctx, LaunchConfig{
+		Cmd:   testPluginCmd(t, "before-retries"),
+		Child: &ChildConfig{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
+	})
+	if err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
+	defer p.Close()
+	if _, err := p.CreateCard(ctx, board.NewCard{ID: "c1", Actor: "cli"}); err != nil {
+		t.Fatalf("CreateCard: %v", err)
+	}
+	for i := range 3 {
+		st, err := p.Start(ctx, board.StartRequest{Card: "c1", Marker: "hosta-4242", Lease: 30 * time.Second, Fresh: true,
+			Run: board.Run{ID: fmt.Sprintf("r%d", i), Host: "hosta", PID: 4242}})
+		if err != nil {
+			t.Fatalf("Start %d: %v", i, err)
+		}
+		if _, err := p.Finish(ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: st.Run.ID, Status: board.RunFailedResumable}); err != nil {
+			t.Fatalf("Finish %d: %v", i, err)
+		}
+	}
+	c, err := p.GetCard(ctx, "c1")
+	if err != nil {
+		t.Fatalf("GetCard: %v", err)
+	}
+	if len(c.Runs) != 3 || c.Attempts != 3 {
+		t.Errorf("c1 through a plugin from before retries: %d runs, %d attempts; want 3 and 3 (its runs are its attempts)", len(c.Runs), c.Attempts)
 	}
 }

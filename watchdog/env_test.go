@@ -272,6 +272,10 @@ type faultStore struct {
 	// afterListCards, when set, runs once after the next ListCards: what
 	// another agent did between the sweep's listing and its write.
 	afterListCards func()
+	// beforeRetries refuses a retry's move (OwnedMove.Retry) as the agent's
+	// guard refuses it to a store plugin from before the retry policy
+	// (DESIGN.md#retries): invalid argument, nothing sent.
+	beforeRetries bool
 	// recording turns on the record of listings (see record).
 	recording bool
 	listed    []listing
@@ -345,9 +349,14 @@ func (f *faultStore) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool
 	if fail {
 		f.failSetState--
 	}
+	old := f.beforeRetries
 	f.mu.Unlock()
 	if fail {
 		return false, fmt.Errorf("card %q: %w", m.Card, errInjected)
+	}
+	if old && m.Retry {
+		return false, fmt.Errorf("store plugin: SetStateOwned: %w", board.Invalid(
+			"the plugin speaks store protocol 6, from before the retry policy (protocol 7), and would drop a retry's backoff: rebuild it against this leasekeeper release; nothing was sent"))
 	}
 	return f.Store.SetStateOwned(ctx, m)
 }

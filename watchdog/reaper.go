@@ -736,7 +736,24 @@ func (p *pass) act(ctx context.Context, cr *CardResult, c board.Card, tok board.
 		// goes to the first pool state with its backoff stamped.
 		if d.Retry || r.cfg.Fleet || Strands(p.board, c.State) {
 			if !p.fileMove(ctx, cr, c, tok, p.board.FirstPool(), d.StateReason, d.Retry) {
-				return
+				if !d.Retry || !errors.Is(cr.Err, board.ErrInvalidArgument) {
+					return
+				}
+				// A store that cannot carry a retry's move (a plugin from
+				// before the retry policy: the agent's guard refuses it,
+				// nothing sent) would refuse it on every pass, the card
+				// stranded under the recovery claim (DESIGN.md#never-stranded).
+				// The failure is filed as it was before the policy: failed,
+				// the run's own verdict, where a person reaches it.
+				r.cfg.Logger.Warn("watchdog: the store cannot carry a retry; filing the failure as it was before the retry policy",
+					"card", c.ID, "err", cr.Err)
+				cr.Outcome, cr.Err = "", nil
+				cr.Decision.Action, cr.Decision.Rule, cr.Decision.Retry = ActionFail, RuleRunFailed, false
+				cr.Decision.Target, cr.Decision.StateReason = board.StateFailed, board.ReasonRunFailed
+				cr.Decision.Reason += "; the store cannot carry a retry (a plugin from before the retry policy): filed failed as before it"
+				if !p.file(ctx, cr, c, tok, board.StateFailed, board.ReasonRunFailed) {
+					return
+				}
 			}
 		}
 	default:
@@ -758,6 +775,17 @@ func (p *pass) file(ctx context.Context, cr *CardResult, c board.Card, tok board
 func (p *pass) fileMove(ctx context.Context, cr *CardResult, c board.Card, tok board.ClaimToken, target string, reason board.Reason, retry bool) bool {
 	r, b := p.r, p.board
 	if !NeedsFiling(b, c, target) {
+		if retry && target == c.State && !b.IsTerminal(c.State) {
+			// A retry of a card run where it sat (in the first pool
+			// state) moves nothing but backs off all the same: the store
+			// stamps the backoff alone (DESIGN.md#retries).
+			if _, err := r.cfg.Store.SetStateOwned(ctx, board.OwnedMove{
+				Card: c.ID, Token: tok, To: target, From: c.State, Reason: reason, Retry: true,
+			}); err != nil {
+				cr.Outcome, cr.Err = OutcomeError, fmt.Errorf("stamp the retry's backoff in %s: %w", target, err)
+				return false
+			}
+		}
 		return true
 	}
 	// DESIGN.md#verdict-provenance: a launch-column target never carries a reason

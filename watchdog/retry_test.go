@@ -144,3 +144,74 @@ func TestReaperRetryPolicyOverrides(t *testing.T) {
 		})
 	}
 }
+
+// TestReaperRetryOfACardRunInThePoolBacksOff: a card claimed and run where
+// it sat, in the first pool state (never moved into the running column),
+// is not moved by the retry's filing; it still backs off
+// (DESIGN.md#retries), or a crash loop would spend its attempts with no
+// backoff at all.
+func TestReaperRetryOfACardRunInThePoolBacksOff(t *testing.T) {
+	t.Parallel()
+	b := board.DefaultBoard(true)
+	b.Retry = board.RetryPolicy{MaxAttempts: 3, Backoff: time.Minute}
+	e := newEnv(t, withBoard(b))
+	e.retryCard("c1", nil)
+	tok := e.claim("c1", workerMarker)
+	run, err := e.store.CreateRun(e.ctx, board.NewRun{Token: tok, Run: board.Run{
+		ID: "c1-run-1", Card: "c1", Status: board.RunRunning, Owner: tok.Marker, Epoch: tok.Epoch, Host: workerHost, PID: workerPID}})
+	if err != nil {
+		t.Fatalf("CreateRun: %v", err)
+	}
+	e.clock.Advance(lease + lease/3 + time.Second)
+
+	cr := e.pass("c1")
+	if cr.Decision.Rule != RuleRunRetry {
+		t.Fatalf("decision = %s (%s), want %s", cr.Decision.Rule, cr.Decision.Reason, RuleRunRetry)
+	}
+	if got := e.getRun(run.ID); got.FailureCode != board.FailureProcessOrphaned {
+		t.Fatalf("run = %s/%s, want PROCESS_ORPHANED", got.Status, got.FailureCode)
+	}
+	c := e.wantState("c1", board.StateReady)
+	e.wantFree("c1")
+	if want := e.clock.Now().Add(time.Minute); !c.RetryAt.Equal(want) {
+		t.Errorf("c1 retry_at = %s, want %s: the retry's backoff was lost because its filing moved nothing", c.RetryAt, want)
+	}
+	if card, _, err := e.store.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: workerMarker, Lease: lease}); !errors.Is(err, board.ErrNotFound) {
+		t.Errorf("ClaimNext after a retry = %s, %v; want not found (c1 backs off)", card.ID, err)
+	}
+}
+
+// TestReaperRetryOnAStoreBeforeRetriesIsNotStranded: a store that cannot
+// carry a retry's move (a plugin from before the retry policy: the agent's
+// guard refuses the move, nothing sent) must not strand an orphaned run's
+// card under the recovery claim pass after pass (DESIGN.md#never-stranded):
+// the failure is filed as it was before the policy, failed with the run's
+// own verdict, where a person reaches it.
+func TestReaperRetryOnAStoreBeforeRetriesIsNotStranded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.faults.beforeRetries = true
+	e.retryCard("c1", nil)
+	e.orphan("c1")
+	for pass := 1; pass <= 3; pass++ {
+		cr := e.pass("c1")
+		if cr.Outcome == OutcomeFiled {
+			break
+		}
+		if pass == 3 {
+			c := e.get("c1")
+			t.Fatalf("after %d passes c1 = %s: still %s (%v), held under %q: stranded", pass, fmtCardW(c), cr.Outcome, cr.Err, c.Claim)
+		}
+		// The recovery claim's lease ends: the next pass lists it again.
+		e.clock.Advance(2 * lease)
+	}
+	c := e.wantState("c1", board.StateFailed)
+	e.wantFree("c1")
+	if c.StateReason != board.ReasonRunFailed {
+		t.Errorf("c1 filed with reason %q, want %q (the run's own verdict)", c.StateReason, board.ReasonRunFailed)
+	}
+}
+
+func fmtCardW(c board.Card) string {
+	return c.ID + " in " + c.State + " claim " + c.Claim
+}

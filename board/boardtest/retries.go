@@ -106,6 +106,85 @@ func exerciseRetries(t *testing.T, h Harness) {
 		}
 	})
 
+	// A retry's backoff does not depend on the filing moving the card: a
+	// card claimed by id in the pool and run there (Claim, CreateRun —
+	// never moved into the running column) is not moved by Finish, and
+	// still backs off.
+	t.Run("ARetryUnmovedStillBacksOff", func(t *testing.T) {
+		t.Parallel()
+		e := open(t, h)
+		e.create(board.NewCard{ID: "c1", Actor: "cli", Retry: &board.RetryPolicy{MaxAttempts: 3, Backoff: time.Hour}})
+		tok := e.claim("c1", markerA)
+		if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: tok, Run: board.Run{ID: "r1", Card: "c1"}}); err != nil {
+			t.Fatalf("CreateRun: %v", err)
+		}
+		if _, err := e.s.Finish(e.ctx, board.FinishRequest{Card: "c1", Token: tok, RunID: "r1",
+			Status: board.RunFailed, FailureCode: "SIGNAL_9", Retryable: true}); err != nil {
+			t.Fatalf("Finish (retryable): %v", err)
+		}
+		c := e.get("c1")
+		if c.Claimed() || c.Attempts != 1 || c.RetryAt.IsZero() {
+			t.Fatalf("after a retryable failure c1 = %s attempts %d retry_at %s; want free, 1 attempt, backing off", fmtCard(c), c.Attempts, c.RetryAt)
+		}
+		card, _, err := e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerB, Lease: lease})
+		if err == nil {
+			t.Fatalf("ClaimNext took %s at once: the retry's backoff was lost because the filing did not move the card", card.ID)
+		}
+		wantErr(t, err, board.ErrNotFound, "ClaimNext with only a card backing off")
+	})
+
+	// The watchdog's retry of a card run where it sat, in the first pool
+	// state: SetStateOwned with Retry into the state the card is in moves
+	// nothing and reports no move, but stamps the backoff.
+	t.Run("ARetryMoveIntoTheSameStateStillBacksOff", func(t *testing.T) {
+		t.Parallel()
+		e := open(t, h)
+		e.create(board.NewCard{ID: "c1", Actor: "cli", Retry: &board.RetryPolicy{MaxAttempts: 3, Backoff: time.Hour}})
+		tok := e.claim("c1", markerA)
+		seq := e.lastSeq()
+		changed, err := e.s.SetStateOwned(e.ctx, board.OwnedMove{Card: "c1", Token: tok, From: e.b.FirstPool(), To: e.b.FirstPool(), Reason: board.ReasonRetry, Retry: true})
+		if err != nil || changed {
+			t.Fatalf("SetStateOwned (retry, same state) = %v, %v; want no move reported", changed, err)
+		}
+		for _, ev := range e.eventsAfter(seq) {
+			if ev.Type == board.EventState {
+				t.Errorf("a state event %+v for a move that moved nothing", ev)
+			}
+		}
+		e.release("c1", tok)
+		if c := e.get("c1"); c.RetryAt.IsZero() {
+			t.Fatalf("c1 = %s retry_at zero: the retry's backoff was lost because the move moved nothing", fmtCard(c))
+		}
+		_, _, err = e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerB, Lease: lease})
+		wantErr(t, err, board.ErrNotFound, "ClaimNext with only a card backing off")
+	})
+
+	// A retry_at further ahead than any backoff the policy can stamp
+	// (board.MaxBackoff) was stamped by a clock that has since stepped
+	// back: the card is not left passed over until the clock catches up
+	// (DESIGN.md#never-stranded). Locally the suite steps the store's
+	// clock; the fleet's server clock is stepped in store/mongo's own test.
+	t.Run("ARetryAtBeyondAnyBackoffIsAClockStep", func(t *testing.T) {
+		t.Parallel()
+		if h.Fleet {
+			t.Skip("the fleet's server clock is stepped in store/mongo's TestRetryAtFromAServerClockSteppedBack")
+		}
+		e := open(t, h)
+		e.create(board.NewCard{ID: "c1", Actor: "cli", Retry: &board.RetryPolicy{MaxAttempts: 3, Backoff: time.Hour}})
+		before := e.clock.Now()
+		e.clock.Set(before.Add(365 * 24 * time.Hour)) // the clock runs a year ahead…
+		st := e.start(startReq("c1", markerA, "r1"))
+		if _, err := e.s.Finish(e.ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1",
+			Status: board.RunFailed, FailureCode: "SIGNAL_9", Retryable: true}); err != nil {
+			t.Fatalf("Finish (retryable): %v", err)
+		}
+		e.clock.Set(before.Add(time.Minute)) // …and is stepped back
+		card, _, err := e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerB, Lease: lease})
+		if err != nil || card.ID != "c1" {
+			t.Fatalf("ClaimNext after the clock stepped back = %q, %v; want c1 (retry_at %s is a year ahead, beyond any backoff)", card.ID, err, e.get("c1").RetryAt)
+		}
+	})
+
 	t.Run("AttemptsSpentFileTheCardFailed", func(t *testing.T) {
 		t.Parallel()
 		e := open(t, h)

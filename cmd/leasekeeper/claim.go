@@ -494,16 +494,21 @@ func finishLanded(ctx context.Context, env *cli, cl *client.Claim, status board.
 // none, its supervisor stopped it at no deadline) crashed: its failure,
 // SIGNAL_N, is retryable under the card's retry policy
 // (DESIGN.md#retries). An exit status, 128+N included, is the command's
-// own verdict and is not retried.
+// own verdict and is not retried. A crash is retryable under --resumable
+// too: --resumable restarts a command that exits failing, not one that
+// keeps crashing.
 func routeExit(ctx context.Context, env *cli, cl *client.Claim, code int, sig syscall.Signal, resumable bool, lostExit int) error {
 	id := cl.Card().ID
 	status, failure, retryable := board.RunFinished, "", false
 	switch {
 	case code == 0 && sig == 0:
+	case sig != 0:
+		// A crash under --resumable too: a resumable return would be
+		// the same attempt with no backoff on the local twin, and a
+		// command that keeps crashing would be restarted for ever.
+		status, failure, retryable = board.RunFailed, exitFailure(code, sig), true
 	case resumable:
 		status, failure = board.RunFailedResumable, exitFailure(code, sig)
-	case sig != 0:
-		status, failure, retryable = board.RunFailed, exitFailure(code, sig), true
 	default:
 		status, failure = board.RunFailed, exitFailure(code, sig)
 	}

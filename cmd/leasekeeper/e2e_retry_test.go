@@ -98,3 +98,25 @@ func TestE2EBoardRetrySetsTheBoardsDefault(t *testing.T) {
 		t.Errorf("card after one crash under the board's max_attempts 1: %s gave_up %+v", c.State, c.GaveUp)
 	}
 }
+
+// TestE2EACrashUnderResumableIsAnAttempt: `claim --resumable` restarts a
+// failed CMD, but a CMD killed by a signal nobody sent crashed all the
+// same (DESIGN.md#retries): its failure is retryable — an attempt, backing
+// off — not a resumable return, which on the local twin is the same
+// attempt and no backoff, so a command crashing under --resumable would
+// be claimed and crash again for ever.
+func TestE2EACrashUnderResumableIsAnAttempt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "lease: 3s\n")
+	e.Start()
+	e.MustRun("card", "create", "crash", "--max-attempts", "1")
+	_, stderr, code := e.Run("claim", "--resumable", "crash", "--", "sh", "-c", "kill -9 $$")
+	if code != 128+9 {
+		t.Fatalf("claim exited %d, want 137 (CMD killed by SIGKILL); stderr:\n%s", code, stderr)
+	}
+	c := e.Card("crash")
+	if c.State != board.StateFailed || c.Claimed() || c.Attempts != 1 || c.GaveUp == nil || !strings.Contains(c.GaveUp.Reason, "attempts spent (1 of 1)") {
+		t.Fatalf("card after a crash under --resumable: state %s claimed %v attempts %d retry_at %s gave_up %+v; want failed, its attempts spent (1 of 1)",
+			c.State, c.Claimed(), c.Attempts, c.RetryAt, c.GaveUp)
+	}
+}

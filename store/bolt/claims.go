@@ -313,8 +313,19 @@ func (s *Store) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, err
 	err := s.owned(ctx, m.Card, m.Token, func(w *wtx, rec *cardRecord) error {
 		changed = false
 		move, err := s.brd().DecideMove(m.Card, rec.State, m.From, m.To)
-		if err != nil || !move {
+		if err != nil {
 			return err
+		}
+		if !move {
+			if m.Retry && rec.State == m.To && (m.From == "" || m.From == rec.State) {
+				// A retry filed where the card already is (it was run
+				// in the pool) backs off all the same: the stamp alone,
+				// no state event, no move reported (DESIGN.md#retries).
+				prev := *rec
+				rec.RetryAt = s.now().Add(s.brd().RetryFor(rec.Card).Delay(max(rec.Attempts, 1)))
+				return w.putCard(&prev, rec)
+			}
+			return nil
 		}
 		var edit func()
 		if m.Retry {

@@ -184,6 +184,11 @@ func (s *Store) Finish(ctx context.Context, r board.FinishRequest) (board.Finish
 			if err := s.moveAnd(w, rec, to, m.StampedReason(), r.Token.Marker, edit); err != nil {
 				return err
 			}
+		} else if route.Kind == board.RouteRetry {
+			// A retry the filing does not move (the card was run where
+			// it was claimed, outside the running column) backs off all
+			// the same: its stamp rides on the release (DESIGN.md#retries).
+			rec.RetryAt = now.Add(route.Delay)
 		}
 		if err := s.release(w, rec, r.Token.Marker); err != nil {
 			return err

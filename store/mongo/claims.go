@@ -313,10 +313,24 @@ func (s *Store) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, err
 		}
 	}
 	reason := m.StampedReason()
+	retrying := false // the write is a retry's stamp alone, not a move
 	c, moved, err := s.owned(ctx, m.Card, m.Token, func(c *cardState, clk serverClock) (*change, error) {
+		retrying = false
 		brd := s.freshBoard(ctx)
-		if move, err := brd.DecideMove(m.Card, c.State, m.From, m.To); err != nil || !move {
+		if move, err := brd.DecideMove(m.Card, c.State, m.From, m.To); err != nil {
 			return nil, err
+		} else if !move {
+			if m.Retry && c.State == m.To && (m.From == "" || m.From == c.State) {
+				// A retry filed where the card already is (it was run
+				// in the pool) backs off all the same: the stamp alone,
+				// no state event, no move reported (DESIGN.md#retries).
+				retrying = true
+				return &change{
+					cond: bson.D{same(c.raw, "state")},
+					set:  bson.D{{Key: "retry_at", Value: clk.now.Add(brd.RetryFor(c.Card).Delay(max(c.Attempts, 1)))}},
+				}, nil
+			}
+			return nil, nil
 		}
 		ch := moveChange(c, clk, m.To, reason, m.Token.Marker)
 		if m.Retry {
@@ -328,6 +342,7 @@ func (s *Store) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, err
 	if err != nil {
 		return false, err
 	}
+	moved = moved && !retrying
 	return moved, s.afterMove(ctx, c, moved, m.Token.Marker)
 }
 
@@ -769,11 +784,14 @@ func (s *Store) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Card
 // notBackingOff is the condition of a pick on the pool (ClaimNext, Start
 // next) that passes over a card backing off after a retryable failure
 // until its retry_at, by the server's clock (DESIGN.md#retries): no
-// retry_at, or one not after now. It is checked on the cards the queue's
+// retry_at, one not after now, or one beyond now plus board.MaxBackoff. It is checked on the cards the queue's
 // index selects, so the pick stays served by that index
 // (DESIGN.md#fleet-indexes).
 func notBackingOff(clk serverClock) bson.E {
-	return bson.E{Key: "retry_at", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: clk.now}}}}}
+	// A retry_at beyond any backoff a policy stamps was stamped by a clock
+	// since stepped back: not backing off (board.Card.BackingOff).
+	return bson.E{Key: "retry_at", Value: bson.D{{Key: "$not", Value: bson.D{
+		{Key: "$gt", Value: clk.now}, {Key: "$lte", Value: clk.now.Add(board.MaxBackoff)}}}}}
 }
 
 // gaveUpDoc is a give-up stamp as stored.

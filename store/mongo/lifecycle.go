@@ -294,6 +294,11 @@ func (s *Store) Finish(ctx context.Context, r board.FinishRequest) (board.Finish
 				move.set = append(move.set, bson.E{Key: "gave_up", Value: gaveUpDoc(*board.SpentStamp(next, route, clk.now))})
 			}
 			moved = true
+		} else if route.Kind == board.RouteRetry {
+			// A retry the filing does not move (the card was run where
+			// it was claimed, outside the running column) backs off all
+			// the same: its stamp rides on the release (DESIGN.md#retries).
+			move = &change{set: bson.D{{Key: "retry_at", Value: clk.now.Add(route.Delay)}}}
 		}
 		// The state as read is part of the CAS whether the filing moves
 		// the card or not: the filing was decided on it.

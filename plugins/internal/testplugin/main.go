@@ -213,6 +213,22 @@ func (u unretried) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, 
 	return u.Store.SetStateOwned(ctx, m)
 }
 
+// GetCard answers as a store from before the retry policy does: no
+// attempts counted (its cards have no such field).
+func (u unretried) GetCard(ctx context.Context, id string) (board.Card, error) {
+	c, err := u.Store.GetCard(ctx, id)
+	c.Attempts = 0
+	return c, err
+}
+
+// ReclaimExpired answers with the card as a store from before the retry
+// policy has it: no attempts counted.
+func (u unretried) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Card, board.ClaimToken, error) {
+	c, tok, err := u.Store.ReclaimExpired(ctx, r)
+	c.Attempts = 0
+	return c, tok, err
+}
+
 // unused stands in for a store no call reaches.
 type unused struct{ board.Store }
 
