@@ -241,13 +241,29 @@ func (b Board) RouteRun(c Card, run Run, resumes bool) RunRoute {
 			out.Kind, out.To, out.Reason = RouteSpent, StateFailed, ReasonRunFailed
 		}
 	case RunFailedResumable:
-		if resumes || left {
+		switch {
+		case OrphanedResumable(run) && left:
+			// Its owner died with it: an attempt, backed off like any
+			// retry, though the next claim may resume its checkpoint.
+			out.Kind, out.Reason, out.Delay = RouteRetry, ReasonRetry, p.Delay(out.Attempts)
+		case OrphanedResumable(run):
+			out.Kind, out.To, out.Reason = RouteSpent, b.CeilingState(), ReasonWatchdog
+		case resumes || left:
 			out.Kind, out.Reason = RouteReturn, ReasonWatchdog
-		} else {
+		default:
 			out.Kind, out.To, out.Reason = RouteSpent, b.CeilingState(), ReasonWatchdog
 		}
 	}
 	return out
+}
+
+// OrphanedResumable reports a resumable run whose owner died with it: the
+// oracle promoted it (PROCESS_ORPHANED) because it had a checkpoint to
+// resume. Unlike a resumable run its worker handed back, it counts as an
+// attempt, on its return and on its resume, so a job that keeps killing its
+// owner spends its attempts (DESIGN.md#retries).
+func OrphanedResumable(r Run) bool {
+	return r.Status == RunFailedResumable && r.FailureCode == FailureProcessOrphaned
 }
 
 // CeilingState is where a card whose resumable run spent its attempts is

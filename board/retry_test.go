@@ -70,6 +70,7 @@ func TestRouteRunAndFinishFiling(t *testing.T) {
 	crashed := Run{ID: "r", Status: RunFailed, FailureCode: "SIGNAL_9", RetryableFailure: true}
 	exited := Run{ID: "r", Status: RunFailed, FailureCode: "EXIT_137"}
 	resumable := Run{ID: "r", Status: RunFailedResumable}
+	orphanedResumable := Run{ID: "r", Status: RunFailedResumable, FailureCode: FailureProcessOrphaned}
 	two := &RetryPolicy{MaxAttempts: 2}
 	tests := []struct {
 		name     string
@@ -100,6 +101,10 @@ func TestRouteRunAndFinishFiling(t *testing.T) {
 		{"resumable, fleet, attempts left: back to the first pool state", fleet, Card{Attempts: 1, Retry: two}, resumable, false, StateInProgress, StateReady,
 			RouteReturn, "", ReasonWatchdog, StateReady, ReasonNone},
 		{"resumable, fleet, attempts spent: the ceiling state", fleet, Card{Attempts: 2, Retry: two}, resumable, false, StateInProgress, StateReady,
+			RouteSpent, StateBlocked, ReasonWatchdog, StateBlocked, ReasonWatchdog},
+		{"resumable but orphaned, local, attempts left: a retry, backed off", local, Card{Attempts: 1, Retry: two}, orphanedResumable, true, StateInProgress, StateReady,
+			RouteRetry, "", ReasonRetry, StateReady, ReasonRetry},
+		{"resumable but orphaned, local, attempts spent: the ceiling state (its owner keeps dying)", local, Card{Attempts: 2, Retry: two}, orphanedResumable, true, StateInProgress, StateReady,
 			RouteSpent, StateBlocked, ReasonWatchdog, StateBlocked, ReasonWatchdog},
 		{"a card an operator filed to a sink stays there", local, Card{Attempts: 1}, orphaned, true, StateCancelled, StateReady,
 			RouteRetry, "", ReasonRetry, "", ReasonNone},

@@ -2,6 +2,7 @@ package watchdog
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -214,4 +215,59 @@ func TestReaperRetryOnAStoreBeforeRetriesIsNotStranded(t *testing.T) {
 
 func fmtCardW(c board.Card) string {
 	return c.ID + " in " + c.State + " claim " + c.Claim
+}
+
+// TestReaperOrphanedCheckpointedRunSpendsAttempts: a run with a checkpoint
+// whose owner dies is promoted to failed_resumable (PROCESS_ORPHANED), and
+// the local twin resumes it on the next claim rather than starting a new
+// run. Its owner's death still costs an attempt, with a backoff, so a job
+// that keeps killing its owner ends in the ceiling state saying so instead
+// of being resumed for ever (DESIGN.md#retries).
+func TestReaperOrphanedCheckpointedRunSpendsAttempts(t *testing.T) {
+	t.Parallel()
+	b := board.DefaultBoard(true)
+	b.Retry = board.RetryPolicy{MaxAttempts: 2, Backoff: 10 * time.Second, BackoffMax: time.Minute}
+	e := newEnv(t, withBoard(b))
+	e.retryCard("c1", nil)
+	start := func() board.Started {
+		t.Helper()
+		st, err := e.store.Start(e.ctx, board.StartRequest{Card: "c1", Marker: workerMarker, Lease: lease,
+			Run: board.Run{ID: fmt.Sprintf("c1-start-%d", len(e.get("c1").Runs)+1), Host: workerHost, PID: workerPID, Checkpoint: "step-3"}})
+		if err != nil {
+			t.Fatalf("Start c1: %v", err)
+		}
+		e.clock.Advance(lease + lease/3 + time.Second)
+		return st
+	}
+
+	first := start()
+	cr := e.pass("c1")
+	wantOutcome(t, cr, OutcomeFiled)
+	if got := e.getRun(first.Run.ID); got.Status != board.RunFailedResumable || got.FailureCode != board.FailureProcessOrphaned {
+		t.Fatalf("run = %s/%s, want failed_resumable/PROCESS_ORPHANED", got.Status, got.FailureCode)
+	}
+	c := e.get("c1")
+	if cr.Decision.Rule != RuleRunRetry || c.RetryAt.IsZero() || c.Attempts != 1 {
+		t.Fatalf("after the first orphaning: rule %s, attempts %d, retry_at %s; want a retry with a backoff and 1 attempt",
+			cr.Decision.Rule, c.Attempts, c.RetryAt)
+	}
+
+	e.clock.Advance(10 * time.Second)
+	second := start()
+	if !second.Resumed || second.Run.ID != first.Run.ID {
+		t.Fatalf("the second Start ran %s (resumed %v), want it to resume %s", second.Run.ID, second.Resumed, first.Run.ID)
+	}
+	if c := e.get("c1"); c.Attempts != 2 {
+		t.Errorf("attempts after resuming an orphaned run = %d, want 2", c.Attempts)
+	}
+	cr = e.pass("c1")
+	wantOutcome(t, cr, OutcomeFiled)
+	if cr.Decision.Rule != RuleAttemptsSpent {
+		t.Errorf("after the second orphaning: rule %s, want %s", cr.Decision.Rule, RuleAttemptsSpent)
+	}
+	c = e.wantState("c1", board.StateBlocked)
+	e.wantFree("c1")
+	if c.GaveUp == nil || !strings.Contains(c.GaveUp.Reason, "attempts spent (2 of 2)") {
+		t.Errorf("c1 gave_up %+v, want a stamp saying its attempts are spent (2 of 2)", c.GaveUp)
+	}
 }

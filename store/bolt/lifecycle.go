@@ -88,6 +88,11 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 			if err := w.putRun(run, false, tok.Marker); err != nil {
 				return err
 			}
+			if board.OrphanedResumable(*recorded) {
+				// Resuming a run whose owner died with it is an attempt
+				// (DESIGN.md#retries); pointAt writes the card.
+				rec.Attempts++
+			}
 			if err := s.pointAt(w, rec, run.ID, tok, now); err != nil {
 				return err
 			}
