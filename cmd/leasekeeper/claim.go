@@ -318,11 +318,14 @@ func startClaim(ctx context.Context, env *cli, c *client.Client, o claimOpts, sp
 		return c.Start(work, o.card, spec)
 	}
 	cl, err := try()
-	if !o.wait.set || !waitMends(o, err) {
+	backoff := backingOff(work, c, o, err)
+	if !o.wait.set || !waitMends(o, err) && backoff.IsZero() {
 		return cl, err
 	}
 	what := "no claimable card in a pool state"
 	switch ce, ok := board.AsClaimConflict(err); {
+	case !backoff.IsZero():
+		what = fmt.Sprintf("card %s backs off after a retryable failure until %s", o.card, backoff.UTC().Format(time.RFC3339))
 	case !o.next && ok && ce.Holder != "":
 		what = fmt.Sprintf("card %s is held by %s (epoch %d)", ce.Card, ce.Holder, ce.Epoch)
 	case !o.next && errors.Is(err, board.ErrWaitingOnBlockers):
@@ -351,6 +354,20 @@ func waitMends(o claimOpts, err error) bool {
 		return errors.Is(err, board.ErrNotFound) || errors.Is(err, board.ErrClaimConflict)
 	}
 	return errors.Is(err, board.ErrClaimConflict) || errors.Is(err, board.ErrWaitingOnBlockers)
+}
+
+// backingOff returns the retry_at of the card a claim by id was refused
+// because it backs off after a retryable failure (DESIGN.md#retries), which
+// --wait waits out; zero for any other answer.
+func backingOff(ctx context.Context, c *client.Client, o claimOpts, err error) time.Time {
+	if o.next || !errors.Is(err, board.ErrTransitionRejected) {
+		return time.Time{}
+	}
+	cd, gerr := c.GetCard(ctx, o.card)
+	if gerr != nil || cd.Claim != "" {
+		return time.Time{}
+	}
+	return cd.RetryAt
 }
 
 // supervisorCmdName is the hidden subcommand `claim` re-executes its own

@@ -158,7 +158,7 @@ func TestE2EReaperReturnsKilledResumableWorkerToThePool(t *testing.T) {
 	e := newEnv(t, "lease: 3s\nreaper: {enabled: true, interval: 1s}\n")
 	e.AgentEnv = []string{"LEASEKEEPER_REAPER=1"}
 	e.Start()
-	e.MustRun("card", "create", "c1")
+	e.MustRun("card", "create", "c1", "--backoff", "1s")
 
 	held := e.killClaimer("c1")
 	killed := time.Now()
@@ -182,9 +182,14 @@ func TestE2EReaperReturnsKilledResumableWorkerToThePool(t *testing.T) {
 		t.Errorf("run = %s / %q, want %s / %s", run.Status, run.FailureCode, board.RunFailedResumable, board.FailureProcessOrphaned)
 	}
 
-	// A new claim is granted with a higher epoch than every earlier one
-	// (the worker's and the watchdog's recovery claim).
-	_, stderr, code := e.Run("claim", "c1", "--", "true")
+	// Its owner died with it: an attempt, backed off (DESIGN.md#retries).
+	if c.Attempts != 1 || c.RetryAt.IsZero() {
+		t.Errorf("returned card: attempts %d, retry_at %v; want 1 and a backoff", c.Attempts, c.RetryAt)
+	}
+	// A new claim, waiting out the backoff, is granted with a higher epoch
+	// than every earlier one (the worker's and the watchdog's recovery
+	// claim) and resumes the run: a second attempt.
+	_, stderr, code := e.Run("claim", "--wait=30s", "c1", "--", "true")
 	if code != 0 {
 		t.Fatalf("re-claim exit %d: %s", code, stderr)
 	}
@@ -194,6 +199,9 @@ func TestE2EReaperReturnsKilledResumableWorkerToThePool(t *testing.T) {
 	}
 	if !strings.Contains(stderr, "epoch "+strconv.FormatInt(after.ClaimEpoch, 10)) {
 		t.Errorf("claim output does not name epoch %d:\n%s", after.ClaimEpoch, stderr)
+	}
+	if after.LastRunID != held.LastRunID || after.Attempts != 2 {
+		t.Errorf("after the re-claim: run %s, attempts %d; want %s resumed as attempt 2", after.LastRunID, after.Attempts, held.LastRunID)
 	}
 }
 
@@ -214,7 +222,7 @@ func TestE2EKilledWorkersCardIsReturnedOutOfTheBox(t *testing.T) {
 	if st := e.Status(); !st.Reaper.Enabled || st.Reaper.IntervalMS != time.Minute.Milliseconds() {
 		t.Fatalf("status reaper = %+v, want the gate on at the default interval", st.Reaper)
 	}
-	e.MustRun("card", "create", "c1")
+	e.MustRun("card", "create", "c1", "--backoff", "1s")
 
 	held := e.killClaimer("c1")
 	// The lease is expired at the next heartbeat tick (the claimer's pid
@@ -232,7 +240,9 @@ func TestE2EKilledWorkersCardIsReturnedOutOfTheBox(t *testing.T) {
 	if run := e.GetRun(held.LastRunID); run.Status != board.RunFailedResumable || run.FailureCode != board.FailureProcessOrphaned {
 		t.Errorf("run = %s / %q, want %s / %s", run.Status, run.FailureCode, board.RunFailedResumable, board.FailureProcessOrphaned)
 	}
-	if _, stderr, code := e.Run("claim", "c1", "--", "true"); code != 0 {
+	// The owner's death is an attempt, backed off (DESIGN.md#retries):
+	// the re-claim waits it out.
+	if _, stderr, code := e.Run("claim", "--wait=30s", "c1", "--", "true"); code != 0 {
 		t.Errorf("re-claim of the returned card: exit %d: %s", code, stderr)
 	}
 }
