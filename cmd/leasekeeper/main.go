@@ -383,8 +383,9 @@ With --next, each --label narrows the pick to cards carrying that label
 (all of them when given several): a GPU worker runs
 claim --next --label gpu -- CMD.
 
-With --wait, a card held by someone else or waiting on its blockers (with
---next: no claimable card) is waited for instead of refused, as flock -w
+With --wait, a card held by someone else, waiting on its blockers or
+backing off after a retryable failure (with --next: no claimable card) is
+waited for instead of refused, as flock -w
 and consul lock wait: for ever, or up to DURATION (--wait=10m, or --wait
 10m before the ID or --). claim says on stderr what it waits for; the
 agent's event log wakes it the moment a release, a move, a new card, a
