@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -68,30 +67,7 @@ type claimProc struct {
 
 func (e *env) startClaim(args ...string) *claimProc {
 	e.t.Helper()
-	cmd := exec.Command(binary, append([]string{"claim"}, args...)...)
-	cmd.Env = e.Environ()
-	cmd.Dir = e.Dir
-	p := &claimProc{cmd: cmd, output: &agentproc.Buffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.output, p.output
-	if err := cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	go func() {
-		err := cmd.Wait()
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			p.code = ee.ExitCode()
-			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-				p.code = 128 + int(ws.Signal())
-			}
-		}
-		close(p.done)
-	}()
-	e.t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
-	})
-	return p
+	return e.startLK(append([]string{"claim"}, args...)...)
 }
 
 func (p *claimProc) wait(t *testing.T, bound time.Duration) int {
