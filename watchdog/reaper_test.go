@@ -446,7 +446,12 @@ func TestReaperLivenessOracleInThePass(t *testing.T) {
 		e.expire() // the lease proof is not yet there: only the pid proof
 
 		cr := e.pass("c1")
-		wantOutcome(t, cr, OutcomeReleased)
+		// Its owner died with it: a retry, backed off, that the next
+		// claim resumes (DESIGN.md#retries).
+		wantOutcome(t, cr, OutcomeFiled)
+		if cr.Decision.Rule != RuleRunRetry {
+			t.Errorf("rule = %s, want %s", cr.Decision.Rule, RuleRunRetry)
+		}
 		got := e.getRun(run.ID)
 		if got.Status != board.RunFailedResumable || got.FailureCode != board.FailureProcessOrphaned {
 			t.Errorf("run = %s/%s, want failed_resumable/PROCESS_ORPHANED", got.Status, got.FailureCode)

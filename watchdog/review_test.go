@@ -73,10 +73,14 @@ func TestNoPromotionFromAStaleListing(t *testing.T) {
 		if err != nil {
 			t.Fatalf("B's pass: %v", err)
 		}
-		if cr, _ := res.Card("c1"); cr.Outcome != OutcomeReleased {
-			t.Fatalf("B's pass on c1: %s (%s), want released", cr.Outcome, cr.Decision.Rule)
+		// The run's owner died with it: a retry, backed off
+		// (DESIGN.md#retries).
+		if cr, _ := res.Card("c1"); cr.Outcome != OutcomeFiled || cr.Decision.Rule != RuleRunRetry {
+			t.Fatalf("B's pass on c1: %s (%s), want filed (%s)", cr.Outcome, cr.Decision.Rule, RuleRunRetry)
 		}
-		// W2 re-claims and resumes the recorded run.
+		// Once the backoff is over, W2 re-claims and resumes the recorded
+		// run.
+		e.clock.Advance(board.DefaultBackoff)
 		tok2 = e.resume("c1", w2, run.ID)
 	}
 	a := e.reaperOn(hs, agentMarker)
