@@ -12,11 +12,10 @@ import (
 	"github.com/leasekeeper/leasekeeper/internal/mongotest"
 )
 
-// TestE2EBoardAdministrationFleet runs two real agents on one MongoDB-wire
-// database: a state rename through one is the board both serve, and a
-// label sweep through the other changes the cards both see.
-func TestE2EBoardAdministrationFleet(t *testing.T) {
-	t.Parallel()
+// fleetAgents starts two real agents sharing one MongoDB-wire database, as
+// two hosts of a fleet.
+func fleetAgents(t *testing.T) (one, two *env) {
+	t.Helper()
 	uri, db := mongotest.URI(t), mongotest.Database(t)
 	agents := make([]*env, 2)
 	for i := range agents {
@@ -28,7 +27,15 @@ func TestE2EBoardAdministrationFleet(t *testing.T) {
 		e.Start()
 		agents[i] = e
 	}
-	one, two := agents[0], agents[1]
+	return agents[0], agents[1]
+}
+
+// TestE2EBoardAdministrationFleet runs two real agents on one MongoDB-wire
+// database: a state rename through one is the board both serve, and a
+// label sweep through the other changes the cards both see.
+func TestE2EBoardAdministrationFleet(t *testing.T) {
+	t.Parallel()
+	one, two := fleetAgents(t)
 
 	one.MustRun("card", "create", "a", "--state", "ready", "--label", "old")
 	one.MustRun("board", "state", "rename", "ready", "queued")

@@ -13,7 +13,6 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/internal/agentproc"
-	"github.com/leasekeeper/leasekeeper/internal/mongotest"
 )
 
 // Waiting from the command line (DESIGN.md#waiting): real agents, real
@@ -289,18 +288,7 @@ func TestE2ECardWaitForDone(t *testing.T) {
 // agent, is numbered above it.
 func TestE2EClaimNextWaitAcrossTheFleet(t *testing.T) {
 	t.Parallel()
-	uri, db := mongotest.URI(t), mongotest.Database(t)
-	agents := make([]*env, 2)
-	for i := range agents {
-		e := newEnv(t, "")
-		cfg := fmt.Sprintf("socket: %s\nstore: {backend: mongo, uri: %q, database: %s}\n", e.Socket, uri, db)
-		if err := os.WriteFile(e.Config, []byte(cfg), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		e.Start()
-		agents[i] = e
-	}
-	one, two := agents[0], agents[1]
+	one, two := fleetAgents(t)
 	one.MustRun("card", "create", "old", "--label", "cpu")
 	waiter := two.startClaim("--next", "--label", "gpu", "--wait", "--", "sh", "-c", `echo "$LEASEKEEPER_CARD" > got`)
 	waiter.waiting(t, "claim --next --wait on the second agent")
