@@ -109,14 +109,14 @@ func (c *Client) waitClaim(ctx context.Context, card, path string, req any) (*Cl
 			return waitVerdict{keep: true, now: true} // the pick changed under the write: at once
 		case card != "" && (errors.Is(err, board.ErrClaimConflict) || errors.Is(err, board.ErrWaitingOnBlockers)):
 			return waitVerdict{keep: true}
-		case card != "" && errors.Is(err, board.ErrTransitionRejected):
+		case card != "":
 			// A card backing off after a retryable failure
 			// (DESIGN.md#retries) is claimable at its retry_at, which
 			// no event announces: wait for that time.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), waitTryTimeout)
 			defer cancel()
-			if cd, gerr := c.GetCard(rctx, card); gerr == nil && !cd.RetryAt.IsZero() && cd.Claim == "" {
-				return waitVerdict{keep: true, at: cd.RetryAt}
+			if at := c.BackoffOf(rctx, card, err); !at.IsZero() {
+				return waitVerdict{keep: true, at: at}
 			}
 		}
 		return waitVerdict{}
@@ -125,6 +125,20 @@ func (c *Client) waitClaim(ctx context.Context, card, path string, req any) (*Cl
 		return nil, err
 	}
 	return cl, nil
+}
+
+// BackoffOf returns the retry_at of card when err is a claim by id refused
+// because the card backs off after a retryable failure
+// (DESIGN.md#retries); zero for any other answer. It reads the card.
+func (c *Client) BackoffOf(ctx context.Context, card string, err error) time.Time {
+	if !errors.Is(err, board.ErrTransitionRejected) {
+		return time.Time{}
+	}
+	cd, gerr := c.GetCard(ctx, card)
+	if gerr != nil || cd.Claim != "" {
+		return time.Time{}
+	}
+	return cd.RetryAt
 }
 
 // claimWake says which events may make a wait's claim possible. By id:

@@ -318,7 +318,10 @@ func startClaim(ctx context.Context, env *cli, c *client.Client, o claimOpts, sp
 		return c.Start(work, o.card, spec)
 	}
 	cl, err := try()
-	backoff := backingOff(work, c, o, err)
+	var backoff time.Time
+	if !o.next {
+		backoff = c.BackoffOf(work, o.card, err)
+	}
 	if !o.wait.set || !waitMends(o, err) && backoff.IsZero() {
 		return cl, err
 	}
@@ -354,20 +357,6 @@ func waitMends(o claimOpts, err error) bool {
 		return errors.Is(err, board.ErrNotFound) || errors.Is(err, board.ErrClaimConflict)
 	}
 	return errors.Is(err, board.ErrClaimConflict) || errors.Is(err, board.ErrWaitingOnBlockers)
-}
-
-// backingOff returns the retry_at of the card a claim by id was refused
-// because it backs off after a retryable failure (DESIGN.md#retries), which
-// --wait waits out; zero for any other answer.
-func backingOff(ctx context.Context, c *client.Client, o claimOpts, err error) time.Time {
-	if o.next || !errors.Is(err, board.ErrTransitionRejected) {
-		return time.Time{}
-	}
-	cd, gerr := c.GetCard(ctx, o.card)
-	if gerr != nil || cd.Claim != "" {
-		return time.Time{}
-	}
-	return cd.RetryAt
 }
 
 // supervisorCmdName is the hidden subcommand `claim` re-executes its own
