@@ -315,7 +315,9 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 			every = BoardCountEvery
 		}
 		counter := &boardCounter{
-			list:   func(ctx context.Context) ([]board.Card, error) { return a.store.ListCards(ctx, board.CardFilter{}) },
+			list: func(ctx context.Context) ([]board.Card, error) {
+				return a.store.ListCards(ctx, board.ListCardsParams{})
+			},
 			boards: a.boards.Board,
 			head:   a.effects.Head,
 			every:  every,
@@ -508,7 +510,7 @@ func (a *Agent) probeStore(ctx context.Context) apitype.StoreHealth {
 	ctx, cancel := context.WithTimeout(ctx, StatusProbeTimeout)
 	defer cancel()
 	start := a.clock.Now()
-	_, err := a.store.GetCard(ctx, statusProbeCard)
+	_, err := a.store.GetCard(ctx, board.GetCardParams{ID: statusProbeCard})
 	h := apitype.StoreHealth{CheckMS: millis(a.clock.Now().Sub(start))}
 	if err == nil || errors.Is(err, board.ErrNotFound) {
 		h.Reachable = true

@@ -409,8 +409,8 @@ func TestStartRefusesAStoredBoardTheWatchdogCannotWorkOn(t *testing.T) {
 		}
 	}
 	r := startRun(t, runOpts{noWait: true, seed: func(t *testing.T, s *boltstore.Store) {
-		if _, changed, err := s.SetBoard(t.Context(), def, noFailed); err != nil || !changed {
-			t.Fatalf("SetBoard = %v, %v", changed, err)
+		if set, err := s.SetBoard(t.Context(), board.SetBoardParams{Expect: def, Next: noFailed}); err != nil || !set.Changed {
+			t.Fatalf("SetBoard = %v, %v", set.Changed, err)
 		}
 	}})
 	select {

@@ -30,8 +30,9 @@ func TestBootSweepDoesNotAdoptAClaimItsHolderMayHaveGivenUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store.CreateCard(ctx, board.NewCard{ID: "c"})
-	_, tok, err := store.Claim(ctx, board.ClaimRequest{Card: "c", Marker: marker, Lease: lease})
+	store.CreateCard(ctx, board.CreateCardParams{ID: "c"})
+	card, err := store.Claim(ctx, board.ClaimParams{Card: "c", Marker: marker, Lease: lease})
+	tok := card.Token()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,10 +81,10 @@ func TestBootSweepLeavesAHolderItsLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	marker := board.WorkerMarker(host, pid)
-	if _, err := store.CreateCard(ctx, board.NewCard{ID: "c", State: board.StateReady}); err != nil {
+	if _, err := store.CreateCard(ctx, board.CreateCardParams{ID: "c", State: board.StateReady}); err != nil {
 		t.Fatal(err)
 	}
-	started, err := store.Start(ctx, board.StartRequest{Card: "c", Marker: marker, Lease: lease, Run: board.Run{
+	started, err := store.Start(ctx, board.StartParams{Card: "c", Marker: marker, Lease: lease, Run: board.Run{
 		ID: "run-1", Host: host, PID: pid, PIDStartTicks: id.StartTicks, BootID: id.BootID, PIDStart: id.StartMillis}})
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +102,7 @@ func TestBootSweepLeavesAHolderItsLease(t *testing.T) {
 	if len(adopted) != 0 || len(items) != 1 || items[0].Action != SweepDisowned {
 		t.Fatalf("sweep: items %+v, adopted %+v; want the claim disowned, not adopted", items, adopted)
 	}
-	c, err := store.GetCard(ctx, "c")
+	c, err := store.GetCard(ctx, board.GetCardParams{ID: "c"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,11 +127,11 @@ func TestBootSweepLeavesAHolderItsLease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := store.GetCard(ctx, "c")
+		c, err := store.GetCard(ctx, board.GetCardParams{ID: "c"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := store.GetRun(ctx, "run-1")
+		r, err := store.GetRun(ctx, board.GetRunParams{ID: "run-1"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,7 +146,7 @@ func TestBootSweepLeavesAHolderItsLease(t *testing.T) {
 	if _, err := reaper.RunOnce(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := store.GetRun(ctx, "run-1"); err != nil || r.FailureCode != board.FailureProcessOrphaned {
+	if r, err := store.GetRun(ctx, board.GetRunParams{ID: "run-1"}); err != nil || r.FailureCode != board.FailureProcessOrphaned {
 		t.Errorf("run past the lease and the grace: %+v, %v; want it promoted PROCESS_ORPHANED", r, err)
 	}
 }

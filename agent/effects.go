@@ -183,7 +183,7 @@ func (e *Effects) Actor() string { return e.actor }
 func (e *Effects) SeekHead(ctx context.Context) error {
 	const page = 10000
 	for {
-		evs, err := e.cfg.Store.Events(ctx, e.cursor, page)
+		evs, err := e.cfg.Store.Events(ctx, board.EventsParams{After: e.cursor, Limit: page})
 		if err != nil {
 			return fmt.Errorf("effects: finding the head of the event log: %w", err)
 		}
@@ -262,7 +262,7 @@ func (e *Effects) loop(ctx context.Context, done chan struct{}) {
 func (e *Effects) RunOnce(ctx context.Context) (EffectsPass, error) {
 	var p EffectsPass
 	for {
-		evs, err := e.cfg.Store.Events(ctx, e.cursor, e.cfg.Page)
+		evs, err := e.cfg.Store.Events(ctx, board.EventsParams{After: e.cursor, Limit: e.cfg.Page})
 		if errors.Is(err, board.ErrEventsPruned) {
 			// Another agent's prune (a fleet's agents each keep only
 			// their own cursor) cut the log below this one: what was
@@ -333,7 +333,7 @@ func (e *Effects) apply(ctx context.Context, ev board.Event, p *EffectsPass) err
 			// The same for a one-shot given to a card that waits, judged
 			// on the card as it is now: one promoted since fires here, and
 			// its promotion, later in the log, finds the one-shot gone.
-			c, err := e.cfg.Store.GetCard(ctx, ev.Card)
+			c, err := e.cfg.Store.GetCard(ctx, board.GetCardParams{ID: ev.Card})
 			switch {
 			case errors.Is(err, board.ErrNotFound):
 				armed = nil
@@ -349,7 +349,7 @@ func (e *Effects) apply(ctx context.Context, ev board.Event, p *EffectsPass) err
 		}
 		launchTo = ev.Data.To
 		// A launch move fires the one-shots the card carries now.
-		c, err := e.cfg.Store.GetCard(ctx, ev.Card)
+		c, err := e.cfg.Store.GetCard(ctx, board.GetCardParams{ID: ev.Card})
 		switch {
 		case errors.Is(err, board.ErrNotFound):
 		case err != nil:
@@ -361,7 +361,7 @@ func (e *Effects) apply(ctx context.Context, ev board.Event, p *EffectsPass) err
 		return nil
 	}
 	if len(armed) > 0 {
-		c, err := e.cfg.Store.AdjustLabels(ctx, board.LabelChange{Card: ev.Card, Remove: armed, Actor: e.actor})
+		c, err := e.cfg.Store.AdjustLabels(ctx, board.AdjustLabelsParams{Card: ev.Card, Remove: armed, Actor: e.actor})
 		switch {
 		case errors.Is(err, board.ErrNotFound):
 		case err != nil:

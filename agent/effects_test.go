@@ -95,14 +95,14 @@ func newEffectsEnv(t *testing.T, marker string) *effectsEnv {
 
 func (e *effectsEnv) create(id, state string, labels ...string) {
 	e.t.Helper()
-	if _, err := e.agent.Store.CreateCard(e.ctx, board.NewCard{ID: id, State: state, Labels: labels, Actor: "uid:1000"}); err != nil {
+	if _, err := e.agent.Store.CreateCard(e.ctx, board.CreateCardParams{ID: id, State: state, Labels: labels, Actor: "uid:1000"}); err != nil {
 		e.t.Fatal(err)
 	}
 }
 
 func (e *effectsEnv) move(id, to string) {
 	e.t.Helper()
-	if err := e.agent.Store.SetState(e.ctx, board.Move{Card: id, To: to, Actor: "uid:1000"}); err != nil {
+	if err := e.agent.Store.SetState(e.ctx, board.MoveParams{Card: id, To: to, Actor: "uid:1000"}); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -129,7 +129,7 @@ func (e *effectsEnv) hintsAfter(sentinel string) []apitype.Frame {
 
 func (e *effectsEnv) lastEvent(card string, typ board.EventType) board.Event {
 	e.t.Helper()
-	evs, err := e.agent.Store.Events(e.ctx, 0, 10000)
+	evs, err := e.agent.Store.Events(e.ctx, board.EventsParams{After: 0, Limit: 10000})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestEffectsSeekHeadDoesNotReplayHistory(t *testing.T) {
 	if got := launches(e.hintsAfter("sentinel")); len(got) != 0 {
 		t.Errorf("launch hints for events before the agent started = %v, want none", got)
 	}
-	c, err := e.agent.Store.GetCard(e.ctx, "old")
+	c, err := e.agent.Store.GetCard(e.ctx, board.GetCardParams{ID: "old"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,16 +207,17 @@ func TestEffectsMachineReasonsFireNothing(t *testing.T) {
 			reason: board.ReasonWatchdog,
 			write: func(t *testing.T, s board.Store, card string) {
 				ctx := context.Background()
-				_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: card, Marker: board.RecoveryMarker("fxhost-999"), Lease: time.Minute})
+				got, err := s.Claim(ctx, board.ClaimParams{Card: card, Marker: board.RecoveryMarker("fxhost-999"), Lease: time.Minute})
+				tok := got.Token()
 				if err != nil {
 					t.Fatal(err)
 				}
 				// No reason given: the store stamps watchdog on a recovery
 				// marker's move, as the reaper's repark relies on.
-				if _, err := s.SetStateOwned(ctx, board.OwnedMove{Card: card, Token: tok, To: board.StateReady, From: board.StateInProgress}); err != nil {
+				if _, err := s.SetStateOwned(ctx, board.SetStateOwnedParams{Card: card, Token: tok, To: board.StateReady, From: board.StateInProgress}); err != nil {
 					t.Fatal(err)
 				}
-				if err := s.ReleaseOwned(ctx, card, tok); err != nil {
+				if err := s.ReleaseOwned(ctx, board.OwnedParams{Card: card, Token: tok}); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -225,7 +226,7 @@ func TestEffectsMachineReasonsFireNothing(t *testing.T) {
 			name:   "state rename migration",
 			reason: board.ReasonStateRename,
 			write: func(t *testing.T, s board.Store, card string) {
-				if _, err := s.SetStateFrom(context.Background(), board.Move{
+				if _, err := s.SetStateFrom(context.Background(), board.MoveParams{
 					Card: card, From: board.StateInProgress, To: board.StateReady, Reason: board.ReasonStateRename, Actor: "migration",
 				}); err != nil {
 					t.Fatal(err)
@@ -252,7 +253,7 @@ func TestEffectsMachineReasonsFireNothing(t *testing.T) {
 			if got := launches(e.hintsAfter("sentinel")); len(got) != 0 {
 				t.Errorf("launch hints after a machine-reason move = %v, want none", got)
 			}
-			c, err := e.agent.Store.GetCard(e.ctx, "c1")
+			c, err := e.agent.Store.GetCard(e.ctx, board.GetCardParams{ID: "c1"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -267,7 +268,7 @@ func TestEffectsMachineReasonsFireNothing(t *testing.T) {
 			if got, want := launches(e.hintsAfter("sentinel2")), []string{"c1@ready"}; !slices.Equal(got, want) {
 				t.Errorf("launch hints after a person's move = %v, want %v", got, want)
 			}
-			if c, _ := e.agent.Store.GetCard(e.ctx, "c1"); slices.Contains(c.Labels, "once:go") {
+			if c, _ := e.agent.Store.GetCard(e.ctx, board.GetCardParams{ID: "c1"}); slices.Contains(c.Labels, "once:go") {
 				t.Errorf("labels = %v: the person's launch move did not consume the one-shot", c.Labels)
 			}
 		})
@@ -278,7 +279,7 @@ func TestEffectsUnblockedPromotionHints(t *testing.T) {
 	t.Parallel()
 	e := newEffectsEnv(t, "fxhost-104")
 	e.create("blocker", board.StateInProgress)
-	if _, err := e.agent.Store.CreateCard(e.ctx, board.NewCard{ID: "dep", DependsOn: []string{"blocker"}}); err != nil {
+	if _, err := e.agent.Store.CreateCard(e.ctx, board.CreateCardParams{ID: "dep", DependsOn: []string{"blocker"}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.fx.SeekHead(e.ctx); err != nil {
@@ -301,13 +302,13 @@ func TestEffectsOneShotAddedByPersonFiresAndIsConsumed(t *testing.T) {
 	if err := e.fx.SeekHead(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.agent.Store.AdjustLabels(e.ctx, board.LabelChange{Card: "c1", Add: []string{"once:go"}, Actor: "uid:1000"}); err != nil {
+	if _, err := e.agent.Store.AdjustLabels(e.ctx, board.AdjustLabelsParams{Card: "c1", Add: []string{"once:go"}, Actor: "uid:1000"}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := launches(e.hintsAfter("sentinel")), []string{"c1@backlog/once:go"}; !slices.Equal(got, want) {
 		t.Errorf("launch hints = %v, want %v", got, want)
 	}
-	c, err := e.agent.Store.GetCard(e.ctx, "c1")
+	c, err := e.agent.Store.GetCard(e.ctx, board.GetCardParams{ID: "c1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,10 +353,10 @@ func TestEffectsOneShotFiresOnceAcrossAgents(t *testing.T) {
 	}
 	for i := range cards {
 		id := fmt.Sprintf("c%02d", i)
-		if _, err := a.Store.CreateCard(ctx, board.NewCard{ID: id, State: board.StateBacklog}); err != nil {
+		if _, err := a.Store.CreateCard(ctx, board.CreateCardParams{ID: id, State: board.StateBacklog}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := a.Store.AdjustLabels(ctx, board.LabelChange{Card: id, Add: []string{"once:go"}, Actor: "uid:1000"}); err != nil {
+		if _, err := a.Store.AdjustLabels(ctx, board.AdjustLabelsParams{Card: id, Add: []string{"once:go"}, Actor: "uid:1000"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -376,7 +377,7 @@ func TestEffectsOneShotFiresOnceAcrossAgents(t *testing.T) {
 		}
 	}
 
-	evs, err := a.Store.Events(ctx, 0, 10000)
+	evs, err := a.Store.Events(ctx, board.EventsParams{After: 0, Limit: 10000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,30 +399,20 @@ func TestEffectsOneShotFiresOnceAcrossAgents(t *testing.T) {
 	}
 }
 
-// labelsFromStore is the board-administration verb the label sweeps write
-// through; a store that does not offer it yet skips the test below.
-type labelsFromStore interface {
-	SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error)
-}
-
 // TestEffectsOneShotFromALabelSweepIsNotConsumed: a one-shot label that
 // arrives through a machine-reason labels write (a field_rename sweep)
 // neither fires nor is consumed (DESIGN.md#machine-reasons).
 func TestEffectsOneShotFromALabelSweepIsNotConsumed(t *testing.T) {
 	t.Parallel()
 	e := newEffectsEnv(t, "fxhost-106")
-	ls, ok := board.Store(e.agent.Store).(labelsFromStore)
-	if !ok {
-		t.Skip("this bbolt store has no SetLabelsFrom yet: nothing can write a labels event under machine provenance")
-	}
 	e.create("c1", board.StateBacklog, "old:go")
 	if err := e.fx.SeekHead(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, changed, err := ls.SetLabelsFrom(e.ctx, board.LabelsFrom{
+	if set, err := e.agent.Store.SetLabelsFrom(e.ctx, board.SetLabelsFromParams{
 		Card: "c1", Expect: []string{"old:go"}, Labels: []string{"once:go"}, Reason: board.ReasonFieldRename, Actor: "sweep",
-	}); err != nil || !changed {
-		t.Fatalf("SetLabelsFrom: changed %v, err %v", changed, err)
+	}); err != nil || !set.Changed {
+		t.Fatalf("SetLabelsFrom: changed %v, err %v", set.Changed, err)
 	}
 	if ev := e.lastEvent("c1", board.EventLabels); ev.Reason != board.ReasonFieldRename || !slices.Contains(ev.Data.Added, "once:go") {
 		t.Fatalf("sweep event = reason %q added %v, want field_rename adding once:go", ev.Reason, ev.Data.Added)
@@ -429,7 +420,7 @@ func TestEffectsOneShotFromALabelSweepIsNotConsumed(t *testing.T) {
 	if got := launches(e.hintsAfter("sentinel")); len(got) != 0 {
 		t.Errorf("launch hints after a label sweep = %v, want none", got)
 	}
-	if c, _ := e.agent.Store.GetCard(e.ctx, "c1"); !slices.Contains(c.Labels, "once:go") {
+	if c, _ := e.agent.Store.GetCard(e.ctx, board.GetCardParams{ID: "c1"}); !slices.Contains(c.Labels, "once:go") {
 		t.Errorf("labels = %v: a machine-reason label write consumed the one-shot", c.Labels)
 	}
 }
@@ -442,12 +433,13 @@ type busyLog struct {
 	n int
 }
 
-func (b *busyLog) Events(ctx context.Context, after int64, limit int) ([]board.Event, error) {
+func (b *busyLog) Events(ctx context.Context, p board.EventsParams) ([]board.Event, error) {
+	after, limit := p.After, p.Limit
 	b.n++
-	if _, err := b.Store.CreateCard(ctx, board.NewCard{ID: fmt.Sprintf("busy-%d", b.n)}); err != nil {
+	if _, err := b.Store.CreateCard(ctx, board.CreateCardParams{ID: fmt.Sprintf("busy-%d", b.n)}); err != nil {
 		return nil, err
 	}
-	return b.Store.Events(ctx, after, limit)
+	return b.Store.Events(ctx, board.EventsParams{After: after, Limit: limit})
 }
 
 // TestEffectsSeekHeadEndsOnABusyLog: the seek stops at the first page
@@ -480,19 +472,19 @@ func TestEffectsOneShotWaitsOutTheBlockers(t *testing.T) {
 	if err := e.fx.SeekHead(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.agent.Store.CreateCard(e.ctx, board.NewCard{
+	if _, err := e.agent.Store.CreateCard(e.ctx, board.CreateCardParams{
 		ID: "dep", DependsOn: []string{"blocker"}, Labels: []string{"once:go", "keep"}, Actor: "uid:1000",
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.agent.Store.CreateCard(e.ctx, board.NewCard{ID: "dep2", DependsOn: []string{"blocker"}, Actor: "uid:1000"}); err != nil {
+	if _, err := e.agent.Store.CreateCard(e.ctx, board.CreateCardParams{ID: "dep2", DependsOn: []string{"blocker"}, Actor: "uid:1000"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.agent.Store.AdjustLabels(e.ctx, board.LabelChange{Card: "dep2", Add: []string{"once:go"}, Actor: "uid:1000"}); err != nil {
+	if _, err := e.agent.Store.AdjustLabels(e.ctx, board.AdjustLabelsParams{Card: "dep2", Add: []string{"once:go"}, Actor: "uid:1000"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"dep", "dep2"} {
-		if c, err := e.agent.Store.GetCard(e.ctx, id); err != nil || c.State != board.StateWaitingDeps {
+		if c, err := e.agent.Store.GetCard(e.ctx, board.GetCardParams{ID: id}); err != nil || c.State != board.StateWaitingDeps {
 			t.Fatalf("%s: state %q (err %v), want waiting_deps", id, c.State, err)
 		}
 	}
@@ -500,7 +492,7 @@ func TestEffectsOneShotWaitsOutTheBlockers(t *testing.T) {
 		t.Errorf("launch hints while the cards wait on their blocker = %v, want none", got)
 	}
 	for _, id := range []string{"dep", "dep2"} {
-		if c, _ := e.agent.Store.GetCard(e.ctx, id); !slices.Contains(c.Labels, "once:go") {
+		if c, _ := e.agent.Store.GetCard(e.ctx, board.GetCardParams{ID: id}); !slices.Contains(c.Labels, "once:go") {
 			t.Errorf("%s labels = %v while it waits: the one-shot was consumed without a launch", id, c.Labels)
 		}
 	}
@@ -512,7 +504,7 @@ func TestEffectsOneShotWaitsOutTheBlockers(t *testing.T) {
 		t.Errorf("launch hints after the promotion = %v, want %v (one each)", got, want)
 	}
 	for id, want := range map[string][]string{"dep": {"keep"}, "dep2": nil} {
-		c, err := e.agent.Store.GetCard(e.ctx, id)
+		c, err := e.agent.Store.GetCard(e.ctx, board.GetCardParams{ID: id})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,5 +1,7 @@
 package agent
 
+//go:generate go run ../internal/storegen -layer agent -root ..
+
 import (
 	"context"
 	"errors"
@@ -15,7 +17,9 @@ import (
 //
 // It names every verb of the contract itself (it does not embed the
 // store: an embedded store would let a new verb through uncounted, and
-// TestStoreWrappersImplementEveryVerb fails on one).
+// TestStoreWrappersImplementEveryVerb fails on one). The verbs that need
+// nothing but counting are generated (metered_gen.go, internal/storegen);
+// those that observe their answer are written here.
 //
 // The stored board every SetBoard through it leaves is handed to boards,
 // the agent's board cache, so a change made through this agent is what
@@ -71,18 +75,6 @@ var readOps = map[string]bool{
 	"list_unleased_running_claims": true, "renew_claims": true, "load_board": true,
 }
 
-// storeOps are the op labels of leasekeeper_store_errors_total: every verb
-// meteredStore counts, so each series exists at 0 from the start.
-var storeOps = []string{
-	"adjust_labels", "claim", "claim_next", "create_card", "create_run",
-	"delete_card", "dependents", "events", "expire_claim_owned", "finish", "get_card", "get_run",
-	"list_cards", "list_expired_claim_candidates", "list_unleased_running_claims",
-	"load_board", "now", "prune", "reclaim_expired", "release", "release_expired", "release_owned",
-	"renew_claims", "reopen", "set_awaiting_input_owned", "set_board", "set_gave_up_owned",
-	"set_labels", "set_labels_from", "set_last_run_owned", "set_state", "set_state_from",
-	"set_state_owned", "start", "update_run",
-}
-
 // WriteOutcome is how the store answered the last write through the agent
 // (renewals aside).
 type WriteOutcome struct {
@@ -118,40 +110,16 @@ func (s meteredStore) acquired(op string, err error) {
 	s.done(op, err)
 }
 
-func (s meteredStore) CreateCard(ctx context.Context, c board.NewCard) (board.Card, error) {
-	out, err := s.inner.CreateCard(ctx, c)
-	s.done("create_card", err)
-	return out, err
-}
-
-func (s meteredStore) GetCard(ctx context.Context, id string) (board.Card, error) {
-	out, err := s.inner.GetCard(ctx, id)
-	s.done("get_card", err)
-	return out, err
-}
-
-func (s meteredStore) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
-	out, err := s.inner.ListCards(ctx, f)
-	s.done("list_cards", err)
-	return out, err
-}
-
-func (s meteredStore) Dependents(ctx context.Context, id string) ([]board.Card, error) {
-	out, err := s.inner.Dependents(ctx, id)
-	s.done("dependents", err)
-	return out, err
-}
-
-func (s meteredStore) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, board.ClaimToken, error) {
-	c, tok, err := s.inner.Claim(ctx, r)
+func (s meteredStore) Claim(ctx context.Context, p board.ClaimParams) (board.Card, error) {
+	c, err := s.inner.Claim(ctx, p)
 	s.acquired("claim", err)
 	if err == nil {
-		s.m.claims.note(board.Hold{Card: c.ID, Token: tok}, c.ClaimedAt)
+		s.m.claims.note(board.Hold{Card: c.ID, Token: c.Token()}, c.ClaimedAt)
 	}
-	return c, tok, err
+	return c, err
 }
 
-func (s meteredStore) Start(ctx context.Context, r board.StartRequest) (board.Started, error) {
+func (s meteredStore) Start(ctx context.Context, r board.StartParams) (board.StartResult, error) {
 	out, err := s.inner.Start(ctx, r)
 	s.acquired("start", err)
 	if err == nil {
@@ -160,7 +128,7 @@ func (s meteredStore) Start(ctx context.Context, r board.StartRequest) (board.St
 	return out, err
 }
 
-func (s meteredStore) Finish(ctx context.Context, r board.FinishRequest) (board.Finished, error) {
+func (s meteredStore) Finish(ctx context.Context, r board.FinishParams) (board.FinishResult, error) {
 	out, err := s.inner.Finish(ctx, r)
 	s.owned("finish", err)
 	if err == nil {
@@ -175,133 +143,37 @@ func (s meteredStore) Finish(ctx context.Context, r board.FinishRequest) (board.
 // Traits are the wrapped store's: a declaration, not a store call.
 func (s meteredStore) Traits() board.Traits { return s.inner.Traits() }
 
-func (s meteredStore) LoadBoard(ctx context.Context) (board.Board, error) {
-	out, err := s.inner.LoadBoard(ctx)
-	s.done("load_board", err)
-	return out, err
-}
-
-func (s meteredStore) SetBoard(ctx context.Context, expect, next board.Board) (board.Board, bool, error) {
-	out, changed, err := s.inner.SetBoard(ctx, expect, next)
+func (s meteredStore) SetBoard(ctx context.Context, p board.SetBoardParams) (board.SetBoardResult, error) {
+	out, err := s.inner.SetBoard(ctx, p)
 	s.done("set_board", err)
 	if err == nil {
 		// The stored board, written or found on a miss: either way the
 		// freshest there is.
-		s.boards.written(out)
+		s.boards.written(out.Board)
 	}
-	return out, changed, err
-}
-
-func (s meteredStore) SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error) {
-	out, changed, err := s.inner.SetLabelsFrom(ctx, l)
-	s.done("set_labels_from", err)
-	return out, changed, err
+	return out, err
 }
 
 func (s meteredStore) Close() error { return s.inner.Close() }
 
-func (s meteredStore) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.Card, board.ClaimToken, error) {
-	c, tok, err := s.inner.ClaimNext(ctx, r)
+func (s meteredStore) ClaimNext(ctx context.Context, p board.ClaimNextParams) (board.Card, error) {
+	c, err := s.inner.ClaimNext(ctx, p)
 	s.acquired("claim_next", err)
 	if err == nil {
-		s.m.claims.note(board.Hold{Card: c.ID, Token: tok}, c.ClaimedAt)
+		s.m.claims.note(board.Hold{Card: c.ID, Token: c.Token()}, c.ClaimedAt)
 	}
-	return c, tok, err
+	return c, err
 }
 
 // RenewClaims counts the batch error and the per-hold store failures. A
 // per-hold conflict is not counted here: the heartbeat reports it as a
 // lost claim (superseded or released), which is what it means.
-func (s meteredStore) RenewClaims(ctx context.Context, holds []board.Hold, lease time.Duration) ([]board.RenewResult, error) {
-	out, err := s.inner.RenewClaims(ctx, holds, lease)
+func (s meteredStore) RenewClaims(ctx context.Context, p board.RenewClaimsParams) ([]board.RenewResult, error) {
+	out, err := s.inner.RenewClaims(ctx, p)
 	s.done("renew_claims", err)
 	for _, r := range out {
 		s.done("renew_claims", r.Err)
 	}
-	return out, err
-}
-
-func (s meteredStore) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, error) {
-	changed, err := s.inner.SetStateOwned(ctx, m)
-	s.owned("set_state_owned", err)
-	return changed, err
-}
-
-func (s meteredStore) SetLastRunOwned(ctx context.Context, card string, tok board.ClaimToken, runID string) error {
-	err := s.inner.SetLastRunOwned(ctx, card, tok, runID)
-	s.owned("set_last_run_owned", err)
-	return err
-}
-
-func (s meteredStore) SetAwaitingInputOwned(ctx context.Context, card string, tok board.ClaimToken, awaiting bool) error {
-	err := s.inner.SetAwaitingInputOwned(ctx, card, tok, awaiting)
-	s.owned("set_awaiting_input_owned", err)
-	return err
-}
-
-func (s meteredStore) SetGaveUpOwned(ctx context.Context, card string, tok board.ClaimToken, g *board.GaveUp) error {
-	err := s.inner.SetGaveUpOwned(ctx, card, tok, g)
-	s.owned("set_gave_up_owned", err)
-	return err
-}
-
-func (s meteredStore) ExpireClaimOwned(ctx context.Context, card string, tok board.ClaimToken) error {
-	err := s.inner.ExpireClaimOwned(ctx, card, tok)
-	s.owned("expire_claim_owned", err)
-	return err
-}
-
-func (s meteredStore) ReleaseOwned(ctx context.Context, card string, tok board.ClaimToken) error {
-	err := s.inner.ReleaseOwned(ctx, card, tok)
-	s.owned("release_owned", err)
-	return err
-}
-
-func (s meteredStore) ReleaseExpired(ctx context.Context, r board.ExpiredRelease) error {
-	err := s.inner.ReleaseExpired(ctx, r)
-	s.done("release_expired", err)
-	return err
-}
-
-func (s meteredStore) Release(ctx context.Context, card, marker, actor string) error {
-	err := s.inner.Release(ctx, card, marker, actor)
-	s.done("release", err)
-	return err
-}
-
-func (s meteredStore) SetState(ctx context.Context, m board.Move) error {
-	err := s.inner.SetState(ctx, m)
-	s.done("set_state", err)
-	return err
-}
-
-func (s meteredStore) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
-	changed, err := s.inner.SetStateFrom(ctx, m)
-	s.done("set_state_from", err)
-	return changed, err
-}
-
-func (s meteredStore) Reopen(ctx context.Context, m board.Move) error {
-	err := s.inner.Reopen(ctx, m)
-	s.done("reopen", err)
-	return err
-}
-
-func (s meteredStore) AdjustLabels(ctx context.Context, c board.LabelChange) (board.Card, error) {
-	out, err := s.inner.AdjustLabels(ctx, c)
-	s.done("adjust_labels", err)
-	return out, err
-}
-
-func (s meteredStore) SetLabels(ctx context.Context, card string, labels []string, actor string) (board.Card, error) {
-	out, err := s.inner.SetLabels(ctx, card, labels, actor)
-	s.done("set_labels", err)
-	return out, err
-}
-
-func (s meteredStore) CreateRun(ctx context.Context, r board.NewRun) (board.Run, error) {
-	out, err := s.inner.CreateRun(ctx, r)
-	s.done("create_run", err)
 	return out, err
 }
 
@@ -311,11 +183,11 @@ func (s meteredStore) CreateRun(ctx context.Context, r board.NewRun) (board.Run,
 // compare-and-set on an open status (the watchdog's orphan verdict) says
 // so; otherwise the run is read first, and only when the update writes a
 // verdict.
-func (s meteredStore) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run, error) {
+func (s meteredStore) UpdateRun(ctx context.Context, u board.UpdateRunParams) (board.Run, error) {
 	verdict := u.Status != nil && !u.Status.Open()
 	wasOpen := u.IfStatus != nil && u.IfStatus.Open()
 	if verdict && u.IfStatus == nil {
-		before, err := s.inner.GetRun(ctx, u.ID)
+		before, err := s.inner.GetRun(ctx, board.GetRunParams{ID: u.ID})
 		s.done("get_run", err)
 		wasOpen = err == nil && before.Status.Open()
 	}
@@ -324,53 +196,5 @@ func (s meteredStore) UpdateRun(ctx context.Context, u board.RunUpdate) (board.R
 	if err == nil && verdict && wasOpen {
 		s.m.verdict(out)
 	}
-	return out, err
-}
-
-func (s meteredStore) GetRun(ctx context.Context, id string) (board.Run, error) {
-	out, err := s.inner.GetRun(ctx, id)
-	s.done("get_run", err)
-	return out, err
-}
-
-func (s meteredStore) Now(ctx context.Context) (time.Time, error) {
-	out, err := s.inner.Now(ctx)
-	s.done("now", err)
-	return out, err
-}
-
-func (s meteredStore) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQuery) (board.ExpiredPage, error) {
-	out, err := s.inner.ListExpiredClaimCandidates(ctx, q)
-	s.done("list_expired_claim_candidates", err)
-	return out, err
-}
-
-func (s meteredStore) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
-	out, err := s.inner.ListUnleasedRunningClaims(ctx, cutoff, limit)
-	s.done("list_unleased_running_claims", err)
-	return out, err
-}
-
-func (s meteredStore) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Card, board.ClaimToken, error) {
-	c, tok, err := s.inner.ReclaimExpired(ctx, r)
-	s.done("reclaim_expired", err)
-	return c, tok, err
-}
-
-func (s meteredStore) Events(ctx context.Context, after int64, limit int) ([]board.Event, error) {
-	out, err := s.inner.Events(ctx, after, limit)
-	s.done("events", err)
-	return out, err
-}
-
-func (s meteredStore) Prune(ctx context.Context, p board.PruneParams) (board.PruneResult, error) {
-	out, err := s.inner.Prune(ctx, p)
-	s.done("prune", err)
-	return out, err
-}
-
-func (s meteredStore) DeleteCard(ctx context.Context, p board.DeleteCardParams) (board.DeleteCardResult, error) {
-	out, err := s.inner.DeleteCard(ctx, p)
-	s.done("delete_card", err)
 	return out, err
 }

@@ -11,14 +11,36 @@ import (
 
 // TestStoreOpsNameEveryCountedVerb keeps storeOps, the op labels
 // leasekeeper_store_errors_total starts with at 0, equal to the ops
-// meteredStore actually counts: every string literal instrument.go passes
-// to done, owned or acquired.
+// meteredStore actually counts: every string literal its files (the
+// hand-written instrument.go and the generated metered_gen.go) pass to
+// done, owned or acquired.
 func TestStoreOpsNameEveryCountedVerb(t *testing.T) {
-	f, err := parser.ParseFile(token.NewFileSet(), "instrument.go", nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	counted := map[string]bool{}
+	for _, name := range []string{"instrument.go", "metered_gen.go"} {
+		f, err := parser.ParseFile(token.NewFileSet(), name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		countedIn(t, f, counted)
+	}
+	if len(counted) == 0 {
+		t.Fatal("found no counted ops in instrument.go and metered_gen.go")
+	}
+	for op := range counted {
+		if !slices.Contains(storeOps, op) {
+			t.Errorf("meteredStore counts op %q, which storeOps does not list", op)
+		}
+	}
+	for _, op := range storeOps {
+		if !counted[op] {
+			t.Errorf("storeOps lists %q, which meteredStore never counts", op)
+		}
+	}
+}
+
+// countedIn adds to counted the op labels f passes to done, owned or
+// acquired.
+func countedIn(t *testing.T, f *ast.File, counted map[string]bool) {
 	ast.Inspect(f, func(n ast.Node) bool {
 		call, ok := n.(*ast.CallExpr)
 		if !ok || len(call.Args) == 0 {
@@ -37,17 +59,4 @@ func TestStoreOpsNameEveryCountedVerb(t *testing.T) {
 		}
 		return true
 	})
-	if len(counted) == 0 {
-		t.Fatal("found no counted ops in instrument.go")
-	}
-	for op := range counted {
-		if !slices.Contains(storeOps, op) {
-			t.Errorf("meteredStore counts op %q, which storeOps does not list", op)
-		}
-	}
-	for _, op := range storeOps {
-		if !counted[op] {
-			t.Errorf("storeOps lists %q, which meteredStore never counts", op)
-		}
-	}
 }

@@ -57,7 +57,7 @@ func TestMetricsAfterRealOperations(t *testing.T) {
 			// The boot sweep expires the dead worker's claim; the reaper's
 			// first pass then releases it (no run was ever recorded).
 			seedDeadClaim(t, s)
-			if _, err := s.CreateCard(context.Background(), board.NewCard{ID: "work"}); err != nil {
+			if _, err := s.CreateCard(context.Background(), board.CreateCardParams{ID: "work"}); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -188,19 +188,21 @@ func TestMeteredStoreCountsAtTheStore(t *testing.T) {
 
 	alice, bob := board.WorkerMarker(host, 101), board.WorkerMarker(host, 202)
 	for _, id := range []string{"a", "b"} {
-		if _, err := s.CreateCard(ctx, board.NewCard{ID: id}); err != nil {
+		if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: id}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Claim, release and claim again, so a stale epoch exists.
-	_, first, err := s.Claim(ctx, board.ClaimRequest{Card: "a", Marker: alice, Lease: time.Minute})
+	card, err := s.Claim(ctx, board.ClaimParams{Card: "a", Marker: alice, Lease: time.Minute})
+	first := card.Token()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ReleaseOwned(ctx, "a", first); err != nil {
+	if err := s.ReleaseOwned(ctx, board.OwnedParams{Card: "a", Token: first}); err != nil {
 		t.Fatal(err)
 	}
-	_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: "a", Marker: alice, Lease: time.Minute})
+	claimed, err := s.Claim(ctx, board.ClaimParams{Card: "a", Marker: alice, Lease: time.Minute})
+	tok := claimed.Token()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,38 +212,38 @@ func TestMeteredStoreCountsAtTheStore(t *testing.T) {
 		wantErr error
 	}{
 		{"bob claims alice's card", func() error {
-			_, _, err := s.Claim(ctx, board.ClaimRequest{Card: "a", Marker: bob, Lease: time.Minute})
+			_, err := s.Claim(ctx, board.ClaimParams{Card: "a", Marker: bob, Lease: time.Minute})
 			return err
 		}, board.ErrClaimConflict},
 		{"claim an unknown card", func() error {
-			_, _, err := s.Claim(ctx, board.ClaimRequest{Card: "nope", Marker: bob, Lease: time.Minute})
+			_, err := s.Claim(ctx, board.ClaimParams{Card: "nope", Marker: bob, Lease: time.Minute})
 			return err
 		}, board.ErrNotFound},
 		{"claim with a malformed marker", func() error {
-			_, _, err := s.Claim(ctx, board.ClaimRequest{Card: "b", Marker: "no-pid-here-", Lease: time.Minute})
+			_, err := s.Claim(ctx, board.ClaimParams{Card: "b", Marker: "no-pid-here-", Lease: time.Minute})
 			return err
 		}, board.ErrInvalidArgument},
 		{"bob claims the next free card", func() error {
-			_, _, err := s.ClaimNext(ctx, board.ClaimNextRequest{Marker: bob, Lease: time.Minute})
+			_, err := s.ClaimNext(ctx, board.ClaimNextParams{Marker: bob, Lease: time.Minute})
 			return err
 		}, nil},
 		{"claim-next on an empty pool", func() error {
-			_, _, err := s.ClaimNext(ctx, board.ClaimNextRequest{Marker: bob, Lease: time.Minute})
+			_, err := s.ClaimNext(ctx, board.ClaimNextParams{Marker: bob, Lease: time.Minute})
 			return err
 		}, board.ErrNotFound},
 		{"a stale epoch releases", func() error {
-			return s.ReleaseOwned(ctx, "a", first)
+			return s.ReleaseOwned(ctx, board.OwnedParams{Card: "a", Token: first})
 		}, board.ErrClaimConflict},
 		{"bob moves alice's card", func() error {
-			_, err := s.SetStateOwned(ctx, board.OwnedMove{Card: "a", Token: board.ClaimToken{Marker: bob, Epoch: tok.Epoch}, To: board.StateInProgress})
+			_, err := s.SetStateOwned(ctx, board.SetStateOwnedParams{Card: "a", Token: board.ClaimToken{Marker: bob, Epoch: tok.Epoch}, To: board.StateInProgress})
 			return err
 		}, board.ErrClaimConflict},
 		{"alice's own write passes the fence", func() error {
-			_, err := s.SetStateOwned(ctx, board.OwnedMove{Card: "a", Token: tok, To: board.StateInProgress})
+			_, err := s.SetStateOwned(ctx, board.SetStateOwnedParams{Card: "a", Token: tok, To: board.StateInProgress})
 			return err
 		}, nil},
 		{"read an unknown card", func() error {
-			_, err := s.GetCard(ctx, "nope")
+			_, err := s.GetCard(ctx, board.GetCardParams{ID: "nope"})
 			return err
 		}, board.ErrNotFound},
 	}
@@ -254,10 +256,10 @@ func TestMeteredStoreCountsAtTheStore(t *testing.T) {
 	if err := raw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.GetCard(ctx, "a"); err == nil {
+	if _, err := s.GetCard(ctx, board.GetCardParams{ID: "a"}); err == nil {
 		t.Fatal("read from a closed store succeeded")
 	}
-	if _, err := s.RenewClaims(ctx, []board.Hold{{Card: "a", Token: tok}}, time.Minute); err == nil {
+	if _, err := s.RenewClaims(ctx, board.RenewClaimsParams{Holds: []board.Hold{{Card: "a", Token: tok}}, Lease: time.Minute}); err == nil {
 		t.Fatal("renewal on a closed store succeeded")
 	}
 

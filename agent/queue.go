@@ -254,7 +254,7 @@ const (
 // retried records what the retry policy made of a Finish written through
 // this agent: a retry (the card backs off in the pool) or attempts spent
 // (Finish stamps gave_up only then).
-func (m *metrics) retried(f board.Finished) {
+func (m *metrics) retried(f board.FinishResult) {
 	switch {
 	case f.Card.GaveUp != nil:
 		m.retries.WithLabelValues(retrySpent).Inc()

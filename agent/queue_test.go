@@ -31,7 +31,7 @@ func listedCounts(t *testing.T, c *client.Client) (map[string]float64, float64) 
 	if err != nil {
 		t.Fatalf("board: %v", err)
 	}
-	cards, err := c.ListCards(ctx, board.CardFilter{})
+	cards, err := c.ListCards(ctx, board.ListCardsParams{})
 	if err != nil {
 		t.Fatalf("list cards: %v", err)
 	}
@@ -124,7 +124,7 @@ func TestQueueMetricsMatchTheBoard(t *testing.T) {
 		dbPath:          dbPath,
 		boardCountEvery: 20 * time.Millisecond,
 		seed: func(t *testing.T, s *boltstore.Store) {
-			for _, nc := range []board.NewCard{
+			for _, nc := range []board.CreateCardParams{
 				{ID: "a", State: board.StateBacklog},
 				{ID: "b"}, {ID: "c"}, {ID: "e"},
 				{ID: "x", State: board.StateBacklog},
@@ -149,7 +149,7 @@ func TestQueueMetricsMatchTheBoard(t *testing.T) {
 		t.Errorf("claim age with nothing held = %v, want 0", got)
 	}
 
-	if _, err := c.CreateCard(ctx, board.NewCard{ID: "d"}); err != nil {
+	if _, err := c.CreateCard(ctx, board.CreateCardParams{ID: "d"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.MoveCard(ctx, "a", board.StateReady); err != nil {
@@ -415,7 +415,7 @@ func TestQueueMetricsFollowAFleetsWrites(t *testing.T) {
 	other := openMongoSpec(t, uri, db)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for _, nc := range []board.NewCard{{ID: "a"}, {ID: "b", State: board.StateBacklog}} {
+	for _, nc := range []board.CreateCardParams{{ID: "a"}, {ID: "b", State: board.StateBacklog}} {
 		if _, err := other.CreateCard(ctx, nc); err != nil {
 			t.Fatal(err)
 		}
@@ -431,13 +431,13 @@ func TestQueueMetricsFollowAFleetsWrites(t *testing.T) {
 	}
 
 	elsewhere := board.WorkerMarker("elsewhere", 4242)
-	if _, err := other.CreateCard(ctx, board.NewCard{ID: "c"}); err != nil {
+	if _, err := other.CreateCard(ctx, board.CreateCardParams{ID: "c"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := other.SetState(ctx, board.Move{Card: "b", To: board.StateReady, Actor: "operator"}); err != nil {
+	if err := other.SetState(ctx, board.MoveParams{Card: "b", To: board.StateReady, Actor: "operator"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := other.Claim(ctx, board.ClaimRequest{Card: "a", Marker: elsewhere, Lease: time.Hour}); err != nil {
+	if _, err := other.Claim(ctx, board.ClaimParams{Card: "a", Marker: elsewhere, Lease: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	fams = waitBoardCounts(t, r, "after the fleet's writes")
@@ -447,7 +447,7 @@ func TestQueueMetricsFollowAFleetsWrites(t *testing.T) {
 	if got := value(fams, "leasekeeper_claims_held", nil); got != 0 {
 		t.Errorf("claims held by this agent = %v, want 0: the claim is another host's", got)
 	}
-	if err := other.Release(ctx, "a", elsewhere, "operator"); err != nil {
+	if err := other.Release(ctx, board.ReleaseParams{Card: "a", Marker: elsewhere, Actor: "operator"}); err != nil {
 		t.Fatal(err)
 	}
 	waitBoardCounts(t, r, "after the fleet's release")
@@ -467,11 +467,11 @@ func TestOrphanVerdictCountsAsARunOutcome(t *testing.T) {
 		metrics: true,
 		seed: func(t *testing.T, s *boltstore.Store) {
 			ctx := context.Background()
-			if _, err := s.CreateCard(ctx, board.NewCard{ID: "c"}); err != nil {
+			if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: "c"}); err != nil {
 				t.Fatal(err)
 			}
 			dead := deadPID(t)
-			if _, err := s.Start(ctx, board.StartRequest{Card: "c", Marker: board.WorkerMarker(host, dead), Lease: time.Hour,
+			if _, err := s.Start(ctx, board.StartParams{Card: "c", Marker: board.WorkerMarker(host, dead), Lease: time.Hour,
 				Run: board.Run{ID: "run-1", Host: host, PID: dead}}); err != nil {
 				t.Fatal(err)
 			}

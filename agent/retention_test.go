@@ -29,14 +29,14 @@ func retentionStore(t *testing.T) (*boltstore.Store, *boardtest.ManualClock) {
 func finishCard(t *testing.T, s board.Store, id, runID string) {
 	t.Helper()
 	ctx := t.Context()
-	if _, err := s.CreateCard(ctx, board.NewCard{ID: id, Actor: "cli"}); err != nil {
+	if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: id, Actor: "cli"}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := s.Start(ctx, board.StartRequest{Card: id, Marker: "host-42", Lease: time.Minute, Run: board.Run{ID: runID, Host: "host", PID: 1}})
+	st, err := s.Start(ctx, board.StartParams{Card: id, Marker: "host-42", Lease: time.Minute, Run: board.Run{ID: runID, Host: "host", PID: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Finish(ctx, board.FinishRequest{Card: id, Token: st.Token, RunID: runID, Status: board.RunFinished}); err != nil {
+	if _, err := s.Finish(ctx, board.FinishParams{Card: id, Token: st.Token, RunID: runID, Status: board.RunFinished}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -104,14 +104,14 @@ func TestPrunerPassesOnItsTimerAndDrainsABacklog(t *testing.T) {
 		t.Errorf("after the backlog the pruner waits %s, want the interval", d)
 	}
 	for _, id := range []string{"run-a", "run-b"} {
-		if _, err := s.GetRun(t.Context(), id); !errors.Is(err, board.ErrNotFound) {
+		if _, err := s.GetRun(t.Context(), board.GetRunParams{ID: id}); !errors.Is(err, board.ErrNotFound) {
 			t.Errorf("GetRun(%s) = %v, want it pruned", id, err)
 		}
 	}
-	if _, err := s.GetRun(t.Context(), "run-young"); err != nil {
+	if _, err := s.GetRun(t.Context(), board.GetRunParams{ID: "run-young"}); err != nil {
 		t.Errorf("a run younger than the age was pruned: %v", err)
 	}
-	evs, err := s.Events(t.Context(), 0, 100)
+	evs, err := s.Events(t.Context(), board.EventsParams{After: 0, Limit: 100})
 	if err != nil || len(evs) == 0 || evs[0].Seq != 4 {
 		t.Errorf("the log after the passes starts at %v (%v); want seq 4, the first event the effects layer had not applied", evs, err)
 	}

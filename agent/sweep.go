@@ -138,7 +138,7 @@ func BootSweep(ctx context.Context, cfg SweepConfig) ([]SweepItem, []Adoption, e
 	if cfg.Keepalive {
 		hosts = append(hosts, cfg.Host+socketapi.ForeignHostSuffix)
 	}
-	cards, err := cfg.Store.ListCards(ctx, board.CardFilter{ClaimedOnly: true, ClaimHosts: hosts})
+	cards, err := cfg.Store.ListCards(ctx, board.ListCardsParams{ClaimedOnly: true, ClaimHosts: hosts})
 	if err != nil {
 		return nil, nil, fmt.Errorf("boot sweep: list claimed cards: %w", err)
 	}
@@ -228,7 +228,7 @@ func BootSweep(ctx context.Context, cfg SweepConfig) ([]SweepItem, []Adoption, e
 	for i, l := range live {
 		holds[i] = board.Hold{Card: l.card.ID, Token: l.card.Token()}
 	}
-	results, err := cfg.Store.RenewClaims(ctx, holds, cfg.Lease)
+	results, err := cfg.Store.RenewClaims(ctx, board.RenewClaimsParams{Holds: holds, Lease: cfg.Lease})
 	if err == nil && len(results) != len(holds) {
 		err = fmt.Errorf("store answered %d results for %d holds", len(results), len(holds))
 	}
@@ -270,7 +270,7 @@ func (cfg SweepConfig) judge(ctx context.Context, c board.Card, m board.Marker) 
 	// Recovery claims have no run of their own.
 	var rec pidprobe.Identity
 	if !m.Recovery && c.LastRunID != "" {
-		r, err := cfg.Store.GetRun(ctx, c.LastRunID)
+		r, err := cfg.Store.GetRun(ctx, board.GetRunParams{ID: c.LastRunID})
 		switch {
 		case err == nil && r.Owner == c.Claim && r.PID == m.PID:
 			rec = pidprobe.Identity{BootID: r.BootID, StartTicks: r.PIDStartTicks, StartMillis: r.PIDStart}
@@ -369,7 +369,7 @@ func (cfg SweepConfig) overAhead() time.Duration {
 // bury releases a dead owner's legacy claim or expires its lease.
 func (cfg SweepConfig) bury(ctx context.Context, c board.Card) (SweepAction, string, error) {
 	if c.Legacy() {
-		if err := cfg.Store.Release(ctx, c.ID, c.Claim, cfg.Actor); err != nil {
+		if err := cfg.Store.Release(ctx, board.ReleaseParams{Card: c.ID, Marker: c.Claim, Actor: cfg.Actor}); err != nil {
 			return SweepFailed, "release of a legacy claim failed", err
 		}
 		return SweepReleased, "legacy claim (no lease) released", nil
@@ -379,7 +379,7 @@ func (cfg SweepConfig) bury(ctx context.Context, c board.Card) (SweepAction, str
 
 // expire sets a claim's lease to the store's now, fenced on its token.
 func (cfg SweepConfig) expire(ctx context.Context, c board.Card) (SweepAction, string, error) {
-	if err := cfg.Store.ExpireClaimOwned(ctx, c.ID, c.Token()); err != nil {
+	if err := cfg.Store.ExpireClaimOwned(ctx, board.OwnedParams{Card: c.ID, Token: c.Token()}); err != nil {
 		if errors.Is(err, board.ErrClaimConflict) {
 			return SweepKept, "claim changed before the expiry", err
 		}

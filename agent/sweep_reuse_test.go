@@ -35,13 +35,14 @@ func TestBootSweepDoesNotAdoptAReusedPID(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = store.Close() })
-		if _, err := store.CreateCard(ctx, board.NewCard{ID: "c"}); err != nil {
+		if _, err := store.CreateCard(ctx, board.CreateCardParams{ID: "c"}); err != nil {
 			t.Fatal(err)
 		}
 		// What the socket records for a worker's claim and run.
 		pid, deadStart := pidreuse.Dead(t, nil, func(pid int) {
 			marker := board.WorkerMarker(host, pid)
-			_, tok, err := store.Claim(ctx, board.ClaimRequest{Card: "c", Marker: marker, Lease: lease})
+			card, err := store.Claim(ctx, board.ClaimParams{Card: "c", Marker: marker, Lease: lease})
+			tok := card.Token()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -49,12 +50,12 @@ func TestBootSweepDoesNotAdoptAReusedPID(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := store.CreateRun(ctx, board.NewRun{Token: tok, Run: board.Run{ID: "r", Card: "c", Status: board.RunRunning,
+			r, err := store.CreateRun(ctx, board.CreateRunParams{Token: tok, Run: board.Run{ID: "r", Card: "c", Status: board.RunRunning,
 				Host: host, PID: pid, PIDStart: id.StartMillis, PIDStartTicks: id.StartTicks, BootID: id.BootID}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := store.SetLastRunOwned(ctx, "c", tok, r.ID); err != nil {
+			if err := store.SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: "c", Token: tok, RunID: r.ID}); err != nil {
 				t.Fatal(err)
 			}
 		})

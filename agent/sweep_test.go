@@ -65,7 +65,7 @@ type unleased struct {
 	card string
 }
 
-func (u unleased) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
+func (u unleased) ListCards(ctx context.Context, f board.ListCardsParams) ([]board.Card, error) {
 	cards, err := u.Store.ListCards(ctx, f)
 	for i := range cards {
 		if cards[i].ID == u.card {
@@ -125,24 +125,25 @@ func TestBootSweep(t *testing.T) {
 	}
 	before := map[string]board.Card{}
 	for _, s := range setups {
-		if _, err := store.CreateCard(ctx, board.NewCard{ID: s.card}); err != nil {
+		if _, err := store.CreateCard(ctx, board.CreateCardParams{ID: s.card}); err != nil {
 			t.Fatal(err)
 		}
-		_, tok, err := store.Claim(ctx, board.ClaimRequest{Card: s.card, Marker: s.marker, Lease: lease})
+		card, err := store.Claim(ctx, board.ClaimParams{Card: s.card, Marker: s.marker, Lease: lease})
+		tok := card.Token()
 		if err != nil {
 			t.Fatalf("claim %s as %s: %v", s.card, s.marker, err)
 		}
 		if s.run != nil {
 			r := *s.run
 			r.ID, r.Card, r.Status, r.Owner, r.Epoch, r.Host = "run-"+s.card, s.card, board.RunRunning, s.marker, tok.Epoch, host
-			if _, err := store.CreateRun(ctx, board.NewRun{Token: tok, Run: r}); err != nil {
+			if _, err := store.CreateRun(ctx, board.CreateRunParams{Token: tok, Run: r}); err != nil {
 				t.Fatal(err)
 			}
-			if err := store.SetLastRunOwned(ctx, s.card, tok, r.ID); err != nil {
+			if err := store.SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: s.card, Token: tok, RunID: r.ID}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		c, err := store.GetCard(ctx, s.card)
+		c, err := store.GetCard(ctx, board.GetCardParams{ID: s.card})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,7 +194,7 @@ func TestBootSweep(t *testing.T) {
 
 			now := time.Now()
 			for card, action := range tc.want {
-				c, err := store.GetCard(ctx, card)
+				c, err := store.GetCard(ctx, board.GetCardParams{ID: card})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -215,7 +216,7 @@ func TestBootSweep(t *testing.T) {
 				}
 			}
 			for _, card := range []string{"other-host", "foreign-ns"} {
-				c, err := store.GetCard(ctx, card)
+				c, err := store.GetCard(ctx, board.GetCardParams{ID: card})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -254,10 +255,10 @@ func TestBootSweepKeepaliveAdoptsSelfDeclaredWorkers(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = store.Close() })
 	marker := board.WorkerMarker(host+"~pidns", 4242)
-	if _, err := store.CreateCard(ctx, board.NewCard{ID: "c"}); err != nil {
+	if _, err := store.CreateCard(ctx, board.CreateCardParams{ID: "c"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := store.Claim(ctx, board.ClaimRequest{Card: "c", Marker: marker, Lease: time.Minute}); err != nil {
+	if _, err := store.Claim(ctx, board.ClaimParams{Card: "c", Marker: marker, Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	items, adopted, err := BootSweep(ctx, SweepConfig{
@@ -292,13 +293,13 @@ func TestBootSweepDoesNotReviveAClaimWhoseDeadlineHasPassed(t *testing.T) {
 
 	claim := func(card, marker string) board.Card {
 		t.Helper()
-		if _, err := store.CreateCard(ctx, board.NewCard{ID: card}); err != nil {
+		if _, err := store.CreateCard(ctx, board.CreateCardParams{ID: card}); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := store.Claim(ctx, board.ClaimRequest{Card: card, Marker: marker, Lease: lease}); err != nil {
+		if _, err := store.Claim(ctx, board.ClaimParams{Card: card, Marker: marker, Lease: lease}); err != nil {
 			t.Fatal(err)
 		}
-		c, err := store.GetCard(ctx, card)
+		c, err := store.GetCard(ctx, board.GetCardParams{ID: card})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -344,7 +345,7 @@ func TestBootSweepDoesNotReviveAClaimWhoseDeadlineHasPassed(t *testing.T) {
 		t.Errorf("adopted %+v, want only the claim with time left", adopted)
 	}
 	for card, w := range want {
-		c, err := store.GetCard(ctx, card)
+		c, err := store.GetCard(ctx, board.GetCardParams{ID: card})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -387,13 +388,13 @@ func TestAgentBootDoesNotRenewAnEndedClaim(t *testing.T) {
 		seedClock: boardtest.NewManualClock(time.Now().Add(-time.Hour)),
 		seed: func(t *testing.T, s *boltstore.Store) {
 			ctx := context.Background()
-			if _, err := s.CreateCard(ctx, board.NewCard{ID: "gave-up"}); err != nil {
+			if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: "gave-up"}); err != nil {
 				t.Fatal(err)
 			}
-			if _, _, err := s.Claim(ctx, board.ClaimRequest{Card: "gave-up", Marker: marker, Lease: 30 * time.Second}); err != nil {
+			if _, err := s.Claim(ctx, board.ClaimParams{Card: "gave-up", Marker: marker, Lease: 30 * time.Second}); err != nil {
 				t.Fatal(err)
 			}
-			if claimed, err = s.GetCard(ctx, "gave-up"); err != nil {
+			if claimed, err = s.GetCard(ctx, board.GetCardParams{ID: "gave-up"}); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -438,12 +439,14 @@ func TestAgentReclaimAfterBootSweepIsFresh(t *testing.T) {
 		seedClock: boardtest.NewManualClock(time.Now().Add(-time.Hour)),
 		seed: func(t *testing.T, s *boltstore.Store) {
 			ctx := context.Background()
-			if _, err := s.CreateCard(ctx, board.NewCard{ID: "again"}); err != nil {
+			if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: "again"}); err != nil {
 				t.Fatal(err)
 			}
-			if _, old, err = s.Claim(ctx, board.ClaimRequest{Card: "again", Marker: board.WorkerMarker(host, os.Getpid()), Lease: 30 * time.Second}); err != nil {
+			c, err := s.Claim(ctx, board.ClaimParams{Card: "again", Marker: board.WorkerMarker(host, os.Getpid()), Lease: 30 * time.Second})
+			if err != nil {
 				t.Fatal(err)
 			}
+			old = c.Token()
 		},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -466,10 +469,10 @@ func TestAgentReclaimAfterBootSweepIsFresh(t *testing.T) {
 // filterRecorder records the filters ListCards is asked for.
 type filterRecorder struct {
 	board.Store
-	filters []board.CardFilter
+	filters []board.ListCardsParams
 }
 
-func (r *filterRecorder) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
+func (r *filterRecorder) ListCards(ctx context.Context, f board.ListCardsParams) ([]board.Card, error) {
 	r.filters = append(r.filters, f)
 	return r.Store.ListCards(ctx, f)
 }

@@ -122,10 +122,10 @@ func seedDeadClaim(t *testing.T, s *boltstore.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateCard(ctx, board.NewCard{ID: "orphan", State: "backlog"}); err != nil {
+	if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: "orphan", State: "backlog"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.Claim(ctx, board.ClaimRequest{Card: "orphan", Marker: board.WorkerMarker(host, deadPID(t)), Lease: time.Hour}); err != nil {
+	if _, err := s.Claim(ctx, board.ClaimParams{Card: "orphan", Marker: board.WorkerMarker(host, deadPID(t)), Lease: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -167,7 +167,7 @@ type KeepaliveResponse struct {
 }
 
 // CreateCardRequest creates a card (operator).
-type CreateCardRequest = board.NewCard
+type CreateCardRequest = board.CreateCardParams
 
 // ListCardsResponse lists cards.
 type ListCardsResponse struct {

@@ -37,17 +37,18 @@ func openStore(b *testing.B) *boltstore.Store {
 func BenchmarkClaimCAS(b *testing.B) {
 	st := openStore(b)
 	ctx := context.Background()
-	if _, err := st.CreateCard(ctx, board.NewCard{ID: "c"}); err != nil {
+	if _, err := st.CreateCard(ctx, board.CreateCardParams{ID: "c"}); err != nil {
 		b.Fatal(err)
 	}
 	marker := board.WorkerMarker("benchhost", 1234)
 	b.ReportAllocs()
 	for b.Loop() {
-		_, tok, err := st.Claim(ctx, board.ClaimRequest{Card: "c", Marker: marker, Lease: benchLease})
+		held, err := st.Claim(ctx, board.ClaimParams{Card: "c", Marker: marker, Lease: benchLease})
+		tok := held.Token()
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := st.ReleaseOwned(ctx, "c", tok); err != nil {
+		if err := st.ReleaseOwned(ctx, board.OwnedParams{Card: "c", Token: tok}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -58,16 +59,16 @@ func BenchmarkClaimCAS(b *testing.B) {
 func BenchmarkClaimConflict(b *testing.B) {
 	st := openStore(b)
 	ctx := context.Background()
-	if _, err := st.CreateCard(ctx, board.NewCard{ID: "c"}); err != nil {
+	if _, err := st.CreateCard(ctx, board.CreateCardParams{ID: "c"}); err != nil {
 		b.Fatal(err)
 	}
-	if _, _, err := st.Claim(ctx, board.ClaimRequest{Card: "c", Marker: board.WorkerMarker("benchhost", 1000), Lease: benchLease}); err != nil {
+	if _, err := st.Claim(ctx, board.ClaimParams{Card: "c", Marker: board.WorkerMarker("benchhost", 1000), Lease: benchLease}); err != nil {
 		b.Fatal(err)
 	}
 	other := board.WorkerMarker("benchhost", 2000)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, err := st.Claim(ctx, board.ClaimRequest{Card: "c", Marker: other, Lease: benchLease}); err == nil {
+		if _, err := st.Claim(ctx, board.ClaimParams{Card: "c", Marker: other, Lease: benchLease}); err == nil {
 			b.Fatal("claim of a held card succeeded")
 		}
 	}
@@ -87,10 +88,11 @@ func BenchmarkRenewClaims(b *testing.B) {
 			holds := make([]board.Hold, n)
 			for i := range holds {
 				id := fmt.Sprintf("card-%05d", i)
-				if _, err := st.CreateCard(ctx, board.NewCard{ID: id}); err != nil {
+				if _, err := st.CreateCard(ctx, board.CreateCardParams{ID: id}); err != nil {
 					b.Fatal(err)
 				}
-				_, tok, err := st.Claim(ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: benchLease})
+				held, err := st.Claim(ctx, board.ClaimParams{Card: id, Marker: marker, Lease: benchLease})
+				tok := held.Token()
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -99,7 +101,7 @@ func BenchmarkRenewClaims(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				res, err := st.RenewClaims(ctx, holds, benchLease)
+				res, err := st.RenewClaims(ctx, board.RenewClaimsParams{Holds: holds, Lease: benchLease})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -157,7 +159,7 @@ func benchAgent(b *testing.B) *agent {
 func BenchmarkSocketRoundTrip(b *testing.B) {
 	a := benchAgent(b)
 	ctx := context.Background()
-	if _, err := a.store.CreateCard(ctx, board.NewCard{ID: "c"}); err != nil {
+	if _, err := a.store.CreateCard(ctx, board.CreateCardParams{ID: "c"}); err != nil {
 		b.Fatal(err)
 	}
 	c := &client.Client{Socket: a.path}
@@ -174,7 +176,7 @@ func BenchmarkSocketRoundTrip(b *testing.B) {
 func BenchmarkSocketClaimRelease(b *testing.B) {
 	a := benchAgent(b)
 	ctx := context.Background()
-	if _, err := a.store.CreateCard(ctx, board.NewCard{ID: "c"}); err != nil {
+	if _, err := a.store.CreateCard(ctx, board.CreateCardParams{ID: "c"}); err != nil {
 		b.Fatal(err)
 	}
 	c := &client.Client{Socket: a.path}

@@ -221,7 +221,7 @@ func socketCycle(ctx context.Context, dir string, workers int, start func(contex
 		return nil, nil, err
 	}
 	for w := range workers {
-		if _, err := a.store.CreateCard(ctx, board.NewCard{ID: cardID(w)}); err != nil {
+		if _, err := a.store.CreateCard(ctx, board.CreateCardParams{ID: cardID(w)}); err != nil {
 			a.stop()
 			return nil, nil, err
 		}
@@ -254,18 +254,19 @@ func setupInProcess(ctx context.Context, dir string, workers int) (cycleFunc, fu
 		return nil, nil, err
 	}
 	for w := range workers {
-		if _, err := st.CreateCard(ctx, board.NewCard{ID: cardID(w)}); err != nil {
+		if _, err := st.CreateCard(ctx, board.CreateCardParams{ID: cardID(w)}); err != nil {
 			st.Close()
 			return nil, nil, err
 		}
 	}
 	cycle := func(ctx context.Context, w int) error {
 		marker := board.WorkerMarker("benchhost", 1000+w)
-		_, tok, err := st.Claim(ctx, board.ClaimRequest{Card: cardID(w), Marker: marker, Lease: benchLease})
+		held, err := st.Claim(ctx, board.ClaimParams{Card: cardID(w), Marker: marker, Lease: benchLease})
+		tok := held.Token()
 		if err != nil {
 			return fmt.Errorf("claim: %w", err)
 		}
-		if err := st.ReleaseOwned(ctx, cardID(w), tok); err != nil {
+		if err := st.ReleaseOwned(ctx, board.OwnedParams{Card: cardID(w), Token: tok}); err != nil {
 			return fmt.Errorf("release: %w", err)
 		}
 		return nil

@@ -26,7 +26,7 @@ Samples are sequential, each on a fresh card and a fresh worker Client, 30 s lea
 	var lat []time.Duration
 	for i := range cfg.lostSamples {
 		id := fmt.Sprintf("lost-%04d", i)
-		if _, err := a.store.CreateCard(ctx, board.NewCard{ID: id}); err != nil {
+		if _, err := a.store.CreateCard(ctx, board.CreateCardParams{ID: id}); err != nil {
 			return err
 		}
 		worker := &client.Client{Socket: a.path}

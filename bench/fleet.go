@@ -300,7 +300,7 @@ pass reads it once).`)
 	marker := board.WorkerMarker("benchhost", 1000)
 	recovery := board.RecoveryPrefix + board.WorkerMarker("benchreaper", 2000)
 	create := func(id string) error {
-		_, err := st.CreateCard(ctx, board.NewCard{ID: id, State: board.StateReady})
+		_, err := st.CreateCard(ctx, board.CreateCardParams{ID: id, State: board.StateReady})
 		return err
 	}
 
@@ -312,7 +312,8 @@ pass reads it once).`)
 		if err := create(id); err != nil {
 			return err
 		}
-		_, tok, err := st.Claim(ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: benchLease})
+		held, err := st.Claim(ctx, board.ClaimParams{Card: id, Marker: marker, Lease: benchLease})
+		tok := held.Token()
 		if err != nil {
 			return fmt.Errorf("claim %s: %w", id, err)
 		}
@@ -326,9 +327,9 @@ pass reads it once).`)
 		if err := create(id("life")); err != nil {
 			return err
 		}
-		var started board.Started
+		var started board.StartResult
 		t, err := cs.count(ctx, func() (err error) {
-			started, err = st.Start(ctx, board.StartRequest{Card: id("life"), Marker: marker, Lease: benchLease, Run: board.Run{ID: id("life") + "-run"}})
+			started, err = st.Start(ctx, board.StartParams{Card: id("life"), Marker: marker, Lease: benchLease, Run: board.Run{ID: id("life") + "-run"}})
 			return err
 		})
 		if err != nil {
@@ -336,7 +337,7 @@ pass reads it once).`)
 		}
 		start.record(t, 1)
 		t, err = cs.count(ctx, func() error {
-			fin, err := st.Finish(ctx, board.FinishRequest{Card: id("life"), Token: started.Token, RunID: started.Run.ID, Status: board.RunFinished})
+			fin, err := st.Finish(ctx, board.FinishParams{Card: id("life"), Token: started.Token, RunID: started.Run.ID, Status: board.RunFinished})
 			if err == nil && fin.Card.State != board.StateDone {
 				err = fmt.Errorf("finished card is in %q, want %q", fin.Card.State, board.StateDone)
 			}
@@ -353,14 +354,16 @@ pass reads it once).`)
 		}
 		var tok board.ClaimToken
 		t, err = cs.count(ctx, func() (err error) {
-			_, tok, err = st.Claim(ctx, board.ClaimRequest{Card: id("claim"), Marker: marker, Lease: benchLease})
+			var held board.Card
+			held, err = st.Claim(ctx, board.ClaimParams{Card: id("claim"), Marker: marker, Lease: benchLease})
+			tok = held.Token()
 			return err
 		})
 		if err != nil {
 			return fmt.Errorf("claim: %w", err)
 		}
 		claim.record(t, 1)
-		t, err = cs.count(ctx, func() error { return st.ReleaseOwned(ctx, id("claim"), tok) })
+		t, err = cs.count(ctx, func() error { return st.ReleaseOwned(ctx, board.OwnedParams{Card: id("claim"), Token: tok}) })
 		if err != nil {
 			return fmt.Errorf("release: %w", err)
 		}
@@ -369,7 +372,7 @@ pass reads it once).`)
 		// Heartbeat ticks.
 		for _, n := range sz.renewN {
 			t, err = cs.count(ctx, func() error {
-				res, err := st.RenewClaims(ctx, holds[:n], benchLease)
+				res, err := st.RenewClaims(ctx, board.RenewClaimsParams{Holds: holds[:n], Lease: benchLease})
 				if err != nil {
 					return err
 				}
@@ -388,7 +391,7 @@ pass reads it once).`)
 
 		// An idle poll: every event read (uncounted) first, then one more
 		// poll that finds nothing new.
-		evs, err := st.Events(ctx, 0, 0)
+		evs, err := st.Events(ctx, board.EventsParams{After: 0, Limit: 0})
 		if err != nil {
 			return err
 		}
@@ -397,7 +400,7 @@ pass reads it once).`)
 			last = evs[len(evs)-1].Seq
 		}
 		t, err = cs.count(ctx, func() error {
-			evs, err := st.Events(ctx, last, 0)
+			evs, err := st.Events(ctx, board.EventsParams{After: last, Limit: 0})
 			if err == nil && len(evs) != 0 {
 				err = fmt.Errorf("idle poll after seq %d found %d events", last, len(evs))
 			}
@@ -413,14 +416,15 @@ pass reads it once).`)
 			if err := create(id(what)); err != nil {
 				return err
 			}
-			c, tok, err := st.Claim(ctx, board.ClaimRequest{Card: id(what), Marker: marker, Lease: benchLease})
+			c, err := st.Claim(ctx, board.ClaimParams{Card: id(what), Marker: marker, Lease: benchLease})
+			tok := c.Token()
 			if err != nil {
 				return err
 			}
 			cutoff := c.ClaimLeaseUntil
 			if what == "expired" {
 				t, err = cs.count(ctx, func() error {
-					return st.ReleaseExpired(ctx, board.ExpiredRelease{Card: id(what), Prev: tok, Cutoff: cutoff, State: board.StateReady, Actor: "bench-reaper"})
+					return st.ReleaseExpired(ctx, board.ReleaseExpiredParams{Card: id(what), Prev: tok, Cutoff: cutoff, State: board.StateReady, Actor: "bench-reaper"})
 				})
 				if err != nil {
 					return fmt.Errorf("release expired: %w", err)
@@ -429,7 +433,7 @@ pass reads it once).`)
 				continue
 			}
 			t, err = cs.count(ctx, func() error {
-				_, _, err := st.ReclaimExpired(ctx, board.Reclaim{Card: id(what), Prev: tok, RecoveryMarker: recovery, Cutoff: cutoff, Lease: benchLease})
+				_, err := st.ReclaimExpired(ctx, board.ReclaimExpiredParams{Card: id(what), Prev: tok, RecoveryMarker: recovery, Cutoff: cutoff, Lease: benchLease})
 				return err
 			})
 			if err != nil {
@@ -526,7 +530,7 @@ func fleetLifecycles(ctx context.Context, uri, db string, agents, perAgent int) 
 	card := func(a, i int) string { return fmt.Sprintf("agent%d-%d", a, i) }
 	for a := range agents {
 		for i := range perAgent {
-			if _, err := stores[0].st.CreateCard(ctx, board.NewCard{ID: card(a, i), State: board.StateReady}); err != nil {
+			if _, err := stores[0].st.CreateCard(ctx, board.CreateCardParams{ID: card(a, i), State: board.StateReady}); err != nil {
 				return tally{}, 0, err
 			}
 		}
@@ -545,11 +549,11 @@ func fleetLifecycles(ctx context.Context, uri, db string, agents, perAgent int) 
 			for i := range perAgent {
 				id := card(a, i)
 				t, err := s.count(ctx, func() error {
-					started, err := s.st.Start(ctx, board.StartRequest{Card: id, Marker: marker, Lease: benchLease, Run: board.Run{ID: id + "-run"}})
+					started, err := s.st.Start(ctx, board.StartParams{Card: id, Marker: marker, Lease: benchLease, Run: board.Run{ID: id + "-run"}})
 					if err != nil {
 						return fmt.Errorf("start %s: %w", id, err)
 					}
-					_, err = s.st.Finish(ctx, board.FinishRequest{Card: id, Token: started.Token, RunID: started.Run.ID, Status: board.RunFinished})
+					_, err = s.st.Finish(ctx, board.FinishParams{Card: id, Token: started.Token, RunID: started.Run.ID, Status: board.RunFinished})
 					if err != nil {
 						return fmt.Errorf("finish %s: %w", id, err)
 					}

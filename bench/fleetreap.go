@@ -120,10 +120,11 @@ func fleetReapers(ctx context.Context, uri, db string, agents, expired int) (rea
 	ids := make([]string, expired)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("dead-%03d", i)
-		if _, err := st.CreateCard(ctx, board.NewCard{ID: ids[i], State: board.StateInProgress}); err != nil {
+		if _, err := st.CreateCard(ctx, board.CreateCardParams{ID: ids[i], State: board.StateInProgress}); err != nil {
 			return out, err
 		}
-		_, tok, err := st.Claim(ctx, board.ClaimRequest{Card: ids[i], Marker: dead, Lease: benchLease})
+		held, err := st.Claim(ctx, board.ClaimParams{Card: ids[i], Marker: dead, Lease: benchLease})
+		tok := held.Token()
 		if err != nil {
 			return out, fmt.Errorf("claim %s: %w", ids[i], err)
 		}
@@ -135,10 +136,10 @@ func fleetReapers(ctx context.Context, uri, db string, agents, expired int) (rea
 		if status == board.RunRunning {
 			run.Checkpoint = "step-3"
 		}
-		if _, err := st.CreateRun(ctx, board.NewRun{Token: tok, Run: run}); err != nil {
+		if _, err := st.CreateRun(ctx, board.CreateRunParams{Token: tok, Run: run}); err != nil {
 			return out, fmt.Errorf("run of %s: %w", ids[i], err)
 		}
-		if err := st.SetLastRunOwned(ctx, ids[i], tok, run.ID); err != nil {
+		if err := st.SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: ids[i], Token: tok, RunID: run.ID}); err != nil {
 			return out, fmt.Errorf("last run of %s: %w", ids[i], err)
 		}
 	}

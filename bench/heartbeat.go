@@ -155,12 +155,13 @@ func heartbeatChild(ctx context.Context, n, ticks int, dir, prof string) (heartb
 			defer wg.Done()
 			for i := w; i < n; i += setupWorkers {
 				id := fmt.Sprintf("card-%05d", i)
-				if _, err := st.CreateCard(ctx, board.NewCard{ID: id}); err != nil {
+				if _, err := st.CreateCard(ctx, board.CreateCardParams{ID: id}); err != nil {
 					errs <- err
 					return
 				}
 				attempt := time.Now()
-				_, tok, err := st.Claim(ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: benchLease})
+				held, err := st.Claim(ctx, board.ClaimParams{Card: id, Marker: marker, Lease: benchLease})
+				tok := held.Token()
 				if err != nil {
 					errs <- err
 					return

@@ -201,7 +201,7 @@ func lifeAgent(ctx context.Context, dir string, workers int, start func(context.
 	}
 	prepare := func(ctx context.Context, from, n int) error {
 		return prepareParallel(ctx, from, n, func(ctx context.Context, i int) error {
-			_, err := a.store.CreateCard(ctx, board.NewCard{ID: lifeCardID(i), State: board.StateReady})
+			_, err := a.store.CreateCard(ctx, board.CreateCardParams{ID: lifeCardID(i), State: board.StateReady})
 			return err
 		})
 	}
@@ -275,20 +275,20 @@ func setupLifeStore(ctx context.Context, dir string, _ int) (*lifeVariant, error
 	}
 	prepare := func(ctx context.Context, from, n int) error {
 		return prepareParallel(ctx, from, n, func(ctx context.Context, i int) error {
-			_, err := st.CreateCard(ctx, board.NewCard{ID: lifeCardID(i), State: board.StateReady})
+			_, err := st.CreateCard(ctx, board.CreateCardParams{ID: lifeCardID(i), State: board.StateReady})
 			return err
 		})
 	}
 	life := func(ctx context.Context, w, i int) error {
 		id := lifeCardID(i)
-		s, err := st.Start(ctx, board.StartRequest{
+		s, err := st.Start(ctx, board.StartParams{
 			Card: id, Marker: board.WorkerMarker("benchhost", 1000+w), Lease: benchLease,
 			Run: board.Run{ID: id + "-1"},
 		})
 		if err != nil {
 			return fmt.Errorf("start: %w", err)
 		}
-		if _, err := st.Finish(ctx, board.FinishRequest{Card: id, Token: s.Token, RunID: s.Run.ID, Status: board.RunFinished}); err != nil {
+		if _, err := st.Finish(ctx, board.FinishParams{Card: id, Token: s.Token, RunID: s.Run.ID, Status: board.RunFinished}); err != nil {
 			return fmt.Errorf("finish: %w", err)
 		}
 		return nil

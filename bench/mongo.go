@@ -89,17 +89,18 @@ under concurrency through the real driver and wire protocol, and what it costs o
 		}
 		defer st.Close()
 		for w := range workers {
-			if _, err := st.CreateCard(ctx, board.NewCard{ID: cardID(w)}); err != nil {
+			if _, err := st.CreateCard(ctx, board.CreateCardParams{ID: cardID(w)}); err != nil {
 				return err
 			}
 		}
 		cycle := func(ctx context.Context, w int) error {
 			marker := board.WorkerMarker("benchhost", 1000+w)
-			_, tok, err := st.Claim(ctx, board.ClaimRequest{Card: cardID(w), Marker: marker, Lease: benchLease})
+			held, err := st.Claim(ctx, board.ClaimParams{Card: cardID(w), Marker: marker, Lease: benchLease})
+			tok := held.Token()
 			if err != nil {
 				return fmt.Errorf("claim: %w", err)
 			}
-			if err := st.ReleaseOwned(ctx, cardID(w), tok); err != nil {
+			if err := st.ReleaseOwned(ctx, board.OwnedParams{Card: cardID(w), Token: tok}); err != nil {
 				return fmt.Errorf("release: %w", err)
 			}
 			return nil

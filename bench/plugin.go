@@ -139,18 +139,19 @@ func pluginCycle(ctx context.Context, dir string, workers int, protocols ...int)
 	}
 	stop := func() { proxy.Close() }
 	for w := range workers {
-		if _, err := proxy.CreateCard(ctx, board.NewCard{ID: cardID(w)}); err != nil {
+		if _, err := proxy.CreateCard(ctx, board.CreateCardParams{ID: cardID(w)}); err != nil {
 			stop()
 			return nil, nil, err
 		}
 	}
 	return func(ctx context.Context, w int) error {
 		marker := board.WorkerMarker("benchhost", 1000+w)
-		_, tok, err := proxy.Claim(ctx, board.ClaimRequest{Card: cardID(w), Marker: marker, Lease: benchLease})
+		held, err := proxy.Claim(ctx, board.ClaimParams{Card: cardID(w), Marker: marker, Lease: benchLease})
+		tok := held.Token()
 		if err != nil {
 			return fmt.Errorf("claim: %w", err)
 		}
-		if err := proxy.ReleaseOwned(ctx, cardID(w), tok); err != nil {
+		if err := proxy.ReleaseOwned(ctx, board.OwnedParams{Card: cardID(w), Token: tok}); err != nil {
 			return fmt.Errorf("release: %w", err)
 		}
 		return nil

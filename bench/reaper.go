@@ -156,10 +156,11 @@ func reaperOnce(ctx context.Context, cfg config, n int, dir string, profile bool
 // deadClaim creates a card claimed by marker with a run of the given status
 // ("" for none), as a worker that then died would leave it.
 func deadClaim(ctx context.Context, st *boltstore.Store, id, marker string, status board.RunStatus) error {
-	if _, err := st.CreateCard(ctx, board.NewCard{ID: id}); err != nil {
+	if _, err := st.CreateCard(ctx, board.CreateCardParams{ID: id}); err != nil {
 		return err
 	}
-	_, tok, err := st.Claim(ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: benchLease})
+	held, err := st.Claim(ctx, board.ClaimParams{Card: id, Marker: marker, Lease: benchLease})
+	tok := held.Token()
 	if err != nil {
 		return err
 	}
@@ -170,11 +171,11 @@ func deadClaim(ctx context.Context, st *boltstore.Store, id, marker string, stat
 	if status == board.RunRunning {
 		run.Checkpoint = "step-3"
 	}
-	if _, err := st.CreateRun(ctx, board.NewRun{Token: tok, Run: run}); err != nil {
+	if _, err := st.CreateRun(ctx, board.CreateRunParams{Token: tok, Run: run}); err != nil {
 		return err
 	}
-	if _, err := st.SetStateOwned(ctx, board.OwnedMove{Card: id, Token: tok, To: board.StateInProgress}); err != nil {
+	if _, err := st.SetStateOwned(ctx, board.SetStateOwnedParams{Card: id, Token: tok, To: board.StateInProgress}); err != nil {
 		return err
 	}
-	return st.SetLastRunOwned(ctx, id, tok, run.ID)
+	return st.SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: id, Token: tok, RunID: run.ID})
 }

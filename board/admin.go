@@ -14,17 +14,38 @@ import (
 // are the store's half of that: read and compare-and-set the definition,
 // and compare-and-set a card's labels.
 
-// LabelsFrom is a compare-and-set of a card's whole label list: it writes
+// SetLabelsFromParams is a compare-and-set of a card's whole label list: it writes
 // Labels only while the stored list is still exactly Expect (same labels,
 // same order). Reason is the provenance stamped on the labels event; the
 // admin sweeps pass ReasonFieldRename or ReasonFieldDelete, which fire no
 // effect (no one-shot is armed or consumed by a sweep).
-type LabelsFrom struct {
+type SetLabelsFromParams struct {
 	Card   string   `json:"card"`
 	Expect []string `json:"expect"`
 	Labels []string `json:"labels"`
 	Reason Reason   `json:"reason,omitempty"`
 	Actor  string   `json:"actor,omitempty"`
+}
+
+// SetLabelsFromResult is the card as SetLabelsFrom left it, and whether
+// the write happened (false: the labels were no longer Expect).
+type SetLabelsFromResult struct {
+	Card    Card `json:"card"`
+	Changed bool `json:"changed"`
+}
+
+// SetBoardParams replaces the stored board definition Expect with Next
+// (SetBoard, a compare-and-set).
+type SetBoardParams struct {
+	Expect Board `json:"expect"`
+	Next   Board `json:"next"`
+}
+
+// SetBoardResult is the stored definition after SetBoard, and whether the
+// write happened (false: the stored one was no longer Expect).
+type SetBoardResult struct {
+	Board   Board `json:"board"`
+	Changed bool  `json:"changed"`
 }
 
 // BoardReader is the read of the board definition, which lives in the
@@ -46,12 +67,12 @@ type BoardAdmin interface {
 	// exactly expect (a compare-and-set). On a miss nothing is written and
 	// it returns the stored board with changed=false. next must validate.
 	// It touches no card: moving cards is the sweeps' job.
-	SetBoard(ctx context.Context, expect, next Board) (stored Board, changed bool, err error)
+	SetBoard(ctx context.Context, p SetBoardParams) (SetBoardResult, error)
 	// SetLabelsFrom writes l.Labels while the card's labels are still
 	// exactly l.Expect. A miss writes nothing and returns the card as it
 	// is now with changed=false, so the caller can re-transform what it
 	// sees; an unknown card is ErrNotFound. Equal lists write nothing.
-	SetLabelsFrom(ctx context.Context, l LabelsFrom) (Card, bool, error)
+	SetLabelsFrom(ctx context.Context, p SetLabelsFromParams) (SetLabelsFromResult, error)
 }
 
 // Retiring reports whether the state is being retired into another one by

@@ -120,8 +120,8 @@ func (c Card) LeaseExpired(now time.Time) bool {
 	return c.Claim != "" && !c.ClaimLeaseUntil.IsZero() && !c.ClaimLeaseUntil.After(now)
 }
 
-// NewCard is the input of CreateCard.
-type NewCard struct {
+// CreateCardParams is the input of CreateCard.
+type CreateCardParams struct {
 	ID        string   `json:"id"`
 	Title     string   `json:"title,omitempty"`
 	State     string   `json:"state,omitempty"` // empty: first pool state, or waiting_deps when a blocker is not complete
@@ -132,8 +132,8 @@ type NewCard struct {
 	Actor string       `json:"actor,omitempty"`
 }
 
-// CardFilter selects cards for ListCards.
-type CardFilter struct {
+// ListCardsParams selects cards for ListCards.
+type ListCardsParams struct {
 	State string `json:"state,omitempty"` // empty: every state
 	Limit int    `json:"limit,omitempty"` // 0: no limit
 	// ClaimedOnly lists only cards that carry a claim (the boot sweep's
@@ -153,7 +153,7 @@ type CardFilter struct {
 }
 
 // ClaimHostMatches reports whether marker names one of hosts (a
-// CardFilter.ClaimHosts filter; none means any).
+// ListCardsParams.ClaimHosts filter; none means any).
 func ClaimHostMatches(marker string, hosts []string) bool {
 	if len(hosts) == 0 {
 		return true

@@ -88,27 +88,27 @@ func inCard(card string, err error) error {
 // be anyone's blocker, so that is the only cycle CreateCard can be asked
 // for. The requested State is not checked here: it must name a state of the
 // stored board (Board.RequireTarget), which only the store can read.
-func (nc NewCard) Normalize() (NewCard, error) {
+func (nc CreateCardParams) Normalize() (CreateCardParams, error) {
 	if err := ValidateCardID(nc.ID); err != nil {
-		return NewCard{}, err
+		return CreateCardParams{}, err
 	}
 	if err := ValidateTitle(nc.Title); err != nil {
-		return NewCard{}, inCard(nc.ID, err)
+		return CreateCardParams{}, inCard(nc.ID, err)
 	}
 	if err := ValidateText("actor", nc.Actor); err != nil {
-		return NewCard{}, inCard(nc.ID, err)
+		return CreateCardParams{}, inCard(nc.ID, err)
 	}
 	labels, err := NormalizeLabels(nc.Labels)
 	if err != nil {
-		return NewCard{}, inCard(nc.ID, err)
+		return CreateCardParams{}, inCard(nc.ID, err)
 	}
 	deps := make([]string, 0, len(nc.DependsOn))
 	for _, d := range nc.DependsOn {
 		if err := ValidateName("blocker id", d); err != nil {
-			return NewCard{}, inCard(nc.ID, err)
+			return CreateCardParams{}, inCard(nc.ID, err)
 		}
 		if d == nc.ID {
-			return NewCard{}, Invalid("card %q depends on itself: dependency cycle", nc.ID)
+			return CreateCardParams{}, Invalid("card %q depends on itself: dependency cycle", nc.ID)
 		}
 		if !slices.Contains(deps, d) {
 			deps = append(deps, d)
@@ -116,7 +116,7 @@ func (nc NewCard) Normalize() (NewCard, error) {
 	}
 	if nc.Retry != nil {
 		if err := nc.Retry.Validate(); err != nil {
-			return NewCard{}, inCard(nc.ID, err)
+			return CreateCardParams{}, inCard(nc.ID, err)
 		}
 		if nc.Retry.IsZero() {
 			nc.Retry = nil
@@ -129,7 +129,7 @@ func (nc NewCard) Normalize() (NewCard, error) {
 
 // Validate checks the card, reason and actor of an operator or automation
 // move. The states are the store's to check against its board.
-func (m Move) Validate() error {
+func (m MoveParams) Validate() error {
 	if err := ValidateCardID(m.Card); err != nil {
 		return err
 	}
@@ -142,7 +142,7 @@ func (m Move) Validate() error {
 // Validate checks the card and actor of a relative label edit and both of
 // its label lists, so bad input is reported as such even on a card whose
 // labels it would not change.
-func (c LabelChange) Validate() error {
+func (c AdjustLabelsParams) Validate() error {
 	if err := ValidateCardID(c.Card); err != nil {
 		return err
 	}
@@ -177,7 +177,7 @@ func NormalizeSetLabels(card string, labels []string, actor string) ([]string, e
 // Normalize validates a label compare-and-set and returns the label set to
 // write (NormalizeLabels). Expect is not normalized: it is compared with the
 // stored list exactly as the caller read it.
-func (l LabelsFrom) Normalize() ([]string, error) {
+func (l SetLabelsFromParams) Normalize() ([]string, error) {
 	if err := ValidateCardID(l.Card); err != nil {
 		return nil, err
 	}
@@ -197,7 +197,7 @@ func (l LabelsFrom) Normalize() ([]string, error) {
 // Writes reports whether the compare-and-set writes next over current: only
 // while current is still exactly Expect (same labels, same order), and only
 // when next differs from it (equal lists write nothing).
-func (l LabelsFrom) Writes(current, next []string) bool {
+func (l SetLabelsFromParams) Writes(current, next []string) bool {
 	return slices.Equal(current, l.Expect) && !slices.Equal(current, next)
 }
 
@@ -228,7 +228,7 @@ func ValidateToken(card string, tok ClaimToken) error {
 }
 
 // Validate checks a claim request: the card, the marker and the lease.
-func (r ClaimRequest) Validate() error {
+func (r ClaimParams) Validate() error {
 	if err := ValidateCardID(r.Card); err != nil {
 		return err
 	}
@@ -239,7 +239,7 @@ func (r ClaimRequest) Validate() error {
 }
 
 // Validate checks a claim-next request: the marker and the lease.
-func (r ClaimNextRequest) Validate() error {
+func (r ClaimNextParams) Validate() error {
 	if err := ValidateMarker(r.Marker); err != nil {
 		return err
 	}
@@ -251,7 +251,7 @@ func (r ClaimNextRequest) Validate() error {
 
 // Validate checks the token and the reason of a fenced move. The states are
 // the store's to check against its board.
-func (m OwnedMove) Validate() error {
+func (m SetStateOwnedParams) Validate() error {
 	if err := ValidateToken(m.Card, m.Token); err != nil {
 		return err
 	}
@@ -263,7 +263,7 @@ func (m OwnedMove) Validate() error {
 // Prev and Cutoff are checked is the store's: the fleet twin accepts a Prev
 // with no epoch and a zero Cutoff, because a foreign writer can strip the
 // epoch and the lease there (DESIGN.md#lost-fence).
-func (r Reclaim) ValidateRecovery() error {
+func (r ReclaimExpiredParams) ValidateRecovery() error {
 	if err := ValidateCardID(r.Card); err != nil {
 		return err
 	}
@@ -277,7 +277,7 @@ func (r Reclaim) ValidateRecovery() error {
 }
 
 // Validate refuses a malformed expired-claims query.
-func (q ExpiredQuery) Validate() error {
+func (q ListExpiredClaimCandidatesParams) Validate() error {
 	if err := ValidateLimit(q.Limit); err != nil {
 		return err
 	}
@@ -301,13 +301,13 @@ func (q ExpiredQuery) Validate() error {
 	return nil
 }
 
-// MaxCursorBytes bounds an ExpiredQuery.After position.
+// MaxCursorBytes bounds a ListExpiredClaimCandidatesParams.After position.
 const MaxCursorBytes = 4096
 
 // Validate refuses a malformed fenced release. Prev.Epoch 0 is allowed: on
 // the fleet twin it names a claim whose epoch field a foreign write
 // dropped.
-func (r ExpiredRelease) Validate() error {
+func (r ReleaseExpiredParams) Validate() error {
 	if err := ValidateCardID(r.Card); err != nil {
 		return err
 	}
@@ -407,7 +407,7 @@ func (r Run) Normalize() (Run, error) {
 
 // Validate checks a run update: the run id, its token, every status and
 // continuation it names, its failure code, its checkpoint and its actor.
-func (u RunUpdate) Validate() error {
+func (u UpdateRunParams) Validate() error {
 	if err := u.ValidateChange(); err != nil {
 		return err
 	}
@@ -419,7 +419,7 @@ func (u RunUpdate) Validate() error {
 
 // ValidateChange checks everything of a run update but its token: what a
 // caller can check before it knows the claim the write is made under.
-func (u RunUpdate) ValidateChange() error {
+func (u UpdateRunParams) ValidateChange() error {
 	if err := ValidateName("run id", u.ID); err != nil {
 		return err
 	}
@@ -454,7 +454,7 @@ func (u RunUpdate) ValidateChange() error {
 // overwrite each other: a miss is ErrTransitionRejected. changed is false
 // when next equals cur, which a store writes nothing for. UpdatedAt is left
 // as it was: the store stamps it with its own clock.
-func (u RunUpdate) ApplyTo(cur Run) (next Run, changed bool, err error) {
+func (u UpdateRunParams) ApplyTo(cur Run) (next Run, changed bool, err error) {
 	if u.IfStatus != nil && cur.Status != *u.IfStatus {
 		return cur, false, fmt.Errorf("run %q of card %q: status is %s, not %s: %w",
 			u.ID, cur.Card, cur.Status, *u.IfStatus, ErrTransitionRejected)

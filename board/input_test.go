@@ -127,7 +127,7 @@ func TestValidateLease(t *testing.T) {
 
 func TestNewCardNormalize(t *testing.T) {
 	t.Run("labels normalized and blockers de-duplicated", func(t *testing.T) {
-		got, err := NewCard{ID: "c", Labels: []string{" a ", "b", "a", ""}, DependsOn: []string{"x", "y", "x"}}.Normalize()
+		got, err := CreateCardParams{ID: "c", Labels: []string{" a ", "b", "a", ""}, DependsOn: []string{"x", "y", "x"}}.Normalize()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,7 +139,7 @@ func TestNewCardNormalize(t *testing.T) {
 		}
 	})
 	t.Run("empty lists are not nil", func(t *testing.T) {
-		got, err := NewCard{ID: "c"}.Normalize()
+		got, err := CreateCardParams{ID: "c"}.Normalize()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,15 +149,15 @@ func TestNewCardNormalize(t *testing.T) {
 	})
 	refused := []struct {
 		name string
-		nc   NewCard
+		nc   CreateCardParams
 		say  string
 	}{
-		{"empty id", NewCard{}, "empty card id"},
-		{"bad title", NewCard{ID: "c", Title: "a\nb"}, "title"},
-		{"bad actor", NewCard{ID: "c", Actor: "\x01"}, "actor"},
-		{"bad label", NewCard{ID: "c", Labels: []string{"a\x00"}}, "label"},
-		{"bad blocker id", NewCard{ID: "c", DependsOn: []string{" x"}}, "blocker id"},
-		{"self dependency", NewCard{ID: "c", DependsOn: []string{"c"}}, "dependency cycle"},
+		{"empty id", CreateCardParams{}, "empty card id"},
+		{"bad title", CreateCardParams{ID: "c", Title: "a\nb"}, "title"},
+		{"bad actor", CreateCardParams{ID: "c", Actor: "\x01"}, "actor"},
+		{"bad label", CreateCardParams{ID: "c", Labels: []string{"a\x00"}}, "label"},
+		{"bad blocker id", CreateCardParams{ID: "c", DependsOn: []string{" x"}}, "blocker id"},
+		{"self dependency", CreateCardParams{ID: "c", DependsOn: []string{"c"}}, "dependency cycle"},
 	}
 	for _, tc := range refused {
 		t.Run(tc.name, func(t *testing.T) {
@@ -176,25 +176,25 @@ func TestInputValidators(t *testing.T) {
 		err  error
 		ok   bool
 	}{
-		{"move ok", Move{Card: "c", Reason: ReasonUnblocked, Actor: "cli"}.Validate(), true},
-		{"move bad reason", Move{Card: "c", Reason: "a\nb"}.Validate(), false},
-		{"move bad actor", Move{Card: "c", Actor: "a\x00"}.Validate(), false},
-		{"label change ok", LabelChange{Card: "c", Add: []string{"a"}, Remove: []string{"b"}}.Validate(), true},
-		{"label change bad add", LabelChange{Card: "c", Add: []string{"a\x00"}}.Validate(), false},
-		{"label change bad remove", LabelChange{Card: "c", Remove: []string{"a\x00"}}.Validate(), false},
-		{"claim ok", ClaimRequest{Card: "c", Marker: "host-42", Lease: time.Second}.Validate(), true},
-		{"claim bad marker", ClaimRequest{Card: "c", Marker: "host", Lease: time.Second}.Validate(), false},
-		{"claim no lease", ClaimRequest{Card: "c", Marker: "host-42"}.Validate(), false},
-		{"claim next ok", ClaimNextRequest{Marker: "host-42", Lease: time.Second}.Validate(), true},
-		{"claim next no lease", ClaimNextRequest{Marker: "host-42"}.Validate(), false},
+		{"move ok", MoveParams{Card: "c", Reason: ReasonUnblocked, Actor: "cli"}.Validate(), true},
+		{"move bad reason", MoveParams{Card: "c", Reason: "a\nb"}.Validate(), false},
+		{"move bad actor", MoveParams{Card: "c", Actor: "a\x00"}.Validate(), false},
+		{"label change ok", AdjustLabelsParams{Card: "c", Add: []string{"a"}, Remove: []string{"b"}}.Validate(), true},
+		{"label change bad add", AdjustLabelsParams{Card: "c", Add: []string{"a\x00"}}.Validate(), false},
+		{"label change bad remove", AdjustLabelsParams{Card: "c", Remove: []string{"a\x00"}}.Validate(), false},
+		{"claim ok", ClaimParams{Card: "c", Marker: "host-42", Lease: time.Second}.Validate(), true},
+		{"claim bad marker", ClaimParams{Card: "c", Marker: "host", Lease: time.Second}.Validate(), false},
+		{"claim no lease", ClaimParams{Card: "c", Marker: "host-42"}.Validate(), false},
+		{"claim next ok", ClaimNextParams{Marker: "host-42", Lease: time.Second}.Validate(), true},
+		{"claim next no lease", ClaimNextParams{Marker: "host-42"}.Validate(), false},
 		{"token ok", ValidateToken("c", good), true},
 		{"token zero", ValidateToken("c", ClaimToken{}), false},
 		{"token bad card", ValidateToken("", good), false},
-		{"owned move ok", OwnedMove{Card: "c", Token: good, To: "done"}.Validate(), true},
-		{"owned move bad reason", OwnedMove{Card: "c", Token: good, Reason: "\x07"}.Validate(), false},
-		{"reclaim ok", Reclaim{Card: "c", RecoveryMarker: "reaper:host-42", Lease: time.Second}.ValidateRecovery(), true},
-		{"reclaim worker marker", Reclaim{Card: "c", RecoveryMarker: "host-42", Lease: time.Second}.ValidateRecovery(), false},
-		{"reclaim no lease", Reclaim{Card: "c", RecoveryMarker: "reaper:host-42"}.ValidateRecovery(), false},
+		{"owned move ok", SetStateOwnedParams{Card: "c", Token: good, To: "done"}.Validate(), true},
+		{"owned move bad reason", SetStateOwnedParams{Card: "c", Token: good, Reason: "\x07"}.Validate(), false},
+		{"reclaim ok", ReclaimExpiredParams{Card: "c", RecoveryMarker: "reaper:host-42", Lease: time.Second}.ValidateRecovery(), true},
+		{"reclaim worker marker", ReclaimExpiredParams{Card: "c", RecoveryMarker: "host-42", Lease: time.Second}.ValidateRecovery(), false},
+		{"reclaim no lease", ReclaimExpiredParams{Card: "c", RecoveryMarker: "reaper:host-42"}.ValidateRecovery(), false},
 		{"gave up ok", ValidateGaveUp("c", GaveUp{Reason: "stuck"}), true},
 		{"gave up no reason", ValidateGaveUp("c", GaveUp{}), false},
 		{"gave up long reason", ValidateGaveUp("c", GaveUp{Reason: strings.Repeat("r", MaxGaveUpReasonBytes+1)}), false},
@@ -203,8 +203,8 @@ func TestInputValidators(t *testing.T) {
 		{"gave up multi-line reason", ValidateGaveUp("c", GaveUp{Reason: "line one\nline two"}), true},
 		{"gave up run id", ValidateGaveUp("c", GaveUp{Reason: "stuck", RunID: "r1"}), true},
 		{"gave up bad run id", ValidateGaveUp("c", GaveUp{Reason: "stuck", RunID: "r\x00"}), false},
-		{"expired query ok", ExpiredQuery{Cutoff: time.Unix(1, 0), After: "c1"}.Validate(), true},
-		{"expired query position not utf-8", ExpiredQuery{Cutoff: time.Unix(1, 0), After: "c\xff"}.Validate(), false},
+		{"expired query ok", ListExpiredClaimCandidatesParams{Cutoff: time.Unix(1, 0), After: "c1"}.Validate(), true},
+		{"expired query position not utf-8", ListExpiredClaimCandidatesParams{Cutoff: time.Unix(1, 0), After: "c\xff"}.Validate(), false},
 		{"limit zero", ValidateLimit(0), true},
 		{"limit negative", ValidateLimit(-1), false},
 	}
@@ -221,7 +221,7 @@ func TestInputValidators(t *testing.T) {
 }
 
 func TestLabelsFrom(t *testing.T) {
-	l := LabelsFrom{Card: "c", Expect: []string{"a", "b"}, Labels: []string{" b ", "c", "b"}}
+	l := SetLabelsFromParams{Card: "c", Expect: []string{"a", "b"}, Labels: []string{" b ", "c", "b"}}
 	next, err := l.Normalize()
 	if err != nil {
 		t.Fatal(err)
@@ -246,7 +246,7 @@ func TestLabelsFrom(t *testing.T) {
 			}
 		})
 	}
-	if _, err := (LabelsFrom{Card: "c", Reason: "x\ny"}).Normalize(); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := (SetLabelsFromParams{Card: "c", Reason: "x\ny"}).Normalize(); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("a bad reason: %v, want ErrInvalidArgument", err)
 	}
 }
@@ -304,7 +304,7 @@ func TestRunUpdate(t *testing.T) {
 	tok := ClaimToken{Marker: "host-100", Epoch: 1}
 
 	t.Run("validate", func(t *testing.T) {
-		for name, u := range map[string]RunUpdate{
+		for name, u := range map[string]UpdateRunParams{
 			"unknown if-status":    {ID: "r1", Token: tok, IfStatus: ptr("x")},
 			"unknown status":       {ID: "r1", Token: tok, Status: ptr("x")},
 			"unknown continuation": {ID: "r1", Token: tok, Continuation: cont("x")},
@@ -318,25 +318,25 @@ func TestRunUpdate(t *testing.T) {
 				t.Errorf("%s: Validate = %v, want ErrInvalidArgument", name, err)
 			}
 		}
-		if err := (RunUpdate{ID: "r1", Token: tok, Status: ptr(RunFinished)}).Validate(); err != nil {
+		if err := (UpdateRunParams{ID: "r1", Token: tok, Status: ptr(RunFinished)}).Validate(); err != nil {
 			t.Errorf("a good update: %v", err)
 		}
 	})
 	tests := []struct {
 		name    string
-		u       RunUpdate
+		u       UpdateRunParams
 		want    Run
 		changed bool
 		err     error
 	}{
-		{"status and code", RunUpdate{Status: ptr(RunFailed), FailureCode: str("E1")},
+		{"status and code", UpdateRunParams{Status: ptr(RunFailed), FailureCode: str("E1")},
 			Run{ID: "r1", Card: "c", Status: RunFailed, Continuation: ContinuationNone, FailureCode: "E1"}, true, nil},
-		{"continuation and checkpoint", RunUpdate{Continuation: cont(ContinuationRetryArmed), Checkpoint: str("k")},
+		{"continuation and checkpoint", UpdateRunParams{Continuation: cont(ContinuationRetryArmed), Checkpoint: str("k")},
 			Run{ID: "r1", Card: "c", Status: RunRunning, Continuation: ContinuationRetryArmed, Checkpoint: "k"}, true, nil},
-		{"same values change nothing", RunUpdate{Status: ptr(RunRunning)}, cur, false, nil},
-		{"if-status holds", RunUpdate{IfStatus: ptr(RunRunning), Status: ptr(RunFinished)},
+		{"same values change nothing", UpdateRunParams{Status: ptr(RunRunning)}, cur, false, nil},
+		{"if-status holds", UpdateRunParams{IfStatus: ptr(RunRunning), Status: ptr(RunFinished)},
 			Run{ID: "r1", Card: "c", Status: RunFinished, Continuation: ContinuationNone}, true, nil},
-		{"if-status missed", RunUpdate{IfStatus: ptr(RunQueued), Status: ptr(RunFinished)}, cur, false, ErrTransitionRejected},
+		{"if-status missed", UpdateRunParams{IfStatus: ptr(RunQueued), Status: ptr(RunFinished)}, cur, false, ErrTransitionRejected},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -37,29 +37,29 @@ func (s RunStatus) Paused() bool {
 // Normalize validates a Start request and fills its defaults: an empty run
 // status is running. The run's Card, Owner, Epoch and StartedFrom are the
 // store's to set; Card is filled from r.Card when it is named.
-func (r StartRequest) Normalize() (StartRequest, error) {
+func (r StartParams) Normalize() (StartParams, error) {
 	if r.Next == (r.Card != "") {
-		return StartRequest{}, Invalid("start: name exactly one of a card and next")
+		return StartParams{}, Invalid("start: name exactly one of a card and next")
 	}
 	if r.Card != "" {
 		if err := ValidateCardID(r.Card); err != nil {
-			return StartRequest{}, err
+			return StartParams{}, err
 		}
 	}
 	if err := ValidateMarker(r.Marker); err != nil {
-		return StartRequest{}, inCard(r.Card, err)
+		return StartParams{}, inCard(r.Card, err)
 	}
 	if len(r.Labels) > 0 && !r.Next {
-		return StartRequest{}, Invalid("start: labels route a start of the next card; card %q is named", r.Card)
+		return StartParams{}, Invalid("start: labels route a start of the next card; card %q is named", r.Card)
 	}
 	if err := ValidateRouteLabels(r.Labels); err != nil {
-		return StartRequest{}, err
+		return StartParams{}, err
 	}
 	if err := ValidateLease(r.Card, r.Lease); err != nil {
-		return StartRequest{}, err
+		return StartParams{}, err
 	}
 	if r.Run.Card != "" && r.Run.Card != r.Card {
-		return StartRequest{}, Invalid("start: run %q names card %q, the request %q", r.Run.ID, r.Run.Card, r.Card)
+		return StartParams{}, Invalid("start: run %q names card %q, the request %q", r.Run.ID, r.Run.Card, r.Card)
 	}
 	run := r.Run
 	run.Card = r.Card
@@ -69,10 +69,10 @@ func (r StartRequest) Normalize() (StartRequest, error) {
 	run.Owner, run.Epoch, run.StartedFrom = "", 0, ""
 	run, err := run.Normalize()
 	if err != nil {
-		return StartRequest{}, err
+		return StartParams{}, err
 	}
 	if run.Status != RunRunning && run.Status != RunQueued {
-		return StartRequest{}, Invalid("start: run %q: status %q (want running or queued)", run.ID, run.Status)
+		return StartParams{}, Invalid("start: run %q: status %q (want running or queued)", run.ID, run.Status)
 	}
 	run.Card = r.Card
 	r.Run = run
@@ -81,7 +81,7 @@ func (r StartRequest) Normalize() (StartRequest, error) {
 
 // Validate checks a Finish request: the card, the token, the run id, the
 // verdict, the failure code and the checkpoint.
-func (r FinishRequest) Validate() error {
+func (r FinishParams) Validate() error {
 	if err := ValidateToken(r.Card, r.Token); err != nil {
 		return err
 	}
@@ -110,15 +110,15 @@ func (r FinishRequest) Validate() error {
 // Normalize validates a fenced run start and fills its run's defaults. The
 // run's Owner and Epoch become the token's; it has no StartedFrom (it
 // moves no card).
-func (r NewRun) Normalize() (NewRun, error) {
+func (r CreateRunParams) Normalize() (CreateRunParams, error) {
 	if err := ValidateToken(r.Run.Card, r.Token); err != nil {
-		return NewRun{}, err
+		return CreateRunParams{}, err
 	}
 	run := r.Run
 	run.Owner, run.Epoch, run.StartedFrom = "", 0, ""
 	run, err := run.Normalize()
 	if err != nil {
-		return NewRun{}, err
+		return CreateRunParams{}, err
 	}
 	run.Owner, run.Epoch = r.Token.Marker, r.Token.Epoch
 	r.Run = run
@@ -165,7 +165,7 @@ func PointFence(card string, run Run, tok ClaimToken) error {
 // card c: c is claimed by exactly r.Token (ErrClaimConflict), run is the
 // card's recorded run started or resumed under r.Token (ErrClaimConflict)
 // and still open (ErrTransitionRejected).
-func FinishFence(c Card, run Run, r FinishRequest) error {
+func FinishFence(c Card, run Run, r FinishParams) error {
 	if c.Token() != r.Token {
 		return Conflict(c.ID, c.Claim, c.ClaimEpoch)
 	}
@@ -181,7 +181,7 @@ func FinishFence(c Card, run Run, r FinishRequest) error {
 
 // FinishCheck refuses a Finish the board cannot file, before anything is
 // read: a failed verdict on a board without the failed state.
-func (b Board) FinishCheck(r FinishRequest) error {
+func (b Board) FinishCheck(r FinishParams) error {
 	if r.Status == RunFailed && !b.Has(StateFailed) {
 		return Invalid("card %q: run failed, but this board has no %q state to file it in", r.Card, StateFailed)
 	}
@@ -310,7 +310,7 @@ func StartRunRefusal(c Card, rec *Run) error {
 // now: c is claimed by r.Marker with a lease that has not ended and points
 // under that claim's epoch at runID, the run the Start wrote (r.Run.ID, or
 // the recorded run it resumed). The retry returns that state again.
-func StartAnswered(c Card, r StartRequest, runID string, now time.Time) bool {
+func StartAnswered(c Card, r StartParams, runID string, now time.Time) bool {
 	return c.Claim == r.Marker && c.ClaimLeaseUntil.After(now) &&
 		c.LastRunID == runID && c.LastRunEpoch == c.ClaimEpoch
 }

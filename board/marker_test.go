@@ -56,13 +56,13 @@ func TestParseMarkerPIDRules(t *testing.T) {
 	// The agent's recovery marker as pid 1 is a valid claim marker, so a
 	// store accepts a reclaim under it and the token it hands out.
 	rec := RecoveryMarker(AgentMarker("ctr", 1))
-	if err := (Reclaim{Card: "c", RecoveryMarker: rec, Lease: 1}).ValidateRecovery(); err != nil {
+	if err := (ReclaimExpiredParams{Card: "c", RecoveryMarker: rec, Lease: 1}).ValidateRecovery(); err != nil {
 		t.Errorf("reclaim under %s: %v", rec, err)
 	}
 	if err := ValidateToken("c", ClaimToken{Marker: rec, Epoch: 3}); err != nil {
 		t.Errorf("token %s: %v", rec, err)
 	}
-	if err := (ClaimRequest{Card: "c", Marker: WorkerMarker("ctr", 1), Lease: 1}).Validate(); err == nil {
+	if err := (ClaimParams{Card: "c", Marker: WorkerMarker("ctr", 1), Lease: 1}).Validate(); err == nil {
 		t.Error("a worker claim as pid 1 was accepted")
 	}
 }

@@ -37,7 +37,7 @@ func (b Board) SinkExit(card, from, to string) error {
 
 // DecideMove decides a move of the SetState family for a card read in
 // state cur. from, when set, is the declared source of a compare-and-set
-// (SetStateFrom, or an OwnedMove with From): a terminal source is refused
+// (SetStateFrom, or a SetStateOwnedParams with From): a terminal source is refused
 // even when the card has drifted, because the caller asked to leave a sink,
 // which is wrong whatever the card holds now; a card no longer in from is
 // drift, not an error. Without a declared source, leaving a terminal state
@@ -134,7 +134,7 @@ func (b Board) Complete(states []string) bool {
 // on a machine decision — except the descriptive verdicts run_finished and
 // run_failed, which the watchdog merely writes down for a dead owner and
 // which must fire the downstream chain as for a living one (DESIGN.md#verdict-provenance).
-func (m OwnedMove) StampedReason() Reason {
+func (m SetStateOwnedParams) StampedReason() Reason {
 	if !IsRecoveryMarker(m.Token.Marker) {
 		return m.Reason
 	}

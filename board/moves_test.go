@@ -200,7 +200,7 @@ func TestStampedReason(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			m := OwnedMove{Card: "c", Token: ClaimToken{Marker: tc.marker, Epoch: 1}, Reason: tc.reason}
+			m := SetStateOwnedParams{Card: "c", Token: ClaimToken{Marker: tc.marker, Epoch: 1}, Reason: tc.reason}
 			if got := m.StampedReason(); got != tc.want {
 				t.Errorf("StampedReason() = %q, want %q", got, tc.want)
 			}

@@ -47,7 +47,7 @@ func (c Continuation) Armed() bool {
 const FailureClaimReleased = "CLAIM_RELEASED"
 
 // FailureRunSuperseded is the failure code of a recorded run without a
-// verdict that a fresh Start replaced (StartRequest.Fresh).
+// verdict that a fresh Start replaced (StartParams.Fresh).
 const FailureRunSuperseded = "RUN_SUPERSEDED"
 
 // FailureProcessOrphaned is reserved for the watchdog's liveness oracle.
@@ -85,17 +85,17 @@ type Run struct {
 	// before the field existed.
 	StartedFrom string `json:"started_from,omitempty"`
 	// RetryableFailure is set by a failed Finish its worker marked
-	// retryable (FinishRequest.Retryable; Run.Retryable).
+	// retryable (FinishParams.Retryable; Run.Retryable).
 	RetryableFailure bool      `json:"retryable,omitempty"`
 	CreatedAt        time.Time `json:"created_at"`
 	UpdatedAt        time.Time `json:"updated_at"`
 }
 
-// RunUpdate changes a run. Nil fields are left alone. IfStatus, when set,
+// UpdateRunParams changes a run. Nil fields are left alone. IfStatus, when set,
 // makes the update a compare-and-set on the current status (the liveness
 // oracle uses it so a late "finished" from a living owner is never
 // overwritten by PROCESS_ORPHANED, and vice versa).
-type RunUpdate struct {
+type UpdateRunParams struct {
 	ID string `json:"id"`
 	// Token is the claim the write is made under (the fence; see
 	// Store.UpdateRun). Required.

@@ -6,15 +6,15 @@ import (
 	"time"
 )
 
-// ClaimRequest asks for a claim on one card.
-type ClaimRequest struct {
+// ClaimParams asks for a claim on one card.
+type ClaimParams struct {
 	Card   string        `json:"card"`
 	Marker string        `json:"marker"`
 	Lease  time.Duration `json:"lease"`
 }
 
-// ClaimNextRequest asks for the oldest unclaimed card in a pool state.
-type ClaimNextRequest struct {
+// ClaimNextParams asks for the oldest unclaimed card in a pool state.
+type ClaimNextParams struct {
 	Marker string        `json:"marker"`
 	Lease  time.Duration `json:"lease"`
 	// Labels, when set, passes over every card that does not carry all of
@@ -22,9 +22,9 @@ type ClaimNextRequest struct {
 	Labels []string `json:"labels,omitempty"`
 }
 
-// StartRequest claims a card and starts its run in one atomic, durable
+// StartParams claims a card and starts its run in one atomic, durable
 // write (Store.Start). Exactly one of Card and Next is set.
-type StartRequest struct {
+type StartParams struct {
 	// Card names the card to start.
 	Card string `json:"card,omitempty"`
 	// Next takes the oldest unclaimed card in a pool state instead, as
@@ -44,8 +44,8 @@ type StartRequest struct {
 	Fresh bool `json:"fresh,omitempty"`
 }
 
-// Started is what Start wrote.
-type Started struct {
+// StartResult is what Start wrote.
+type StartResult struct {
 	// Card is the card after the write: claimed by Token, in the running
 	// column, pointing at Run (LastRunID, LastRunEpoch = Token.Epoch).
 	Card  Card       `json:"card"`
@@ -57,9 +57,9 @@ type Started struct {
 	Resumed bool `json:"resumed,omitempty"`
 }
 
-// FinishRequest is the run's verdict, the card's filing and the release of
+// FinishParams is the run's verdict, the card's filing and the release of
 // the claim, in one fenced write (Store.Finish).
-type FinishRequest struct {
+type FinishParams struct {
 	Card  string     `json:"card"`
 	Token ClaimToken `json:"token"`
 	// RunID is the run the verdict is for: the card's recorded run, started
@@ -77,21 +77,21 @@ type FinishRequest struct {
 	Retryable bool `json:"retryable,omitempty"`
 }
 
-// Finished is what Finish wrote.
-type Finished struct {
+// FinishResult is what Finish wrote.
+type FinishResult struct {
 	// Card is the card after the write: released, filed (or left where an
 	// operator put it; see Store.Finish).
 	Card Card `json:"card"`
 	Run  Run  `json:"run"`
 }
 
-// NewRun is a fenced run start for workers that use the fine-grained
+// CreateRunParams is a fenced run start for workers that use the fine-grained
 // verbs (Store.CreateRun).
-type NewRun struct {
+type CreateRunParams struct {
 	// Token is the claim the run is started under; the card (Run.Card)
 	// must be held by exactly it.
 	Token ClaimToken `json:"token"`
-	// Run is as in StartRequest.Run, with Run.Card set.
+	// Run is as in StartParams.Run, with Run.Card set.
 	Run Run `json:"run"`
 }
 
@@ -103,8 +103,8 @@ type RenewResult struct {
 	Err        error
 }
 
-// OwnedMove is a fenced state move by the claim holder.
-type OwnedMove struct {
+// SetStateOwnedParams is a fenced state move by the claim holder.
+type SetStateOwnedParams struct {
 	Card  string
 	Token ClaimToken
 	To    string
@@ -123,8 +123,8 @@ type OwnedMove struct {
 	Retry bool
 }
 
-// Move is an operator or automation state move (no claim needed).
-type Move struct {
+// MoveParams is an operator or automation state move (no claim needed).
+type MoveParams struct {
 	Card   string
 	To     string
 	From   string // SetStateFrom only: the declared source
@@ -132,17 +132,17 @@ type Move struct {
 	Actor  string
 }
 
-// LabelChange is a relative label edit.
-type LabelChange struct {
+// AdjustLabelsParams is a relative label edit.
+type AdjustLabelsParams struct {
 	Card   string
 	Add    []string
 	Remove []string
 	Actor  string
 }
 
-// Reclaim is the watchdog's transfer request: ONE CAS whose precondition is
+// ReclaimExpiredParams is the watchdog's transfer request: ONE CAS whose precondition is
 // "the claim is still exactly Prev AND its lease is still expired at Cutoff".
-type Reclaim struct {
+type ReclaimExpiredParams struct {
 	Card           string
 	Prev           ClaimToken
 	RecoveryMarker string
@@ -150,10 +150,10 @@ type Reclaim struct {
 	Lease          time.Duration
 }
 
-// ExpiredQuery asks for one page of expired claims: claims whose lease
+// ListExpiredClaimCandidatesParams asks for one page of expired claims: claims whose lease
 // ended at or before Cutoff, lease ascending, at most Limit (applied in the
 // query; 0 = no limit), resuming strictly after the position After names.
-type ExpiredQuery struct {
+type ListExpiredClaimCandidatesParams struct {
 	Cutoff time.Time `json:"cutoff"`
 	Limit  int       `json:"limit"`
 	// After is the Next of an earlier page of the same listing; empty
@@ -183,8 +183,8 @@ func ShareKey(card string) int64 {
 	return int64(h.Sum32())
 }
 
-// ExpiredPage is one page of ListExpiredClaimCandidates.
-type ExpiredPage struct {
+// ListExpiredClaimCandidatesResult is one page of ListExpiredClaimCandidates.
+type ListExpiredClaimCandidatesResult struct {
 	Cards []Card `json:"cards"`
 	// Next resumes the listing after the last card of this page; empty
 	// when the listing has nothing beyond this page. A reaper that keeps
@@ -205,13 +205,13 @@ type ExpiredPage struct {
 	ShareError string `json:"share_error,omitempty"`
 }
 
-// ExpiredRelease is the fenced release of an abandoned claim: ONE CAS whose
+// ReleaseExpiredParams is the fenced release of an abandoned claim: ONE CAS whose
 // precondition is "the claim is still exactly Prev AND still expired at
 // Cutoff (its lease ended then, or it carries no lease at all)". The
 // repair sweep that releases an abandoned recovery claim uses it, so an
 // owner that re-took the card (a new epoch, a fresh lease) in between is a
 // clean ErrClaimConflict rather than a claim pulled from under it.
-type ExpiredRelease struct {
+type ReleaseExpiredParams struct {
 	Card   string     `json:"card"`
 	Prev   ClaimToken `json:"prev"`
 	Cutoff time.Time  `json:"cutoff"`
@@ -285,11 +285,11 @@ type Store interface {
 type CardReader interface {
 	BoardReader
 
-	GetCard(ctx context.Context, id string) (Card, error)
+	GetCard(ctx context.Context, p GetCardParams) (Card, error)
 	// ListCards lists cards ordered by creation time, oldest first.
-	ListCards(ctx context.Context, f CardFilter) ([]Card, error)
+	ListCards(ctx context.Context, p ListCardsParams) ([]Card, error)
 	// Dependents lists the cards that declare id among their blockers.
-	Dependents(ctx context.Context, id string) ([]Card, error)
+	Dependents(ctx context.Context, p DependentsParams) ([]Card, error)
 }
 
 // CardWriter is the writes that need no claim: card creation, operator
@@ -299,14 +299,14 @@ type CardWriter interface {
 	// CreateCard creates a card. Empty State means the first pool state, or
 	// waiting_deps when a blocker is not yet complete. Unknown blockers, a
 	// dependency cycle or a duplicate id are ErrInvalidArgument.
-	CreateCard(ctx context.Context, c NewCard) (Card, error)
+	CreateCard(ctx context.Context, p CreateCardParams) (Card, error)
 	// SetState is an operator move. Leaving a terminal state is
 	// ErrTerminalStateExit; terminal → terminal is an ordinary refiling.
-	SetState(ctx context.Context, m Move) error
+	SetState(ctx context.Context, p MoveParams) error
 	// SetStateFrom is an automation move, CAS on m.From: drift is
 	// changed=false with no event; a terminal From is ErrTerminalStateExit
 	// even when drifted.
-	SetStateFrom(ctx context.Context, m Move) (changed bool, err error)
+	SetStateFrom(ctx context.Context, p MoveParams) (MoveResult, error)
 	// Reopen is the only exit from a terminal state: the card must be
 	// terminal, the target a working (non-terminal) state, and no card that
 	// names this one among its blockers may be outside waiting_deps
@@ -314,13 +314,13 @@ type CardWriter interface {
 	// m.From makes it a compare-and-set on the source as well: a card no
 	// longer in From is refused with ErrTransitionRejected and nothing is
 	// written (the bulk reopen of a state sweep walks an ageing snapshot).
-	Reopen(ctx context.Context, m Move) error
+	Reopen(ctx context.Context, p MoveParams) error
 	// AdjustLabels adds then removes labels in one atomic step (removes win).
 	// A no-op writes nothing and emits no event.
-	AdjustLabels(ctx context.Context, c LabelChange) (Card, error)
+	AdjustLabels(ctx context.Context, p AdjustLabelsParams) (Card, error)
 	// SetLabels replaces the label set (absolute by contract: it may re-arm
 	// a one-shot label, by design).
-	SetLabels(ctx context.Context, card string, labels []string, actor string) (Card, error)
+	SetLabels(ctx context.Context, p SetLabelsParams) (Card, error)
 	// Release clears the claim when it is held by exactly marker (any epoch):
 	// the operator's force-release (after reading the holder) and the sweeps
 	// of legacy and recovery claims. A free card is nil; another holder is
@@ -332,7 +332,7 @@ type CardWriter interface {
 	// refused by the fence — and a card that would be left free in a
 	// running column that is not a pool state is filed to the first pool
 	// state (as ReleaseOwned; Board.ReleaseFiling).
-	Release(ctx context.Context, card, marker, actor string) error
+	Release(ctx context.Context, p ReleaseParams) error
 }
 
 // Claimer takes claims and keeps their leases: a claim, the heartbeat's
@@ -344,25 +344,25 @@ type Claimer interface {
 	// same epoch, no event, no updated_at bump). Another marker's live or
 	// expired claim is ErrClaimConflict: only ReclaimExpired transfers. It
 	// returns the card as the write left it.
-	Claim(ctx context.Context, r ClaimRequest) (Card, ClaimToken, error)
+	Claim(ctx context.Context, p ClaimParams) (Card, error)
 	// ClaimNext claims the oldest unclaimed card in a pool state;
 	// ErrNotFound when there is none.
-	ClaimNext(ctx context.Context, r ClaimNextRequest) (Card, ClaimToken, error)
+	ClaimNext(ctx context.Context, p ClaimNextParams) (Card, error)
 	// RenewClaims pushes the lease of each hold to now+lease, never
 	// backwards, in one batched write. One result per hold, in order. The
 	// returned error is for the batch as a whole (store unreachable,
 	// ErrOutcomeUnknown); per-hold conflicts are in the results.
-	RenewClaims(ctx context.Context, holds []Hold, lease time.Duration) ([]RenewResult, error)
+	RenewClaims(ctx context.Context, p RenewClaimsParams) ([]RenewResult, error)
 	// ExpireClaimOwned sets the lease to now, so the watchdog may rule on the
 	// card at once instead of waiting out the TTL (a dead worker's claims).
-	ExpireClaimOwned(ctx context.Context, card string, tok ClaimToken) error
+	ExpireClaimOwned(ctx context.Context, p OwnedParams) error
 }
 
 // OwnerWriter is the claim holder's fenced writes: each is a
 // compare-and-set on (claim, claim_epoch) (DESIGN.md#fence).
 type OwnerWriter interface {
 	// Owner writes: CAS on (claim, claim_epoch).
-	SetStateOwned(ctx context.Context, m OwnedMove) (changed bool, err error)
+	SetStateOwned(ctx context.Context, p SetStateOwnedParams) (MoveResult, error)
 	// SetLastRunOwned points the card at runID and records tok's epoch as
 	// the pointer's (Card.LastRunEpoch), also when the pointer is already
 	// runID but was stamped by an earlier claim. A run that has no final
@@ -370,9 +370,9 @@ type OwnerWriter interface {
 	// claim's open run is ErrInvalidArgument and writes nothing — taking
 	// it over is Start's resume — so an open run's pointer epoch is always
 	// its own (board.PointFence).
-	SetLastRunOwned(ctx context.Context, card string, tok ClaimToken, runID string) error
-	SetAwaitingInputOwned(ctx context.Context, card string, tok ClaimToken, awaiting bool) error
-	SetGaveUpOwned(ctx context.Context, card string, tok ClaimToken, g *GaveUp) error
+	SetLastRunOwned(ctx context.Context, p SetLastRunOwnedParams) error
+	SetAwaitingInputOwned(ctx context.Context, p SetAwaitingInputOwnedParams) error
+	SetGaveUpOwned(ctx context.Context, p SetGaveUpOwnedParams) error
 	// ReleaseOwned clears claim, claimed_at and lease and keeps the epoch:
 	// the holder's hand-back. Releasing a free card is nil. In the same
 	// write, as Release does, it closes the released claim's own open run
@@ -381,7 +381,7 @@ type OwnerWriter interface {
 	// that is not a pool state (Board.Strands: the fleet board's) to the
 	// first pool state, with no reason and the move's state event, so
 	// nothing is left where no worker picks it up.
-	ReleaseOwned(ctx context.Context, card string, tok ClaimToken) error
+	ReleaseOwned(ctx context.Context, p OwnedParams) error
 }
 
 // Lifecycle is a card's first and last write in one each: Start claims
@@ -435,7 +435,7 @@ type Lifecycle interface {
 	// second Start by the same marker: it is ErrClaimConflict naming
 	// r.Marker, and the caller reads the card (its claim and LastRunID)
 	// to recover the answer.
-	Start(ctx context.Context, r StartRequest) (Started, error)
+	Start(ctx context.Context, p StartParams) (StartResult, error)
 	// Finish is a card's last lifecycle write, fenced on r.Token (CAS on
 	// the card's claim and epoch) and on the run: r.RunID must be the
 	// card's recorded run (LastRunID) started or resumed under r.Token
@@ -454,7 +454,7 @@ type Lifecycle interface {
 	// RunFailedResumable) anywhere but the running column: the verdict and
 	// the release still land. A stale token is ErrClaimConflict and
 	// writes nothing.
-	Finish(ctx context.Context, r FinishRequest) (Finished, error)
+	Finish(ctx context.Context, p FinishParams) (FinishResult, error)
 }
 
 // Runs is the fine-grained run verbs: a run started, updated and read
@@ -469,7 +469,7 @@ type Runs interface {
 	// FailureRunSuperseded, as a fresh Start closes it), so no run is left
 	// open with nothing pointing at it. A stale token is ErrClaimConflict
 	// and writes nothing; a duplicate run id is ErrInvalidArgument.
-	CreateRun(ctx context.Context, r NewRun) (Run, error)
+	CreateRun(ctx context.Context, p CreateRunParams) (Run, error)
 	// UpdateRun is fenced on u.Token, which is required: the run's card
 	// must be claimed by exactly u.Token, and the run must be that claim's
 	// — for a worker token, run.Owner and run.Epoch are the token's; for a
@@ -477,8 +477,8 @@ type Runs interface {
 	// run.Epoch is the claim it judges (Card.RecoveredEpoch). Anything
 	// else is ErrClaimConflict and writes nothing. u.IfStatus adds a CAS
 	// on the run's status.
-	UpdateRun(ctx context.Context, u RunUpdate) (Run, error)
-	GetRun(ctx context.Context, id string) (Run, error)
+	UpdateRun(ctx context.Context, p UpdateRunParams) (Run, error)
+	GetRun(ctx context.Context, p GetRunParams) (Run, error)
 }
 
 // Recovery is the watchdog's verbs: the store's clock every expiry is
@@ -496,7 +496,7 @@ type Recovery interface {
 	// ListExpiredClaimCandidates lists one page of claimed cards whose lease
 	// ended at or before q.Cutoff, lease ascending, at most q.Limit (applied
 	// in the query), resuming after q.After.
-	ListExpiredClaimCandidates(ctx context.Context, q ExpiredQuery) (ExpiredPage, error)
+	ListExpiredClaimCandidates(ctx context.Context, p ListExpiredClaimCandidatesParams) (ListExpiredClaimCandidatesResult, error)
 	// ListUnleasedRunningClaims lists claims with no lease whose card sits
 	// in the running column with a recorded run and was last updated at or
 	// before cutoff, oldest update first, at most limit — the selection
@@ -504,17 +504,17 @@ type Recovery interface {
 	// (DESIGN.md#unleased-sweep). Only the fleet (MongoDB) twin can hold such claims: a
 	// foreign writer may strip a lease there. The local twin returns none
 	// (DESIGN.md#twin-unleased: nobody else writes its file).
-	ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]Card, error)
+	ListUnleasedRunningClaims(ctx context.Context, p ListUnleasedRunningClaimsParams) ([]Card, error)
 	// ReclaimExpired transfers an expired claim to a recovery marker in one
 	// CAS, bumping the epoch, and returns the new token and the card as the
 	// transfer observed it (after the write). The card records which claim
 	// the recovery claim judges (Card.RecoveredEpoch): the transferred
 	// worker claim's epoch, or, from a recovery claim, the one it carried.
-	ReclaimExpired(ctx context.Context, r Reclaim) (Card, ClaimToken, error)
+	ReclaimExpired(ctx context.Context, p ReclaimExpiredParams) (Card, error)
 	// ReleaseExpired clears an abandoned claim in one CAS on its whole
-	// precondition (see ExpiredRelease). A free card is ErrClaimConflict:
+	// precondition (see ReleaseExpiredParams). A free card is ErrClaimConflict:
 	// the claim the caller judged is not there any more.
-	ReleaseExpired(ctx context.Context, r ExpiredRelease) error
+	ReleaseExpired(ctx context.Context, p ReleaseExpiredParams) error
 }
 
 // EventLog is the read of the event log every write appends to
@@ -523,5 +523,5 @@ type EventLog interface {
 	// Events returns events with Seq > after, oldest first, at most limit,
 	// and exactly limit while more than that follow: a shorter page is the
 	// end of the log as the call saw it (agent.Effects.SeekHead relies on it).
-	Events(ctx context.Context, after int64, limit int) ([]Event, error)
+	Events(ctx context.Context, p EventsParams) ([]Event, error)
 }

@@ -34,23 +34,23 @@ func openStore(t *testing.T) *boltstore.Store {
 // faulty overrides chosen verbs for chosen cards.
 type faulty struct {
 	boardadmin.Store
-	setLabelsFrom func(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error, bool)
-	setStateFrom  func(ctx context.Context, m board.Move) (bool, error, bool)
+	setLabelsFrom func(ctx context.Context, l board.SetLabelsFromParams) (board.Card, bool, error, bool)
+	setStateFrom  func(ctx context.Context, m board.MoveParams) (bool, error, bool)
 }
 
-func (f faulty) SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error) {
+func (f faulty) SetLabelsFrom(ctx context.Context, l board.SetLabelsFromParams) (board.SetLabelsFromResult, error) {
 	if f.setLabelsFrom != nil {
 		if c, ch, err, ok := f.setLabelsFrom(ctx, l); ok {
-			return c, ch, err
+			return board.SetLabelsFromResult{Card: c, Changed: ch}, err
 		}
 	}
 	return f.Store.SetLabelsFrom(ctx, l)
 }
 
-func (f faulty) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
+func (f faulty) SetStateFrom(ctx context.Context, m board.MoveParams) (board.MoveResult, error) {
 	if f.setStateFrom != nil {
 		if ch, err, ok := f.setStateFrom(ctx, m); ok {
-			return ch, err
+			return board.MoveResult{Changed: ch}, err
 		}
 	}
 	return f.Store.SetStateFrom(ctx, m)
@@ -59,7 +59,7 @@ func (f faulty) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
 func seed(t *testing.T, s board.Store, state string, labels []string, ids ...string) {
 	t.Helper()
 	for _, id := range ids {
-		if _, err := s.CreateCard(t.Context(), board.NewCard{ID: id, State: state, Labels: labels}); err != nil {
+		if _, err := s.CreateCard(t.Context(), board.CreateCardParams{ID: id, State: state, Labels: labels}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -98,7 +98,7 @@ func TestCardGoneMidWalkIsBenign(t *testing.T) {
 	t.Parallel()
 	s := openStore(t)
 	seed(t, s, "", []string{"old"}, "c1", "c2", "c3")
-	f := faulty{Store: s, setLabelsFrom: func(_ context.Context, l board.LabelsFrom) (board.Card, bool, error, bool) {
+	f := faulty{Store: s, setLabelsFrom: func(_ context.Context, l board.SetLabelsFromParams) (board.Card, bool, error, bool) {
 		if l.Card == "c2" {
 			return board.Card{}, false, board.NotFound("card", l.Card), true
 		}
@@ -118,7 +118,7 @@ func TestErrorNamesOperationAndProgress(t *testing.T) {
 	s := openStore(t)
 	seed(t, s, "", []string{"old"}, "c1", "c2", "c3")
 	broken := errors.New("disk on fire")
-	f := faulty{Store: s, setLabelsFrom: func(_ context.Context, l board.LabelsFrom) (board.Card, bool, error, bool) {
+	f := faulty{Store: s, setLabelsFrom: func(_ context.Context, l board.SetLabelsFromParams) (board.Card, bool, error, bool) {
 		if l.Card == "c2" {
 			return board.Card{}, false, broken, true
 		}
@@ -143,7 +143,7 @@ func TestEachWriteHasItsOwnBudget(t *testing.T) {
 	s := openStore(t)
 	seed(t, s, "", []string{"old"}, "c1", "c2")
 	var deadlines int
-	f := faulty{Store: s, setLabelsFrom: func(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error, bool) {
+	f := faulty{Store: s, setLabelsFrom: func(ctx context.Context, l board.SetLabelsFromParams) (board.Card, bool, error, bool) {
 		if _, ok := ctx.Deadline(); ok {
 			deadlines++
 		}
@@ -170,7 +170,7 @@ func TestStateLeftRetiringIsFinishedByARerun(t *testing.T) {
 	t.Parallel()
 	s := openStore(t)
 	seed(t, s, board.StateBacklog, nil, "c1", "c2")
-	stuck := faulty{Store: s, setStateFrom: func(_ context.Context, m board.Move) (bool, error, bool) {
+	stuck := faulty{Store: s, setStateFrom: func(_ context.Context, m board.MoveParams) (bool, error, bool) {
 		if m.Card == "c2" {
 			return false, nil, true // never lands, card stays in the source
 		}
@@ -187,7 +187,7 @@ func TestStateLeftRetiringIsFinishedByARerun(t *testing.T) {
 	if st, ok := b.State(board.StateBacklog); !ok || st.RetiringInto != "icebox" || !b.Has("icebox") {
 		t.Fatalf("board after an unfinished rename = %s, want backlog retiring into icebox", b)
 	}
-	if _, err := s.CreateCard(t.Context(), board.NewCard{ID: "late", State: board.StateBacklog}); !errors.Is(err, board.ErrInvalidArgument) {
+	if _, err := s.CreateCard(t.Context(), board.CreateCardParams{ID: "late", State: board.StateBacklog}); !errors.Is(err, board.ErrInvalidArgument) {
 		t.Errorf("CreateCard into a retiring state: got %v, want ErrInvalidArgument", err)
 	}
 
@@ -224,7 +224,7 @@ func TestDryRunWritesNothing(t *testing.T) {
 	seed(t, s, board.StateBacklog, []string{"old", "x"}, "c1", "c2")
 	seed(t, s, "", []string{"x"}, "c3")
 	head := func() int64 {
-		evs, err := s.Events(t.Context(), 0, 10000)
+		evs, err := s.Events(t.Context(), board.EventsParams{After: 0, Limit: 10000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -279,7 +279,7 @@ func TestDryRunWritesNothing(t *testing.T) {
 		t.Errorf("the dry runs changed the board: %v (%v)", b, err)
 	}
 	for _, id := range []string{"c1", "c2"} {
-		if c, err := s.GetCard(t.Context(), id); err != nil || c.State != board.StateBacklog || !slices.Equal(c.Labels, []string{"old", "x"}) {
+		if c, err := s.GetCard(t.Context(), board.GetCardParams{ID: id}); err != nil || c.State != board.StateBacklog || !slices.Equal(c.Labels, []string{"old", "x"}) {
 			t.Errorf("%s after the dry runs: %+v (%v)", id, c, err)
 		}
 	}

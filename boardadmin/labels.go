@@ -84,7 +84,7 @@ func (a *Admin) DeleteLabel(ctx context.Context, l string) (board.SweepReport, e
 // blindly is the lost update that resurrected consumed one-shot labels).
 func (a *Admin) walkLabels(ctx context.Context, op string, reason board.Reason, transform func([]string) []string) (board.SweepReport, error) {
 	rep := newReport(op)
-	cards, err := a.cfg.Store.ListCards(ctx, board.CardFilter{})
+	cards, err := a.cfg.Store.ListCards(ctx, board.ListCardsParams{})
 	if err != nil {
 		return rep, fmt.Errorf("%s: list cards: %w", op, err)
 	}
@@ -122,10 +122,10 @@ func (a *Admin) labelCard(ctx context.Context, cur board.Card, reason board.Reas
 		var got board.Card
 		var changed bool
 		err := a.write(ctx, cur.ID, attempt, func(ctx context.Context) error {
-			var err error
-			got, changed, err = a.cfg.Store.SetLabelsFrom(ctx, board.LabelsFrom{
+			set, err := a.cfg.Store.SetLabelsFrom(ctx, board.SetLabelsFromParams{
 				Card: cur.ID, Expect: cur.Labels, Labels: next, Reason: reason, Actor: a.cfg.Actor,
 			})
+			got, changed = set.Card, set.Changed
 			return err
 		})
 		switch {

@@ -146,7 +146,7 @@ func (a *Admin) sweepState(ctx context.Context, op, from, to string, reason boar
 
 	contended := map[string]bool{}
 	for pass := 0; pass < stragglerPasses; pass++ {
-		cards, err := a.cfg.Store.ListCards(ctx, board.CardFilter{State: from})
+		cards, err := a.cfg.Store.ListCards(ctx, board.ListCardsParams{State: from})
 		if err != nil {
 			return rep, fmt.Errorf("%s: list cards in %q: %w", op, from, err)
 		}
@@ -179,7 +179,7 @@ func (a *Admin) sweepState(ctx context.Context, op, from, to string, reason boar
 		rep.Contended = append(rep.Contended, id)
 	}
 	slices.Sort(rep.Contended)
-	left, err := a.cfg.Store.ListCards(ctx, board.CardFilter{State: from, Limit: 1})
+	left, err := a.cfg.Store.ListCards(ctx, board.ListCardsParams{State: from, Limit: 1})
 	if err != nil {
 		return rep, fmt.Errorf("%s: list cards in %q: %w", op, from, err)
 	}
@@ -210,7 +210,7 @@ func (a *Admin) sweepState(ctx context.Context, op, from, to string, reason boar
 // even the retiring mark.
 func (a *Admin) previewState(ctx context.Context, rep board.SweepReport, op, from string, after board.Board) (board.SweepReport, error) {
 	rep.DryRun = true
-	cards, err := a.cfg.Store.ListCards(ctx, board.CardFilter{State: from})
+	cards, err := a.cfg.Store.ListCards(ctx, board.ListCardsParams{State: from})
 	if err != nil {
 		return rep, fmt.Errorf("%s: list cards in %q: %w", op, from, err)
 	}
@@ -236,12 +236,12 @@ func drop(b board.Board, name string) board.Board {
 // board.Board.ReopenBlockedBy), applied to the whole batch so a refusal
 // changes nothing at all.
 func (a *Admin) checkBulkReopen(ctx context.Context, op, from string, b board.Board) error {
-	cards, err := a.cfg.Store.ListCards(ctx, board.CardFilter{State: from})
+	cards, err := a.cfg.Store.ListCards(ctx, board.ListCardsParams{State: from})
 	if err != nil {
 		return fmt.Errorf("%s: list cards in %q: %w", op, from, err)
 	}
 	for i, c := range cards {
-		deps, err := a.cfg.Store.Dependents(ctx, c.ID)
+		deps, err := a.cfg.Store.Dependents(ctx, board.DependentsParams{ID: c.ID})
 		if errors.Is(err, board.ErrNotFound) {
 			continue
 		}
@@ -263,7 +263,7 @@ func (a *Admin) moveCard(ctx context.Context, id, from, to string, reason board.
 	for attempt := 1; attempt <= a.cfg.Attempts; attempt++ {
 		var changed bool
 		err := a.write(ctx, id, attempt, func(ctx context.Context) error {
-			m := board.Move{Card: id, From: from, To: to, Reason: reason, Actor: a.cfg.Actor}
+			m := board.MoveParams{Card: id, From: from, To: to, Reason: reason, Actor: a.cfg.Actor}
 			if reopen {
 				// Reopen honours a declared From as a compare-and-set;
 				// a drifted card is refused and re-read below.
@@ -274,8 +274,8 @@ func (a *Admin) moveCard(ctx context.Context, id, from, to string, reason board.
 				}
 				return err
 			}
-			var err error
-			changed, err = a.cfg.Store.SetStateFrom(ctx, m)
+			moved, err := a.cfg.Store.SetStateFrom(ctx, m)
+			changed = moved.Changed
 			return err
 		})
 		switch {
@@ -286,7 +286,7 @@ func (a *Admin) moveCard(ctx context.Context, id, from, to string, reason board.
 		case changed:
 			return outChanged, nil
 		}
-		c, err := a.cfg.Store.GetCard(ctx, id)
+		c, err := a.cfg.Store.GetCard(ctx, board.GetCardParams{ID: id})
 		if errors.Is(err, board.ErrNotFound) {
 			return outGone, nil
 		}
@@ -320,16 +320,14 @@ func (a *Admin) updateBoard(ctx context.Context, edit func(board.Board) (board.B
 		if next.Equal(cur) {
 			return cur, nil
 		}
-		var stored board.Board
-		var changed bool
 		wctx, cancel := context.WithTimeout(ctx, a.cfg.WriteTimeout)
-		stored, changed, err = a.cfg.Store.SetBoard(wctx, cur, next)
+		set, err := a.cfg.Store.SetBoard(wctx, board.SetBoardParams{Expect: cur, Next: next})
 		cancel()
 		if err != nil {
 			return board.Board{}, err
 		}
-		if changed {
-			return stored, nil
+		if set.Changed {
+			return set.Board, nil
 		}
 	}
 	return board.Board{}, fmt.Errorf("the board definition kept changing under %d attempts: %w", a.cfg.Attempts, board.ErrTransitionRejected)

@@ -216,7 +216,7 @@ func TestOtherProcessCannotTouchClaim(t *testing.T) {
 			t.Errorf("claim by another process: code %q holder %q; want claim_conflict held by %q", res.Code, res.Holder, cl.Token().Marker)
 		}
 	})
-	card, err := a.Store.GetCard(ctx, "mine")
+	card, err := a.Store.GetCard(ctx, board.GetCardParams{ID: "mine"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +276,7 @@ func TestReusedPIDOwnsNothing(t *testing.T) {
 			}
 		})
 	}
-	card, err := a.Store.GetCard(ctx, "reuse")
+	card, err := a.Store.GetCard(ctx, board.GetCardParams{ID: "reuse"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,10 +316,11 @@ func TestTypedErrors(t *testing.T) {
 	ctx := testCtx(t)
 	a.Card(t, "held")
 	a.Card(t, "finished")
-	if err := a.Store.SetState(ctx, board.Move{Card: "finished", To: board.StateDone}); err != nil {
+	if err := a.Store.SetState(ctx, board.MoveParams{Card: "finished", To: board.StateDone}); err != nil {
 		t.Fatal(err)
 	}
-	_, otherTok, err := a.Store.Claim(ctx, board.ClaimRequest{Card: "held", Marker: "otherhost-999", Lease: time.Hour})
+	card, err := a.Store.Claim(ctx, board.ClaimParams{Card: "held", Marker: "otherhost-999", Lease: time.Hour})
+	otherTok := card.Token()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,10 +338,10 @@ func TestTypedErrors(t *testing.T) {
 		{"claim held card", func() error { _, err := c.Claim(ctx, "held"); return err }, []error{board.ErrClaimConflict}},
 		{"move out of a sink", func() error { _, err := c.MoveCard(ctx, "finished", board.StateReady); return err },
 			[]error{board.ErrTerminalStateExit, board.ErrTransitionRejected}},
-		{"duplicate card", func() error { _, err := c.CreateCard(ctx, board.NewCard{ID: "held"}); return err },
+		{"duplicate card", func() error { _, err := c.CreateCard(ctx, board.CreateCardParams{ID: "held"}); return err },
 			[]error{board.ErrAlreadyExists, board.ErrInvalidArgument}},
 		{"unknown state", func() error { _, err := c.MoveCard(ctx, "held", "limbo"); return err }, []error{board.ErrInvalidArgument}},
-		{"not an operator", func() error { _, err := outsider.CreateCard(ctx, board.NewCard{ID: "x"}); return err }, []error{client.ErrForbidden}},
+		{"not an operator", func() error { _, err := outsider.CreateCard(ctx, board.CreateCardParams{ID: "x"}); return err }, []error{client.ErrForbidden}},
 		{"no reaper", func() error { _, err := c.ReaperPass(ctx, true); return err }, []error{client.ErrUnavailable}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -382,7 +383,7 @@ func TestClaimCancelsWhenAgentGoes(t *testing.T) {
 	if !errors.Is(cause, client.ErrLeaseUntrusted) {
 		t.Errorf("cause = %v, want ErrLeaseUntrusted", cause)
 	}
-	card, err := a.Store.GetCard(ctx, "orphan")
+	card, err := a.Store.GetCard(ctx, board.GetCardParams{ID: "orphan"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,7 +417,7 @@ func TestKeepaliveModePings(t *testing.T) {
 	if len(held) != 1 || held[0].Hold.Token != cl.Token() {
 		t.Fatalf("heartbeat holds %+v, want the one claim %+v", held, cl.Token())
 	}
-	card, err := a.Store.GetCard(ctx, "kept")
+	card, err := a.Store.GetCard(ctx, board.GetCardParams{ID: "kept"})
 	if err != nil {
 		t.Fatal(err)
 	}

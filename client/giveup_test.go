@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasekeeper/leasekeeper/board"
+
 	"github.com/leasekeeper/leasekeeper/client"
 	"github.com/leasekeeper/leasekeeper/socketapi/socketapitest"
 )
@@ -36,7 +38,7 @@ func TestSelfCancelReleasesTheClaim(t *testing.T) {
 	if status := p.nextRelease(t, "deaf", 10*time.Second); !strings.HasPrefix(status, "204") {
 		t.Errorf("release after the self-cancel answered %s, want 204", status)
 	}
-	card, err := a.Store.GetCard(ctx, "deaf")
+	card, err := a.Store.GetCard(ctx, board.GetCardParams{ID: "deaf"})
 	if err != nil {
 		t.Fatal(err)
 	}

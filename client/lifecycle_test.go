@@ -38,7 +38,7 @@ func mustStart(t *testing.T, ctx context.Context, c *client.Client, card string,
 
 func eventsSince(t *testing.T, a *socketapitest.Agent, after int64) []board.Event {
 	t.Helper()
-	evs, err := a.Store.Events(context.Background(), after, 1000)
+	evs, err := a.Store.Events(context.Background(), board.EventsParams{After: after, Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func lastSeq(t *testing.T, a *socketapitest.Agent) int64 {
 
 func getCard(t *testing.T, a *socketapitest.Agent, id string) board.Card {
 	t.Helper()
-	c, err := a.Store.GetCard(context.Background(), id)
+	c, err := a.Store.GetCard(context.Background(), board.GetCardParams{ID: id})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func getCard(t *testing.T, a *socketapitest.Agent, id string) board.Card {
 
 func getRun(t *testing.T, a *socketapitest.Agent, id string) board.Run {
 	t.Helper()
-	r, err := a.Store.GetRun(context.Background(), id)
+	r, err := a.Store.GetRun(context.Background(), board.GetRunParams{ID: id})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,15 +122,15 @@ func TestStartRefusalsMintNothing(t *testing.T) {
 	a := socketapitest.Start(t, socketapitest.Options{})
 	ctx := testCtx(t)
 	a.Card(t, "sunk")
-	if err := a.Store.SetState(ctx, board.Move{Card: "sunk", To: board.StateDone, Actor: "test"}); err != nil {
+	if err := a.Store.SetState(ctx, board.MoveParams{Card: "sunk", To: board.StateDone, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	a.Card(t, "taken")
-	if _, _, err := a.Store.Claim(ctx, board.ClaimRequest{Card: "taken", Marker: "otherhost-4242", Lease: time.Minute}); err != nil {
+	if _, err := a.Store.Claim(ctx, board.ClaimParams{Card: "taken", Marker: "otherhost-4242", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	a.Card(t, "blocker")
-	if _, err := a.Store.CreateCard(ctx, board.NewCard{ID: "gated", DependsOn: []string{"blocker"}, Actor: "test"}); err != nil {
+	if _, err := a.Store.CreateCard(ctx, board.CreateCardParams{ID: "gated", DependsOn: []string{"blocker"}, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	before := map[string]board.Card{"sunk": getCard(t, a, "sunk"), "taken": getCard(t, a, "taken"), "gated": getCard(t, a, "gated")}

@@ -16,14 +16,14 @@ import (
 func cardURL(id string, rest string) string { return "/v1/cards/" + url.PathEscape(id) + rest }
 
 // CreateCard creates a card (operator).
-func (c *Client) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, error) {
+func (c *Client) CreateCard(ctx context.Context, nc board.CreateCardParams) (board.Card, error) {
 	var card board.Card
 	err := c.do(ctx, http.MethodPost, "/v1/cards", nil, nc, &card)
 	return card, err
 }
 
 // ListCards lists cards, oldest first.
-func (c *Client) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
+func (c *Client) ListCards(ctx context.Context, f board.ListCardsParams) ([]board.Card, error) {
 	q := url.Values{}
 	if f.State != "" {
 		q.Set("state", f.State)

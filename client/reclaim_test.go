@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasekeeper/leasekeeper/board"
+
 	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/client"
 	"github.com/leasekeeper/leasekeeper/socketapi/socketapitest"
@@ -48,7 +50,7 @@ func TestReclaimAfterLossIsAFreshAcquisition(t *testing.T) {
 	if err := second.Context().Err(); err != nil {
 		t.Errorf("re-claimed claim ended at once: %v", context.Cause(second.Context()))
 	}
-	card, err := a.Store.GetCard(ctx, "again")
+	card, err := a.Store.GetCard(ctx, board.GetCardParams{ID: "again"})
 	if err != nil {
 		t.Fatal(err)
 	}

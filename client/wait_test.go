@@ -28,14 +28,14 @@ const noBackstop = time.Hour
 // holdElsewhere claims card for a marker that is not this process's.
 func holdElsewhere(t *testing.T, a *socketapitest.Agent, card string) {
 	t.Helper()
-	if _, _, err := a.Store.Claim(context.Background(), board.ClaimRequest{Card: card, Marker: "otherhost-4242", Lease: time.Minute}); err != nil {
+	if _, err := a.Store.Claim(context.Background(), board.ClaimParams{Card: card, Marker: "otherhost-4242", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func releaseElsewhere(t *testing.T, a *socketapitest.Agent, card string) {
 	t.Helper()
-	if err := a.Store.Release(context.Background(), card, "otherhost-4242", "test"); err != nil {
+	if err := a.Store.Release(context.Background(), board.ReleaseParams{Card: card, Marker: "otherhost-4242", Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -144,10 +144,10 @@ func TestClaimNextWaitIsWokenByACardCreatedWithItsLabel(t *testing.T) {
 		res <- claimResult{cl, err}
 	}()
 	<-tried
-	if _, err := a.Store.CreateCard(ctx, board.NewCard{ID: "cpu-job", Labels: []string{"cpu"}, Actor: "test"}); err != nil {
+	if _, err := a.Store.CreateCard(ctx, board.CreateCardParams{ID: "cpu-job", Labels: []string{"cpu"}, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Store.CreateCard(ctx, board.NewCard{ID: "gpu-job", Labels: []string{"gpu"}, Actor: "test"}); err != nil {
+	if _, err := a.Store.CreateCard(ctx, board.CreateCardParams{ID: "gpu-job", Labels: []string{"gpu"}, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	r := <-res
@@ -194,7 +194,7 @@ func TestWaitCardReturnsWhenTheCardIsDone(t *testing.T) {
 	t.Parallel()
 	a, c, ctx := lifecycleEnv(t, "early", "late")
 	client.SetWaitHooks(c, nil, noBackstop)
-	if err := a.Store.SetState(ctx, board.Move{Card: "early", To: board.StateDone, Actor: "test"}); err != nil {
+	if err := a.Store.SetState(ctx, board.MoveParams{Card: "early", To: board.StateDone, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	isDone := func(cd board.Card) (bool, error) { return cd.State == board.StateDone, nil }
@@ -214,7 +214,7 @@ func TestWaitCardReturnsWhenTheCardIsDone(t *testing.T) {
 		done <- res{cd, err}
 	}()
 	<-tried
-	if err := a.Store.SetState(ctx, board.Move{Card: "late", To: board.StateDone, Actor: "test"}); err != nil {
+	if err := a.Store.SetState(ctx, board.MoveParams{Card: "late", To: board.StateDone, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	if r := <-done; r.err != nil || r.cd.State != board.StateDone {
@@ -231,7 +231,7 @@ func TestWaitCardReturnsWhenTheCardIsDone(t *testing.T) {
 func TestStartWaitTakesACardWhenItsLastBlockerCompletes(t *testing.T) {
 	t.Parallel()
 	a, c, ctx := lifecycleEnv(t, "blocker")
-	if _, err := a.Store.CreateCard(ctx, board.NewCard{ID: "gated", DependsOn: []string{"blocker"}, Actor: "test"}); err != nil {
+	if _, err := a.Store.CreateCard(ctx, board.CreateCardParams{ID: "gated", DependsOn: []string{"blocker"}, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	tried := make(chan struct{})
@@ -247,7 +247,7 @@ func TestStartWaitTakesACardWhenItsLastBlockerCompletes(t *testing.T) {
 		t.Fatalf("the waiter returned while the blocker was open: %v", r.err)
 	default:
 	}
-	if err := a.Store.SetState(ctx, board.Move{Card: "blocker", To: board.StateDone, Actor: "test"}); err != nil {
+	if err := a.Store.SetState(ctx, board.MoveParams{Card: "blocker", To: board.StateDone, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	r := <-res
@@ -394,16 +394,16 @@ func TestClaimWaitWaitsOutARetryBackoff(t *testing.T) {
 	t.Parallel()
 	a, c, ctx := lifecycleEnv(t)
 	const backoff = 300 * time.Millisecond
-	if _, err := a.Store.CreateCard(ctx, board.NewCard{ID: "flaky", Actor: "test",
+	if _, err := a.Store.CreateCard(ctx, board.CreateCardParams{ID: "flaky", Actor: "test",
 		Retry: &board.RetryPolicy{MaxAttempts: 3, Backoff: backoff, BackoffMax: backoff}}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := a.Store.Start(ctx, board.StartRequest{Card: "flaky", Marker: "otherhost-4242", Lease: time.Minute,
+	st, err := a.Store.Start(ctx, board.StartParams{Card: "flaky", Marker: "otherhost-4242", Lease: time.Minute,
 		Run: board.Run{ID: "r1", Host: "otherhost", PID: 4242}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := a.Store.Finish(ctx, board.FinishRequest{Card: "flaky", Token: st.Token, RunID: "r1",
+	f, err := a.Store.Finish(ctx, board.FinishParams{Card: "flaky", Token: st.Token, RunID: "r1",
 		Status: board.RunFailed, FailureCode: "SIGNAL_9", Retryable: true})
 	if err != nil {
 		t.Fatal(err)

@@ -107,7 +107,7 @@ var wireTypes = []reflect.Type{
 	reflect.TypeFor[board.EventData](),
 	reflect.TypeFor[board.GaveUp](),
 	reflect.TypeFor[board.ClaimToken](),
-	reflect.TypeFor[board.NewCard](),
+	reflect.TypeFor[board.CreateCardParams](),
 	reflect.TypeFor[board.SweepReport](),
 	reflect.TypeFor[board.State](),
 	reflect.TypeFor[board.RetryPolicy](),

@@ -43,12 +43,13 @@ func BenchmarkTick10k(b *testing.B) {
 			defer wg.Done()
 			for i := w; i < n; i += workers {
 				card := fmt.Sprintf("card-%05d", i)
-				if _, err := st.CreateCard(ctx, board.NewCard{ID: card}); err != nil {
+				if _, err := st.CreateCard(ctx, board.CreateCardParams{ID: card}); err != nil {
 					errs <- err
 					return
 				}
 				attempt := time.Now()
-				_, tok, err := st.Claim(ctx, board.ClaimRequest{Card: card, Marker: marker(2 + i), Lease: testLease})
+				got, err := st.Claim(ctx, board.ClaimParams{Card: card, Marker: marker(2 + i), Lease: testLease})
+				tok := got.Token()
 				if err != nil {
 					errs <- err
 					return

@@ -29,21 +29,21 @@ func TestATickRacingTheHoldersOwnCloseLosesNothing(t *testing.T) {
 	endFailing := h.loop.BeginClose("failing", failing.Token)
 	// The holder's own write frees "finishing"; an operator frees "freed";
 	// "taken" goes to another holder.
-	if err := h.store.ReleaseOwned(h.ctx, "finishing", finishing.Token); err != nil {
+	if err := h.store.ReleaseOwned(h.ctx, board.OwnedParams{Card: "finishing", Token: finishing.Token}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.store.Release(h.ctx, "freed", freed.Token.Marker, "operator"); err != nil {
+	if err := h.store.Release(h.ctx, board.ReleaseParams{Card: "freed", Marker: freed.Token.Marker, Actor: "operator"}); err != nil {
 		t.Fatal(err)
 	}
 	// An operator frees "failing" while its holder's close is in flight;
 	// that close will fail.
-	if err := h.store.Release(h.ctx, "failing", failing.Token.Marker, "operator"); err != nil {
+	if err := h.store.Release(h.ctx, board.ReleaseParams{Card: "failing", Marker: failing.Token.Marker, Actor: "operator"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.store.Release(h.ctx, "taken", taken.Token.Marker, "operator"); err != nil {
+	if err := h.store.Release(h.ctx, board.ReleaseParams{Card: "taken", Marker: taken.Token.Marker, Actor: "operator"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := h.store.Claim(h.ctx, board.ClaimRequest{Card: "taken", Marker: marker(803), Lease: testLease}); err != nil {
+	if _, err := h.store.Claim(h.ctx, board.ClaimParams{Card: "taken", Marker: marker(803), Lease: testLease}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -13,8 +13,8 @@ import (
 // Renewer is the part of board.Store the loop writes through. Any
 // board.Store is a Renewer.
 type Renewer interface {
-	RenewClaims(ctx context.Context, holds []board.Hold, lease time.Duration) ([]board.RenewResult, error)
-	ExpireClaimOwned(ctx context.Context, card string, tok board.ClaimToken) error
+	RenewClaims(ctx context.Context, p board.RenewClaimsParams) ([]board.RenewResult, error)
+	ExpireClaimOwned(ctx context.Context, p board.OwnedParams) error
 }
 
 var _ Renewer = board.Store(nil)

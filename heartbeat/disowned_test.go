@@ -21,7 +21,7 @@ func TestDisownedRemembersLossesTheStoreMayStillName(t *testing.T) {
 	me := self(t)
 	flaky := h.claim("flaky", marker(700), me)
 	h.claim("freed", marker(701), me)
-	if err := h.store.Release(h.ctx, "freed", marker(701), "operator"); err != nil {
+	if err := h.store.Release(h.ctx, board.ReleaseParams{Card: "freed", Marker: marker(701), Actor: "operator"}); err != nil {
 		t.Fatal(err)
 	}
 	h.clock.Advance(testLease / 3)
@@ -46,7 +46,8 @@ func TestDisownedRemembersLossesTheStoreMayStillName(t *testing.T) {
 	}
 
 	// Tracked again (a fresh grant): the agent vouches for the card's claim.
-	_, tok, err := h.store.Claim(h.ctx, board.ClaimRequest{Card: "freed", Marker: marker(702), Lease: testLease})
+	card, err := h.store.Claim(h.ctx, board.ClaimParams{Card: "freed", Marker: marker(702), Lease: testLease})
+	tok := card.Token()
 	if err != nil {
 		t.Fatal(err)
 	}

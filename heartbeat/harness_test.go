@@ -72,7 +72,8 @@ type spy struct {
 	fault func(ctx context.Context, holds []board.Hold, lease time.Duration) ([]board.RenewResult, error)
 }
 
-func (s *spy) RenewClaims(ctx context.Context, holds []board.Hold, lease time.Duration) ([]board.RenewResult, error) {
+func (s *spy) RenewClaims(ctx context.Context, p board.RenewClaimsParams) ([]board.RenewResult, error) {
+	holds, lease := p.Holds, p.Lease
 	_, hasDeadline := ctx.Deadline()
 	s.mu.Lock()
 	s.renews = append(s.renews, renewCall{holds: append([]board.Hold(nil), holds...), lease: lease, hasDeadline: hasDeadline})
@@ -81,14 +82,15 @@ func (s *spy) RenewClaims(ctx context.Context, holds []board.Hold, lease time.Du
 	if fault != nil {
 		return fault(ctx, holds, lease)
 	}
-	return s.inner.RenewClaims(ctx, holds, lease)
+	return s.inner.RenewClaims(ctx, board.RenewClaimsParams{Holds: holds, Lease: lease})
 }
 
-func (s *spy) ExpireClaimOwned(ctx context.Context, card string, tok board.ClaimToken) error {
+func (s *spy) ExpireClaimOwned(ctx context.Context, p board.OwnedParams) error {
+	card, tok := p.Card, p.Token
 	s.mu.Lock()
 	s.expires = append(s.expires, expireCall{card, tok})
 	s.mu.Unlock()
-	return s.inner.ExpireClaimOwned(ctx, card, tok)
+	return s.inner.ExpireClaimOwned(ctx, p)
 }
 
 func (s *spy) setFault(f func(ctx context.Context, holds []board.Hold, lease time.Duration) ([]board.RenewResult, error)) {
@@ -188,12 +190,13 @@ func ownerOfThisProcess() (Owner, error) {
 // the Claim call.
 func (h *harness) claim(card, marker string, o Owner) board.Hold {
 	h.t.Helper()
-	if _, err := h.store.CreateCard(h.ctx, board.NewCard{ID: card}); err != nil {
+	if _, err := h.store.CreateCard(h.ctx, board.CreateCardParams{ID: card}); err != nil {
 		h.t.Fatalf("create %s: %v", card, err)
 	}
 	attempt := h.clock.Now()
 	lease := time.Duration(h.lease.Load())
-	_, tok, err := h.store.Claim(h.ctx, board.ClaimRequest{Card: card, Marker: marker, Lease: lease})
+	got, err := h.store.Claim(h.ctx, board.ClaimParams{Card: card, Marker: marker, Lease: lease})
+	tok := got.Token()
 	if err != nil {
 		h.t.Fatalf("claim %s: %v", card, err)
 	}
@@ -206,7 +209,7 @@ func (h *harness) claim(card, marker string, o Owner) board.Hold {
 
 func (h *harness) card(id string) board.Card {
 	h.t.Helper()
-	c, err := h.store.GetCard(h.ctx, id)
+	c, err := h.store.GetCard(h.ctx, board.GetCardParams{ID: id})
 	if err != nil {
 		h.t.Fatalf("get %s: %v", id, err)
 	}

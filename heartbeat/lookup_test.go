@@ -66,7 +66,7 @@ func TestLookupFollowsTheTracker(t *testing.T) {
 	if !h.loop.Remove("b") {
 		t.Fatalf("Remove(b) = false, want true")
 	}
-	if err := h.store.Release(h.ctx, "c", holds[2].Token.Marker, "operator"); err != nil {
+	if err := h.store.Release(h.ctx, board.ReleaseParams{Card: "c", Marker: holds[2].Token.Marker, Actor: "operator"}); err != nil {
 		t.Fatalf("force release: %v", err)
 	}
 	h.clock.Advance(testLease / 3)
@@ -82,7 +82,8 @@ func TestLookupFollowsTheTracker(t *testing.T) {
 
 	// A re-grant of c under a new token replaces the record.
 	h.clock.Advance(1)
-	_, tok, err := h.store.Claim(h.ctx, board.ClaimRequest{Card: "c", Marker: marker(700), Lease: testLease})
+	card, err := h.store.Claim(h.ctx, board.ClaimParams{Card: "c", Marker: marker(700), Lease: testLease})
+	tok := card.Token()
 	if err != nil {
 		t.Fatalf("re-claim c: %v", err)
 	}

@@ -38,11 +38,12 @@ func realLoop(t *testing.T, lease time.Duration, tweak func(*Config)) (*Loop, *b
 func claimReal(t *testing.T, l *Loop, st *boltstore.Store, card string, lease time.Duration) board.Hold {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := st.CreateCard(ctx, board.NewCard{ID: card}); err != nil {
+	if _, err := st.CreateCard(ctx, board.CreateCardParams{ID: card}); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	attempt := time.Now()
-	_, tok, err := st.Claim(ctx, board.ClaimRequest{Card: card, Marker: marker(4100), Lease: lease})
+	got, err := st.Claim(ctx, board.ClaimParams{Card: card, Marker: marker(4100), Lease: lease})
+	tok := got.Token()
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
@@ -85,7 +86,7 @@ func TestStartRenewsInTheBackground(t *testing.T) {
 	if got := l.Held(); len(got) != 1 {
 		t.Errorf("Held() after Stop = %v, want the claim kept", got)
 	}
-	c, err := st.GetCard(context.Background(), "card")
+	c, err := st.GetCard(context.Background(), board.GetCardParams{ID: "card"})
 	if err != nil || c.LeaseExpired(time.Now().Add(-lease)) {
 		t.Errorf("card lease %v (err %v): want renewed", c.ClaimLeaseUntil, err)
 	}

@@ -163,7 +163,7 @@ func (l *Loop) RunOnce(ctx context.Context) TickResult {
 	l.mu.Unlock()
 	for _, lo := range dead {
 		tok := board.ClaimToken{Marker: lo.Marker, Epoch: lo.Epoch}
-		if err := l.cfg.Store.ExpireClaimOwned(ctx, lo.Card, tok); err != nil {
+		if err := l.cfg.Store.ExpireClaimOwned(ctx, board.OwnedParams{Card: lo.Card, Token: tok}); err != nil {
 			// The lease then runs out on its own: slower, still safe.
 			l.cfg.Logger.Warn("heartbeat: could not expire a dead owner's lease",
 				"card", lo.Card, "epoch", lo.Epoch, "reason", lo.Reason, "err", err)
@@ -224,7 +224,7 @@ func (l *Loop) renew(ctx context.Context, batch []*entry, lease, margin time.Dur
 	// A store that hangs must not carry the tick past the earliest trusted
 	// deadline: the loss has to be declared on time.
 	callCtx, cancel := context.WithTimeout(ctx, earliest.Sub(attempt))
-	results, err := l.cfg.Store.RenewClaims(callCtx, holds, lease)
+	results, err := l.cfg.Store.RenewClaims(callCtx, board.RenewClaimsParams{Holds: holds, Lease: lease})
 	cancel()
 	res.StoreCalls++
 	if err == nil && len(results) != len(holds) {

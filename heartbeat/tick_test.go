@@ -148,7 +148,7 @@ func TestTrustedDeadlineCountsFromAttemptStart(t *testing.T) {
 	h.clock.Advance(testLease / 3)
 	attempt := h.clock.Now()
 	h.spy.setFault(func(ctx context.Context, holds []board.Hold, lease time.Duration) ([]board.RenewResult, error) {
-		res, err := h.store.RenewClaims(ctx, holds, lease)
+		res, err := h.store.RenewClaims(ctx, board.RenewClaimsParams{Holds: holds, Lease: lease})
 		h.clock.Advance(7 * time.Second) // the answer takes 7s to come back
 		return res, err
 	})
@@ -183,10 +183,10 @@ func TestConflictStopsTrackingTheClaim(t *testing.T) {
 		{
 			name: "another owner took the card",
 			steal: func(h *harness, card string, tok board.ClaimToken) {
-				if err := h.store.Release(h.ctx, card, tok.Marker, "operator"); err != nil {
+				if err := h.store.Release(h.ctx, board.ReleaseParams{Card: card, Marker: tok.Marker, Actor: "operator"}); err != nil {
 					h.t.Fatalf("force release: %v", err)
 				}
-				if _, _, err := h.store.Claim(h.ctx, board.ClaimRequest{Card: card, Marker: marker(9999), Lease: testLease}); err != nil {
+				if _, err := h.store.Claim(h.ctx, board.ClaimParams{Card: card, Marker: marker(9999), Lease: testLease}); err != nil {
 					h.t.Fatalf("re-claim by another: %v", err)
 				}
 			},
@@ -195,7 +195,7 @@ func TestConflictStopsTrackingTheClaim(t *testing.T) {
 		{
 			name: "an operator force-released the card",
 			steal: func(h *harness, card string, tok board.ClaimToken) {
-				if err := h.store.Release(h.ctx, card, tok.Marker, "operator"); err != nil {
+				if err := h.store.Release(h.ctx, board.ReleaseParams{Card: card, Marker: tok.Marker, Actor: "operator"}); err != nil {
 					h.t.Fatalf("force release: %v", err)
 				}
 			},
@@ -251,7 +251,7 @@ func TestUnconfirmedExactlyAtTrustedDeadline(t *testing.T) {
 		}},
 		{"outcome unknown after the write landed", func(h *harness) func(context.Context, []board.Hold, time.Duration) ([]board.RenewResult, error) {
 			return func(ctx context.Context, holds []board.Hold, lease time.Duration) ([]board.RenewResult, error) {
-				if _, err := h.store.RenewClaims(ctx, holds, lease); err != nil {
+				if _, err := h.store.RenewClaims(ctx, board.RenewClaimsParams{Holds: holds, Lease: lease}); err != nil {
 					return nil, err
 				}
 				return nil, fmt.Errorf("plugin died after sending: %w", board.ErrOutcomeUnknown)

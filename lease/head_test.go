@@ -16,9 +16,10 @@ type eventsSpy struct {
 	afters []int64
 }
 
-func (s *eventsSpy) Events(ctx context.Context, after int64, limit int) ([]board.Event, error) {
+func (s *eventsSpy) Events(ctx context.Context, p board.EventsParams) ([]board.Event, error) {
+	after, limit := p.After, p.Limit
 	s.afters = append(s.afters, after)
-	return s.Store.Events(ctx, after, limit)
+	return s.Store.Events(ctx, board.EventsParams{After: after, Limit: limit})
 }
 
 // TestEventsHeadSeeksFromWhereItKnowsTheLogIs: the head is the last
@@ -29,11 +30,11 @@ func TestEventsHeadSeeksFromWhereItKnowsTheLogIs(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, heartbeat.ModePID)
 	for _, id := range []string{"a", "b", "c"} {
-		if _, err := r.s.CreateCard(ctx, board.NewCard{ID: id, State: board.StateReady}); err != nil {
+		if _, err := r.s.CreateCard(ctx, board.CreateCardParams{ID: id, State: board.StateReady}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	evs, err := r.s.Events(ctx, 0, 100)
+	evs, err := r.s.Events(ctx, board.EventsParams{After: 0, Limit: 100})
 	if err != nil || len(evs) != 3 {
 		t.Fatalf("events = %v, %v; want three", evs, err)
 	}
@@ -50,7 +51,7 @@ func TestEventsHeadSeeksFromWhereItKnowsTheLogIs(t *testing.T) {
 	if len(spy.afters) != 1 || spy.afters[0] != evs[1].Seq {
 		t.Fatalf("the seek read the log after %v, want once after the hint %d", spy.afters, evs[1].Seq)
 	}
-	if _, err := r.s.CreateCard(ctx, board.NewCard{ID: "d", State: board.StateReady}); err != nil {
+	if _, err := r.s.CreateCard(ctx, board.CreateCardParams{ID: "d", State: board.StateReady}); err != nil {
 		t.Fatal(err)
 	}
 	spy.afters = nil
@@ -74,7 +75,7 @@ func TestEventsHeadAfterTheLogWasPrunedPastWhereItKnewIt(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, heartbeat.ModePID)
 	for _, id := range []string{"a", "b"} {
-		if _, err := r.s.CreateCard(ctx, board.NewCard{ID: id, State: board.StateReady}); err != nil {
+		if _, err := r.s.CreateCard(ctx, board.CreateCardParams{ID: id, State: board.StateReady}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -83,11 +84,11 @@ func TestEventsHeadAfterTheLogWasPrunedPastWhereItKnewIt(t *testing.T) {
 		t.Fatalf("EventsHead = %d, %v", first, err)
 	}
 	for _, id := range []string{"c", "d"} {
-		if _, err := r.s.CreateCard(ctx, board.NewCard{ID: id, State: board.StateReady}); err != nil {
+		if _, err := r.s.CreateCard(ctx, board.CreateCardParams{ID: id, State: board.StateReady}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	evs, err := r.s.Events(ctx, 0, 100)
+	evs, err := r.s.Events(ctx, board.EventsParams{After: 0, Limit: 100})
 	if err != nil || len(evs) != 4 {
 		t.Fatalf("events = %v, %v; want four", evs, err)
 	}
@@ -103,7 +104,7 @@ func TestEventsHeadAfterTheLogWasPrunedPastWhereItKnewIt(t *testing.T) {
 	if head < res.EventsThrough {
 		t.Fatalf("EventsHead = %d, below the pruned position %d: a follow after it is refused", head, res.EventsThrough)
 	}
-	if _, err := r.s.Events(ctx, head, 1); err != nil {
+	if _, err := r.s.Events(ctx, board.EventsParams{After: head, Limit: 1}); err != nil {
 		t.Fatalf("Events after the head answered: %v", err)
 	}
 }

@@ -12,18 +12,19 @@ import (
 // answer, never a request body's.
 
 // CreateCard creates a card for actor.
-func (s *Service) CreateCard(ctx context.Context, actor string, c board.NewCard) (board.Card, error) {
+func (s *Service) CreateCard(ctx context.Context, actor string, c board.CreateCardParams) (board.Card, error) {
 	c.Actor = actor
 	return s.cfg.Store.CreateCard(ctx, c)
 }
 
 // GetCard reads one card.
-func (s *Service) GetCard(ctx context.Context, id string) (board.Card, error) {
-	return s.cfg.Store.GetCard(ctx, id)
+func (s *Service) GetCard(ctx context.Context, p board.GetCardParams) (board.Card, error) {
+	id := p.ID
+	return s.cfg.Store.GetCard(ctx, board.GetCardParams{ID: id})
 }
 
 // ListCards lists cards, oldest first; never nil.
-func (s *Service) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
+func (s *Service) ListCards(ctx context.Context, f board.ListCardsParams) ([]board.Card, error) {
 	cards, err := s.cfg.Store.ListCards(ctx, f)
 	if cards == nil && err == nil {
 		cards = []board.Card{}
@@ -32,13 +33,15 @@ func (s *Service) ListCards(ctx context.Context, f board.CardFilter) ([]board.Ca
 }
 
 // GetRun reads one run.
-func (s *Service) GetRun(ctx context.Context, id string) (board.Run, error) {
-	return s.cfg.Store.GetRun(ctx, id)
+func (s *Service) GetRun(ctx context.Context, p board.GetRunParams) (board.Run, error) {
+	id := p.ID
+	return s.cfg.Store.GetRun(ctx, board.GetRunParams{ID: id})
 }
 
 // Events reads the event log after seq; never nil.
-func (s *Service) Events(ctx context.Context, after int64, limit int) ([]board.Event, error) {
-	evs, err := s.cfg.Store.Events(ctx, after, limit)
+func (s *Service) Events(ctx context.Context, p board.EventsParams) ([]board.Event, error) {
+	after, limit := p.After, p.Limit
+	evs, err := s.cfg.Store.Events(ctx, board.EventsParams{After: after, Limit: limit})
 	if evs == nil && err == nil {
 		evs = []board.Event{}
 	}
@@ -65,7 +68,7 @@ func (s *Service) EventsHead(ctx context.Context) (int64, error) {
 		head = max(head, s.cfg.HeadHint())
 	}
 	for pruned := false; ; {
-		evs, err := s.cfg.Store.Events(ctx, head, headPage)
+		evs, err := s.cfg.Store.Events(ctx, board.EventsParams{After: head, Limit: headPage})
 		if errors.Is(err, board.ErrEventsPruned) && !pruned {
 			// A prune (on a fleet, another agent's, bounded by its own
 			// effects cursor) cut the log past where this agent knew it
@@ -119,27 +122,27 @@ func operatorReason(r board.Reason) error {
 // layer derives them from the store's event log, the one place that also
 // sees cascades and other agents' writes.
 func (s *Service) Move(ctx context.Context, actor, card, to string, reason board.Reason) (board.Card, error) {
-	return s.operatorMove(ctx, s.cfg.Store.SetState, board.Move{Card: card, To: to, Reason: reason, Actor: actor})
+	return s.operatorMove(ctx, s.cfg.Store.SetState, board.MoveParams{Card: card, To: to, Reason: reason, Actor: actor})
 }
 
 // Reopen takes a card out of a sink (the only exit, DESIGN.md#reopen).
 func (s *Service) Reopen(ctx context.Context, actor, card, to string, reason board.Reason) (board.Card, error) {
-	return s.operatorMove(ctx, s.cfg.Store.Reopen, board.Move{Card: card, To: to, Reason: reason, Actor: actor})
+	return s.operatorMove(ctx, s.cfg.Store.Reopen, board.MoveParams{Card: card, To: to, Reason: reason, Actor: actor})
 }
 
-func (s *Service) operatorMove(ctx context.Context, move func(context.Context, board.Move) error, m board.Move) (board.Card, error) {
+func (s *Service) operatorMove(ctx context.Context, move func(context.Context, board.MoveParams) error, m board.MoveParams) (board.Card, error) {
 	if err := operatorReason(m.Reason); err != nil {
 		return board.Card{}, err
 	}
 	if err := move(ctx, m); err != nil {
 		return board.Card{}, err
 	}
-	return s.cfg.Store.GetCard(ctx, m.Card)
+	return s.cfg.Store.GetCard(ctx, board.GetCardParams{ID: m.Card})
 }
 
 // AdjustLabels adds then removes labels for actor.
 func (s *Service) AdjustLabels(ctx context.Context, actor, card string, add, remove []string) (board.Card, error) {
-	return s.cfg.Store.AdjustLabels(ctx, board.LabelChange{Card: card, Add: add, Remove: remove, Actor: actor})
+	return s.cfg.Store.AdjustLabels(ctx, board.AdjustLabelsParams{Card: card, Add: add, Remove: remove, Actor: actor})
 }
 
 // SetLabels replaces the label set for actor; nil is refused (use [] to
@@ -148,7 +151,7 @@ func (s *Service) SetLabels(ctx context.Context, actor, card string, labels []st
 	if labels == nil {
 		return board.Card{}, board.Invalid("labels is required (use [] to clear)")
 	}
-	return s.cfg.Store.SetLabels(ctx, card, labels, actor)
+	return s.cfg.Store.SetLabels(ctx, board.SetLabelsParams{Card: card, Labels: labels, Actor: actor})
 }
 
 // ForceRelease is the operator's steal: read the holder, release exactly
@@ -158,14 +161,14 @@ func (s *Service) SetLabels(ctx context.Context, actor, card string, labels []st
 // resumes it and the released holder's late writes are refused by the
 // fence. It returns the token released; zero when the card was free.
 func (s *Service) ForceRelease(ctx context.Context, actor, card string) (board.ClaimToken, error) {
-	c, err := s.cfg.Store.GetCard(ctx, card)
+	c, err := s.cfg.Store.GetCard(ctx, board.GetCardParams{ID: card})
 	if err != nil {
 		return board.ClaimToken{}, err
 	}
 	if !c.Claimed() {
 		return board.ClaimToken{}, nil
 	}
-	if err := s.cfg.Store.Release(ctx, card, c.Claim, actor); err != nil {
+	if err := s.cfg.Store.Release(ctx, board.ReleaseParams{Card: card, Marker: c.Claim, Actor: actor}); err != nil {
 		return board.ClaimToken{}, err
 	}
 	// The store released the marker's claim at whatever epoch it held by

@@ -37,14 +37,14 @@ func (s *Service) ListRuns(ctx context.Context, f RunFilter) ([]board.Run, error
 	}
 	var cards []board.Card
 	if f.Card != "" {
-		c, err := s.cfg.Store.GetCard(ctx, f.Card)
+		c, err := s.cfg.Store.GetCard(ctx, board.GetCardParams{ID: f.Card})
 		if err != nil {
 			return nil, err
 		}
 		cards = []board.Card{c}
 	} else {
 		var err error
-		if cards, err = s.cfg.Store.ListCards(ctx, board.CardFilter{}); err != nil {
+		if cards, err = s.cfg.Store.ListCards(ctx, board.ListCardsParams{}); err != nil {
 			return nil, err
 		}
 	}
@@ -60,7 +60,7 @@ func (s *Service) ListRuns(ctx context.Context, f RunFilter) ([]board.Run, error
 				continue
 			}
 			seen[id] = true
-			r, err := s.cfg.Store.GetRun(ctx, id)
+			r, err := s.cfg.Store.GetRun(ctx, board.GetRunParams{ID: id})
 			if errors.Is(err, board.ErrNotFound) {
 				continue
 			}

@@ -19,11 +19,12 @@ type prunedRuns struct {
 	gone map[string]bool
 }
 
-func (p prunedRuns) GetRun(ctx context.Context, id string) (board.Run, error) {
-	if p.gone[id] {
+func (s prunedRuns) GetRun(ctx context.Context, p board.GetRunParams) (board.Run, error) {
+	id := p.ID
+	if s.gone[id] {
 		return board.Run{}, board.NotFound("run", id)
 	}
-	return p.Store.GetRun(ctx, id)
+	return s.Store.GetRun(ctx, p)
 }
 
 // TestListRuns: runs newest first, one card's or every card's, narrowed by
@@ -34,7 +35,7 @@ func TestListRuns(t *testing.T) {
 	r := newRig(t, heartbeat.ModeKeepalive)
 	w := lease.Worker{Marker: "hosta-4242", Owner: heartbeat.Owner{KeepaliveID: "hosta-4242"}}
 	for _, id := range []string{"c1", "c2"} {
-		if _, err := r.s.CreateCard(ctx, board.NewCard{ID: id, State: board.StateReady}); err != nil {
+		if _, err := r.s.CreateCard(ctx, board.CreateCardParams{ID: id, State: board.StateReady}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -212,7 +212,7 @@ func (s *Service) ownedToken(ctx context.Context, w Worker, card string, epoch i
 		}
 		return board.ClaimToken{Marker: w.Marker, Epoch: epoch}, nil
 	}
-	c, err := s.cfg.Store.GetCard(ctx, card)
+	c, err := s.cfg.Store.GetCard(ctx, board.GetCardParams{ID: card})
 	if err != nil {
 		return board.ClaimToken{}, err
 	}
@@ -258,17 +258,19 @@ func (s *Service) Claim(ctx context.Context, w Worker, r ClaimRequest) (Grant, e
 	var err error
 	if next {
 		// ClaimNext only takes a free card: always a fresh acquisition.
-		c, tok, err = s.cfg.Store.ClaimNext(ctx, board.ClaimNextRequest{Marker: w.Marker, Lease: lease, Labels: r.Labels})
+		c, err = s.cfg.Store.ClaimNext(ctx, board.ClaimNextParams{Marker: w.Marker, Lease: lease, Labels: r.Labels})
+		tok = c.Token()
 	} else {
 		if err = s.beforeClaim(ctx, w, card); err == nil {
-			c, tok, err = s.cfg.Store.Claim(ctx, board.ClaimRequest{Card: card, Marker: w.Marker, Lease: lease})
+			c, err = s.cfg.Store.Claim(ctx, board.ClaimParams{Card: card, Marker: w.Marker, Lease: lease})
+			tok = c.Token()
 		}
 	}
 	if err != nil {
 		return Grant{}, err
 	}
 	if err := s.track(ctx, w, c.ID, tok, attempt, lease, func(ctx context.Context) error {
-		return s.cfg.Store.ReleaseOwned(ctx, c.ID, tok)
+		return s.cfg.Store.ReleaseOwned(ctx, board.OwnedParams{Card: c.ID, Token: tok})
 	}); err != nil {
 		return Grant{}, err
 	}
@@ -299,7 +301,7 @@ func (s *Service) beforeClaim(ctx context.Context, w Worker, card string) error 
 	}
 	if d, ok := s.cfg.Claims.Disowned(card); ok && d.Marker == w.Marker {
 		old := board.ClaimToken{Marker: d.Marker, Epoch: d.Epoch}
-		if err := s.cfg.Store.ReleaseOwned(ctx, card, old); err != nil && !errors.Is(err, board.ErrClaimConflict) {
+		if err := s.cfg.Store.ReleaseOwned(ctx, board.OwnedParams{Card: card, Token: old}); err != nil && !errors.Is(err, board.ErrClaimConflict) {
 			return fmt.Errorf("releasing the claim this agent gave up on card %q (epoch %d) before claiming it afresh: %w", card, d.Epoch, err)
 		}
 	}
@@ -378,7 +380,7 @@ func (s *Service) Start(ctx context.Context, w Worker, r StartRequest) (Started,
 	}
 	lease := s.cfg.Lease()
 	attempt := s.cfg.Clock.Now()
-	st, err := s.cfg.Store.Start(ctx, board.StartRequest{
+	st, err := s.cfg.Store.Start(ctx, board.StartParams{
 		Card: r.Card, Next: r.Next, Labels: r.Labels, Marker: w.Marker, Lease: lease, Fresh: r.Fresh,
 		Run: s.runOf(w, board.Run{ID: r.RunID, Status: r.Status, Checkpoint: r.Checkpoint}),
 	})
@@ -387,7 +389,7 @@ func (s *Service) Start(ctx context.Context, w Worker, r StartRequest) (Started,
 	}
 	if err := s.track(ctx, w, st.Card.ID, st.Token, attempt, lease, func(ctx context.Context) error {
 		// Back to the pool, the run left resumable: nothing was done yet.
-		_, err := s.cfg.Store.Finish(ctx, board.FinishRequest{
+		_, err := s.cfg.Store.Finish(ctx, board.FinishParams{
 			Card: st.Card.ID, Token: st.Token, RunID: st.Run.ID,
 			Status: board.RunFailedResumable, FailureCode: FailureNotTracked,
 		})
@@ -423,16 +425,16 @@ type Verdict struct {
 // Finish records the verdict on the claim's run, files the card and
 // releases the claim, in the store's one fenced write (board.Store.Finish),
 // then stops renewing the claim.
-func (s *Service) Finish(ctx context.Context, w Worker, card string, epoch int64, v Verdict) (board.Finished, error) {
+func (s *Service) Finish(ctx context.Context, w Worker, card string, epoch int64, v Verdict) (board.FinishResult, error) {
 	if v.FailureCode == board.FailureProcessOrphaned {
-		return board.Finished{}, board.Invalid("failure code %s is reserved for the watchdog", board.FailureProcessOrphaned)
+		return board.FinishResult{}, board.Invalid("failure code %s is reserved for the watchdog", board.FailureProcessOrphaned)
 	}
 	tok, err := s.ownedToken(ctx, w, card, epoch)
 	if err != nil {
-		return board.Finished{}, err
+		return board.FinishResult{}, err
 	}
 	end := s.cfg.Claims.BeginClose(card, tok)
-	f, err := s.cfg.Store.Finish(ctx, board.FinishRequest{
+	f, err := s.cfg.Store.Finish(ctx, board.FinishParams{
 		Card: card, Token: tok, RunID: v.RunID, Status: v.Status, FailureCode: v.FailureCode, Checkpoint: v.Checkpoint,
 		Retryable: v.Retryable,
 	})
@@ -443,7 +445,7 @@ func (s *Service) Finish(ctx context.Context, w Worker, card string, epoch int64
 		s.cfg.Claims.RemoveHold(card, tok)
 	}
 	if err != nil {
-		return board.Finished{}, err
+		return board.FinishResult{}, err
 	}
 	s.cfg.Claims.RemoveHold(card, tok)
 	return f, nil
@@ -471,7 +473,7 @@ func (s *Service) Release(ctx context.Context, w Worker, card string, epoch int6
 		return err
 	}
 	end := s.cfg.Claims.BeginClose(card, tok)
-	err = s.cfg.Store.ReleaseOwned(ctx, card, tok)
+	err = s.cfg.Store.ReleaseOwned(ctx, board.OwnedParams{Card: card, Token: tok})
 	end(err == nil)
 	if err != nil {
 		return err
@@ -516,7 +518,8 @@ func (s *Service) SetState(ctx context.Context, w Worker, card string, epoch int
 	if err != nil {
 		return false, err
 	}
-	return s.cfg.Store.SetStateOwned(ctx, board.OwnedMove{Card: card, Token: tok, To: m.To, From: m.From, Reason: m.Reason})
+	moved, err := s.cfg.Store.SetStateOwned(ctx, board.SetStateOwnedParams{Card: card, Token: tok, To: m.To, From: m.From, Reason: m.Reason})
+	return moved.Changed, err
 }
 
 // SetLastRun points the card at one of its own runs, fenced on the
@@ -531,14 +534,14 @@ func (s *Service) SetLastRun(ctx context.Context, w Worker, card string, epoch i
 	if err := board.ValidateName("run id", runID); err != nil {
 		return err
 	}
-	run, err := s.cfg.Store.GetRun(ctx, runID)
+	run, err := s.cfg.Store.GetRun(ctx, board.GetRunParams{ID: runID})
 	if err != nil {
 		return err
 	}
 	if run.Card != card {
 		return board.Invalid("run %q is a run of card %q, not of %q", runID, run.Card, card)
 	}
-	return s.cfg.Store.SetLastRunOwned(ctx, card, tok, runID)
+	return s.cfg.Store.SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: card, Token: tok, RunID: runID})
 }
 
 // SetAwaitingInput sets the card's awaiting_input flag, fenced.
@@ -547,7 +550,7 @@ func (s *Service) SetAwaitingInput(ctx context.Context, w Worker, card string, e
 	if err != nil {
 		return err
 	}
-	return s.cfg.Store.SetAwaitingInputOwned(ctx, card, tok, awaiting)
+	return s.cfg.Store.SetAwaitingInputOwned(ctx, board.SetAwaitingInputOwnedParams{Card: card, Token: tok, Awaiting: awaiting})
 }
 
 // SetGaveUp sets (nil: clears) the card's gave_up stamp, fenced.
@@ -556,7 +559,7 @@ func (s *Service) SetGaveUp(ctx context.Context, w Worker, card string, epoch in
 	if err != nil {
 		return err
 	}
-	return s.cfg.Store.SetGaveUpOwned(ctx, card, tok, g)
+	return s.cfg.Store.SetGaveUpOwned(ctx, board.SetGaveUpOwnedParams{Card: card, Token: tok, GaveUp: g})
 }
 
 // RunSpec is a run a worker starts under a claim it already holds.
@@ -579,7 +582,7 @@ func (s *Service) CreateRun(ctx context.Context, w Worker, card string, epoch in
 	if spec.ID == "" {
 		spec.ID = NewRunID()
 	}
-	return s.cfg.Store.CreateRun(ctx, board.NewRun{
+	return s.cfg.Store.CreateRun(ctx, board.CreateRunParams{
 		Token: tok,
 		Run:   s.runOf(w, board.Run{ID: spec.ID, Card: card, Status: spec.Status, Checkpoint: spec.Checkpoint}),
 	})
@@ -587,14 +590,14 @@ func (s *Service) CreateRun(ctx context.Context, w Worker, card string, epoch in
 
 // UpdateRun changes a run the caller started, fenced in the store on the
 // claim it was started under (board.Store.UpdateRun).
-func (s *Service) UpdateRun(ctx context.Context, w Worker, id string, u board.RunUpdate) (board.Run, error) {
+func (s *Service) UpdateRun(ctx context.Context, w Worker, id string, u board.UpdateRunParams) (board.Run, error) {
 	if u.FailureCode != nil && *u.FailureCode == board.FailureProcessOrphaned {
 		return board.Run{}, board.Invalid("failure code %s is reserved for the watchdog", board.FailureProcessOrphaned)
 	}
 	if err := board.ValidateName("run id", id); err != nil {
 		return board.Run{}, err
 	}
-	run, err := s.cfg.Store.GetRun(ctx, id)
+	run, err := s.cfg.Store.GetRun(ctx, board.GetRunParams{ID: id})
 	if err != nil {
 		return board.Run{}, err
 	}

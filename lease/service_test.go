@@ -54,20 +54,20 @@ func TestRetriedStartIsNotTrustedPastTheStoredLease(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, heartbeat.ModePID)
 	clk, s, hb, svc := r.clk, r.s, r.hb, r.svc
-	if _, err := s.CreateCard(ctx, board.NewCard{ID: "c1", State: board.StateReady}); err != nil {
+	if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: "c1", State: board.StateReady}); err != nil {
 		t.Fatal(err)
 	}
 	w := lease.Worker{Marker: "hosta-4242", Owner: heartbeat.Owner{PID: 4242, KeepaliveID: "hosta-4242"}}
 	// The first attempt lands in the store; its answer never reaches the
 	// agent, which tracks nothing.
-	if _, err := s.Start(ctx, board.StartRequest{Card: "c1", Marker: w.Marker, Lease: term, Run: board.Run{ID: "run-1"}}); err != nil {
+	if _, err := s.Start(ctx, board.StartParams{Card: "c1", Marker: w.Marker, Lease: term, Run: board.Run{ID: "run-1"}}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(25 * time.Second)
 	if _, err := svc.Start(ctx, w, lease.StartRequest{Card: "c1", RunID: "run-1"}); err != nil {
 		t.Fatalf("retried Start: %v", err)
 	}
-	card, err := s.GetCard(ctx, "c1")
+	card, err := s.GetCard(ctx, board.GetCardParams{ID: "c1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestHolderMayReleaseAClaimTheAgentDisowned(t *testing.T) {
 			ctx := context.Background()
 			r := newRig(t, heartbeat.ModeKeepalive)
 			clk, s, hb, svc := r.clk, r.s, r.hb, r.svc
-			if _, err := s.CreateCard(ctx, board.NewCard{ID: "c1", State: board.StateReady}); err != nil {
+			if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: "c1", State: board.StateReady}); err != nil {
 				t.Fatal(err)
 			}
 			w := lease.Worker{Marker: "hosta-4242", Owner: heartbeat.Owner{KeepaliveID: "hosta-4242"}}
@@ -113,7 +113,8 @@ func TestHolderMayReleaseAClaimTheAgentDisowned(t *testing.T) {
 					t.Fatal("setup: the claim is still tracked past its trusted deadline")
 				}
 			case "boot-sweep", "reused-pid":
-				_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: w.Marker, Lease: term})
+				card, err := s.Claim(ctx, board.ClaimParams{Card: "c1", Marker: w.Marker, Lease: term})
+				tok := card.Token()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -127,7 +128,7 @@ func TestHolderMayReleaseAClaimTheAgentDisowned(t *testing.T) {
 				}
 				hb.Disown(lost)
 			}
-			if c, err := s.GetCard(ctx, "c1"); err != nil || c.Claim != w.Marker || c.ClaimEpoch != epoch {
+			if c, err := s.GetCard(ctx, board.GetCardParams{ID: "c1"}); err != nil || c.Claim != w.Marker || c.ClaimEpoch != epoch {
 				t.Fatalf("setup: card %+v, %v; want the store still naming %s@%d", c, err, w.Marker, epoch)
 			}
 			if _, err := svc.SetState(ctx, w, "c1", epoch, lease.Move{To: board.StateBacklog}); !errors.Is(err, board.ErrClaimConflict) {
@@ -137,7 +138,7 @@ func TestHolderMayReleaseAClaimTheAgentDisowned(t *testing.T) {
 				if err := svc.Release(ctx, w, "c1", epoch); !errors.Is(err, board.ErrClaimConflict) {
 					t.Errorf("release by a process that reused the holder's pid = %v, want ErrClaimConflict", err)
 				}
-				if c, err := s.GetCard(ctx, "c1"); err != nil || c.Claim != w.Marker {
+				if c, err := s.GetCard(ctx, board.GetCardParams{ID: "c1"}); err != nil || c.Claim != w.Marker {
 					t.Errorf("card after the refused release: %+v, %v; want still claimed", c, err)
 				}
 				return
@@ -145,7 +146,7 @@ func TestHolderMayReleaseAClaimTheAgentDisowned(t *testing.T) {
 			if err := svc.Release(ctx, w, "c1", epoch); err != nil {
 				t.Fatalf("the holder's release of its own disowned claim: %v", err)
 			}
-			if c, err := s.GetCard(ctx, "c1"); err != nil || c.Claimed() {
+			if c, err := s.GetCard(ctx, board.GetCardParams{ID: "c1"}); err != nil || c.Claimed() {
 				t.Errorf("card after the release: %s@%d, %v; want it free", c.Claim, c.ClaimEpoch, err)
 			}
 			if _, ok := hb.Disowned("c1"); ok {
@@ -168,7 +169,7 @@ func TestStartWhoseAnswerWasLostIsAnsweredAgain(t *testing.T) {
 	r := newRig(t, heartbeat.ModeKeepalive)
 	clk, s, hb, svc := r.clk, r.s, r.hb, r.svc
 	for _, id := range []string{"c1", "c2"} {
-		if _, err := s.CreateCard(ctx, board.NewCard{ID: id, State: board.StateReady}); err != nil {
+		if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: id, State: board.StateReady}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -191,7 +192,7 @@ func TestStartWhoseAnswerWasLostIsAnsweredAgain(t *testing.T) {
 	if held := hb.Held(); len(held) != 2 {
 		t.Errorf("the heartbeat holds %d claims, want 2 (one per Start, retries included)", len(held))
 	}
-	evs, err := s.Events(ctx, 0, 100)
+	evs, err := s.Events(ctx, board.EventsParams{After: 0, Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -79,18 +79,19 @@ func claimRelease(b *testing.B, store board.Store, pid int, report func()) {
 		ctx := context.Background()
 		n := int(next.Add(1))
 		id := fmt.Sprintf("bench-%d", n)
-		if _, err := store.CreateCard(ctx, board.NewCard{ID: id}); err != nil {
+		if _, err := store.CreateCard(ctx, board.CreateCardParams{ID: id}); err != nil {
 			b.Error(err)
 			return
 		}
 		marker := board.WorkerMarker("benchhost", 1000+n)
 		for pb.Next() {
-			_, tok, err := store.Claim(ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: 30 * time.Second})
+			card, err := store.Claim(ctx, board.ClaimParams{Card: id, Marker: marker, Lease: 30 * time.Second})
+			tok := card.Token()
 			if err != nil {
 				b.Error(err)
 				return
 			}
-			if err := store.ReleaseOwned(ctx, id, tok); err != nil {
+			if err := store.ReleaseOwned(ctx, board.OwnedParams{Card: id, Token: tok}); err != nil {
 				b.Error(err)
 				return
 			}

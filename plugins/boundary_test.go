@@ -72,7 +72,7 @@ func TestErrorIdentityCrossesTheBoundary(t *testing.T) {
 			rs := inProcess(t, &scripted{getCard: func(context.Context, string) (board.Card, error) {
 				return board.Card{}, tc.err
 			}})
-			_, err := rs.GetCard(t.Context(), "c1")
+			_, err := rs.GetCard(t.Context(), board.GetCardParams{ID: "c1"})
 			checkSameError(t, err, tc.err)
 		})
 	}
@@ -97,7 +97,7 @@ func TestRenewResultErrorsCrossTheBoundary(t *testing.T) {
 		{Card: "c2", Token: board.ClaimToken{Marker: "worker-a-101", Epoch: 2}},
 		{Card: "c3", Token: board.ClaimToken{Marker: "worker-a-101", Epoch: 3}},
 	}
-	got, err := rs.RenewClaims(t.Context(), holds, 30*time.Second)
+	got, err := rs.RenewClaims(t.Context(), board.RenewClaimsParams{Holds: holds, Lease: 30 * time.Second})
 	if err != nil {
 		t.Fatalf("RenewClaims: %v", err)
 	}
@@ -131,13 +131,14 @@ func TestRealStoreErrorsCrossTheBoundary(t *testing.T) {
 	ctx := t.Context()
 	const a, b = "worker-a-101", "worker-b-202"
 
-	if _, err := remote.CreateCard(ctx, board.NewCard{ID: "c1", Actor: "cli"}); err != nil {
+	if _, err := remote.CreateCard(ctx, board.CreateCardParams{ID: "c1", Actor: "cli"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := remote.CreateCard(ctx, board.NewCard{ID: "done1", State: board.StateDone, Actor: "cli"}); err != nil {
+	if _, err := remote.CreateCard(ctx, board.CreateCardParams{ID: "done1", State: board.StateDone, Actor: "cli"}); err != nil {
 		t.Fatal(err)
 	}
-	_, tok, err := remote.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: a, Lease: 30 * time.Second})
+	card, err := remote.Claim(ctx, board.ClaimParams{Card: "c1", Marker: a, Lease: 30 * time.Second})
+	tok := card.Token()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,25 +149,27 @@ func TestRealStoreErrorsCrossTheBoundary(t *testing.T) {
 		call func(s board.Store) error
 	}{
 		{"claim held by another", func(s board.Store) error {
-			_, _, err := s.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: b, Lease: 30 * time.Second})
+			_, err := s.Claim(ctx, board.ClaimParams{Card: "c1", Marker: b, Lease: 30 * time.Second})
 			return err
 		}},
-		{"stale token", func(s board.Store) error { return s.SetLastRunOwned(ctx, "c1", stale, "r1") }},
-		{"unknown card", func(s board.Store) error { _, err := s.GetCard(ctx, "nope"); return err }},
-		{"unknown run", func(s board.Store) error { _, err := s.GetRun(ctx, "nope"); return err }},
+		{"stale token", func(s board.Store) error {
+			return s.SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: "c1", Token: stale, RunID: "r1"})
+		}},
+		{"unknown card", func(s board.Store) error { _, err := s.GetCard(ctx, board.GetCardParams{ID: "nope"}); return err }},
+		{"unknown run", func(s board.Store) error { _, err := s.GetRun(ctx, board.GetRunParams{ID: "nope"}); return err }},
 		{"duplicate card", func(s board.Store) error {
-			_, err := s.CreateCard(ctx, board.NewCard{ID: "c1", Actor: "cli"})
+			_, err := s.CreateCard(ctx, board.CreateCardParams{ID: "c1", Actor: "cli"})
 			return err
 		}},
 		{"bad marker", func(s board.Store) error {
-			_, _, err := s.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: "no-pid-", Lease: time.Second})
+			_, err := s.Claim(ctx, board.ClaimParams{Card: "c1", Marker: "no-pid-", Lease: time.Second})
 			return err
 		}},
 		{"leaving a sink", func(s board.Store) error {
-			return s.SetState(ctx, board.Move{Card: "done1", To: board.StateReady, Actor: "cli"})
+			return s.SetState(ctx, board.MoveParams{Card: "done1", To: board.StateReady, Actor: "cli"})
 		}},
 		{"reopen to a terminal target", func(s board.Store) error {
-			return s.Reopen(ctx, board.Move{Card: "done1", To: board.StateFailed, Actor: "cli"})
+			return s.Reopen(ctx, board.MoveParams{Card: "done1", To: board.StateFailed, Actor: "cli"})
 		}},
 	}
 	for _, tc := range cases {
@@ -181,8 +184,8 @@ func TestRealStoreErrorsCrossTheBoundary(t *testing.T) {
 
 	t.Run("renew results", func(t *testing.T) {
 		holds := []board.Hold{{Card: "c1", Token: tok}, {Card: "c1", Token: stale}, {Card: "nope", Token: tok}}
-		want, werr := direct.RenewClaims(ctx, holds, 30*time.Second)
-		got, gerr := remote.RenewClaims(ctx, holds, 30*time.Second)
+		want, werr := direct.RenewClaims(ctx, board.RenewClaimsParams{Holds: holds, Lease: 30 * time.Second})
+		got, gerr := remote.RenewClaims(ctx, board.RenewClaimsParams{Holds: holds, Lease: 30 * time.Second})
 		if werr != nil || gerr != nil {
 			t.Fatalf("RenewClaims: direct %v, remote %v", werr, gerr)
 		}
@@ -229,7 +232,7 @@ func TestContextCrossesTheBoundary(t *testing.T) {
 	}})
 
 	t.Run("no deadline stays none", func(t *testing.T) {
-		if _, err := rs.GetCard(t.Context(), "no-block"); err != nil {
+		if _, err := rs.GetCard(t.Context(), board.GetCardParams{ID: "no-block"}); err != nil {
 			t.Fatal(err)
 		}
 		if s := <-entered; s.has {
@@ -242,7 +245,7 @@ func TestContextCrossesTheBoundary(t *testing.T) {
 		ctx, cancel := context.WithDeadline(t.Context(), want)
 		errc := make(chan error, 1)
 		go func() {
-			_, err := rs.GetCard(ctx, "block")
+			_, err := rs.GetCard(ctx, board.GetCardParams{ID: "block"})
 			errc <- err
 		}()
 		s := <-entered
@@ -272,7 +275,7 @@ func TestContextCrossesTheBoundary(t *testing.T) {
 	t.Run("deadline expiry", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 		defer cancel()
-		_, err := rs.GetCard(ctx, "block")
+		_, err := rs.GetCard(ctx, board.GetCardParams{ID: "block"})
 		<-entered
 		// The plugin's ctx ends by its own copy of the deadline or by the
 		// agent's cancellation when the agent's fires first: either way it
@@ -305,13 +308,13 @@ func TestValuesCrossTheBoundary(t *testing.T) {
 	lists := map[string][]board.Card{"nil": nil, "empty": {}, "one": {cards["full"]}}
 	rs := inProcess(t, &scripted{
 		getCard: func(_ context.Context, id string) (board.Card, error) { return cards[id], nil },
-		listCards: func(_ context.Context, f board.CardFilter) ([]board.Card, error) {
+		listCards: func(_ context.Context, f board.ListCardsParams) ([]board.Card, error) {
 			return lists[f.State], nil
 		},
 	})
 	for id, want := range cards {
 		t.Run("card "+id, func(t *testing.T) {
-			got, err := rs.GetCard(t.Context(), id)
+			got, err := rs.GetCard(t.Context(), board.GetCardParams{ID: id})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -322,7 +325,7 @@ func TestValuesCrossTheBoundary(t *testing.T) {
 	}
 	for name, want := range lists {
 		t.Run("list "+name, func(t *testing.T) {
-			got, err := rs.ListCards(t.Context(), board.CardFilter{State: name})
+			got, err := rs.ListCards(t.Context(), board.ListCardsParams{State: name})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -340,10 +343,10 @@ func TestCardFilterCrossesTheBoundary(t *testing.T) {
 	t.Parallel()
 	var (
 		mu   sync.Mutex
-		seen board.CardFilter
+		seen board.ListCardsParams
 	)
 	rs := inProcess(t, &scripted{
-		listCards: func(_ context.Context, f board.CardFilter) ([]board.Card, error) {
+		listCards: func(_ context.Context, f board.ListCardsParams) ([]board.Card, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			seen = f
@@ -352,14 +355,14 @@ func TestCardFilterCrossesTheBoundary(t *testing.T) {
 	})
 	tests := []struct {
 		name string
-		f    board.CardFilter
+		f    board.ListCardsParams
 	}{
-		{"zero", board.CardFilter{}},
-		{"state and limit", board.CardFilter{State: board.StateReady, Limit: 7}},
-		{"claimed only", board.CardFilter{ClaimedOnly: true}},
-		{"recovery only", board.CardFilter{RecoveryOnly: true}},
-		{"claim hosts", board.CardFilter{ClaimHosts: []string{"alpha", "beta"}}},
-		{"every field", board.CardFilter{State: board.StateInProgress, Limit: 3, ClaimedOnly: true, RecoveryOnly: true, ClaimHosts: []string{"alpha"}}},
+		{"zero", board.ListCardsParams{}},
+		{"state and limit", board.ListCardsParams{State: board.StateReady, Limit: 7}},
+		{"claimed only", board.ListCardsParams{ClaimedOnly: true}},
+		{"recovery only", board.ListCardsParams{RecoveryOnly: true}},
+		{"claim hosts", board.ListCardsParams{ClaimHosts: []string{"alpha", "beta"}}},
+		{"every field", board.ListCardsParams{State: board.StateInProgress, Limit: 3, ClaimedOnly: true, RecoveryOnly: true, ClaimHosts: []string{"alpha"}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

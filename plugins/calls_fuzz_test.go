@@ -32,7 +32,7 @@ func fuzzStore() *scripted {
 			}
 			return out, nil
 		},
-		listCards: func(_ context.Context, f board.CardFilter) ([]board.Card, error) {
+		listCards: func(_ context.Context, f board.ListCardsParams) ([]board.Card, error) {
 			out := make([]board.Card, f.Limit)
 			for i := range out {
 				out[i] = board.Card{ID: fmt.Sprintf("%s-%d", f.State, i), State: f.State}
@@ -118,13 +118,13 @@ func fuzzOp(ctx context.Context, rs *remoteStore, i int, b byte, cancels bool) e
 	switch b % 6 {
 	case 0:
 		id := fmt.Sprintf("ok-%d-%d", i, arg)
-		c, err := rs.GetCard(ctx, id)
+		c, err := rs.GetCard(ctx, board.GetCardParams{ID: id})
 		if err != nil || c.ID != id || c.Title != "title of "+id {
 			return fmt.Errorf("GetCard(%s) = %+v, %v", id, c, err)
 		}
 	case 1:
 		id := fmt.Sprintf("nf-%d", i)
-		_, err := rs.GetCard(ctx, id)
+		_, err := rs.GetCard(ctx, board.GetCardParams{ID: id})
 		if !errors.Is(err, board.ErrNotFound) || !strings.Contains(err.Error(), id) || brokenPlugin(err) {
 			return fmt.Errorf("GetCard(%s) = %v, want its own ErrNotFound", id, err)
 		}
@@ -134,7 +134,7 @@ func fuzzOp(ctx context.Context, rs *remoteStore, i int, b byte, cancels bool) e
 			holds[j] = board.Hold{Card: fmt.Sprintf("h-%d-%d", i, j), Token: board.ClaimToken{Marker: "w-1", Epoch: int64(j)}}
 		}
 		lease := time.Duration(i+1) * time.Second
-		res, err := rs.RenewClaims(ctx, holds, lease)
+		res, err := rs.RenewClaims(ctx, board.RenewClaimsParams{Holds: holds, Lease: lease})
 		if err != nil || len(res) != len(holds) {
 			return fmt.Errorf("RenewClaims(%d holds) = %d results, %v", len(holds), len(res), err)
 		}
@@ -146,7 +146,7 @@ func fuzzOp(ctx context.Context, rs *remoteStore, i int, b byte, cancels bool) e
 		}
 	case 3:
 		state := fmt.Sprintf("s%d", i)
-		cs, err := rs.ListCards(ctx, board.CardFilter{State: state, Limit: arg * 97})
+		cs, err := rs.ListCards(ctx, board.ListCardsParams{State: state, Limit: arg * 97})
 		if err != nil || len(cs) != arg*97 {
 			return fmt.Errorf("ListCards(%s, %d) = %d cards, %v", state, arg*97, len(cs), err)
 		}
@@ -164,7 +164,7 @@ func fuzzOp(ctx context.Context, rs *remoteStore, i int, b byte, cancels bool) e
 		} else if cancels {
 			go cancel() // racing it
 		}
-		c, err := rs.GetCard(cctx, id)
+		c, err := rs.GetCard(cctx, board.GetCardParams{ID: id})
 		switch {
 		case err == nil:
 			if c.ID != id {
@@ -174,7 +174,7 @@ func fuzzOp(ctx context.Context, rs *remoteStore, i int, b byte, cancels bool) e
 			return fmt.Errorf("GetCard(%s), cancelled: %v, want the caller's Canceled", id, err)
 		}
 	case 5:
-		_, err := rs.GetCard(ctx, fmt.Sprintf("bad-%d-\xff", i))
+		_, err := rs.GetCard(ctx, board.GetCardParams{ID: fmt.Sprintf("bad-%d-\xff", i)})
 		if !errors.Is(err, board.ErrInvalidArgument) || brokenPlugin(err) {
 			return fmt.Errorf("GetCard of a name that is not UTF-8: %v, want ErrInvalidArgument", err)
 		}

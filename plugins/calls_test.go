@@ -172,7 +172,7 @@ func TestConcurrentCallsShareMessages(t *testing.T) {
 	const n = 24
 	errs := make(chan error, n)
 	create := func(i int) {
-		_, err := rs.CreateCard(ctx, board.NewCard{ID: fmt.Sprintf("c%02d", i), Title: fmt.Sprintf("card %d", i), Actor: "test"})
+		_, err := rs.CreateCard(ctx, board.CreateCardParams{ID: fmt.Sprintf("c%02d", i), Title: fmt.Sprintf("card %d", i), Actor: "test"})
 		errs <- err
 	}
 	go create(0)
@@ -193,7 +193,7 @@ func TestConcurrentCallsShareMessages(t *testing.T) {
 		t.Errorf("the plugin received %d messages carrying %v calls; want 2 carrying [1 %d]", messages, calls, n-1)
 	}
 	for i := range n {
-		c, err := rs.GetCard(ctx, fmt.Sprintf("c%02d", i))
+		c, err := rs.GetCard(ctx, board.GetCardParams{ID: fmt.Sprintf("c%02d", i)})
 		if err != nil || c.Title != fmt.Sprintf("card %d", i) {
 			t.Errorf("card c%02d after the batch: %+v, %v", i, c, err)
 		}
@@ -227,7 +227,7 @@ func TestOneCallsFailureIsItsOwn(t *testing.T) {
 	}
 	results := make([]chan result, len(ids))
 	get := func(i int) {
-		c, err := rs.GetCard(ctx, ids[i])
+		c, err := rs.GetCard(ctx, board.GetCardParams{ID: ids[i]})
 		results[i] <- result{c, err}
 	}
 	for i := range results {
@@ -305,15 +305,15 @@ func TestCancelledCallInABatch(t *testing.T) {
 	ctx := t.Context()
 
 	plug := make(chan error, 1)
-	go func() { _, err := rs.GetCard(ctx, "plug"); plug <- err }()
+	go func() { _, err := rs.GetCard(ctx, board.GetCardParams{ID: "plug"}); plug <- err }()
 	<-held.sending
 	slowCtx, cancelSlow := context.WithCancel(ctx)
 	defer cancelSlow()
 	slow := make(chan error, 1)
-	go func() { _, err := rs.GetCard(slowCtx, "slow"); slow <- err }()
+	go func() { _, err := rs.GetCard(slowCtx, board.GetCardParams{ID: "slow"}); slow <- err }()
 	held.waitQueued(t, 1)
 	fast := make(chan error, 1)
-	go func() { _, err := rs.GetCard(ctx, "fast"); fast <- err }()
+	go func() { _, err := rs.GetCard(ctx, board.GetCardParams{ID: "fast"}); fast <- err }()
 	held.waitQueued(t, 2)
 	close(held.release)
 
@@ -341,7 +341,7 @@ func TestCancelledCallInABatch(t *testing.T) {
 		t.Errorf("messages of %v calls and %d cancellations; want [1 2 ...] and 1", calls, cancels)
 	}
 	// The stream carries on.
-	if _, err := rs.GetCard(ctx, "after"); err != nil {
+	if _, err := rs.GetCard(ctx, board.GetCardParams{ID: "after"}); err != nil {
 		t.Errorf("GetCard after the cancellation: %v", err)
 	}
 }
@@ -359,16 +359,16 @@ func TestDeadlineOfOneCallInABatch(t *testing.T) {
 	ctx := t.Context()
 
 	plug := make(chan error, 1)
-	go func() { _, err := rs.GetCard(ctx, "plug"); plug <- err }()
+	go func() { _, err := rs.GetCard(ctx, board.GetCardParams{ID: "plug"}); plug <- err }()
 	<-held.sending
 	slowCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	callerDL, _ := slowCtx.Deadline()
 	slow := make(chan error, 1)
-	go func() { _, err := rs.GetCard(slowCtx, "slow"); slow <- err }()
+	go func() { _, err := rs.GetCard(slowCtx, board.GetCardParams{ID: "slow"}); slow <- err }()
 	held.waitQueued(t, 1)
 	fast := make(chan error, 1)
-	go func() { _, err := rs.GetCard(ctx, "fast"); fast <- err }()
+	go func() { _, err := rs.GetCard(ctx, board.GetCardParams{ID: "fast"}); fast <- err }()
 	held.waitQueued(t, 2)
 	close(held.release)
 
@@ -458,7 +458,7 @@ func TestCallContextsEndWithTheirCalls(t *testing.T) {
 	slowCtx, cancelSlow := context.WithTimeout(ctx, time.Hour)
 	defer cancelSlow()
 	slow := make(chan error, 1)
-	go func() { _, err := rs.GetCard(slowCtx, "slow"); slow <- err }()
+	go func() { _, err := rs.GetCard(slowCtx, board.GetCardParams{ID: "slow"}); slow <- err }()
 	<-b.entered
 	<-made
 	if n := streamCtx.live.Load(); n < 1 {
@@ -473,7 +473,7 @@ func TestCallContextsEndWithTheirCalls(t *testing.T) {
 		if i%2 == 0 {
 			callCtx, cancel = context.WithTimeout(ctx, time.Hour)
 		}
-		if _, err := rs.GetCard(callCtx, fmt.Sprintf("c%d", i)); err != nil {
+		if _, err := rs.GetCard(callCtx, board.GetCardParams{ID: fmt.Sprintf("c%d", i)}); err != nil {
 			t.Fatalf("GetCard: %v", err)
 		}
 		cancel()
@@ -496,11 +496,11 @@ func TestCallAbandonedBeforeItIsSentIsNotSent(t *testing.T) {
 	ctx := t.Context()
 
 	plug := make(chan error, 1)
-	go func() { _, err := rs.GetCard(ctx, "plug"); plug <- err }()
+	go func() { _, err := rs.GetCard(ctx, board.GetCardParams{ID: "plug"}); plug <- err }()
 	<-held.sending
 	gone, cancel := context.WithCancel(ctx)
 	abandoned := make(chan error, 1)
-	go func() { _, err := rs.GetCard(gone, "abandoned"); abandoned <- err }()
+	go func() { _, err := rs.GetCard(gone, board.GetCardParams{ID: "abandoned"}); abandoned <- err }()
 	held.waitQueued(t, 1)
 	cancel()
 	if err := <-abandoned; !errors.Is(err, context.Canceled) || !errors.Is(err, board.ErrOutcomeUnknown) {
@@ -510,7 +510,7 @@ func TestCallAbandonedBeforeItIsSentIsNotSent(t *testing.T) {
 	if err := <-plug; err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rs.GetCard(ctx, "next"); err != nil {
+	if _, err := rs.GetCard(ctx, board.GetCardParams{ID: "next"}); err != nil {
 		t.Fatal(err)
 	}
 	close(b.seen)
@@ -533,17 +533,17 @@ func TestOversizedRequestFailsAlone(t *testing.T) {
 	t.Parallel()
 	store := &scripted{
 		getCard: func(_ context.Context, id string) (board.Card, error) { return board.Card{ID: id}, nil },
-		listCards: func(_ context.Context, f board.CardFilter) ([]board.Card, error) {
+		listCards: func(_ context.Context, f board.ListCardsParams) ([]board.Card, error) {
 			return nil, nil
 		},
 	}
 	conn, counts := servePair(t, store)
 	rs := newRemoteStore(conn, ProtocolVersion)
-	_, err := rs.ListCards(t.Context(), board.CardFilter{State: strings.Repeat("x", 5<<20)})
+	_, err := rs.ListCards(t.Context(), board.ListCardsParams{State: strings.Repeat("x", 5<<20)})
 	if err == nil || brokenPlugin(err) || !strings.Contains(err.Error(), "larger than max") {
 		t.Errorf("ListCards with a 5 MiB state: %v, want a call over the size limit that leaves the plugin alone", err)
 	}
-	if _, err := rs.GetCard(t.Context(), "c1"); err != nil {
+	if _, err := rs.GetCard(t.Context(), board.GetCardParams{ID: "c1"}); err != nil {
 		t.Errorf("GetCard after the oversized call: %v", err)
 	}
 	if _, calls, _ := counts.snapshot(); !slices.Equal(calls, []int{1}) {
@@ -560,14 +560,14 @@ func TestKilledMidBatchEveryCallIsOutcomeUnknown(t *testing.T) {
 	logs := newLogWatch()
 	p := launchBolt(t, logs, 10*time.Millisecond)
 	ctx := t.Context()
-	if _, err := p.CreateCard(ctx, board.NewCard{ID: "c1", Actor: "cli"}); err != nil {
+	if _, err := p.CreateCard(ctx, board.CreateCardParams{ID: "c1", Actor: "cli"}); err != nil {
 		t.Fatal(err)
 	}
 
 	const n = 6
 	errs := make(chan error, n)
 	for range n {
-		go func() { _, err := p.GetCard(ctx, hangCard); errs <- err }()
+		go func() { _, err := p.GetCard(ctx, board.GetCardParams{ID: hangCard}); errs <- err }()
 	}
 	logs.waitCount(t, hangLine, n, 30*time.Second)
 	pid := p.Status().PID
@@ -592,7 +592,7 @@ func TestKilledMidBatchEveryCallIsOutcomeUnknown(t *testing.T) {
 	if st := p.Status(); st.Restarts != 1 || st.PID == pid {
 		t.Errorf("status after the crash: %+v, want one restart and a new pid", st)
 	}
-	if c, err := p.GetCard(ctx, "c1"); err != nil || c.ID != "c1" {
+	if c, err := p.GetCard(ctx, board.GetCardParams{ID: "c1"}); err != nil || c.ID != "c1" {
 		t.Errorf("GetCard after the restart: %+v, %v", c, err)
 	}
 }
@@ -616,7 +616,7 @@ func TestProtocolThreeStillServes(t *testing.T) {
 	if v := p.Status().ProtocolVersion; v != unaryProtocolVersion {
 		t.Errorf("negotiated protocol %d, want %d", v, unaryProtocolVersion)
 	}
-	if _, err := p.CreateCard(ctx, board.NewCard{ID: "c1", Actor: "cli"}); err != nil {
+	if _, err := p.CreateCard(ctx, board.CreateCardParams{ID: "c1", Actor: "cli"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Launch(ctx, LaunchConfig{Cmd: testPluginCmd(t, ""), Protocols: []int{99}}); err == nil {
@@ -634,7 +634,7 @@ func TestProtocolThreeClientSendsEachCallAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	rs := raw.(*remoteStore)
-	if c, err := rs.GetCard(t.Context(), "c1"); err != nil || c.ID != "c1" {
+	if c, err := rs.GetCard(t.Context(), board.GetCardParams{ID: "c1"}); err != nil || c.ID != "c1" {
 		t.Fatalf("GetCard over protocol 3: %+v, %v", c, err)
 	}
 	if messages, _, _ := counts.snapshot(); messages != 0 {
@@ -683,7 +683,7 @@ func TestCallerGivesUpWhileTheStreamOpens(t *testing.T) {
 	for range 2 {
 		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 		start := time.Now()
-		_, err := rs.GetCard(ctx, "c1")
+		_, err := rs.GetCard(ctx, board.GetCardParams{ID: "c1"})
 		cancel()
 		if took := time.Since(start); took > 5*time.Second {
 			t.Errorf("GetCard returned %s after its 200ms deadline", took)

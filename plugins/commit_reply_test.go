@@ -45,7 +45,7 @@ func TestKilledAfterCommitBeforeReplyRetryGetsTheSameGrant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.CreateCard(ctx, board.NewCard{ID: "c1", State: board.StateReady, Actor: "cli"}); err != nil {
+	if _, err := p.CreateCard(ctx, board.CreateCardParams{ID: "c1", State: board.StateReady, Actor: "cli"}); err != nil {
 		t.Fatal(err)
 	}
 	w := lease.Worker{Marker: "hosta-4242", Owner: heartbeat.Owner{KeepaliveID: "hosta-4242"}}
@@ -63,7 +63,7 @@ func TestKilledAfterCommitBeforeReplyRetryGetsTheSameGrant(t *testing.T) {
 	if err := p.WaitUp(waitCtx); err != nil {
 		t.Fatalf("WaitUp after the crash: %v", err)
 	}
-	landed, err := p.GetCard(ctx, "c1")
+	landed, err := p.GetCard(ctx, board.GetCardParams{ID: "c1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestKilledAfterCommitBeforeReplyRetryGetsTheSameGrant(t *testing.T) {
 	if h, held := hb.Lookup("c1"); !held || h.Hold.Token != landed.Token() {
 		t.Errorf("after the retry the heartbeat tracks %+v (held %v), want %+v", h.Hold.Token, held, landed.Token())
 	}
-	evs, err := p.Events(ctx, 0, 1000)
+	evs, err := p.Events(ctx, board.EventsParams{After: 0, Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}

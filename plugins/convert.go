@@ -11,30 +11,30 @@ import (
 // two distinctions a naive mapping loses: the zero time.Time (an absent Time)
 // and a nil slice against an empty one (an absent Strings).
 
-func timeToPB(t time.Time) *storepb.Time {
+func toTime(t time.Time) *storepb.Time {
 	if t.IsZero() {
 		return nil
 	}
 	return &storepb.Time{Seconds: t.Unix(), Nanos: int32(t.Nanosecond())}
 }
 
-// timeFromPB returns UTC: a time zone does not cross a process boundary, and
+// fromTime returns UTC: a time zone does not cross a process boundary, and
 // every store stamps UTC anyway.
-func timeFromPB(t *storepb.Time) time.Time {
+func fromTime(t *storepb.Time) time.Time {
 	if t == nil {
 		return time.Time{}
 	}
 	return time.Unix(t.Seconds, int64(t.Nanos)).UTC()
 }
 
-func stringsToPB(s []string) *storepb.Strings {
+func toStrings(s []string) *storepb.Strings {
 	if s == nil {
 		return nil
 	}
 	return &storepb.Strings{Values: s}
 }
 
-func stringsFromPB(s *storepb.Strings) []string {
+func fromStrings(s *storepb.Strings) []string {
 	if s == nil {
 		return nil
 	}
@@ -44,7 +44,7 @@ func stringsFromPB(s *storepb.Strings) []string {
 	return s.Values
 }
 
-func boardToPB(b board.Board) *storepb.BoardMessage {
+func toBoardMessage(b board.Board) *storepb.BoardMessage {
 	out := &storepb.BoardMessage{States: make([]*storepb.State, 0, len(b.States))}
 	for _, s := range b.States {
 		out.States = append(out.States, &storepb.State{
@@ -52,27 +52,27 @@ func boardToPB(b board.Board) *storepb.BoardMessage {
 			Terminal: s.Terminal, Completion: s.Completion, RetiringInto: s.RetiringInto,
 		})
 	}
-	out.Retry = retryToPB(&b.Retry)
+	out.Retry = toRetryPolicy(&b.Retry)
 	return out
 }
 
-// retryToPB is a retry policy on the wire; nil (absent) for none or one
+// toRetryPolicy is a retry policy on the wire; nil (absent) for none or one
 // that sets nothing.
-func retryToPB(p *board.RetryPolicy) *storepb.RetryPolicy {
+func toRetryPolicy(p *board.RetryPolicy) *storepb.RetryPolicy {
 	if p == nil || p.IsZero() {
 		return nil
 	}
 	return &storepb.RetryPolicy{MaxAttempts: int64(p.MaxAttempts), BackoffNanos: int64(p.Backoff), BackoffMaxNanos: int64(p.BackoffMax)}
 }
 
-func retryFromPB(p *storepb.RetryPolicy) *board.RetryPolicy {
+func fromRetryPolicy(p *storepb.RetryPolicy) *board.RetryPolicy {
 	if p == nil {
 		return nil
 	}
 	return &board.RetryPolicy{MaxAttempts: int(p.GetMaxAttempts()), Backoff: time.Duration(p.GetBackoffNanos()), BackoffMax: time.Duration(p.GetBackoffMaxNanos())}
 }
 
-func boardFromPB(b *storepb.BoardMessage) board.Board {
+func fromBoardMessage(b *storepb.BoardMessage) board.Board {
 	var out board.Board
 	for _, s := range b.GetStates() {
 		out.States = append(out.States, board.State{
@@ -80,62 +80,62 @@ func boardFromPB(b *storepb.BoardMessage) board.Board {
 			Terminal: s.GetTerminal(), Completion: s.GetCompletion(), RetiringInto: s.GetRetiringInto(),
 		})
 	}
-	if p := retryFromPB(b.GetRetry()); p != nil {
+	if p := fromRetryPolicy(b.GetRetry()); p != nil {
 		out.Retry = *p
 	}
 	return out
 }
 
-func tokenToPB(t board.ClaimToken) *storepb.ClaimToken {
+func toClaimToken(t board.ClaimToken) *storepb.ClaimToken {
 	return &storepb.ClaimToken{Marker: t.Marker, Epoch: t.Epoch}
 }
 
-func tokenFromPB(t *storepb.ClaimToken) board.ClaimToken {
+func fromClaimToken(t *storepb.ClaimToken) board.ClaimToken {
 	return board.ClaimToken{Marker: t.GetMarker(), Epoch: t.GetEpoch()}
 }
 
-func gaveUpToPB(g *board.GaveUp) *storepb.GaveUp {
+func toGaveUp(g *board.GaveUp) *storepb.GaveUp {
 	if g == nil {
 		return nil
 	}
-	return &storepb.GaveUp{RunId: g.RunID, State: g.State, Attempts: int64(g.Attempts), Reason: g.Reason, At: timeToPB(g.At)}
+	return &storepb.GaveUp{RunId: g.RunID, State: g.State, Attempts: int64(g.Attempts), Reason: g.Reason, At: toTime(g.At)}
 }
 
-func gaveUpFromPB(g *storepb.GaveUp) *board.GaveUp {
+func fromGaveUp(g *storepb.GaveUp) *board.GaveUp {
 	if g == nil {
 		return nil
 	}
-	return &board.GaveUp{RunID: g.GetRunId(), State: g.GetState(), Attempts: int(g.GetAttempts()), Reason: g.GetReason(), At: timeFromPB(g.GetAt())}
+	return &board.GaveUp{RunID: g.GetRunId(), State: g.GetState(), Attempts: int(g.GetAttempts()), Reason: g.GetReason(), At: fromTime(g.GetAt())}
 }
 
-func cardToPB(c board.Card) *storepb.Card {
+func toCard(c board.Card) *storepb.Card {
 	return &storepb.Card{
 		Id:              c.ID,
 		Title:           c.Title,
 		State:           c.State,
-		Labels:          stringsToPB(c.Labels),
-		DependsOn:       stringsToPB(c.DependsOn),
+		Labels:          toStrings(c.Labels),
+		DependsOn:       toStrings(c.DependsOn),
 		LastRunId:       c.LastRunID,
-		Runs:            stringsToPB(c.Runs),
+		Runs:            toStrings(c.Runs),
 		AwaitingInput:   c.AwaitingInput,
-		GaveUp:          gaveUpToPB(c.GaveUp),
+		GaveUp:          toGaveUp(c.GaveUp),
 		StateReason:     string(c.StateReason),
-		CreatedAt:       timeToPB(c.CreatedAt),
-		UpdatedAt:       timeToPB(c.UpdatedAt),
+		CreatedAt:       toTime(c.CreatedAt),
+		UpdatedAt:       toTime(c.UpdatedAt),
 		PromotedBy:      c.PromotedBy,
 		Claim:           c.Claim,
 		ClaimEpoch:      c.ClaimEpoch,
-		ClaimedAt:       timeToPB(c.ClaimedAt),
-		ClaimLeaseUntil: timeToPB(c.ClaimLeaseUntil),
+		ClaimedAt:       toTime(c.ClaimedAt),
+		ClaimLeaseUntil: toTime(c.ClaimLeaseUntil),
 		RecoveredEpoch:  c.RecoveredEpoch,
 		LastRunEpoch:    c.LastRunEpoch,
 		Attempts:        int64(c.Attempts),
-		RetryAt:         timeToPB(c.RetryAt),
-		Retry:           retryToPB(c.Retry),
+		RetryAt:         toTime(c.RetryAt),
+		Retry:           toRetryPolicy(c.Retry),
 	}
 }
 
-func cardFromPB(c *storepb.Card) board.Card {
+func fromCard(c *storepb.Card) board.Card {
 	if c == nil {
 		return board.Card{}
 	}
@@ -143,48 +143,48 @@ func cardFromPB(c *storepb.Card) board.Card {
 		ID:              c.GetId(),
 		Title:           c.GetTitle(),
 		State:           c.GetState(),
-		Labels:          stringsFromPB(c.GetLabels()),
-		DependsOn:       stringsFromPB(c.GetDependsOn()),
+		Labels:          fromStrings(c.GetLabels()),
+		DependsOn:       fromStrings(c.GetDependsOn()),
 		LastRunID:       c.GetLastRunId(),
-		Runs:            stringsFromPB(c.GetRuns()),
+		Runs:            fromStrings(c.GetRuns()),
 		AwaitingInput:   c.GetAwaitingInput(),
-		GaveUp:          gaveUpFromPB(c.GetGaveUp()),
+		GaveUp:          fromGaveUp(c.GetGaveUp()),
 		StateReason:     board.Reason(c.GetStateReason()),
-		CreatedAt:       timeFromPB(c.GetCreatedAt()),
-		UpdatedAt:       timeFromPB(c.GetUpdatedAt()),
+		CreatedAt:       fromTime(c.GetCreatedAt()),
+		UpdatedAt:       fromTime(c.GetUpdatedAt()),
 		PromotedBy:      c.GetPromotedBy(),
 		Claim:           c.GetClaim(),
 		ClaimEpoch:      c.GetClaimEpoch(),
-		ClaimedAt:       timeFromPB(c.GetClaimedAt()),
-		ClaimLeaseUntil: timeFromPB(c.GetClaimLeaseUntil()),
+		ClaimedAt:       fromTime(c.GetClaimedAt()),
+		ClaimLeaseUntil: fromTime(c.GetClaimLeaseUntil()),
 		RecoveredEpoch:  c.GetRecoveredEpoch(),
 		LastRunEpoch:    c.GetLastRunEpoch(),
 		Attempts:        int(c.GetAttempts()),
-		RetryAt:         timeFromPB(c.GetRetryAt()),
-		Retry:           retryFromPB(c.GetRetry()),
+		RetryAt:         fromTime(c.GetRetryAt()),
+		Retry:           fromRetryPolicy(c.GetRetry()),
 	}
 }
 
-func cardsToPB(cs []board.Card) *storepb.CardsReply {
+func toCardsReply(cs []board.Card) *storepb.CardsReply {
 	out := &storepb.CardsReply{Nil: cs == nil, Cards: make([]*storepb.Card, 0, len(cs))}
 	for _, c := range cs {
-		out.Cards = append(out.Cards, cardToPB(c))
+		out.Cards = append(out.Cards, toCard(c))
 	}
 	return out
 }
 
-func cardsFromPB(r *storepb.CardsReply) []board.Card {
+func fromCardsReply(r *storepb.CardsReply) []board.Card {
 	if r.GetNil() {
 		return nil
 	}
 	out := make([]board.Card, 0, len(r.GetCards()))
 	for _, c := range r.GetCards() {
-		out = append(out, cardFromPB(c))
+		out = append(out, fromCard(c))
 	}
 	return out
 }
 
-func runToPB(r board.Run) *storepb.RunMessage {
+func toRunMessage(r board.Run) *storepb.RunMessage {
 	return &storepb.RunMessage{
 		Id:            r.ID,
 		Card:          r.Card,
@@ -201,12 +201,12 @@ func runToPB(r board.Run) *storepb.RunMessage {
 		BootId:        r.BootID,
 		StartedFrom:   r.StartedFrom,
 		Retryable:     r.RetryableFailure,
-		CreatedAt:     timeToPB(r.CreatedAt),
-		UpdatedAt:     timeToPB(r.UpdatedAt),
+		CreatedAt:     toTime(r.CreatedAt),
+		UpdatedAt:     toTime(r.UpdatedAt),
 	}
 }
 
-func runFromPB(r *storepb.RunMessage) board.Run {
+func fromRunMessage(r *storepb.RunMessage) board.Run {
 	return board.Run{
 		ID:               r.GetId(),
 		Card:             r.GetCard(),
@@ -223,13 +223,13 @@ func runFromPB(r *storepb.RunMessage) board.Run {
 		BootID:           r.GetBootId(),
 		StartedFrom:      r.GetStartedFrom(),
 		RetryableFailure: r.GetRetryable(),
-		CreatedAt:        timeFromPB(r.GetCreatedAt()),
-		UpdatedAt:        timeFromPB(r.GetUpdatedAt()),
+		CreatedAt:        fromTime(r.GetCreatedAt()),
+		UpdatedAt:        fromTime(r.GetUpdatedAt()),
 	}
 }
 
-func runUpdateToPB(u board.RunUpdate) *storepb.RunUpdateRequest {
-	out := &storepb.RunUpdateRequest{Id: u.ID, Token: tokenToPB(u.Token), FailureCode: u.FailureCode, Checkpoint: u.Checkpoint, Actor: u.Actor}
+func toRunUpdateRequest(u board.UpdateRunParams) *storepb.RunUpdateRequest {
+	out := &storepb.RunUpdateRequest{Id: u.ID, Token: toClaimToken(u.Token), FailureCode: u.FailureCode, Checkpoint: u.Checkpoint, Actor: u.Actor}
 	if u.IfStatus != nil {
 		s := string(*u.IfStatus)
 		out.IfStatus = &s
@@ -245,8 +245,8 @@ func runUpdateToPB(u board.RunUpdate) *storepb.RunUpdateRequest {
 	return out
 }
 
-func runUpdateFromPB(u *storepb.RunUpdateRequest) board.RunUpdate {
-	out := board.RunUpdate{ID: u.GetId(), Token: tokenFromPB(u.GetToken()), FailureCode: u.FailureCode, Checkpoint: u.Checkpoint, Actor: u.GetActor()}
+func fromRunUpdateRequest(u *storepb.RunUpdateRequest) board.UpdateRunParams {
+	out := board.UpdateRunParams{ID: u.GetId(), Token: fromClaimToken(u.GetToken()), FailureCode: u.FailureCode, Checkpoint: u.Checkpoint, Actor: u.GetActor()}
 	if u.IfStatus != nil {
 		s := board.RunStatus(*u.IfStatus)
 		out.IfStatus = &s
@@ -262,7 +262,7 @@ func runUpdateFromPB(u *storepb.RunUpdateRequest) board.RunUpdate {
 	return out
 }
 
-func eventToPB(e board.Event) *storepb.Event {
+func toEvent(e board.Event) *storepb.Event {
 	d := e.Data
 	return &storepb.Event{
 		Seq:    e.Seq,
@@ -270,16 +270,16 @@ func eventToPB(e board.Event) *storepb.Event {
 		Card:   e.Card,
 		Reason: string(e.Reason),
 		Actor:  e.Actor,
-		At:     timeToPB(e.At),
+		At:     toTime(e.At),
 		Data: &storepb.EventData{
 			From: d.From, To: d.To, Marker: d.Marker, Epoch: d.Epoch,
-			Labels: stringsToPB(d.Labels), Added: stringsToPB(d.Added), Removed: stringsToPB(d.Removed),
+			Labels: toStrings(d.Labels), Added: toStrings(d.Added), Removed: toStrings(d.Removed),
 			RunId: d.RunID, Status: d.Status, Value: d.Value,
 		},
 	}
 }
 
-func eventFromPB(e *storepb.Event) board.Event {
+func fromEvent(e *storepb.Event) board.Event {
 	d := e.GetData()
 	return board.Event{
 		Seq:    e.GetSeq(),
@@ -287,51 +287,51 @@ func eventFromPB(e *storepb.Event) board.Event {
 		Card:   e.GetCard(),
 		Reason: board.Reason(e.GetReason()),
 		Actor:  e.GetActor(),
-		At:     timeFromPB(e.GetAt()),
+		At:     fromTime(e.GetAt()),
 		Data: board.EventData{
 			From: d.GetFrom(), To: d.GetTo(), Marker: d.GetMarker(), Epoch: d.GetEpoch(),
-			Labels: stringsFromPB(d.GetLabels()), Added: stringsFromPB(d.GetAdded()), Removed: stringsFromPB(d.GetRemoved()),
+			Labels: fromStrings(d.GetLabels()), Added: fromStrings(d.GetAdded()), Removed: fromStrings(d.GetRemoved()),
 			RunID: d.GetRunId(), Status: d.GetStatus(), Value: d.GetValue(),
 		},
 	}
 }
 
-func startToPB(r board.StartRequest) *storepb.StartRequest {
-	return &storepb.StartRequest{Card: r.Card, Next: r.Next, Marker: r.Marker, LeaseNanos: int64(r.Lease), Run: runToPB(r.Run), Fresh: r.Fresh, Labels: r.Labels}
+func toStartRequest(r board.StartParams) *storepb.StartRequest {
+	return &storepb.StartRequest{Card: r.Card, Next: r.Next, Marker: r.Marker, LeaseNanos: int64(r.Lease), Run: toRunMessage(r.Run), Fresh: r.Fresh, Labels: r.Labels}
 }
 
-func startFromPB(r *storepb.StartRequest) board.StartRequest {
-	return board.StartRequest{Card: r.GetCard(), Next: r.GetNext(), Marker: r.GetMarker(), Lease: time.Duration(r.GetLeaseNanos()), Run: runFromPB(r.GetRun()), Fresh: r.GetFresh(), Labels: r.GetLabels()}
+func fromStartRequest(r *storepb.StartRequest) board.StartParams {
+	return board.StartParams{Card: r.GetCard(), Next: r.GetNext(), Marker: r.GetMarker(), Lease: time.Duration(r.GetLeaseNanos()), Run: fromRunMessage(r.GetRun()), Fresh: r.GetFresh(), Labels: r.GetLabels()}
 }
 
-func startedToPB(s board.Started) *storepb.StartedReply {
-	return &storepb.StartedReply{Card: cardToPB(s.Card), Token: tokenToPB(s.Token), Run: runToPB(s.Run), Resumed: s.Resumed}
+func toStartedReply(s board.StartResult) *storepb.StartedReply {
+	return &storepb.StartedReply{Card: toCard(s.Card), Token: toClaimToken(s.Token), Run: toRunMessage(s.Run), Resumed: s.Resumed}
 }
 
-func startedFromPB(s *storepb.StartedReply) board.Started {
-	return board.Started{Card: cardFromPB(s.GetCard()), Token: tokenFromPB(s.GetToken()), Run: runFromPB(s.GetRun()), Resumed: s.GetResumed()}
+func fromStartedReply(s *storepb.StartedReply) board.StartResult {
+	return board.StartResult{Card: fromCard(s.GetCard()), Token: fromClaimToken(s.GetToken()), Run: fromRunMessage(s.GetRun()), Resumed: s.GetResumed()}
 }
 
-func finishToPB(r board.FinishRequest) *storepb.FinishRequest {
-	return &storepb.FinishRequest{Card: r.Card, Token: tokenToPB(r.Token), RunId: r.RunID, Status: string(r.Status), FailureCode: r.FailureCode, Checkpoint: r.Checkpoint, Retryable: r.Retryable}
+func toFinishRequest(r board.FinishParams) *storepb.FinishRequest {
+	return &storepb.FinishRequest{Card: r.Card, Token: toClaimToken(r.Token), RunId: r.RunID, Status: string(r.Status), FailureCode: r.FailureCode, Checkpoint: r.Checkpoint, Retryable: r.Retryable}
 }
 
-func finishFromPB(r *storepb.FinishRequest) board.FinishRequest {
-	return board.FinishRequest{Card: r.GetCard(), Token: tokenFromPB(r.GetToken()), RunID: r.GetRunId(), Status: board.RunStatus(r.GetStatus()), FailureCode: r.GetFailureCode(), Checkpoint: r.Checkpoint, Retryable: r.GetRetryable()}
+func fromFinishRequest(r *storepb.FinishRequest) board.FinishParams {
+	return board.FinishParams{Card: r.GetCard(), Token: fromClaimToken(r.GetToken()), RunID: r.GetRunId(), Status: board.RunStatus(r.GetStatus()), FailureCode: r.GetFailureCode(), Checkpoint: r.Checkpoint, Retryable: r.GetRetryable()}
 }
 
-func finishedToPB(f board.Finished) *storepb.FinishedReply {
-	return &storepb.FinishedReply{Card: cardToPB(f.Card), Run: runToPB(f.Run)}
+func toFinishedReply(f board.FinishResult) *storepb.FinishedReply {
+	return &storepb.FinishedReply{Card: toCard(f.Card), Run: toRunMessage(f.Run)}
 }
 
-func finishedFromPB(f *storepb.FinishedReply) board.Finished {
-	return board.Finished{Card: cardFromPB(f.GetCard()), Run: runFromPB(f.GetRun())}
+func fromFinishedReply(f *storepb.FinishedReply) board.FinishResult {
+	return board.FinishResult{Card: fromCard(f.GetCard()), Run: fromRunMessage(f.GetRun())}
 }
 
-func newRunToPB(r board.NewRun) *storepb.NewRunRequest {
-	return &storepb.NewRunRequest{Token: tokenToPB(r.Token), Run: runToPB(r.Run)}
+func toNewRunRequest(r board.CreateRunParams) *storepb.NewRunRequest {
+	return &storepb.NewRunRequest{Token: toClaimToken(r.Token), Run: toRunMessage(r.Run)}
 }
 
-func newRunFromPB(r *storepb.NewRunRequest) board.NewRun {
-	return board.NewRun{Token: tokenFromPB(r.GetToken()), Run: runFromPB(r.GetRun())}
+func fromNewRunRequest(r *storepb.NewRunRequest) board.CreateRunParams {
+	return board.CreateRunParams{Token: fromClaimToken(r.GetToken()), Run: fromRunMessage(r.GetRun())}
 }

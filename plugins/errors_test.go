@@ -115,7 +115,7 @@ func TestUnencodableRequestsAreTheCallers(t *testing.T) {
 			}
 			return nil, nil
 		},
-		listCards: func(_ context.Context, f board.CardFilter) ([]board.Card, error) {
+		listCards: func(_ context.Context, f board.ListCardsParams) ([]board.Card, error) {
 			reached = append(reached, f.State)
 			return nil, nil
 		},
@@ -136,17 +136,17 @@ func TestUnencodableRequestsAreTheCallers(t *testing.T) {
 		call func() error
 		say  string
 	}{
-		{"GetCard", func() error { _, err := rs.GetCard(t.Context(), "c1\xff"); return err }, "id"},
-		{"ListCards", func() error { _, err := rs.ListCards(t.Context(), board.CardFilter{State: "\xc0"}); return err }, "state"},
+		{"GetCard", func() error { _, err := rs.GetCard(t.Context(), board.GetCardParams{ID: "c1\xff"}); return err }, "id"},
+		{"ListCards", func() error { _, err := rs.ListCards(t.Context(), board.ListCardsParams{State: "\xc0"}); return err }, "state"},
 		{"RenewClaims", func() error {
-			_, err := rs.RenewClaims(t.Context(), []board.Hold{
+			_, err := rs.RenewClaims(t.Context(), board.RenewClaimsParams{Holds: []board.Hold{
 				{Card: "ok", Token: board.ClaimToken{Marker: "h-42", Epoch: 1}},
 				{Card: "\xed\xa0\x80", Token: board.ClaimToken{Marker: "h-42", Epoch: 1}},
-			}, time.Second)
+			}, Lease: time.Second})
 			return err
 		}, "holds[1].card"},
 		{"RenewClaims marker", func() error {
-			_, err := rs.RenewClaims(t.Context(), []board.Hold{{Card: "ok", Token: board.ClaimToken{Marker: "h\xff-42", Epoch: 1}}}, time.Second)
+			_, err := rs.RenewClaims(t.Context(), board.RenewClaimsParams{Holds: []board.Hold{{Card: "ok", Token: board.ClaimToken{Marker: "h\xff-42", Epoch: 1}}}, Lease: time.Second})
 			return err
 		}, "holds[0].token.marker"},
 	}
@@ -163,7 +163,7 @@ func TestUnencodableRequestsAreTheCallers(t *testing.T) {
 		t.Errorf("the plugin's store was called with %q; a request that cannot be encoded must not be sent", reached)
 	}
 	// A well-formed request still goes through.
-	if _, err := rs.GetCard(t.Context(), "café"); !errors.Is(err, board.ErrNotFound) {
+	if _, err := rs.GetCard(t.Context(), board.GetCardParams{ID: "café"}); !errors.Is(err, board.ErrNotFound) {
 		t.Errorf("GetCard(café) = %v, want the store's ErrNotFound", err)
 	}
 }
@@ -178,7 +178,7 @@ func TestAnswerTheAgentCannotReadKeepsThePlugin(t *testing.T) {
 	rs := newRemoteStore(rawPair(t, &scripted{getCard: func(_ context.Context, id string) (board.Card, error) {
 		return board.Card{ID: id, Title: "legacy \xff title", State: board.StateReady}, nil
 	}}), ProtocolVersion)
-	_, err := rs.GetCard(t.Context(), "c1")
+	_, err := rs.GetCard(t.Context(), board.GetCardParams{ID: "c1"})
 	if err == nil {
 		t.Fatal("an answer holding a string that is not UTF-8 crossed the boundary; the case tests nothing")
 	}

@@ -186,7 +186,7 @@ type scripted struct {
 	board.Store
 	getCard     func(ctx context.Context, id string) (board.Card, error)
 	renewClaims func(ctx context.Context, holds []board.Hold, lease time.Duration) ([]board.RenewResult, error)
-	listCards   func(ctx context.Context, f board.CardFilter) ([]board.Card, error)
+	listCards   func(ctx context.Context, f board.ListCardsParams) ([]board.Card, error)
 	traits      board.Traits
 }
 
@@ -195,15 +195,17 @@ func (s *scripted) LoadBoard(context.Context) (board.Board, error) {
 }
 func (s *scripted) Traits() board.Traits { return s.traits }
 
-func (s *scripted) GetCard(ctx context.Context, id string) (board.Card, error) {
+func (s *scripted) GetCard(ctx context.Context, p board.GetCardParams) (board.Card, error) {
+	id := p.ID
 	return s.getCard(ctx, id)
 }
 
-func (s *scripted) RenewClaims(ctx context.Context, holds []board.Hold, lease time.Duration) ([]board.RenewResult, error) {
+func (s *scripted) RenewClaims(ctx context.Context, p board.RenewClaimsParams) ([]board.RenewResult, error) {
+	holds, lease := p.Holds, p.Lease
 	return s.renewClaims(ctx, holds, lease)
 }
 
-func (s *scripted) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
+func (s *scripted) ListCards(ctx context.Context, f board.ListCardsParams) ([]board.Card, error) {
 	return s.listCards(ctx, f)
 }
 

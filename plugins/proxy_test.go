@@ -47,7 +47,7 @@ func killMidCall(t *testing.T, p *Proxy, logs *logWatch) error {
 	t.Helper()
 	errc := make(chan error, 1)
 	go func() {
-		_, err := p.GetCard(t.Context(), hangCard)
+		_, err := p.GetCard(t.Context(), board.GetCardParams{ID: hangCard})
 		errc <- err
 	}()
 	logs.wait(t, hangLine, 30*time.Second)
@@ -71,10 +71,11 @@ func TestCrashMidCallIsOutcomeUnknownAndThePluginRestarts(t *testing.T) {
 	ctx := t.Context()
 	const a = "worker-a-101"
 
-	if _, err := p.CreateCard(ctx, board.NewCard{ID: "c1", Actor: "cli"}); err != nil {
+	if _, err := p.CreateCard(ctx, board.CreateCardParams{ID: "c1", Actor: "cli"}); err != nil {
 		t.Fatal(err)
 	}
-	_, tok, err := p.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: a, Lease: 30 * time.Second})
+	card, err := p.Claim(ctx, board.ClaimParams{Card: "c1", Marker: a, Lease: 30 * time.Second})
+	tok := card.Token()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,14 +107,14 @@ func TestCrashMidCallIsOutcomeUnknownAndThePluginRestarts(t *testing.T) {
 
 	// The restarted plugin serves the same file: the claim and its fence
 	// survived the crash.
-	c, err := p.GetCard(ctx, "c1")
+	c, err := p.GetCard(ctx, board.GetCardParams{ID: "c1"})
 	if err != nil {
 		t.Fatalf("GetCard after the restart: %v", err)
 	}
 	if c.Claim != a || c.ClaimEpoch != tok.Epoch {
 		t.Errorf("card after the restart holds %q@%d, want %q@%d", c.Claim, c.ClaimEpoch, a, tok.Epoch)
 	}
-	if err := p.ReleaseOwned(ctx, "c1", tok); err != nil {
+	if err := p.ReleaseOwned(ctx, board.OwnedParams{Card: "c1", Token: tok}); err != nil {
 		t.Errorf("ReleaseOwned with the pre-crash token: %v", err)
 	}
 }
@@ -129,7 +130,7 @@ func TestCallsWhileDownFailFastAsUnavailable(t *testing.T) {
 	}
 	waitState(t, p, StateDown, 30*time.Second)
 
-	_, err := p.GetCard(t.Context(), "c1")
+	_, err := p.GetCard(t.Context(), board.GetCardParams{ID: "c1"})
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("call while down: got %v, want ErrUnavailable", err)
 	}
@@ -162,10 +163,11 @@ func TestHostileNamesLeaveThePluginRunning(t *testing.T) {
 	p := launchBolt(t, logs, 10*time.Millisecond)
 	ctx := t.Context()
 	const a = "worker-a-101"
-	if _, err := p.CreateCard(ctx, board.NewCard{ID: "c1"}); err != nil {
+	if _, err := p.CreateCard(ctx, board.CreateCardParams{ID: "c1"}); err != nil {
 		t.Fatal(err)
 	}
-	_, tok, err := p.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: a, Lease: 30 * time.Second})
+	card, err := p.Claim(ctx, board.ClaimParams{Card: "c1", Marker: a, Lease: 30 * time.Second})
+	tok := card.Token()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,17 +175,22 @@ func TestHostileNamesLeaveThePluginRunning(t *testing.T) {
 
 	for _, name := range []string{"\xff", "\xc0", "c1\xc3", "\xed\xa0\x80", "\x00", "c1\nx", strings.Repeat("x", board.MaxIDBytes+1)} {
 		calls := map[string]func() error{
-			"GetCard":    func() error { _, err := p.GetCard(ctx, name); return err },
-			"GetRun":     func() error { _, err := p.GetRun(ctx, name); return err },
-			"ListCards":  func() error { _, err := p.ListCards(ctx, board.CardFilter{State: name}); return err },
-			"Dependents": func() error { _, err := p.Dependents(ctx, name); return err },
-			"CreateCard": func() error { _, err := p.CreateCard(ctx, board.NewCard{ID: name}); return err },
+			"GetCard":    func() error { _, err := p.GetCard(ctx, board.GetCardParams{ID: name}); return err },
+			"GetRun":     func() error { _, err := p.GetRun(ctx, board.GetRunParams{ID: name}); return err },
+			"ListCards":  func() error { _, err := p.ListCards(ctx, board.ListCardsParams{State: name}); return err },
+			"Dependents": func() error { _, err := p.Dependents(ctx, board.DependentsParams{ID: name}); return err },
+			"CreateCard": func() error { _, err := p.CreateCard(ctx, board.CreateCardParams{ID: name}); return err },
 			"Claim": func() error {
-				_, _, err := p.Claim(ctx, board.ClaimRequest{Card: name, Marker: a, Lease: time.Second})
+				_, err := p.Claim(ctx, board.ClaimParams{Card: name, Marker: a, Lease: time.Second})
 				return err
 			},
-			"SetLastRunOwned": func() error { return p.SetLastRunOwned(ctx, "c1", tok, name) },
-			"SetLabels":       func() error { _, err := p.SetLabels(ctx, "c1", []string{name}, ""); return err },
+			"SetLastRunOwned": func() error {
+				return p.SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: "c1", Token: tok, RunID: name})
+			},
+			"SetLabels": func() error {
+				_, err := p.SetLabels(ctx, board.SetLabelsParams{Card: "c1", Labels: []string{name}, Actor: ""})
+				return err
+			},
 		}
 		for verb, call := range calls {
 			err := call()
@@ -193,7 +200,7 @@ func TestHostileNamesLeaveThePluginRunning(t *testing.T) {
 		}
 	}
 
-	res, err := p.RenewClaims(ctx, []board.Hold{{Card: "c1", Token: tok}}, 30*time.Second)
+	res, err := p.RenewClaims(ctx, board.RenewClaimsParams{Holds: []board.Hold{{Card: "c1", Token: tok}}, Lease: 30 * time.Second})
 	if err != nil || len(res) != 1 || res[0].Err != nil {
 		t.Fatalf("renewing the held claim after the hostile calls: %v %+v", err, res)
 	}
@@ -229,7 +236,7 @@ func TestCloseStopsThePlugin(t *testing.T) {
 	if st := p.Status(); st.State != StateClosed {
 		t.Errorf("status after Close: %+v", st)
 	}
-	if _, err := p.GetCard(t.Context(), "c1"); !errors.Is(err, ErrUnavailable) {
+	if _, err := p.GetCard(t.Context(), board.GetCardParams{ID: "c1"}); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("call after Close: got %v, want ErrUnavailable", err)
 	}
 	if err := p.WaitUp(t.Context()); !errors.Is(err, ErrUnavailable) {
@@ -348,7 +355,7 @@ func TestFailedRestartsAreRetried(t *testing.T) {
 	if st.Restarts != 1 || !strings.Contains(st.LastError, "plugin-being-upgraded") {
 		t.Errorf("status: %+v, want 1 restart and the last failed restart as last error", st)
 	}
-	if _, err := p.GetCard(ctx, "nope"); !errors.Is(err, board.ErrNotFound) {
+	if _, err := p.GetCard(ctx, board.GetCardParams{ID: "nope"}); !errors.Is(err, board.ErrNotFound) {
 		t.Errorf("call after recovery: got %v, want ErrNotFound", err)
 	}
 }

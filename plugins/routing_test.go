@@ -29,7 +29,7 @@ func TestAPluginFromBeforeLabelRoutingIsNotSentARoutedPick(t *testing.T) {
 		t.Fatalf("Launch: %v", err)
 	}
 	defer p.Close()
-	for _, nc := range []board.NewCard{
+	for _, nc := range []board.CreateCardParams{
 		{ID: "plain", State: board.StateReady, Actor: "cli"},
 		{ID: "gpu", State: board.StateReady, Labels: []string{"gpu"}, Actor: "cli"},
 	} {
@@ -37,13 +37,13 @@ func TestAPluginFromBeforeLabelRoutingIsNotSentARoutedPick(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, _, err := p.ClaimNext(ctx, board.ClaimNextRequest{Marker: "hosta-4242", Lease: 30 * time.Second, Labels: []string{"gpu"}})
+	c, err := p.ClaimNext(ctx, board.ClaimNextParams{Marker: "hosta-4242", Lease: 30 * time.Second, Labels: []string{"gpu"}})
 	if err == nil {
 		t.Errorf("ClaimNext [gpu] through a plugin from before label routing took %q, want a refusal", c.ID)
 	} else if !errors.Is(err, board.ErrInvalidArgument) || !strings.Contains(err.Error(), "rebuild") {
 		t.Errorf("ClaimNext [gpu] through a plugin from before label routing = %v, want ErrInvalidArgument naming the rebuild", err)
 	}
-	st, err := p.Start(ctx, board.StartRequest{Next: true, Labels: []string{"gpu"}, Marker: "hosta-4242", Lease: 30 * time.Second,
+	st, err := p.Start(ctx, board.StartParams{Next: true, Labels: []string{"gpu"}, Marker: "hosta-4242", Lease: 30 * time.Second,
 		Run: board.Run{ID: "r1", Host: "hosta", PID: 4242}})
 	if err == nil {
 		t.Errorf("Start next [gpu] through a plugin from before label routing started %q, want a refusal", st.Card.ID)
@@ -51,7 +51,7 @@ func TestAPluginFromBeforeLabelRoutingIsNotSentARoutedPick(t *testing.T) {
 		t.Errorf("Start next [gpu] through a plugin from before label routing = %v, want ErrInvalidArgument", err)
 	}
 	for _, id := range []string{"plain", "gpu"} {
-		c, err := p.GetCard(ctx, id)
+		c, err := p.GetCard(ctx, board.GetCardParams{ID: id})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,7 +60,7 @@ func TestAPluginFromBeforeLabelRoutingIsNotSentARoutedPick(t *testing.T) {
 		}
 	}
 	// An unrouted pick still works with it.
-	if c, _, err := p.ClaimNext(ctx, board.ClaimNextRequest{Marker: "hosta-4242", Lease: 30 * time.Second}); err != nil || c.ID != "plain" {
+	if c, err := p.ClaimNext(ctx, board.ClaimNextParams{Marker: "hosta-4242", Lease: 30 * time.Second}); err != nil || c.ID != "plain" {
 		t.Errorf("unrouted ClaimNext = %q, %v; want plain", c.ID, err)
 	}
 }
@@ -81,7 +81,7 @@ func TestAPluginFromBeforeRetentionIsNotSentAPrune(t *testing.T) {
 		t.Fatalf("Launch: %v", err)
 	}
 	defer p.Close()
-	if _, err := p.CreateCard(ctx, board.NewCard{ID: "old", State: board.StateDone, Actor: "cli"}); err != nil {
+	if _, err := p.CreateCard(ctx, board.CreateCardParams{ID: "old", State: board.StateDone, Actor: "cli"}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = p.Prune(ctx, board.PruneParams{Before: time.Now().Add(time.Hour)})
@@ -92,10 +92,10 @@ func TestAPluginFromBeforeRetentionIsNotSentAPrune(t *testing.T) {
 	if !errors.Is(err, board.ErrInvalidArgument) || !strings.Contains(err.Error(), "rebuild") {
 		t.Errorf("DeleteCard through a plugin from before retention = %v, want ErrInvalidArgument naming the rebuild", err)
 	}
-	if _, err := p.GetCard(ctx, "old"); err != nil {
+	if _, err := p.GetCard(ctx, board.GetCardParams{ID: "old"}); err != nil {
 		t.Errorf("the card is gone after a refused DeleteCard: %v", err)
 	}
-	evs, err := p.Events(ctx, 0, 10)
+	evs, err := p.Events(ctx, board.EventsParams{After: 0, Limit: 10})
 	if err != nil || len(evs) != 1 {
 		t.Errorf("events after refused retention verbs = %v, %v; want the one card_created", evs, err)
 	}
@@ -124,26 +124,26 @@ func TestAPluginFromBeforeRetriesIsNotSentARetryPolicy(t *testing.T) {
 			t.Errorf("%s through a plugin from before the retry policy = %v, want ErrInvalidArgument naming the rebuild", what, err)
 		}
 	}
-	_, err = p.CreateCard(ctx, board.NewCard{ID: "own", Retry: &board.RetryPolicy{MaxAttempts: 2}, Actor: "cli"})
+	_, err = p.CreateCard(ctx, board.CreateCardParams{ID: "own", Retry: &board.RetryPolicy{MaxAttempts: 2}, Actor: "cli"})
 	refused("CreateCard with a retry policy", err)
-	if _, err := p.GetCard(ctx, "own"); !errors.Is(err, board.ErrNotFound) {
+	if _, err := p.GetCard(ctx, board.GetCardParams{ID: "own"}); !errors.Is(err, board.ErrNotFound) {
 		t.Errorf("GetCard own = %v: the refused create wrote the card", err)
 	}
-	if _, err := p.CreateCard(ctx, board.NewCard{ID: "c1", Actor: "cli"}); err != nil {
+	if _, err := p.CreateCard(ctx, board.CreateCardParams{ID: "c1", Actor: "cli"}); err != nil {
 		t.Fatalf("CreateCard without a policy: %v", err)
 	}
-	st, err := p.Start(ctx, board.StartRequest{Card: "c1", Marker: "hosta-4242", Lease: 30 * time.Second, Run: board.Run{ID: "r1", Host: "hosta", PID: 4242}})
+	st, err := p.Start(ctx, board.StartParams{Card: "c1", Marker: "hosta-4242", Lease: 30 * time.Second, Run: board.Run{ID: "r1", Host: "hosta", PID: 4242}})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	_, err = p.Finish(ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFailed, FailureCode: "SIGNAL_9", Retryable: true})
+	_, err = p.Finish(ctx, board.FinishParams{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFailed, FailureCode: "SIGNAL_9", Retryable: true})
 	refused("a retryable Finish", err)
-	_, err = p.SetStateOwned(ctx, board.OwnedMove{Card: "c1", Token: st.Token, To: board.StateReady, Retry: true})
+	_, err = p.SetStateOwned(ctx, board.SetStateOwnedParams{Card: "c1", Token: st.Token, To: board.StateReady, Retry: true})
 	refused("a retry's move", err)
-	if c, err := p.GetCard(ctx, "c1"); err != nil || c.State != board.StateInProgress || c.Token() != st.Token {
+	if c, err := p.GetCard(ctx, board.GetCardParams{ID: "c1"}); err != nil || c.State != board.StateInProgress || c.Token() != st.Token {
 		t.Errorf("c1 = %+v, %v: a refused write landed", c, err)
 	}
-	if _, err := p.Finish(ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFailed, FailureCode: "EXIT_1"}); err != nil {
+	if _, err := p.Finish(ctx, board.FinishParams{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFailed, FailureCode: "EXIT_1"}); err != nil {
 		t.Errorf("a plain Finish: %v", err)
 	}
 }
@@ -167,20 +167,20 @@ func TestAPluginFromBeforeRetriesCountsRunsAsAttempts(t *testing.T) {
 		t.Fatalf("Launch: %v", err)
 	}
 	defer p.Close()
-	if _, err := p.CreateCard(ctx, board.NewCard{ID: "c1", Actor: "cli"}); err != nil {
+	if _, err := p.CreateCard(ctx, board.CreateCardParams{ID: "c1", Actor: "cli"}); err != nil {
 		t.Fatalf("CreateCard: %v", err)
 	}
 	for i := range 3 {
-		st, err := p.Start(ctx, board.StartRequest{Card: "c1", Marker: "hosta-4242", Lease: 30 * time.Second, Fresh: true,
+		st, err := p.Start(ctx, board.StartParams{Card: "c1", Marker: "hosta-4242", Lease: 30 * time.Second, Fresh: true,
 			Run: board.Run{ID: fmt.Sprintf("r%d", i), Host: "hosta", PID: 4242}})
 		if err != nil {
 			t.Fatalf("Start %d: %v", i, err)
 		}
-		if _, err := p.Finish(ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: st.Run.ID, Status: board.RunFailedResumable}); err != nil {
+		if _, err := p.Finish(ctx, board.FinishParams{Card: "c1", Token: st.Token, RunID: st.Run.ID, Status: board.RunFailedResumable}); err != nil {
 			t.Fatalf("Finish %d: %v", i, err)
 		}
 	}
-	c, err := p.GetCard(ctx, "c1")
+	c, err := p.GetCard(ctx, board.GetCardParams{ID: "c1"})
 	if err != nil {
 		t.Fatalf("GetCard: %v", err)
 	}

@@ -104,14 +104,14 @@ func TestTheCallStreamCarriesNoWindowPings(t *testing.T) {
 		srv.Stop()
 	})
 	ctx := context.Background()
-	if _, err := store.CreateCard(ctx, board.NewCard{ID: "c"}); err != nil {
+	if _, err := store.CreateCard(ctx, board.CreateCardParams{ID: "c"}); err != nil {
 		t.Fatal(err)
 	}
 	cc := newCallConn(conn)
 	defer cc.close()
 	v := newVerbs(cc)
 	for range 200 {
-		if _, err := v.GetCard(ctx, "c"); err != nil {
+		if _, err := v.GetCard(ctx, board.GetCardParams{ID: "c"}); err != nil {
 			t.Fatal(err)
 		}
 	}

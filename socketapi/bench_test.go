@@ -29,7 +29,7 @@ func BenchmarkClaimReleaseWhileHolding(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			if _, err := a.Store.CreateCard(ctx, board.NewCard{ID: "c"}); err != nil {
+			if _, err := a.Store.CreateCard(ctx, board.CreateCardParams{ID: "c"}); err != nil {
 				b.Fatal(err)
 			}
 			c := &client.Client{Socket: a.Path}

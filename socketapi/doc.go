@@ -135,7 +135,7 @@
 //
 // # Operator routes (allowed uids)
 //
-//	POST   /v1/cards                 board.NewCard → 201 Card (actor from the kernel)
+//	POST   /v1/cards                 board.CreateCardParams → 201 Card (actor from the kernel)
 //	PUT    /v1/cards/{id}/state      {"to", "reason"?} → 200 Card (SetState; sinks refuse)
 //	POST   /v1/cards/{id}/reopen     {"to", "reason"?} → 200 Card (the one exit from a sink)
 //	PATCH  /v1/cards/{id}/labels     {"add": [...], "remove": [...]} → 200 Card (relative)

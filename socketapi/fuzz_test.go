@@ -83,7 +83,7 @@ func FuzzRequests(f *testing.F) {
 		}
 	}
 	s, st := newInternal(f, apitype.LivenessPID)
-	if _, err := st.CreateCard(context.Background(), board.NewCard{ID: "c"}); err != nil {
+	if _, err := st.CreateCard(context.Background(), board.CreateCardParams{ID: "c"}); err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, route uint8, body []byte) {

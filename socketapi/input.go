@@ -128,7 +128,7 @@ func checkBody(r *http.Request, v any) error {
 		}
 		return firstErr(board.ValidateName("run id", req.RunID), board.ValidateText("failure code", req.FailureCode), cp, retry)
 	case *apitype.UpdateRunRequest:
-		return board.RunUpdate{
+		return board.UpdateRunParams{
 			ID: r.PathValue("id"), IfStatus: req.IfStatus, Status: req.Status, Continuation: req.Continuation,
 			FailureCode: req.FailureCode, Checkpoint: req.Checkpoint,
 		}.ValidateChange()
@@ -140,7 +140,7 @@ func checkBody(r *http.Request, v any) error {
 	case *apitype.MoveRequest:
 		return firstErr(board.ValidateName("state", req.To), board.ValidateText("reason", string(req.Reason)))
 	case *apitype.AdjustLabelsRequest:
-		return board.LabelChange{Card: r.PathValue("id"), Add: req.Add, Remove: req.Remove}.Validate()
+		return board.AdjustLabelsParams{Card: r.PathValue("id"), Add: req.Add, Remove: req.Remove}.Validate()
 	case *apitype.SetLabelsRequest:
 		_, err := board.NormalizeLabels(req.Labels)
 		return err

@@ -84,54 +84,58 @@ func (s *spyStore) saw(verb, kind string, vs ...string) {
 	}
 }
 
-func (s *spyStore) GetCard(ctx context.Context, id string) (board.Card, error) {
+func (s *spyStore) GetCard(ctx context.Context, p board.GetCardParams) (board.Card, error) {
+	id := p.ID
 	s.saw("GetCard", "name", id)
-	return s.Store.GetCard(ctx, id)
+	return s.Store.GetCard(ctx, board.GetCardParams{ID: id})
 }
 
-func (s *spyStore) GetRun(ctx context.Context, id string) (board.Run, error) {
+func (s *spyStore) GetRun(ctx context.Context, p board.GetRunParams) (board.Run, error) {
+	id := p.ID
 	s.saw("GetRun", "name", id)
-	return s.Store.GetRun(ctx, id)
+	return s.Store.GetRun(ctx, board.GetRunParams{ID: id})
 }
 
-func (s *spyStore) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
+func (s *spyStore) ListCards(ctx context.Context, f board.ListCardsParams) ([]board.Card, error) {
 	s.saw("ListCards", "optional", f.State)
 	return s.Store.ListCards(ctx, f)
 }
 
-func (s *spyStore) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, error) {
+func (s *spyStore) CreateCard(ctx context.Context, nc board.CreateCardParams) (board.Card, error) {
 	s.saw("CreateCard", "name", nc.ID)
 	s.saw("CreateCard", "optional", nc.State)
 	s.saw("CreateCard", "text", append(append([]string{nc.Title}, nc.Labels...), nc.DependsOn...)...)
 	return s.Store.CreateCard(ctx, nc)
 }
 
-func (s *spyStore) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, board.ClaimToken, error) {
+func (s *spyStore) Claim(ctx context.Context, r board.ClaimParams) (board.Card, error) {
 	s.saw("Claim", "name", r.Card)
 	return s.Store.Claim(ctx, r)
 }
 
-func (s *spyStore) SetState(ctx context.Context, m board.Move) error {
+func (s *spyStore) SetState(ctx context.Context, m board.MoveParams) error {
 	s.saw("SetState", "name", m.Card, m.To)
 	s.saw("SetState", "text", string(m.Reason))
 	return s.Store.SetState(ctx, m)
 }
 
-func (s *spyStore) AdjustLabels(ctx context.Context, c board.LabelChange) (board.Card, error) {
+func (s *spyStore) AdjustLabels(ctx context.Context, c board.AdjustLabelsParams) (board.Card, error) {
 	s.saw("AdjustLabels", "name", c.Card)
 	s.saw("AdjustLabels", "text", append(append([]string{}, c.Add...), c.Remove...)...)
 	return s.Store.AdjustLabels(ctx, c)
 }
 
-func (s *spyStore) SetLabels(ctx context.Context, card string, labels []string, actor string) (board.Card, error) {
+func (s *spyStore) SetLabels(ctx context.Context, p board.SetLabelsParams) (board.Card, error) {
+	card, labels, actor := p.Card, p.Labels, p.Actor
 	s.saw("SetLabels", "name", card)
 	s.saw("SetLabels", "text", labels...)
-	return s.Store.SetLabels(ctx, card, labels, actor)
+	return s.Store.SetLabels(ctx, board.SetLabelsParams{Card: card, Labels: labels, Actor: actor})
 }
 
-func (s *spyStore) Release(ctx context.Context, card, marker, actor string) error {
+func (s *spyStore) Release(ctx context.Context, p board.ReleaseParams) error {
+	card, marker, actor := p.Card, p.Marker, p.Actor
 	s.saw("Release", "name", card)
-	return s.Store.Release(ctx, card, marker, actor)
+	return s.Store.Release(ctx, board.ReleaseParams{Card: card, Marker: marker, Actor: actor})
 }
 
 // TestHostileNamesNeverReachTheStore sends names a store must refuse — not
@@ -145,7 +149,7 @@ func TestHostileNamesNeverReachTheStore(t *testing.T) {
 	t.Parallel()
 	spy := &spyStore{Store: openBoltStore(t)}
 	s := newWithStore(t, spy)
-	if _, err := spy.Store.CreateCard(t.Context(), board.NewCard{ID: "c"}); err != nil {
+	if _, err := spy.Store.CreateCard(t.Context(), board.CreateCardParams{ID: "c"}); err != nil {
 		t.Fatal(err)
 	}
 	operator := &peer{uid: uint32Self(), pid: 4242}
@@ -207,7 +211,7 @@ func TestHostileNamesNeverReachTheStore(t *testing.T) {
 	if len(spy.bad) > 0 {
 		t.Errorf("the store was asked about %d malformed names the socket should have refused: %s", len(spy.bad), strings.Join(spy.bad, ", "))
 	}
-	cards, err := spy.Store.ListCards(t.Context(), board.CardFilter{})
+	cards, err := spy.Store.ListCards(t.Context(), board.ListCardsParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +236,7 @@ func TestBodyNotUTF8IsRefusedNotReplaced(t *testing.T) {
 			t.Errorf("POST /v1/cards %q: %d %s %q, want 400 invalid_argument saying the body is not UTF-8", body, rec.Code, eb.Code, eb.Error)
 		}
 	}
-	cards, err := st.ListCards(t.Context(), board.CardFilter{})
+	cards, err := st.ListCards(t.Context(), board.ListCardsParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,22 +254,22 @@ type unknownOutcomeStore struct{ board.Store }
 var errBroke = fmt.Errorf("store plugin: GetCard: interrupted by the caller while in flight (%w): %w: the write may or may not have landed",
 	context.DeadlineExceeded, board.ErrOutcomeUnknown)
 
-func (unknownOutcomeStore) GetCard(context.Context, string) (board.Card, error) {
+func (unknownOutcomeStore) GetCard(context.Context, board.GetCardParams) (board.Card, error) {
 	return board.Card{}, errBroke
 }
-func (unknownOutcomeStore) GetRun(context.Context, string) (board.Run, error) {
+func (unknownOutcomeStore) GetRun(context.Context, board.GetRunParams) (board.Run, error) {
 	return board.Run{}, errBroke
 }
-func (unknownOutcomeStore) ListCards(context.Context, board.CardFilter) ([]board.Card, error) {
+func (unknownOutcomeStore) ListCards(context.Context, board.ListCardsParams) ([]board.Card, error) {
 	return nil, errBroke
 }
-func (unknownOutcomeStore) Events(context.Context, int64, int) ([]board.Event, error) {
+func (unknownOutcomeStore) Events(context.Context, board.EventsParams) ([]board.Event, error) {
 	return nil, errBroke
 }
 func (unknownOutcomeStore) LoadBoard(context.Context) (board.Board, error) {
 	return board.Board{}, errBroke
 }
-func (unknownOutcomeStore) SetState(context.Context, board.Move) error { return errBroke }
+func (unknownOutcomeStore) SetState(context.Context, board.MoveParams) error { return errBroke }
 
 // TestReadNeverAnswersOutcomeUnknown: outcome_unknown tells a caller a write
 // may or may not have landed. A read wrote nothing, so a store that failed

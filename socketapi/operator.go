@@ -43,7 +43,7 @@ func (s *Server) handleListCards(w http.ResponseWriter, r *http.Request, _ calle
 	if err != nil {
 		return err
 	}
-	cards, err := s.lease.ListCards(r.Context(), board.CardFilter{
+	cards, err := s.lease.ListCards(r.Context(), board.ListCardsParams{
 		State: state, Limit: int(limit), ClaimedOnly: claimed,
 	})
 	if err != nil {
@@ -57,7 +57,7 @@ func (s *Server) handleGetCard(w http.ResponseWriter, r *http.Request, _ caller)
 	if err != nil {
 		return err
 	}
-	card, err := s.lease.GetCard(r.Context(), id)
+	card, err := s.lease.GetCard(r.Context(), board.GetCardParams{ID: id})
 	if err != nil {
 		return err
 	}
@@ -69,7 +69,7 @@ func (s *Server) handleGetRun(w http.ResponseWriter, r *http.Request, _ caller) 
 	if err != nil {
 		return err
 	}
-	run, err := s.lease.GetRun(r.Context(), id)
+	run, err := s.lease.GetRun(r.Context(), board.GetRunParams{ID: id})
 	if err != nil {
 		return err
 	}
@@ -228,7 +228,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, _ caller) 
 	}
 	ctx := r.Context()
 	if !follow {
-		evs, err := s.lease.Events(ctx, after, int(limit))
+		evs, err := s.lease.Events(ctx, board.EventsParams{After: after, Limit: int(limit)})
 		if err != nil {
 			return err
 		}
@@ -238,7 +238,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, _ caller) 
 	// Follow: NDJSON, one event per line, for as long as the caller reads.
 	// Writes this server makes wake the loop at once; writes by other
 	// agents on a shared store are found by the poll.
-	first, err := s.lease.Events(ctx, after, eventsPage)
+	first, err := s.lease.Events(ctx, board.EventsParams{After: after, Limit: eventsPage})
 	if err != nil {
 		return err
 	}
@@ -275,7 +275,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, _ caller) 
 			case <-poll.C:
 			}
 		}
-		if evs, err = s.lease.Events(ctx, after, eventsPage); err != nil {
+		if evs, err = s.lease.Events(ctx, board.EventsParams{After: after, Limit: eventsPage}); err != nil {
 			// The status line is gone; end the stream and let the client
 			// resume from the last sequence it saw.
 			s.cfg.Logger.Warn("events follow: reading the store", "err", err)

@@ -36,7 +36,7 @@ func (s *memStore) Traits() board.Traits                   { return board.Traits
 func (s *memStore) Now(context.Context) (time.Time, error) { return time.Now(), nil }
 func (s *memStore) Close() error                           { return nil }
 
-func (s *memStore) CreateCard(_ context.Context, nc board.NewCard) (board.Card, error) {
+func (s *memStore) CreateCard(_ context.Context, nc board.CreateCardParams) (board.Card, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := &board.Card{ID: nc.ID, State: "ready"}
@@ -44,7 +44,8 @@ func (s *memStore) CreateCard(_ context.Context, nc board.NewCard) (board.Card, 
 	return *c, nil
 }
 
-func (s *memStore) GetCard(_ context.Context, id string) (board.Card, error) {
+func (s *memStore) GetCard(ctx context.Context, p board.GetCardParams) (board.Card, error) {
+	id := p.ID
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.cards[id]
@@ -54,23 +55,23 @@ func (s *memStore) GetCard(_ context.Context, id string) (board.Card, error) {
 	return *c, nil
 }
 
-func (s *memStore) claim(card, marker string, lease time.Duration) (board.Card, board.ClaimToken, error) {
+func (s *memStore) claim(card, marker string, lease time.Duration) (board.Card, error) {
 	c, ok := s.cards[card]
 	if !ok {
-		return board.Card{}, board.ClaimToken{}, board.ErrNotFound
+		return board.Card{}, board.ErrNotFound
 	}
 	if c.Claim != "" && c.Claim != marker {
-		return board.Card{}, board.ClaimToken{}, board.Conflict(card, c.Claim, c.ClaimEpoch)
+		return board.Card{}, board.Conflict(card, c.Claim, c.ClaimEpoch)
 	}
 	if c.Claim == "" {
 		c.ClaimEpoch++
 	}
 	now := time.Now()
 	c.Claim, c.ClaimedAt, c.ClaimLeaseUntil = marker, now, now.Add(lease)
-	return *c, board.ClaimToken{Marker: marker, Epoch: c.ClaimEpoch}, nil
+	return *c, nil
 }
 
-func (s *memStore) Claim(_ context.Context, r board.ClaimRequest) (board.Card, board.ClaimToken, error) {
+func (s *memStore) Claim(_ context.Context, r board.ClaimParams) (board.Card, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.claim(r.Card, r.Marker, r.Lease)
@@ -88,32 +89,34 @@ func (s *memStore) release(card string, tok board.ClaimToken) error {
 	return nil
 }
 
-func (s *memStore) ReleaseOwned(_ context.Context, card string, tok board.ClaimToken) error {
+func (s *memStore) ReleaseOwned(ctx context.Context, p board.OwnedParams) error {
+	card, tok := p.Card, p.Token
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.release(card, tok)
 }
 
-func (s *memStore) Start(_ context.Context, r board.StartRequest) (board.Started, error) {
+func (s *memStore) Start(_ context.Context, r board.StartParams) (board.StartResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c, tok, err := s.claim(r.Card, r.Marker, r.Lease)
+	c, err := s.claim(r.Card, r.Marker, r.Lease)
+	tok := c.Token()
 	if err != nil {
-		return board.Started{}, err
+		return board.StartResult{}, err
 	}
 	run := r.Run
 	run.Card, run.Epoch = r.Card, tok.Epoch
 	c.LastRunID = run.ID
-	return board.Started{Card: c, Token: tok, Run: run}, nil
+	return board.StartResult{Card: c, Token: tok, Run: run}, nil
 }
 
-func (s *memStore) Finish(_ context.Context, r board.FinishRequest) (board.Finished, error) {
+func (s *memStore) Finish(_ context.Context, r board.FinishParams) (board.FinishResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.release(r.Card, r.Token); err != nil {
-		return board.Finished{}, err
+		return board.FinishResult{}, err
 	}
-	return board.Finished{Card: *s.cards[r.Card], Run: board.Run{ID: r.RunID, Card: r.Card, Status: r.Status}}, nil
+	return board.FinishResult{Card: *s.cards[r.Card], Run: board.Run{ID: r.RunID, Card: r.Card, Status: r.Status}}, nil
 }
 
 // startMemAgent wires the socket API over st as socketapitest.Start does.
@@ -193,7 +196,7 @@ func pathCycles(b *testing.B, workers int, cycle func(context.Context, *client.C
 	b.SetParallelism(max(1, workers/2)) // GOMAXPROCS is 2 on the bench machine
 	if workers == 1 {
 		c := &client.Client{Socket: path}
-		st.CreateCard(ctx, board.NewCard{ID: "c"})
+		st.CreateCard(ctx, board.CreateCardParams{ID: "c"})
 		cpu0 := cpuTime(b)
 		for b.Loop() {
 			if err := cycle(ctx, c, "c"); err != nil {
@@ -207,7 +210,7 @@ func pathCycles(b *testing.B, workers int, cycle func(context.Context, *client.C
 	cpu0 := cpuTime(b)
 	b.RunParallel(func(pb *testing.PB) {
 		card := fmt.Sprintf("c-%d", next.Add(1))
-		st.CreateCard(ctx, board.NewCard{ID: card})
+		st.CreateCard(ctx, board.CreateCardParams{ID: card})
 		c := &client.Client{Socket: path}
 		for pb.Next() {
 			if err := cycle(ctx, c, card); err != nil {

@@ -80,7 +80,7 @@ func TestForeignPIDNamespace(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s, st := newInternal(t, tc.liveness)
-			if _, err := st.CreateCard(context.Background(), board.NewCard{ID: "c"}); err != nil {
+			if _, err := st.CreateCard(context.Background(), board.CreateCardParams{ID: "c"}); err != nil {
 				t.Fatal(err)
 			}
 			req := httptest.NewRequest("POST", "/v1/claims", strings.NewReader(`{"card":"c"}`))
@@ -101,7 +101,7 @@ func TestForeignPIDNamespace(t *testing.T) {
 func TestKernelIdentityBeatsHeader(t *testing.T) {
 	t.Parallel()
 	s, st := newInternal(t, apitype.LivenessKeepalive)
-	if _, err := st.CreateCard(context.Background(), board.NewCard{ID: "c"}); err != nil {
+	if _, err := st.CreateCard(context.Background(), board.CreateCardParams{ID: "c"}); err != nil {
 		t.Fatal(err)
 	}
 	req := httptest.NewRequest("POST", "/v1/claims", strings.NewReader(`{"card":"c"}`))

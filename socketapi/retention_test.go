@@ -22,7 +22,7 @@ func TestRetentionRoutesAreForOperatorsOnly(t *testing.T) {
 	a := socketapitest.Start(t, socketapitest.Options{Operators: func() []uint32 { return []uint32{other} }})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := a.Store.CreateCard(ctx, board.NewCard{ID: "keep", State: board.StateDone, Actor: "cli"}); err != nil {
+	if _, err := a.Store.CreateCard(ctx, board.CreateCardParams{ID: "keep", State: board.StateDone, Actor: "cli"}); err != nil {
 		t.Fatal(err)
 	}
 	c := &client.Client{Socket: a.Path}
@@ -32,10 +32,10 @@ func TestRetentionRoutesAreForOperatorsOnly(t *testing.T) {
 	if _, err := c.Prune(ctx, apitype.PruneRequest{OlderThanMS: 1}); !errors.Is(err, apitype.ErrForbidden) {
 		t.Errorf("prune by a non-operator = %v, want forbidden", err)
 	}
-	if _, err := a.Store.GetCard(ctx, "keep"); err != nil {
+	if _, err := a.Store.GetCard(ctx, board.GetCardParams{ID: "keep"}); err != nil {
 		t.Errorf("the card after refused deletes: %v", err)
 	}
-	if evs, err := a.Store.Events(ctx, 0, 10); err != nil || len(evs) != 1 {
+	if evs, err := a.Store.Events(ctx, board.EventsParams{After: 0, Limit: 10}); err != nil || len(evs) != 1 {
 		t.Errorf("the log after a refused prune = %v, %v; want its one event", evs, err)
 	}
 }

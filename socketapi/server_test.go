@@ -254,7 +254,7 @@ func TestBadRequestsAreRefusedAndServerSurvives(t *testing.T) {
 		})
 	}
 	// None of it touched the card.
-	c, err := a.Store.GetCard(context.Background(), "c1")
+	c, err := a.Store.GetCard(context.Background(), board.GetCardParams{ID: "c1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +331,7 @@ func TestShutdownStopsGrantingKeepsFences(t *testing.T) {
 	if got.status != http.StatusNoContent {
 		t.Errorf("release while draining: %d %s, want 204", got.status, got.body)
 	}
-	c, err := a.Store.GetCard(context.Background(), "held")
+	c, err := a.Store.GetCard(context.Background(), board.GetCardParams{ID: "held"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -167,7 +167,7 @@ func (s *Server) handleUpdateRun(w http.ResponseWriter, r *http.Request, c calle
 	if err := s.decode(w, r, &req); err != nil {
 		return err
 	}
-	run, err := s.lease.UpdateRun(r.Context(), c.worker, id, board.RunUpdate{
+	run, err := s.lease.UpdateRun(r.Context(), c.worker, id, board.UpdateRunParams{
 		IfStatus: req.IfStatus, Status: req.Status, Continuation: req.Continuation,
 		FailureCode: req.FailureCode, Checkpoint: req.Checkpoint,
 	})

@@ -48,7 +48,7 @@ func TestCardPageAfterItsEventsWerePruned(t *testing.T) {
 	c := &client.Client{Socket: f.agent.Socket}
 	var last int64
 	for _, id := range []string{"c0", "c1", "c2"} {
-		if _, err := c.CreateCard(ctx, board.NewCard{ID: id}); err != nil {
+		if _, err := c.CreateCard(ctx, board.CreateCardParams{ID: id}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -143,7 +143,7 @@ func TestFeedReadsOnAfterTheLogWasPrunedWhileItWasAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"c1", "c2"} {
-		if _, err := s.CreateCard(ctx, board.NewCard{ID: id}); err != nil {
+		if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: id}); err != nil {
 			t.Fatal(err)
 		}
 	}

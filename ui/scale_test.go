@@ -44,13 +44,13 @@ func seedBoard(t testing.TB, path string, n int, state func(i int) string, extra
 			for i := w; i < n; i += workers {
 				id := fmt.Sprintf("card-%05d", i)
 				st := state(i)
-				nc := board.NewCard{ID: id, Title: fmt.Sprintf("task %d of the nightly batch", i), State: st, Labels: []string{"team-" + strconv.Itoa(i%7)}}
+				nc := board.CreateCardParams{ID: id, Title: fmt.Sprintf("task %d of the nightly batch", i), State: st, Labels: []string{"team-" + strconv.Itoa(i%7)}}
 				if _, err := s.CreateCard(ctx, nc); err != nil {
 					errs <- err
 					return
 				}
 				if st == board.StateInProgress {
-					if _, _, err := s.Claim(ctx, board.ClaimRequest{Card: id, Marker: board.WorkerMarker("elsewhere", 1000+i), Lease: time.Hour}); err != nil {
+					if _, err := s.Claim(ctx, board.ClaimParams{Card: id, Marker: board.WorkerMarker("elsewhere", 1000+i), Lease: time.Hour}); err != nil {
 						errs <- err
 						return
 					}
@@ -325,12 +325,12 @@ func logWithCard(t testing.TB, path string) {
 		for _, l := range []string{"first", "second", "third"} {
 			if l == "second" {
 				for i := range 200 {
-					if _, err := s.AdjustLabels(ctx, board.LabelChange{Card: fmt.Sprintf("card-%05d", i), Add: []string{"x"}}); err != nil {
+					if _, err := s.AdjustLabels(ctx, board.AdjustLabelsParams{Card: fmt.Sprintf("card-%05d", i), Add: []string{"x"}}); err != nil {
 						t.Fatal(err)
 					}
 				}
 			}
-			if _, err := s.AdjustLabels(ctx, board.LabelChange{Card: "card-00007", Add: []string{l}}); err != nil {
+			if _, err := s.AdjustLabels(ctx, board.AdjustLabelsParams{Card: "card-00007", Add: []string{l}}); err != nil {
 				t.Fatal(err)
 			}
 		}

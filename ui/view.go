@@ -614,7 +614,7 @@ func (cc *cardCache) list(ctx context.Context, c *client.Client, fs feedState) (
 	}
 	// fs was read before the listing: an event that lands meanwhile moves
 	// the feed past it, and the next refresh lists again.
-	cards, err := c.ListCards(ctx, board.CardFilter{})
+	cards, err := c.ListCards(ctx, board.ListCardsParams{})
 	if err != nil {
 		return nil, err
 	}
@@ -633,7 +633,7 @@ func (cc *cardCache) list(ctx context.Context, c *client.Client, fs feedState) (
 // when that cannot be trusted (the listing failed, or a card held in the
 // cached listing is no longer claimed, which an event would have said).
 func withClaims(ctx context.Context, c *client.Client, cards []board.Card) ([]board.Card, bool) {
-	claimed, err := c.ListCards(ctx, board.CardFilter{ClaimedOnly: true})
+	claimed, err := c.ListCards(ctx, board.ListCardsParams{ClaimedOnly: true})
 	if err != nil {
 		return nil, false
 	}

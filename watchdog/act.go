@@ -50,7 +50,7 @@ func (p *pass) act(ctx context.Context, cr *CardResult, c board.Card, tok board.
 			stamp = GiveUpStamp(c, runID, p.now)
 		}
 		if stamp != nil && (cr.FiledTo == d.Target || c.State == d.Target) {
-			if err := r.cfg.Store.SetGaveUpOwned(ctx, c.ID, tok, stamp); err != nil {
+			if err := r.cfg.Store.SetGaveUpOwned(ctx, board.SetGaveUpOwnedParams{Card: c.ID, Token: tok, GaveUp: stamp}); err != nil {
 				cr.Outcome, cr.Err = OutcomeError, fmt.Errorf("stamp gave_up: %w", err)
 				return
 			}
@@ -112,7 +112,7 @@ func (p *pass) fileMove(ctx context.Context, cr *CardResult, c board.Card, tok b
 			// A retry of a card run where it sat (in the first pool
 			// state) moves nothing but backs off all the same: the store
 			// stamps the backoff alone (DESIGN.md#retries).
-			if _, err := r.cfg.Store.SetStateOwned(ctx, board.OwnedMove{
+			if _, err := r.cfg.Store.SetStateOwned(ctx, board.SetStateOwnedParams{
 				Card: c.ID, Token: tok, To: target, From: c.State, Reason: reason, Retry: true,
 			}); err != nil {
 				cr.Outcome, cr.Err = OutcomeError, fmt.Errorf("stamp the retry's backoff in %s: %w", target, err)
@@ -127,20 +127,20 @@ func (p *pass) fileMove(ctx context.Context, cr *CardResult, c board.Card, tok b
 	if b.IsLaunch(target) && !board.IsMachineReason(reason) {
 		reason = board.ReasonNone
 	}
-	changed, err := r.cfg.Store.SetStateOwned(ctx, board.OwnedMove{
+	changed, err := r.cfg.Store.SetStateOwned(ctx, board.SetStateOwnedParams{
 		Card: c.ID, Token: tok, To: target, From: c.State, Reason: reason, Retry: retry,
 	})
 	if err != nil {
 		cr.Outcome, cr.Err = OutcomeError, fmt.Errorf("file %s → %s: %w", c.State, target, err)
 		return false
 	}
-	if !changed {
+	if !changed.Changed {
 		// The card left the state the transfer observed: an operator moved
 		// it after the transfer. Their move wins and the claim is released
 		// — unless the card now sits where a free card is stranded: then
 		// the recovery claim stays, and the card is judged again, in its
 		// new column, once that claim's lease ends.
-		cur, err := r.cfg.Store.GetCard(ctx, c.ID)
+		cur, err := r.cfg.Store.GetCard(ctx, board.GetCardParams{ID: c.ID})
 		if err != nil || Strands(b, cur.State) {
 			cr.Outcome = OutcomeTransferred
 			cr.Decision.Reason += fmt.Sprintf("; the card was moved during the filing (to %q): held under the recovery claim rather than left free there", cur.State)
@@ -160,7 +160,7 @@ func (p *pass) fileMove(ctx context.Context, cr *CardResult, c board.Card, tok b
 // release drops the recovery claim. The outcome is filed when a filing
 // preceded it, released otherwise.
 func (p *pass) release(ctx context.Context, cr *CardResult, c board.Card, tok board.ClaimToken) {
-	if err := p.r.cfg.Store.ReleaseOwned(ctx, c.ID, tok); err != nil {
+	if err := p.r.cfg.Store.ReleaseOwned(ctx, board.OwnedParams{Card: c.ID, Token: tok}); err != nil {
 		cr.Outcome, cr.Err = OutcomeError, fmt.Errorf("release: %w", err)
 		return
 	}

@@ -70,24 +70,24 @@ func TestFleetJudgesLeasesByTheServersClock(t *testing.T) {
 			recoveredAt := time.Duration(-1)
 			for elapsed := interval; elapsed <= fleetLease+2*interval; elapsed += interval {
 				server.Advance(interval)
-				res, err := workers.RenewClaims(ctx, []board.Hold{{Card: "live", Token: live}}, fleetLease)
+				res, err := workers.RenewClaims(ctx, board.RenewClaimsParams{Holds: []board.Hold{{Card: "live", Token: live}}, Lease: fleetLease})
 				if err != nil || res[0].Err != nil {
 					t.Fatalf("after %s the live worker's renewal failed: %v %+v", elapsed, err, res)
 				}
 				if _, err := r.RunOnce(ctx, false); err != nil {
 					t.Fatalf("RunOnce after %s: %v", elapsed, err)
 				}
-				c, err := workers.GetCard(ctx, "live")
+				c, err := workers.GetCard(ctx, board.GetCardParams{ID: "live"})
 				if err != nil {
 					t.Fatal(err)
 				}
 				if c.Token() != live || c.State != board.StateInProgress {
 					t.Fatalf("after %s the live claim is %+v in %s, want %+v untouched in in_progress", elapsed, c.Token(), c.State, live)
 				}
-				if run, err := workers.GetRun(ctx, "live-run"); err != nil || run.Status != board.RunRunning {
+				if run, err := workers.GetRun(ctx, board.GetRunParams{ID: "live-run"}); err != nil || run.Status != board.RunRunning {
 					t.Fatalf("after %s the live run is %s (%v), want running", elapsed, run.Status, err)
 				}
-				if d, err := workers.GetCard(ctx, "dead"); err == nil && d.State == board.StateDone && !d.Claimed() && recoveredAt < 0 {
+				if d, err := workers.GetCard(ctx, board.GetCardParams{ID: "dead"}); err == nil && d.State == board.StateDone && !d.Claimed() && recoveredAt < 0 {
 					recoveredAt = elapsed
 				}
 			}

@@ -37,7 +37,7 @@ func (e *env) deadCards(n int) []string {
 		e.card(id, board.StateReady)
 		if st := concurrentMix[i%len(concurrentMix)].status; st == "" {
 			tok := e.claim(id, workerMarker)
-			if _, err := e.store.SetStateOwned(e.ctx, board.OwnedMove{Card: id, Token: tok, To: board.StateInProgress}); err != nil {
+			if _, err := e.store.SetStateOwned(e.ctx, board.SetStateOwnedParams{Card: id, Token: tok, To: board.StateInProgress}); err != nil {
 				e.t.Fatalf("SetStateOwned %s: %v", id, err)
 			}
 		} else {
@@ -223,11 +223,11 @@ func (e *env) expiredWorkerClaims(n int) {
 		wg.Go(func() {
 			for i := w; i < n; i += writers {
 				id := fmt.Sprintf("worker-%05d", i)
-				if _, err := e.store.CreateCard(e.ctx, board.NewCard{ID: id}); err != nil {
+				if _, err := e.store.CreateCard(e.ctx, board.CreateCardParams{ID: id}); err != nil {
 					errs <- err
 					return
 				}
-				if _, _, err := e.store.Claim(e.ctx, board.ClaimRequest{Card: id, Marker: workerMarker, Lease: lease}); err != nil {
+				if _, err := e.store.Claim(e.ctx, board.ClaimParams{Card: id, Marker: workerMarker, Lease: lease}); err != nil {
 					errs <- err
 					return
 				}
@@ -247,7 +247,8 @@ func (e *env) expiredWorkerClaims(n int) {
 func (e *env) abandon(id string, recoveryLease time.Duration) board.ClaimToken {
 	e.t.Helper()
 	c := e.get(id)
-	_, tok, err := e.store.ReclaimExpired(e.ctx, board.Reclaim{Card: id, Prev: c.Token(), RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: recoveryLease})
+	card, err := e.store.ReclaimExpired(e.ctx, board.ReclaimExpiredParams{Card: id, Prev: c.Token(), RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: recoveryLease})
+	tok := card.Token()
 	if err != nil {
 		e.t.Fatalf("ReclaimExpired %s: %v", id, err)
 	}
@@ -304,12 +305,12 @@ func TestRecoverySweepReadsOnlyRecoveryClaims(t *testing.T) {
 		// claims, and no other listing (the gate is off, so there is no
 		// decision pass; the fleet's un-leased listing is served by the
 		// fault store, which holds none here).
-		want := []listing{{Verb: "ListCards", Filter: board.CardFilter{ClaimedOnly: true, RecoveryOnly: true}, Cards: 2}}
+		want := []listing{{Verb: "ListCards", Filter: board.ListCardsParams{ClaimedOnly: true, RecoveryOnly: true}, Cards: 2}}
 		if got := e.faults.listings(); !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: the pass listed %+v, want %+v (and never the %d expired worker claims)", tc.name, got, want, workers)
 		}
 	}
-	if got, err := boardtest.PageCards(e.store.ListExpiredClaimCandidates(e.ctx, board.ExpiredQuery{Cutoff: e.clock.Now(), Limit: 0})); err != nil || len(got) != workers {
+	if got, err := boardtest.PageCards(e.store.ListExpiredClaimCandidates(e.ctx, board.ListExpiredClaimCandidatesParams{Cutoff: e.clock.Now(), Limit: 0})); err != nil || len(got) != workers {
 		t.Errorf("expired claims in the store = %d, %v; want the %d worker claims still there", len(got), err, workers)
 	}
 }

@@ -20,7 +20,7 @@
 // where a release would strand the card, filed by their run's settled
 // verdict; on the fleet twin, un-leased claims whose run settled are filed
 // the same way. The recovery sweep lists only the recovery claims
-// (board.CardFilter RecoveryOnly, an index in every store), so its cost
+// (board.ListCardsParams RecoveryOnly, an index in every store), so its cost
 // does not grow with the worker claims held or expired.
 //
 // The cards of one pass are worked on concurrently (Config.Workers), so the

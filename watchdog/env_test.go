@@ -90,11 +90,11 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 // operator move, as a person would).
 func (e *env) card(id, state string) {
 	e.t.Helper()
-	if _, err := e.store.CreateCard(e.ctx, board.NewCard{ID: id, Actor: "cli"}); err != nil {
+	if _, err := e.store.CreateCard(e.ctx, board.CreateCardParams{ID: id, Actor: "cli"}); err != nil {
 		e.t.Fatalf("CreateCard %s: %v", id, err)
 	}
 	if b := loadBoard(e.t, e.store); state != b.FirstPool() {
-		if err := e.store.SetState(e.ctx, board.Move{Card: id, To: state, Actor: "cli"}); err != nil {
+		if err := e.store.SetState(e.ctx, board.MoveParams{Card: id, To: state, Actor: "cli"}); err != nil {
 			e.t.Fatalf("SetState %s → %s: %v", id, state, err)
 		}
 	}
@@ -102,7 +102,8 @@ func (e *env) card(id, state string) {
 
 func (e *env) claim(id, marker string) board.ClaimToken {
 	e.t.Helper()
-	_, tok, err := e.store.Claim(e.ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: lease})
+	card, err := e.store.Claim(e.ctx, board.ClaimParams{Card: id, Marker: marker, Lease: lease})
+	tok := card.Token()
 	if err != nil {
 		e.t.Fatalf("Claim %s by %s: %v", id, marker, err)
 	}
@@ -115,11 +116,11 @@ func (e *env) priorRuns(id string, n int) {
 	e.t.Helper()
 	tok := e.claim(id, workerMarker)
 	for i := range n {
-		if _, err := e.store.CreateRun(e.ctx, board.NewRun{Token: tok, Run: board.Run{ID: fmt.Sprintf("old-%d", i), Card: id, Status: board.RunFailedResumable}}); err != nil {
+		if _, err := e.store.CreateRun(e.ctx, board.CreateRunParams{Token: tok, Run: board.Run{ID: fmt.Sprintf("old-%d", i), Card: id, Status: board.RunFailedResumable}}); err != nil {
 			e.t.Fatalf("CreateRun: %v", err)
 		}
 	}
-	if err := e.store.ReleaseOwned(e.ctx, id, tok); err != nil {
+	if err := e.store.ReleaseOwned(e.ctx, board.OwnedParams{Card: id, Token: tok}); err != nil {
 		e.t.Fatalf("ReleaseOwned: %v", err)
 	}
 }
@@ -130,7 +131,7 @@ func (e *env) priorRuns(id string, n int) {
 func (e *env) launch(id string, status board.RunStatus, run board.Run) (board.ClaimToken, board.Run) {
 	e.t.Helper()
 	tok := e.claim(id, workerMarker)
-	if _, err := e.store.SetStateOwned(e.ctx, board.OwnedMove{Card: id, Token: tok, To: board.StateInProgress}); err != nil {
+	if _, err := e.store.SetStateOwned(e.ctx, board.SetStateOwnedParams{Card: id, Token: tok, To: board.StateInProgress}); err != nil {
 		e.t.Fatalf("SetStateOwned %s → in_progress: %v", id, err)
 	}
 	run.Card, run.Status, run.Owner, run.Epoch = id, status, tok.Marker, tok.Epoch
@@ -140,11 +141,11 @@ func (e *env) launch(id string, status board.RunStatus, run board.Run) (board.Cl
 	if run.Host == "" {
 		run.Host, run.PID = workerHost, workerPID
 	}
-	created, err := e.store.CreateRun(e.ctx, board.NewRun{Token: tok, Run: run})
+	created, err := e.store.CreateRun(e.ctx, board.CreateRunParams{Token: tok, Run: run})
 	if err != nil {
 		e.t.Fatalf("CreateRun for %s: %v", id, err)
 	}
-	if err := e.store.SetLastRunOwned(e.ctx, id, tok, created.ID); err != nil {
+	if err := e.store.SetLastRunOwned(e.ctx, board.SetLastRunOwnedParams{Card: id, Token: tok, RunID: created.ID}); err != nil {
 		e.t.Fatalf("SetLastRunOwned %s: %v", id, err)
 	}
 	return tok, created
@@ -152,7 +153,7 @@ func (e *env) launch(id string, status board.RunStatus, run board.Run) (board.Cl
 
 func (e *env) get(id string) board.Card {
 	e.t.Helper()
-	c, err := e.store.GetCard(e.ctx, id)
+	c, err := e.store.GetCard(e.ctx, board.GetCardParams{ID: id})
 	if err != nil {
 		e.t.Fatalf("GetCard %s: %v", id, err)
 	}
@@ -161,7 +162,7 @@ func (e *env) get(id string) board.Card {
 
 func (e *env) getRun(id string) board.Run {
 	e.t.Helper()
-	r, err := e.store.GetRun(e.ctx, id)
+	r, err := e.store.GetRun(e.ctx, board.GetRunParams{ID: id})
 	if err != nil {
 		e.t.Fatalf("GetRun %s: %v", id, err)
 	}
@@ -179,7 +180,7 @@ func (e *env) lastSeq() int64 {
 
 func (e *env) eventsSince(seq int64) []board.Event {
 	e.t.Helper()
-	evs, err := e.store.Events(e.ctx, seq, 0)
+	evs, err := e.store.Events(e.ctx, board.EventsParams{After: seq, Limit: 0})
 	if err != nil {
 		e.t.Fatalf("Events: %v", err)
 	}
@@ -285,8 +286,8 @@ type faultStore struct {
 // handed it: what the pass read.
 type listing struct {
 	Verb   string
-	Filter board.CardFilter // ListCards
-	Limit  int              // ListExpiredClaimCandidates
+	Filter board.ListCardsParams // ListCards
+	Limit  int                   // ListExpiredClaimCandidates
 	Cards  int
 }
 
@@ -312,7 +313,7 @@ func (f *faultStore) note(l listing) {
 	}
 }
 
-func (f *faultStore) ListCards(ctx context.Context, cf board.CardFilter) ([]board.Card, error) {
+func (f *faultStore) ListCards(ctx context.Context, cf board.ListCardsParams) ([]board.Card, error) {
 	cs, err := f.Store.ListCards(ctx, cf)
 	f.note(listing{Verb: "ListCards", Filter: cf, Cards: len(cs)})
 	f.mu.Lock()
@@ -335,7 +336,7 @@ func (f *faultStore) prune(id string) {
 	f.gone[id] = true
 }
 
-func (f *faultStore) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQuery) (board.ExpiredPage, error) {
+func (f *faultStore) ListExpiredClaimCandidates(ctx context.Context, q board.ListExpiredClaimCandidatesParams) (board.ListExpiredClaimCandidatesResult, error) {
 	page, err := f.Store.ListExpiredClaimCandidates(ctx, q)
 	f.note(listing{Verb: "ListExpiredClaimCandidates", Limit: q.Limit, Cards: len(page.Cards)})
 	return page, err
@@ -343,7 +344,7 @@ func (f *faultStore) ListExpiredClaimCandidates(ctx context.Context, q board.Exp
 
 var errInjected = errors.New("injected store fault")
 
-func (f *faultStore) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, error) {
+func (f *faultStore) SetStateOwned(ctx context.Context, m board.SetStateOwnedParams) (board.MoveResult, error) {
 	f.mu.Lock()
 	fail := f.failSetState > 0
 	if fail {
@@ -352,22 +353,22 @@ func (f *faultStore) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool
 	old := f.beforeRetries
 	f.mu.Unlock()
 	if fail {
-		return false, fmt.Errorf("card %q: %w", m.Card, errInjected)
+		return board.MoveResult{}, fmt.Errorf("card %q: %w", m.Card, errInjected)
 	}
 	if old && m.Retry {
-		return false, fmt.Errorf("store plugin: SetStateOwned: %w", board.Invalid(
+		return board.MoveResult{}, fmt.Errorf("store plugin: SetStateOwned: %w", board.Invalid(
 			"the plugin speaks store protocol 6, from before the retry policy (protocol 7), and would drop a retry's backoff: rebuild it against this leasekeeper release; nothing was sent"))
 	}
 	return f.Store.SetStateOwned(ctx, m)
 }
 
-func (f *faultStore) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
+func (f *faultStore) ListUnleasedRunningClaims(ctx context.Context, p board.ListUnleasedRunningClaimsParams) ([]board.Card, error) {
 	f.mu.Lock()
 	ids := append([]string(nil), f.unleased...)
 	f.mu.Unlock()
 	var out []board.Card
 	for _, id := range ids {
-		c, err := f.Store.GetCard(ctx, id)
+		c, err := f.Store.GetCard(ctx, board.GetCardParams{ID: id})
 		if err != nil {
 			return nil, err
 		}
@@ -380,7 +381,8 @@ func (f *faultStore) ListUnleasedRunningClaims(ctx context.Context, cutoff time.
 	return out, nil
 }
 
-func (f *faultStore) GetRun(ctx context.Context, id string) (board.Run, error) {
+func (f *faultStore) GetRun(ctx context.Context, p board.GetRunParams) (board.Run, error) {
+	id := p.ID
 	f.mu.Lock()
 	if f.gone[id] {
 		f.mu.Unlock()
@@ -396,7 +398,7 @@ func (f *faultStore) GetRun(ctx context.Context, id string) (board.Run, error) {
 	if stale != nil {
 		return *stale, nil
 	}
-	return f.Store.GetRun(ctx, id)
+	return f.Store.GetRun(ctx, board.GetRunParams{ID: id})
 }
 
 // loadBoard reads the stored board definition.

@@ -181,11 +181,12 @@ func (f *mongoFleet) launch(s board.Store, id, state string, pid int, status boa
 // launch is mongoFleet.launch for goroutines other than the test's, which
 // may not stop the test.
 func launch(ctx context.Context, s board.Store, id, state string, pid int, status board.RunStatus) (board.ClaimToken, error) {
-	if _, err := s.CreateCard(ctx, board.NewCard{ID: id, State: state, Actor: "cli"}); err != nil {
+	if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: id, State: state, Actor: "cli"}); err != nil {
 		return board.ClaimToken{}, fmt.Errorf("CreateCard %s: %w", id, err)
 	}
 	marker := board.WorkerMarker(deadHost, pid)
-	_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: fleetLease})
+	card, err := s.Claim(ctx, board.ClaimParams{Card: id, Marker: marker, Lease: fleetLease})
+	tok := card.Token()
 	if err != nil {
 		return board.ClaimToken{}, fmt.Errorf("Claim %s by %s: %w", id, marker, err)
 	}
@@ -196,10 +197,10 @@ func launch(ctx context.Context, s board.Store, id, state string, pid int, statu
 	if status == board.RunFailedResumable {
 		run.Checkpoint = "step-3"
 	}
-	if _, err := s.CreateRun(ctx, board.NewRun{Token: tok, Run: run}); err != nil {
+	if _, err := s.CreateRun(ctx, board.CreateRunParams{Token: tok, Run: run}); err != nil {
 		return board.ClaimToken{}, fmt.Errorf("CreateRun %s: %w", run.ID, err)
 	}
-	if err := s.SetLastRunOwned(ctx, id, tok, run.ID); err != nil {
+	if err := s.SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: id, Token: tok, RunID: run.ID}); err != nil {
 		return board.ClaimToken{}, fmt.Errorf("SetLastRunOwned %s: %w", id, err)
 	}
 	return tok, nil
@@ -207,7 +208,7 @@ func launch(ctx context.Context, s board.Store, id, state string, pid int, statu
 
 func (f *mongoFleet) get(id string) board.Card {
 	f.t.Helper()
-	c, err := f.s.GetCard(f.ctx, id)
+	c, err := f.s.GetCard(f.ctx, board.GetCardParams{ID: id})
 	if err != nil {
 		f.t.Fatalf("GetCard %s: %v", id, err)
 	}
@@ -216,7 +217,7 @@ func (f *mongoFleet) get(id string) board.Card {
 
 func (f *mongoFleet) events(after int64) []board.Event {
 	f.t.Helper()
-	evs, err := f.s.Events(f.ctx, after, 0)
+	evs, err := f.s.Events(f.ctx, board.EventsParams{After: after, Limit: 0})
 	if err != nil {
 		f.t.Fatalf("Events: %v", err)
 	}
@@ -515,7 +516,7 @@ func TestFleetUnleasedSweep(t *testing.T) {
 	for i, c := range cards {
 		toks[c.id] = f.launch(f.s, c.id, c.state, 2000+i, c.status)
 		if c.pruned {
-			if err := f.s.SetLastRunOwned(f.ctx, c.id, toks[c.id], c.id+"-gone-run"); err != nil {
+			if err := f.s.SetLastRunOwned(f.ctx, board.SetLastRunOwnedParams{Card: c.id, Token: toks[c.id], RunID: c.id + "-gone-run"}); err != nil {
 				t.Fatalf("SetLastRunOwned: %v", err)
 			}
 		}
@@ -536,7 +537,7 @@ func TestFleetUnleasedSweep(t *testing.T) {
 			crowdRunning = append(crowdRunning, id)
 		}
 		crowdIDs = append(crowdIDs, id)
-		if _, err := f.s.CreateCard(f.ctx, board.NewCard{ID: id, State: state, Actor: "cli"}); err != nil {
+		if _, err := f.s.CreateCard(f.ctx, board.CreateCardParams{ID: id, State: state, Actor: "cli"}); err != nil {
 			t.Fatalf("CreateCard %s: %v", id, err)
 		}
 		if len(crowdIDs)%50 == 0 {
@@ -610,14 +611,14 @@ func TestFleetUnleasedSweep(t *testing.T) {
 			t.Errorf("%s was released; want its claim conserved", id)
 		}
 	}
-	if got, err := f.s.ListCards(f.ctx, board.CardFilter{ClaimedOnly: true}); err != nil || len(got) < crowd {
+	if got, err := f.s.ListCards(f.ctx, board.ListCardsParams{ClaimedOnly: true}); err != nil || len(got) < crowd {
 		t.Errorf("claimed cards = %d, %v; want the crowd's %d among them", len(got), err, crowd)
 	}
 	if c := f.get("leased-finished"); c.Token() != leased {
 		t.Errorf("leased-finished claim = %+v, want %+v untouched", c.Token(), leased)
 	}
 	// A kept run is read, never promoted: promotion would be a decision.
-	if run, err := f.s.GetRun(f.ctx, "keep-running-run"); err != nil || run.Status != board.RunRunning {
+	if run, err := f.s.GetRun(f.ctx, board.GetRunParams{ID: "keep-running-run"}); err != nil || run.Status != board.RunRunning {
 		t.Errorf("keep-running's run = %s, %v; want still running", run.Status, err)
 	}
 	// Transfer first, then the filing, then the release: nothing else,
@@ -709,22 +710,23 @@ func TestFleetGateOff(t *testing.T) {
 	// The other agent's reaper transferred four cards, then died; three
 	// recovery leases have ended, the other has not.
 	reclaim := func(id string) board.ClaimToken {
-		c, err := other.GetCard(f.ctx, id)
+		c, err := other.GetCard(f.ctx, board.GetCardParams{ID: id})
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, tok, err := other.ReclaimExpired(f.ctx, board.Reclaim{Card: id, Prev: c.Token(), RecoveryMarker: otherReaper, Cutoff: f.serverNow(), Lease: fleetLease})
+		card, err := other.ReclaimExpired(f.ctx, board.ReclaimExpiredParams{Card: id, Prev: c.Token(), RecoveryMarker: otherReaper, Cutoff: f.serverNow(), Lease: fleetLease})
+		tok := card.Token()
 		if err != nil {
 			t.Fatalf("ReclaimExpired %s: %v", id, err)
 		}
 		return tok
 	}
 	abandoned := reclaim("abandoned")
-	if err := other.ExpireClaimOwned(f.ctx, "abandoned", abandoned); err != nil {
+	if err := other.ExpireClaimOwned(f.ctx, board.OwnedParams{Card: "abandoned", Token: abandoned}); err != nil {
 		t.Fatalf("ExpireClaimOwned: %v", err)
 	}
 	pooled := reclaim("pooled")
-	if err := other.ExpireClaimOwned(f.ctx, "pooled", pooled); err != nil {
+	if err := other.ExpireClaimOwned(f.ctx, board.OwnedParams{Card: "pooled", Token: pooled}); err != nil {
 		t.Fatalf("ExpireClaimOwned: %v", err)
 	}
 	held := reclaim("held")
@@ -827,34 +829,36 @@ func TestFleetRunCeiling(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			f := newMongoFleet(t)
-			if _, err := f.s.CreateCard(f.ctx, board.NewCard{ID: "c1", State: board.StateInProgress, Actor: "cli"}); err != nil {
+			if _, err := f.s.CreateCard(f.ctx, board.CreateCardParams{ID: "c1", State: board.StateInProgress, Actor: "cli"}); err != nil {
 				t.Fatal(err)
 			}
-			_, old, err := f.s.Claim(f.ctx, board.ClaimRequest{Card: "c1", Marker: board.WorkerMarker(deadHost, 4241), Lease: fleetLease})
+			card, err := f.s.Claim(f.ctx, board.ClaimParams{Card: "c1", Marker: board.WorkerMarker(deadHost, 4241), Lease: fleetLease})
+			old := card.Token()
 			if err != nil {
 				t.Fatal(err)
 			}
 			for i := range tc.priorRuns {
-				if _, err := f.s.CreateRun(f.ctx, board.NewRun{Token: old, Run: board.Run{ID: fmt.Sprintf("old-%d", i), Card: "c1", Status: board.RunFailedResumable}}); err != nil {
+				if _, err := f.s.CreateRun(f.ctx, board.CreateRunParams{Token: old, Run: board.Run{ID: fmt.Sprintf("old-%d", i), Card: "c1", Status: board.RunFailedResumable}}); err != nil {
 					t.Fatalf("CreateRun: %v", err)
 				}
 			}
-			if err := f.s.ReleaseOwned(f.ctx, "c1", old); err != nil {
+			if err := f.s.ReleaseOwned(f.ctx, board.OwnedParams{Card: "c1", Token: old}); err != nil {
 				t.Fatal(err)
 			}
-			_, tok, err := f.s.Claim(f.ctx, board.ClaimRequest{Card: "c1", Marker: board.WorkerMarker(deadHost, 4242), Lease: fleetLease})
+			claimed, err := f.s.Claim(f.ctx, board.ClaimParams{Card: "c1", Marker: board.WorkerMarker(deadHost, 4242), Lease: fleetLease})
+			tok := claimed.Token()
 			if err != nil {
 				t.Fatal(err)
 			}
 			// The release filed the card out of the running column; the
 			// worker that claimed it again launches it back there.
-			if _, err := f.s.SetStateOwned(f.ctx, board.OwnedMove{Card: "c1", Token: tok, To: board.StateInProgress}); err != nil {
+			if _, err := f.s.SetStateOwned(f.ctx, board.SetStateOwnedParams{Card: "c1", Token: tok, To: board.StateInProgress}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := f.s.CreateRun(f.ctx, board.NewRun{Token: tok, Run: board.Run{ID: "last", Card: "c1", Status: board.RunFailedResumable, Checkpoint: "step-3", Host: deadHost, PID: 4242}}); err != nil {
+			if _, err := f.s.CreateRun(f.ctx, board.CreateRunParams{Token: tok, Run: board.Run{ID: "last", Card: "c1", Status: board.RunFailedResumable, Checkpoint: "step-3", Host: deadHost, PID: 4242}}); err != nil {
 				t.Fatal(err)
 			}
-			if err := f.s.SetLastRunOwned(f.ctx, "c1", tok, "last"); err != nil {
+			if err := f.s.SetLastRunOwned(f.ctx, board.SetLastRunOwnedParams{Card: "c1", Token: tok, RunID: "last"}); err != nil {
 				t.Fatal(err)
 			}
 			if got := len(f.get("c1").Runs); got != tc.priorRuns+1 {

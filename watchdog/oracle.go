@@ -117,7 +117,7 @@ func (o *Oracle) resolve(ctx context.Context, card board.Card, now time.Time, pr
 	if recorded == "" {
 		return Resolution{}
 	}
-	r, err := o.Store.GetRun(ctx, recorded)
+	r, err := o.Store.GetRun(ctx, board.GetRunParams{ID: recorded})
 	if errors.Is(err, board.ErrNotFound) {
 		// The pointer is the stamp: a run happened and is gone (row 2).
 		return Resolution{Recorded: recorded}
@@ -183,7 +183,7 @@ func (o *Oracle) promote(ctx context.Context, card board.Card, res Resolution, n
 		return Resolution{Run: &promoted, Recorded: recorded, Proof: proof}
 	}
 	from, code := r.Status, board.FailureProcessOrphaned
-	updated, err := o.Store.UpdateRun(ctx, board.RunUpdate{
+	updated, err := o.Store.UpdateRun(ctx, board.UpdateRunParams{
 		ID: r.ID, Token: tok, IfStatus: &from, Status: &to, FailureCode: &code, Actor: o.Actor,
 	})
 	if err == nil {
@@ -197,7 +197,7 @@ func (o *Oracle) promote(ctx context.Context, card board.Card, res Resolution, n
 	// it is now is the truth to decide on; if it cannot be read, conserve.
 	o.logger().Info("watchdog: orphan promotion not applied, re-reading the run",
 		"card", card.ID, "run", r.ID, "err", err)
-	again, rerr := o.Store.GetRun(ctx, r.ID)
+	again, rerr := o.Store.GetRun(ctx, board.GetRunParams{ID: r.ID})
 	if errors.Is(rerr, board.ErrNotFound) {
 		return Resolution{Recorded: recorded}
 	}

@@ -152,7 +152,7 @@ func TestOracleProofs(t *testing.T) {
 		{"owner superseded by a transfer, the grace since: promoted", func(t *testing.T, e *env) board.Run {
 			prev, r := e.launch("c1", board.RunRunning, board.Run{})
 			e.expire()
-			if _, _, err := e.store.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: prev, RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: time.Hour}); err != nil {
+			if _, err := e.store.ReclaimExpired(e.ctx, board.ReclaimExpiredParams{Card: "c1", Prev: prev, RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: time.Hour}); err != nil {
 				t.Fatalf("ReclaimExpired: %v", err)
 			}
 			e.clock.Advance(grace + time.Millisecond)
@@ -161,7 +161,7 @@ func TestOracleProofs(t *testing.T) {
 		{"owner superseded by a transfer, less than the grace since: conserved", func(t *testing.T, e *env) board.Run {
 			prev, r := e.launch("c1", board.RunRunning, board.Run{})
 			e.expire()
-			if _, _, err := e.store.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: prev, RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: time.Hour}); err != nil {
+			if _, err := e.store.ReclaimExpired(e.ctx, board.ReclaimExpiredParams{Card: "c1", Prev: prev, RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: time.Hour}); err != nil {
 				t.Fatalf("ReclaimExpired: %v", err)
 			}
 			e.clock.Advance(grace / 2)
@@ -267,7 +267,7 @@ func TestOracleNoRun(t *testing.T) {
 	if got != nil || err != nil {
 		t.Errorf("no pointer: Resolve = %+v, %v; want nil, nil", got, err)
 	}
-	if err := e.store.SetLastRunOwned(e.ctx, "c1", tok, "run-pruned"); err != nil {
+	if err := e.store.SetLastRunOwned(e.ctx, board.SetLastRunOwnedParams{Card: "c1", Token: tok, RunID: "run-pruned"}); err != nil {
 		t.Fatalf("SetLastRunOwned: %v", err)
 	}
 	got, err = resolved(o.ResolveAfterTransfer(e.ctx, e.get("c1"), e.get("c1"), e.clock.Now()))

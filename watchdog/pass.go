@@ -50,10 +50,10 @@ func (p *pass) holderGone(ctx context.Context, c board.Card) bool {
 // reaper's, deciding only the cards whose holder is provably gone. A dry run
 // walks the whole listing from the start, every reaper's share, and leaves
 // the cursor alone.
-func (p *pass) listExpired(ctx context.Context) ([]board.Card, board.ExpiredPage, error) {
+func (p *pass) listExpired(ctx context.Context) ([]board.Card, board.ListExpiredClaimCandidatesResult, error) {
 	st := p.r.cfg.Store
 	if !p.dryRun {
-		q := board.ExpiredQuery{Cutoff: p.now, Limit: p.r.cfg.Batch, After: p.r.cursor}
+		q := board.ListExpiredClaimCandidatesParams{Cutoff: p.now, Limit: p.r.cfg.Batch, After: p.r.cursor}
 		if !p.unsteady {
 			// A reaper that does not trust the store's clock decides only
 			// pid-proven cards: it takes no share, or nobody would decide
@@ -63,7 +63,7 @@ func (p *pass) listExpired(ctx context.Context) ([]board.Card, board.ExpiredPage
 		page, err := st.ListExpiredClaimCandidates(ctx, q)
 		if err != nil {
 			p.r.cursor = "" // a position the store no longer reads must not wedge the reaper
-			return nil, board.ExpiredPage{}, err
+			return nil, board.ListExpiredClaimCandidatesResult{}, err
 		}
 		p.r.cursor = page.Next
 		return page.Cards, page, nil
@@ -71,10 +71,10 @@ func (p *pass) listExpired(ctx context.Context) ([]board.Card, board.ExpiredPage
 	var out []board.Card
 	after := ""
 	for {
-		page, err := st.ListExpiredClaimCandidates(ctx, board.ExpiredQuery{Cutoff: p.now, Limit: p.r.cfg.Batch, After: after})
+		page, err := st.ListExpiredClaimCandidates(ctx, board.ListExpiredClaimCandidatesParams{Cutoff: p.now, Limit: p.r.cfg.Batch, After: after})
 		out = append(out, page.Cards...)
 		if err != nil || page.Next == "" || len(page.Cards) == 0 {
-			return out, board.ExpiredPage{}, err
+			return out, board.ListExpiredClaimCandidatesResult{}, err
 		}
 		after = page.Next
 	}
@@ -177,9 +177,10 @@ func (p *pass) reapOne(ctx context.Context, listed board.Card, m mode) (cr CardR
 	// still exactly the listed token and still expired at the store's time
 	// — so a renewal, an operator or another agent's reaper in between is a
 	// clean skip.
-	observed, tok, err := r.cfg.Store.ReclaimExpired(ctx, board.Reclaim{
+	observed, err := r.cfg.Store.ReclaimExpired(ctx, board.ReclaimExpiredParams{
 		Card: listed.ID, Prev: listed.Token(), RecoveryMarker: r.recovery, Cutoff: p.now, Lease: p.lease,
 	})
+	tok := observed.Token()
 	switch {
 	case errors.Is(err, board.ErrClaimConflict):
 		cr.Decision, cr.Outcome = cr.PreCheck, OutcomeSkippedConflict

@@ -96,7 +96,7 @@ func TestReaperResumableRunReturnsTheCard(t *testing.T) {
 			t.Errorf("a local repark moved the card: %+v", evs)
 		}
 		// And the pool can reach it: in_progress is a pool state locally.
-		got, _, err := e.store.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: "workerhost-5000", Lease: lease})
+		got, err := e.store.ClaimNext(e.ctx, board.ClaimNextParams{Marker: "workerhost-5000", Lease: lease})
 		if err != nil || got.ID != "c1" {
 			t.Errorf("ClaimNext = %s, %v; want c1 back in the pool", got.ID, err)
 		}
@@ -186,7 +186,7 @@ func TestReaperHonoursAnOperatorMoveBetweenListingAndTransfer(t *testing.T) {
 		e.launch("c1", board.RunFailedResumable, board.Run{Checkpoint: "step-3"})
 		e.expire()
 		e.r.beforeTransfer = func(c board.Card) {
-			if err := e.store.SetState(e.ctx, board.Move{Card: c.ID, To: board.StateBacklog, Actor: "uid:0"}); err != nil {
+			if err := e.store.SetState(e.ctx, board.MoveParams{Card: c.ID, To: board.StateBacklog, Actor: "uid:0"}); err != nil {
 				t.Errorf("operator move: %v", err)
 			}
 		}
@@ -221,7 +221,7 @@ func TestReaperHonoursAnOperatorMoveBetweenListingAndTransfer(t *testing.T) {
 		e.launch("c1", board.RunFinished, board.Run{})
 		e.expire()
 		e.r.beforeTransfer = func(c board.Card) {
-			if err := e.store.SetState(e.ctx, board.Move{Card: c.ID, To: board.StateCancelled, Actor: "uid:0"}); err != nil {
+			if err := e.store.SetState(e.ctx, board.MoveParams{Card: c.ID, To: board.StateCancelled, Actor: "uid:0"}); err != nil {
 				t.Errorf("operator move: %v", err)
 			}
 		}
@@ -244,7 +244,7 @@ func TestReaperHonoursAnOperatorMoveBetweenListingAndTransfer(t *testing.T) {
 		e.launch("c1", board.RunFinished, board.Run{})
 		e.expire()
 		e.r.beforeTransfer = func(c board.Card) {
-			if err := e.store.Release(e.ctx, c.ID, c.Claim, "uid:0"); err != nil {
+			if err := e.store.Release(e.ctx, board.ReleaseParams{Card: c.ID, Marker: c.Claim, Actor: "uid:0"}); err != nil {
 				t.Errorf("operator release: %v", err)
 			}
 		}
@@ -261,7 +261,7 @@ func TestReaperParkedCardIsNotHeldForever(t *testing.T) {
 	e.card("c1", board.StateReady)
 	e.launch("c1", board.RunFailedResumable, board.Run{Checkpoint: "step-3"})
 	// Parked before the owner died: an operator moved it out of the pool.
-	if err := e.store.SetState(e.ctx, board.Move{Card: "c1", To: board.StateAwaitingInput, Actor: "uid:0"}); err != nil {
+	if err := e.store.SetState(e.ctx, board.MoveParams{Card: "c1", To: board.StateAwaitingInput, Actor: "uid:0"}); err != nil {
 		t.Fatalf("SetState: %v", err)
 	}
 	e.expire()
@@ -297,7 +297,7 @@ func TestReaperRenewedClaimIsSkipped(t *testing.T) {
 	prev, _ := e.launch("c1", board.RunFinished, board.Run{})
 	e.expire()
 	e.r.beforeTransfer = func(c board.Card) {
-		res, err := e.store.RenewClaims(e.ctx, []board.Hold{{Card: c.ID, Token: c.Token()}}, lease)
+		res, err := e.store.RenewClaims(e.ctx, board.RenewClaimsParams{Holds: []board.Hold{{Card: c.ID, Token: c.Token()}}, Lease: lease})
 		if err != nil || res[0].Err != nil {
 			t.Errorf("RenewClaims: %v %+v", err, res)
 		}
@@ -334,11 +334,11 @@ func TestReaperPrunedRunIsAGiveUp(t *testing.T) {
 	e := newEnv(t)
 	e.card("c1", board.StateReady)
 	tok := e.claim("c1", workerMarker)
-	if _, err := e.store.SetStateOwned(e.ctx, board.OwnedMove{Card: "c1", Token: tok, To: board.StateInProgress}); err != nil {
+	if _, err := e.store.SetStateOwned(e.ctx, board.SetStateOwnedParams{Card: "c1", Token: tok, To: board.StateInProgress}); err != nil {
 		t.Fatalf("SetStateOwned: %v", err)
 	}
 	// The pointer names a run the store does not have: pruned.
-	if err := e.store.SetLastRunOwned(e.ctx, "c1", tok, "run-pruned"); err != nil {
+	if err := e.store.SetLastRunOwned(e.ctx, board.SetLastRunOwnedParams{Card: "c1", Token: tok, RunID: "run-pruned"}); err != nil {
 		t.Fatalf("SetLastRunOwned: %v", err)
 	}
 	e.expire() // well inside the stamp window: the pointer is the stamp
@@ -518,7 +518,8 @@ func TestReaperGateOff(t *testing.T) {
 	e.launch("c2", board.RunFinished, board.Run{})
 	e.expire()
 	c2 := e.get("c2")
-	_, held, err := e.store.ReclaimExpired(e.ctx, board.Reclaim{Card: "c2", Prev: c2.Token(), RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: lease})
+	card, err := e.store.ReclaimExpired(e.ctx, board.ReclaimExpiredParams{Card: "c2", Prev: c2.Token(), RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: lease})
+	held := card.Token()
 	if err != nil {
 		t.Fatalf("ReclaimExpired: %v", err)
 	}
@@ -604,10 +605,10 @@ func TestReaperUnleasedSweep(t *testing.T) {
 			var prev board.ClaimToken
 			if tc.status == "" {
 				prev = e.claim("c1", workerMarker)
-				if _, err := e.store.SetStateOwned(e.ctx, board.OwnedMove{Card: "c1", Token: prev, To: board.StateInProgress}); err != nil {
+				if _, err := e.store.SetStateOwned(e.ctx, board.SetStateOwnedParams{Card: "c1", Token: prev, To: board.StateInProgress}); err != nil {
 					t.Fatal(err)
 				}
-				if err := e.store.SetLastRunOwned(e.ctx, "c1", prev, "run-pruned"); err != nil {
+				if err := e.store.SetLastRunOwned(e.ctx, board.SetLastRunOwnedParams{Card: "c1", Token: prev, RunID: "run-pruned"}); err != nil {
 					t.Fatal(err)
 				}
 			} else {
@@ -874,12 +875,12 @@ func TestReaperGivesUpOnARunRetentionPruned(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.card("c1", board.StateReady)
-	st, err := e.store.Start(e.ctx, board.StartRequest{Card: "c1", Marker: workerMarker, Lease: lease,
+	st, err := e.store.Start(e.ctx, board.StartParams{Card: "c1", Marker: workerMarker, Lease: lease,
 		Run: board.Run{ID: "run-old", Host: workerHost, PID: workerPID}})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	if _, err := e.store.Finish(e.ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "run-old", Status: board.RunFinished}); err != nil {
+	if _, err := e.store.Finish(e.ctx, board.FinishParams{Card: "c1", Token: st.Token, RunID: "run-old", Status: board.RunFinished}); err != nil {
 		t.Fatalf("Finish: %v", err)
 	}
 	e.clock.Advance(31 * 24 * time.Hour)
@@ -887,14 +888,14 @@ func TestReaperGivesUpOnARunRetentionPruned(t *testing.T) {
 	if err != nil || res.Runs != 1 {
 		t.Fatalf("Prune = %+v, %v; want run-old pruned", res, err)
 	}
-	if err := e.store.Reopen(e.ctx, board.Move{Card: "c1", To: board.StateReady, Actor: "uid:0"}); err != nil {
+	if err := e.store.Reopen(e.ctx, board.MoveParams{Card: "c1", To: board.StateReady, Actor: "uid:0"}); err != nil {
 		t.Fatalf("Reopen: %v", err)
 	}
 	tok := e.claim("c1", workerMarker)
-	if _, err := e.store.SetStateOwned(e.ctx, board.OwnedMove{Card: "c1", Token: tok, To: board.StateInProgress}); err != nil {
+	if _, err := e.store.SetStateOwned(e.ctx, board.SetStateOwnedParams{Card: "c1", Token: tok, To: board.StateInProgress}); err != nil {
 		t.Fatalf("SetStateOwned: %v", err)
 	}
-	if err := e.store.SetLastRunOwned(e.ctx, "c1", tok, "run-old"); err != nil {
+	if err := e.store.SetLastRunOwned(e.ctx, board.SetLastRunOwnedParams{Card: "c1", Token: tok, RunID: "run-old"}); err != nil {
 		t.Fatalf("SetLastRunOwned of the pruned run: %v", err)
 	}
 	e.expire()

@@ -17,7 +17,7 @@ import (
 // policy (nil: the board's).
 func (e *env) retryCard(id string, p *board.RetryPolicy) {
 	e.t.Helper()
-	if _, err := e.store.CreateCard(e.ctx, board.NewCard{ID: id, Retry: p, Actor: "cli"}); err != nil {
+	if _, err := e.store.CreateCard(e.ctx, board.CreateCardParams{ID: id, Retry: p, Actor: "cli"}); err != nil {
 		e.t.Fatalf("CreateCard %s: %v", id, err)
 	}
 }
@@ -66,10 +66,10 @@ func TestReaperOrphanedRunIsRetriedUntilAttemptsAreSpent(t *testing.T) {
 
 	// Backing off: the pool passes it over and a claim by id is refused,
 	// naming the time.
-	if _, _, err := e.store.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: workerMarker, Lease: lease}); !errors.Is(err, board.ErrNotFound) {
+	if _, err := e.store.ClaimNext(e.ctx, board.ClaimNextParams{Marker: workerMarker, Lease: lease}); !errors.Is(err, board.ErrNotFound) {
 		t.Errorf("ClaimNext while c1 backs off: %v, want not found", err)
 	}
-	_, _, err := e.store.Claim(e.ctx, board.ClaimRequest{Card: "c1", Marker: workerMarker, Lease: lease})
+	_, err := e.store.Claim(e.ctx, board.ClaimParams{Card: "c1", Marker: workerMarker, Lease: lease})
 	if !errors.Is(err, board.ErrTransitionRejected) || !strings.Contains(err.Error(), "backing off") {
 		t.Errorf("Claim c1 while it backs off: %v, want a refusal saying it backs off", err)
 	}
@@ -98,7 +98,7 @@ func TestReaperOrphanedRunIsRetriedUntilAttemptsAreSpent(t *testing.T) {
 	}
 
 	// A Reopen gives the card a fresh set of attempts.
-	if err := e.store.Reopen(e.ctx, board.Move{Card: "c1", To: board.StateReady, Actor: "cli"}); err != nil {
+	if err := e.store.Reopen(e.ctx, board.MoveParams{Card: "c1", To: board.StateReady, Actor: "cli"}); err != nil {
 		t.Fatalf("Reopen: %v", err)
 	}
 	if c := e.get("c1"); c.Attempts != 0 || !c.RetryAt.IsZero() {
@@ -158,7 +158,7 @@ func TestReaperRetryOfACardRunInThePoolBacksOff(t *testing.T) {
 	e := newEnv(t, withBoard(b))
 	e.retryCard("c1", nil)
 	tok := e.claim("c1", workerMarker)
-	run, err := e.store.CreateRun(e.ctx, board.NewRun{Token: tok, Run: board.Run{
+	run, err := e.store.CreateRun(e.ctx, board.CreateRunParams{Token: tok, Run: board.Run{
 		ID: "c1-run-1", Card: "c1", Status: board.RunRunning, Owner: tok.Marker, Epoch: tok.Epoch, Host: workerHost, PID: workerPID}})
 	if err != nil {
 		t.Fatalf("CreateRun: %v", err)
@@ -177,7 +177,7 @@ func TestReaperRetryOfACardRunInThePoolBacksOff(t *testing.T) {
 	if want := e.clock.Now().Add(time.Minute); !c.RetryAt.Equal(want) {
 		t.Errorf("c1 retry_at = %s, want %s: the retry's backoff was lost because its filing moved nothing", c.RetryAt, want)
 	}
-	if card, _, err := e.store.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: workerMarker, Lease: lease}); !errors.Is(err, board.ErrNotFound) {
+	if card, err := e.store.ClaimNext(e.ctx, board.ClaimNextParams{Marker: workerMarker, Lease: lease}); !errors.Is(err, board.ErrNotFound) {
 		t.Errorf("ClaimNext after a retry = %s, %v; want not found (c1 backs off)", card.ID, err)
 	}
 }
@@ -229,9 +229,9 @@ func TestReaperOrphanedCheckpointedRunSpendsAttempts(t *testing.T) {
 	b.Retry = board.RetryPolicy{MaxAttempts: 2, Backoff: 10 * time.Second, BackoffMax: time.Minute}
 	e := newEnv(t, withBoard(b))
 	e.retryCard("c1", nil)
-	start := func() board.Started {
+	start := func() board.StartResult {
 		t.Helper()
-		st, err := e.store.Start(e.ctx, board.StartRequest{Card: "c1", Marker: workerMarker, Lease: lease,
+		st, err := e.store.Start(e.ctx, board.StartParams{Card: "c1", Marker: workerMarker, Lease: lease,
 			Run: board.Run{ID: fmt.Sprintf("c1-start-%d", len(e.get("c1").Runs)+1), Host: workerHost, PID: workerPID, Checkpoint: "step-3"}})
 		if err != nil {
 			t.Fatalf("Start c1: %v", err)

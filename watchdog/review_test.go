@@ -23,7 +23,7 @@ type hookStore struct {
 	afterList func()
 }
 
-func (h *hookStore) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQuery) (board.ExpiredPage, error) {
+func (h *hookStore) ListExpiredClaimCandidates(ctx context.Context, q board.ListExpiredClaimCandidatesParams) (board.ListExpiredClaimCandidatesResult, error) {
 	p, err := h.Store.ListExpiredClaimCandidates(ctx, q)
 	h.once.Do(func() {
 		if h.afterList != nil {
@@ -108,14 +108,14 @@ func TestRecoverySweepReleaseHoldsTheJudgedState(t *testing.T) {
 	e.launch("c1", board.RunFinished, board.Run{})
 	// The operator parks it in backlog; worker dies; another reaper takes it
 	// over and dies.
-	if err := e.store.SetState(e.ctx, board.Move{Card: "c1", To: board.StateBacklog, Actor: "cli"}); err != nil {
+	if err := e.store.SetState(e.ctx, board.MoveParams{Card: "c1", To: board.StateBacklog, Actor: "cli"}); err != nil {
 		t.Fatal(err)
 	}
 	e.expire()
 	e.abandon("c1", time.Second)
 	e.clock.Advance(2 * time.Second)
 	e.faults.afterListCards = func() {
-		if err := e.store.SetState(e.ctx, board.Move{Card: "c1", To: board.StateInProgress, Actor: "cli"}); err != nil {
+		if err := e.store.SetState(e.ctx, board.MoveParams{Card: "c1", To: board.StateInProgress, Actor: "cli"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -139,11 +139,11 @@ func TestGateOffSweepNeverAppliesTheRunCeiling(t *testing.T) {
 	e.card("c1", board.StateReady)
 	tok := e.claim("c1", workerMarker)
 	for i := range board.DefaultMaxAttempts - 1 {
-		if err := e.store.SetLastRunOwned(e.ctx, "c1", tok, fmt.Sprintf("old-%02d", i)); err != nil {
+		if err := e.store.SetLastRunOwned(e.ctx, board.SetLastRunOwnedParams{Card: "c1", Token: tok, RunID: fmt.Sprintf("old-%02d", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := e.store.ReleaseOwned(e.ctx, "c1", tok); err != nil {
+	if err := e.store.ReleaseOwned(e.ctx, board.OwnedParams{Card: "c1", Token: tok}); err != nil {
 		t.Fatal(err)
 	}
 	e.launch("c1", board.RunFailedResumable, board.Run{})
@@ -169,7 +169,7 @@ func TestResumedRunKeepsTheGrace(t *testing.T) {
 	e := newEnv(t)
 	e.card("c1", board.StateReady)
 	tok1, run := e.launch("c1", board.RunFailedResumable, board.Run{Checkpoint: "step-1"})
-	if err := e.store.ReleaseOwned(e.ctx, "c1", tok1); err != nil {
+	if err := e.store.ReleaseOwned(e.ctx, board.OwnedParams{Card: "c1", Token: tok1}); err != nil {
 		t.Fatal(err)
 	}
 	w2 := "workerhost-777"
@@ -177,7 +177,7 @@ func TestResumedRunKeepsTheGrace(t *testing.T) {
 	// W2 heartbeats for 5 leases, then its last lease ends 1 s ago.
 	for range 5 {
 		e.clock.Advance(lease / 3)
-		if _, err := e.store.RenewClaims(e.ctx, []board.Hold{{Card: "c1", Token: tok2}}, lease); err != nil {
+		if _, err := e.store.RenewClaims(e.ctx, board.RenewClaimsParams{Holds: []board.Hold{{Card: "c1", Token: tok2}}, Lease: lease}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -192,7 +192,7 @@ func TestResumedRunKeepsTheGrace(t *testing.T) {
 // resume is a worker's Start that takes over the card's recorded run.
 func (e *env) resume(id, marker, runID string) board.ClaimToken {
 	e.t.Helper()
-	st, err := e.store.Start(e.ctx, board.StartRequest{Card: id, Marker: marker, Lease: lease, Run: board.Run{ID: runID + "-unused"}})
+	st, err := e.store.Start(e.ctx, board.StartParams{Card: id, Marker: marker, Lease: lease, Run: board.Run{ID: runID + "-unused"}})
 	if err != nil {
 		e.t.Fatalf("Start %s by %s: %v", id, marker, err)
 	}

@@ -21,10 +21,10 @@ import (
 func (e *env) finishAndFile(id string) board.Run {
 	e.t.Helper()
 	tok, r := e.launch(id, board.RunFinished, board.Run{})
-	if _, err := e.store.SetStateOwned(e.ctx, board.OwnedMove{Card: id, Token: tok, To: board.StateDone, Reason: board.ReasonRunFinished}); err != nil {
+	if _, err := e.store.SetStateOwned(e.ctx, board.SetStateOwnedParams{Card: id, Token: tok, To: board.StateDone, Reason: board.ReasonRunFinished}); err != nil {
 		e.t.Fatalf("file %s to done: %v", id, err)
 	}
-	if err := e.store.ReleaseOwned(e.ctx, id, tok); err != nil {
+	if err := e.store.ReleaseOwned(e.ctx, board.OwnedParams{Card: id, Token: tok}); err != nil {
 		e.t.Fatalf("release %s: %v", id, err)
 	}
 	return r
@@ -34,11 +34,11 @@ func (e *env) finishAndFile(id string) board.Run {
 // it and move it into the running column without recording a run.
 func (e *env) reopenAndClaim(id, marker string) board.ClaimToken {
 	e.t.Helper()
-	if err := e.store.Reopen(e.ctx, board.Move{Card: id, To: board.StateReady, Actor: "cli"}); err != nil {
+	if err := e.store.Reopen(e.ctx, board.MoveParams{Card: id, To: board.StateReady, Actor: "cli"}); err != nil {
 		e.t.Fatalf("Reopen %s: %v", id, err)
 	}
 	tok := e.claim(id, marker)
-	if _, err := e.store.SetStateOwned(e.ctx, board.OwnedMove{Card: id, Token: tok, To: board.StateInProgress}); err != nil {
+	if _, err := e.store.SetStateOwned(e.ctx, board.SetStateOwnedParams{Card: id, Token: tok, To: board.StateInProgress}); err != nil {
 		e.t.Fatalf("move %s to in_progress: %v", id, err)
 	}
 	return tok
@@ -104,7 +104,7 @@ func TestJudgedOnlyByTheClaimsOwnRun(t *testing.T) {
 		e := newEnv(t)
 		e.card("c1", board.StateReady)
 		e.finishAndFile("c1")
-		if err := e.store.Reopen(e.ctx, board.Move{Card: "c1", To: board.StateReady, Actor: "cli"}); err != nil {
+		if err := e.store.Reopen(e.ctx, board.MoveParams{Card: "c1", To: board.StateReady, Actor: "cli"}); err != nil {
 			t.Fatal(err)
 		}
 		_, r2 := e.launch("c1", board.RunFinished, board.Run{ID: "second"})
@@ -175,7 +175,7 @@ func TestGatedPassDecidesAbandonedRecoveryClaims(t *testing.T) {
 		if len(res.Sweeps) != 0 {
 			t.Errorf("pass %d: gate on, yet sweeps ran: %+v", pass, res.Sweeps)
 		}
-		if c, _, err := e.store.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: "workerhost-777", Lease: lease}); !errors.Is(err, board.ErrNotFound) {
+		if c, err := e.store.ClaimNext(e.ctx, board.ClaimNextParams{Marker: "workerhost-777", Lease: lease}); !errors.Is(err, board.ErrNotFound) {
 			t.Fatalf("pass %d: ClaimNext handed out %s (%v): delivered work dispatched again", pass, c.ID, err)
 		}
 		c := e.get("delivered")
@@ -261,7 +261,8 @@ func TestRecoverySweepReleaseIsFenced(t *testing.T) {
 	var retaken board.ClaimToken
 	e.faults.mu.Lock()
 	e.faults.afterListCards = func() {
-		_, tok, err := e.store.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: first, RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: lease})
+		card, err := e.store.ReclaimExpired(e.ctx, board.ReclaimExpiredParams{Card: "c1", Prev: first, RecoveryMarker: otherReaper, Cutoff: e.clock.Now(), Lease: lease})
+		tok := card.Token()
 		if err != nil {
 			t.Errorf("the owner's re-take: %v", err)
 		}
@@ -325,7 +326,7 @@ func TestNoPathStrandsACard(t *testing.T) {
 		e := newEnv(t, fleet)
 		e.card("c1", board.StateReady)
 		tok := e.claim("c1", workerMarker)
-		if _, err := e.store.SetStateOwned(e.ctx, board.OwnedMove{Card: "c1", Token: tok, To: board.StateInProgress}); err != nil {
+		if _, err := e.store.SetStateOwned(e.ctx, board.SetStateOwnedParams{Card: "c1", Token: tok, To: board.StateInProgress}); err != nil {
 			t.Fatal(err)
 		}
 		e.pastStampWindow()

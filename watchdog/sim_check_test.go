@@ -130,7 +130,7 @@ func (m *simModel) operatorTouched(id, state string) {
 // observe reads the store after a step, replays the new events and checks
 // the invariants that hold between any two steps.
 func (w *simWorld) observe(touched []string) {
-	cards, err := w.truth.ListCards(w.ctx, board.CardFilter{})
+	cards, err := w.truth.ListCards(w.ctx, board.ListCardsParams{})
 	if err != nil {
 		w.t.Fatalf("ListCards: %v", err)
 	}
@@ -139,7 +139,7 @@ func (w *simWorld) observe(touched []string) {
 	for _, c := range cards {
 		next[c.ID] = c
 	}
-	evs, err := w.truth.Events(w.ctx, w.m.lastSeq, 0)
+	evs, err := w.truth.Events(w.ctx, board.EventsParams{After: w.m.lastSeq, Limit: 0})
 	if err != nil {
 		w.t.Fatalf("Events: %v", err)
 	}
@@ -164,7 +164,7 @@ func (w *simWorld) observe(touched []string) {
 }
 
 func (w *simWorld) readRun(id string) {
-	r, err := w.truth.GetRun(w.ctx, id)
+	r, err := w.truth.GetRun(w.ctx, board.GetRunParams{ID: id})
 	if err != nil {
 		return // not created (the write was refused or never landed)
 	}

@@ -123,19 +123,28 @@ func simStoreOverrides() map[string]bool {
 		}()
 		out[name] = errors.Is(f(), errAgentKilled)
 	}
-	try("Claim", func() error { _, _, err := s.Claim(ctx, board.ClaimRequest{}); return err })
-	try("ClaimNext", func() error { _, _, err := s.ClaimNext(ctx, board.ClaimNextRequest{}); return err })
-	try("RenewClaims", func() error { _, err := s.RenewClaims(ctx, nil, time.Second); return err })
-	try("SetStateOwned", func() error { _, err := s.SetStateOwned(ctx, board.OwnedMove{}); return err })
-	try("SetLastRunOwned", func() error { return s.SetLastRunOwned(ctx, "", board.ClaimToken{}, "") })
-	try("SetAwaitingInputOwned", func() error { return s.SetAwaitingInputOwned(ctx, "", board.ClaimToken{}, false) })
-	try("SetGaveUpOwned", func() error { return s.SetGaveUpOwned(ctx, "", board.ClaimToken{}, nil) })
-	try("ExpireClaimOwned", func() error { return s.ExpireClaimOwned(ctx, "", board.ClaimToken{}) })
-	try("ReleaseOwned", func() error { return s.ReleaseOwned(ctx, "", board.ClaimToken{}) })
-	try("ReleaseExpired", func() error { return s.ReleaseExpired(ctx, board.ExpiredRelease{}) })
-	try("CreateRun", func() error { _, err := s.CreateRun(ctx, board.NewRun{}); return err })
-	try("UpdateRun", func() error { _, err := s.UpdateRun(ctx, board.RunUpdate{}); return err })
-	try("ReclaimExpired", func() error { _, _, err := s.ReclaimExpired(ctx, board.Reclaim{}); return err })
+	try("Claim", func() error { _, err := s.Claim(ctx, board.ClaimParams{}); return err })
+	try("ClaimNext", func() error { _, err := s.ClaimNext(ctx, board.ClaimNextParams{}); return err })
+	try("RenewClaims", func() error {
+		_, err := s.RenewClaims(ctx, board.RenewClaimsParams{Holds: nil, Lease: time.Second})
+		return err
+	})
+	try("SetStateOwned", func() error { _, err := s.SetStateOwned(ctx, board.SetStateOwnedParams{}); return err })
+	try("SetLastRunOwned", func() error {
+		return s.SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: "", Token: board.ClaimToken{}, RunID: ""})
+	})
+	try("SetAwaitingInputOwned", func() error {
+		return s.SetAwaitingInputOwned(ctx, board.SetAwaitingInputOwnedParams{Card: "", Token: board.ClaimToken{}, Awaiting: false})
+	})
+	try("SetGaveUpOwned", func() error {
+		return s.SetGaveUpOwned(ctx, board.SetGaveUpOwnedParams{Card: "", Token: board.ClaimToken{}, GaveUp: nil})
+	})
+	try("ExpireClaimOwned", func() error { return s.ExpireClaimOwned(ctx, board.OwnedParams{Card: "", Token: board.ClaimToken{}}) })
+	try("ReleaseOwned", func() error { return s.ReleaseOwned(ctx, board.OwnedParams{Card: "", Token: board.ClaimToken{}}) })
+	try("ReleaseExpired", func() error { return s.ReleaseExpired(ctx, board.ReleaseExpiredParams{}) })
+	try("CreateRun", func() error { _, err := s.CreateRun(ctx, board.CreateRunParams{}); return err })
+	try("UpdateRun", func() error { _, err := s.UpdateRun(ctx, board.UpdateRunParams{}); return err })
+	try("ReclaimExpired", func() error { _, err := s.ReclaimExpired(ctx, board.ReclaimExpiredParams{}); return err })
 	return out
 }
 
@@ -189,36 +198,37 @@ func (s *simStore) answer(verb, card string, err error) error {
 	return fmt.Errorf("%s %s: %w", verb, card, errTransportCut)
 }
 
-func (s *simStore) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, board.ClaimToken, error) {
+func (s *simStore) Claim(ctx context.Context, r board.ClaimParams) (board.Card, error) {
 	if err := s.admit("Claim", r.Card); err != nil {
-		return board.Card{}, board.ClaimToken{}, err
+		return board.Card{}, err
 	}
 	s.stamp()
-	c, tok, err := s.inner.Claim(ctx, r)
+	c, err := s.inner.Claim(ctx, r)
 	if err = s.answer("Claim", r.Card, err); err != nil {
-		return board.Card{}, board.ClaimToken{}, err
+		return board.Card{}, err
 	}
-	return c, tok, nil
+	return c, nil
 }
 
-func (s *simStore) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.Card, board.ClaimToken, error) {
+func (s *simStore) ClaimNext(ctx context.Context, r board.ClaimNextParams) (board.Card, error) {
 	if err := s.admit("ClaimNext", ""); err != nil {
-		return board.Card{}, board.ClaimToken{}, err
+		return board.Card{}, err
 	}
 	s.stamp()
-	c, tok, err := s.inner.ClaimNext(ctx, r)
+	c, err := s.inner.ClaimNext(ctx, r)
 	if err = s.answer("ClaimNext", c.ID, err); err != nil {
-		return board.Card{}, board.ClaimToken{}, err
+		return board.Card{}, err
 	}
-	return c, tok, nil
+	return c, nil
 }
 
-func (s *simStore) RenewClaims(ctx context.Context, hs []board.Hold, lease time.Duration) ([]board.RenewResult, error) {
+func (s *simStore) RenewClaims(ctx context.Context, p board.RenewClaimsParams) ([]board.RenewResult, error) {
+	hs, lease := p.Holds, p.Lease
 	if err := s.admit("RenewClaims", fmt.Sprint(len(hs))); err != nil {
 		return nil, err
 	}
 	s.stamp()
-	out, err := s.inner.RenewClaims(ctx, hs, lease)
+	out, err := s.inner.RenewClaims(ctx, board.RenewClaimsParams{Holds: hs, Lease: lease})
 	if err == nil && s.a != nil && s.a.w != nil {
 		s.a.w.checkRenewals(s.a, hs, out)
 	}
@@ -228,60 +238,65 @@ func (s *simStore) RenewClaims(ctx context.Context, hs []board.Hold, lease time.
 	return out, nil
 }
 
-func (s *simStore) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, error) {
+func (s *simStore) SetStateOwned(ctx context.Context, m board.SetStateOwnedParams) (board.MoveResult, error) {
 	if err := s.admit("SetStateOwned", m.Card); err != nil {
-		return false, err
+		return board.MoveResult{}, err
 	}
 	changed, err := s.inner.SetStateOwned(ctx, m)
 	if err = s.answer("SetStateOwned", m.Card, err); err != nil {
-		return false, err
+		return board.MoveResult{}, err
 	}
 	return changed, nil
 }
 
-func (s *simStore) SetLastRunOwned(ctx context.Context, card string, tok board.ClaimToken, runID string) error {
+func (s *simStore) SetLastRunOwned(ctx context.Context, p board.SetLastRunOwnedParams) error {
+	card, tok, runID := p.Card, p.Token, p.RunID
 	if err := s.admit("SetLastRunOwned", card); err != nil {
 		return err
 	}
-	return s.answer("SetLastRunOwned", card, s.inner.SetLastRunOwned(ctx, card, tok, runID))
+	return s.answer("SetLastRunOwned", card, s.inner.SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: card, Token: tok, RunID: runID}))
 }
 
-func (s *simStore) SetAwaitingInputOwned(ctx context.Context, card string, tok board.ClaimToken, awaiting bool) error {
+func (s *simStore) SetAwaitingInputOwned(ctx context.Context, p board.SetAwaitingInputOwnedParams) error {
+	card, tok, awaiting := p.Card, p.Token, p.Awaiting
 	if err := s.admit("SetAwaitingInputOwned", card); err != nil {
 		return err
 	}
-	return s.answer("SetAwaitingInputOwned", card, s.inner.SetAwaitingInputOwned(ctx, card, tok, awaiting))
+	return s.answer("SetAwaitingInputOwned", card, s.inner.SetAwaitingInputOwned(ctx, board.SetAwaitingInputOwnedParams{Card: card, Token: tok, Awaiting: awaiting}))
 }
 
-func (s *simStore) SetGaveUpOwned(ctx context.Context, card string, tok board.ClaimToken, g *board.GaveUp) error {
+func (s *simStore) SetGaveUpOwned(ctx context.Context, p board.SetGaveUpOwnedParams) error {
+	card, tok, g := p.Card, p.Token, p.GaveUp
 	if err := s.admit("SetGaveUpOwned", card); err != nil {
 		return err
 	}
-	return s.answer("SetGaveUpOwned", card, s.inner.SetGaveUpOwned(ctx, card, tok, g))
+	return s.answer("SetGaveUpOwned", card, s.inner.SetGaveUpOwned(ctx, board.SetGaveUpOwnedParams{Card: card, Token: tok, GaveUp: g}))
 }
 
-func (s *simStore) ExpireClaimOwned(ctx context.Context, card string, tok board.ClaimToken) error {
+func (s *simStore) ExpireClaimOwned(ctx context.Context, p board.OwnedParams) error {
+	card, tok := p.Card, p.Token
 	if err := s.admit("ExpireClaimOwned", card); err != nil {
 		return err
 	}
-	return s.answer("ExpireClaimOwned", card, s.inner.ExpireClaimOwned(ctx, card, tok))
+	return s.answer("ExpireClaimOwned", card, s.inner.ExpireClaimOwned(ctx, board.OwnedParams{Card: card, Token: tok}))
 }
 
-func (s *simStore) ReleaseOwned(ctx context.Context, card string, tok board.ClaimToken) error {
+func (s *simStore) ReleaseOwned(ctx context.Context, p board.OwnedParams) error {
+	card, tok := p.Card, p.Token
 	if err := s.admit("ReleaseOwned", card); err != nil {
 		return err
 	}
-	return s.answer("ReleaseOwned", card, s.inner.ReleaseOwned(ctx, card, tok))
+	return s.answer("ReleaseOwned", card, s.inner.ReleaseOwned(ctx, board.OwnedParams{Card: card, Token: tok}))
 }
 
-func (s *simStore) ReleaseExpired(ctx context.Context, r board.ExpiredRelease) error {
+func (s *simStore) ReleaseExpired(ctx context.Context, r board.ReleaseExpiredParams) error {
 	if err := s.admit("ReleaseExpired", r.Card); err != nil {
 		return err
 	}
 	return s.answer("ReleaseExpired", r.Card, s.inner.ReleaseExpired(ctx, r))
 }
 
-func (s *simStore) CreateRun(ctx context.Context, r board.NewRun) (board.Run, error) {
+func (s *simStore) CreateRun(ctx context.Context, r board.CreateRunParams) (board.Run, error) {
 	if err := s.admit("CreateRun", r.Run.Card); err != nil {
 		return board.Run{}, err
 	}
@@ -292,7 +307,7 @@ func (s *simStore) CreateRun(ctx context.Context, r board.NewRun) (board.Run, er
 	return out, nil
 }
 
-func (s *simStore) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run, error) {
+func (s *simStore) UpdateRun(ctx context.Context, u board.UpdateRunParams) (board.Run, error) {
 	if err := s.admit("UpdateRun", u.ID); err != nil {
 		return board.Run{}, err
 	}
@@ -306,16 +321,16 @@ func (s *simStore) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run,
 // ReclaimExpired is intercepted because it is the reaper's first write on a
 // card: killing the agent right after it is what leaves an abandoned
 // recovery claim behind. The request passes through unchanged.
-func (s *simStore) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Card, board.ClaimToken, error) {
+func (s *simStore) ReclaimExpired(ctx context.Context, r board.ReclaimExpiredParams) (board.Card, error) {
 	if err := s.admit("ReclaimExpired", r.Card); err != nil {
-		return board.Card{}, board.ClaimToken{}, err
+		return board.Card{}, err
 	}
 	s.stamp()
-	c, tok, err := s.inner.ReclaimExpired(ctx, r)
+	c, err := s.inner.ReclaimExpired(ctx, r)
 	if err = s.answer("ReclaimExpired", r.Card, err); err != nil {
-		return board.Card{}, board.ClaimToken{}, err
+		return board.Card{}, err
 	}
-	return c, tok, nil
+	return c, nil
 }
 
 // The verbs passed through on purpose (simPassThrough).
@@ -324,21 +339,25 @@ func (s *simStore) LoadBoard(ctx context.Context) (board.Board, error) {
 	return s.inner.LoadBoard(ctx)
 }
 func (s *simStore) Now(ctx context.Context) (time.Time, error) { return s.inner.Now(ctx) }
-func (s *simStore) GetCard(ctx context.Context, id string) (board.Card, error) {
-	return s.inner.GetCard(ctx, id)
+func (s *simStore) GetCard(ctx context.Context, p board.GetCardParams) (board.Card, error) {
+	id := p.ID
+	return s.inner.GetCard(ctx, board.GetCardParams{ID: id})
 }
-func (s *simStore) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
+func (s *simStore) ListCards(ctx context.Context, f board.ListCardsParams) ([]board.Card, error) {
 	return s.inner.ListCards(ctx, f)
 }
-func (s *simStore) Dependents(ctx context.Context, id string) ([]board.Card, error) {
-	return s.inner.Dependents(ctx, id)
+func (s *simStore) Dependents(ctx context.Context, p board.DependentsParams) ([]board.Card, error) {
+	id := p.ID
+	return s.inner.Dependents(ctx, board.DependentsParams{ID: id})
 }
-func (s *simStore) GetRun(ctx context.Context, id string) (board.Run, error) {
-	return s.inner.GetRun(ctx, id)
+func (s *simStore) GetRun(ctx context.Context, p board.GetRunParams) (board.Run, error) {
+	id := p.ID
+	return s.inner.GetRun(ctx, board.GetRunParams{ID: id})
 }
-func (s *simStore) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQuery) (board.ExpiredPage, error) {
+func (s *simStore) ListExpiredClaimCandidates(ctx context.Context, q board.ListExpiredClaimCandidatesParams) (board.ListExpiredClaimCandidatesResult, error) {
 	return s.inner.ListExpiredClaimCandidates(ctx, q)
 }
-func (s *simStore) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
-	return s.inner.ListUnleasedRunningClaims(ctx, cutoff, limit)
+func (s *simStore) ListUnleasedRunningClaims(ctx context.Context, p board.ListUnleasedRunningClaimsParams) ([]board.Card, error) {
+	cutoff, limit := p.Cutoff, p.Limit
+	return s.inner.ListUnleasedRunningClaims(ctx, board.ListUnleasedRunningClaimsParams{Cutoff: cutoff, Limit: limit})
 }

@@ -343,7 +343,7 @@ func (w *simWorld) createCards() {
 			slices.Sort(deps)
 			deps = slices.Compact(deps)
 		}
-		c, err := w.truth.CreateCard(w.ctx, board.NewCard{ID: id, DependsOn: deps, Actor: simOperator})
+		c, err := w.truth.CreateCard(w.ctx, board.CreateCardParams{ID: id, DependsOn: deps, Actor: simOperator})
 		if err != nil {
 			w.t.Fatalf("CreateCard %s: %v", id, err)
 		}
@@ -635,15 +635,15 @@ func (w *simWorld) claimLost(k *simWorker, why string) {
 		switch w.rng.IntN(3) {
 		case 0:
 			w.ownerWrite(k, "late SetStateOwned → failed", false, func() error {
-				_, err := st.SetStateOwned(w.ctx, board.OwnedMove{Card: k.card, Token: k.tok, To: board.StateFailed, Reason: board.ReasonRunFailed})
+				_, err := st.SetStateOwned(w.ctx, board.SetStateOwnedParams{Card: k.card, Token: k.tok, To: board.StateFailed, Reason: board.ReasonRunFailed})
 				return err
 			})
 		case 1:
 			w.ownerWrite(k, "late SetLastRunOwned", false, func() error {
-				return st.SetLastRunOwned(w.ctx, k.card, k.tok, "late-"+k.marker)
+				return st.SetLastRunOwned(w.ctx, board.SetLastRunOwnedParams{Card: k.card, Token: k.tok, RunID: "late-" + k.marker})
 			})
 		default:
-			w.ownerWrite(k, "late ReleaseOwned", true, func() error { return st.ReleaseOwned(w.ctx, k.card, k.tok) })
+			w.ownerWrite(k, "late ReleaseOwned", true, func() error { return st.ReleaseOwned(w.ctx, board.OwnedParams{Card: k.card, Token: k.tok}) })
 		}
 	}
 	w.stopWorker(k, "claim lost ("+why+")")
@@ -681,7 +681,8 @@ func (w *simWorld) workerStep(k *simWorker) {
 			err error
 		)
 		if w.rng.IntN(3) > 0 {
-			c, tok, err = st.ClaimNext(ctx, board.ClaimNextRequest{Marker: k.marker, Lease: simLease})
+			c, err = st.ClaimNext(ctx, board.ClaimNextParams{Marker: k.marker, Lease: simLease})
+			tok = c.Token()
 			if err == nil {
 				w.note(c.ID, "worker %s ClaimNext → %s@%d (card in %s)", k.marker, tok.Marker, tok.Epoch, c.State)
 				w.checkClaimNext(c.ID)
@@ -701,9 +702,10 @@ func (w *simWorld) workerStep(k *simWorker) {
 				return
 			}
 			id := ids[w.rng.IntN(len(ids))]
-			_, tok, err = st.Claim(ctx, board.ClaimRequest{Card: id, Marker: k.marker, Lease: simLease})
+			c, err = st.Claim(ctx, board.ClaimParams{Card: id, Marker: k.marker, Lease: simLease})
+			tok = c.Token()
 			if err == nil {
-				c, err = st.GetCard(ctx, id)
+				c, err = st.GetCard(ctx, board.GetCardParams{ID: id})
 			}
 			w.note(id, "worker %s Claim → %s@%d, %v", k.marker, tok.Marker, tok.Epoch, err)
 		}
@@ -719,7 +721,7 @@ func (w *simWorld) workerStep(k *simWorker) {
 	case phStart:
 		// handleStartRun: check the fence, create the run owned by the
 		// token, stamp it on the card.
-		cur, err := st.GetCard(ctx, k.card)
+		cur, err := st.GetCard(ctx, board.GetCardParams{ID: k.card})
 		if err != nil || cur.Token() != k.tok {
 			w.claimLost(k, "start run: the card's claim moved on")
 			return
@@ -736,7 +738,7 @@ func (w *simWorld) workerStep(k *simWorker) {
 			run.Checkpoint = "ckpt"
 		}
 		w.m.started(k, run.ID)
-		_, err = st.CreateRun(ctx, board.NewRun{Token: k.tok, Run: run})
+		_, err = st.CreateRun(ctx, board.CreateRunParams{Token: k.tok, Run: run})
 		w.note(k.card, "worker %s@%d CreateRun %s (%s) → %v", k.marker, k.tok.Epoch, run.ID, run.Status, err)
 		if err != nil {
 			w.releaseAndExit(k, "start run failed")
@@ -744,10 +746,10 @@ func (w *simWorld) workerStep(k *simWorker) {
 		}
 		k.run, k.status, k.cont = run.ID, run.Status, board.ContinuationNone
 		if err := w.ownerWrite(k, "SetLastRunOwned "+run.ID, false, func() error {
-			return st.SetLastRunOwned(ctx, k.card, k.tok, run.ID)
+			return st.SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: k.card, Token: k.tok, RunID: run.ID})
 		}); err != nil {
 			failed, code := board.RunFailed, "CLAIM_LOST_AT_START"
-			_, uerr := st.UpdateRun(ctx, board.RunUpdate{ID: run.ID, Status: &failed, FailureCode: &code, Actor: k.marker})
+			_, uerr := st.UpdateRun(ctx, board.UpdateRunParams{ID: run.ID, Status: &failed, FailureCode: &code, Actor: k.marker})
 			w.note(k.card, "worker %s closes %s as failed: %v", k.marker, run.ID, uerr)
 			w.releaseAndExit(k, "stamping the run failed")
 			return
@@ -758,7 +760,7 @@ func (w *simWorld) workerStep(k *simWorker) {
 		running := w.b.Running()
 		if k.state != running {
 			if err := w.ownerWrite(k, "SetStateOwned → "+running, false, func() error {
-				_, err := st.SetStateOwned(ctx, board.OwnedMove{Card: k.card, Token: k.tok, To: running})
+				_, err := st.SetStateOwned(ctx, board.SetStateOwnedParams{Card: k.card, Token: k.tok, To: running})
 				return err
 			}); err != nil {
 				w.updateRun(k, board.RunFailed, "")
@@ -767,7 +769,7 @@ func (w *simWorld) workerStep(k *simWorker) {
 				// if that cannot be confirmed the claim is left to expire.
 				if !errors.Is(err, board.ErrClaimConflict) {
 					if berr := w.ownerWrite(k, "SetStateOwned → "+k.state, false, func() error {
-						_, err := st.SetStateOwned(ctx, board.OwnedMove{Card: k.card, Token: k.tok, To: k.state})
+						_, err := st.SetStateOwned(ctx, board.SetStateOwnedParams{Card: k.card, Token: k.tok, To: k.state})
 						return err
 					}); berr != nil {
 						w.stopWorker(k, "moving into the running column failed, and so did moving back")
@@ -789,7 +791,7 @@ func (w *simWorld) workerStep(k *simWorker) {
 
 	case phFile:
 		if err := w.ownerWrite(k, fmt.Sprintf("SetStateOwned → %s (%s)", k.fileTo, k.fileReason), false, func() error {
-			_, err := st.SetStateOwned(ctx, board.OwnedMove{Card: k.card, Token: k.tok, To: k.fileTo, From: k.fileFrom, Reason: k.fileReason})
+			_, err := st.SetStateOwned(ctx, board.SetStateOwnedParams{Card: k.card, Token: k.tok, To: k.fileTo, From: k.fileFrom, Reason: k.fileReason})
 			return err
 		}); err != nil {
 			w.stopWorker(k, "filing failed")
@@ -798,7 +800,7 @@ func (w *simWorld) workerStep(k *simWorker) {
 		k.phase = phRelease
 
 	case phRelease:
-		if err := w.ownerWrite(k, "ReleaseOwned", true, func() error { return st.ReleaseOwned(ctx, k.card, k.tok) }); err != nil {
+		if err := w.ownerWrite(k, "ReleaseOwned", true, func() error { return st.ReleaseOwned(ctx, board.OwnedParams{Card: k.card, Token: k.tok}) }); err != nil {
 			w.stopWorker(k, "release failed")
 			return
 		}
@@ -808,7 +810,7 @@ func (w *simWorld) workerStep(k *simWorker) {
 }
 
 func (w *simWorld) releaseAndExit(k *simWorker, why string) {
-	err := w.ownerWrite(k, "ReleaseOwned", true, func() error { return k.agent.st.ReleaseOwned(w.ctx, k.card, k.tok) })
+	err := w.ownerWrite(k, "ReleaseOwned", true, func() error { return k.agent.st.ReleaseOwned(w.ctx, board.OwnedParams{Card: k.card, Token: k.tok}) })
 	if err == nil {
 		k.agent.loop.Remove(k.card)
 	}
@@ -818,14 +820,14 @@ func (w *simWorld) releaseAndExit(k *simWorker, why string) {
 // updateRun is handleUpdateRun: the run's claim must still be the card's
 // current one, then a compare-and-set on the status the worker last saw.
 func (w *simWorld) updateRun(k *simWorker, to board.RunStatus, cont board.Continuation) error {
-	cur, err := k.agent.st.GetCard(w.ctx, k.card)
+	cur, err := k.agent.st.GetCard(w.ctx, board.GetCardParams{ID: k.card})
 	if err != nil {
 		return err
 	}
 	if cur.Token() != k.tok {
 		return board.Conflict(k.card, cur.Claim, cur.ClaimEpoch)
 	}
-	u := board.RunUpdate{ID: k.run, IfStatus: &k.status, Actor: k.marker}
+	u := board.UpdateRunParams{ID: k.run, IfStatus: &k.status, Actor: k.marker}
 	if to != "" {
 		u.Status = &to
 	}
@@ -1002,7 +1004,7 @@ func (w *simWorld) operatorRelease() {
 	}
 	id := held[w.rng.IntN(len(held))]
 	c := w.m.cards[id]
-	err := w.truth.Release(w.ctx, id, c.Claim, simOperator)
+	err := w.truth.Release(w.ctx, board.ReleaseParams{Card: id, Marker: c.Claim, Actor: simOperator})
 	w.note(id, "operator force-releases %s@%d → %v", c.Claim, c.ClaimEpoch, err)
 	if err == nil {
 		w.m.revoked[c.Token()] = true
@@ -1028,7 +1030,7 @@ func (w *simWorld) operatorMove() {
 	targets := []string{board.StateBacklog, board.StateReady, board.StateAwaitingInput, board.StateDone, board.StateFailed, board.StateBlocked, board.StateCancelled}
 	to := targets[w.rng.IntN(len(targets))]
 	from := w.m.cards[id].State
-	err := w.truth.SetState(w.ctx, board.Move{Card: id, To: to, Actor: simOperator})
+	err := w.truth.SetState(w.ctx, board.MoveParams{Card: id, To: to, Actor: simOperator})
 	w.note(id, "operator moves %s → %s: %v", from, to, err)
 	if err == nil {
 		w.m.operatorTouched(id, to)
@@ -1060,7 +1062,7 @@ func (w *simWorld) operatorReopen() {
 		to = board.StateBacklog
 	}
 	w.m.reopenStep[id] = w.step
-	err := w.truth.Reopen(w.ctx, board.Move{Card: id, To: to, Actor: simOperator})
+	err := w.truth.Reopen(w.ctx, board.MoveParams{Card: id, To: to, Actor: simOperator})
 	w.note(id, "operator reopens %s → %s: %v", w.m.cards[id].State, to, err)
 	if err == nil {
 		w.checkReopen(id)

@@ -32,7 +32,7 @@ func (p *pass) sweepRecovery(ctx context.Context) ([]SweepResult, error) {
 	// ClaimedOnly is implied by RecoveryOnly; it is named as well so that
 	// a plugin built before RecoveryOnly existed, which drops the field,
 	// still lists claimed cards only instead of the whole board.
-	cands, err := p.r.cfg.Store.ListCards(ctx, board.CardFilter{ClaimedOnly: true, RecoveryOnly: true})
+	cands, err := p.r.cfg.Store.ListCards(ctx, board.ListCardsParams{ClaimedOnly: true, RecoveryOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("recovery sweep: list recovery claims: %w", err)
 	}
@@ -72,7 +72,7 @@ func (p *pass) sweepRecovery(ctx context.Context) ([]SweepResult, error) {
 // a pruned pointer is a decision the gate stops. The run is read plainly —
 // promoting it would be a decision.
 func (p *pass) sweepUnleased(ctx context.Context) ([]SweepResult, error) {
-	cards, err := p.r.cfg.Store.ListUnleasedRunningClaims(ctx, p.now.Add(-p.r.cfg.UnleasedHorizon), p.r.cfg.Batch)
+	cards, err := p.r.cfg.Store.ListUnleasedRunningClaims(ctx, board.ListUnleasedRunningClaimsParams{Cutoff: p.now.Add(-p.r.cfg.UnleasedHorizon), Limit: p.r.cfg.Batch})
 	if err != nil {
 		return nil, fmt.Errorf("unleased sweep: %w", err)
 	}
@@ -112,7 +112,7 @@ func (p *pass) releaseExpired(ctx context.Context, sr *SweepResult, c board.Card
 	// The state is in the precondition: the release is safe only because
 	// the card's column is one a free card may sit in (not Strands), and an
 	// operator may move it between the listing and the release.
-	err := p.r.cfg.Store.ReleaseExpired(ctx, board.ExpiredRelease{Card: c.ID, Prev: c.Token(), Cutoff: p.now, State: c.State, Actor: p.r.recovery})
+	err := p.r.cfg.Store.ReleaseExpired(ctx, board.ReleaseExpiredParams{Card: c.ID, Prev: c.Token(), Cutoff: p.now, State: c.State, Actor: p.r.recovery})
 	switch {
 	case errors.Is(err, board.ErrClaimConflict), errors.Is(err, board.ErrTransitionRejected):
 		sr.Outcome = OutcomeSkippedConflict

@@ -65,23 +65,23 @@ func ExerciseAdmin(t *testing.T, h Harness) {
 
 		wrong := stored.Clone()
 		wrong.States = wrong.States[1:]
-		got, changed, err := s.SetBoard(e.ctx, wrong, next)
-		if err != nil || changed || !got.Equal(stored) {
-			t.Errorf("SetBoard with a stale expectation = %v, %v, %v; want the stored board, false, nil", got, changed, err)
+		set, err := s.SetBoard(e.ctx, board.SetBoardParams{Expect: wrong, Next: next})
+		if err != nil || set.Changed || !set.Board.Equal(stored) {
+			t.Errorf("SetBoard with a stale expectation = %v, %v, %v; want the stored board, false, nil", set.Board, set.Changed, err)
 		}
 		bad := stored.Clone()
 		bad.States = append(bad.States, board.State{Name: board.StateBacklog})
-		if _, _, err := s.SetBoard(e.ctx, stored, bad); !errors.Is(err, board.ErrInvalidArgument) {
+		if _, err := s.SetBoard(e.ctx, board.SetBoardParams{Expect: stored, Next: bad}); !errors.Is(err, board.ErrInvalidArgument) {
 			t.Errorf("SetBoard with a duplicate state: got %v, want ErrInvalidArgument", err)
 		}
-		got, changed, err = s.SetBoard(e.ctx, stored, next)
-		if err != nil || !changed || !got.Equal(next) {
-			t.Fatalf("SetBoard = %v, %v, %v; want the new board, true, nil", got, changed, err)
+		set, err = s.SetBoard(e.ctx, board.SetBoardParams{Expect: stored, Next: next})
+		if err != nil || !set.Changed || !set.Board.Equal(next) {
+			t.Fatalf("SetBoard = %v, %v, %v; want the new board, true, nil", set.Board, set.Changed, err)
 		}
 		if again, err := s.LoadBoard(e.ctx); err != nil || !again.Equal(next) {
 			t.Errorf("LoadBoard after SetBoard = %v, %v; want %v", again, err, next)
 		}
-		if _, err := e.s.CreateCard(e.ctx, board.NewCard{ID: "p1", State: "parked"}); err != nil {
+		if _, err := e.s.CreateCard(e.ctx, board.CreateCardParams{ID: "p1", State: "parked"}); err != nil {
 			t.Errorf("CreateCard in a state added by SetBoard: %v", err)
 		}
 	})
@@ -90,20 +90,20 @@ func ExerciseAdmin(t *testing.T, h Harness) {
 		t.Parallel()
 		e := open(t, h)
 		s, _ := e.admin(nil)
-		e.create(board.NewCard{ID: "c1", State: board.StateReady, Labels: []string{"a", "b"}})
+		e.create(board.CreateCardParams{ID: "c1", State: board.StateReady, Labels: []string{"a", "b"}})
 		before := e.get("c1")
 		seq := e.lastSeq()
 
-		got, changed, err := s.SetLabelsFrom(e.ctx, board.LabelsFrom{Card: "c1", Expect: []string{"b", "a"}, Labels: []string{"z"}, Reason: board.ReasonFieldRename, Actor: "uid:0"})
-		if err != nil || changed || !sameLabels(got.Labels, []string{"a", "b"}) {
-			t.Errorf("SetLabelsFrom with a stale expectation = %q, %v, %v; want the current labels, false, nil", got.Labels, changed, err)
+		set, err := s.SetLabelsFrom(e.ctx, board.SetLabelsFromParams{Card: "c1", Expect: []string{"b", "a"}, Labels: []string{"z"}, Reason: board.ReasonFieldRename, Actor: "uid:0"})
+		if err != nil || set.Changed || !sameLabels(set.Card.Labels, []string{"a", "b"}) {
+			t.Errorf("SetLabelsFrom with a stale expectation = %q, %v, %v; want the current labels, false, nil", set.Card.Labels, set.Changed, err)
 		}
 		e.unchanged(before, "a missed SetLabelsFrom")
 		e.noEventsSince(seq, "a missed SetLabelsFrom")
 
-		got, changed, err = s.SetLabelsFrom(e.ctx, board.LabelsFrom{Card: "c1", Expect: []string{"a", "b"}, Labels: []string{"a", "c"}, Reason: board.ReasonFieldRename, Actor: "uid:0"})
-		if err != nil || !changed || !sameLabels(got.Labels, []string{"a", "c"}) {
-			t.Fatalf("SetLabelsFrom = %q, %v, %v; want [a c], true, nil", got.Labels, changed, err)
+		set, err = s.SetLabelsFrom(e.ctx, board.SetLabelsFromParams{Card: "c1", Expect: []string{"a", "b"}, Labels: []string{"a", "c"}, Reason: board.ReasonFieldRename, Actor: "uid:0"})
+		if err != nil || !set.Changed || !sameLabels(set.Card.Labels, []string{"a", "c"}) {
+			t.Fatalf("SetLabelsFrom = %q, %v, %v; want [a c], true, nil", set.Card.Labels, set.Changed, err)
 		}
 		ev := e.oneEventSince(seq, board.EventLabels, "SetLabelsFrom")
 		if ev.Reason != board.ReasonFieldRename || ev.Actor != "" || !sameLabels(ev.Data.Added, []string{"c"}) || !sameLabels(ev.Data.Removed, []string{"b"}) {
@@ -112,7 +112,7 @@ func ExerciseAdmin(t *testing.T, h Harness) {
 		if familyOf(e.get("c1")) != familyOf(before) {
 			t.Errorf("SetLabelsFrom touched the claim family")
 		}
-		if _, _, err := s.SetLabelsFrom(e.ctx, board.LabelsFrom{Card: "nope", Labels: []string{"x"}}); !errors.Is(err, board.ErrNotFound) {
+		if _, err := s.SetLabelsFrom(e.ctx, board.SetLabelsFromParams{Card: "nope", Labels: []string{"x"}}); !errors.Is(err, board.ErrNotFound) {
 			t.Errorf("SetLabelsFrom on an unknown card: got %v, want ErrNotFound", err)
 		}
 	})
@@ -122,12 +122,12 @@ func ExerciseAdmin(t *testing.T, h Harness) {
 		// it read, so a relative edit landing mid-walk is never lost.
 		t.Parallel()
 		e := open(t, h)
-		e.create(board.NewCard{ID: "c1", Labels: []string{"old", "x"}})
-		e.create(board.NewCard{ID: "c2", Labels: []string{"old"}})
-		e.create(board.NewCard{ID: "c3", Labels: []string{"y"}})
+		e.create(board.CreateCardParams{ID: "c1", Labels: []string{"old", "x"}})
+		e.create(board.CreateCardParams{ID: "c2", Labels: []string{"old"}})
+		e.create(board.CreateCardParams{ID: "c3", Labels: []string{"y"}})
 		_, a := e.admin(func(card string, attempt int) {
 			if card == "c1" && attempt == 1 {
-				if _, err := e.s.AdjustLabels(e.ctx, board.LabelChange{Card: "c1", Add: []string{"fresh"}, Actor: "bot"}); err != nil {
+				if _, err := e.s.AdjustLabels(e.ctx, board.AdjustLabelsParams{Card: "c1", Add: []string{"fresh"}, Actor: "bot"}); err != nil {
 					t.Errorf("concurrent AdjustLabels: %v", err)
 				}
 			}
@@ -160,12 +160,12 @@ func ExerciseAdmin(t *testing.T, h Harness) {
 	t.Run("OneShotConsumedDuringRenameStaysConsumed", func(t *testing.T) {
 		t.Parallel()
 		e := open(t, h)
-		e.create(board.NewCard{ID: "c1", Labels: []string{"once:go", "old"}})
+		e.create(board.CreateCardParams{ID: "c1", Labels: []string{"once:go", "old"}})
 		_, a := e.admin(func(card string, attempt int) {
 			if card == "c1" && attempt == 1 {
 				// The effect layer consumes the one-shot between the
 				// sweep's read and its write.
-				if _, err := e.s.AdjustLabels(e.ctx, board.LabelChange{Card: "c1", Remove: []string{"once:go"}, Actor: "effects:agent-1-303"}); err != nil {
+				if _, err := e.s.AdjustLabels(e.ctx, board.AdjustLabelsParams{Card: "c1", Remove: []string{"once:go"}, Actor: "effects:agent-1-303"}); err != nil {
 					t.Errorf("consume: %v", err)
 				}
 			}
@@ -197,9 +197,9 @@ func ExerciseAdmin(t *testing.T, h Harness) {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
 				e := open(t, h)
-				e.create(board.NewCard{ID: "k1", Labels: []string{"a", "x", "b"}})
-				e.create(board.NewCard{ID: "k2", Labels: []string{"c", "a", "x"}})
-				e.create(board.NewCard{ID: "k3", Labels: []string{"x"}})
+				e.create(board.CreateCardParams{ID: "k1", Labels: []string{"a", "x", "b"}})
+				e.create(board.CreateCardParams{ID: "k2", Labels: []string{"c", "a", "x"}})
+				e.create(board.CreateCardParams{ID: "k3", Labels: []string{"x"}})
 				_, a := e.admin(nil)
 				seq := e.lastSeq()
 				rep, err := tc.run(a, e)
@@ -228,7 +228,7 @@ func ExerciseAdmin(t *testing.T, h Harness) {
 		t.Parallel()
 		e := open(t, h)
 		for _, id := range []string{"c1", "c2", "c3"} {
-			e.create(board.NewCard{ID: id, Labels: []string{"old"}})
+			e.create(board.CreateCardParams{ID: id, Labels: []string{"old"}})
 		}
 		var hot int
 		_, a := e.admin(func(card string, attempt int) {
@@ -237,7 +237,7 @@ func ExerciseAdmin(t *testing.T, h Harness) {
 			}
 			hot++
 			// Every attempt on c2 loses to another writer.
-			if _, err := e.s.AdjustLabels(e.ctx, board.LabelChange{Card: "c2", Add: []string{fmt.Sprintf("hot-%d", attempt)}, Actor: "bot"}); err != nil {
+			if _, err := e.s.AdjustLabels(e.ctx, board.AdjustLabelsParams{Card: "c2", Add: []string{fmt.Sprintf("hot-%d", attempt)}, Actor: "bot"}); err != nil {
 				t.Errorf("contending AdjustLabels: %v", err)
 			}
 		})
@@ -271,7 +271,7 @@ func ExerciseAdmin(t *testing.T, h Harness) {
 		// into the completion column under machine provenance must not
 		// promote it (a rename completes nothing).
 		e.card("a", board.StateReady)
-		e.create(board.NewCard{ID: "d", DependsOn: []string{"a"}})
+		e.create(board.CreateCardParams{ID: "d", DependsOn: []string{"a"}})
 		e.setState("a", board.StateDone)
 		e.setState("d", board.StateWaitingDeps)
 		claimed := familyOf(e.get("r2"))
@@ -280,7 +280,7 @@ func ExerciseAdmin(t *testing.T, h Harness) {
 		_, a := e.admin(func(card string, attempt int) {
 			if card == "r1" && attempt == 1 {
 				// While the column is retiring, nothing may enter it.
-				_, refused = e.s.CreateCard(e.ctx, board.NewCard{ID: "late", State: board.StateReady})
+				_, refused = e.s.CreateCard(e.ctx, board.CreateCardParams{ID: "late", State: board.StateReady})
 			}
 		})
 		seq := e.lastSeq()
@@ -342,7 +342,7 @@ func ExerciseAdmin(t *testing.T, h Harness) {
 		e := open(t, h)
 		s, a := e.admin(nil)
 		e.card("a", board.StateReady)
-		e.create(board.NewCard{ID: "b", DependsOn: []string{"a"}})
+		e.create(board.CreateCardParams{ID: "b", DependsOn: []string{"a"}})
 		e.setState("a", board.StateDone) // promotes b
 		e.setState("a", board.StateCancelled)
 		e.card("c", board.StateReady)
@@ -355,7 +355,7 @@ func ExerciseAdmin(t *testing.T, h Harness) {
 		e.deleteCancelledRefused(s, a, "a bulk reopen while a finished dependent is outside waiting_deps", "a", "b", "c")
 
 		// Once the dependent is back in waiting_deps the reopen goes through.
-		if err := e.s.Reopen(e.ctx, board.Move{Card: "b", To: board.StateWaitingDeps, Actor: "uid:0"}); err != nil {
+		if err := e.s.Reopen(e.ctx, board.MoveParams{Card: "b", To: board.StateWaitingDeps, Actor: "uid:0"}); err != nil {
 			t.Fatalf("Reopen the dependent into waiting_deps: %v", err)
 		}
 		seq := e.lastSeq()
@@ -383,7 +383,7 @@ func ExerciseAdmin(t *testing.T, h Harness) {
 		s, a := e.admin(nil)
 		e.card("a", board.StateReady)
 		e.card("x", board.StateReady)
-		e.create(board.NewCard{ID: "d", DependsOn: []string{"a", "x"}})
+		e.create(board.CreateCardParams{ID: "d", DependsOn: []string{"a", "x"}})
 		e.setState("a", board.StateDone)
 		e.setState("x", board.StateDone) // promotes d, promoted_by x
 		if d := e.get("d"); d.State != e.b.FirstPool() || d.PromotedBy != "x" {

@@ -41,13 +41,13 @@ func exerciseBlockers(t *testing.T, h Harness) {
 		e.card("done1", board.StateDone)
 		e.card("open1", board.StateReady)
 		e.card("open2", board.StateBacklog)
-		d := e.create(board.NewCard{ID: "d", DependsOn: []string{"done1", "open1", "open2"}})
+		d := e.create(board.CreateCardParams{ID: "d", DependsOn: []string{"done1", "open1", "open2"}})
 		if d.State != board.StateWaitingDeps {
 			t.Fatalf("a card with open blockers was created in %q, want waiting_deps", d.State)
 		}
 		seq := e.lastSeq()
 
-		_, _, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "d", Marker: markerA, Lease: lease})
+		_, err := e.s.Claim(e.ctx, board.ClaimParams{Card: "d", Marker: markerA, Lease: lease})
 		wantWaiting(t, err, []string{"open1", "open2"}, []string{"done1"}, "Claim of a card waiting on its blockers")
 		e.unchanged(d, "a refused Claim")
 		e.noEventsSince(seq, "a refused Claim")
@@ -60,7 +60,7 @@ func exerciseBlockers(t *testing.T, h Harness) {
 
 		// One blocker done: the refusal names only the other.
 		e.setState("open1", board.StateDone)
-		_, _, err = e.s.Claim(e.ctx, board.ClaimRequest{Card: "d", Marker: markerA, Lease: lease})
+		_, err = e.s.Claim(e.ctx, board.ClaimParams{Card: "d", Marker: markerA, Lease: lease})
 		wantWaiting(t, err, []string{"open2"}, []string{"done1", "open1"}, "Claim with one blocker left")
 
 		// The last one done: d is promoted, and a claim by id takes it.
@@ -81,11 +81,11 @@ func exerciseBlockers(t *testing.T, h Harness) {
 		t.Parallel()
 		e := open(t, h)
 		e.card("b", board.StateDone)
-		e.create(board.NewCard{ID: "d", DependsOn: []string{"b"}})
+		e.create(board.CreateCardParams{ID: "d", DependsOn: []string{"b"}})
 		e.setState("d", board.StateWaitingDeps)
 		d := e.get("d")
 		seq := e.lastSeq()
-		_, _, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "d", Marker: markerA, Lease: lease})
+		_, err := e.s.Claim(e.ctx, board.ClaimParams{Card: "d", Marker: markerA, Lease: lease})
 		wantWaiting(t, err, nil, []string{"b"}, "Claim of a card parked in waiting_deps")
 		if err != nil && !strings.Contains(err.Error(), "no blocker is outstanding") {
 			t.Errorf("refusal %q does not say that no blocker is outstanding", err)
@@ -102,12 +102,12 @@ func exerciseBlockers(t *testing.T, h Harness) {
 		t.Parallel()
 		e := open(t, h)
 		e.card("open", board.StateReady)
-		e.create(board.NewCard{ID: "let-go", DependsOn: []string{"open"}})
+		e.create(board.CreateCardParams{ID: "let-go", DependsOn: []string{"open"}})
 		e.setState("let-go", board.StateReady)
 		e.card("back", board.StateBacklog)
 		e.card("asking", board.StateAwaitingInput)
 		for _, id := range []string{"back", "let-go"} {
-			if _, _, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: id, Marker: markerA, Lease: lease}); err != nil {
+			if _, err := e.s.Claim(e.ctx, board.ClaimParams{Card: id, Marker: markerA, Lease: lease}); err != nil {
 				t.Errorf("Claim of %s (in %s): %v", id, e.get(id).State, err)
 			}
 		}
@@ -125,14 +125,14 @@ func exerciseBlockers(t *testing.T, h Harness) {
 		t.Parallel()
 		e := open(t, h)
 		e.card("b", board.StateReady)
-		e.create(board.NewCard{ID: "d", DependsOn: []string{"b"}})
+		e.create(board.CreateCardParams{ID: "d", DependsOn: []string{"b"}})
 		e.setState("d", board.StateReady)
 		tok := e.claim("d", markerA)
 		e.setState("d", board.StateWaitingDeps)
 		if again := e.claim("d", markerA); again != tok {
 			t.Errorf("the holder's re-claim = %+v, want its token %+v", again, tok)
 		}
-		_, _, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "d", Marker: markerB, Lease: lease})
+		_, err := e.s.Claim(e.ctx, board.ClaimParams{Card: "d", Marker: markerB, Lease: lease})
 		wantConflict(t, err, markerA, tok.Epoch, "Claim by another marker of a held card in waiting_deps")
 	})
 }

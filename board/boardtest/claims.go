@@ -82,7 +82,7 @@ func exerciseClaims(t *testing.T, h Harness) {
 		before := e.get("c1")
 		seq := e.lastSeq()
 
-		_, _, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "c1", Marker: markerB, Lease: lease})
+		_, err := e.s.Claim(e.ctx, board.ClaimParams{Card: "c1", Marker: markerB, Lease: lease})
 		wantConflict(t, err, markerA, tok.Epoch, "Claim by another marker")
 		e.unchanged(before, "a refused claim")
 		e.noEventsSince(seq, "a refused claim")
@@ -99,7 +99,7 @@ func exerciseClaims(t *testing.T, h Harness) {
 		e.clock.Advance(time.Hour)
 		seq := e.lastSeq()
 
-		_, _, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "c1", Marker: markerB, Lease: lease})
+		_, err := e.s.Claim(e.ctx, board.ClaimParams{Card: "c1", Marker: markerB, Lease: lease})
 		wantConflict(t, err, markerA, tok.Epoch, "Claim over an expired lease")
 		e.unchanged(before, "a refused claim")
 		e.noEventsSince(seq, "a refused claim")
@@ -145,7 +145,8 @@ func exerciseClaims(t *testing.T, h Harness) {
 
 		for _, want := range []string{"c3", "c5"} {
 			seq := e.lastSeq()
-			c, tok, err := e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerB, Lease: lease})
+			c, err := e.s.ClaimNext(e.ctx, board.ClaimNextParams{Marker: markerB, Lease: lease})
+			tok := c.Token()
 			if err != nil {
 				t.Fatalf("ClaimNext: %v, want card %s", err, want)
 			}
@@ -164,7 +165,7 @@ func exerciseClaims(t *testing.T, h Harness) {
 			}
 		}
 		seq := e.lastSeq()
-		_, _, err := e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerB, Lease: lease})
+		_, err := e.s.ClaimNext(e.ctx, board.ClaimNextParams{Marker: markerB, Lease: lease})
 		wantErr(t, err, board.ErrNotFound, "ClaimNext with no claimable card")
 		e.noEventsSince(seq, "an empty ClaimNext")
 		if got := e.get("c2").Token(); got != held {
@@ -182,7 +183,7 @@ func exerciseClaims(t *testing.T, h Harness) {
 	t.Run("ClaimNextRoutedByLabels", func(t *testing.T) {
 		t.Parallel()
 		e := open(t, h)
-		for _, nc := range []board.NewCard{
+		for _, nc := range []board.CreateCardParams{
 			{ID: "plain", State: board.StateReady},
 			{ID: "gpu-held", State: board.StateReady, Labels: []string{"gpu"}},
 			{ID: "gpu-done", State: board.StateReady, Labels: []string{"gpu"}},
@@ -198,44 +199,45 @@ func exerciseClaims(t *testing.T, h Harness) {
 		e.claim("gpu-held", markerA)
 		e.setState("gpu-done", board.StateDone)
 
-		next := func(labels ...string) (board.Card, board.ClaimToken, error) {
-			return e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerB, Lease: lease, Labels: labels})
+		next := func(labels ...string) (board.Card, error) {
+			return e.s.ClaimNext(e.ctx, board.ClaimNextParams{Marker: markerB, Lease: lease, Labels: labels})
 		}
-		c, tok, err := next("gpu", "big")
+		c, err := next("gpu", "big")
+		tok := c.Token()
 		if err != nil || c.ID != "gpu-big" {
 			t.Fatalf("ClaimNext [gpu big] = %q, %v; want gpu-big, the only free pool card with both", c.ID, err)
 		}
 		e.release("gpu-big", tok)
 		for _, want := range []string{"gpu-big", "gpu"} {
-			if c, _, err := next("gpu"); err != nil || c.ID != want {
+			if c, err := next("gpu"); err != nil || c.ID != want {
 				t.Fatalf("ClaimNext [gpu] = %q, %v; want %s (oldest free pool card labelled gpu)", c.ID, err, want)
 			}
 		}
 		seq := e.lastSeq()
-		_, _, err = next("gpu")
+		_, err = next("gpu")
 		wantErr(t, err, board.ErrNotFound, "ClaimNext [gpu] with every gpu card held, done or in the backlog")
 		e.noEventsSince(seq, "an empty routed ClaimNext")
 		// A label removed is no longer routed by; one added is.
-		if _, err := e.s.AdjustLabels(e.ctx, board.LabelChange{Card: "big", Remove: []string{"big"}, Add: []string{"gpu"}, Actor: "cli"}); err != nil {
+		if _, err := e.s.AdjustLabels(e.ctx, board.AdjustLabelsParams{Card: "big", Remove: []string{"big"}, Add: []string{"gpu"}, Actor: "cli"}); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := next("big"); !errIs(err, board.ErrNotFound) {
+		if _, err := next("big"); !errIs(err, board.ErrNotFound) {
 			t.Errorf("ClaimNext [big] after the label was removed = %v, want ErrNotFound", err)
 		}
-		if c, _, err := next("gpu"); err != nil || c.ID != "big" {
+		if c, err := next("gpu"); err != nil || c.ID != "big" {
 			t.Errorf("ClaimNext [gpu] after the label was added = %q, %v; want big", c.ID, err)
 		}
-		if c, _, err := next(); err != nil || c.ID != "plain" {
+		if c, err := next(); err != nil || c.ID != "plain" {
 			t.Errorf("ClaimNext with no labels = %q, %v; want plain, the oldest free pool card", c.ID, err)
 		}
 		// Start next routes the same way.
-		e.create(board.NewCard{ID: "gpu-later", State: board.StateReady, Labels: []string{"gpu"}, Actor: "cli"})
-		st, err := e.s.Start(e.ctx, board.StartRequest{Next: true, Labels: []string{"gpu"}, Marker: markerB, Lease: lease,
+		e.create(board.CreateCardParams{ID: "gpu-later", State: board.StateReady, Labels: []string{"gpu"}, Actor: "cli"})
+		st, err := e.s.Start(e.ctx, board.StartParams{Next: true, Labels: []string{"gpu"}, Marker: markerB, Lease: lease,
 			Run: board.Run{ID: "run-routed", Host: "host-b", PID: 4343}})
 		if err != nil || st.Card.ID != "gpu-later" {
 			t.Errorf("Start next [gpu] = %q, %v; want gpu-later", st.Card.ID, err)
 		}
-		_, err = e.s.Start(e.ctx, board.StartRequest{Card: "plain", Labels: []string{"gpu"}, Marker: markerB, Lease: lease,
+		_, err = e.s.Start(e.ctx, board.StartParams{Card: "plain", Labels: []string{"gpu"}, Marker: markerB, Lease: lease,
 			Run: board.Run{ID: "run-named", Host: "host-b", PID: 4343}})
 		wantErr(t, err, board.ErrInvalidArgument, "Start of a named card with labels")
 	})
@@ -243,7 +245,7 @@ func exerciseClaims(t *testing.T, h Harness) {
 	t.Run("ClaimNextOnEmptyBoardIsNotFound", func(t *testing.T) {
 		t.Parallel()
 		e := open(t, h)
-		_, _, err := e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerA, Lease: lease})
+		_, err := e.s.ClaimNext(e.ctx, board.ClaimNextParams{Marker: markerA, Lease: lease})
 		wantErr(t, err, board.ErrNotFound, "ClaimNext on an empty board")
 	})
 
@@ -253,15 +255,17 @@ func exerciseClaims(t *testing.T, h Harness) {
 		t.Parallel()
 		e := open(t, h)
 		e.card("c1", board.StateReady)
-		c, tok, err := e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerA, Lease: lease})
+		c, err := e.s.ClaimNext(e.ctx, board.ClaimNextParams{Marker: markerA, Lease: lease})
+		tok := c.Token()
 		if err != nil || c.ID != "c1" {
 			t.Fatalf("ClaimNext = %q, %v; want c1", c.ID, err)
 		}
-		if _, _, err := e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerB, Lease: lease}); !errIs(err, board.ErrNotFound) {
+		if _, err := e.s.ClaimNext(e.ctx, board.ClaimNextParams{Marker: markerB, Lease: lease}); !errIs(err, board.ErrNotFound) {
 			t.Errorf("ClaimNext with the only card held: got %v, want ErrNotFound", err)
 		}
 		e.release("c1", tok)
-		c2, tok2, err := e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerB, Lease: lease})
+		c2, err := e.s.ClaimNext(e.ctx, board.ClaimNextParams{Marker: markerB, Lease: lease})
+		tok2 := c2.Token()
 		if err != nil || c2.ID != "c1" {
 			t.Fatalf("ClaimNext after release = %q, %v; want c1", c2.ID, err)
 		}

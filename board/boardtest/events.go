@@ -19,50 +19,63 @@ func exerciseEvents(t *testing.T, h Harness) {
 			want board.EventType
 			card string
 		}{
-			{"CreateCard", func() error { _, err := e.s.CreateCard(e.ctx, board.NewCard{ID: "c1", Actor: "cli"}); return err }, board.EventCardCreated, "c1"},
+			{"CreateCard", func() error {
+				_, err := e.s.CreateCard(e.ctx, board.CreateCardParams{ID: "c1", Actor: "cli"})
+				return err
+			}, board.EventCardCreated, "c1"},
 			{"Claim", func() (err error) {
-				_, tok, err = e.s.Claim(e.ctx, board.ClaimRequest{Card: "c1", Marker: markerA, Lease: lease})
+				c, err := e.s.Claim(e.ctx, board.ClaimParams{Card: "c1", Marker: markerA, Lease: lease})
+				tok = c.Token()
 				return err
 			}, board.EventClaimed, "c1"},
 			{"SetStateOwned", func() error {
 				// Not the running column: a release files a card out of
 				// the fleet's, which is a second event (see Lifecycle).
-				_, err := e.s.SetStateOwned(e.ctx, board.OwnedMove{Card: "c1", Token: tok, To: board.StateAwaitingInput})
+				_, err := e.s.SetStateOwned(e.ctx, board.SetStateOwnedParams{Card: "c1", Token: tok, To: board.StateAwaitingInput})
 				return err
 			}, board.EventState, "c1"},
 			{"CreateRun", func() error {
-				_, err := e.s.CreateRun(e.ctx, board.NewRun{Token: tok, Run: board.Run{ID: "r1", Card: "c1", Status: board.RunRunning}})
+				_, err := e.s.CreateRun(e.ctx, board.CreateRunParams{Token: tok, Run: board.Run{ID: "r1", Card: "c1", Status: board.RunRunning}})
 				return err
 			}, board.EventRunCreated, "c1"},
-			{"SetLastRunOwned", func() error { return e.s.SetLastRunOwned(e.ctx, "c1", tok, "r0") }, board.EventLastRun, "c1"},
-			{"SetAwaitingInputOwned", func() error { return e.s.SetAwaitingInputOwned(e.ctx, "c1", tok, true) }, board.EventAwaitingInput, "c1"},
+			{"SetLastRunOwned", func() error {
+				return e.s.SetLastRunOwned(e.ctx, board.SetLastRunOwnedParams{Card: "c1", Token: tok, RunID: "r0"})
+			}, board.EventLastRun, "c1"},
+			{"SetAwaitingInputOwned", func() error {
+				return e.s.SetAwaitingInputOwned(e.ctx, board.SetAwaitingInputOwnedParams{Card: "c1", Token: tok, Awaiting: true})
+			}, board.EventAwaitingInput, "c1"},
 			{"UpdateRun", func() error {
 				st := board.RunFinished
-				_, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: tok, Status: &st})
+				_, err := e.s.UpdateRun(e.ctx, board.UpdateRunParams{ID: "r1", Token: tok, Status: &st})
 				return err
 			}, board.EventRunUpdated, "c1"},
 			{"SetGaveUpOwned", func() error {
-				return e.s.SetGaveUpOwned(e.ctx, "c1", tok, &board.GaveUp{Reason: "test", At: e.clock.Now()})
+				return e.s.SetGaveUpOwned(e.ctx, board.SetGaveUpOwnedParams{Card: "c1", Token: tok, GaveUp: &board.GaveUp{Reason: "test", At: e.clock.Now()}})
 			}, board.EventGaveUp, "c1"},
 			{"AdjustLabels", func() error {
-				_, err := e.s.AdjustLabels(e.ctx, board.LabelChange{Card: "c1", Add: []string{"l"}, Actor: "bot"})
+				_, err := e.s.AdjustLabels(e.ctx, board.AdjustLabelsParams{Card: "c1", Add: []string{"l"}, Actor: "bot"})
 				return err
 			}, board.EventLabels, "c1"},
-			{"SetLabels", func() error { _, err := e.s.SetLabels(e.ctx, "c1", []string{"m"}, "bot"); return err }, board.EventLabels, "c1"},
-			{"ReleaseOwned", func() error { return e.s.ReleaseOwned(e.ctx, "c1", tok) }, board.EventReleased, "c1"},
+			{"SetLabels", func() error {
+				_, err := e.s.SetLabels(e.ctx, board.SetLabelsParams{Card: "c1", Labels: []string{"m"}, Actor: "bot"})
+				return err
+			}, board.EventLabels, "c1"},
+			{"ReleaseOwned", func() error { return e.s.ReleaseOwned(e.ctx, board.OwnedParams{Card: "c1", Token: tok}) }, board.EventReleased, "c1"},
 			{"SetState", func() error {
-				return e.s.SetState(e.ctx, board.Move{Card: "c1", To: board.StateBacklog, Actor: "uid:0"})
+				return e.s.SetState(e.ctx, board.MoveParams{Card: "c1", To: board.StateBacklog, Actor: "uid:0"})
 			}, board.EventState, "c1"},
 			{"SetStateFrom", func() error {
-				_, err := e.s.SetStateFrom(e.ctx, board.Move{Card: "c1", From: board.StateBacklog, To: board.StateDone, Actor: "bot"})
+				_, err := e.s.SetStateFrom(e.ctx, board.MoveParams{Card: "c1", From: board.StateBacklog, To: board.StateDone, Actor: "bot"})
 				return err
 			}, board.EventState, "c1"},
-			{"Reopen", func() error { return e.s.Reopen(e.ctx, board.Move{Card: "c1", To: board.StateReady, Actor: "uid:0"}) }, board.EventState, "c1"},
+			{"Reopen", func() error {
+				return e.s.Reopen(e.ctx, board.MoveParams{Card: "c1", To: board.StateReady, Actor: "uid:0"})
+			}, board.EventState, "c1"},
 			{"ClaimThenRelease", func() error {
-				if _, _, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "c1", Marker: markerB, Lease: lease}); err != nil {
+				if _, err := e.s.Claim(e.ctx, board.ClaimParams{Card: "c1", Marker: markerB, Lease: lease}); err != nil {
 					return err
 				}
-				return e.s.Release(e.ctx, "c1", markerB, "uid:0")
+				return e.s.Release(e.ctx, board.ReleaseParams{Card: "c1", Marker: markerB, Actor: "uid:0"})
 			}, "", "c1"},
 		}
 		prev := int64(0)
@@ -108,7 +121,7 @@ func exerciseEvents(t *testing.T, h Harness) {
 				e := open(t, h)
 				e.card("c1", board.StateReady)
 				seq := e.lastSeq()
-				if err := e.s.SetState(e.ctx, board.Move{Card: "c1", To: board.StateBacklog, Reason: r, Actor: "uid:1000"}); err != nil {
+				if err := e.s.SetState(e.ctx, board.MoveParams{Card: "c1", To: board.StateBacklog, Reason: r, Actor: "uid:1000"}); err != nil {
 					t.Fatal(err)
 				}
 				ev := e.oneEventSince(seq, board.EventState, "SetState")
@@ -134,7 +147,7 @@ func exerciseEvents(t *testing.T, h Harness) {
 		e := open(t, h)
 		e.card("c1", board.StateReady)
 		seq := e.lastSeq()
-		if _, err := e.s.SetStateFrom(e.ctx, board.Move{Card: "c1", From: board.StateReady, To: board.StateBacklog, Reason: board.ReasonStateRename, Actor: "bot"}); err != nil {
+		if _, err := e.s.SetStateFrom(e.ctx, board.MoveParams{Card: "c1", From: board.StateReady, To: board.StateBacklog, Reason: board.ReasonStateRename, Actor: "bot"}); err != nil {
 			t.Fatal(err)
 		}
 		if ev := e.oneEventSince(seq, board.EventState, "SetStateFrom"); ev.Actor != "" || ev.Reason != board.ReasonStateRename {
@@ -155,7 +168,7 @@ func exerciseEvents(t *testing.T, h Harness) {
 		var paged []board.Event
 		after := int64(0)
 		for range 10 {
-			page, err := e.s.Events(e.ctx, after, 3)
+			page, err := e.s.Events(e.ctx, board.EventsParams{After: after, Limit: 3})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -175,14 +188,14 @@ func exerciseEvents(t *testing.T, h Harness) {
 			t.Errorf("seqs %v not strictly increasing", seqs(all))
 		}
 		mid := all[3].Seq
-		rest, err := e.s.Events(e.ctx, mid, 100)
+		rest, err := e.s.Events(e.ctx, board.EventsParams{After: mid, Limit: 100})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got, want := seqs(rest), seqs(all[4:]); !slices.Equal(got, want) {
 			t.Errorf("Events(after %d) seqs = %v, want %v", mid, got, want)
 		}
-		if tail, err := e.s.Events(e.ctx, all[len(all)-1].Seq, 100); err != nil || len(tail) != 0 {
+		if tail, err := e.s.Events(e.ctx, board.EventsParams{After: all[len(all)-1].Seq, Limit: 100}); err != nil || len(tail) != 0 {
 			t.Errorf("Events after the newest = %s, %v; want none", fmtEvents(tail), err)
 		}
 	})

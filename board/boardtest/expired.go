@@ -50,7 +50,7 @@ func exerciseExpired(t *testing.T, h Harness) {
 			if page > len(want) {
 				t.Fatalf("the listing did not end after %d pages (positions %q)", page, after)
 			}
-			p, err := e.s.ListExpiredClaimCandidates(e.ctx, board.ExpiredQuery{Cutoff: last, Limit: 2, After: after})
+			p, err := e.s.ListExpiredClaimCandidates(e.ctx, board.ListExpiredClaimCandidatesParams{Cutoff: last, Limit: 2, After: after})
 			if err != nil {
 				t.Fatalf("page %d: %v", page, err)
 			}
@@ -66,7 +66,7 @@ func exerciseExpired(t *testing.T, h Harness) {
 		if sorted := slices.Sorted(slices.Values(got)); !slices.Equal(sorted, want) {
 			t.Errorf("pages listed %q, want every expired claim once: %q", got, want)
 		}
-		if _, err := e.s.ListExpiredClaimCandidates(e.ctx, board.ExpiredQuery{Cutoff: last, Limit: 2, After: "not a position"}); !errors.Is(err, board.ErrInvalidArgument) {
+		if _, err := e.s.ListExpiredClaimCandidates(e.ctx, board.ListExpiredClaimCandidatesParams{Cutoff: last, Limit: 2, After: "not a position"}); !errors.Is(err, board.ErrInvalidArgument) {
 			t.Errorf("a forged position = %v, want ErrInvalidArgument", err)
 		}
 	})
@@ -85,7 +85,7 @@ func exerciseExpired(t *testing.T, h Harness) {
 			last = e.expire(id, e.claim(id, markerA)).ClaimLeaseUntil
 			want = append(want, id)
 		}
-		p, err := e.s.ListExpiredClaimCandidates(e.ctx, board.ExpiredQuery{Cutoff: last,
+		p, err := e.s.ListExpiredClaimCandidates(e.ctx, board.ListExpiredClaimCandidatesParams{Cutoff: last,
 			Share: &board.ReaperShare{Reaper: markerB, Interval: time.Minute}})
 		if err != nil {
 			t.Fatal(err)
@@ -107,26 +107,27 @@ func exerciseExpired(t *testing.T, h Harness) {
 			t.Fatal(err)
 		}
 		// Still live at a cutoff before the lease ended.
-		live := board.ExpiredRelease{Card: "c1", Prev: tok, Cutoff: expired.ClaimLeaseUntil.Add(-time.Second), Actor: recovery}
+		live := board.ReleaseExpiredParams{Card: "c1", Prev: tok, Cutoff: expired.ClaimLeaseUntil.Add(-time.Second), Actor: recovery}
 		if err := e.s.ReleaseExpired(e.ctx, live); !errors.Is(err, board.ErrClaimConflict) {
 			t.Errorf("release of a lease not yet ended at the cutoff = %v, want ErrClaimConflict", err)
 		}
 		// The owner re-takes the card (a new epoch, a fresh lease): the
 		// release judged on the old token must not touch it.
-		_, newTok, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: tok, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: lease})
+		card, err := e.s.ReclaimExpired(e.ctx, board.ReclaimExpiredParams{Card: "c1", Prev: tok, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: lease})
+		newTok := card.Token()
 		if err != nil {
 			t.Fatalf("ReclaimExpired: %v", err)
 		}
 		before := e.get("c1")
 		seq := e.lastSeq()
-		stale := board.ExpiredRelease{Card: "c1", Prev: tok, Cutoff: now.Add(time.Hour), Actor: recovery}
+		stale := board.ReleaseExpiredParams{Card: "c1", Prev: tok, Cutoff: now.Add(time.Hour), Actor: recovery}
 		if err := e.s.ReleaseExpired(e.ctx, stale); !errors.Is(err, board.ErrClaimConflict) {
 			t.Errorf("release on a superseded token = %v, want ErrClaimConflict", err)
 		}
 		e.unchanged(before, "a refused ReleaseExpired")
 		e.noEventsSince(seq, "a refused ReleaseExpired")
 
-		exact := board.ExpiredRelease{Card: "c1", Prev: newTok, Cutoff: before.ClaimLeaseUntil, Actor: recovery}
+		exact := board.ReleaseExpiredParams{Card: "c1", Prev: newTok, Cutoff: before.ClaimLeaseUntil, Actor: recovery}
 		if err := e.s.ReleaseExpired(e.ctx, exact); err != nil {
 			t.Fatalf("release of the exact, expired claim: %v", err)
 		}
@@ -147,7 +148,7 @@ func exerciseExpired(t *testing.T, h Harness) {
 		e.setState("c1", board.StateBacklog)
 		before := e.get("c1")
 		seq := e.lastSeq()
-		judged := board.ExpiredRelease{Card: "c1", Prev: tok, Cutoff: expired.ClaimLeaseUntil, State: board.StateInProgress, Actor: recovery}
+		judged := board.ReleaseExpiredParams{Card: "c1", Prev: tok, Cutoff: expired.ClaimLeaseUntil, State: board.StateInProgress, Actor: recovery}
 		if err := e.s.ReleaseExpired(e.ctx, judged); !errors.Is(err, board.ErrTransitionRejected) {
 			t.Errorf("release judged in in_progress of a card now in backlog = %v, want ErrTransitionRejected", err)
 		}
@@ -163,7 +164,8 @@ func exerciseExpired(t *testing.T, h Harness) {
 		t.Parallel()
 		e := open(t, h)
 		tok, expired := expiredHold(e)
-		_, first, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: tok, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: time.Millisecond})
+		card, err := e.s.ReclaimExpired(e.ctx, board.ReclaimExpiredParams{Card: "c1", Prev: tok, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: time.Millisecond})
+		first := card.Token()
 		if err != nil {
 			t.Fatalf("ReclaimExpired: %v", err)
 		}
@@ -174,7 +176,8 @@ func exerciseExpired(t *testing.T, h Harness) {
 		// A recovery claim taken over from another keeps the worker epoch.
 		e.clock.Advance(time.Second)
 		c = e.expire("c1", first)
-		_, second, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: first, RecoveryMarker: recovery, Cutoff: c.ClaimLeaseUntil, Lease: lease})
+		c, err = e.s.ReclaimExpired(e.ctx, board.ReclaimExpiredParams{Card: "c1", Prev: first, RecoveryMarker: recovery, Cutoff: c.ClaimLeaseUntil, Lease: lease})
+		second := c.Token()
 		if err != nil {
 			t.Fatalf("ReclaimExpired of a recovery claim: %v", err)
 		}
@@ -192,7 +195,7 @@ func exerciseExpired(t *testing.T, h Harness) {
 		e := open(t, h)
 		e.card("c1", board.StateReady)
 		tok := e.claim("c1", markerA)
-		if err := e.s.SetLastRunOwned(e.ctx, "c1", tok, "r1"); err != nil {
+		if err := e.s.SetLastRunOwned(e.ctx, board.SetLastRunOwnedParams{Card: "c1", Token: tok, RunID: "r1"}); err != nil {
 			t.Fatal(err)
 		}
 		if c := e.get("c1"); c.LastRunEpoch != tok.Epoch {
@@ -206,7 +209,7 @@ func exerciseExpired(t *testing.T, h Harness) {
 		seq := e.lastSeq()
 		// Resuming the recorded run under the new claim makes the pointer
 		// the new claim's.
-		if err := e.s.SetLastRunOwned(e.ctx, "c1", again, "r1"); err != nil {
+		if err := e.s.SetLastRunOwned(e.ctx, board.SetLastRunOwnedParams{Card: "c1", Token: again, RunID: "r1"}); err != nil {
 			t.Fatal(err)
 		}
 		if c := e.get("c1"); c.LastRunEpoch != again.Epoch || c.LastRunID != "r1" || len(c.Runs) != 1 {

@@ -29,7 +29,7 @@ func exerciseLabels(t *testing.T, h Harness) {
 		for _, l := range want {
 			wg.Go(func() {
 				<-start
-				_, err := e.s.AdjustLabels(e.ctx, board.LabelChange{Card: "c1", Add: []string{l}, Actor: "bot"})
+				_, err := e.s.AdjustLabels(e.ctx, board.AdjustLabelsParams{Card: "c1", Add: []string{l}, Actor: "bot"})
 				errs <- err
 			})
 		}
@@ -78,12 +78,12 @@ func exerciseLabels(t *testing.T, h Harness) {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
 				e := open(t, h)
-				e.create(board.NewCard{ID: "c1", State: board.StateReady, Labels: tc.start})
+				e.create(board.CreateCardParams{ID: "c1", State: board.StateReady, Labels: tc.start})
 				e.clock.Advance(time.Second)
 				before := e.get("c1")
 				seq := e.lastSeq()
 
-				got, err := e.s.AdjustLabels(e.ctx, board.LabelChange{Card: "c1", Add: tc.add, Remove: tc.remove, Actor: "bot"})
+				got, err := e.s.AdjustLabels(e.ctx, board.AdjustLabelsParams{Card: "c1", Add: tc.add, Remove: tc.remove, Actor: "bot"})
 				if err != nil {
 					t.Fatalf("AdjustLabels: %v", err)
 				}
@@ -110,9 +110,9 @@ func exerciseLabels(t *testing.T, h Harness) {
 	t.Run("SetLabelsIsAbsolute", func(t *testing.T) {
 		t.Parallel()
 		e := open(t, h)
-		e.create(board.NewCard{ID: "c1", State: board.StateReady, Labels: []string{"a", "b"}})
+		e.create(board.CreateCardParams{ID: "c1", State: board.StateReady, Labels: []string{"a", "b"}})
 		seq := e.lastSeq()
-		got, err := e.s.SetLabels(e.ctx, "c1", []string{"c", " c ", "d"}, "bot")
+		got, err := e.s.SetLabels(e.ctx, board.SetLabelsParams{Card: "c1", Labels: []string{"c", " c ", "d"}, Actor: "bot"})
 		if err != nil {
 			t.Fatalf("SetLabels: %v", err)
 		}
@@ -122,7 +122,7 @@ func exerciseLabels(t *testing.T, h Harness) {
 		}
 		e.oneEventSince(seq, board.EventLabels, "SetLabels")
 
-		got, err = e.s.SetLabels(e.ctx, "c1", nil, "bot")
+		got, err = e.s.SetLabels(e.ctx, board.SetLabelsParams{Card: "c1", Labels: nil, Actor: "bot"})
 		if err != nil || len(got.Labels) != 0 || len(e.get("c1").Labels) != 0 {
 			t.Errorf("SetLabels(nil) = %q, %v; want no labels", got.Labels, err)
 		}
@@ -131,7 +131,7 @@ func exerciseLabels(t *testing.T, h Harness) {
 	t.Run("CreateCardNormalizesLabels", func(t *testing.T) {
 		t.Parallel()
 		e := open(t, h)
-		c := e.create(board.NewCard{ID: "c1", Labels: []string{" x", "x ", "y", ""}})
+		c := e.create(board.CreateCardParams{ID: "c1", Labels: []string{" x", "x ", "y", ""}})
 		if want := []string{"x", "y"}; !sameLabels(c.Labels, want) || !sameLabels(e.get("c1").Labels, want) {
 			t.Errorf("labels of a new card = %q, want %q", c.Labels, want)
 		}

@@ -14,12 +14,12 @@ import (
 )
 
 // startReq is a Start of card id by marker with a run named runID.
-func startReq(id, marker, runID string) board.StartRequest {
-	return board.StartRequest{Card: id, Marker: marker, Lease: lease,
+func startReq(id, marker, runID string) board.StartParams {
+	return board.StartParams{Card: id, Marker: marker, Lease: lease,
 		Run: board.Run{ID: runID, Host: "host-" + marker, PID: 4242, Checkpoint: "step-0"}}
 }
 
-func (e *env) start(r board.StartRequest) board.Started {
+func (e *env) start(r board.StartParams) board.StartResult {
 	e.t.Helper()
 	st, err := e.s.Start(e.ctx, r)
 	if err != nil {
@@ -30,7 +30,7 @@ func (e *env) start(r board.StartRequest) board.Started {
 
 func (e *env) run(id string) board.Run {
 	e.t.Helper()
-	r, err := e.s.GetRun(e.ctx, id)
+	r, err := e.s.GetRun(e.ctx, board.GetRunParams{ID: id})
 	if err != nil {
 		e.t.Fatalf("GetRun(%q): %v", id, err)
 	}
@@ -51,7 +51,7 @@ func wantTypes(t *testing.T, evs []board.Event, what string, want ...board.Event
 
 // refusedStart asserts a Start was refused with target and wrote nothing:
 // the card (epoch included), the events and the run are all as before.
-func (e *env) refusedStart(r board.StartRequest, target error, what string) error {
+func (e *env) refusedStart(r board.StartParams, target error, what string) error {
 	e.t.Helper()
 	before := e.get(r.Card)
 	seq := e.lastSeq()
@@ -59,7 +59,7 @@ func (e *env) refusedStart(r board.StartRequest, target error, what string) erro
 	wantErr(e.t, err, target, what)
 	e.unchanged(before, what)
 	e.noEventsSince(seq, what)
-	if _, gerr := e.s.GetRun(e.ctx, r.Run.ID); r.Run.ID != "" && !errors.Is(gerr, board.ErrNotFound) {
+	if _, gerr := e.s.GetRun(e.ctx, board.GetRunParams{ID: r.Run.ID}); r.Run.ID != "" && !errors.Is(gerr, board.ErrNotFound) {
 		e.t.Errorf("%s: GetRun(%q) = %v, want ErrNotFound: a refused Start creates no run", what, r.Run.ID, gerr)
 	}
 	return err
@@ -197,11 +197,11 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 				e.card("c1", board.StateReady)
 				first := e.start(startReq("c1", markerA, "r1"))
 				cp := "step-5"
-				if _, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: first.Token, Checkpoint: &cp}); err != nil {
+				if _, err := e.s.UpdateRun(e.ctx, board.UpdateRunParams{ID: "r1", Token: first.Token, Checkpoint: &cp}); err != nil {
 					t.Fatal(err)
 				}
 				if end == "Release" {
-					if err := e.s.Release(e.ctx, "c1", markerA, "uid:0"); err != nil {
+					if err := e.s.Release(e.ctx, board.ReleaseParams{Card: "c1", Marker: markerA, Actor: "uid:0"}); err != nil {
 						t.Fatal(err)
 					}
 				} else {
@@ -241,7 +241,7 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 				if !slices.Equal(c.Runs, []string{"r1"}) || c.LastRunID != "r1" || c.LastRunEpoch != st.Token.Epoch {
 					t.Errorf("card after resume: runs %q last %q@%d, want runs not grown, pointer stamped under epoch %d", c.Runs, c.LastRunID, c.LastRunEpoch, st.Token.Epoch)
 				}
-				if _, err := e.s.GetRun(e.ctx, "r2"); !errors.Is(err, board.ErrNotFound) {
+				if _, err := e.s.GetRun(e.ctx, board.GetRunParams{ID: "r2"}); !errors.Is(err, board.ErrNotFound) {
 					t.Errorf("GetRun(r2) after a resume = %v, want ErrNotFound (the request's run id is unused)", err)
 				}
 				evs := e.eventsAfter(seq)
@@ -255,7 +255,7 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 				e.card("c2", board.StateReady)
 				byNext := r
 				byNext.Card, byNext.Next = "", true
-				for _, retry := range []board.StartRequest{r, byNext} {
+				for _, retry := range []board.StartParams{r, byNext} {
 					again, err := e.s.Start(e.ctx, retry)
 					if err != nil || !again.Resumed || again.Run.ID != "r1" || again.Token != st.Token || again.Card.ID != "c1" {
 						t.Errorf("retry (next %v) of a resuming Start = card %q token %+v run %q resumed %v, %v; want c1 %+v r1 resumed", retry.Next, again.Card.ID, again.Token, again.Run.ID, again.Resumed, err, st.Token)
@@ -266,7 +266,7 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 				}
 				// The earlier holder's late writes are refused by the fence.
 				st2 := board.RunFinished
-				if _, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: first.Token, Status: &st2}); !errors.Is(err, board.ErrClaimConflict) {
+				if _, err := e.s.UpdateRun(e.ctx, board.UpdateRunParams{ID: "r1", Token: first.Token, Status: &st2}); !errors.Is(err, board.ErrClaimConflict) {
 					t.Errorf("the earlier holder's UpdateRun of the resumed run = %v, want ErrClaimConflict", err)
 				}
 			})
@@ -280,7 +280,7 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 				e := open(t, h)
 				e.card("c1", board.StateReady)
 				first := e.start(startReq("c1", markerA, "r1"))
-				if _, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: first.Token, Status: &paused}); err != nil {
+				if _, err := e.s.UpdateRun(e.ctx, board.UpdateRunParams{ID: "r1", Token: first.Token, Status: &paused}); err != nil {
 					t.Fatal(err)
 				}
 				e.release("c1", first.Token)
@@ -361,11 +361,11 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 				t.Parallel()
 				e := open(t, h)
 				e.card("c1", board.StateReady)
-				e.create(board.NewCard{ID: "dep", DependsOn: []string{"c1"}})
+				e.create(board.CreateCardParams{ID: "dep", DependsOn: []string{"c1"}})
 				st := e.start(startReq("c1", markerA, "r1"))
 				seq := e.lastSeq()
 				cp := "step-9"
-				f, err := e.s.Finish(e.ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1", Status: tc.status, FailureCode: "E1", Checkpoint: &cp})
+				f, err := e.s.Finish(e.ctx, board.FinishParams{Card: "c1", Token: st.Token, RunID: "r1", Status: tc.status, FailureCode: "E1", Checkpoint: &cp})
 				if err != nil {
 					t.Fatalf("Finish %s: %v", tc.status, err)
 				}
@@ -423,7 +423,7 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 				t.Errorf("Start %d: run started_from %q (returned %q), want %s", i+1, got, st.Run.StartedFrom, board.StateBacklog)
 			}
 			seq := e.lastSeq()
-			f, err := e.s.Finish(e.ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: st.Run.ID, Status: board.RunFailedResumable, FailureCode: "INTERRUPTED"})
+			f, err := e.s.Finish(e.ctx, board.FinishParams{Card: "c1", Token: st.Token, RunID: st.Run.ID, Status: board.RunFailedResumable, FailureCode: "INTERRUPTED"})
 			if err != nil {
 				t.Fatalf("Finish %d: %v", i+1, err)
 			}
@@ -462,7 +462,7 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 				e.card("c1", board.StateReady)
 				st := e.start(startReq("c1", markerA, "r1"))
 				e.setState("c1", tc.moved)
-				if _, err := e.s.Finish(e.ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1", Status: tc.status}); err != nil {
+				if _, err := e.s.Finish(e.ctx, board.FinishParams{Card: "c1", Token: st.Token, RunID: "r1", Status: tc.status}); err != nil {
 					t.Fatalf("Finish after an operator moved the card: %v", err)
 				}
 				c := e.get("c1")
@@ -477,7 +477,7 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 	})
 
 	t.Run("FinishFenced", func(t *testing.T) {
-		refused := func(e *env, r board.FinishRequest, target error, what string) {
+		refused := func(e *env, r board.FinishParams, target error, what string) {
 			e.t.Helper()
 			before, run := e.get(r.Card), e.run(r.RunID)
 			seq := e.lastSeq()
@@ -495,7 +495,7 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 			e.card("c1", board.StateReady)
 			st := e.start(startReq("c1", markerA, "r1"))
 			stale := board.ClaimToken{Marker: markerA, Epoch: st.Token.Epoch + 1}
-			refused(e, board.FinishRequest{Card: "c1", Token: stale, RunID: "r1", Status: board.RunFinished}, board.ErrClaimConflict, "Finish with a stale token")
+			refused(e, board.FinishParams{Card: "c1", Token: stale, RunID: "r1", Status: board.RunFinished}, board.ErrClaimConflict, "Finish with a stale token")
 		})
 		t.Run("RunOfAnotherClaim", func(t *testing.T) {
 			t.Parallel()
@@ -504,7 +504,7 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 			st := e.start(startReq("c1", markerA, "r1"))
 			e.release("c1", st.Token)
 			tok := e.claim("c1", markerB)
-			refused(e, board.FinishRequest{Card: "c1", Token: tok, RunID: "r1", Status: board.RunFinished}, board.ErrClaimConflict, "Finish of a run another claim started")
+			refused(e, board.FinishParams{Card: "c1", Token: tok, RunID: "r1", Status: board.RunFinished}, board.ErrClaimConflict, "Finish of a run another claim started")
 		})
 		t.Run("RunWithAVerdict", func(t *testing.T) {
 			t.Parallel()
@@ -512,20 +512,20 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 			e.card("c1", board.StateReady)
 			st := e.start(startReq("c1", markerA, "r1"))
 			fin := board.RunFinished
-			if _, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: st.Token, Status: &fin}); err != nil {
+			if _, err := e.s.UpdateRun(e.ctx, board.UpdateRunParams{ID: "r1", Token: st.Token, Status: &fin}); err != nil {
 				t.Fatal(err)
 			}
-			refused(e, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFailed}, board.ErrTransitionRejected, "Finish of a run that has its verdict")
+			refused(e, board.FinishParams{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFailed}, board.ErrTransitionRejected, "Finish of a run that has its verdict")
 		})
 		t.Run("NotTheRecordedRun", func(t *testing.T) {
 			t.Parallel()
 			e := open(t, h)
 			e.card("c1", board.StateReady)
 			st := e.start(startReq("c1", markerA, "r1"))
-			if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: st.Token, Run: board.Run{ID: "r2", Card: "c1"}}); err != nil {
+			if _, err := e.s.CreateRun(e.ctx, board.CreateRunParams{Token: st.Token, Run: board.Run{ID: "r2", Card: "c1"}}); err != nil {
 				t.Fatal(err)
 			}
-			refused(e, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFinished}, board.ErrClaimConflict, "Finish of a run the card no longer records")
+			refused(e, board.FinishParams{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFinished}, board.ErrClaimConflict, "Finish of a run the card no longer records")
 		})
 	})
 
@@ -538,11 +538,11 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 			e.release("c1", tok)
 			before := e.get("c1")
 			seq := e.lastSeq()
-			_, err := e.s.CreateRun(e.ctx, board.NewRun{Token: tok, Run: board.Run{ID: "r1", Card: "c1"}})
+			_, err := e.s.CreateRun(e.ctx, board.CreateRunParams{Token: tok, Run: board.Run{ID: "r1", Card: "c1"}})
 			wantConflict(t, err, "", tok.Epoch, "CreateRun under a released token")
 			e.unchanged(before, "a refused CreateRun")
 			e.noEventsSince(seq, "a refused CreateRun")
-			if _, err := e.s.GetRun(e.ctx, "r1"); !errors.Is(err, board.ErrNotFound) {
+			if _, err := e.s.GetRun(e.ctx, board.GetRunParams{ID: "r1"}); !errors.Is(err, board.ErrNotFound) {
 				t.Errorf("GetRun after a refused CreateRun = %v, want ErrNotFound", err)
 			}
 		})
@@ -558,7 +558,7 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 				"another epoch":  {Marker: markerA, Epoch: st.Token.Epoch + 1},
 				"another marker": {Marker: markerB, Epoch: st.Token.Epoch},
 			} {
-				_, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: tok, Checkpoint: &cp})
+				_, err := e.s.UpdateRun(e.ctx, board.UpdateRunParams{ID: "r1", Token: tok, Checkpoint: &cp})
 				wantErr(t, err, board.ErrClaimConflict, "UpdateRun under "+name)
 			}
 			e.noEventsSince(seq, "refused UpdateRuns")
@@ -568,7 +568,7 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 			// A run of the same card that the claim did not start.
 			e.release("c1", st.Token)
 			tok := e.claim("c1", markerA)
-			_, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: tok, Checkpoint: &cp})
+			_, err := e.s.UpdateRun(e.ctx, board.UpdateRunParams{ID: "r1", Token: tok, Checkpoint: &cp})
 			wantErr(t, err, board.ErrClaimConflict, "UpdateRun of a run an earlier claim of the same marker started")
 		})
 		t.Run("UpdateRunRecoveryToken", func(t *testing.T) {
@@ -576,23 +576,24 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 			e := open(t, h)
 			e.card("c1", board.StateReady)
 			st := e.start(startReq("c1", markerA, "r0"))
-			if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: st.Token, Run: board.Run{ID: "r1", Card: "c1"}}); err != nil {
+			if _, err := e.s.CreateRun(e.ctx, board.CreateRunParams{Token: st.Token, Run: board.Run{ID: "r1", Card: "c1"}}); err != nil {
 				t.Fatal(err)
 			}
 			c := e.expire("c1", st.Token)
-			_, rec, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: st.Token, RecoveryMarker: recovery, Cutoff: c.ClaimLeaseUntil, Lease: lease})
+			card, err := e.s.ReclaimExpired(e.ctx, board.ReclaimExpiredParams{Card: "c1", Prev: st.Token, RecoveryMarker: recovery, Cutoff: c.ClaimLeaseUntil, Lease: lease})
+			rec := card.Token()
 			if err != nil {
 				t.Fatalf("ReclaimExpired: %v", err)
 			}
 			failed, code := board.RunFailed, board.FailureProcessOrphaned
 			running := board.RunRunning
-			if _, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r0", Token: rec, IfStatus: &running, Status: &failed, FailureCode: &code}); !errors.Is(err, board.ErrClaimConflict) {
+			if _, err := e.s.UpdateRun(e.ctx, board.UpdateRunParams{ID: "r0", Token: rec, IfStatus: &running, Status: &failed, FailureCode: &code}); !errors.Is(err, board.ErrClaimConflict) {
 				t.Errorf("recovery UpdateRun of a run the card no longer records = %v, want ErrClaimConflict", err)
 			}
-			if _, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: st.Token, Status: &failed}); !errors.Is(err, board.ErrClaimConflict) {
+			if _, err := e.s.UpdateRun(e.ctx, board.UpdateRunParams{ID: "r1", Token: st.Token, Status: &failed}); !errors.Is(err, board.ErrClaimConflict) {
 				t.Errorf("the transferred worker's UpdateRun = %v, want ErrClaimConflict", err)
 			}
-			got, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: rec, IfStatus: &running, Status: &failed, FailureCode: &code, Actor: "watchdog"})
+			got, err := e.s.UpdateRun(e.ctx, board.UpdateRunParams{ID: "r1", Token: rec, IfStatus: &running, Status: &failed, FailureCode: &code, Actor: "watchdog"})
 			if err != nil || got.Status != failed || got.FailureCode != code {
 				t.Errorf("recovery UpdateRun of the judged claim's recorded run = %s, %v; want failed with %s", fmtRun(got), err, code)
 			}
@@ -604,7 +605,7 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 		e := open(t, h)
 		e.card("c1", board.StateReady)
 		tokA := e.claim("c1", markerA)
-		if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: tokA, Run: board.Run{ID: "r1", Card: "c1", Checkpoint: "ck"}}); err != nil {
+		if _, err := e.s.CreateRun(e.ctx, board.CreateRunParams{Token: tokA, Run: board.Run{ID: "r1", Card: "c1", Checkpoint: "ck"}}); err != nil {
 			t.Fatal(err)
 		}
 		e.release("c1", tokA)
@@ -615,7 +616,7 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 		// tokB's: stamping the pointer under tokB would make the card's
 		// pointer epoch disagree with the run's, so neither tokB nor a
 		// watchdog judging tokB could write it. Taking it over is Start's.
-		err := e.s.SetLastRunOwned(e.ctx, "c1", tokB, "r1")
+		err := e.s.SetLastRunOwned(e.ctx, board.SetLastRunOwnedParams{Card: "c1", Token: tokB, RunID: "r1"})
 		wantErr(t, err, board.ErrInvalidArgument, "SetLastRunOwned at another claim's open run")
 		if err != nil && !strings.Contains(err.Error(), "use Start to resume a run") {
 			t.Errorf("the refusal %q does not point at Start", err)
@@ -624,19 +625,19 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 		e.noEventsSince(seq, "a refused SetLastRunOwned")
 		// A run that has its verdict may be pointed at by any claim, and
 		// the claim's own run always.
-		if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: tokB, Run: board.Run{ID: "r2", Card: "c1"}}); err != nil {
+		if _, err := e.s.CreateRun(e.ctx, board.CreateRunParams{Token: tokB, Run: board.Run{ID: "r2", Card: "c1"}}); err != nil {
 			t.Fatal(err)
 		}
 		fin := board.RunFinished
-		if _, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r2", Token: tokB, Status: &fin}); err != nil {
+		if _, err := e.s.UpdateRun(e.ctx, board.UpdateRunParams{ID: "r2", Token: tokB, Status: &fin}); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.s.SetLastRunOwned(e.ctx, "c1", tokB, "r2"); err != nil {
+		if err := e.s.SetLastRunOwned(e.ctx, board.SetLastRunOwnedParams{Card: "c1", Token: tokB, RunID: "r2"}); err != nil {
 			t.Errorf("SetLastRunOwned at the claim's own run: %v", err)
 		}
 		e.release("c1", tokB)
 		tokC := e.claim("c1", markerA)
-		if err := e.s.SetLastRunOwned(e.ctx, "c1", tokC, "r2"); err != nil {
+		if err := e.s.SetLastRunOwned(e.ctx, board.SetLastRunOwnedParams{Card: "c1", Token: tokC, RunID: "r2"}); err != nil {
 			t.Errorf("SetLastRunOwned at an earlier claim's finished run: %v", err)
 		}
 		if c := e.get("c1"); c.LastRunID != "r2" || c.LastRunEpoch != tokC.Epoch {
@@ -650,7 +651,7 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 		e.card("c1", board.StateReady)
 		st := e.start(startReq("c1", markerA, "r1"))
 		seq := e.lastSeq()
-		if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: st.Token, Run: board.Run{ID: "r2", Card: "c1"}}); err != nil {
+		if _, err := e.s.CreateRun(e.ctx, board.CreateRunParams{Token: st.Token, Run: board.Run{ID: "r2", Card: "c1"}}); err != nil {
 			t.Fatal(err)
 		}
 		if old := e.run("r1"); old.Status != board.RunCancelled || old.FailureCode != board.FailureRunSuperseded || old.Checkpoint != "step-0" {
@@ -662,12 +663,12 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 		}
 		// A displaced run that has its verdict keeps it.
 		fin := board.RunFinished
-		if _, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r2", Token: st.Token, Status: &fin}); err != nil {
+		if _, err := e.s.UpdateRun(e.ctx, board.UpdateRunParams{ID: "r2", Token: st.Token, Status: &fin}); err != nil {
 			t.Fatal(err)
 		}
 		done := e.run("r2")
 		seq = e.lastSeq()
-		if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: st.Token, Run: board.Run{ID: "r3", Card: "c1"}}); err != nil {
+		if _, err := e.s.CreateRun(e.ctx, board.CreateRunParams{Token: st.Token, Run: board.Run{ID: "r3", Card: "c1"}}); err != nil {
 			t.Fatal(err)
 		}
 		if d := diffRuns(e.run("r2"), done); d != "" {
@@ -677,7 +678,7 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 		// A refused CreateRun closes nothing.
 		r3 := e.run("r3")
 		stale := board.ClaimToken{Marker: markerB, Epoch: st.Token.Epoch}
-		if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: stale, Run: board.Run{ID: "r4", Card: "c1"}}); !errors.Is(err, board.ErrClaimConflict) {
+		if _, err := e.s.CreateRun(e.ctx, board.CreateRunParams{Token: stale, Run: board.Run{ID: "r4", Card: "c1"}}); !errors.Is(err, board.ErrClaimConflict) {
 			t.Errorf("CreateRun under another marker's token = %v, want ErrClaimConflict", err)
 		}
 		if d := diffRuns(e.run("r3"), r3); d != "" {
@@ -694,7 +695,7 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 				st := e.start(startReq("c1", markerA, "r1"))
 				seq := e.lastSeq()
 				if end == "Release" {
-					if err := e.s.Release(e.ctx, "c1", markerA, "uid:0"); err != nil {
+					if err := e.s.Release(e.ctx, board.ReleaseParams{Card: "c1", Marker: markerA, Actor: "uid:0"}); err != nil {
 						t.Fatal(err)
 					}
 				} else {
@@ -719,10 +720,10 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 				wantTypes(t, e.eventsAfter(seq), end+" of a Start-made claim", want...)
 				// The released holder's late writes are refused by the fence.
 				fin := board.RunFinished
-				if _, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: st.Token, Status: &fin}); !errors.Is(err, board.ErrClaimConflict) {
+				if _, err := e.s.UpdateRun(e.ctx, board.UpdateRunParams{ID: "r1", Token: st.Token, Status: &fin}); !errors.Is(err, board.ErrClaimConflict) {
 					t.Errorf("the released holder's late UpdateRun = %v, want ErrClaimConflict", err)
 				}
-				if _, err := e.s.Finish(e.ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFinished}); !errors.Is(err, board.ErrClaimConflict) {
+				if _, err := e.s.Finish(e.ctx, board.FinishParams{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFinished}); !errors.Is(err, board.ErrClaimConflict) {
 					t.Errorf("the released holder's late Finish = %v, want ErrClaimConflict", err)
 				}
 				// The card is where the next worker finds it.
@@ -739,7 +740,8 @@ func exerciseLifecycle(t *testing.T, h Harness) {
 			e.card("c1", board.StateReady)
 			st := e.start(startReq("c1", markerA, "r1"))
 			c := e.expire("c1", st.Token)
-			_, rec, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: st.Token, RecoveryMarker: recovery, Cutoff: c.ClaimLeaseUntil, Lease: lease})
+			card, err := e.s.ReclaimExpired(e.ctx, board.ReclaimExpiredParams{Card: "c1", Prev: st.Token, RecoveryMarker: recovery, Cutoff: c.ClaimLeaseUntil, Lease: lease})
+			rec := card.Token()
 			if err != nil {
 				t.Fatalf("ReclaimExpired: %v", err)
 			}
@@ -783,7 +785,7 @@ func raceLifecycles(t *testing.T, h Harness) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), 7))
 			marker := fmt.Sprintf("worker-%c-%d", 'a'+w, 100+w)
-			var mine *board.Started
+			var mine *board.StartResult
 			for i := range rounds {
 				id := cards[rng.IntN(len(cards))]
 				switch op := rng.IntN(10); {
@@ -802,7 +804,7 @@ func raceLifecycles(t *testing.T, h Harness) {
 					}
 				case op < 7 && mine != nil:
 					status := []board.RunStatus{board.RunFinished, board.RunFailedResumable, board.RunFailedResumable}[rng.IntN(3)]
-					_, err := e.s.Finish(e.ctx, board.FinishRequest{Card: mine.Card.ID, Token: mine.Token, RunID: mine.Run.ID, Status: status})
+					_, err := e.s.Finish(e.ctx, board.FinishParams{Card: mine.Card.ID, Token: mine.Token, RunID: mine.Run.ID, Status: status})
 					if err == nil {
 						mu.Lock()
 						finishes++
@@ -810,28 +812,28 @@ func raceLifecycles(t *testing.T, h Harness) {
 					}
 					mine = nil
 				case op < 8:
-					if c, err := e.s.GetCard(e.ctx, id); err == nil && c.Claimed() {
-						_ = e.s.Release(e.ctx, id, c.Claim, "uid:0")
+					if c, err := e.s.GetCard(e.ctx, board.GetCardParams{ID: id}); err == nil && c.Claimed() {
+						_ = e.s.Release(e.ctx, board.ReleaseParams{Card: id, Marker: c.Claim, Actor: "uid:0"})
 					}
 				case op < 9:
-					c, err := e.s.GetCard(e.ctx, id)
+					c, err := e.s.GetCard(e.ctx, board.GetCardParams{ID: id})
 					if err != nil || !c.Claimed() {
 						continue
 					}
-					if err := e.s.ExpireClaimOwned(e.ctx, id, c.Token()); err != nil {
+					if err := e.s.ExpireClaimOwned(e.ctx, board.OwnedParams{Card: id, Token: c.Token()}); err != nil {
 						continue
 					}
-					if c, err = e.s.GetCard(e.ctx, id); err != nil || !c.Claimed() {
+					if c, err = e.s.GetCard(e.ctx, board.GetCardParams{ID: id}); err != nil || !c.Claimed() {
 						continue
 					}
-					if _, _, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: id, Prev: c.Token(), RecoveryMarker: board.RecoveryMarker(marker), Cutoff: c.ClaimLeaseUntil, Lease: lease}); err == nil {
+					if _, err := e.s.ReclaimExpired(e.ctx, board.ReclaimExpiredParams{Card: id, Prev: c.Token(), RecoveryMarker: board.RecoveryMarker(marker), Cutoff: c.ClaimLeaseUntil, Lease: lease}); err == nil {
 						mu.Lock()
 						reclaims++
 						mu.Unlock()
 					}
 				default:
-					if c, err := e.s.GetCard(e.ctx, id); err == nil && e.b.IsTerminal(c.State) {
-						_ = e.s.Reopen(e.ctx, board.Move{Card: id, From: c.State, To: board.StateReady, Actor: "uid:0"})
+					if c, err := e.s.GetCard(e.ctx, board.GetCardParams{ID: id}); err == nil && e.b.IsTerminal(c.State) {
+						_ = e.s.Reopen(e.ctx, board.MoveParams{Card: id, From: c.State, To: board.StateReady, Actor: "uid:0"})
 					}
 				}
 			}

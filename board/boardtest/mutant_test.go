@@ -28,31 +28,32 @@ const mutantEnv = "LEASEKEEPER_BOARDTEST_MUTANT"
 // card's current one.
 type fenceBypass struct{ board.Store }
 
-func (m fenceBypass) SetLastRunOwned(ctx context.Context, card string, tok board.ClaimToken, runID string) error {
-	if c, err := m.Store.GetCard(ctx, card); err == nil && c.Claimed() {
+func (m fenceBypass) SetLastRunOwned(ctx context.Context, p board.SetLastRunOwnedParams) error {
+	card, tok, runID := p.Card, p.Token, p.RunID
+	if c, err := m.Store.GetCard(ctx, board.GetCardParams{ID: card}); err == nil && c.Claimed() {
 		tok = c.Token()
 	}
-	return m.Store.SetLastRunOwned(ctx, card, tok, runID)
+	return m.Store.SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: card, Token: tok, RunID: runID})
 }
 
 // claimSteals takes a held card from its holder instead of refusing.
 type claimSteals struct{ board.Store }
 
-func (m claimSteals) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, board.ClaimToken, error) {
-	c, tok, err := m.Store.Claim(ctx, r)
+func (m claimSteals) Claim(ctx context.Context, r board.ClaimParams) (board.Card, error) {
+	c, err := m.Store.Claim(ctx, r)
 	if ce, ok := board.AsClaimConflict(err); ok {
-		if err := m.Store.Release(ctx, r.Card, ce.Holder, "mutant"); err != nil {
-			return board.Card{}, board.ClaimToken{}, err
+		if err := m.Store.Release(ctx, board.ReleaseParams{Card: r.Card, Marker: ce.Holder, Actor: "mutant"}); err != nil {
+			return board.Card{}, err
 		}
 		return m.Store.Claim(ctx, r)
 	}
-	return c, tok, err
+	return c, err
 }
 
 // reclaimIgnoresLease transfers live leases too.
 type reclaimIgnoresLease struct{ board.Store }
 
-func (m reclaimIgnoresLease) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Card, board.ClaimToken, error) {
+func (m reclaimIgnoresLease) ReclaimExpired(ctx context.Context, r board.ReclaimExpiredParams) (board.Card, error) {
 	r.Cutoff = r.Cutoff.Add(1000 * time.Hour)
 	return m.Store.ReclaimExpired(ctx, r)
 }
@@ -60,18 +61,18 @@ func (m reclaimIgnoresLease) ReclaimExpired(ctx context.Context, r board.Reclaim
 // anonymousConflict refuses claims without naming the holder.
 type anonymousConflict struct{ board.Store }
 
-func (m anonymousConflict) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, board.ClaimToken, error) {
-	c, tok, err := m.Store.Claim(ctx, r)
+func (m anonymousConflict) Claim(ctx context.Context, r board.ClaimParams) (board.Card, error) {
+	c, err := m.Store.Claim(ctx, r)
 	if errors.Is(err, board.ErrClaimConflict) {
-		return c, tok, fmt.Errorf("card %s: %w", r.Card, board.ErrClaimConflict)
+		return c, fmt.Errorf("card %s: %w", r.Card, board.ErrClaimConflict)
 	}
-	return c, tok, err
+	return c, err
 }
 
 // sinkLeaks lets SetState leave a terminal state by going through Reopen.
 type sinkLeaks struct{ board.Store }
 
-func (m sinkLeaks) SetState(ctx context.Context, mv board.Move) error {
+func (m sinkLeaks) SetState(ctx context.Context, mv board.MoveParams) error {
 	err := m.Store.SetState(ctx, mv)
 	if errors.Is(err, board.ErrTerminalStateExit) {
 		return m.Store.Reopen(ctx, mv)
@@ -94,10 +95,11 @@ func (m pruneIgnoresDryRun) Prune(ctx context.Context, p board.PruneParams) (boa
 // from what the log keeps: the silent gap DESIGN.md#retention forbids.
 type eventsSkipPruned struct{ board.Store }
 
-func (m eventsSkipPruned) Events(ctx context.Context, after int64, limit int) ([]board.Event, error) {
-	evs, err := m.Store.Events(ctx, after, limit)
+func (m eventsSkipPruned) Events(ctx context.Context, p board.EventsParams) ([]board.Event, error) {
+	after, limit := p.After, p.Limit
+	evs, err := m.Store.Events(ctx, board.EventsParams{After: after, Limit: limit})
 	if errors.Is(err, board.ErrEventsPruned) {
-		return m.Store.Events(ctx, 0, limit)
+		return m.Store.Events(ctx, board.EventsParams{After: 0, Limit: limit})
 	}
 	return evs, err
 }
@@ -111,12 +113,12 @@ func (m eventsSkipPruned) Events(ctx context.Context, after int64, limit int) ([
 // them back afterwards.
 type reopenLastBlockerOnly struct{ board.Store }
 
-func (m reopenLastBlockerOnly) Reopen(ctx context.Context, mv board.Move) error {
+func (m reopenLastBlockerOnly) Reopen(ctx context.Context, mv board.MoveParams) error {
 	err := m.Store.Reopen(ctx, mv)
 	if !errors.Is(err, board.ErrTransitionRejected) {
 		return err
 	}
-	deps, derr := m.Store.Dependents(ctx, mv.Card)
+	deps, derr := m.Store.Dependents(ctx, board.DependentsParams{ID: mv.Card})
 	if derr != nil {
 		return err
 	}
@@ -138,13 +140,13 @@ func (m reopenLastBlockerOnly) Reopen(ctx context.Context, mv board.Move) error 
 		if b.IsTerminal(d.State) {
 			park = m.Store.Reopen
 		}
-		if perr := park(ctx, board.Move{Card: d.ID, To: board.StateWaitingDeps, Actor: "mutant"}); perr != nil {
+		if perr := park(ctx, board.MoveParams{Card: d.ID, To: board.StateWaitingDeps, Actor: "mutant"}); perr != nil {
 			return perr
 		}
 	}
 	err = m.Store.Reopen(ctx, mv)
 	for _, d := range parked {
-		if rerr := m.Store.SetState(ctx, board.Move{Card: d.ID, To: d.State, Actor: "mutant"}); rerr != nil && err == nil {
+		if rerr := m.Store.SetState(ctx, board.MoveParams{Card: d.ID, To: d.State, Actor: "mutant"}); rerr != nil && err == nil {
 			err = rerr
 		}
 	}
@@ -155,7 +157,7 @@ func (m reopenLastBlockerOnly) Reopen(ctx context.Context, mv board.Move) error 
 // as a store without a recovery index might.
 type recoveryListsClaimed struct{ board.Store }
 
-func (m recoveryListsClaimed) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
+func (m recoveryListsClaimed) ListCards(ctx context.Context, f board.ListCardsParams) ([]board.Card, error) {
 	if f.RecoveryOnly {
 		f.RecoveryOnly, f.ClaimedOnly = false, true
 	}
@@ -166,18 +168,18 @@ func (m recoveryListsClaimed) ListCards(ctx context.Context, f board.CardFilter)
 // as the recovery sweep once did: an owner that re-took the card loses it.
 type releaseExpiredByMarker struct{ board.Store }
 
-func (m releaseExpiredByMarker) ReleaseExpired(ctx context.Context, r board.ExpiredRelease) error {
-	if c, err := m.Store.GetCard(ctx, r.Card); err == nil && !c.Claimed() {
+func (m releaseExpiredByMarker) ReleaseExpired(ctx context.Context, r board.ReleaseExpiredParams) error {
+	if c, err := m.Store.GetCard(ctx, board.GetCardParams{ID: r.Card}); err == nil && !c.Claimed() {
 		return board.Conflict(r.Card, "", c.ClaimEpoch)
 	}
-	return m.Store.Release(ctx, r.Card, r.Prev.Marker, r.Actor)
+	return m.Store.Release(ctx, board.ReleaseParams{Card: r.Card, Marker: r.Prev.Marker, Actor: r.Actor})
 }
 
 // listingRestarts ignores the position and lists from the oldest lease on
 // every page, so kept cards at the head would starve the rest.
 type listingRestarts struct{ board.Store }
 
-func (m listingRestarts) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQuery) (board.ExpiredPage, error) {
+func (m listingRestarts) ListExpiredClaimCandidates(ctx context.Context, q board.ListExpiredClaimCandidatesParams) (board.ListExpiredClaimCandidatesResult, error) {
 	q.After = ""
 	return m.Store.ListExpiredClaimCandidates(ctx, q)
 }
@@ -186,11 +188,11 @@ func (m listingRestarts) ListExpiredClaimCandidates(ctx context.Context, q board
 // its Start: the refusal bumps the epoch and logs events.
 type startMintsOnRefusal struct{ board.Store }
 
-func (m startMintsOnRefusal) Start(ctx context.Context, r board.StartRequest) (board.Started, error) {
+func (m startMintsOnRefusal) Start(ctx context.Context, r board.StartParams) (board.StartResult, error) {
 	st, err := m.Store.Start(ctx, r)
 	if errors.Is(err, board.ErrTerminalStateExit) {
-		if _, tok, cerr := m.Store.Claim(ctx, board.ClaimRequest{Card: r.Card, Marker: r.Marker, Lease: r.Lease}); cerr == nil {
-			_ = m.Store.ReleaseOwned(ctx, r.Card, tok)
+		if card, cerr := m.Store.Claim(ctx, board.ClaimParams{Card: r.Card, Marker: r.Marker, Lease: r.Lease}); cerr == nil {
+			_ = m.Store.ReleaseOwned(ctx, board.OwnedParams{Card: r.Card, Token: card.Token()})
 		}
 	}
 	return st, err
@@ -200,11 +202,11 @@ func (m startMintsOnRefusal) Start(ctx context.Context, r board.StartRequest) (b
 // at it and reopens a run that already has its verdict before finishing.
 type finishWithoutRunFence struct{ board.Store }
 
-func (m finishWithoutRunFence) Finish(ctx context.Context, r board.FinishRequest) (board.Finished, error) {
-	_ = m.Store.SetLastRunOwned(ctx, r.Card, r.Token, r.RunID)
-	if run, err := m.Store.GetRun(ctx, r.RunID); err == nil && run.Status.Final() {
+func (m finishWithoutRunFence) Finish(ctx context.Context, r board.FinishParams) (board.FinishResult, error) {
+	_ = m.Store.SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: r.Card, Token: r.Token, RunID: r.RunID})
+	if run, err := m.Store.GetRun(ctx, board.GetRunParams{ID: r.RunID}); err == nil && run.Status.Final() {
 		running := board.RunRunning
-		_, _ = m.Store.UpdateRun(ctx, board.RunUpdate{ID: r.RunID, Token: r.Token, Status: &running})
+		_, _ = m.Store.UpdateRun(ctx, board.UpdateRunParams{ID: r.RunID, Token: r.Token, Status: &running})
 	}
 	return m.Store.Finish(ctx, r)
 }
@@ -212,9 +214,9 @@ func (m finishWithoutRunFence) Finish(ctx context.Context, r board.FinishRequest
 // updateRunIgnoresToken writes a run under whatever claim holds its card.
 type updateRunIgnoresToken struct{ board.Store }
 
-func (m updateRunIgnoresToken) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run, error) {
-	if run, err := m.Store.GetRun(ctx, u.ID); err == nil {
-		if c, err := m.Store.GetCard(ctx, run.Card); err == nil && c.Claimed() {
+func (m updateRunIgnoresToken) UpdateRun(ctx context.Context, u board.UpdateRunParams) (board.Run, error) {
+	if run, err := m.Store.GetRun(ctx, board.GetRunParams{ID: u.ID}); err == nil {
+		if c, err := m.Store.GetCard(ctx, board.GetCardParams{ID: run.Card}); err == nil && c.Claimed() {
 			u.Token = c.Token()
 		}
 	}
@@ -226,28 +228,30 @@ func (m updateRunIgnoresToken) UpdateRun(ctx context.Context, u board.RunUpdate)
 type releaseLeavesRunOpen struct{ board.Store }
 
 func (m releaseLeavesRunOpen) claimOnly(ctx context.Context, card string, tok board.ClaimToken) error {
-	if err := m.Store.ExpireClaimOwned(ctx, card, tok); err != nil {
+	if err := m.Store.ExpireClaimOwned(ctx, board.OwnedParams{Card: card, Token: tok}); err != nil {
 		return err
 	}
 	now, err := m.Store.Now(ctx)
 	if err != nil {
 		return err
 	}
-	return m.Store.ReleaseExpired(ctx, board.ExpiredRelease{Card: card, Prev: tok, Cutoff: now, Actor: "mutant"})
+	return m.Store.ReleaseExpired(ctx, board.ReleaseExpiredParams{Card: card, Prev: tok, Cutoff: now, Actor: "mutant"})
 }
 
-func (m releaseLeavesRunOpen) Release(ctx context.Context, card, marker, actor string) error {
-	if c, err := m.Store.GetCard(ctx, card); err == nil && c.Claim == marker {
+func (m releaseLeavesRunOpen) Release(ctx context.Context, p board.ReleaseParams) error {
+	card, marker, actor := p.Card, p.Marker, p.Actor
+	if c, err := m.Store.GetCard(ctx, board.GetCardParams{ID: card}); err == nil && c.Claim == marker {
 		return m.claimOnly(ctx, card, c.Token())
 	}
-	return m.Store.Release(ctx, card, marker, actor)
+	return m.Store.Release(ctx, board.ReleaseParams{Card: card, Marker: marker, Actor: actor})
 }
 
-func (m releaseLeavesRunOpen) ReleaseOwned(ctx context.Context, card string, tok board.ClaimToken) error {
-	if c, err := m.Store.GetCard(ctx, card); err == nil && c.Token() == tok {
+func (m releaseLeavesRunOpen) ReleaseOwned(ctx context.Context, p board.OwnedParams) error {
+	card, tok := p.Card, p.Token
+	if c, err := m.Store.GetCard(ctx, board.GetCardParams{ID: card}); err == nil && c.Token() == tok {
 		return m.claimOnly(ctx, card, tok)
 	}
-	return m.Store.ReleaseOwned(ctx, card, tok)
+	return m.Store.ReleaseOwned(ctx, board.OwnedParams{Card: card, Token: tok})
 }
 
 // claimPassesBlockers takes a card waiting on its blockers when it is
@@ -256,25 +260,25 @@ func (m releaseLeavesRunOpen) ReleaseOwned(ctx context.Context, card string, tok
 type claimPassesBlockers struct{ board.Store }
 
 func (m claimPassesBlockers) letOut(ctx context.Context, card string) error {
-	return m.Store.SetState(ctx, board.Move{Card: card, To: board.StateReady, Actor: "mutant"})
+	return m.Store.SetState(ctx, board.MoveParams{Card: card, To: board.StateReady, Actor: "mutant"})
 }
 
-func (m claimPassesBlockers) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, board.ClaimToken, error) {
-	c, tok, err := m.Store.Claim(ctx, r)
+func (m claimPassesBlockers) Claim(ctx context.Context, r board.ClaimParams) (board.Card, error) {
+	c, err := m.Store.Claim(ctx, r)
 	if errors.Is(err, board.ErrWaitingOnBlockers) {
 		if err := m.letOut(ctx, r.Card); err != nil {
-			return board.Card{}, board.ClaimToken{}, err
+			return board.Card{}, err
 		}
 		return m.Store.Claim(ctx, r)
 	}
-	return c, tok, err
+	return c, err
 }
 
-func (m claimPassesBlockers) Start(ctx context.Context, r board.StartRequest) (board.Started, error) {
+func (m claimPassesBlockers) Start(ctx context.Context, r board.StartParams) (board.StartResult, error) {
 	st, err := m.Store.Start(ctx, r)
 	if errors.Is(err, board.ErrWaitingOnBlockers) {
 		if err := m.letOut(ctx, r.Card); err != nil {
-			return board.Started{}, err
+			return board.StartResult{}, err
 		}
 		return m.Store.Start(ctx, r)
 	}

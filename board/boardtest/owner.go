@@ -18,31 +18,31 @@ type ownerVerb struct {
 // the no-op variants included: a no-op still checks ownership.
 var ownerVerbs = []ownerVerb{
 	{"SetStateOwned", func(e *env, card string, tok board.ClaimToken) error {
-		_, err := e.s.SetStateOwned(e.ctx, board.OwnedMove{Card: card, Token: tok, To: board.StateInProgress})
+		_, err := e.s.SetStateOwned(e.ctx, board.SetStateOwnedParams{Card: card, Token: tok, To: board.StateInProgress})
 		return err
 	}},
 	{"SetStateOwnedToCurrentState", func(e *env, card string, tok board.ClaimToken) error {
-		_, err := e.s.SetStateOwned(e.ctx, board.OwnedMove{Card: card, Token: tok, To: e.get(card).State})
+		_, err := e.s.SetStateOwned(e.ctx, board.SetStateOwnedParams{Card: card, Token: tok, To: e.get(card).State})
 		return err
 	}},
 	{"SetStateOwnedFrom", func(e *env, card string, tok board.ClaimToken) error {
-		_, err := e.s.SetStateOwned(e.ctx, board.OwnedMove{Card: card, Token: tok, From: e.get(card).State, To: board.StateInProgress})
+		_, err := e.s.SetStateOwned(e.ctx, board.SetStateOwnedParams{Card: card, Token: tok, From: e.get(card).State, To: board.StateInProgress})
 		return err
 	}},
 	{"SetLastRunOwned", func(e *env, card string, tok board.ClaimToken) error {
-		return e.s.SetLastRunOwned(e.ctx, card, tok, "run-stale")
+		return e.s.SetLastRunOwned(e.ctx, board.SetLastRunOwnedParams{Card: card, Token: tok, RunID: "run-stale"})
 	}},
 	{"SetAwaitingInputOwned", func(e *env, card string, tok board.ClaimToken) error {
-		return e.s.SetAwaitingInputOwned(e.ctx, card, tok, true)
+		return e.s.SetAwaitingInputOwned(e.ctx, board.SetAwaitingInputOwnedParams{Card: card, Token: tok, Awaiting: true})
 	}},
 	{"SetGaveUpOwned", func(e *env, card string, tok board.ClaimToken) error {
-		return e.s.SetGaveUpOwned(e.ctx, card, tok, &board.GaveUp{RunID: "run-stale", Reason: "stale writer", At: e.clock.Now()})
+		return e.s.SetGaveUpOwned(e.ctx, board.SetGaveUpOwnedParams{Card: card, Token: tok, GaveUp: &board.GaveUp{RunID: "run-stale", Reason: "stale writer", At: e.clock.Now()}})
 	}},
 	{"ExpireClaimOwned", func(e *env, card string, tok board.ClaimToken) error {
-		return e.s.ExpireClaimOwned(e.ctx, card, tok)
+		return e.s.ExpireClaimOwned(e.ctx, board.OwnedParams{Card: card, Token: tok})
 	}},
 	{"ReleaseOwned", func(e *env, card string, tok board.ClaimToken) error {
-		return e.s.ReleaseOwned(e.ctx, card, tok)
+		return e.s.ReleaseOwned(e.ctx, board.OwnedParams{Card: card, Token: tok})
 	}},
 	{"RenewClaims", func(e *env, card string, tok board.ClaimToken) error {
 		return renewOne(e, card, tok, lease)
@@ -51,7 +51,7 @@ var ownerVerbs = []ownerVerb{
 
 // renewOne renews a single hold and returns its per-hold error.
 func renewOne(e *env, card string, tok board.ClaimToken, d time.Duration) error {
-	res, err := e.s.RenewClaims(e.ctx, []board.Hold{{Card: card, Token: tok}}, d)
+	res, err := e.s.RenewClaims(e.ctx, board.RenewClaimsParams{Holds: []board.Hold{{Card: card, Token: tok}}, Lease: d})
 	if err != nil {
 		return fmt.Errorf("batch error: %w", err)
 	}
@@ -92,7 +92,8 @@ var staleScenarios = []staleScenario{
 	{"AfterTransfer", func(e *env) (board.ClaimToken, board.ClaimToken) {
 		t1 := e.claim("c1", markerA)
 		c := e.expire("c1", t1)
-		_, t2, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: t1, RecoveryMarker: recovery, Cutoff: c.ClaimLeaseUntil, Lease: lease})
+		card, err := e.s.ReclaimExpired(e.ctx, board.ReclaimExpiredParams{Card: "c1", Prev: t1, RecoveryMarker: recovery, Cutoff: c.ClaimLeaseUntil, Lease: lease})
+		t2 := card.Token()
 		if err != nil {
 			e.t.Fatalf("ReclaimExpired: %v", err)
 		}
@@ -152,9 +153,9 @@ func exerciseOwner(t *testing.T, h Harness) {
 
 		e.clock.Advance(time.Second)
 		seq := e.lastSeq()
-		changed, err := e.s.SetStateOwned(e.ctx, board.OwnedMove{Card: "c1", Token: tok, To: board.StateInProgress})
-		if err != nil || !changed {
-			t.Fatalf("SetStateOwned ready → in_progress = %v, %v; want true, nil", changed, err)
+		changed, err := e.s.SetStateOwned(e.ctx, board.SetStateOwnedParams{Card: "c1", Token: tok, To: board.StateInProgress})
+		if err != nil || !changed.Changed {
+			t.Fatalf("SetStateOwned ready → in_progress = %v, %v; want true, nil", changed.Changed, err)
 		}
 		ev := e.oneEventSince(seq, board.EventState, "SetStateOwned")
 		if ev.Data.From != board.StateReady || ev.Data.To != board.StateInProgress || ev.Card != "c1" {
@@ -170,29 +171,29 @@ func exerciseOwner(t *testing.T, h Harness) {
 
 		seq = e.lastSeq()
 		before := e.get("c1")
-		changed, err = e.s.SetStateOwned(e.ctx, board.OwnedMove{Card: "c1", Token: tok, To: board.StateInProgress})
-		if err != nil || changed {
-			t.Errorf("SetStateOwned to the current state = %v, %v; want false, nil", changed, err)
+		changed, err = e.s.SetStateOwned(e.ctx, board.SetStateOwnedParams{Card: "c1", Token: tok, To: board.StateInProgress})
+		if err != nil || changed.Changed {
+			t.Errorf("SetStateOwned to the current state = %v, %v; want false, nil", changed.Changed, err)
 		}
 		e.noEventsSince(seq, "a no-op SetStateOwned")
 		e.unchanged(before, "a no-op SetStateOwned")
 
-		changed, err = e.s.SetStateOwned(e.ctx, board.OwnedMove{Card: "c1", Token: tok, From: board.StateBacklog, To: board.StateAwaitingInput})
-		if err != nil || changed {
-			t.Errorf("SetStateOwned from a drifted source = %v, %v; want false, nil", changed, err)
+		changed, err = e.s.SetStateOwned(e.ctx, board.SetStateOwnedParams{Card: "c1", Token: tok, From: board.StateBacklog, To: board.StateAwaitingInput})
+		if err != nil || changed.Changed {
+			t.Errorf("SetStateOwned from a drifted source = %v, %v; want false, nil", changed.Changed, err)
 		}
 		e.noEventsSince(seq, "a drifted SetStateOwned")
 		e.unchanged(before, "a drifted SetStateOwned")
 
-		changed, err = e.s.SetStateOwned(e.ctx, board.OwnedMove{Card: "c1", Token: tok, From: board.StateInProgress, To: board.StateAwaitingInput})
-		if err != nil || !changed {
-			t.Errorf("SetStateOwned from the declared source = %v, %v; want true, nil", changed, err)
+		changed, err = e.s.SetStateOwned(e.ctx, board.SetStateOwnedParams{Card: "c1", Token: tok, From: board.StateInProgress, To: board.StateAwaitingInput})
+		if err != nil || !changed.Changed {
+			t.Errorf("SetStateOwned from the declared source = %v, %v; want true, nil", changed.Changed, err)
 		}
 		e.oneEventSince(seq, board.EventState, "SetStateOwned with From")
 		keepsClaim("SetStateOwned with From")
 
 		seq = e.lastSeq()
-		if err := e.s.SetLastRunOwned(e.ctx, "c1", tok, "run-1"); err != nil {
+		if err := e.s.SetLastRunOwned(e.ctx, board.SetLastRunOwnedParams{Card: "c1", Token: tok, RunID: "run-1"}); err != nil {
 			t.Fatalf("SetLastRunOwned: %v", err)
 		}
 		if ev := e.oneEventSince(seq, board.EventLastRun, "SetLastRunOwned"); ev.Data.RunID != "run-1" {
@@ -204,7 +205,7 @@ func exerciseOwner(t *testing.T, h Harness) {
 		keepsClaim("SetLastRunOwned")
 
 		seq = e.lastSeq()
-		if err := e.s.SetAwaitingInputOwned(e.ctx, "c1", tok, true); err != nil {
+		if err := e.s.SetAwaitingInputOwned(e.ctx, board.SetAwaitingInputOwnedParams{Card: "c1", Token: tok, Awaiting: true}); err != nil {
 			t.Fatalf("SetAwaitingInputOwned: %v", err)
 		}
 		if ev := e.oneEventSince(seq, board.EventAwaitingInput, "SetAwaitingInputOwned"); !ev.Data.Value {
@@ -217,7 +218,7 @@ func exerciseOwner(t *testing.T, h Harness) {
 
 		seq = e.lastSeq()
 		g := &board.GaveUp{RunID: "run-1", State: board.StateInProgress, Attempts: 2, Reason: "run pruned", At: e.clock.Now()}
-		if err := e.s.SetGaveUpOwned(e.ctx, "c1", tok, g); err != nil {
+		if err := e.s.SetGaveUpOwned(e.ctx, board.SetGaveUpOwnedParams{Card: "c1", Token: tok, GaveUp: g}); err != nil {
 			t.Fatalf("SetGaveUpOwned: %v", err)
 		}
 		e.oneEventSince(seq, board.EventGaveUp, "SetGaveUpOwned")
@@ -228,7 +229,7 @@ func exerciseOwner(t *testing.T, h Harness) {
 
 		e.clock.Advance(time.Second)
 		before = e.get("c1")
-		if err := e.s.ExpireClaimOwned(e.ctx, "c1", tok); err != nil {
+		if err := e.s.ExpireClaimOwned(e.ctx, board.OwnedParams{Card: "c1", Token: tok}); err != nil {
 			t.Fatalf("ExpireClaimOwned: %v", err)
 		}
 		c := e.get("c1")
@@ -244,7 +245,7 @@ func exerciseOwner(t *testing.T, h Harness) {
 		}
 
 		seq = e.lastSeq()
-		if err := e.s.ReleaseOwned(e.ctx, "c1", tok); err != nil {
+		if err := e.s.ReleaseOwned(e.ctx, board.OwnedParams{Card: "c1", Token: tok}); err != nil {
 			t.Fatalf("ReleaseOwned: %v", err)
 		}
 		c = e.get("c1")
@@ -260,7 +261,7 @@ func exerciseOwner(t *testing.T, h Harness) {
 
 		seq = e.lastSeq()
 		before = e.get("c1")
-		if err := e.s.ReleaseOwned(e.ctx, "c1", tok); err != nil {
+		if err := e.s.ReleaseOwned(e.ctx, board.OwnedParams{Card: "c1", Token: tok}); err != nil {
 			t.Errorf("ReleaseOwned on a free card = %v, want nil", err)
 		}
 		e.unchanged(before, "ReleaseOwned on a free card")
@@ -276,7 +277,7 @@ func exerciseOwner(t *testing.T, h Harness) {
 		seq := e.lastSeq()
 
 		e.clock.Advance(10 * time.Second)
-		res, err := e.s.RenewClaims(e.ctx, []board.Hold{{Card: "c1", Token: tok}}, lease)
+		res, err := e.s.RenewClaims(e.ctx, board.RenewClaimsParams{Holds: []board.Hold{{Card: "c1", Token: tok}}, Lease: lease})
 		if err != nil || len(res) != 1 || res[0].Err != nil {
 			t.Fatalf("RenewClaims = %+v, %v; want one success", res, err)
 		}
@@ -300,13 +301,14 @@ func exerciseOwner(t *testing.T, h Harness) {
 		t.Parallel()
 		e := open(t, h)
 		e.card("c1", board.StateReady)
-		_, tok, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: "c1", Marker: markerA, Lease: time.Hour})
+		card, err := e.s.Claim(e.ctx, board.ClaimParams{Card: "c1", Marker: markerA, Lease: time.Hour})
+		tok := card.Token()
 		if err != nil {
 			t.Fatal(err)
 		}
 		before := e.get("c1")
 		e.clock.Advance(time.Second)
-		res, err := e.s.RenewClaims(e.ctx, []board.Hold{{Card: "c1", Token: tok}}, time.Second)
+		res, err := e.s.RenewClaims(e.ctx, board.RenewClaimsParams{Holds: []board.Hold{{Card: "c1", Token: tok}}, Lease: time.Second})
 		if err != nil || len(res) != 1 || res[0].Err != nil {
 			t.Fatalf("RenewClaims with a shorter lease = %+v, %v; want one success", res, err)
 		}
@@ -334,7 +336,7 @@ func exerciseOwner(t *testing.T, h Harness) {
 		e.clock.Advance(10 * time.Second)
 
 		holds := []board.Hold{{Card: "c3", Token: t3}, {Card: "c2", Token: stale}, {Card: "c1", Token: t1}}
-		res, err := e.s.RenewClaims(e.ctx, holds, lease)
+		res, err := e.s.RenewClaims(e.ctx, board.RenewClaimsParams{Holds: holds, Lease: lease})
 		if err != nil {
 			t.Fatalf("RenewClaims batch error: %v", err)
 		}
@@ -369,13 +371,13 @@ func exerciseOwner(t *testing.T, h Harness) {
 		before := e.get("c1")
 		seq := e.lastSeq()
 
-		wantConflict(t, e.s.Release(e.ctx, "c1", markerB, "uid:0"), markerA, tok.Epoch, "Release by the wrong marker")
+		wantConflict(t, e.s.Release(e.ctx, board.ReleaseParams{Card: "c1", Marker: markerB, Actor: "uid:0"}), markerA, tok.Epoch, "Release by the wrong marker")
 		e.unchanged(before, "Release by the wrong marker")
 		e.noEventsSince(seq, "Release by the wrong marker")
 
 		// Release matches the marker at any epoch: it is the operator's
 		// force-release and the sweeps' tool, not a fenced owner write.
-		if err := e.s.Release(e.ctx, "c1", markerA, "uid:0"); err != nil {
+		if err := e.s.Release(e.ctx, board.ReleaseParams{Card: "c1", Marker: markerA, Actor: "uid:0"}); err != nil {
 			t.Fatalf("Release by the holding marker: %v", err)
 		}
 		c := e.get("c1")
@@ -386,7 +388,7 @@ func exerciseOwner(t *testing.T, h Harness) {
 
 		seq = e.lastSeq()
 		before = e.get("c1")
-		if err := e.s.Release(e.ctx, "c1", markerA, "uid:0"); err != nil {
+		if err := e.s.Release(e.ctx, board.ReleaseParams{Card: "c1", Marker: markerA, Actor: "uid:0"}); err != nil {
 			t.Errorf("Release of a free card = %v, want nil", err)
 		}
 		e.unchanged(before, "Release of a free card")

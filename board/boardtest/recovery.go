@@ -27,13 +27,14 @@ func exerciseRecoveryListing(t *testing.T, h Harness) {
 	reclaim := func(id, rec string, tok board.ClaimToken) board.ClaimToken {
 		t.Helper()
 		c := e.expire(id, tok)
-		_, got, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: id, Prev: tok, RecoveryMarker: rec, Cutoff: c.ClaimLeaseUntil, Lease: lease})
+		card, err := e.s.ReclaimExpired(e.ctx, board.ReclaimExpiredParams{Card: id, Prev: tok, RecoveryMarker: rec, Cutoff: c.ClaimLeaseUntil, Lease: lease})
+		got := card.Token()
 		if err != nil {
 			t.Fatalf("ReclaimExpired(%s → %s): %v", id, rec, err)
 		}
 		return got
 	}
-	list := func(f board.CardFilter) []string {
+	list := func(f board.ListCardsParams) []string {
 		t.Helper()
 		cs, err := e.s.ListCards(e.ctx, f)
 		if err != nil {
@@ -48,11 +49,11 @@ func exerciseRecoveryListing(t *testing.T, h Harness) {
 	}
 	check := func(step string, want []string) {
 		t.Helper()
-		if got := list(board.CardFilter{RecoveryOnly: true}); !slices.Equal(got, want) {
+		if got := list(board.ListCardsParams{RecoveryOnly: true}); !slices.Equal(got, want) {
 			t.Errorf("after %s: ListCards(RecoveryOnly) = %q, want %q", step, got, want)
 		}
 		// RecoveryOnly implies ClaimedOnly: naming both changes nothing.
-		if got := list(board.CardFilter{RecoveryOnly: true, ClaimedOnly: true}); !slices.Equal(got, want) {
+		if got := list(board.ListCardsParams{RecoveryOnly: true, ClaimedOnly: true}); !slices.Equal(got, want) {
 			t.Errorf("after %s: ListCards(RecoveryOnly, ClaimedOnly) = %q, want %q", step, got, want)
 		}
 	}
@@ -77,7 +78,7 @@ func exerciseRecoveryListing(t *testing.T, h Harness) {
 	check("the recovery holder's release", []string{"c2"})
 	t1 = e.claim("c1", markerB)
 	check("a worker's claim of the released card", []string{"c2"})
-	if err := e.s.Release(e.ctx, "c2", recovery2, "uid:0"); err != nil {
+	if err := e.s.Release(e.ctx, board.ReleaseParams{Card: "c2", Marker: recovery2, Actor: "uid:0"}); err != nil {
 		t.Fatalf("Release(c2, %s): %v", recovery2, err)
 	}
 	check("a release by marker", nil)
@@ -87,14 +88,14 @@ func exerciseRecoveryListing(t *testing.T, h Harness) {
 	check("reclaims of re-claimed cards", []string{"c1", "c3"})
 
 	// The other filters still apply, and the limit is taken in the query.
-	if got, want := list(board.CardFilter{RecoveryOnly: true, Limit: 1}), []string{"c1"}; !slices.Equal(got, want) {
+	if got, want := list(board.ListCardsParams{RecoveryOnly: true, Limit: 1}), []string{"c1"}; !slices.Equal(got, want) {
 		t.Errorf("ListCards(RecoveryOnly, Limit 1) = %q, want %q", got, want)
 	}
 	e.setState("c3", board.StateReady)
-	if got, want := list(board.CardFilter{RecoveryOnly: true, State: board.StateReady}), []string{"c3"}; !slices.Equal(got, want) {
+	if got, want := list(board.ListCardsParams{RecoveryOnly: true, State: board.StateReady}), []string{"c3"}; !slices.Equal(got, want) {
 		t.Errorf("ListCards(RecoveryOnly, State ready) = %q, want %q", got, want)
 	}
-	if got, want := list(board.CardFilter{ClaimedOnly: true}), []string{"c1", "c3", "c4"}; !slices.Equal(got, want) {
+	if got, want := list(board.ListCardsParams{ClaimedOnly: true}), []string{"c1", "c3", "c4"}; !slices.Equal(got, want) {
 		t.Errorf("ListCards(ClaimedOnly) = %q, want %q", got, want)
 	}
 }
@@ -115,12 +116,12 @@ func exerciseClaimHostsListing(t *testing.T, h Harness) {
 	e.claim("ab", "alpha-b-102")
 	tr := e.claim("ar", "alpha-103")
 	c := e.expire("ar", tr)
-	if _, _, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "ar", Prev: tr, RecoveryMarker: "reaper:alpha-7", Cutoff: c.ClaimLeaseUntil, Lease: lease}); err != nil {
+	if _, err := e.s.ReclaimExpired(e.ctx, board.ReclaimExpiredParams{Card: "ar", Prev: tr, RecoveryMarker: "reaper:alpha-7", Cutoff: c.ClaimLeaseUntil, Lease: lease}); err != nil {
 		t.Fatalf("ReclaimExpired(ar): %v", err)
 	}
 	e.claim("b1", "beta-104")
 	e.claim("ax", "alphax-105")
-	list := func(f board.CardFilter) []string {
+	list := func(f board.ListCardsParams) []string {
 		t.Helper()
 		cs, err := e.s.ListCards(e.ctx, f)
 		if err != nil {
@@ -129,16 +130,16 @@ func exerciseClaimHostsListing(t *testing.T, h Harness) {
 		return ids(cs)
 	}
 	for _, tc := range []struct {
-		f    board.CardFilter
+		f    board.ListCardsParams
 		want []string
 	}{
-		{board.CardFilter{ClaimHosts: []string{"alpha"}}, []string{"a1", "ar"}},
-		{board.CardFilter{ClaimHosts: []string{"alpha"}, ClaimedOnly: true}, []string{"a1", "ar"}},
-		{board.CardFilter{ClaimHosts: []string{"alpha-b"}}, []string{"ab"}},
-		{board.CardFilter{ClaimHosts: []string{"alpha", "beta"}}, []string{"a1", "ar", "b1"}},
-		{board.CardFilter{ClaimHosts: []string{"alpha"}, RecoveryOnly: true}, []string{"ar"}},
-		{board.CardFilter{ClaimHosts: []string{"alpha"}, Limit: 1}, []string{"a1"}},
-		{board.CardFilter{ClaimHosts: []string{"gamma"}}, nil},
+		{board.ListCardsParams{ClaimHosts: []string{"alpha"}}, []string{"a1", "ar"}},
+		{board.ListCardsParams{ClaimHosts: []string{"alpha"}, ClaimedOnly: true}, []string{"a1", "ar"}},
+		{board.ListCardsParams{ClaimHosts: []string{"alpha-b"}}, []string{"ab"}},
+		{board.ListCardsParams{ClaimHosts: []string{"alpha", "beta"}}, []string{"a1", "ar", "b1"}},
+		{board.ListCardsParams{ClaimHosts: []string{"alpha"}, RecoveryOnly: true}, []string{"ar"}},
+		{board.ListCardsParams{ClaimHosts: []string{"alpha"}, Limit: 1}, []string{"a1"}},
+		{board.ListCardsParams{ClaimHosts: []string{"gamma"}}, nil},
 	} {
 		if got := list(tc.f); !slices.Equal(got, tc.want) {
 			t.Errorf("ListCards(%+v) = %q, want %q", tc.f, got, tc.want)
@@ -146,7 +147,7 @@ func exerciseClaimHostsListing(t *testing.T, h Harness) {
 	}
 	// A release takes the card out of its host's listing.
 	e.release("a1", ta)
-	if got, want := list(board.CardFilter{ClaimHosts: []string{"alpha"}}), []string{"ar"}; !slices.Equal(got, want) {
+	if got, want := list(board.ListCardsParams{ClaimHosts: []string{"alpha"}}), []string{"ar"}; !slices.Equal(got, want) {
 		t.Errorf("after a release: ListCards(ClaimHosts alpha) = %q, want %q", got, want)
 	}
 }

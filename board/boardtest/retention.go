@@ -34,7 +34,7 @@ func exerciseRetention(t *testing.T, h Harness) {
 		if got.Runs != 1 || !slices.Equal(got.Cards, []string{"old-done"}) {
 			t.Errorf("Prune = %+v; want the one run of old-done", got)
 		}
-		if _, err := e.s.GetRun(e.ctx, "r-old"); !errors.Is(err, board.ErrNotFound) {
+		if _, err := e.s.GetRun(e.ctx, board.GetRunParams{ID: "r-old"}); !errors.Is(err, board.ErrNotFound) {
 			t.Errorf("GetRun of the pruned run = %v, want ErrNotFound", err)
 		}
 		for _, id := range []string{heldRun.ID, "r-pool", "r-new"} {
@@ -111,7 +111,7 @@ func exerciseRetention(t *testing.T, h Harness) {
 		}
 		// A follower that had read only the first event would skip the
 		// pruned ones: it is told, not served a gap.
-		_, err = e.s.Events(e.ctx, first[0].Seq, 10)
+		_, err = e.s.Events(e.ctx, board.EventsParams{After: first[0].Seq, Limit: 10})
 		if !errors.Is(err, board.ErrEventsPruned) {
 			t.Errorf("Events after a pruned position = %v, want ErrEventsPruned", err)
 		}
@@ -120,7 +120,7 @@ func exerciseRetention(t *testing.T, h Harness) {
 		if len(evs) == 0 || evs[0].Seq != keep {
 			t.Errorf("Events(0) = %s; want the retained log from seq %d", fmtEvents(evs), keep)
 		}
-		if evs, err := e.s.Events(e.ctx, got.EventsThrough, 10); err != nil || len(evs) == 0 {
+		if evs, err := e.s.Events(e.ctx, board.EventsParams{After: got.EventsThrough, Limit: 10}); err != nil || len(evs) == 0 {
 			t.Errorf("Events after the pruned position = %s, %v; want the rest", fmtEvents(evs), err)
 		}
 	})
@@ -131,7 +131,7 @@ func exerciseRetention(t *testing.T, h Harness) {
 		e.card("held", "")
 		tok := e.claim("held", markerA)
 		e.card("blocker", "")
-		e.create(board.NewCard{ID: "dep", DependsOn: []string{"blocker"}, Actor: "cli"})
+		e.create(board.CreateCardParams{ID: "dep", DependsOn: []string{"blocker"}, Actor: "cli"})
 
 		seq := e.lastSeq()
 		before := e.get("held")
@@ -157,17 +157,17 @@ func exerciseRetention(t *testing.T, h Harness) {
 		if err != nil || got.Runs != 1 || got.Card.State != board.StateDone {
 			t.Fatalf("DeleteCard = %+v, %v; want the done card and its run", got, err)
 		}
-		if _, err := e.s.GetCard(e.ctx, "gone"); !errors.Is(err, board.ErrNotFound) {
+		if _, err := e.s.GetCard(e.ctx, board.GetCardParams{ID: "gone"}); !errors.Is(err, board.ErrNotFound) {
 			t.Errorf("GetCard after DeleteCard = %v, want ErrNotFound", err)
 		}
-		if _, err := e.s.GetRun(e.ctx, "r-gone"); !errors.Is(err, board.ErrNotFound) {
+		if _, err := e.s.GetRun(e.ctx, board.GetRunParams{ID: "r-gone"}); !errors.Is(err, board.ErrNotFound) {
 			t.Errorf("GetRun of a deleted card's run = %v, want ErrNotFound", err)
 		}
 		ev := e.oneEventSince(seq, board.EventCardDeleted, "DeleteCard")
 		if ev.Card != "gone" || ev.Actor != "uid:0" {
 			t.Errorf("card_deleted event = %+v", ev)
 		}
-		cards, err := e.s.ListCards(e.ctx, board.CardFilter{})
+		cards, err := e.s.ListCards(e.ctx, board.ListCardsParams{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,9 +232,9 @@ func (e *env) finished(id, runID string) board.Card {
 }
 
 // finish gives the run of st its verdict and returns the card after it.
-func (e *env) finish(st board.Started, status board.RunStatus) board.Card {
+func (e *env) finish(st board.StartResult, status board.RunStatus) board.Card {
 	e.t.Helper()
-	f, err := e.s.Finish(e.ctx, board.FinishRequest{Card: st.Card.ID, Token: st.Token, RunID: st.Run.ID, Status: status})
+	f, err := e.s.Finish(e.ctx, board.FinishParams{Card: st.Card.ID, Token: st.Token, RunID: st.Run.ID, Status: status})
 	if err != nil {
 		e.t.Fatalf("Finish(%q, %s): %v", st.Card.ID, status, err)
 	}

@@ -21,7 +21,7 @@ func exerciseRetries(t *testing.T, h Harness) {
 	t.Run("BackoffIsPassedOverUntilRetryAt", func(t *testing.T) {
 		t.Parallel()
 		e := open(t, h)
-		e.create(board.NewCard{ID: "c1", Actor: "cli", Retry: &board.RetryPolicy{MaxAttempts: 3, Backoff: time.Hour}})
+		e.create(board.CreateCardParams{ID: "c1", Actor: "cli", Retry: &board.RetryPolicy{MaxAttempts: 3, Backoff: time.Hour}})
 		if c := e.get("c1"); c.Retry == nil || c.Retry.MaxAttempts != 3 || c.Retry.Backoff != time.Hour {
 			t.Fatalf("c1's own retry policy = %+v, want max_attempts 3, backoff 1h", c.Retry)
 		}
@@ -31,7 +31,7 @@ func exerciseRetries(t *testing.T, h Harness) {
 			t.Errorf("Start: attempts %d, want 1 (a run new to the card)", st.Card.Attempts)
 		}
 		before := e.clock.Now()
-		f, err := e.s.Finish(e.ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1",
+		f, err := e.s.Finish(e.ctx, board.FinishParams{Card: "c1", Token: st.Token, RunID: "r1",
 			Status: board.RunFailed, FailureCode: "SIGNAL_9", Retryable: true})
 		if err != nil {
 			t.Fatalf("Finish (retryable): %v", err)
@@ -51,20 +51,21 @@ func exerciseRetries(t *testing.T, h Harness) {
 		}
 
 		// The pool passes c1 over: the younger c2 is taken, then none.
-		card, tok2, err := e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerB, Lease: lease})
+		card, err := e.s.ClaimNext(e.ctx, board.ClaimNextParams{Marker: markerB, Lease: lease})
+		tok2 := card.Token()
 		if err != nil || card.ID != "c2" {
 			t.Fatalf("ClaimNext = %s, %v; want c2 (c1 backs off)", card.ID, err)
 		}
 		e.release("c2", tok2)
 		e.setState("c2", board.StateBacklog)
-		_, _, err = e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerB, Lease: lease})
+		_, err = e.s.ClaimNext(e.ctx, board.ClaimNextParams{Marker: markerB, Lease: lease})
 		wantErr(t, err, board.ErrNotFound, "ClaimNext with only a card backing off")
-		_, err = e.s.Start(e.ctx, board.StartRequest{Next: true, Marker: markerB, Lease: lease, Run: board.Run{ID: "rn"}})
+		_, err = e.s.Start(e.ctx, board.StartParams{Next: true, Marker: markerB, Lease: lease, Run: board.Run{ID: "rn"}})
 		wantErr(t, err, board.ErrNotFound, "Start next with only a card backing off")
 
 		// By id: refused, naming the time; nothing written.
 		seq := e.lastSeq()
-		_, _, err = e.s.Claim(e.ctx, board.ClaimRequest{Card: "c1", Marker: markerB, Lease: lease})
+		_, err = e.s.Claim(e.ctx, board.ClaimParams{Card: "c1", Marker: markerB, Lease: lease})
 		wantErr(t, err, board.ErrTransitionRejected, "Claim of a card backing off")
 		if err != nil && !strings.Contains(err.Error(), c.RetryAt.UTC().Format(time.RFC3339)[:16]) {
 			t.Errorf("the refusal %q does not name the time %s", err, c.RetryAt)
@@ -77,7 +78,7 @@ func exerciseRetries(t *testing.T, h Harness) {
 			// The store's clock passes retry_at: the pool takes c1 again,
 			// and its next run is attempt 2.
 			e.clock.Advance(time.Hour)
-			st := e.start(board.StartRequest{Next: true, Marker: markerB, Lease: lease, Run: board.Run{ID: "r2"}})
+			st := e.start(board.StartParams{Next: true, Marker: markerB, Lease: lease, Run: board.Run{ID: "r2"}})
 			if st.Card.ID != "c1" || st.Card.Attempts != 2 || st.Resumed {
 				t.Errorf("Start next after the backoff = %s attempts %d resumed %v; want c1, attempt 2, a fresh run", st.Card.ID, st.Card.Attempts, st.Resumed)
 			}
@@ -85,15 +86,15 @@ func exerciseRetries(t *testing.T, h Harness) {
 		}
 		// The fleet: a card whose backoff is a millisecond is taken once
 		// the server's clock has passed it.
-		e.create(board.NewCard{ID: "c3", Actor: "cli", Retry: &board.RetryPolicy{Backoff: time.Millisecond}})
+		e.create(board.CreateCardParams{ID: "c3", Actor: "cli", Retry: &board.RetryPolicy{Backoff: time.Millisecond}})
 		st3 := e.start(startReq("c3", markerA, "r3"))
-		if _, err := e.s.Finish(e.ctx, board.FinishRequest{Card: "c3", Token: st3.Token, RunID: "r3",
+		if _, err := e.s.Finish(e.ctx, board.FinishParams{Card: "c3", Token: st3.Token, RunID: "r3",
 			Status: board.RunFailed, FailureCode: "SIGNAL_11", Retryable: true}); err != nil {
 			t.Fatalf("Finish c3: %v", err)
 		}
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			card, _, err := e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerB, Lease: lease})
+			card, err := e.s.ClaimNext(e.ctx, board.ClaimNextParams{Marker: markerB, Lease: lease})
 			if err == nil {
 				if card.ID != "c3" {
 					t.Errorf("ClaimNext = %s, want c3 (c1 still backs off)", card.ID)
@@ -113,12 +114,12 @@ func exerciseRetries(t *testing.T, h Harness) {
 	t.Run("ARetryUnmovedStillBacksOff", func(t *testing.T) {
 		t.Parallel()
 		e := open(t, h)
-		e.create(board.NewCard{ID: "c1", Actor: "cli", Retry: &board.RetryPolicy{MaxAttempts: 3, Backoff: time.Hour}})
+		e.create(board.CreateCardParams{ID: "c1", Actor: "cli", Retry: &board.RetryPolicy{MaxAttempts: 3, Backoff: time.Hour}})
 		tok := e.claim("c1", markerA)
-		if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: tok, Run: board.Run{ID: "r1", Card: "c1"}}); err != nil {
+		if _, err := e.s.CreateRun(e.ctx, board.CreateRunParams{Token: tok, Run: board.Run{ID: "r1", Card: "c1"}}); err != nil {
 			t.Fatalf("CreateRun: %v", err)
 		}
-		if _, err := e.s.Finish(e.ctx, board.FinishRequest{Card: "c1", Token: tok, RunID: "r1",
+		if _, err := e.s.Finish(e.ctx, board.FinishParams{Card: "c1", Token: tok, RunID: "r1",
 			Status: board.RunFailed, FailureCode: "SIGNAL_9", Retryable: true}); err != nil {
 			t.Fatalf("Finish (retryable): %v", err)
 		}
@@ -126,7 +127,7 @@ func exerciseRetries(t *testing.T, h Harness) {
 		if c.Claimed() || c.Attempts != 1 || c.RetryAt.IsZero() {
 			t.Fatalf("after a retryable failure c1 = %s attempts %d retry_at %s; want free, 1 attempt, backing off", fmtCard(c), c.Attempts, c.RetryAt)
 		}
-		card, _, err := e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerB, Lease: lease})
+		card, err := e.s.ClaimNext(e.ctx, board.ClaimNextParams{Marker: markerB, Lease: lease})
 		if err == nil {
 			t.Fatalf("ClaimNext took %s at once: the retry's backoff was lost because the filing did not move the card", card.ID)
 		}
@@ -139,12 +140,12 @@ func exerciseRetries(t *testing.T, h Harness) {
 	t.Run("ARetryMoveIntoTheSameStateStillBacksOff", func(t *testing.T) {
 		t.Parallel()
 		e := open(t, h)
-		e.create(board.NewCard{ID: "c1", Actor: "cli", Retry: &board.RetryPolicy{MaxAttempts: 3, Backoff: time.Hour}})
+		e.create(board.CreateCardParams{ID: "c1", Actor: "cli", Retry: &board.RetryPolicy{MaxAttempts: 3, Backoff: time.Hour}})
 		tok := e.claim("c1", markerA)
 		seq := e.lastSeq()
-		changed, err := e.s.SetStateOwned(e.ctx, board.OwnedMove{Card: "c1", Token: tok, From: e.b.FirstPool(), To: e.b.FirstPool(), Reason: board.ReasonRetry, Retry: true})
-		if err != nil || changed {
-			t.Fatalf("SetStateOwned (retry, same state) = %v, %v; want no move reported", changed, err)
+		changed, err := e.s.SetStateOwned(e.ctx, board.SetStateOwnedParams{Card: "c1", Token: tok, From: e.b.FirstPool(), To: e.b.FirstPool(), Reason: board.ReasonRetry, Retry: true})
+		if err != nil || changed.Changed {
+			t.Fatalf("SetStateOwned (retry, same state) = %v, %v; want no move reported", changed.Changed, err)
 		}
 		for _, ev := range e.eventsAfter(seq) {
 			if ev.Type == board.EventState {
@@ -155,7 +156,7 @@ func exerciseRetries(t *testing.T, h Harness) {
 		if c := e.get("c1"); c.RetryAt.IsZero() {
 			t.Fatalf("c1 = %s retry_at zero: the retry's backoff was lost because the move moved nothing", fmtCard(c))
 		}
-		_, _, err = e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerB, Lease: lease})
+		_, err = e.s.ClaimNext(e.ctx, board.ClaimNextParams{Marker: markerB, Lease: lease})
 		wantErr(t, err, board.ErrNotFound, "ClaimNext with only a card backing off")
 	})
 
@@ -170,16 +171,16 @@ func exerciseRetries(t *testing.T, h Harness) {
 			t.Skip("the fleet's server clock is stepped in store/mongo's TestRetryAtFromAServerClockSteppedBack")
 		}
 		e := open(t, h)
-		e.create(board.NewCard{ID: "c1", Actor: "cli", Retry: &board.RetryPolicy{MaxAttempts: 3, Backoff: time.Hour}})
+		e.create(board.CreateCardParams{ID: "c1", Actor: "cli", Retry: &board.RetryPolicy{MaxAttempts: 3, Backoff: time.Hour}})
 		before := e.clock.Now()
 		e.clock.Set(before.Add(365 * 24 * time.Hour)) // the clock runs a year ahead…
 		st := e.start(startReq("c1", markerA, "r1"))
-		if _, err := e.s.Finish(e.ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1",
+		if _, err := e.s.Finish(e.ctx, board.FinishParams{Card: "c1", Token: st.Token, RunID: "r1",
 			Status: board.RunFailed, FailureCode: "SIGNAL_9", Retryable: true}); err != nil {
 			t.Fatalf("Finish (retryable): %v", err)
 		}
 		e.clock.Set(before.Add(time.Minute)) // …and is stepped back
-		card, _, err := e.s.ClaimNext(e.ctx, board.ClaimNextRequest{Marker: markerB, Lease: lease})
+		card, err := e.s.ClaimNext(e.ctx, board.ClaimNextParams{Marker: markerB, Lease: lease})
 		if err != nil || card.ID != "c1" {
 			t.Fatalf("ClaimNext after the clock stepped back = %q, %v; want c1 (retry_at %s is a year ahead, beyond any backoff)", card.ID, err, e.get("c1").RetryAt)
 		}
@@ -188,9 +189,9 @@ func exerciseRetries(t *testing.T, h Harness) {
 	t.Run("AttemptsSpentFileTheCardFailed", func(t *testing.T) {
 		t.Parallel()
 		e := open(t, h)
-		e.create(board.NewCard{ID: "c1", Actor: "cli", Retry: &board.RetryPolicy{MaxAttempts: 1}})
+		e.create(board.CreateCardParams{ID: "c1", Actor: "cli", Retry: &board.RetryPolicy{MaxAttempts: 1}})
 		st := e.start(startReq("c1", markerA, "r1"))
-		if _, err := e.s.Finish(e.ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1",
+		if _, err := e.s.Finish(e.ctx, board.FinishParams{Card: "c1", Token: st.Token, RunID: "r1",
 			Status: board.RunFailed, FailureCode: "SIGNAL_9", Retryable: true}); err != nil {
 			t.Fatalf("Finish: %v", err)
 		}
@@ -209,14 +210,14 @@ func exerciseRetries(t *testing.T, h Harness) {
 		e := open(t, h)
 		e.card("c1", "")
 		st := e.start(startReq("c1", markerA, "r1"))
-		if _, err := e.s.Finish(e.ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1",
+		if _, err := e.s.Finish(e.ctx, board.FinishParams{Card: "c1", Token: st.Token, RunID: "r1",
 			Status: board.RunFailed, FailureCode: "EXIT_1"}); err != nil {
 			t.Fatalf("Finish: %v", err)
 		}
 		if c := e.get("c1"); c.State != board.StateFailed || !c.RetryAt.IsZero() || c.GaveUp != nil {
 			t.Errorf("c1 = %s retry_at %s; want failed as before the policy", fmtCard(c), c.RetryAt)
 		}
-		_, err := e.s.Finish(e.ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1",
+		_, err := e.s.Finish(e.ctx, board.FinishParams{Card: "c1", Token: st.Token, RunID: "r1",
 			Status: board.RunFinished, Retryable: true})
 		wantErr(t, err, board.ErrInvalidArgument, "a retryable verdict that is not a failure")
 	})
@@ -226,7 +227,7 @@ func exerciseRetries(t *testing.T, h Harness) {
 		e := open(t, h)
 		e.card("c1", "")
 		st := e.start(startReq("c1", markerA, "r1"))
-		if _, err := e.s.Finish(e.ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFailedResumable}); err != nil {
+		if _, err := e.s.Finish(e.ctx, board.FinishParams{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFailedResumable}); err != nil {
 			t.Fatalf("Finish: %v", err)
 		}
 		st = e.start(startReq("c1", markerB, "r2"))

@@ -18,10 +18,10 @@ type moveVerb struct {
 // setStateFamily lists every verb the sink guard must cover (DESIGN.md#sinks).
 var setStateFamily = []moveVerb{
 	{"SetState", func(e *env, card, _, to string) error {
-		return e.s.SetState(e.ctx, board.Move{Card: card, To: to, Actor: "uid:1000"})
+		return e.s.SetState(e.ctx, board.MoveParams{Card: card, To: to, Actor: "uid:1000"})
 	}},
 	{"SetStateFrom", func(e *env, card, from, to string) error {
-		_, err := e.s.SetStateFrom(e.ctx, board.Move{Card: card, From: from, To: to, Actor: "bot"})
+		_, err := e.s.SetStateFrom(e.ctx, board.MoveParams{Card: card, From: from, To: to, Actor: "bot"})
 		return err
 	}},
 	{"SetStateOwned", func(e *env, card, _, to string) error {
@@ -29,7 +29,7 @@ var setStateFamily = []moveVerb{
 		if tok.Marker == "" {
 			tok = e.claim(card, markerA)
 		}
-		_, err := e.s.SetStateOwned(e.ctx, board.OwnedMove{Card: card, Token: tok, To: to})
+		_, err := e.s.SetStateOwned(e.ctx, board.SetStateOwnedParams{Card: card, Token: tok, To: to})
 		return err
 	}},
 }
@@ -94,9 +94,9 @@ func exerciseStates(t *testing.T, h Harness) {
 		e.card("c1", board.StateReady)
 
 		seq := e.lastSeq()
-		changed, err := e.s.SetStateFrom(e.ctx, board.Move{Card: "c1", From: board.StateReady, To: board.StateBacklog, Actor: "bot"})
-		if err != nil || !changed {
-			t.Fatalf("SetStateFrom with the right source = %v, %v; want true, nil", changed, err)
+		changed, err := e.s.SetStateFrom(e.ctx, board.MoveParams{Card: "c1", From: board.StateReady, To: board.StateBacklog, Actor: "bot"})
+		if err != nil || !changed.Changed {
+			t.Fatalf("SetStateFrom with the right source = %v, %v; want true, nil", changed.Changed, err)
 		}
 		ev := e.oneEventSince(seq, board.EventState, "SetStateFrom")
 		if ev.Data.From != board.StateReady || ev.Data.To != board.StateBacklog {
@@ -106,9 +106,9 @@ func exerciseStates(t *testing.T, h Harness) {
 		e.clock.Advance(time.Second)
 		before := e.get("c1")
 		seq = e.lastSeq()
-		changed, err = e.s.SetStateFrom(e.ctx, board.Move{Card: "c1", From: board.StateReady, To: board.StateInProgress, Actor: "bot"})
-		if err != nil || changed {
-			t.Errorf("SetStateFrom from a drifted source = %v, %v; want false, nil", changed, err)
+		changed, err = e.s.SetStateFrom(e.ctx, board.MoveParams{Card: "c1", From: board.StateReady, To: board.StateInProgress, Actor: "bot"})
+		if err != nil || changed.Changed {
+			t.Errorf("SetStateFrom from a drifted source = %v, %v; want false, nil", changed.Changed, err)
 		}
 		e.unchanged(before, "a drifted SetStateFrom")
 		e.noEventsSince(seq, "a drifted SetStateFrom")
@@ -116,9 +116,9 @@ func exerciseStates(t *testing.T, h Harness) {
 		// A terminal source is refused even when the card is not there: the
 		// caller declared it wants to leave a sink, which is never allowed
 		// outside Reopen.
-		changed, err = e.s.SetStateFrom(e.ctx, board.Move{Card: "c1", From: board.StateDone, To: board.StateReady, Actor: "bot"})
-		if !errors.Is(err, board.ErrTerminalStateExit) || changed {
-			t.Errorf("SetStateFrom with a drifted terminal source = %v, %v; want false, ErrTerminalStateExit", changed, err)
+		changed, err = e.s.SetStateFrom(e.ctx, board.MoveParams{Card: "c1", From: board.StateDone, To: board.StateReady, Actor: "bot"})
+		if !errors.Is(err, board.ErrTerminalStateExit) || changed.Changed {
+			t.Errorf("SetStateFrom with a drifted terminal source = %v, %v; want false, ErrTerminalStateExit", changed.Changed, err)
 		}
 		e.unchanged(before, "a refused SetStateFrom")
 		e.noEventsSince(seq, "a refused SetStateFrom")
@@ -133,7 +133,7 @@ func exerciseStates(t *testing.T, h Harness) {
 			e.clock.Advance(time.Second)
 			before := e.get("c1")
 			seq := e.lastSeq()
-			err := e.s.Reopen(e.ctx, board.Move{Card: "c1", To: to, Actor: "uid:0"})
+			err := e.s.Reopen(e.ctx, board.MoveParams{Card: "c1", To: to, Actor: "uid:0"})
 			if !errors.Is(err, board.ErrTransitionRejected) && !errors.Is(err, board.ErrInvalidArgument) {
 				t.Errorf("%s: got %v, want ErrTransitionRejected or ErrInvalidArgument", what, err)
 			}
@@ -145,7 +145,7 @@ func exerciseStates(t *testing.T, h Harness) {
 		refused(board.StateFailed, "Reopen into another terminal state")
 
 		seq := e.lastSeq()
-		if err := e.s.Reopen(e.ctx, board.Move{Card: "c1", To: board.StateReady, Actor: "uid:0"}); err != nil {
+		if err := e.s.Reopen(e.ctx, board.MoveParams{Card: "c1", To: board.StateReady, Actor: "uid:0"}); err != nil {
 			t.Fatalf("Reopen done → ready: %v", err)
 		}
 		if c := e.get("c1"); c.State != board.StateReady {
@@ -166,7 +166,7 @@ func exerciseStates(t *testing.T, h Harness) {
 			t.Parallel()
 			e := open(t, h)
 			e.card("a", board.StateReady)
-			e.create(board.NewCard{ID: "d", DependsOn: []string{"a"}})
+			e.create(board.CreateCardParams{ID: "d", DependsOn: []string{"a"}})
 			e.setState("a", board.StateDone)
 			if !e.wantPromotedBy("d", "a", "dependent after its blocker completed") {
 				t.FailNow()
@@ -189,7 +189,7 @@ func exerciseStates(t *testing.T, h Harness) {
 			e := open(t, h)
 			e.card("a", board.StateReady)
 			e.card("b", board.StateReady)
-			e.create(board.NewCard{ID: "d", DependsOn: []string{"a", "b"}})
+			e.create(board.CreateCardParams{ID: "d", DependsOn: []string{"a", "b"}})
 			e.setState("a", board.StateDone)
 			e.setState("b", board.StateDone)
 			if !e.wantPromotedBy("d", "b", "dependent after both blockers completed") {
@@ -213,7 +213,7 @@ func exerciseStates(t *testing.T, h Harness) {
 			t.Parallel()
 			e := open(t, h)
 			e.card("a", board.StateReady)
-			e.create(board.NewCard{ID: "d", DependsOn: []string{"a"}})
+			e.create(board.CreateCardParams{ID: "d", DependsOn: []string{"a"}})
 			e.setState("d", board.StateBacklog) // an operator lets it go early
 			e.setState("a", board.StateDone)
 			if d := e.get("d"); d.State != board.StateBacklog || d.PromotedBy != "" {
@@ -226,7 +226,7 @@ func exerciseStates(t *testing.T, h Harness) {
 			t.Parallel()
 			e := open(t, h)
 			e.card("a", board.StateReady)
-			e.create(board.NewCard{ID: "d", DependsOn: []string{"a"}})
+			e.create(board.CreateCardParams{ID: "d", DependsOn: []string{"a"}})
 			e.setState("a", board.StateDone)
 			e.setState("d", board.StateDone)
 			e.reopenRefused("a", "Reopen while a dependent has finished")
@@ -242,7 +242,7 @@ func exerciseStates(t *testing.T, h Harness) {
 			e := open(t, h)
 			e.card("a", board.StateReady)
 			e.card("b", board.StateReady)
-			e.create(board.NewCard{ID: "d", DependsOn: []string{"a", "b"}})
+			e.create(board.CreateCardParams{ID: "d", DependsOn: []string{"a", "b"}})
 			e.setState("a", board.StateDone)
 			before := e.get("d")
 			e.reopen("a", board.StateReady)
@@ -258,14 +258,14 @@ func exerciseStates(t *testing.T, h Harness) {
 		completers := []completer{
 			{"SetState", func(e *env, id string) { e.setState(id, board.StateDone) }},
 			{"SetStateFrom", func(e *env, id string) {
-				if ch, err := e.s.SetStateFrom(e.ctx, board.Move{Card: id, From: e.get(id).State, To: board.StateDone, Actor: "bot"}); err != nil || !ch {
-					e.t.Fatalf("SetStateFrom → done = %v, %v", ch, err)
+				if ch, err := e.s.SetStateFrom(e.ctx, board.MoveParams{Card: id, From: e.get(id).State, To: board.StateDone, Actor: "bot"}); err != nil || !ch.Changed {
+					e.t.Fatalf("SetStateFrom → done = %v, %v", ch.Changed, err)
 				}
 			}},
 			{"SetStateOwned", func(e *env, id string) {
 				tok := e.claim(id, markerA)
-				if ch, err := e.s.SetStateOwned(e.ctx, board.OwnedMove{Card: id, Token: tok, To: board.StateDone, Reason: board.ReasonRunFinished}); err != nil || !ch {
-					e.t.Fatalf("SetStateOwned → done = %v, %v", ch, err)
+				if ch, err := e.s.SetStateOwned(e.ctx, board.SetStateOwnedParams{Card: id, Token: tok, To: board.StateDone, Reason: board.ReasonRunFinished}); err != nil || !ch.Changed {
+					e.t.Fatalf("SetStateOwned → done = %v, %v", ch.Changed, err)
 				}
 			}},
 		}
@@ -275,10 +275,10 @@ func exerciseStates(t *testing.T, h Harness) {
 				e := open(t, h)
 				e.card("a", board.StateReady)
 				e.card("c", board.StateReady)
-				if d := e.create(board.NewCard{ID: "d", DependsOn: []string{"a"}}); d.State != board.StateWaitingDeps {
+				if d := e.create(board.CreateCardParams{ID: "d", DependsOn: []string{"a"}}); d.State != board.StateWaitingDeps {
 					t.Fatalf("a card created with an open blocker is in %q, want waiting_deps", d.State)
 				}
-				e.create(board.NewCard{ID: "b", DependsOn: []string{"a", "c"}})
+				e.create(board.CreateCardParams{ID: "b", DependsOn: []string{"a", "c"}})
 				seq := e.lastSeq()
 
 				cp.done(e, "a")
@@ -304,7 +304,7 @@ func exerciseStates(t *testing.T, h Harness) {
 					t.Errorf("dependent whose last blocker completed: %s, want %q promoted by c", fmtCard(b), e.b.FirstPool())
 				}
 				// A card created once its blockers are complete starts in the pool.
-				if f := e.create(board.NewCard{ID: "f", DependsOn: []string{"a", "c"}}); f.State != e.b.FirstPool() {
+				if f := e.create(board.CreateCardParams{ID: "f", DependsOn: []string{"a", "c"}}); f.State != e.b.FirstPool() {
 					t.Errorf("card created with complete blockers is in %q, want %q", f.State, e.b.FirstPool())
 				}
 			})
@@ -315,7 +315,7 @@ func exerciseStates(t *testing.T, h Harness) {
 		t.Parallel()
 		e := open(t, h)
 		e.card("a", board.StateReady)
-		e.create(board.NewCard{ID: "d", DependsOn: []string{"a"}})
+		e.create(board.CreateCardParams{ID: "d", DependsOn: []string{"a"}})
 		e.setState("a", board.StateFailed)
 		if d := e.get("d"); d.State != board.StateWaitingDeps || d.PromotedBy != "" {
 			t.Errorf("dependent of a failed blocker: %s, want still waiting_deps", fmtCard(d))
@@ -329,7 +329,7 @@ func exerciseStates(t *testing.T, h Harness) {
 				e := open(t, h)
 				e.card("c1", board.StateReady)
 				tok := e.claim("c1", markerA)
-				if err := e.s.SetGaveUpOwned(e.ctx, "c1", tok, &board.GaveUp{Reason: "run gone", At: e.clock.Now()}); err != nil {
+				if err := e.s.SetGaveUpOwned(e.ctx, board.SetGaveUpOwnedParams{Card: "c1", Token: tok, GaveUp: &board.GaveUp{Reason: "run gone", At: e.clock.Now()}}); err != nil {
 					t.Fatal(err)
 				}
 				if err := v.call(e, "c1", board.StateReady, board.StateBacklog); err != nil {
@@ -349,35 +349,38 @@ func exerciseStates(t *testing.T, h Harness) {
 		}
 		writes := []write{
 			{"SetState", func(e *env) error {
-				return e.s.SetState(e.ctx, board.Move{Card: "c1", To: board.StateBacklog, Actor: "uid:0"})
+				return e.s.SetState(e.ctx, board.MoveParams{Card: "c1", To: board.StateBacklog, Actor: "uid:0"})
 			}},
 			{"SetStateFrom", func(e *env) error {
-				_, err := e.s.SetStateFrom(e.ctx, board.Move{Card: "c1", From: board.StateReady, To: board.StateBacklog, Actor: "bot"})
+				_, err := e.s.SetStateFrom(e.ctx, board.MoveParams{Card: "c1", From: board.StateReady, To: board.StateBacklog, Actor: "bot"})
 				return err
 			}},
 			{"SetStateToCompletion", func(e *env) error {
-				return e.s.SetState(e.ctx, board.Move{Card: "c1", To: board.StateDone, Actor: "uid:0"})
+				return e.s.SetState(e.ctx, board.MoveParams{Card: "c1", To: board.StateDone, Actor: "uid:0"})
 			}},
 			{"Reopen", func(e *env) error {
 				e.setState("c1", board.StateDone)
-				return e.s.Reopen(e.ctx, board.Move{Card: "c1", To: board.StateReady, Actor: "uid:0"})
+				return e.s.Reopen(e.ctx, board.MoveParams{Card: "c1", To: board.StateReady, Actor: "uid:0"})
 			}},
 			{"AdjustLabels", func(e *env) error {
-				_, err := e.s.AdjustLabels(e.ctx, board.LabelChange{Card: "c1", Add: []string{"x"}, Actor: "uid:0"})
+				_, err := e.s.AdjustLabels(e.ctx, board.AdjustLabelsParams{Card: "c1", Add: []string{"x"}, Actor: "uid:0"})
 				return err
 			}},
-			{"SetLabels", func(e *env) error { _, err := e.s.SetLabels(e.ctx, "c1", []string{"y"}, "uid:0"); return err }},
+			{"SetLabels", func(e *env) error {
+				_, err := e.s.SetLabels(e.ctx, board.SetLabelsParams{Card: "c1", Labels: []string{"y"}, Actor: "uid:0"})
+				return err
+			}},
 			{"CreateRunUpdateRun", func(e *env) error {
 				c := e.get("c1")
-				if _, err := e.s.CreateRun(e.ctx, board.NewRun{Token: c.Token(), Run: board.Run{ID: "r1", Card: "c1", Status: board.RunRunning}}); err != nil {
+				if _, err := e.s.CreateRun(e.ctx, board.CreateRunParams{Token: c.Token(), Run: board.Run{ID: "r1", Card: "c1", Status: board.RunRunning}}); err != nil {
 					return err
 				}
 				st := board.RunFinished
-				_, err := e.s.UpdateRun(e.ctx, board.RunUpdate{ID: "r1", Token: c.Token(), Status: &st})
+				_, err := e.s.UpdateRun(e.ctx, board.UpdateRunParams{ID: "r1", Token: c.Token(), Status: &st})
 				return err
 			}},
 			{"CreateDependent", func(e *env) error {
-				_, err := e.s.CreateCard(e.ctx, board.NewCard{ID: "dep", DependsOn: []string{"c1"}})
+				_, err := e.s.CreateCard(e.ctx, board.CreateCardParams{ID: "dep", DependsOn: []string{"c1"}})
 				return err
 			}},
 		}

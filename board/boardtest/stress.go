@@ -321,7 +321,8 @@ func (w *stressWorker) pick(e *env, card string) (stressInput, func() (stressOut
 	case opClaim:
 		in.Token, in.Marker = board.ClaimToken{}, w.worker
 		return in, func() (stressOutput, error) {
-			_, got, err := s.Claim(ctx, board.ClaimRequest{Card: card, Marker: w.worker, Lease: lease})
+			claimed, err := s.Claim(ctx, board.ClaimParams{Card: card, Marker: w.worker, Lease: lease})
+			got := claimed.Token()
 			return stressResult(got, err)
 		}
 	case opWrite:
@@ -334,17 +335,17 @@ func (w *stressWorker) pick(e *env, card string) (stressInput, func() (stressOut
 				if flag {
 					to = board.StateInProgress
 				}
-				_, err = s.SetStateOwned(ctx, board.OwnedMove{Card: card, Token: tok, To: to})
+				_, err = s.SetStateOwned(ctx, board.SetStateOwnedParams{Card: card, Token: tok, To: to})
 			case 1:
-				err = s.SetLastRunOwned(ctx, card, tok, fmt.Sprintf("run-%s-%d", tok.Marker, tok.Epoch))
+				err = s.SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: card, Token: tok, RunID: fmt.Sprintf("run-%s-%d", tok.Marker, tok.Epoch)})
 			default:
-				err = s.SetAwaitingInputOwned(ctx, card, tok, flag)
+				err = s.SetAwaitingInputOwned(ctx, board.SetAwaitingInputOwnedParams{Card: card, Token: tok, Awaiting: flag})
 			}
 			return stressResult(board.ClaimToken{}, err)
 		}
 	case opRenew:
 		return in, func() (stressOutput, error) {
-			res, err := s.RenewClaims(ctx, []board.Hold{{Card: card, Token: tok}}, lease)
+			res, err := s.RenewClaims(ctx, board.RenewClaimsParams{Holds: []board.Hold{{Card: card, Token: tok}}, Lease: lease})
 			if err != nil {
 				return stressOutput{}, fmt.Errorf("RenewClaims batch error: %w", err)
 			}
@@ -355,15 +356,17 @@ func (w *stressWorker) pick(e *env, card string) (stressInput, func() (stressOut
 		}
 	case opExpire:
 		return in, func() (stressOutput, error) {
-			return stressResult(board.ClaimToken{}, s.ExpireClaimOwned(ctx, card, tok))
+			return stressResult(board.ClaimToken{}, s.ExpireClaimOwned(ctx, board.OwnedParams{Card: card, Token: tok}))
 		}
 	case opRelease:
-		return in, func() (stressOutput, error) { return stressResult(board.ClaimToken{}, s.ReleaseOwned(ctx, card, tok)) }
+		return in, func() (stressOutput, error) {
+			return stressResult(board.ClaimToken{}, s.ReleaseOwned(ctx, board.OwnedParams{Card: card, Token: tok}))
+		}
 	}
 	// A reaper: read the card as a listing would, then transfer whatever
 	// claim it saw. The read is not part of the history; the transfer's
 	// precondition is what the model checks.
-	c, err := s.GetCard(ctx, card)
+	c, err := s.GetCard(ctx, board.GetCardParams{ID: card})
 	prev := c.Token()
 	if err != nil || !c.Claimed() {
 		prev = w.staleToken(card) // nothing to transfer: the CAS must refuse
@@ -384,7 +387,8 @@ func reclaimOp(e *env, card string, prev board.ClaimToken, reaper string, seen b
 	if e.h.Fleet {
 		cutoff = seen.ClaimLeaseUntil
 	}
-	_, got, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: card, Prev: prev, RecoveryMarker: reaper, Cutoff: cutoff, Lease: lease})
+	card2, err := e.s.ReclaimExpired(e.ctx, board.ReclaimExpiredParams{Card: card, Prev: prev, RecoveryMarker: reaper, Cutoff: cutoff, Lease: lease})
+	got := card2.Token()
 	return stressResult(got, err)
 }
 

@@ -112,7 +112,7 @@ func open(t *testing.T, h Harness) *env {
 // local reports whether exact values from the injected clock may be asserted.
 func (e *env) local() bool { return !e.h.Fleet }
 
-func (e *env) create(nc board.NewCard) board.Card {
+func (e *env) create(nc board.CreateCardParams) board.Card {
 	e.t.Helper()
 	c, err := e.s.CreateCard(e.ctx, nc)
 	if err != nil {
@@ -124,12 +124,12 @@ func (e *env) create(nc board.NewCard) board.Card {
 // card creates a card in the given state (empty: the store's default).
 func (e *env) card(id, state string) board.Card {
 	e.t.Helper()
-	return e.create(board.NewCard{ID: id, Title: "card " + id, State: state, Actor: "cli"})
+	return e.create(board.CreateCardParams{ID: id, Title: "card " + id, State: state, Actor: "cli"})
 }
 
 func (e *env) get(id string) board.Card {
 	e.t.Helper()
-	c, err := e.s.GetCard(e.ctx, id)
+	c, err := e.s.GetCard(e.ctx, board.GetCardParams{ID: id})
 	if err != nil {
 		e.t.Fatalf("GetCard(%q): %v", id, err)
 	}
@@ -138,7 +138,8 @@ func (e *env) get(id string) board.Card {
 
 func (e *env) claim(id, marker string) board.ClaimToken {
 	e.t.Helper()
-	_, tok, err := e.s.Claim(e.ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: lease})
+	card, err := e.s.Claim(e.ctx, board.ClaimParams{Card: id, Marker: marker, Lease: lease})
+	tok := card.Token()
 	if err != nil {
 		e.t.Fatalf("Claim(%q, %q): %v", id, marker, err)
 	}
@@ -147,14 +148,14 @@ func (e *env) claim(id, marker string) board.ClaimToken {
 
 func (e *env) release(id string, tok board.ClaimToken) {
 	e.t.Helper()
-	if err := e.s.ReleaseOwned(e.ctx, id, tok); err != nil {
+	if err := e.s.ReleaseOwned(e.ctx, board.OwnedParams{Card: id, Token: tok}); err != nil {
 		e.t.Fatalf("ReleaseOwned(%q, %+v): %v", id, tok, err)
 	}
 }
 
 func (e *env) setState(id, to string) {
 	e.t.Helper()
-	if err := e.s.SetState(e.ctx, board.Move{Card: id, To: to, Actor: "cli"}); err != nil {
+	if err := e.s.SetState(e.ctx, board.MoveParams{Card: id, To: to, Actor: "cli"}); err != nil {
 		e.t.Fatalf("SetState(%q → %q): %v", id, to, err)
 	}
 }
@@ -162,7 +163,7 @@ func (e *env) setState(id, to string) {
 // reopen reopens id into to as an operator, failing the test on an error.
 func (e *env) reopen(id, to string) {
 	e.t.Helper()
-	if err := e.s.Reopen(e.ctx, board.Move{Card: id, To: to, Actor: "uid:0"}); err != nil {
+	if err := e.s.Reopen(e.ctx, board.MoveParams{Card: id, To: to, Actor: "uid:0"}); err != nil {
 		e.t.Fatalf("Reopen(%q → %q): %v", id, to, err)
 	}
 	if c := e.get(id); c.State != to {
@@ -177,7 +178,7 @@ func (e *env) reopenRefused(id, what string) {
 	e.clock.Advance(time.Second)
 	before := e.get(id)
 	seq := e.lastSeq()
-	err := e.s.Reopen(e.ctx, board.Move{Card: id, To: e.b.FirstPool(), Actor: "uid:0"})
+	err := e.s.Reopen(e.ctx, board.MoveParams{Card: id, To: e.b.FirstPool(), Actor: "uid:0"})
 	wantErr(e.t, err, board.ErrTransitionRejected, what)
 	e.unchanged(before, what)
 	e.noEventsSince(seq, what)
@@ -186,7 +187,7 @@ func (e *env) reopenRefused(id, what string) {
 // expire ends the holder's lease now and returns the card afterwards.
 func (e *env) expire(id string, tok board.ClaimToken) board.Card {
 	e.t.Helper()
-	if err := e.s.ExpireClaimOwned(e.ctx, id, tok); err != nil {
+	if err := e.s.ExpireClaimOwned(e.ctx, board.OwnedParams{Card: id, Token: tok}); err != nil {
 		e.t.Fatalf("ExpireClaimOwned(%q, %+v): %v", id, tok, err)
 	}
 	c := e.get(id)
@@ -206,7 +207,7 @@ func (e *env) eventsAfter(seq int64) []board.Event {
 	e.t.Helper()
 	var out []board.Event
 	for {
-		page, err := e.s.Events(e.ctx, seq, 500)
+		page, err := e.s.Events(e.ctx, board.EventsParams{After: seq, Limit: 500})
 		if err != nil {
 			e.t.Fatalf("Events(%d, 500): %v", seq, err)
 		}
@@ -398,6 +399,6 @@ func errIs(err, target error) bool { return errors.Is(err, target) }
 // PageCards returns the cards of one page of ListExpiredClaimCandidates,
 // for a test that reads a single page: s.ListExpiredClaimCandidates(...)
 // can be passed to it whole.
-func PageCards(p board.ExpiredPage, err error) ([]board.Card, error) {
+func PageCards(p board.ListExpiredClaimCandidatesResult, err error) ([]board.Card, error) {
 	return p.Cards, err
 }

@@ -26,7 +26,8 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 		e.clock.Advance(time.Second)
 		seq := e.lastSeq()
 
-		observed, newTok, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: tok, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: lease})
+		observed, err := e.s.ReclaimExpired(e.ctx, board.ReclaimExpiredParams{Card: "c1", Prev: tok, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: lease})
+		newTok := observed.Token()
 		if err != nil {
 			t.Fatalf("ReclaimExpired of an expired claim: %v", err)
 		}
@@ -66,19 +67,19 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 	t.Run("TransferRefused", func(t *testing.T) {
 		cases := []struct {
 			name   string
-			reclam func(tok board.ClaimToken, c board.Card) board.Reclaim
+			reclam func(tok board.ClaimToken, c board.Card) board.ReclaimExpiredParams
 		}{
-			{"WrongPrevMarker", func(tok board.ClaimToken, c board.Card) board.Reclaim {
-				return board.Reclaim{Card: "c1", Prev: board.ClaimToken{Marker: markerB, Epoch: tok.Epoch}, RecoveryMarker: recovery, Cutoff: c.ClaimLeaseUntil, Lease: lease}
+			{"WrongPrevMarker", func(tok board.ClaimToken, c board.Card) board.ReclaimExpiredParams {
+				return board.ReclaimExpiredParams{Card: "c1", Prev: board.ClaimToken{Marker: markerB, Epoch: tok.Epoch}, RecoveryMarker: recovery, Cutoff: c.ClaimLeaseUntil, Lease: lease}
 			}},
-			{"OlderPrevEpoch", func(tok board.ClaimToken, c board.Card) board.Reclaim {
-				return board.Reclaim{Card: "c1", Prev: board.ClaimToken{Marker: markerA, Epoch: tok.Epoch - 1}, RecoveryMarker: recovery, Cutoff: c.ClaimLeaseUntil, Lease: lease}
+			{"OlderPrevEpoch", func(tok board.ClaimToken, c board.Card) board.ReclaimExpiredParams {
+				return board.ReclaimExpiredParams{Card: "c1", Prev: board.ClaimToken{Marker: markerA, Epoch: tok.Epoch - 1}, RecoveryMarker: recovery, Cutoff: c.ClaimLeaseUntil, Lease: lease}
 			}},
-			{"NewerPrevEpoch", func(tok board.ClaimToken, c board.Card) board.Reclaim {
-				return board.Reclaim{Card: "c1", Prev: board.ClaimToken{Marker: markerA, Epoch: tok.Epoch + 1}, RecoveryMarker: recovery, Cutoff: c.ClaimLeaseUntil, Lease: lease}
+			{"NewerPrevEpoch", func(tok board.ClaimToken, c board.Card) board.ReclaimExpiredParams {
+				return board.ReclaimExpiredParams{Card: "c1", Prev: board.ClaimToken{Marker: markerA, Epoch: tok.Epoch + 1}, RecoveryMarker: recovery, Cutoff: c.ClaimLeaseUntil, Lease: lease}
 			}},
-			{"CutoffBeforeLease", func(tok board.ClaimToken, c board.Card) board.Reclaim {
-				return board.Reclaim{Card: "c1", Prev: tok, RecoveryMarker: recovery, Cutoff: c.ClaimLeaseUntil.Add(-time.Millisecond), Lease: lease}
+			{"CutoffBeforeLease", func(tok board.ClaimToken, c board.Card) board.ReclaimExpiredParams {
+				return board.ReclaimExpiredParams{Card: "c1", Prev: tok, RecoveryMarker: recovery, Cutoff: c.ClaimLeaseUntil.Add(-time.Millisecond), Lease: lease}
 			}},
 		}
 		for _, tc := range cases {
@@ -92,7 +93,7 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 				tok := e.claim("c1", markerA)
 				c := e.expire("c1", tok)
 				seq := e.lastSeq()
-				_, _, err := e.s.ReclaimExpired(e.ctx, tc.reclam(tok, c))
+				_, err := e.s.ReclaimExpired(e.ctx, tc.reclam(tok, c))
 				wantConflict(t, err, markerA, tok.Epoch, "ReclaimExpired "+tc.name)
 				e.unchanged(c, "a refused transfer")
 				e.noEventsSince(seq, "a refused transfer")
@@ -112,7 +113,7 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 		}
 		renewed := e.get("c1")
 		seq := e.lastSeq()
-		_, _, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: tok, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: lease})
+		_, err := e.s.ReclaimExpired(e.ctx, board.ReclaimExpiredParams{Card: "c1", Prev: tok, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: lease})
 		wantConflict(t, err, markerA, tok.Epoch, "ReclaimExpired after a renewal")
 		e.unchanged(renewed, "a refused transfer")
 		e.noEventsSince(seq, "a refused transfer")
@@ -125,7 +126,7 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 		e.release("c1", tok)
 		free := e.get("c1")
 		seq := e.lastSeq()
-		_, _, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: tok, RecoveryMarker: recovery, Cutoff: e.clock.Now().Add(time.Hour), Lease: lease})
+		_, err := e.s.ReclaimExpired(e.ctx, board.ReclaimExpiredParams{Card: "c1", Prev: tok, RecoveryMarker: recovery, Cutoff: e.clock.Now().Add(time.Hour), Lease: lease})
 		wantConflict(t, err, "", tok.Epoch, "ReclaimExpired of a released card")
 		e.unchanged(free, "a refused transfer")
 		e.noEventsSince(seq, "a refused transfer")
@@ -136,14 +137,15 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 		t.Parallel()
 		e := open(t, h)
 		tok, expired := expiredHold(e)
-		r := board.Reclaim{Card: "c1", Prev: tok, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: lease}
-		_, won, err := e.s.ReclaimExpired(e.ctx, r)
+		r := board.ReclaimExpiredParams{Card: "c1", Prev: tok, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: lease}
+		card, err := e.s.ReclaimExpired(e.ctx, r)
+		won := card.Token()
 		if err != nil {
 			t.Fatal(err)
 		}
 		after := e.get("c1")
 		r.RecoveryMarker = recovery2
-		_, _, err = e.s.ReclaimExpired(e.ctx, r)
+		_, err = e.s.ReclaimExpired(e.ctx, r)
 		wantConflict(t, err, recovery, won.Epoch, "the second transfer of the same claim")
 		e.unchanged(after, "the losing transfer")
 	})
@@ -152,20 +154,21 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 		t.Parallel()
 		e := open(t, h)
 		dead, expired := expiredHold(e)
-		_, rec, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: dead, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: lease})
+		card, err := e.s.ReclaimExpired(e.ctx, board.ReclaimExpiredParams{Card: "c1", Prev: dead, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: lease})
+		rec := card.Token()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := renewOne(e, "c1", rec, lease); err != nil {
 			t.Errorf("recovery owner renew: %v", err)
 		}
-		if err := e.s.SetLastRunOwned(e.ctx, "c1", rec, "run-r"); err != nil {
+		if err := e.s.SetLastRunOwned(e.ctx, board.SetLastRunOwnedParams{Card: "c1", Token: rec, RunID: "run-r"}); err != nil {
 			t.Errorf("recovery owner SetLastRunOwned: %v", err)
 		}
 		seq := e.lastSeq()
-		changed, err := e.s.SetStateOwned(e.ctx, board.OwnedMove{Card: "c1", Token: rec, To: board.StateReady})
-		if err != nil || !changed {
-			t.Fatalf("recovery owner SetStateOwned = %v, %v", changed, err)
+		changed, err := e.s.SetStateOwned(e.ctx, board.SetStateOwnedParams{Card: "c1", Token: rec, To: board.StateReady})
+		if err != nil || !changed.Changed {
+			t.Fatalf("recovery owner SetStateOwned = %v, %v", changed.Changed, err)
 		}
 		ev := e.oneEventSince(seq, board.EventState, "the recovery owner's move")
 		if ev.Reason != board.ReasonWatchdog || ev.Actor != "" {
@@ -173,8 +176,8 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 		}
 		// The dead owner's release is refused too: it cannot free a card
 		// the watchdog now holds.
-		wantConflict(t, e.s.ReleaseOwned(e.ctx, "c1", dead), recovery, rec.Epoch, "the dead owner's release")
-		if err := e.s.ReleaseOwned(e.ctx, "c1", rec); err != nil {
+		wantConflict(t, e.s.ReleaseOwned(e.ctx, board.OwnedParams{Card: "c1", Token: dead}), recovery, rec.Epoch, "the dead owner's release")
+		if err := e.s.ReleaseOwned(e.ctx, board.OwnedParams{Card: "c1", Token: rec}); err != nil {
 			t.Errorf("recovery owner release: %v", err)
 		}
 		if c := e.get("c1"); c.Claimed() || c.ClaimEpoch != rec.Epoch || c.LastRunID != "run-r" || c.State != board.StateReady {
@@ -199,12 +202,13 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 				t.Parallel()
 				e := open(t, h)
 				dead, expired := expiredHold(e)
-				_, rec, err := e.s.ReclaimExpired(e.ctx, board.Reclaim{Card: "c1", Prev: dead, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: lease})
+				card, err := e.s.ReclaimExpired(e.ctx, board.ReclaimExpiredParams{Card: "c1", Prev: dead, RecoveryMarker: recovery, Cutoff: expired.ClaimLeaseUntil, Lease: lease})
+				rec := card.Token()
 				if err != nil {
 					t.Fatal(err)
 				}
 				seq := e.lastSeq()
-				if _, err := e.s.SetStateOwned(e.ctx, board.OwnedMove{Card: "c1", Token: rec, To: tc.to, Reason: tc.reason}); err != nil {
+				if _, err := e.s.SetStateOwned(e.ctx, board.SetStateOwnedParams{Card: "c1", Token: rec, To: tc.to, Reason: tc.reason}); err != nil {
 					t.Fatalf("SetStateOwned by the recovery owner: %v", err)
 				}
 				if c := e.get("c1"); c.StateReason != tc.want {
@@ -232,7 +236,7 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 		e := open(t, h)
 		e.card("c1", board.StateInProgress)
 		tok := e.claim("c1", markerA)
-		if _, err := e.s.SetStateOwned(e.ctx, board.OwnedMove{Card: "c1", Token: tok, To: board.StateDone, Reason: board.ReasonRunFinished}); err != nil {
+		if _, err := e.s.SetStateOwned(e.ctx, board.SetStateOwnedParams{Card: "c1", Token: tok, To: board.StateDone, Reason: board.ReasonRunFinished}); err != nil {
 			t.Fatal(err)
 		}
 		if c := e.get("c1"); c.StateReason != board.ReasonRunFinished {
@@ -257,7 +261,7 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 		e.claim("live", markerB)
 		e.release("free", e.claim("free", markerB))
 
-		got, err := PageCards(e.s.ListExpiredClaimCandidates(e.ctx, board.ExpiredQuery{Cutoff: last, Limit: 10}))
+		got, err := PageCards(e.s.ListExpiredClaimCandidates(e.ctx, board.ListExpiredClaimCandidatesParams{Cutoff: last, Limit: 10}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -275,7 +279,7 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 				t.Errorf("candidates = %q, want e1 e2 e3 in lease order (live and free cards excluded)", gotIDs)
 			}
 		}
-		limited, err := PageCards(e.s.ListExpiredClaimCandidates(e.ctx, board.ExpiredQuery{Cutoff: last, Limit: 2}))
+		limited, err := PageCards(e.s.ListExpiredClaimCandidates(e.ctx, board.ListExpiredClaimCandidatesParams{Cutoff: last, Limit: 2}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -284,14 +288,14 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 		}
 		if e.local() {
 			// The cutoff is inclusive and applies exactly.
-			early, err := PageCards(e.s.ListExpiredClaimCandidates(e.ctx, board.ExpiredQuery{Cutoff: got[0].ClaimLeaseUntil, Limit: 10}))
+			early, err := PageCards(e.s.ListExpiredClaimCandidates(e.ctx, board.ListExpiredClaimCandidatesParams{Cutoff: got[0].ClaimLeaseUntil, Limit: 10}))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if want := []string{"e2"}; !slices.Equal(ids(early), want) {
 				t.Errorf("candidates at the earliest lease = %q, want %q", ids(early), want)
 			}
-			none, err := PageCards(e.s.ListExpiredClaimCandidates(e.ctx, board.ExpiredQuery{Cutoff: got[0].ClaimLeaseUntil.Add(-time.Millisecond), Limit: 10}))
+			none, err := PageCards(e.s.ListExpiredClaimCandidates(e.ctx, board.ListExpiredClaimCandidatesParams{Cutoff: got[0].ClaimLeaseUntil.Add(-time.Millisecond), Limit: 10}))
 			if err != nil || len(none) != 0 {
 				t.Errorf("candidates before every lease = %q, %v; want none", ids(none), err)
 			}
@@ -313,11 +317,11 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 		e := open(t, h)
 		e.card("c1", board.StateInProgress)
 		tok := e.claim("c1", markerA)
-		if err := e.s.SetLastRunOwned(e.ctx, "c1", tok, "run-1"); err != nil {
+		if err := e.s.SetLastRunOwned(e.ctx, board.SetLastRunOwnedParams{Card: "c1", Token: tok, RunID: "run-1"}); err != nil {
 			t.Fatal(err)
 		}
 		e.expire("c1", tok)
-		got, err := e.s.ListUnleasedRunningClaims(e.ctx, e.clock.Now().Add(48*time.Hour), 10)
+		got, err := e.s.ListUnleasedRunningClaims(e.ctx, board.ListUnleasedRunningClaimsParams{Cutoff: e.clock.Now().Add(48 * time.Hour), Limit: 10})
 		if err != nil || len(got) != 0 {
 			t.Errorf("ListUnleasedRunningClaims = %q, %v; want none", ids(got), err)
 		}

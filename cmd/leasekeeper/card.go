@@ -106,7 +106,7 @@ func runCardCreate(ctx context.Context, env *cli, o cardCreateOpts) error {
 	if err := o.retry.Validate(); err != nil {
 		return usageError("%v", err)
 	}
-	nc := board.NewCard{
+	nc := board.CreateCardParams{
 		ID: o.id, Title: o.title, State: o.state, Labels: o.labels, DependsOn: o.dependsOn, Actor: "cli",
 	}
 	if !o.retry.IsZero() {
@@ -179,7 +179,7 @@ func tableTime(t time.Time) string {
 // filters, and --limit then counts the cards that carry the labels.
 func listCards(ctx context.Context, env *cli, o cardListOpts) ([]board.Card, error) {
 	c := env.client()
-	f := board.CardFilter{State: o.state, ClaimedOnly: o.claimed, Limit: o.limit}
+	f := board.ListCardsParams{State: o.state, ClaimedOnly: o.claimed, Limit: o.limit}
 	if len(o.labels) > 0 {
 		f.Limit = 0
 	}

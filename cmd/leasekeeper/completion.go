@@ -243,7 +243,7 @@ func (env *cli) cardCandidates(p cardPick, prefix string) []cobra.Completion {
 	ctx, cancel := context.WithTimeout(context.Background(), completionTimeout)
 	defer cancel()
 	c := env.client()
-	cards, err := c.ListCards(ctx, board.CardFilter{ClaimedOnly: p == claimedCard})
+	cards, err := c.ListCards(ctx, board.ListCardsParams{ClaimedOnly: p == claimedCard})
 	if err != nil {
 		return nil
 	}

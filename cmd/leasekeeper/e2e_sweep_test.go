@@ -28,7 +28,7 @@ func TestE2ESweepDryRunWritesNothing(t *testing.T) {
 	for i := range 25 {
 		id := fmt.Sprintf("g%02d", i)
 		gpu = append(gpu, id)
-		if _, err := c.CreateCard(ctx, board.NewCard{ID: id, State: board.StateBacklog, Labels: []string{"gpu", "x86"}}); err != nil {
+		if _, err := c.CreateCard(ctx, board.CreateCardParams{ID: id, State: board.StateBacklog, Labels: []string{"gpu", "x86"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -100,7 +100,7 @@ func TestE2ESweepProgress(t *testing.T) {
 	c := &client.Client{Socket: e.Socket}
 	const n = 205
 	for i := range n {
-		if _, err := c.CreateCard(ctx, board.NewCard{ID: fmt.Sprintf("p%03d", i), Labels: []string{"old"}}); err != nil {
+		if _, err := c.CreateCard(ctx, board.CreateCardParams{ID: fmt.Sprintf("p%03d", i), Labels: []string{"old"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -132,7 +132,7 @@ func TestE2ESweepProgress(t *testing.T) {
 
 func listAll(t *testing.T, c *client.Client) []board.Card {
 	t.Helper()
-	cards, err := c.ListCards(context.Background(), board.CardFilter{})
+	cards, err := c.ListCards(context.Background(), board.ListCardsParams{})
 	if err != nil {
 		t.Fatal(err)
 	}

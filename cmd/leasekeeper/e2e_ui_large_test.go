@@ -110,12 +110,12 @@ func seedLargeBoard(t *testing.T, path string, n int) {
 		wg.Go(func() {
 			for i := w; i < n; i += workers {
 				id, st := fmt.Sprintf("card-%05d", i), states[i%10]
-				if _, err := s.CreateCard(ctx, board.NewCard{ID: id, Title: fmt.Sprintf("task %d of the nightly batch", i), State: st}); err != nil {
+				if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: id, Title: fmt.Sprintf("task %d of the nightly batch", i), State: st}); err != nil {
 					errs <- err
 					return
 				}
 				if st == board.StateInProgress {
-					if _, _, err := s.Claim(ctx, board.ClaimRequest{Card: id, Marker: board.WorkerMarker("elsewhere", 1000+i), Lease: time.Hour}); err != nil {
+					if _, err := s.Claim(ctx, board.ClaimParams{Card: id, Marker: board.WorkerMarker("elsewhere", 1000+i), Lease: time.Hour}); err != nil {
 						errs <- err
 						return
 					}

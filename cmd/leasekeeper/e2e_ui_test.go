@@ -343,7 +343,7 @@ func TestE2EBrowserBoard(t *testing.T) {
 	// A column longer than a page shows 50 cards and "N more", which
 	// shows the next page in place.
 	for i := range 55 {
-		if _, err := wc.CreateCard(ctx, board.NewCard{ID: fmt.Sprintf("bulk-%02d", i), Title: "one of many"}); err != nil {
+		if _, err := wc.CreateCard(ctx, board.CreateCardParams{ID: fmt.Sprintf("bulk-%02d", i), Title: "one of many"}); err != nil {
 			t.Fatal(err)
 		}
 	}

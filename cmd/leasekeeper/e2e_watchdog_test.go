@@ -122,10 +122,10 @@ func (e *env) seedRecoveryClaim(card string) {
 	}
 	defer st.Close()
 	ctx := context.Background()
-	if _, err := st.CreateCard(ctx, board.NewCard{ID: card, State: board.StateInProgress}); err != nil {
+	if _, err := st.CreateCard(ctx, board.CreateCardParams{ID: card, State: board.StateInProgress}); err != nil {
 		e.t.Fatal(err)
 	}
-	if _, _, err := st.Claim(ctx, board.ClaimRequest{Card: card, Marker: board.RecoveryMarker("elsewhere-4242"), Lease: time.Millisecond}); err != nil {
+	if _, err := st.Claim(ctx, board.ClaimParams{Card: card, Marker: board.RecoveryMarker("elsewhere-4242"), Lease: time.Millisecond}); err != nil {
 		e.t.Fatal(err)
 	}
 }

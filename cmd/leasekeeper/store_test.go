@@ -19,7 +19,7 @@ func TestStoreDiscardWALAsksForConfirmationThenMovesTheLogAside(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateCard(t.Context(), board.NewCard{ID: "kept"}); err != nil {
+	if _, err := s.CreateCard(t.Context(), board.CreateCardParams{ID: "kept"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -56,7 +56,7 @@ func TestStoreDiscardWALAsksForConfirmationThenMovesTheLogAside(t *testing.T) {
 		t.Fatalf("Open after discard-wal: %v", err)
 	}
 	defer s.Close()
-	if _, err := s.GetCard(t.Context(), "kept"); err != nil {
+	if _, err := s.GetCard(t.Context(), board.GetCardParams{ID: "kept"}); err != nil {
 		t.Errorf("a card the file held: %v", err)
 	}
 }

@@ -129,15 +129,16 @@ func TestClockProxyDrivesTheStoreClock(t *testing.T) {
 		t.Fatalf("mongostore.Open: %v", err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	if _, err := s.CreateCard(ctx, board.NewCard{ID: "c1", Actor: "cli"}); err != nil {
+	if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: "c1", Actor: "cli"}); err != nil {
 		t.Fatal(err)
 	}
 	const lease = 30 * time.Second
-	_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: "hosta-100", Lease: lease})
+	card, err := s.Claim(ctx, board.ClaimParams{Card: "c1", Marker: "hosta-100", Lease: lease})
+	tok := card.Token()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := s.GetCard(ctx, "c1")
+	c, err := s.GetCard(ctx, board.GetCardParams{ID: "c1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +153,7 @@ func TestClockProxyDrivesTheStoreClock(t *testing.T) {
 		t.Errorf("epoch = %d, want the server-clock floor %d", tok.Epoch, at.UnixMilli())
 	}
 	clock.Advance(time.Hour)
-	res, err := s.RenewClaims(ctx, []board.Hold{{Card: "c1", Token: tok}}, lease)
+	res, err := s.RenewClaims(ctx, board.RenewClaimsParams{Holds: []board.Hold{{Card: "c1", Token: tok}}, Lease: lease})
 	if err != nil || res[0].Err != nil {
 		t.Fatalf("RenewClaims: %+v, %v", res, err)
 	}

@@ -160,7 +160,7 @@ func (w *crashWorker) create() {
 	}
 	ctx, cancel := call()
 	defer cancel()
-	_, err := w.c.CreateCard(ctx, board.NewCard{ID: w.pending})
+	_, err := w.c.CreateCard(ctx, board.CreateCardParams{ID: w.pending})
 	// A retry of a creation whose answer was lost finds the card there:
 	// that too is the agent saying the card exists.
 	if err != nil && !errors.Is(err, board.ErrAlreadyExists) {
@@ -382,10 +382,10 @@ func TestCrashLosesNoAcknowledgedWrite(t *testing.T) {
 	// reaper; the checks want a board at rest.
 	bound := 6*crashLease + 6*crashReaperTick + 30*time.Second
 	agentproc.WaitFor(t, bound, "no card left claimed", func() bool {
-		held, err := c.ListCards(ctx, board.CardFilter{ClaimedOnly: true})
+		held, err := c.ListCards(ctx, board.ListCardsParams{ClaimedOnly: true})
 		return err == nil && len(held) == 0
 	})
-	cards, err := c.ListCards(ctx, board.CardFilter{})
+	cards, err := c.ListCards(ctx, board.ListCardsParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,7 +456,7 @@ func TestCrashLosesNoAcknowledgedWrite(t *testing.T) {
 
 	// What the last agent answered is what its board file holds: stop it
 	// cleanly and read the file with the store itself.
-	cards, err = c.ListCards(ctx, board.CardFilter{})
+	cards, err = c.ListCards(ctx, board.ListCardsParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -744,7 +744,7 @@ func checkBoardFile(t *testing.T, ctx context.Context, path string, cards []boar
 			t.Errorf("close the board file: %v", err)
 		}
 	}()
-	got, err := s.ListCards(ctx, board.CardFilter{})
+	got, err := s.ListCards(ctx, board.ListCardsParams{})
 	if err != nil {
 		t.Errorf("board file: list cards: %v", err)
 		return
@@ -766,7 +766,7 @@ func checkBoardFile(t *testing.T, ctx context.Context, path string, cards []boar
 				want.ID, c.State, c.ClaimEpoch, c.Claim, c.LastRunID, want.State, want.ClaimEpoch, want.Claim, want.LastRunID)
 		}
 	}
-	fileEvs, err := s.Events(ctx, 0, len(evs)+10)
+	fileEvs, err := s.Events(ctx, board.EventsParams{After: 0, Limit: len(evs) + 10})
 	if err != nil {
 		t.Errorf("board file: events: %v", err)
 		return

@@ -505,7 +505,7 @@ func (r *rig) run(perAgent int) {
 				continue
 			}
 			ctx, cancel := opCtx()
-			cards, err := r.client(i).ListCards(ctx, board.CardFilter{ClaimedOnly: true})
+			cards, err := r.client(i).ListCards(ctx, board.ListCardsParams{ClaimedOnly: true})
 			cancel()
 			if err != nil || len(cards) == 0 {
 				continue
@@ -587,13 +587,13 @@ func (r *rig) topUp() {
 	c := r.client(i)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	ready, err := c.ListCards(ctx, board.CardFilter{State: board.StateReady})
+	ready, err := c.ListCards(ctx, board.ListCardsParams{State: board.StateReady})
 	if err != nil {
 		return
 	}
 	for n := len(ready); n < 4; n++ {
 		id := fmt.Sprintf("c%03d", r.cards+1)
-		if _, err := c.CreateCard(ctx, board.NewCard{ID: id}); err != nil && !errors.Is(err, board.ErrAlreadyExists) {
+		if _, err := c.CreateCard(ctx, board.CreateCardParams{ID: id}); err != nil && !errors.Is(err, board.ErrAlreadyExists) {
 			return
 		}
 		r.cards++
@@ -604,7 +604,7 @@ func (r *rig) topUp() {
 func (r *rig) heldBy(agent, pid int) string {
 	ctx, cancel := opCtx()
 	defer cancel()
-	cards, err := r.client(agent).ListCards(ctx, board.CardFilter{ClaimedOnly: true})
+	cards, err := r.client(agent).ListCards(ctx, board.ListCardsParams{ClaimedOnly: true})
 	if err != nil {
 		return ""
 	}
@@ -648,7 +648,7 @@ func (r *rig) settled(runningPool bool) ([]board.Card, bool) {
 	}
 	ctx, cancel := opCtx()
 	defer cancel()
-	cards, err := r.client(i).ListCards(ctx, board.CardFilter{})
+	cards, err := r.client(i).ListCards(ctx, board.ListCardsParams{})
 	if err != nil {
 		return nil, false
 	}
@@ -767,7 +767,7 @@ func (r *rig) check(workers []*workerLoop) {
 	hist := readHistories(t, workers)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cards, err := r.client(r.up()).ListCards(ctx, board.CardFilter{})
+	cards, err := r.client(r.up()).ListCards(ctx, board.ListCardsParams{})
 	if err != nil {
 		t.Fatal(err)
 	}

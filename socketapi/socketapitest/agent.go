@@ -143,7 +143,7 @@ func (a *Agent) Stop() {
 // Card creates a card in the store directly.
 func (a *Agent) Card(t testing.TB, id string) board.Card {
 	t.Helper()
-	c, err := a.Store.CreateCard(context.Background(), board.NewCard{ID: id, Title: id})
+	c, err := a.Store.CreateCard(context.Background(), board.CreateCardParams{ID: id, Title: id})
 	if err != nil {
 		t.Fatalf("create card %s: %v", id, err)
 	}

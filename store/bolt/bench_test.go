@@ -41,7 +41,7 @@ func benchClaimRelease(b *testing.B, mode commitMode, writers int) {
 	s.mode = mode
 	ctx := b.Context()
 	for i := range writers {
-		if _, err := s.CreateCard(ctx, board.NewCard{ID: fmt.Sprintf("card-%d", i)}); err != nil {
+		if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: fmt.Sprintf("card-%d", i)}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -50,11 +50,12 @@ func benchClaimRelease(b *testing.B, mode commitMode, writers int) {
 		// One writer: the idle case, where group commit must add no
 		// latency over a plain Update.
 		for b.Loop() {
-			_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: "card-0", Marker: "bench-1000", Lease: lease})
+			card, err := s.Claim(ctx, board.ClaimParams{Card: "card-0", Marker: "bench-1000", Lease: lease})
+			tok := card.Token()
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := s.ReleaseOwned(ctx, "card-0", tok); err != nil {
+			if err := s.ReleaseOwned(ctx, board.OwnedParams{Card: "card-0", Token: tok}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -73,12 +74,13 @@ func benchClaimRelease(b *testing.B, mode commitMode, writers int) {
 		card := fmt.Sprintf("card-%d", n%int64(writers))
 		marker := board.WorkerMarker("bench", int(1000+n))
 		for pb.Next() {
-			_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: card, Marker: marker, Lease: lease})
+			got, err := s.Claim(ctx, board.ClaimParams{Card: card, Marker: marker, Lease: lease})
+			tok := got.Token()
 			if err != nil {
 				b.Error(err)
 				return
 			}
-			if err := s.ReleaseOwned(ctx, card, tok); err != nil {
+			if err := s.ReleaseOwned(ctx, board.OwnedParams{Card: card, Token: tok}); err != nil {
 				b.Error(err)
 				return
 			}
@@ -119,11 +121,12 @@ func benchRenewClaims(b *testing.B, n int) {
 		wg.Go(func() {
 			for i := w; i < n; i += workers {
 				card := fmt.Sprintf("card-%05d", i)
-				if _, err := s.CreateCard(ctx, board.NewCard{ID: card, Title: "a card with an ordinary title", Labels: []string{"team-a", "prio-2"}}); err != nil {
+				if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: card, Title: "a card with an ordinary title", Labels: []string{"team-a", "prio-2"}}); err != nil {
 					errs <- err
 					return
 				}
-				_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: card, Marker: board.WorkerMarker("bench", 1000+i), Lease: lease})
+				got, err := s.Claim(ctx, board.ClaimParams{Card: card, Marker: board.WorkerMarker("bench", 1000+i), Lease: lease})
+				tok := got.Token()
 				if err != nil {
 					errs <- err
 					return
@@ -144,7 +147,7 @@ func benchRenewClaims(b *testing.B, n int) {
 	cpu0, cpuOK := processCPU()
 	for b.Loop() {
 		clock.Advance(time.Second)
-		res, err := s.RenewClaims(ctx, holds, lease)
+		res, err := s.RenewClaims(ctx, board.RenewClaimsParams{Holds: holds, Lease: lease})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -178,18 +181,18 @@ func BenchmarkStartFinish(b *testing.B) {
 		for pb.Next() {
 			b.StopTimer()
 			id := fmt.Sprintf("life-%d", made.Add(1))
-			_, err := s.CreateCard(ctx, board.NewCard{ID: id, State: board.StateReady})
+			_, err := s.CreateCard(ctx, board.CreateCardParams{ID: id, State: board.StateReady})
 			b.StartTimer()
 			if err != nil {
 				b.Error(err)
 				return
 			}
-			st, err := s.Start(ctx, board.StartRequest{Card: id, Marker: board.WorkerMarker("bench", 1000), Lease: lease, Run: board.Run{ID: id + "-1"}})
+			st, err := s.Start(ctx, board.StartParams{Card: id, Marker: board.WorkerMarker("bench", 1000), Lease: lease, Run: board.Run{ID: id + "-1"}})
 			if err != nil {
 				b.Error(err)
 				return
 			}
-			if _, err := s.Finish(ctx, board.FinishRequest{Card: id, Token: st.Token, RunID: st.Run.ID, Status: board.RunFinished}); err != nil {
+			if _, err := s.Finish(ctx, board.FinishParams{Card: id, Token: st.Token, RunID: st.Run.ID, Status: board.RunFinished}); err != nil {
 				b.Error(err)
 				return
 			}

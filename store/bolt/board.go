@@ -72,13 +72,14 @@ func (s *Store) LoadBoard(ctx context.Context) (board.Board, error) {
 }
 
 // SetBoard compares-and-sets the stored definition in one write.
-func (s *Store) SetBoard(ctx context.Context, expect, next board.Board) (board.Board, bool, error) {
+func (s *Store) SetBoard(ctx context.Context, p board.SetBoardParams) (board.SetBoardResult, error) {
+	expect, next := p.Expect, p.Next
 	if err := next.Validate(); err != nil {
-		return board.Board{}, false, fmt.Errorf("new board: %w", err)
+		return board.SetBoardResult{}, fmt.Errorf("new board: %w", err)
 	}
 	raw, err := json.Marshal(next)
 	if err != nil {
-		return board.Board{}, false, err
+		return board.SetBoardResult{}, err
 	}
 	var stored board.Board
 	var changed bool
@@ -97,19 +98,19 @@ func (s *Store) SetBoard(ctx context.Context, expect, next board.Board) (board.B
 		return nil
 	})
 	if err != nil {
-		return board.Board{}, false, err
+		return board.SetBoardResult{}, err
 	}
 	cached := stored.Clone()
 	s.def.Store(&cached)
-	return stored, changed, nil
+	return board.SetBoardResult{Board: stored, Changed: changed}, nil
 }
 
 // SetLabelsFrom writes the labels while they are still exactly l.Expect,
 // in one write; a miss returns the card as it is (DESIGN.md#label-sweeps).
-func (s *Store) SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error) {
+func (s *Store) SetLabelsFrom(ctx context.Context, l board.SetLabelsFromParams) (board.SetLabelsFromResult, error) {
 	next, err := l.Normalize()
 	if err != nil {
-		return board.Card{}, false, err
+		return board.SetLabelsFromResult{}, err
 	}
 	var out board.Card
 	var changed bool
@@ -126,7 +127,7 @@ func (s *Store) SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Ca
 		changed = true
 		return s.writeLabels(w, rec, slices.Clone(next), l.Reason, l.Actor, &out)
 	})
-	return out, changed, err
+	return board.SetLabelsFromResult{Card: out, Changed: changed}, err
 }
 
 var _ board.BoardAdmin = (*Store)(nil)

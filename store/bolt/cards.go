@@ -11,7 +11,7 @@ import (
 )
 
 // CreateCard creates a card after validating everything it names.
-func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, error) {
+func (s *Store) CreateCard(ctx context.Context, nc board.CreateCardParams) (board.Card, error) {
 	nc, err := nc.Normalize()
 	if err != nil {
 		return board.Card{}, err
@@ -101,7 +101,8 @@ func (s *Store) checkCycle(w *wtx, id string, deps []string) error {
 }
 
 // GetCard reads one card.
-func (s *Store) GetCard(ctx context.Context, id string) (board.Card, error) {
+func (s *Store) GetCard(ctx context.Context, p board.GetCardParams) (board.Card, error) {
+	id := p.ID
 	if err := ctx.Err(); err != nil {
 		return board.Card{}, err
 	}
@@ -134,7 +135,7 @@ func readCard(r *snap, id string) (*cardRecord, error) {
 // recovery index for RecoveryOnly, the claim index for ClaimedOnly, the
 // state index for a state, else the creation index. No listing scans the
 // cards bucket.
-func (s *Store) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
+func (s *Store) ListCards(ctx context.Context, f board.ListCardsParams) ([]board.Card, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -188,7 +189,8 @@ func (s *Store) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card
 }
 
 // Dependents lists the cards that name id as a blocker, in creation order.
-func (s *Store) Dependents(ctx context.Context, id string) ([]board.Card, error) {
+func (s *Store) Dependents(ctx context.Context, p board.DependentsParams) ([]board.Card, error) {
+	id := p.ID
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -343,7 +345,7 @@ func (s *Store) promoteDependents(w *wtx, id, actor string) error {
 // SetState is the operator's move. Terminal → working is refused; terminal
 // → terminal is an ordinary refiling. Moving to the current state is a
 // no-op that writes nothing.
-func (s *Store) SetState(ctx context.Context, m board.Move) error {
+func (s *Store) SetState(ctx context.Context, m board.MoveParams) error {
 	if err := m.Validate(); err != nil {
 		return err
 	}
@@ -365,18 +367,18 @@ func (s *Store) SetState(ctx context.Context, m board.Move) error {
 }
 
 // SetStateFrom is the automation move: a CAS on the declared source.
-func (s *Store) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
+func (s *Store) SetStateFrom(ctx context.Context, m board.MoveParams) (board.MoveResult, error) {
 	if err := m.Validate(); err != nil {
-		return false, err
+		return board.MoveResult{}, err
 	}
 	if _, err := s.brd().RequireTarget(m.To); err != nil {
-		return false, fmt.Errorf("card %q: %w", m.Card, err)
+		return board.MoveResult{}, fmt.Errorf("card %q: %w", m.Card, err)
 	}
 	if m.From == "" {
-		return false, board.Invalid("card %q: SetStateFrom needs a declared source state", m.Card)
+		return board.MoveResult{}, board.Invalid("card %q: SetStateFrom needs a declared source state", m.Card)
 	}
 	if _, err := s.brd().Require(m.From); err != nil {
-		return false, fmt.Errorf("card %q: from: %w", m.Card, err)
+		return board.MoveResult{}, fmt.Errorf("card %q: from: %w", m.Card, err)
 	}
 	var changed bool
 	err := s.write(ctx, func(w *wtx) error {
@@ -395,14 +397,14 @@ func (s *Store) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
 		changed = true
 		return nil
 	})
-	return changed, err
+	return board.MoveResult{Changed: changed}, err
 }
 
 // Reopen is the only exit from a terminal state (DESIGN.md#reopen). It is
 // refused while any card that names this one as a blocker is outside
 // waiting_deps (board.Board.ReopenBlockedBy); the check and the move are
 // one transaction.
-func (s *Store) Reopen(ctx context.Context, m board.Move) error {
+func (s *Store) Reopen(ctx context.Context, m board.MoveParams) error {
 	if err := m.Validate(); err != nil {
 		return err
 	}
@@ -442,7 +444,7 @@ func (s *Store) Reopen(ctx context.Context, m board.Move) error {
 
 // AdjustLabels applies a relative label change in one step; a no-op writes
 // nothing (DESIGN.md#label-sweeps: the incremental path that cannot re-arm anything).
-func (s *Store) AdjustLabels(ctx context.Context, c board.LabelChange) (board.Card, error) {
+func (s *Store) AdjustLabels(ctx context.Context, c board.AdjustLabelsParams) (board.Card, error) {
 	if err := c.Validate(); err != nil {
 		return board.Card{}, err
 	}
@@ -467,7 +469,8 @@ func (s *Store) AdjustLabels(ctx context.Context, c board.LabelChange) (board.Ca
 
 // SetLabels replaces the label set. It is absolute by contract: a caller
 // that states a consumed one-shot label re-arms it (DESIGN.md#label-sweeps).
-func (s *Store) SetLabels(ctx context.Context, card string, labels []string, actor string) (board.Card, error) {
+func (s *Store) SetLabels(ctx context.Context, p board.SetLabelsParams) (board.Card, error) {
+	card, labels, actor := p.Card, p.Labels, p.Actor
 	next, err := board.NormalizeSetLabels(card, labels, actor)
 	if err != nil {
 		return board.Card{}, err

@@ -38,14 +38,11 @@ func (s *Store) acquire(w *wtx, rec *cardRecord, marker string, lease time.Durat
 }
 
 // Claim acquires a free card or refreshes the same marker's lease.
-func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, board.ClaimToken, error) {
+func (s *Store) Claim(ctx context.Context, r board.ClaimParams) (board.Card, error) {
 	if err := r.Validate(); err != nil {
-		return board.Card{}, board.ClaimToken{}, err
+		return board.Card{}, err
 	}
-	var (
-		card board.Card
-		tok  board.ClaimToken
-	)
+	var card board.Card
 	err := s.write(ctx, func(w *wtx) error {
 		rec, err := w.getCard(r.Card)
 		if err != nil {
@@ -63,12 +60,11 @@ func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, bo
 			if err := board.RetryRefusal(rec.Card, s.now()); err != nil {
 				return err
 			}
-			tok, err = s.acquire(w, rec, r.Marker, r.Lease, r.Marker)
+			_, err = s.acquire(w, rec, r.Marker, r.Lease, r.Marker)
 		case r.Marker:
 			// Idempotent re-claim: refresh the lease only. Same epoch, no
 			// event, no updated_at bump (DESIGN.md#epoch: the epoch is bumped on
 			// fresh acquisitions, never on a same-marker re-claim).
-			tok = rec.Token()
 			err = s.extendLease(w, rec, s.now().Add(r.Lease))
 		default:
 			return conflict(rec)
@@ -77,9 +73,9 @@ func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, bo
 		return err
 	})
 	if err != nil {
-		return board.Card{}, board.ClaimToken{}, err
+		return board.Card{}, err
 	}
-	return card, tok, nil
+	return card, nil
 }
 
 // blocker reads a card in the write, for board.Board.ClaimBlocked to word
@@ -110,27 +106,24 @@ func (s *Store) extendLease(w *wtx, rec *cardRecord, until time.Time) error {
 // state's index is walked in creation order to its first free card (the
 // index value says free or claimed, so claimed cards are skipped without
 // being read), and the oldest of those candidates wins.
-func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.Card, board.ClaimToken, error) {
+func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextParams) (board.Card, error) {
 	if err := r.Validate(); err != nil {
-		return board.Card{}, board.ClaimToken{}, err
+		return board.Card{}, err
 	}
-	var (
-		card board.Card
-		tok  board.ClaimToken
-	)
+	var card board.Card
 	err := s.write(ctx, func(w *wtx) error {
 		rec, err := s.pickNext(w, r.Labels, nil)
 		if err != nil {
 			return err
 		}
-		tok, err = s.acquire(w, rec, r.Marker, r.Lease, r.Marker)
+		_, err = s.acquire(w, rec, r.Marker, r.Lease, r.Marker)
 		card = rec.Card
 		return err
 	})
 	if err != nil {
-		return board.Card{}, board.ClaimToken{}, err
+		return board.Card{}, err
 	}
-	return card, tok, nil
+	return card, nil
 }
 
 // pickNext reads the oldest unclaimed card in a pool state carrying every
@@ -217,7 +210,8 @@ func (s *Store) pickNext(w *wtx, labels []string, skip func(*cardRecord) (bool, 
 // the record back with the new lease, plus the lease index entry. No card
 // document is decoded or encoded; a card document is read only to tell a
 // missing card from a never-claimed one when a hold is refused.
-func (s *Store) RenewClaims(ctx context.Context, hs []board.Hold, lease time.Duration) ([]board.RenewResult, error) {
+func (s *Store) RenewClaims(ctx context.Context, p board.RenewClaimsParams) ([]board.RenewResult, error) {
+	hs, lease := p.Holds, p.Lease
 	if err := board.ValidateLease("", lease); err != nil {
 		return nil, err
 	}
@@ -297,16 +291,16 @@ func (s *Store) owned(ctx context.Context, card string, tok board.ClaimToken, fn
 }
 
 // SetStateOwned is the holder's fenced move.
-func (s *Store) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, error) {
+func (s *Store) SetStateOwned(ctx context.Context, m board.SetStateOwnedParams) (board.MoveResult, error) {
 	if err := m.Validate(); err != nil {
-		return false, err
+		return board.MoveResult{}, err
 	}
 	if _, err := s.brd().RequireTarget(m.To); err != nil {
-		return false, fmt.Errorf("card %q: %w", m.Card, err)
+		return board.MoveResult{}, fmt.Errorf("card %q: %w", m.Card, err)
 	}
 	if m.From != "" {
 		if _, err := s.brd().Require(m.From); err != nil {
-			return false, fmt.Errorf("card %q: from: %w", m.Card, err)
+			return board.MoveResult{}, fmt.Errorf("card %q: from: %w", m.Card, err)
 		}
 	}
 	var changed bool
@@ -339,12 +333,13 @@ func (s *Store) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, err
 		changed = true
 		return nil
 	})
-	return changed, err
+	return board.MoveResult{Changed: changed}, err
 }
 
 // SetLastRunOwned records the card's current run and appends it to the
 // run pointers (append-only).
-func (s *Store) SetLastRunOwned(ctx context.Context, card string, tok board.ClaimToken, runID string) error {
+func (s *Store) SetLastRunOwned(ctx context.Context, p board.SetLastRunOwnedParams) error {
+	card, tok, runID := p.Card, p.Token, p.RunID
 	if err := board.ValidateName("run id", runID); err != nil {
 		return fmt.Errorf("card %q: %w", card, err)
 	}
@@ -364,7 +359,8 @@ func (s *Store) SetLastRunOwned(ctx context.Context, card string, tok board.Clai
 }
 
 // SetAwaitingInputOwned sets or clears the awaiting-input flag.
-func (s *Store) SetAwaitingInputOwned(ctx context.Context, card string, tok board.ClaimToken, awaiting bool) error {
+func (s *Store) SetAwaitingInputOwned(ctx context.Context, p board.SetAwaitingInputOwnedParams) error {
+	card, tok, awaiting := p.Card, p.Token, p.Awaiting
 	return s.owned(ctx, card, tok, func(w *wtx, rec *cardRecord) error {
 		if rec.AwaitingInput == awaiting {
 			return nil
@@ -375,7 +371,8 @@ func (s *Store) SetAwaitingInputOwned(ctx context.Context, card string, tok boar
 }
 
 // SetGaveUpOwned stamps (or, with nil, clears) the give-up record.
-func (s *Store) SetGaveUpOwned(ctx context.Context, card string, tok board.ClaimToken, g *board.GaveUp) error {
+func (s *Store) SetGaveUpOwned(ctx context.Context, p board.SetGaveUpOwnedParams) error {
+	card, tok, g := p.Card, p.Token, p.GaveUp
 	if g != nil {
 		if err := board.ValidateGaveUp(card, *g); err != nil {
 			return err
@@ -408,7 +405,8 @@ func (s *Store) SetGaveUpOwned(ctx context.Context, card string, tok board.Claim
 // ExpireClaimOwned ends the lease now so the watchdog may rule on the card
 // without waiting out the TTL. It never extends a lease that already ended.
 // Like a renewal, it is a lease change, not a card change: no event.
-func (s *Store) ExpireClaimOwned(ctx context.Context, card string, tok board.ClaimToken) error {
+func (s *Store) ExpireClaimOwned(ctx context.Context, p board.OwnedParams) error {
+	card, tok := p.Card, p.Token
 	return s.owned(ctx, card, tok, func(w *wtx, rec *cardRecord) error {
 		now := s.now()
 		if !rec.ClaimLeaseUntil.IsZero() && !rec.ClaimLeaseUntil.After(now) {
@@ -432,7 +430,8 @@ func (s *Store) release(w *wtx, rec *cardRecord, actor string) error {
 }
 
 // ReleaseOwned is the holder's release. A free card is nil.
-func (s *Store) ReleaseOwned(ctx context.Context, card string, tok board.ClaimToken) error {
+func (s *Store) ReleaseOwned(ctx context.Context, p board.OwnedParams) error {
+	card, tok := p.Card, p.Token
 	if err := board.ValidateToken(card, tok); err != nil {
 		return err
 	}
@@ -470,7 +469,7 @@ func (s *Store) handBack(w *wtx, rec *cardRecord, actor string) error {
 // ReleaseExpired releases a claim that is still exactly r.Prev and still
 // expired at r.Cutoff, in one write. Every claim on this twin carries a
 // lease, so "expired" is the lease arm alone.
-func (s *Store) ReleaseExpired(ctx context.Context, r board.ExpiredRelease) error {
+func (s *Store) ReleaseExpired(ctx context.Context, r board.ReleaseExpiredParams) error {
 	if err := r.Validate(); err != nil {
 		return err
 	}
@@ -497,7 +496,8 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 
 // Release clears a claim held by exactly marker, whatever its epoch: the
 // operator's force-release and the legacy / recovery sweeps.
-func (s *Store) Release(ctx context.Context, card, marker, actor string) error {
+func (s *Store) Release(ctx context.Context, p board.ReleaseParams) error {
+	card, marker, actor := p.Card, p.Marker, p.Actor
 	if err := board.ValidateCardID(card); err != nil {
 		return err
 	}
@@ -545,20 +545,20 @@ func (s *Store) closeReleasedRun(w *wtx, rec *cardRecord, actor string) error {
 // the query (DESIGN.md#paging). Legacy claims are not in the index. The position
 // is the lease index key of the page's last card, hex-encoded; Next is
 // empty when the walk reached the cutoff or the end of the index.
-func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQuery) (board.ExpiredPage, error) {
+func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ListExpiredClaimCandidatesParams) (board.ListExpiredClaimCandidatesResult, error) {
 	if err := ctx.Err(); err != nil {
-		return board.ExpiredPage{}, err
+		return board.ListExpiredClaimCandidatesResult{}, err
 	}
 	if err := q.Validate(); err != nil {
-		return board.ExpiredPage{}, err
+		return board.ListExpiredClaimCandidatesResult{}, err
 	}
 	after, err := hex.DecodeString(q.After)
 	if err != nil || (len(after) > 0 && len(after) <= 8) {
-		return board.ExpiredPage{}, board.Invalid("listing position %q was not issued by this store", q.After)
+		return board.ListExpiredClaimCandidatesResult{}, board.Invalid("listing position %q was not issued by this store", q.After)
 	}
 	end := timeKey(q.Cutoff)
 	var (
-		page board.ExpiredPage
+		page board.ListExpiredClaimCandidatesResult
 		last []byte
 	)
 	err = s.view(func(tx *snap) error {
@@ -583,7 +583,7 @@ func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQ
 		})
 	})
 	if err != nil {
-		return board.ExpiredPage{}, err
+		return board.ListExpiredClaimCandidatesResult{}, err
 	}
 	return page, nil
 }
@@ -594,8 +594,8 @@ func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQ
 // document replace on the MongoDB twin). This file is written only by its
 // own agent, which always stamps a lease, and the boot sweep already probes
 // the pid behind every same-host legacy claim (DESIGN.md#twin-unleased).
-func (s *Store) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
-	if err := board.ValidateLimit(limit); err != nil {
+func (s *Store) ListUnleasedRunningClaims(ctx context.Context, p board.ListUnleasedRunningClaimsParams) ([]board.Card, error) {
+	if err := board.ValidateLimit(p.Limit); err != nil {
 		return nil, err
 	}
 	return nil, ctx.Err()
@@ -605,20 +605,17 @@ func (s *Store) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time,
 // CAS: the claim must still be exactly Prev (marker and epoch) and its lease
 // set and ended at or before Cutoff. A renewal, an operator or another
 // reaper in between makes it a clean conflict (DESIGN.md#transfer-first).
-func (s *Store) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Card, board.ClaimToken, error) {
+func (s *Store) ReclaimExpired(ctx context.Context, r board.ReclaimExpiredParams) (board.Card, error) {
 	if err := board.ValidateToken(r.Card, r.Prev); err != nil {
-		return board.Card{}, board.ClaimToken{}, err
+		return board.Card{}, err
 	}
 	if err := r.ValidateRecovery(); err != nil {
-		return board.Card{}, board.ClaimToken{}, err
+		return board.Card{}, err
 	}
 	if r.Cutoff.IsZero() {
-		return board.Card{}, board.ClaimToken{}, board.Invalid("card %q: zero cutoff", r.Card)
+		return board.Card{}, board.Invalid("card %q: zero cutoff", r.Card)
 	}
-	var (
-		tok  board.ClaimToken
-		card board.Card
-	)
+	var card board.Card
 	err := s.write(ctx, func(w *wtx) error {
 		rec, err := w.getCard(r.Card)
 		if err != nil {
@@ -632,14 +629,14 @@ func (s *Store) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Card
 		if !board.IsRecoveryMarker(rec.Claim) {
 			rec.RecoveredEpoch = rec.ClaimEpoch
 		}
-		tok, err = s.acquire(w, rec, r.RecoveryMarker, r.Lease, r.RecoveryMarker)
+		_, err = s.acquire(w, rec, r.RecoveryMarker, r.Lease, r.RecoveryMarker)
 		card = rec.Card
 		return err
 	})
 	if err != nil {
-		return board.Card{}, board.ClaimToken{}, err
+		return board.Card{}, err
 	}
-	return card, tok, nil
+	return card, nil
 }
 
 // Traits: one host's embedded file, written by this agent alone, on this

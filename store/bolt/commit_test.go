@@ -72,10 +72,10 @@ func TestGroupCommitBatchesQueuedWritesIntoOneTransaction(t *testing.T) {
 	s, _, _ := openTest(t)
 	ctx := t.Context()
 	for _, id := range []string{"first", "x", "y", "p1", "p2"} {
-		mustCreate(t, s, board.NewCard{ID: id, State: board.StateBacklog})
+		mustCreate(t, s, board.CreateCardParams{ID: id, State: board.StateBacklog})
 	}
 	for _, id := range []string{"p1", "p2"} {
-		if err := s.SetState(ctx, board.Move{Card: id, To: board.StateReady}); err != nil {
+		if err := s.SetState(ctx, board.MoveParams{Card: id, To: board.StateReady}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -84,7 +84,7 @@ func TestGroupCommitBatchesQueuedWritesIntoOneTransaction(t *testing.T) {
 
 	// Batch 1: one write, held before it commits.
 	firstDone := make(chan error, 1)
-	go func() { firstDone <- s.SetState(ctx, board.Move{Card: "first", To: board.StateAwaitingInput}) }()
+	go func() { firstDone <- s.SetState(ctx, board.MoveParams{Card: "first", To: board.StateAwaitingInput}) }()
 	g.waitHeld()
 
 	// Batch 2, queued while batch 1 is in flight: four claimants race for
@@ -107,7 +107,8 @@ func TestGroupCommitBatchesQueuedWritesIntoOneTransaction(t *testing.T) {
 	record := func(dst *[]error, err error) { mu.Lock(); *dst = append(*dst, err); mu.Unlock() }
 	for _, m := range markers {
 		wg.Go(func() {
-			_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: "x", Marker: m, Lease: lease})
+			card, err := s.Claim(ctx, board.ClaimParams{Card: "x", Marker: m, Lease: lease})
+			tok := card.Token()
 			if err == nil {
 				mu.Lock()
 				winners = append(winners, tok)
@@ -119,13 +120,13 @@ func TestGroupCommitBatchesQueuedWritesIntoOneTransaction(t *testing.T) {
 	}
 	for _, l := range labels {
 		wg.Go(func() {
-			_, err := s.AdjustLabels(ctx, board.LabelChange{Card: "y", Add: []string{l}})
+			_, err := s.AdjustLabels(ctx, board.AdjustLabelsParams{Card: "y", Add: []string{l}})
 			record(&labelErrs, err)
 		})
 	}
 	for i := range 2 {
 		wg.Go(func() {
-			c, _, err := s.ClaimNext(ctx, board.ClaimNextRequest{Marker: fmt.Sprintf("n-%d", 20+i), Lease: lease})
+			c, err := s.ClaimNext(ctx, board.ClaimNextParams{Marker: fmt.Sprintf("n-%d", 20+i), Lease: lease})
 			if err != nil {
 				record(&labelErrs, fmt.Errorf("ClaimNext: %w", err))
 				return
@@ -182,7 +183,7 @@ func TestGroupCommitBatchesQueuedWritesIntoOneTransaction(t *testing.T) {
 	if len(brokenErrs) != 2 || brokenErrs[0] == nil || brokenErrs[1] == nil {
 		t.Errorf("broken writes returned %v, want two errors", brokenErrs)
 	}
-	y, err := s.GetCard(ctx, "y")
+	y, err := s.GetCard(ctx, board.GetCardParams{ID: "y"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,13 +191,13 @@ func TestGroupCommitBatchesQueuedWritesIntoOneTransaction(t *testing.T) {
 	if !slices.Equal(gotLabels, labels) {
 		t.Errorf("labels of y = %v, want %v (no write lost in the batch)", y.Labels, labels)
 	}
-	if _, err := s.GetCard(ctx, "ghost"); !errors.Is(err, board.ErrNotFound) {
+	if _, err := s.GetCard(ctx, board.GetCardParams{ID: "ghost"}); !errors.Is(err, board.ErrNotFound) {
 		t.Errorf("the panicking write left a card behind: %v", err)
 	}
 
 	// Events: one state (batch 1), one claim of x, three label events, two
 	// claims by ClaimNext — nothing from the losers or the broken writes.
-	evs, err := s.Events(ctx, seq0, 0)
+	evs, err := s.Events(ctx, board.EventsParams{After: seq0, Limit: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,16 +217,16 @@ func TestGroupCommitBatchesQueuedWritesIntoOneTransaction(t *testing.T) {
 
 func TestGroupCommitWithdrawsACancelledQueuedWrite(t *testing.T) {
 	s, _, _ := openTest(t)
-	mustCreate(t, s, board.NewCard{ID: "a"})
-	mustCreate(t, s, board.NewCard{ID: "b"})
+	mustCreate(t, s, board.CreateCardParams{ID: "a"})
+	mustCreate(t, s, board.CreateCardParams{ID: "b"})
 	g := holdFirstBatch(s)
 	firstDone := make(chan error, 1)
-	go func() { firstDone <- s.SetState(t.Context(), board.Move{Card: "a", To: board.StateBacklog}) }()
+	go func() { firstDone <- s.SetState(t.Context(), board.MoveParams{Card: "a", To: board.StateBacklog}) }()
 	g.waitHeld()
 
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- s.SetState(ctx, board.Move{Card: "b", To: board.StateBacklog}) }()
+	go func() { done <- s.SetState(ctx, board.MoveParams{Card: "b", To: board.StateBacklog}) }()
 	g.waitQueued(t, 1)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
@@ -235,7 +236,7 @@ func TestGroupCommitWithdrawsACancelledQueuedWrite(t *testing.T) {
 	if err := <-firstDone; err != nil {
 		t.Fatal(err)
 	}
-	b, err := s.GetCard(t.Context(), "b")
+	b, err := s.GetCard(t.Context(), board.GetCardParams{ID: "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,13 +247,13 @@ func TestGroupCommitWithdrawsACancelledQueuedWrite(t *testing.T) {
 
 func TestCloseCommitsWritesAlreadyQueued(t *testing.T) {
 	s, clock, path := openTest(t)
-	mustCreate(t, s, board.NewCard{ID: "a"})
-	mustCreate(t, s, board.NewCard{ID: "b"})
+	mustCreate(t, s, board.CreateCardParams{ID: "a"})
+	mustCreate(t, s, board.CreateCardParams{ID: "b"})
 	g := holdFirstBatch(s)
 	results := make(chan error, 2)
-	go func() { results <- s.SetState(t.Context(), board.Move{Card: "a", To: board.StateBacklog}) }()
+	go func() { results <- s.SetState(t.Context(), board.MoveParams{Card: "a", To: board.StateBacklog}) }()
 	g.waitHeld()
-	go func() { results <- s.SetState(t.Context(), board.Move{Card: "b", To: board.StateBacklog}) }()
+	go func() { results <- s.SetState(t.Context(), board.MoveParams{Card: "b", To: board.StateBacklog}) }()
 	g.waitQueued(t, 1)
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
@@ -271,7 +272,7 @@ func TestCloseCommitsWritesAlreadyQueued(t *testing.T) {
 	}
 	defer s2.Close()
 	for _, id := range []string{"a", "b"} {
-		c, err := s2.GetCard(t.Context(), id)
+		c, err := s2.GetCard(t.Context(), board.GetCardParams{ID: id})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -283,7 +284,7 @@ func TestCloseCommitsWritesAlreadyQueued(t *testing.T) {
 
 func lastSeq(t *testing.T, s *Store) int64 {
 	t.Helper()
-	evs, err := s.Events(t.Context(), 0, 0)
+	evs, err := s.Events(t.Context(), board.EventsParams{After: 0, Limit: 0})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,9 @@ import (
 func TestSameMarkerReclaimWritesOnlyTheLease(t *testing.T) {
 	s, clock, _ := openTest(t)
 	ctx := t.Context()
-	mustCreate(t, s, board.NewCard{ID: "a"})
+	mustCreate(t, s, board.CreateCardParams{ID: "a"})
 	tok := mustClaim(t, s, "a", "host-100")
-	before, _ := s.GetCard(ctx, "a")
+	before, _ := s.GetCard(ctx, board.GetCardParams{ID: "a"})
 	seq := lastSeq(t, s)
 
 	clock.Advance(10 * time.Second)
@@ -25,7 +25,7 @@ func TestSameMarkerReclaimWritesOnlyTheLease(t *testing.T) {
 	if again != tok {
 		t.Errorf("re-claim token = %+v, want %+v", again, tok)
 	}
-	after, _ := s.GetCard(ctx, "a")
+	after, _ := s.GetCard(ctx, board.GetCardParams{ID: "a"})
 	if want := clock.Now().Add(lease); !after.ClaimLeaseUntil.Equal(want) {
 		t.Errorf("lease = %s, want %s", after.ClaimLeaseUntil, want)
 	}
@@ -41,19 +41,19 @@ func TestSameMarkerReclaimWritesOnlyTheLease(t *testing.T) {
 func TestEpochIsACounterThatReleasesNeverReset(t *testing.T) {
 	s, _, _ := openTest(t)
 	ctx := t.Context()
-	mustCreate(t, s, board.NewCard{ID: "a"})
+	mustCreate(t, s, board.CreateCardParams{ID: "a"})
 	var got []int64
 	tok := mustClaim(t, s, "a", "host-100")
 	got = append(got, tok.Epoch)
-	if err := s.ReleaseOwned(ctx, "a", tok); err != nil {
+	if err := s.ReleaseOwned(ctx, board.OwnedParams{Card: "a", Token: tok}); err != nil {
 		t.Fatal(err)
 	}
 	tok = mustClaim(t, s, "a", "host-200")
 	got = append(got, tok.Epoch)
-	if err := s.Release(ctx, "a", "host-200", "uid:0"); err != nil {
+	if err := s.Release(ctx, board.ReleaseParams{Card: "a", Marker: "host-200", Actor: "uid:0"}); err != nil {
 		t.Fatal(err)
 	}
-	c, _ := s.GetCard(ctx, "a")
+	c, _ := s.GetCard(ctx, board.GetCardParams{ID: "a"})
 	if c.ClaimEpoch != tok.Epoch || c.Claimed() || !c.ClaimedAt.IsZero() || !c.ClaimLeaseUntil.IsZero() {
 		t.Errorf("after release: claim %q epoch %d claimed_at %s lease %s, want free, epoch %d kept, times cleared",
 			c.Claim, c.ClaimEpoch, c.ClaimedAt, c.ClaimLeaseUntil, tok.Epoch)
@@ -70,18 +70,19 @@ func TestClaimNextTakesOldestFreeCardAcrossPoolStates(t *testing.T) {
 	ctx := t.Context()
 	// in_progress is a pool state on the local twin (a re-claim resumes the
 	// recorded run), so an older free card there wins over a newer ready one.
-	mustCreate(t, s, board.NewCard{ID: "held", State: board.StateReady})
+	mustCreate(t, s, board.CreateCardParams{ID: "held", State: board.StateReady})
 	clock.Advance(time.Second)
-	mustCreate(t, s, board.NewCard{ID: "parked", State: board.StateBacklog})
+	mustCreate(t, s, board.CreateCardParams{ID: "parked", State: board.StateBacklog})
 	clock.Advance(time.Second)
-	mustCreate(t, s, board.NewCard{ID: "resume", State: board.StateInProgress})
+	mustCreate(t, s, board.CreateCardParams{ID: "resume", State: board.StateInProgress})
 	clock.Advance(time.Second)
-	mustCreate(t, s, board.NewCard{ID: "fresh", State: board.StateReady})
+	mustCreate(t, s, board.CreateCardParams{ID: "fresh", State: board.StateReady})
 	mustClaim(t, s, "held", "host-100")
 
 	var got []string
 	for {
-		c, tok, err := s.ClaimNext(ctx, board.ClaimNextRequest{Marker: "host-200", Lease: lease})
+		c, err := s.ClaimNext(ctx, board.ClaimNextParams{Marker: "host-200", Lease: lease})
+		tok := c.Token()
 		if errors.Is(err, board.ErrNotFound) {
 			break
 		}
@@ -101,13 +102,13 @@ func TestClaimNextTakesOldestFreeCardAcrossPoolStates(t *testing.T) {
 func TestListUnleasedRunningClaimsIsAlwaysEmptyLocally(t *testing.T) {
 	s, clock, _ := openTest(t)
 	ctx := t.Context()
-	mustCreate(t, s, board.NewCard{ID: "a", State: board.StateInProgress})
+	mustCreate(t, s, board.CreateCardParams{ID: "a", State: board.StateInProgress})
 	tok := mustClaim(t, s, "a", "host-100")
-	if err := s.SetLastRunOwned(ctx, "a", tok, "r1"); err != nil {
+	if err := s.SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: "a", Token: tok, RunID: "r1"}); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(48 * time.Hour)
-	got, err := s.ListUnleasedRunningClaims(ctx, clock.Now(), 10)
+	got, err := s.ListUnleasedRunningClaims(ctx, board.ListUnleasedRunningClaimsParams{Cutoff: clock.Now(), Limit: 10})
 	if err != nil || len(got) != 0 {
 		t.Errorf("ListUnleasedRunningClaims = %v, %v; want none (DESIGN.md#twin-unleased)", ids(got), err)
 	}
@@ -129,12 +130,13 @@ func TestReaperOwnedMovesAreStampedWatchdogExceptVerdicts(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s, clock, _ := openTest(t)
 			ctx := t.Context()
-			mustCreate(t, s, board.NewCard{ID: "a", State: board.StateInProgress})
+			mustCreate(t, s, board.CreateCardParams{ID: "a", State: board.StateInProgress})
 			prev := mustClaim(t, s, "a", "host-100")
-			if err := s.ExpireClaimOwned(ctx, "a", prev); err != nil {
+			if err := s.ExpireClaimOwned(ctx, board.OwnedParams{Card: "a", Token: prev}); err != nil {
 				t.Fatal(err)
 			}
-			observed, tok, err := s.ReclaimExpired(ctx, board.Reclaim{Card: "a", Prev: prev, RecoveryMarker: "reaper:agent-300", Cutoff: clock.Now(), Lease: lease})
+			observed, err := s.ReclaimExpired(ctx, board.ReclaimExpiredParams{Card: "a", Prev: prev, RecoveryMarker: "reaper:agent-300", Cutoff: clock.Now(), Lease: lease})
+			tok := observed.Token()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,10 +144,10 @@ func TestReaperOwnedMovesAreStampedWatchdogExceptVerdicts(t *testing.T) {
 				t.Fatalf("reclaim: token %+v, card %q@%d lease %s", tok, observed.Claim, observed.ClaimEpoch, observed.ClaimLeaseUntil)
 			}
 			seq := lastSeq(t, s)
-			if _, err := s.SetStateOwned(ctx, board.OwnedMove{Card: "a", Token: tok, To: board.StateFailed, Reason: tt.reason}); err != nil {
+			if _, err := s.SetStateOwned(ctx, board.SetStateOwnedParams{Card: "a", Token: tok, To: board.StateFailed, Reason: tt.reason}); err != nil {
 				t.Fatal(err)
 			}
-			evs, err := s.Events(ctx, seq, 0)
+			evs, err := s.Events(ctx, board.EventsParams{After: seq, Limit: 0})
 			if err != nil || len(evs) != 1 {
 				t.Fatalf("events after the move: %v, %v; want one", evs, err)
 			}

@@ -5,11 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	bolt "go.etcd.io/bbolt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/leasekeeper/leasekeeper/board"
 )
@@ -31,7 +32,7 @@ func crashWriter(path string) int {
 		go func() {
 			for i := 0; ; i++ {
 				id := fmt.Sprintf("w-%d-%d-%d", os.Getpid(), g, i)
-				if _, err := s.CreateCard(context.Background(), board.NewCard{ID: id}); err != nil {
+				if _, err := s.CreateCard(context.Background(), board.CreateCardParams{ID: id}); err != nil {
 					fmt.Fprintln(os.Stderr, err)
 					os.Exit(1)
 				}
@@ -94,7 +95,7 @@ func TestAKilledWriterLosesNoAcknowledgedWrite(t *testing.T) {
 	}
 	defer s.Close()
 	for _, id := range acked {
-		if _, err := s.GetCard(t.Context(), id); err != nil {
+		if _, err := s.GetCard(t.Context(), board.GetCardParams{ID: id}); err != nil {
 			t.Errorf("acknowledged card %s: %v", id, err)
 		}
 	}
@@ -133,13 +134,13 @@ func TestALostLogIsRefusedUntilDiscarded(t *testing.T) {
 	}
 	found := 0
 	for _, id := range acked {
-		if _, err := s.GetCard(t.Context(), id); err == nil {
+		if _, err := s.GetCard(t.Context(), board.GetCardParams{ID: id}); err == nil {
 			found++
 		}
 	}
 	checkIndexes(t, s)
 	// A new claim works on the new log, and the store closes cleanly.
-	c, err := s.CreateCard(t.Context(), board.NewCard{ID: "after"})
+	c, err := s.CreateCard(t.Context(), board.CreateCardParams{ID: "after"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func TestALostLogIsRefusedUntilDiscarded(t *testing.T) {
 		t.Fatalf("reopen: %v", err)
 	}
 	defer s.Close()
-	if _, err := s.GetCard(t.Context(), c.ID); err != nil {
+	if _, err := s.GetCard(t.Context(), board.GetCardParams{ID: c.ID}); err != nil {
 		t.Errorf("card written on the new log: %v", err)
 	}
 	t.Logf("%d of %d acknowledged cards were in the board file when its log was lost", found, len(acked))
@@ -222,7 +223,7 @@ func TestALogThatEndsBeforeTheFileTakesNewWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"a", "b", "c"} {
-		if _, err := s.CreateCard(t.Context(), board.NewCard{ID: id}); err != nil {
+		if _, err := s.CreateCard(t.Context(), board.CreateCardParams{ID: id}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -248,7 +249,7 @@ func TestALogThatEndsBeforeTheFileTakesNewWrites(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	if _, err := s.CreateCard(t.Context(), board.NewCard{ID: "d"}); err != nil {
+	if _, err := s.CreateCard(t.Context(), board.CreateCardParams{ID: "d"}); err != nil {
 		t.Fatalf("a write after open: %v", err)
 	}
 	if err := s.Close(); err != nil {
@@ -260,7 +261,7 @@ func TestALogThatEndsBeforeTheFileTakesNewWrites(t *testing.T) {
 	}
 	defer s.Close()
 	for _, id := range []string{"a", "b", "c", "d"} {
-		if _, err := s.GetCard(t.Context(), id); err != nil {
+		if _, err := s.GetCard(t.Context(), board.GetCardParams{ID: id}); err != nil {
 			t.Errorf("card %s: %v", id, err)
 		}
 	}

@@ -65,10 +65,10 @@ func TestOpenRefusesDamagedFiles(t *testing.T) {
 			}
 			for i := range 300 {
 				id := fmt.Sprintf("card-%03d", i)
-				if _, err := s.CreateCard(t.Context(), board.NewCard{ID: id, Title: strings.Repeat("x", 100)}); err != nil {
+				if _, err := s.CreateCard(t.Context(), board.CreateCardParams{ID: id, Title: strings.Repeat("x", 100)}); err != nil {
 					t.Fatal(err)
 				}
-				if _, _, err := s.Claim(t.Context(), board.ClaimRequest{Card: id, Marker: "host-42", Lease: 30e9}); err != nil {
+				if _, err := s.Claim(t.Context(), board.ClaimParams{Card: id, Marker: "host-42", Lease: 30e9}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -108,10 +108,10 @@ func BenchmarkOpenCheck(b *testing.B) {
 	}
 	for i := range 10_000 {
 		id := fmt.Sprintf("card-%05d", i)
-		if _, err := s.CreateCard(b.Context(), board.NewCard{ID: id}); err != nil {
+		if _, err := s.CreateCard(b.Context(), board.CreateCardParams{ID: id}); err != nil {
 			b.Fatal(err)
 		}
-		if _, _, err := s.Claim(b.Context(), board.ClaimRequest{Card: id, Marker: "host-42", Lease: 30e9}); err != nil {
+		if _, err := s.Claim(b.Context(), board.ClaimParams{Card: id, Marker: "host-42", Lease: 30e9}); err != nil {
 			b.Fatal(err)
 		}
 	}

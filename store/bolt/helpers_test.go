@@ -158,7 +158,7 @@ func allCards(t *testing.T, s *Store) []*cardRecord {
 	return out
 }
 
-func mustCreate(t testing.TB, s *Store, nc board.NewCard) board.Card {
+func mustCreate(t testing.TB, s *Store, nc board.CreateCardParams) board.Card {
 	t.Helper()
 	c, err := s.CreateCard(t.Context(), nc)
 	if err != nil {
@@ -171,7 +171,8 @@ const lease = 30 * time.Second
 
 func mustClaim(t testing.TB, s *Store, card, marker string) board.ClaimToken {
 	t.Helper()
-	_, tok, err := s.Claim(t.Context(), board.ClaimRequest{Card: card, Marker: marker, Lease: lease})
+	got, err := s.Claim(t.Context(), board.ClaimParams{Card: card, Marker: marker, Lease: lease})
+	tok := got.Token()
 	if err != nil {
 		t.Fatalf("Claim(%q, %q): %v", card, marker, err)
 	}

@@ -21,7 +21,7 @@ func TestLabelIndexFollowsEveryWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, nc := range []board.NewCard{
+	for _, nc := range []board.CreateCardParams{
 		{ID: "a", State: board.StateReady, Labels: []string{"gpu", "big"}},
 		{ID: "b", State: board.StateReady, Labels: []string{"gpu"}},
 		{ID: "c", State: board.StateBacklog, Labels: []string{"old", "gpu"}},
@@ -33,7 +33,8 @@ func TestLabelIndexFollowsEveryWrite(t *testing.T) {
 	}
 	next := func(labels ...string) (string, board.ClaimToken) {
 		t.Helper()
-		c, tok, err := s.ClaimNext(ctx, board.ClaimNextRequest{Marker: "host-300", Lease: lease, Labels: labels})
+		c, err := s.ClaimNext(ctx, board.ClaimNextParams{Marker: "host-300", Lease: lease, Labels: labels})
+		tok := c.Token()
 		if err != nil {
 			t.Fatalf("ClaimNext %q: %v", labels, err)
 		}
@@ -53,24 +54,24 @@ func TestLabelIndexFollowsEveryWrite(t *testing.T) {
 	if id, tok := next("gpu"); id != "b" {
 		t.Fatalf("ClaimNext [gpu] with a held = %s, want b", id)
 	} else {
-		step("ReleaseOwned b", s.ReleaseOwned(ctx, "b", tok))
+		step("ReleaseOwned b", s.ReleaseOwned(ctx, board.OwnedParams{Card: "b", Token: tok}))
 	}
-	step("ExpireClaimOwned a", s.ExpireClaimOwned(ctx, "a", tokA))
+	step("ExpireClaimOwned a", s.ExpireClaimOwned(ctx, board.OwnedParams{Card: "a", Token: tokA}))
 	clock.Advance(time.Minute)
-	_, _, err = s.ReclaimExpired(ctx, board.Reclaim{Card: "a", Prev: tokA, RecoveryMarker: board.RecoveryPrefix + "host-4242", Cutoff: clock.Now(), Lease: lease})
+	_, err = s.ReclaimExpired(ctx, board.ReclaimExpiredParams{Card: "a", Prev: tokA, RecoveryMarker: board.RecoveryPrefix + "host-4242", Cutoff: clock.Now(), Lease: lease})
 	step("ReclaimExpired a", err)
-	recovered, err := s.GetCard(ctx, "a")
+	recovered, err := s.GetCard(ctx, board.GetCardParams{ID: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	step("ReleaseOwned a", s.ReleaseOwned(ctx, "a", recovered.Token()))
+	step("ReleaseOwned a", s.ReleaseOwned(ctx, board.OwnedParams{Card: "a", Token: recovered.Token()}))
 
 	// Label edits move a card between queues.
-	_, err = s.AdjustLabels(ctx, board.LabelChange{Card: "b", Add: []string{"big"}, Remove: []string{"gpu"}})
+	_, err = s.AdjustLabels(ctx, board.AdjustLabelsParams{Card: "b", Add: []string{"big"}, Remove: []string{"gpu"}})
 	step("AdjustLabels b", err)
-	_, err = s.SetLabels(ctx, "e", []string{"gpu"}, "cli")
+	_, err = s.SetLabels(ctx, board.SetLabelsParams{Card: "e", Labels: []string{"gpu"}, Actor: "cli"})
 	step("SetLabels e", err)
-	_, _, err = s.SetLabelsFrom(ctx, board.LabelsFrom{Card: "d", Expect: []string{"old"}, Labels: []string{"old", "big"}, Reason: board.ReasonFieldRename, Actor: "uid:0"})
+	_, err = s.SetLabelsFrom(ctx, board.SetLabelsFromParams{Card: "d", Expect: []string{"old"}, Labels: []string{"old", "big"}, Reason: board.ReasonFieldRename, Actor: "uid:0"})
 	step("SetLabelsFrom d", err)
 
 	// The admin's sweeps.
@@ -85,18 +86,18 @@ func TestLabelIndexFollowsEveryWrite(t *testing.T) {
 	if id, tok := next("gpu", "large"); id != "a" {
 		t.Fatalf("ClaimNext [gpu large] after the sweeps = %s, want a", id)
 	} else {
-		step("ReleaseOwned a", s.ReleaseOwned(ctx, "a", tok))
+		step("ReleaseOwned a", s.ReleaseOwned(ctx, board.OwnedParams{Card: "a", Token: tok}))
 	}
 
 	// A state move, then a routed Start and its verdict.
-	step("SetState c", s.SetState(ctx, board.Move{Card: "c", To: board.StateReady, Actor: "cli"}))
-	st, err := s.Start(ctx, board.StartRequest{Next: true, Labels: []string{"gpu"}, Marker: "host-301", Lease: lease,
+	step("SetState c", s.SetState(ctx, board.MoveParams{Card: "c", To: board.StateReady, Actor: "cli"}))
+	st, err := s.Start(ctx, board.StartParams{Next: true, Labels: []string{"gpu"}, Marker: "host-301", Lease: lease,
 		Run: board.Run{ID: "r1", Host: "host", PID: 301}})
 	step("Start next [gpu]", err)
 	if st.Card.ID != "a" {
 		t.Fatalf("Start next [gpu] = %s, want a", st.Card.ID)
 	}
-	_, err = s.Finish(ctx, board.FinishRequest{Card: "a", Token: st.Token, RunID: "r1", Status: board.RunFinished})
+	_, err = s.Finish(ctx, board.FinishParams{Card: "a", Token: st.Token, RunID: "r1", Status: board.RunFinished})
 	step("Finish a", err)
 	for _, want := range []string{"c", "e"} {
 		if id, _ := next("gpu"); id != want {

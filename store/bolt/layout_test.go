@@ -188,34 +188,43 @@ func changedBuckets(before, after map[string]string) []string {
 func TestOrdinaryWritesNeverWriteTheClaimsBucket(t *testing.T) {
 	s, clock, _ := openTest(t)
 	ctx := t.Context()
-	mustCreate(t, s, board.NewCard{ID: "a"})
-	mustCreate(t, s, board.NewCard{ID: "b", DependsOn: []string{"a"}})
+	mustCreate(t, s, board.CreateCardParams{ID: "a"})
+	mustCreate(t, s, board.CreateCardParams{ID: "b", DependsOn: []string{"a"}})
 	tok := mustClaim(t, s, "a", "host-100")
 	writes := []struct {
 		name string
 		do   func() error
 	}{
-		{"SetLabels", func() error { _, err := s.SetLabels(ctx, "a", []string{"x"}, "op"); return err }},
+		{"SetLabels", func() error {
+			_, err := s.SetLabels(ctx, board.SetLabelsParams{Card: "a", Labels: []string{"x"}, Actor: "op"})
+			return err
+		}},
 		{"AdjustLabels", func() error {
-			_, err := s.AdjustLabels(ctx, board.LabelChange{Card: "a", Add: []string{"y"}})
+			_, err := s.AdjustLabels(ctx, board.AdjustLabelsParams{Card: "a", Add: []string{"y"}})
 			return err
 		}},
-		{"SetAwaitingInputOwned", func() error { return s.SetAwaitingInputOwned(ctx, "a", tok, true) }},
+		{"SetAwaitingInputOwned", func() error {
+			return s.SetAwaitingInputOwned(ctx, board.SetAwaitingInputOwnedParams{Card: "a", Token: tok, Awaiting: true})
+		}},
 		{"CreateRun", func() error {
-			_, err := s.CreateRun(ctx, board.NewRun{Token: tok, Run: board.Run{ID: "r1", Card: "a"}})
+			_, err := s.CreateRun(ctx, board.CreateRunParams{Token: tok, Run: board.Run{ID: "r1", Card: "a"}})
 			return err
 		}},
-		{"SetLastRunOwned", func() error { return s.SetLastRunOwned(ctx, "a", tok, "r0") }},
-		{"SetGaveUpOwned", func() error { return s.SetGaveUpOwned(ctx, "a", tok, &board.GaveUp{Reason: "r"}) }},
+		{"SetLastRunOwned", func() error {
+			return s.SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: "a", Token: tok, RunID: "r0"})
+		}},
+		{"SetGaveUpOwned", func() error {
+			return s.SetGaveUpOwned(ctx, board.SetGaveUpOwnedParams{Card: "a", Token: tok, GaveUp: &board.GaveUp{Reason: "r"}})
+		}},
 		{"SetStateOwned", func() error {
-			_, err := s.SetStateOwned(ctx, board.OwnedMove{Card: "a", Token: tok, To: board.StateInProgress})
+			_, err := s.SetStateOwned(ctx, board.SetStateOwnedParams{Card: "a", Token: tok, To: board.StateInProgress})
 			return err
 		}},
-		{"SetState", func() error { return s.SetState(ctx, board.Move{Card: "a", To: board.StateDone}) }},
+		{"SetState", func() error { return s.SetState(ctx, board.MoveParams{Card: "a", To: board.StateDone}) }},
 		{"SetState of the promoted dependent back to waiting_deps", func() error {
-			return s.SetState(ctx, board.Move{Card: "b", To: board.StateWaitingDeps})
+			return s.SetState(ctx, board.MoveParams{Card: "b", To: board.StateWaitingDeps})
 		}},
-		{"Reopen", func() error { return s.Reopen(ctx, board.Move{Card: "a", To: board.StateReady}) }},
+		{"Reopen", func() error { return s.Reopen(ctx, board.MoveParams{Card: "a", To: board.StateReady}) }},
 	}
 	written := touched(s)
 	for _, w := range writes {
@@ -241,13 +250,13 @@ func TestRenewWritesOnlyClaimRecordsAndTheLeaseIndex(t *testing.T) {
 	ctx := t.Context()
 	var hs []board.Hold
 	for _, id := range []string{"a", "b", "c"} {
-		mustCreate(t, s, board.NewCard{ID: id, Labels: []string{"l"}})
+		mustCreate(t, s, board.CreateCardParams{ID: id, Labels: []string{"l"}})
 		hs = append(hs, board.Hold{Card: id, Token: mustClaim(t, s, id, "host-100")})
 	}
 	clock.Advance(10 * time.Second)
 	before := bucketDump(t, s)
 	written := touched(s)
-	res, err := s.RenewClaims(ctx, hs, lease)
+	res, err := s.RenewClaims(ctx, board.RenewClaimsParams{Holds: hs, Lease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,13 +281,13 @@ func TestRenewWritesOnlyClaimRecordsAndTheLeaseIndex(t *testing.T) {
 func TestRenewClaimsPerHoldOutcomes(t *testing.T) {
 	s, clock, _ := openTest(t)
 	ctx := t.Context()
-	mustCreate(t, s, board.NewCard{ID: "held"})
-	mustCreate(t, s, board.NewCard{ID: "never"})
-	mustCreate(t, s, board.NewCard{ID: "released"})
-	mustCreate(t, s, board.NewCard{ID: "other"})
+	mustCreate(t, s, board.CreateCardParams{ID: "held"})
+	mustCreate(t, s, board.CreateCardParams{ID: "never"})
+	mustCreate(t, s, board.CreateCardParams{ID: "released"})
+	mustCreate(t, s, board.CreateCardParams{ID: "other"})
 	held := mustClaim(t, s, "held", "host-100")
 	rel := mustClaim(t, s, "released", "host-100")
-	if err := s.ReleaseOwned(ctx, "released", rel); err != nil {
+	if err := s.ReleaseOwned(ctx, board.OwnedParams{Card: "released", Token: rel}); err != nil {
 		t.Fatal(err)
 	}
 	other := mustClaim(t, s, "other", "host-200")
@@ -286,7 +295,7 @@ func TestRenewClaimsPerHoldOutcomes(t *testing.T) {
 	until := clock.Now().Add(lease)
 	stale := board.ClaimToken{Marker: "host-100", Epoch: other.Epoch}
 
-	res, err := s.RenewClaims(ctx, []board.Hold{
+	res, err := s.RenewClaims(ctx, board.RenewClaimsParams{Holds: []board.Hold{
 		{Card: "held", Token: held},
 		{Card: "held", Token: held}, // the same hold twice in one batch
 		{Card: "never", Token: board.ClaimToken{Marker: "host-100", Epoch: 1}},
@@ -294,7 +303,7 @@ func TestRenewClaimsPerHoldOutcomes(t *testing.T) {
 		{Card: "other", Token: stale},
 		{Card: "missing", Token: held},
 		{Card: "held", Token: board.ClaimToken{}},
-	}, lease)
+	}, Lease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,14 +345,14 @@ func TestRenewClaimsPerHoldOutcomes(t *testing.T) {
 
 	// A shorter lease never moves a lease backwards: the result reports
 	// the lease the card keeps.
-	res, err = s.RenewClaims(ctx, []board.Hold{{Card: "held", Token: held}}, time.Second)
+	res, err = s.RenewClaims(ctx, board.RenewClaimsParams{Holds: []board.Hold{{Card: "held", Token: held}}, Lease: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res[0].Err != nil || !res[0].LeaseUntil.Equal(until) {
 		t.Errorf("shorter renewal = %+v, want the lease kept at %s", res[0], until)
 	}
-	c, err := s.GetCard(ctx, "held")
+	c, err := s.GetCard(ctx, board.GetCardParams{ID: "held"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,16 +12,16 @@ import (
 // every event of the verbs it stands for (claimed, run_created or
 // run_updated, last_run, state). A refusal writes nothing, so no epoch is
 // minted.
-func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started, error) {
+func (s *Store) Start(ctx context.Context, r board.StartParams) (board.StartResult, error) {
 	r, err := r.Normalize()
 	if err != nil {
-		return board.Started{}, err
+		return board.StartResult{}, err
 	}
 	brd := s.brd()
 	running := brd.Running()
-	var out board.Started
+	var out board.StartResult
 	err = s.write(ctx, func(w *wtx) error {
-		out = board.Started{}
+		out = board.StartResult{}
 		// A retry of a Start that landed is answered from what it wrote,
 		// whether it created the run it names or resumed a recorded one.
 		if run, err := w.startedRun(r.Run.ID); err != nil {
@@ -37,7 +37,7 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 				if err := s.extendLease(w, prev, s.now().Add(r.Lease)); err != nil {
 					return err
 				}
-				out = board.Started{Card: prev.Card, Token: prev.Token(), Run: *run, Resumed: run.ID != r.Run.ID}
+				out = board.StartResult{Card: prev.Card, Token: prev.Token(), Run: *run, Resumed: run.ID != r.Run.ID}
 				return nil
 			}
 		}
@@ -119,7 +119,7 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 		return nil
 	})
 	if err != nil {
-		return board.Started{}, err
+		return board.StartResult{}, err
 	}
 	return out, nil
 }
@@ -137,15 +137,15 @@ func recordedRun(w *wtx, rec *cardRecord) (*board.Run, error) {
 // releases the claim, in one write fenced on the token and on the run. The
 // filing is the same move SetStateOwned makes, so a completion promotes
 // dependents exactly as any completion does.
-func (s *Store) Finish(ctx context.Context, r board.FinishRequest) (board.Finished, error) {
+func (s *Store) Finish(ctx context.Context, r board.FinishParams) (board.FinishResult, error) {
 	if err := r.Validate(); err != nil {
-		return board.Finished{}, err
+		return board.FinishResult{}, err
 	}
 	brd := s.brd()
 	if err := brd.FinishCheck(r); err != nil {
-		return board.Finished{}, err
+		return board.FinishResult{}, err
 	}
-	var out board.Finished
+	var out board.FinishResult
 	err := s.write(ctx, func(w *wtx) error {
 		rec, err := w.getCard(r.Card)
 		if err != nil {
@@ -178,7 +178,7 @@ func (s *Store) Finish(ctx context.Context, r board.FinishRequest) (board.Finish
 		// (DESIGN.md#retries).
 		route := brd.RouteRun(rec.Card, next, true)
 		if to, reason := brd.FinishFiling(rec.State, run.StartedFrom, route); to != "" {
-			m := board.OwnedMove{Token: r.Token, Reason: reason}
+			m := board.SetStateOwnedParams{Token: r.Token, Reason: reason}
 			var edit func()
 			switch route.Kind {
 			case board.RouteRetry:
@@ -198,11 +198,11 @@ func (s *Store) Finish(ctx context.Context, r board.FinishRequest) (board.Finish
 		if err := s.release(w, rec, r.Token.Marker); err != nil {
 			return err
 		}
-		out = board.Finished{Card: rec.Card, Run: next}
+		out = board.FinishResult{Card: rec.Card, Run: next}
 		return nil
 	})
 	if err != nil {
-		return board.Finished{}, err
+		return board.FinishResult{}, err
 	}
 	return out, nil
 }

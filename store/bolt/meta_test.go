@@ -24,7 +24,7 @@ func TestOpenAcceptsAFileWithItsOlderMetaDamaged(t *testing.T) {
 	}
 	const n = 40
 	for i := range n {
-		if _, err := s.CreateCard(t.Context(), board.NewCard{ID: fmt.Sprintf("card-%03d", i)}); err != nil {
+		if _, err := s.CreateCard(t.Context(), board.CreateCardParams{ID: fmt.Sprintf("card-%03d", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -50,7 +50,7 @@ func TestOpenAcceptsAFileWithItsOlderMetaDamaged(t *testing.T) {
 		t.Fatalf("Open of a file whose older meta page (%d) is damaged: %v", older, err)
 	}
 	defer s.Close()
-	cs, err := s.ListCards(t.Context(), board.CardFilter{})
+	cs, err := s.ListCards(t.Context(), board.ListCardsParams{})
 	if err != nil {
 		t.Fatal(err)
 	}

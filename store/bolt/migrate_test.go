@@ -55,17 +55,17 @@ func schemaOf(t *testing.T, path string) (stamp string, hasClaims bool) {
 func snapshot(t *testing.T, s *Store, runs ...string) []byte {
 	t.Helper()
 	ctx := t.Context()
-	cards, err := s.ListCards(ctx, board.CardFilter{})
+	cards, err := s.ListCards(ctx, board.ListCardsParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	events, err := s.Events(ctx, 0, 0)
+	events, err := s.Events(ctx, board.EventsParams{After: 0, Limit: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rs := []board.Run{}
 	for _, id := range runs {
-		r, err := s.GetRun(ctx, id)
+		r, err := s.GetRun(ctx, board.GetRunParams{ID: id})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +130,7 @@ func TestMigrateSchema1Fixture(t *testing.T) {
 	checkNoClaimFamilyInDocs(t, s)
 	// The fixture's one recovery claim is in the recovery index built on
 	// the way from version 2 to 3.
-	rec, err := s.ListCards(t.Context(), board.CardFilter{RecoveryOnly: true})
+	rec, err := s.ListCards(t.Context(), board.ListCardsParams{RecoveryOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,10 +140,10 @@ func TestMigrateSchema1Fixture(t *testing.T) {
 
 	// The fences carry on from the migrated epochs.
 	ctx := t.Context()
-	res, err := s.RenewClaims(ctx, []board.Hold{
+	res, err := s.RenewClaims(ctx, board.RenewClaimsParams{Holds: []board.Hold{
 		{Card: "held", Token: board.ClaimToken{Marker: "host-100", Epoch: 1}},
 		{Card: "reclaimed", Token: board.ClaimToken{Marker: "host-101", Epoch: 1}},
-	}, time.Hour)
+	}, Lease: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestMigrateRandomWorkloadRoundTrip(t *testing.T) {
 		return id
 	}
 	for range 10 {
-		mustCreate(t, s, board.NewCard{ID: newCard()})
+		mustCreate(t, s, board.CreateCardParams{ID: newCard()})
 	}
 	w := &randomWorker{
 		s: s, clock: clock, rng: rand.New(rand.NewPCG(seed, 2)),
@@ -335,8 +335,8 @@ func TestMigrateRandomWorkloadRoundTrip(t *testing.T) {
 // it legacy (out of the lease index), and a renewal then gives it a lease.
 func TestMigrateKeepsALegacyClaim(t *testing.T) {
 	s, clock, path := openTest(t)
-	mustCreate(t, s, board.NewCard{ID: "legacy"})
-	mustCreate(t, s, board.NewCard{ID: "leased"})
+	mustCreate(t, s, board.CreateCardParams{ID: "legacy"})
+	mustCreate(t, s, board.CreateCardParams{ID: "leased"})
 	tok := mustClaim(t, s, "legacy", "host-500")
 	mustClaim(t, s, "leased", "host-501")
 	if err := s.Close(); err != nil {
@@ -355,7 +355,7 @@ func TestMigrateKeepsALegacyClaim(t *testing.T) {
 	defer s.Close()
 	checkIndexes(t, s)
 	ctx := t.Context()
-	c, err := s.GetCard(ctx, "legacy")
+	c, err := s.GetCard(ctx, board.GetCardParams{ID: "legacy"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,14 +363,14 @@ func TestMigrateKeepsALegacyClaim(t *testing.T) {
 		t.Fatalf("migrated card: claim %q@%d lease %s, want a legacy claim by %+v", c.Claim, c.ClaimEpoch, c.ClaimLeaseUntil, tok)
 	}
 	clock.Advance(time.Hour)
-	expired, err := boardtest.PageCards(s.ListExpiredClaimCandidates(ctx, board.ExpiredQuery{Cutoff: clock.Now(), Limit: 0}))
+	expired, err := boardtest.PageCards(s.ListExpiredClaimCandidates(ctx, board.ListExpiredClaimCandidatesParams{Cutoff: clock.Now(), Limit: 0}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, want := ids(expired), []string{"leased"}; !slices.Equal(got, want) {
 		t.Errorf("expired candidates = %v, want %v (a legacy claim is never reaped by time)", got, want)
 	}
-	res, err := s.RenewClaims(ctx, []board.Hold{{Card: "legacy", Token: tok}}, lease)
+	res, err := s.RenewClaims(ctx, board.RenewClaimsParams{Holds: []board.Hold{{Card: "legacy", Token: tok}}, Lease: lease})
 	if err != nil || res[0].Err != nil {
 		t.Fatalf("renew the legacy claim: %v, %v", err, res[0].Err)
 	}
@@ -418,16 +418,17 @@ func recoveryFixture(t *testing.T, s *Store, clock *fakeClock) []string {
 	t.Helper()
 	ctx := t.Context()
 	for _, id := range []string{"free", "worker-live", "worker-expired", "recovery-live", "recovery-expired", "recovery-released", "worker-after-recovery"} {
-		mustCreate(t, s, board.NewCard{ID: id})
+		mustCreate(t, s, board.CreateCardParams{ID: id})
 		clock.Advance(time.Millisecond)
 	}
 	reclaim := func(id string, l time.Duration) board.ClaimToken {
 		t.Helper()
-		c, err := s.GetCard(ctx, id)
+		c, err := s.GetCard(ctx, board.GetCardParams{ID: id})
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, tok, err := s.ReclaimExpired(ctx, board.Reclaim{Card: id, Prev: c.Token(), RecoveryMarker: "reaper:agent-9", Cutoff: clock.Now(), Lease: l})
+		card, err := s.ReclaimExpired(ctx, board.ReclaimExpiredParams{Card: id, Prev: c.Token(), RecoveryMarker: "reaper:agent-9", Cutoff: clock.Now(), Lease: l})
+		tok := card.Token()
 		if err != nil {
 			t.Fatalf("ReclaimExpired %s: %v", id, err)
 		}
@@ -439,10 +440,10 @@ func recoveryFixture(t *testing.T, s *Store, clock *fakeClock) []string {
 	clock.Advance(lease + time.Second)
 	reclaim("recovery-live", time.Hour)
 	reclaim("recovery-expired", time.Second)
-	if err := s.ReleaseOwned(ctx, "recovery-released", reclaim("recovery-released", time.Hour)); err != nil {
+	if err := s.ReleaseOwned(ctx, board.OwnedParams{Card: "recovery-released", Token: reclaim("recovery-released", time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Release(ctx, "worker-after-recovery", reclaim("worker-after-recovery", time.Hour).Marker, "uid:0"); err != nil {
+	if err := s.Release(ctx, board.ReleaseParams{Card: "worker-after-recovery", Marker: reclaim("worker-after-recovery", time.Hour).Marker, Actor: "uid:0"}); err != nil {
 		t.Fatal(err)
 	}
 	mustClaim(t, s, "worker-after-recovery", "host-200")
@@ -473,7 +474,7 @@ func TestMigrateSchema2BuildsTheRecoveryIndex(t *testing.T) {
 	defer s.Close()
 	checkIndexes(t, s)
 	checkListings(t, s, clock.Now())
-	got, err := s.ListCards(t.Context(), board.CardFilter{RecoveryOnly: true})
+	got, err := s.ListCards(t.Context(), board.ListCardsParams{RecoveryOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -523,7 +524,7 @@ func TestMigrateSchema2FailureLeavesTheFileAsItWas(t *testing.T) {
 // byte what the current code writes (DESIGN.md#label-routing).
 func TestMigrateSchema4BuildsTheLabelIndex(t *testing.T) {
 	s, clock, path := openTest(t)
-	for _, nc := range []board.NewCard{
+	for _, nc := range []board.CreateCardParams{
 		{ID: "plain"},
 		{ID: "gpu-old", Labels: []string{"gpu"}},
 		{ID: "gpu-big", Labels: []string{"big", "gpu"}},
@@ -574,14 +575,15 @@ func TestMigrateSchema4BuildsTheLabelIndex(t *testing.T) {
 		labels []string
 		want   string
 	}{{[]string{"gpu"}, "gpu-old"}, {[]string{"gpu", "big"}, "gpu-big"}, {[]string{"big", "gpu"}, "gpu-big"}} {
-		c, tok, err := s.ClaimNext(t.Context(), board.ClaimNextRequest{Marker: "host-200", Lease: time.Minute, Labels: tc.labels})
+		c, err := s.ClaimNext(t.Context(), board.ClaimNextParams{Marker: "host-200", Lease: time.Minute, Labels: tc.labels})
+		tok := c.Token()
 		if err != nil {
 			t.Fatalf("ClaimNext %q after the migration: %v", tc.labels, err)
 		}
 		if c.ID != tc.want {
 			t.Errorf("ClaimNext %q = %s, want %s", tc.labels, c.ID, tc.want)
 		}
-		if err := s.ReleaseOwned(t.Context(), c.ID, tok); err != nil {
+		if err := s.ReleaseOwned(t.Context(), board.OwnedParams{Card: c.ID, Token: tok}); err != nil {
 			t.Fatal(err)
 		}
 	}

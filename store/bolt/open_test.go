@@ -155,7 +155,7 @@ func rawDump(t *testing.T, path string) string {
 
 func TestOpenRefusesNewerSchemaAndKeepsTheFile(t *testing.T) {
 	s, _, path := openTest(t)
-	mustCreate(t, s, board.NewCard{ID: "a"})
+	mustCreate(t, s, board.CreateCardParams{ID: "a"})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -245,31 +245,31 @@ func TestStateSurvivesCloseAndReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustCreate(t, s, board.NewCard{ID: "a", Title: "first", Labels: []string{"x"}})
-	mustCreate(t, s, board.NewCard{ID: "b", DependsOn: []string{"a"}})
+	mustCreate(t, s, board.CreateCardParams{ID: "a", Title: "first", Labels: []string{"x"}})
+	mustCreate(t, s, board.CreateCardParams{ID: "b", DependsOn: []string{"a"}})
 	tok := mustClaim(t, s, "a", "host-100")
-	if err := s.ReleaseOwned(ctx, "a", tok); err != nil {
+	if err := s.ReleaseOwned(ctx, board.OwnedParams{Card: "a", Token: tok}); err != nil {
 		t.Fatal(err)
 	}
 	tok = mustClaim(t, s, "a", "host-101")
 	if got, want := tok.Epoch, int64(2); got != want {
 		t.Fatalf("second claim epoch = %d, want %d", got, want)
 	}
-	before, err := s.GetCard(ctx, "a")
+	before, err := s.GetCard(ctx, board.GetCardParams{ID: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	evBefore, err := s.Events(ctx, 0, 0)
+	evBefore, err := s.Events(ctx, board.EventsParams{After: 0, Limit: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.GetCard(ctx, "a"); !errors.Is(err, ErrClosed) {
+	if _, err := s.GetCard(ctx, board.GetCardParams{ID: "a"}); !errors.Is(err, ErrClosed) {
 		t.Errorf("GetCard after Close: %v, want ErrClosed", err)
 	}
-	if _, err := s.CreateCard(ctx, board.NewCard{ID: "c"}); !errors.Is(err, ErrClosed) {
+	if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: "c"}); !errors.Is(err, ErrClosed) {
 		t.Errorf("CreateCard after Close: %v, want ErrClosed", err)
 	}
 
@@ -278,14 +278,14 @@ func TestStateSurvivesCloseAndReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	after, err := s.GetCard(ctx, "a")
+	after, err := s.GetCard(ctx, board.GetCardParams{ID: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if fmt.Sprintf("%+v", after) != fmt.Sprintf("%+v", before) {
 		t.Errorf("card after reopen:\n%+v\nwant\n%+v", after, before)
 	}
-	evAfter, err := s.Events(ctx, 0, 0)
+	evAfter, err := s.Events(ctx, board.EventsParams{After: 0, Limit: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,13 +293,13 @@ func TestStateSurvivesCloseAndReopen(t *testing.T) {
 		t.Errorf("events after reopen:\n%v\nwant\n%v", evAfter, evBefore)
 	}
 	// The fence continues from the stored epoch: release and re-claim.
-	if err := s.ReleaseOwned(ctx, "a", tok); err != nil {
+	if err := s.ReleaseOwned(ctx, board.OwnedParams{Card: "a", Token: tok}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := mustClaim(t, s, "a", "host-100").Epoch, int64(3); got != want {
 		t.Errorf("claim after reopen: epoch %d, want %d", got, want)
 	}
-	ev, err := s.Events(ctx, evBefore[len(evBefore)-1].Seq, 0)
+	ev, err := s.Events(ctx, board.EventsParams{After: evBefore[len(evBefore)-1].Seq, Limit: 0})
 	if err != nil {
 		t.Fatal(err)
 	}

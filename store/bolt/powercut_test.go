@@ -361,7 +361,7 @@ type cutWorker struct {
 	prefix  string
 	n       int
 	lastSeq int64
-	held    map[string]board.Started // card → a run this worker started
+	held    map[string]board.StartResult // card → a run this worker started
 	tokens  map[string]board.ClaimToken
 }
 
@@ -381,29 +381,28 @@ func (w *cutWorker) step(t *testing.T) error {
 	switch w.rng.IntN(13) {
 	case 0, 1:
 		id := fmt.Sprintf("%s-%d", w.prefix, w.n)
-		if _, err = w.s.CreateCard(ctx, board.NewCard{ID: id, Title: strings.Repeat("t", w.rng.IntN(400))}); err == nil {
+		if _, err = w.s.CreateCard(ctx, board.CreateCardParams{ID: id, Title: strings.Repeat("t", w.rng.IntN(400))}); err == nil {
 			w.a.mu.Lock()
 			w.a.cards[id] = true
 			w.a.mu.Unlock()
 		}
 	case 2:
 		c := pick()
-		var tok board.ClaimToken
-		if _, tok, err = w.s.Claim(ctx, board.ClaimRequest{Card: c, Marker: w.marker, Lease: lease}); err == nil {
-			w.a.grant(c, tok)
-			w.tokens[c] = tok
+		var got board.Card
+		if got, err = w.s.Claim(ctx, board.ClaimParams{Card: c, Marker: w.marker, Lease: lease}); err == nil {
+			w.a.grant(c, got.Token())
+			w.tokens[c] = got.Token()
 		}
 	case 3:
 		var c board.Card
-		var tok board.ClaimToken
-		if c, tok, err = w.s.ClaimNext(ctx, board.ClaimNextRequest{Marker: w.marker, Lease: lease}); err == nil {
-			w.a.grant(c.ID, tok)
-			w.tokens[c.ID] = tok
+		if c, err = w.s.ClaimNext(ctx, board.ClaimNextParams{Marker: w.marker, Lease: lease}); err == nil {
+			w.a.grant(c.ID, c.Token())
+			w.tokens[c.ID] = c.Token()
 		}
 	case 4, 5:
 		run := fmt.Sprintf("run-%s-%d", w.prefix, w.n)
-		var st board.Started
-		st, err = w.s.Start(ctx, board.StartRequest{Next: true, Marker: w.marker, Lease: lease, Fresh: true, Run: board.Run{ID: run, Host: "h", PID: 1}})
+		var st board.StartResult
+		st, err = w.s.Start(ctx, board.StartParams{Next: true, Marker: w.marker, Lease: lease, Fresh: true, Run: board.Run{ID: run, Host: "h", PID: 1}})
 		if err == nil {
 			w.a.grant(st.Card.ID, st.Token)
 			w.held[st.Card.ID] = st
@@ -413,8 +412,8 @@ func (w *cutWorker) step(t *testing.T) error {
 		for c, st := range w.held {
 			delete(w.held, c)
 			status := []board.RunStatus{board.RunFinished, board.RunFailed, board.RunFailedResumable}[w.rng.IntN(3)]
-			var fin board.Finished
-			fin, err = w.s.Finish(ctx, board.FinishRequest{Card: c, Token: st.Token, RunID: st.Run.ID, Status: status})
+			var fin board.FinishResult
+			fin, err = w.s.Finish(ctx, board.FinishParams{Card: c, Token: st.Token, RunID: st.Run.ID, Status: status})
 			if err == nil {
 				w.a.mu.Lock()
 				w.a.verdicts[st.Run.ID] = verdictAck{card: c, epoch: st.Token.Epoch, status: status, state: fin.Card.State}
@@ -428,20 +427,20 @@ func (w *cutWorker) step(t *testing.T) error {
 			hs = append(hs, board.Hold{Card: c, Token: tok})
 		}
 		if len(hs) > 0 {
-			_, err = w.s.RenewClaims(ctx, hs, lease)
+			_, err = w.s.RenewClaims(ctx, board.RenewClaimsParams{Holds: hs, Lease: lease})
 		}
 	case 9:
 		for c, tok := range w.tokens {
 			delete(w.tokens, c)
 			delete(w.held, c)
-			err = w.s.ReleaseOwned(ctx, c, tok)
+			err = w.s.ReleaseOwned(ctx, board.OwnedParams{Card: c, Token: tok})
 			break
 		}
 	case 10, 12:
 		// What a reader is shown is acknowledged too: the store publishes
 		// a batch only once its record is synced.
 		var evs []board.Event
-		if evs, err = w.s.Events(ctx, max(0, w.lastSeq-int64(w.rng.IntN(8))), 50); err == nil {
+		if evs, err = w.s.Events(ctx, board.EventsParams{After: max(0, w.lastSeq-int64(w.rng.IntN(8))), Limit: 50}); err == nil {
 			w.a.mu.Lock()
 			for _, ev := range evs {
 				b, _ := json.Marshal(ev)
@@ -615,7 +614,7 @@ func runUntilCut(t *testing.T, seed uint64, path string, segs map[string][]byte,
 		w := &cutWorker{
 			s: s, a: a, rng: rand.New(rand.NewPCG(seed, uint64(cycle*16+i))),
 			marker: fmt.Sprintf("host-%d", 100+i), prefix: fmt.Sprintf("c%d-w%d", cycle, i),
-			held: map[string]board.Started{}, tokens: map[string]board.ClaimToken{},
+			held: map[string]board.StartResult{}, tokens: map[string]board.ClaimToken{},
 		}
 		wg.Go(func() {
 			for {
@@ -689,12 +688,12 @@ func checkImage(t *testing.T, im crashImage, a *acked, clock *fakeClock, what st
 	var problems []string
 	bad := func(f string, args ...any) { problems = append(problems, fmt.Sprintf(f, args...)) }
 	for id := range a.cards {
-		if _, err := s.GetCard(ctx, id); err != nil {
+		if _, err := s.GetCard(ctx, board.GetCardParams{ID: id}); err != nil {
 			bad("acknowledged card %q: %v", id, err)
 		}
 	}
 	for id, e := range a.epochs {
-		c, err := s.GetCard(ctx, id)
+		c, err := s.GetCard(ctx, board.GetCardParams{ID: id})
 		if err != nil {
 			bad("card %q granted epoch %d: %v", id, e, err)
 			continue
@@ -704,25 +703,25 @@ func checkImage(t *testing.T, im crashImage, a *acked, clock *fakeClock, what st
 		}
 	}
 	for run, v := range a.verdicts {
-		r, err := s.GetRun(ctx, run)
+		r, err := s.GetRun(ctx, board.GetRunParams{ID: run})
 		if err != nil {
 			bad("run %q (verdict %s acknowledged): %v", run, v.status, err)
 			continue
 		}
 		// A later fresh Start cancels a resumable run it does not take over.
 		superseded := false
-		if c, err := s.GetCard(ctx, v.card); err == nil {
+		if c, err := s.GetCard(ctx, board.GetCardParams{ID: v.card}); err == nil {
 			superseded = v.status == board.RunFailedResumable && r.Status == board.RunCancelled && c.ClaimEpoch > v.epoch
 		}
 		if (r.Status != v.status && !superseded) || r.Epoch != v.epoch {
 			bad("run %q: status %s epoch %d, acknowledged %s under epoch %d", run, r.Status, r.Epoch, v.status, v.epoch)
 		}
 		// Only a later claim may have moved the card since its filing.
-		if c, err := s.GetCard(ctx, v.card); err == nil && c.ClaimEpoch == v.epoch && c.State != v.state {
+		if c, err := s.GetCard(ctx, board.GetCardParams{ID: v.card}); err == nil && c.ClaimEpoch == v.epoch && c.State != v.state {
 			bad("card %q: in %s, but its verdict filed it in %s and nothing claimed it since", v.card, c.State, v.state)
 		}
 	}
-	evs, err := s.Events(ctx, 0, 0)
+	evs, err := s.Events(ctx, board.EventsParams{After: 0, Limit: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -756,16 +755,17 @@ func checkImage(t *testing.T, im crashImage, a *acked, clock *fakeClock, what st
 	}
 	// A claim after the reopen is a new epoch above every one granted.
 	for id, e := range a.epochs {
-		c, err := s.GetCard(ctx, id)
+		c, err := s.GetCard(ctx, board.GetCardParams{ID: id})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if c.Claimed() {
-			if err := s.Release(ctx, id, c.Claim, "uid:0"); err != nil {
+			if err := s.Release(ctx, board.ReleaseParams{Card: id, Marker: c.Claim, Actor: "uid:0"}); err != nil {
 				t.Fatalf("%s: release %q: %v", what, id, err)
 			}
 		}
-		_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: id, Marker: "host-999", Lease: lease})
+		card, err := s.Claim(ctx, board.ClaimParams{Card: id, Marker: "host-999", Lease: lease})
+		tok := card.Token()
 		if err != nil {
 			if errors.Is(err, board.ErrWaitingOnBlockers) || errors.Is(err, board.ErrTransitionRejected) {
 				continue

@@ -17,14 +17,14 @@ func TestPruneKeepsTheRunOfACardClaimedSinceTheListing(t *testing.T) {
 	t.Parallel()
 	s, clock, _ := openTest(t)
 	ctx := context.Background()
-	if _, err := s.CreateCard(ctx, board.NewCard{ID: "c1", Actor: "cli"}); err != nil {
+	if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: "c1", Actor: "cli"}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := s.Start(ctx, board.StartRequest{Card: "c1", Marker: "host-42", Lease: time.Minute, Run: board.Run{ID: "run-old", Host: "host", PID: 42}})
+	st, err := s.Start(ctx, board.StartParams{Card: "c1", Marker: "host-42", Lease: time.Minute, Run: board.Run{ID: "run-old", Host: "host", PID: 42}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Finish(ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "run-old", Status: board.RunFinished}); err != nil {
+	if _, err := s.Finish(ctx, board.FinishParams{Card: "c1", Token: st.Token, RunID: "run-old", Status: board.RunFinished}); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(48 * time.Hour)
@@ -32,14 +32,15 @@ func TestPruneKeepsTheRunOfACardClaimedSinceTheListing(t *testing.T) {
 	listed := false
 	s.pruneListed = func() {
 		listed = true
-		if err := s.Reopen(ctx, board.Move{Card: "c1", To: board.StateReady, Actor: "uid:0"}); err != nil {
+		if err := s.Reopen(ctx, board.MoveParams{Card: "c1", To: board.StateReady, Actor: "uid:0"}); err != nil {
 			t.Fatal(err)
 		}
-		_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: "host-43", Lease: time.Minute})
+		card, err := s.Claim(ctx, board.ClaimParams{Card: "c1", Marker: "host-43", Lease: time.Minute})
+		tok := card.Token()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.SetLastRunOwned(ctx, "c1", tok, "run-old"); err != nil {
+		if err := s.SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: "c1", Token: tok, RunID: "run-old"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -53,7 +54,7 @@ func TestPruneKeepsTheRunOfACardClaimedSinceTheListing(t *testing.T) {
 	if res.Runs != 0 || len(res.Cards) != 0 {
 		t.Errorf("Prune = %+v; want nothing deleted of a card claimed since the listing", res)
 	}
-	if _, err := s.GetRun(ctx, "run-old"); err != nil {
+	if _, err := s.GetRun(ctx, board.GetRunParams{ID: "run-old"}); err != nil {
 		t.Errorf("the claimed card's run was pruned: %v", err)
 	}
 }

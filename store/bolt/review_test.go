@@ -32,7 +32,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestABatchDuringACheckpointSeesTheFrozenLayer(t *testing.T) {
 	s, _, _ := openTest(t)
 	ctx := t.Context()
-	mustCreate(t, s, board.NewCard{ID: "a"})
+	mustCreate(t, s, board.CreateCardParams{ID: "a"})
 	settled(t, s) // the file holds the card; the memtable is empty
 
 	// Hold bbolt's writer lock: the next checkpoint freezes its memtable
@@ -45,7 +45,8 @@ func TestABatchDuringACheckpointSeesTheFrozenLayer(t *testing.T) {
 	release := func() { releaseOnce.Do(func() { _ = hold.Rollback() }) }
 	t.Cleanup(release)
 
-	_, tok1, err := s.Claim(ctx, board.ClaimRequest{Card: "a", Marker: "host-101", Lease: time.Hour})
+	card, err := s.Claim(ctx, board.ClaimParams{Card: "a", Marker: "host-101", Lease: time.Hour})
+	tok1 := card.Token()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,14 +64,15 @@ func TestABatchDuringACheckpointSeesTheFrozenLayer(t *testing.T) {
 			<-checkpointed
 		})
 	}
-	_, tok2, err := s.Claim(ctx, board.ClaimRequest{Card: "a", Marker: "host-102", Lease: time.Hour})
+	second, err := s.Claim(ctx, board.ClaimParams{Card: "a", Marker: "host-102", Lease: time.Hour})
+	tok2 := second.Token()
 	if err == nil {
 		t.Fatalf("a second worker was granted card a (%+v) while %+v holds it", tok2, tok1)
 	}
 	if !errors.Is(err, board.ErrClaimConflict) {
 		t.Fatalf("second claim: %v, want a conflict", err)
 	}
-	c, err := s.GetCard(ctx, "a")
+	c, err := s.GetCard(ctx, board.GetCardParams{ID: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,9 +92,10 @@ func TestABatchDuringACheckpointSeesTheFrozenLayer(t *testing.T) {
 func TestAReadPausedAcrossACheckpointIsNotTorn(t *testing.T) {
 	s, clock, _ := openTest(t)
 	ctx := t.Context()
-	mustCreate(t, s, board.NewCard{ID: "a"})
+	mustCreate(t, s, board.CreateCardParams{ID: "a"})
 	settled(t, s)
-	_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: "a", Marker: "host-101", Lease: time.Hour})
+	card, err := s.Claim(ctx, board.ClaimParams{Card: "a", Marker: "host-101", Lease: time.Hour})
+	tok := card.Token()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,17 +110,17 @@ func TestAReadPausedAcrossACheckpointIsNotTorn(t *testing.T) {
 		})
 	}
 	type result struct {
-		page board.ExpiredPage
+		page board.ListExpiredClaimCandidatesResult
 		err  error
 	}
 	got := make(chan result, 1)
 	go func() {
-		p, err := s.ListExpiredClaimCandidates(ctx, board.ExpiredQuery{Cutoff: clock.Now().Add(24 * time.Hour)})
+		p, err := s.ListExpiredClaimCandidates(ctx, board.ListExpiredClaimCandidatesParams{Cutoff: clock.Now().Add(24 * time.Hour)})
 		got <- result{p, err}
 	}()
 	<-took // the reader holds layers with the claim's lease index key
 
-	rs, err := s.RenewClaims(ctx, []board.Hold{{Card: "a", Token: tok}}, 2*time.Hour)
+	rs, err := s.RenewClaims(ctx, board.RenewClaimsParams{Holds: []board.Hold{{Card: "a", Token: tok}}, Lease: 2 * time.Hour})
 	if err != nil || rs[0].Err != nil {
 		t.Fatalf("renew: %v %+v", err, rs)
 	}
@@ -150,7 +153,7 @@ func TestASteadyStreamOfWritesStillCheckpoints(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range cards {
 		wg.Go(func() {
-			if _, err := s.CreateCard(ctx, board.NewCard{ID: fmt.Sprintf("c%03d", i)}); err != nil {
+			if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: fmt.Sprintf("c%03d", i)}); err != nil {
 				t.Error(err)
 			}
 		})
@@ -160,7 +163,8 @@ func TestASteadyStreamOfWritesStillCheckpoints(t *testing.T) {
 	var mu sync.Mutex
 	for range cards {
 		wg.Go(func() {
-			c, tok, err := s.ClaimNext(ctx, board.ClaimNextRequest{Marker: "host-101", Lease: time.Hour})
+			c, err := s.ClaimNext(ctx, board.ClaimNextParams{Marker: "host-101", Lease: time.Hour})
+			tok := c.Token()
 			if err != nil {
 				t.Error(err)
 				return
@@ -197,7 +201,7 @@ func TestASteadyStreamOfWritesStillCheckpoints(t *testing.T) {
 		renewals++
 		clock.Advance(time.Second)
 		wg.Go(func() {
-			rs, err := s.RenewClaims(ctx, holds, time.Hour)
+			rs, err := s.RenewClaims(ctx, board.RenewClaimsParams{Holds: holds, Lease: time.Hour})
 			if err == nil {
 				for _, r := range rs {
 					if r.Err != nil {

@@ -26,12 +26,12 @@ func TestRoutedPickPassesOverCardsByTheIndex(t *testing.T) {
 		for range n {
 			id := fmt.Sprintf("c%05d", made)
 			made++
-			mustCreate(t, s, board.NewCard{ID: id, State: board.StateReady, Title: "a card with an ordinary title", Labels: []string{"gpu", "team-a"}})
+			mustCreate(t, s, board.CreateCardParams{ID: id, State: board.StateReady, Title: "a card with an ordinary title", Labels: []string{"gpu", "team-a"}})
 		}
 	}
 	allocs := func() float64 {
 		return testing.AllocsPerRun(20, func() {
-			_, _, err := s.ClaimNext(ctx, board.ClaimNextRequest{Marker: "host-100", Lease: time.Minute, Labels: []string{"gpu", "big"}})
+			_, err := s.ClaimNext(ctx, board.ClaimNextParams{Marker: "host-100", Lease: time.Minute, Labels: []string{"gpu", "big"}})
 			if !errors.Is(err, board.ErrNotFound) {
 				t.Fatalf("ClaimNext [gpu big] = %v, want ErrNotFound", err)
 			}

@@ -107,7 +107,7 @@ func (s *Store) pointAt(w *wtx, rec *cardRecord, runID string, tok board.ClaimTo
 
 // CreateRun starts a run under r.Token and points the card at it, in one
 // write fenced on the token.
-func (s *Store) CreateRun(ctx context.Context, r board.NewRun) (board.Run, error) {
+func (s *Store) CreateRun(ctx context.Context, r board.CreateRunParams) (board.Run, error) {
 	r, err := r.Normalize()
 	if err != nil {
 		return board.Run{}, err
@@ -143,7 +143,7 @@ func (s *Store) CreateRun(ctx context.Context, r board.NewRun) (board.Run, error
 // IfStatus it is a CAS on the current status, so a late verdict from a
 // living owner and the liveness oracle's PROCESS_ORPHANED promotion cannot
 // overwrite each other; a miss is ErrTransitionRejected and writes nothing.
-func (s *Store) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run, error) {
+func (s *Store) UpdateRun(ctx context.Context, u board.UpdateRunParams) (board.Run, error) {
 	if err := u.Validate(); err != nil {
 		return board.Run{}, err
 	}
@@ -179,7 +179,8 @@ func (s *Store) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run, er
 }
 
 // GetRun reads one run.
-func (s *Store) GetRun(ctx context.Context, id string) (board.Run, error) {
+func (s *Store) GetRun(ctx context.Context, p board.GetRunParams) (board.Run, error) {
+	id := p.ID
 	if err := ctx.Err(); err != nil {
 		return board.Run{}, err
 	}
@@ -204,7 +205,8 @@ func (s *Store) GetRun(ctx context.Context, id string) (board.Run, error) {
 
 // Events returns events after seq after, oldest first, at most limit (0: no
 // limit).
-func (s *Store) Events(ctx context.Context, after int64, limit int) ([]board.Event, error) {
+func (s *Store) Events(ctx context.Context, p board.EventsParams) ([]board.Event, error) {
+	after, limit := p.After, p.Limit
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

@@ -42,7 +42,7 @@ func writeThenCut(t *testing.T, n int) crashImage {
 	checkpointed := make(chan struct{}, 1)
 	s.ck.committed = func(uint64) { checkpointed <- struct{}{} }
 	for i := 1; i <= n; i++ {
-		mustCreate(t, s, board.NewCard{ID: fmt.Sprintf("card-%03d", i)})
+		mustCreate(t, s, board.CreateCardParams{ID: fmt.Sprintf("card-%03d", i)})
 	}
 	if !fs.freeze() {
 		t.Fatal("already cut")
@@ -120,7 +120,7 @@ func TestWALDamagedLastRecordIsRefused(t *testing.T) {
 	im.write(t, path)
 	s, err := Open(path, Options{})
 	if err == nil {
-		_, gerr := s.GetCard(t.Context(), "card-008")
+		_, gerr := s.GetCard(t.Context(), board.GetCardParams{ID: "card-008"})
 		_ = s.Close()
 		t.Fatalf("Open of a log whose last, acknowledged record is damaged succeeded; card-008: %v", gerr)
 	}
@@ -146,7 +146,7 @@ func TestWALMissingDirectory(t *testing.T) {
 	})
 	t.Run("clean close", func(t *testing.T) {
 		s, _, path := openTest(t)
-		mustCreate(t, s, board.NewCard{ID: "a"})
+		mustCreate(t, s, board.CreateCardParams{ID: "a"})
 		mustClaim(t, s, "a", "host-42")
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
@@ -159,15 +159,15 @@ func TestWALMissingDirectory(t *testing.T) {
 			t.Fatalf("Open after a clean Close without the log: %v", err)
 		}
 		defer s.Close()
-		c, err := s.GetCard(t.Context(), "a")
+		c, err := s.GetCard(t.Context(), board.GetCardParams{ID: "a"})
 		if err != nil || c.ClaimEpoch != 1 {
 			t.Fatalf("card a = %+v, %v; want it with epoch 1", c, err)
 		}
 		if _, err := os.Stat(path + WALSuffix); err != nil {
 			t.Errorf("the log was not recreated: %v", err)
 		}
-		if _, tok, err := s.Claim(t.Context(), board.ClaimRequest{Card: "a", Marker: "host-42", Lease: lease}); err != nil || tok.Epoch != 1 {
-			t.Errorf("claim after reopening = %+v, %v", tok, err)
+		if card, err := s.Claim(t.Context(), board.ClaimParams{Card: "a", Marker: "host-42", Lease: lease}); err != nil || card.ClaimEpoch != 1 {
+			t.Errorf("claim after reopening = %+v, %v", card.Token(), err)
 		}
 	})
 }
@@ -181,7 +181,7 @@ func TestWALFromAnotherBoardIsRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mustCreate(t, s, board.NewCard{ID: "x"})
+		mustCreate(t, s, board.CreateCardParams{ID: "x"})
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -241,7 +241,7 @@ func TestSchema3FileWithoutALogIsMigrated(t *testing.T) {
 		t.Errorf("the migrated board differs:\n%s\nwant:\n%s", got, want)
 	}
 	checkIndexes(t, s)
-	mustCreate(t, s, board.NewCard{ID: "after-migration"})
+	mustCreate(t, s, board.CreateCardParams{ID: "after-migration"})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +256,7 @@ func TestSchema3FileWithoutALogIsMigrated(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := s.GetCard(t.Context(), "after-migration"); err != nil {
+	if _, err := s.GetCard(t.Context(), board.GetCardParams{ID: "after-migration"}); err != nil {
 		t.Error(err)
 	}
 }
@@ -273,18 +273,18 @@ func TestWALSyncsFewerThanWritesUnderConcurrency(t *testing.T) {
 	defer s.Close()
 	const writers = 8
 	for i := range writers + 1 {
-		mustCreate(t, s, board.NewCard{ID: fmt.Sprintf("c%d", i)})
+		mustCreate(t, s, board.CreateCardParams{ID: fmt.Sprintf("c%d", i)})
 	}
 	g := holdFirstBatch(s)
 	syncs0, appends0, writes0 := fs.syncs.Load(), s.wal.syncs.Load(), s.writes.Load()
 	first := make(chan error, 1)
-	go func() { first <- s.SetState(t.Context(), board.Move{Card: "c8", To: board.StateBacklog}) }()
+	go func() { first <- s.SetState(t.Context(), board.MoveParams{Card: "c8", To: board.StateBacklog}) }()
 	g.waitHeld()
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	for i := range writers {
 		wg.Go(func() {
-			_, _, err := s.Claim(t.Context(), board.ClaimRequest{Card: fmt.Sprintf("c%d", i), Marker: fmt.Sprintf("host-%d", 100+i), Lease: lease})
+			_, err := s.Claim(t.Context(), board.ClaimParams{Card: fmt.Sprintf("c%d", i), Marker: fmt.Sprintf("host-%d", 100+i), Lease: lease})
 			errs <- err
 		})
 	}

@@ -48,18 +48,19 @@ func (w *randomWorker) step(t *testing.T) error {
 		for range w.rng.IntN(3) {
 			deps = append(deps, pick())
 		}
-		_, err = w.s.CreateCard(ctx, board.NewCard{ID: w.newCard(), DependsOn: deps, Labels: []string{"l" + fmt.Sprint(w.rng.IntN(3))}})
+		_, err = w.s.CreateCard(ctx, board.CreateCardParams{ID: w.newCard(), DependsOn: deps, Labels: []string{"l" + fmt.Sprint(w.rng.IntN(3))}})
 	case 1, 2:
 		c := pick()
-		var tk board.ClaimToken
-		_, tk, err = w.s.Claim(ctx, board.ClaimRequest{Card: c, Marker: marker, Lease: time.Duration(1+w.rng.IntN(60)) * time.Second})
+		var got board.Card
+		got, err = w.s.Claim(ctx, board.ClaimParams{Card: c, Marker: marker, Lease: time.Duration(1+w.rng.IntN(60)) * time.Second})
 		if err == nil {
-			w.tokens[c] = tk
+			w.tokens[c] = got.Token()
 		}
 	case 3:
 		var c board.Card
 		var tk board.ClaimToken
-		c, tk, err = w.s.ClaimNext(ctx, board.ClaimNextRequest{Marker: marker, Lease: lease})
+		c, err = w.s.ClaimNext(ctx, board.ClaimNextParams{Marker: marker, Lease: lease})
+		tk = c.Token()
 		if err == nil {
 			w.tokens[c.ID] = tk
 		}
@@ -69,40 +70,40 @@ func (w *randomWorker) step(t *testing.T) error {
 			hs = append(hs, board.Hold{Card: c, Token: tk})
 		}
 		if len(hs) > 0 {
-			_, err = w.s.RenewClaims(ctx, hs, time.Duration(1+w.rng.IntN(60))*time.Second)
+			_, err = w.s.RenewClaims(ctx, board.RenewClaimsParams{Holds: hs, Lease: time.Duration(1+w.rng.IntN(60)) * time.Second})
 		}
 	case 5:
 		c := pick()
-		err = w.s.ReleaseOwned(ctx, c, tok(c))
+		err = w.s.ReleaseOwned(ctx, board.OwnedParams{Card: c, Token: tok(c)})
 	case 6:
 		c := pick()
-		if cur, gerr := w.s.GetCard(ctx, c); gerr == nil && cur.Claimed() {
-			err = w.s.Release(ctx, c, cur.Claim, "uid:0")
+		if cur, gerr := w.s.GetCard(ctx, board.GetCardParams{ID: c}); gerr == nil && cur.Claimed() {
+			err = w.s.Release(ctx, board.ReleaseParams{Card: c, Marker: cur.Claim, Actor: "uid:0"})
 		}
 	case 7:
-		err = w.s.SetState(ctx, board.Move{Card: pick(), To: state})
+		err = w.s.SetState(ctx, board.MoveParams{Card: pick(), To: state})
 	case 8:
 		c := pick()
-		_, err = w.s.SetStateOwned(ctx, board.OwnedMove{Card: c, Token: tok(c), To: state})
+		_, err = w.s.SetStateOwned(ctx, board.SetStateOwnedParams{Card: c, Token: tok(c), To: state})
 	case 9:
-		_, err = w.s.AdjustLabels(ctx, board.LabelChange{Card: pick(), Add: []string{"l" + fmt.Sprint(w.rng.IntN(4))}, Remove: []string{"l" + fmt.Sprint(w.rng.IntN(4))}})
+		_, err = w.s.AdjustLabels(ctx, board.AdjustLabelsParams{Card: pick(), Add: []string{"l" + fmt.Sprint(w.rng.IntN(4))}, Remove: []string{"l" + fmt.Sprint(w.rng.IntN(4))}})
 	case 10:
 		c := pick()
-		err = w.s.ExpireClaimOwned(ctx, c, tok(c))
+		err = w.s.ExpireClaimOwned(ctx, board.OwnedParams{Card: c, Token: tok(c)})
 	case 11:
 		c := pick()
-		if cur, gerr := w.s.GetCard(ctx, c); gerr == nil && cur.Claimed() {
-			var tk board.ClaimToken
-			_, tk, err = w.s.ReclaimExpired(ctx, board.Reclaim{Card: c, Prev: cur.Token(), RecoveryMarker: board.RecoveryMarker(marker), Cutoff: w.clock.Now(), Lease: lease})
+		if cur, gerr := w.s.GetCard(ctx, board.GetCardParams{ID: c}); gerr == nil && cur.Claimed() {
+			var got board.Card
+			got, err = w.s.ReclaimExpired(ctx, board.ReclaimExpiredParams{Card: c, Prev: cur.Token(), RecoveryMarker: board.RecoveryMarker(marker), Cutoff: w.clock.Now(), Lease: lease})
 			if err == nil {
-				w.tokens[c] = tk
+				w.tokens[c] = got.Token()
 			}
 		}
 	case 12:
-		err = w.s.Reopen(ctx, board.Move{Card: pick(), To: board.StateReady})
+		err = w.s.Reopen(ctx, board.MoveParams{Card: pick(), To: board.StateReady})
 	case 13:
 		c := pick()
-		_, err = w.s.SetStateOwned(ctx, board.OwnedMove{Card: c, Token: tok(c), To: board.StateDone, Reason: board.ReasonRunFinished})
+		_, err = w.s.SetStateOwned(ctx, board.SetStateOwnedParams{Card: c, Token: tok(c), To: board.StateDone, Reason: board.ReasonRunFinished})
 	case 14:
 		w.clock.Advance(time.Duration(w.rng.IntN(20)) * time.Second)
 	}
@@ -131,38 +132,38 @@ func checkListings(t *testing.T, s *Store, now time.Time) {
 		}
 		return out
 	}
-	list := func(f board.CardFilter) []string {
+	list := func(f board.ListCardsParams) []string {
 		cs, err := s.ListCards(ctx, f)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return append([]string{}, ids(cs)...)
 	}
-	if got, w := list(board.CardFilter{}), want(func(*cardRecord) bool { return true }); !slices.Equal(got, w) {
+	if got, w := list(board.ListCardsParams{}), want(func(*cardRecord) bool { return true }); !slices.Equal(got, w) {
 		t.Errorf("ListCards() = %v, want %v", got, w)
 	}
-	if got, w := list(board.CardFilter{ClaimedOnly: true}), want(func(r *cardRecord) bool { return r.Claimed() }); !slices.Equal(got, w) {
+	if got, w := list(board.ListCardsParams{ClaimedOnly: true}), want(func(r *cardRecord) bool { return r.Claimed() }); !slices.Equal(got, w) {
 		t.Errorf("ListCards(claimed) = %v, want %v", got, w)
 	}
 	recovery := want(func(r *cardRecord) bool { return board.IsRecoveryMarker(r.Claim) })
-	if got := list(board.CardFilter{RecoveryOnly: true}); !slices.Equal(got, recovery) {
+	if got := list(board.ListCardsParams{RecoveryOnly: true}); !slices.Equal(got, recovery) {
 		t.Errorf("ListCards(recovery) = %v, want %v", got, recovery)
 	}
-	if got := list(board.CardFilter{RecoveryOnly: true, ClaimedOnly: true}); !slices.Equal(got, recovery) {
+	if got := list(board.ListCardsParams{RecoveryOnly: true, ClaimedOnly: true}); !slices.Equal(got, recovery) {
 		t.Errorf("ListCards(recovery, claimed) = %v, want %v", got, recovery)
 	}
-	if got, w := list(board.CardFilter{RecoveryOnly: true, Limit: 1}), recovery[:min(1, len(recovery))]; !slices.Equal(got, w) {
+	if got, w := list(board.ListCardsParams{RecoveryOnly: true, Limit: 1}), recovery[:min(1, len(recovery))]; !slices.Equal(got, w) {
 		t.Errorf("ListCards(recovery, limit 1) = %v, want %v", got, w)
 	}
 	for _, st := range s.brd().States {
-		if got, w := list(board.CardFilter{State: st.Name}), want(func(r *cardRecord) bool { return r.State == st.Name }); !slices.Equal(got, w) {
+		if got, w := list(board.ListCardsParams{State: st.Name}), want(func(r *cardRecord) bool { return r.State == st.Name }); !slices.Equal(got, w) {
 			t.Errorf("ListCards(%s) = %v, want %v", st.Name, got, w)
 		}
-		got := list(board.CardFilter{State: st.Name, ClaimedOnly: true})
+		got := list(board.ListCardsParams{State: st.Name, ClaimedOnly: true})
 		if w := want(func(r *cardRecord) bool { return r.State == st.Name && r.Claimed() }); !slices.Equal(got, w) {
 			t.Errorf("ListCards(%s, claimed) = %v, want %v", st.Name, got, w)
 		}
-		got = list(board.CardFilter{State: st.Name, RecoveryOnly: true})
+		got = list(board.ListCardsParams{State: st.Name, RecoveryOnly: true})
 		if w := want(func(r *cardRecord) bool { return r.State == st.Name && board.IsRecoveryMarker(r.Claim) }); !slices.Equal(got, w) {
 			t.Errorf("ListCards(%s, recovery) = %v, want %v", st.Name, got, w)
 		}
@@ -181,7 +182,7 @@ func checkListings(t *testing.T, s *Store, now time.Time) {
 		wantExpired = append(wantExpired, r.ID)
 	}
 	for _, limit := range []int{0, 1, 3} {
-		cs, err := boardtest.PageCards(s.ListExpiredClaimCandidates(ctx, board.ExpiredQuery{Cutoff: now, Limit: limit}))
+		cs, err := boardtest.PageCards(s.ListExpiredClaimCandidates(ctx, board.ListExpiredClaimCandidatesParams{Cutoff: now, Limit: limit}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +195,7 @@ func checkListings(t *testing.T, s *Store, now time.Time) {
 		}
 	}
 	for _, r := range all {
-		cs, err := s.Dependents(ctx, r.ID)
+		cs, err := s.Dependents(ctx, board.DependentsParams{ID: r.ID})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,7 +215,7 @@ func TestIndexesStayConsistentUnderARandomWorkload(t *testing.T) {
 	for range 8 {
 		n++
 		id := fmt.Sprintf("c%03d", n)
-		mustCreate(t, s, board.NewCard{ID: id})
+		mustCreate(t, s, board.CreateCardParams{ID: id})
 		cards = append(cards, id)
 	}
 	w := &randomWorker{
@@ -253,13 +254,14 @@ func TestIndexesStayConsistentUnderARandomWorkload(t *testing.T) {
 	}
 	ctx := t.Context()
 	last := w.newCard()
-	mustCreate(t, s, board.NewCard{ID: last})
-	_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: last, Marker: "h-100", Lease: time.Second})
+	mustCreate(t, s, board.CreateCardParams{ID: last})
+	card, err := s.Claim(ctx, board.ClaimParams{Card: last, Marker: "h-100", Lease: time.Second})
+	tok := card.Token()
 	if err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(2 * time.Second)
-	if _, _, err := s.ReclaimExpired(ctx, board.Reclaim{Card: last, Prev: tok, RecoveryMarker: board.RecoveryMarker("h-900"), Cutoff: clock.Now(), Lease: lease}); err != nil {
+	if _, err := s.ReclaimExpired(ctx, board.ReclaimExpiredParams{Card: last, Prev: tok, RecoveryMarker: board.RecoveryMarker("h-900"), Cutoff: clock.Now(), Lease: lease}); err != nil {
 		t.Fatalf("reclaiming an expired claim at the end: %v", err)
 	}
 	before := recoveryHeld
@@ -286,7 +288,7 @@ func TestConcurrentWritersKeepEpochsEventsAndIndexesConsistent(t *testing.T) {
 	cards := make([]string, nCards)
 	for i := range cards {
 		cards[i] = fmt.Sprintf("c%02d", i)
-		mustCreate(t, s, board.NewCard{ID: cards[i]})
+		mustCreate(t, s, board.CreateCardParams{ID: cards[i]})
 	}
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -324,7 +326,7 @@ func TestConcurrentWritersKeepEpochsEventsAndIndexesConsistent(t *testing.T) {
 	// The event log: seq strictly increasing without gaps, and per card the
 	// claimed epochs count up by one from 1 — the local fence is a counter
 	// (DESIGN.md#twin-epoch) and no concurrent acquisition may reuse or skip a value.
-	evs, err := s.Events(t.Context(), 0, 0)
+	evs, err := s.Events(t.Context(), board.EventsParams{After: 0, Limit: 0})
 	if err != nil {
 		t.Fatal(err)
 	}

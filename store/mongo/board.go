@@ -176,43 +176,44 @@ func (s *Store) requireState(ctx context.Context, name string, target bool) (boa
 // SetBoard compares-and-sets the stored definition. The comparison is on
 // the decoded definition; the write itself is conditional on the version
 // it read, so two admins cannot both win.
-func (s *Store) SetBoard(ctx context.Context, expect, next board.Board) (board.Board, bool, error) {
+func (s *Store) SetBoard(ctx context.Context, p board.SetBoardParams) (board.SetBoardResult, error) {
+	expect, next := p.Expect, p.Next
 	if err := next.Validate(); err != nil {
-		return board.Board{}, false, fmt.Errorf("new board: %w", err)
+		return board.SetBoardResult{}, fmt.Errorf("new board: %w", err)
 	}
 	cur, ver, ok, err := s.readBoard(ctx)
 	if err != nil {
-		return board.Board{}, false, err
+		return board.SetBoardResult{}, err
 	}
 	if !ok {
-		return board.Board{}, false, fmt.Errorf("mongostore: no board definition is stored: %w", board.ErrNotFound)
+		return board.SetBoardResult{}, fmt.Errorf("mongostore: no board definition is stored: %w", board.ErrNotFound)
 	}
 	if !cur.Equal(expect) {
 		s.cacheBoard(cur)
-		return cur, false, nil
+		return board.SetBoardResult{Board: cur, Changed: false}, nil
 	}
 	res, err := s.meta.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: boardID}, {Key: "version", Value: ver}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "states", Value: toStateDocs(next)}, {Key: "retry", Value: toRetryDoc(next)}, {Key: "version", Value: ver + 1}}}})
 	if err != nil {
-		return board.Board{}, false, writeErr("mongostore: write the board definition", err)
+		return board.SetBoardResult{}, writeErr("mongostore: write the board definition", err)
 	}
 	if res.MatchedCount == 0 {
 		// Another admin's write landed between the read and this one.
 		now, err := s.LoadBoard(ctx)
-		return now, false, err
+		return board.SetBoardResult{Board: now, Changed: false}, err
 	}
 	s.cacheBoard(next)
-	return next.Clone(), true, nil
+	return board.SetBoardResult{Board: next.Clone(), Changed: true}, nil
 }
 
 // SetLabelsFrom is the label compare-and-set of the admin sweeps: one
 // conditional update on the labels exactly as expected, never retried
 // here — a miss is the caller's to re-transform (DESIGN.md#label-sweeps).
-func (s *Store) SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error) {
+func (s *Store) SetLabelsFrom(ctx context.Context, l board.SetLabelsFromParams) (board.SetLabelsFromResult, error) {
 	next, err := l.Normalize()
 	if err != nil {
-		return board.Card{}, false, err
+		return board.SetLabelsFromResult{}, err
 	}
 	// mutate re-plans after a lost race, and the re-plan sees labels that
 	// are no longer expect: that is the miss, returned with the card as it
@@ -224,9 +225,9 @@ func (s *Store) SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Ca
 		return labelsChange(c, clk, next, l.Reason, l.Actor), nil
 	})
 	if err != nil {
-		return board.Card{}, false, err
+		return board.SetLabelsFromResult{}, err
 	}
-	return c.Card, wrote, nil
+	return board.SetLabelsFromResult{Card: c.Card, Changed: wrote}, nil
 }
 
 var _ board.BoardAdmin = (*Store)(nil)

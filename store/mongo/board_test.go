@@ -32,18 +32,18 @@ func TestStoredBoardIsSharedByTheFleet(t *testing.T) {
 
 	renamed := seeded.Clone()
 	renamed.States[1].Name = "queued"
-	if _, changed, err := first.SetBoard(t.Context(), seeded, renamed); err != nil || !changed {
-		t.Fatalf("SetBoard = %v, %v", changed, err)
+	if set, err := first.SetBoard(t.Context(), board.SetBoardParams{Expect: seeded, Next: renamed}); err != nil || !set.Changed {
+		t.Fatalf("SetBoard = %v, %v", set.Changed, err)
 	}
 	// The other agent meets a name its cached board does not know and
 	// re-reads the definition at once.
-	if _, err := second.CreateCard(t.Context(), board.NewCard{ID: "c1", State: "queued"}); err != nil {
+	if _, err := second.CreateCard(t.Context(), board.CreateCardParams{ID: "c1", State: "queued"}); err != nil {
 		t.Errorf("CreateCard in a state another agent added: %v", err)
 	}
 	if got := loadBoard(t, second); !got.Equal(renamed) {
 		t.Errorf("board of the other agent after the change = %s, want %s", got, renamed)
 	}
-	if _, err := second.CreateCard(t.Context(), board.NewCard{ID: "c2", State: board.StateReady}); !errors.Is(err, board.ErrInvalidArgument) {
+	if _, err := second.CreateCard(t.Context(), board.CreateCardParams{ID: "c2", State: board.StateReady}); !errors.Is(err, board.ErrInvalidArgument) {
 		t.Errorf("CreateCard in a state the stored board dropped: got %v, want ErrInvalidArgument", err)
 	}
 
@@ -74,15 +74,15 @@ func TestWritesFollowAnotherAgentsBoardChange(t *testing.T) {
 			next.States[i].Name = "queued"
 		}
 	}
-	if _, changed, err := admin.SetBoard(t.Context(), seeded, next); err != nil || !changed {
-		t.Fatalf("SetBoard = %v, %v", changed, err)
+	if set, err := admin.SetBoard(t.Context(), board.SetBoardParams{Expect: seeded, Next: next}); err != nil || !set.Changed {
+		t.Fatalf("SetBoard = %v, %v", set.Changed, err)
 	}
-	if _, err := admin.CreateCard(t.Context(), board.NewCard{ID: "c1", State: "queued"}); err != nil {
+	if _, err := admin.CreateCard(t.Context(), board.CreateCardParams{ID: "c1", State: "queued"}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		c, _, err := reader.ClaimNext(t.Context(), board.ClaimNextRequest{Marker: "host-4242", Lease: time.Minute})
+		c, err := reader.ClaimNext(t.Context(), board.ClaimNextParams{Marker: "host-4242", Lease: time.Minute})
 		if err == nil && c.ID == "c1" {
 			return
 		}

@@ -24,7 +24,7 @@ const fieldNever = "_leasekeeper_never_set"
 const createPromotionTimeout = 30 * time.Second
 
 // CreateCard creates a card after validating everything it names.
-func (s *Store) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, error) {
+func (s *Store) CreateCard(ctx context.Context, nc board.CreateCardParams) (board.Card, error) {
 	nc, err := nc.Normalize()
 	if err != nil {
 		return board.Card{}, err
@@ -131,7 +131,7 @@ const fieldBlockedGen = "blocked_gen"
 // card_deleted event, and the create is refused as naming an unknown
 // blocker. Together no card is ever left naming a blocker that is gone
 // (DESIGN.md#never-stranded).
-func (s *Store) claimBlockers(ctx context.Context, nc board.NewCard) error {
+func (s *Store) claimBlockers(ctx context.Context, nc board.CreateCardParams) error {
 	deps := slices.Clone(nc.DependsOn)
 	slices.Sort(deps)
 	deps = slices.Compact(deps)
@@ -191,7 +191,8 @@ func (s *Store) blockers(ctx context.Context, id string, deps []string) (complet
 }
 
 // GetCard reads one card.
-func (s *Store) GetCard(ctx context.Context, id string) (board.Card, error) {
+func (s *Store) GetCard(ctx context.Context, p board.GetCardParams) (board.Card, error) {
+	id := p.ID
 	if err := board.ValidateCardID(id); err != nil {
 		return board.Card{}, err
 	}
@@ -203,7 +204,7 @@ func (s *Store) GetCard(ctx context.Context, id string) (board.Card, error) {
 }
 
 // ListCards lists cards in creation order.
-func (s *Store) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
+func (s *Store) ListCards(ctx context.Context, f board.ListCardsParams) ([]board.Card, error) {
 	if err := board.ValidateLimit(f.Limit); err != nil {
 		return nil, err
 	}
@@ -282,7 +283,8 @@ func (s *Store) findCards(ctx context.Context, filter bson.D, opts *options.Find
 }
 
 // Dependents lists the cards that name id as a blocker, in creation order.
-func (s *Store) Dependents(ctx context.Context, id string) ([]board.Card, error) {
+func (s *Store) Dependents(ctx context.Context, p board.DependentsParams) ([]board.Card, error) {
+	id := p.ID
 	if err := board.ValidateCardID(id); err != nil {
 		return nil, err
 	}
@@ -394,7 +396,7 @@ func (s *Store) promote(ctx context.Context, id, blocker, actor string) (bool, e
 // SetState is the operator's move. Terminal → working is refused; terminal
 // → terminal is an ordinary refiling. Moving to the current state writes
 // nothing.
-func (s *Store) SetState(ctx context.Context, m board.Move) error {
+func (s *Store) SetState(ctx context.Context, m board.MoveParams) error {
 	if err := m.Validate(); err != nil {
 		return err
 	}
@@ -419,18 +421,18 @@ func (s *Store) SetState(ctx context.Context, m board.Move) error {
 }
 
 // SetStateFrom is the automation move: a CAS on the declared source.
-func (s *Store) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
+func (s *Store) SetStateFrom(ctx context.Context, m board.MoveParams) (board.MoveResult, error) {
 	if err := m.Validate(); err != nil {
-		return false, err
+		return board.MoveResult{}, err
 	}
 	if _, err := s.requireState(ctx, m.To, true); err != nil {
-		return false, fmt.Errorf("card %q: %w", m.Card, err)
+		return board.MoveResult{}, fmt.Errorf("card %q: %w", m.Card, err)
 	}
 	if m.From == "" {
-		return false, board.Invalid("card %q: SetStateFrom needs a declared source state", m.Card)
+		return board.MoveResult{}, board.Invalid("card %q: SetStateFrom needs a declared source state", m.Card)
 	}
 	if _, err := s.requireState(ctx, m.From, false); err != nil {
-		return false, fmt.Errorf("card %q: from: %w", m.Card, err)
+		return board.MoveResult{}, fmt.Errorf("card %q: from: %w", m.Card, err)
 	}
 	c, moved, err := s.mutate(ctx, m.Card, func(c *cardState, clk serverClock) (*change, error) {
 		if move, err := s.freshBoard(ctx).DecideMove(m.Card, c.State, m.From, m.To); err != nil || !move {
@@ -439,9 +441,9 @@ func (s *Store) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
 		return moveChange(c, clk, m.To, m.Reason, m.Actor), nil
 	})
 	if err != nil {
-		return false, err
+		return board.MoveResult{}, err
 	}
-	return moved, s.afterMove(ctx, c, moved, m.Actor)
+	return board.MoveResult{Changed: moved}, s.afterMove(ctx, c, moved, m.Actor)
 }
 
 // Reopen is the only exit from a terminal state (DESIGN.md#reopen). It is
@@ -452,7 +454,7 @@ func (s *Store) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
 // writes here (no multi-document atomicity), made to exclude a racing
 // promotion by holds on the dependents (reopenOnce,
 // DESIGN.md#reopen-promotion).
-func (s *Store) Reopen(ctx context.Context, m board.Move) error {
+func (s *Store) Reopen(ctx context.Context, m board.MoveParams) error {
 	if err := m.Validate(); err != nil {
 		return err
 	}
@@ -482,7 +484,7 @@ func (s *Store) Reopen(ctx context.Context, m board.Move) error {
 // compare-and-set on the label array as read, retried on a miss, so no
 // concurrent caller's change is lost (DESIGN.md#label-sweeps; FerretDB has no pipeline
 // updates to do it inside the server). A no-op writes nothing.
-func (s *Store) AdjustLabels(ctx context.Context, lc board.LabelChange) (board.Card, error) {
+func (s *Store) AdjustLabels(ctx context.Context, lc board.AdjustLabelsParams) (board.Card, error) {
 	if err := lc.Validate(); err != nil {
 		return board.Card{}, err
 	}
@@ -504,7 +506,8 @@ func (s *Store) AdjustLabels(ctx context.Context, lc board.LabelChange) (board.C
 
 // SetLabels replaces the label set. It is absolute by contract: a caller
 // that states a consumed one-shot label re-arms it (DESIGN.md#label-sweeps).
-func (s *Store) SetLabels(ctx context.Context, card string, labels []string, actor string) (board.Card, error) {
+func (s *Store) SetLabels(ctx context.Context, p board.SetLabelsParams) (board.Card, error) {
+	card, labels, actor := p.Card, p.Labels, p.Actor
 	next, err := board.NormalizeSetLabels(card, labels, actor)
 	if err != nil {
 		return board.Card{}, err

@@ -37,11 +37,10 @@ func acquireChange(c *cardState, clk serverClock, marker string, lease time.Dura
 }
 
 // Claim acquires a free card or refreshes the same marker's lease.
-func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, board.ClaimToken, error) {
+func (s *Store) Claim(ctx context.Context, r board.ClaimParams) (board.Card, error) {
 	if err := r.Validate(); err != nil {
-		return board.Card{}, board.ClaimToken{}, err
+		return board.Card{}, err
 	}
-	var tok board.ClaimToken
 	c, _, err := s.mutate(ctx, r.Card, func(c *cardState, clk serverClock) (*change, error) {
 		switch {
 		case c.Claim == "":
@@ -60,15 +59,14 @@ func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, bo
 				return nil, err
 			}
 			var ch *change
-			ch, tok = acquireChange(c, clk, r.Marker, r.Lease)
+			ch, _ = acquireChange(c, clk, r.Marker, r.Lease)
 			ch.cond = append(ch.cond, same(c.raw, "state"), same(c.raw, "retry_at"))
 			return ch, nil
 		case c.Claim == r.Marker && c.epochSet:
 			// Idempotent re-claim: refresh the lease only, never backwards.
 			// Same epoch, no event, no updated_at bump (DESIGN.md#epoch).
-			tok = c.Token()
 			return &change{
-				cond: tokenCond(tok),
+				cond: tokenCond(c.Token()),
 				max:  bson.D{{Key: "claim_lease_until", Value: clk.leaseUntil(r.Lease)}},
 			}, nil
 		default:
@@ -78,28 +76,28 @@ func (s *Store) Claim(ctx context.Context, r board.ClaimRequest) (board.Card, bo
 		}
 	})
 	if err != nil {
-		return board.Card{}, board.ClaimToken{}, err
+		return board.Card{}, err
 	}
-	return c.Card, tok, nil
+	return c.Card, nil
 }
 
 // blocker reads a card, for board.Board.ClaimBlocked to word its refusal
 // with.
 func (s *Store) blocker(ctx context.Context) func(id string) (board.Card, error) {
-	return func(id string) (board.Card, error) { return s.GetCard(ctx, id) }
+	return func(id string) (board.Card, error) { return s.GetCard(ctx, board.GetCardParams{ID: id}) }
 }
 
 // ClaimNext claims the oldest unclaimed card in a pool state. Candidates
 // are read in creation order and claimed one by one with the same CAS as
 // Claim; a candidate taken by someone else in between is skipped.
-func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.Card, board.ClaimToken, error) {
+func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextParams) (board.Card, error) {
 	if err := r.Validate(); err != nil {
-		return board.Card{}, board.ClaimToken{}, err
+		return board.Card{}, err
 	}
 	for round := 0; round < maxAttempts; round++ {
 		clk, err := s.serverNow(ctx)
 		if err != nil {
-			return board.Card{}, board.ClaimToken{}, err
+			return board.Card{}, err
 		}
 		filter := routed(bson.D{
 			{Key: "state", Value: bson.D{{Key: "$in", Value: s.freshBoard(ctx).PoolStates()}}},
@@ -108,19 +106,18 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 		}, r.Labels)
 		cands, err := s.findCards(ctx, filter, options.Find().SetSort(creationOrder).SetLimit(8))
 		if err != nil {
-			return board.Card{}, board.ClaimToken{}, err
+			return board.Card{}, err
 		}
 		if len(cands) == 0 {
-			return board.Card{}, board.ClaimToken{}, fmt.Errorf("no unclaimed card in a pool state: %w", board.ErrNotFound)
+			return board.Card{}, fmt.Errorf("no unclaimed card in a pool state: %w", board.ErrNotFound)
 		}
 		for _, cand := range cands {
-			var tok board.ClaimToken
 			c, wrote, err := s.mutate(ctx, cand.ID, func(c *cardState, clk serverClock) (*change, error) {
 				if c.Claim != "" || !s.freshBoard(ctx).IsPool(c.State) || !c.CarriesLabels(r.Labels) || c.BackingOff(clk.now) {
 					return nil, nil
 				}
 				var ch *change
-				ch, tok = acquireChange(c, clk, r.Marker, r.Lease)
+				ch, _ = acquireChange(c, clk, r.Marker, r.Lease)
 				// The pool state it was judged in is part of the CAS: a
 				// card moved out of the pool in between (into waiting_deps,
 				// or a sink) is read again and passed over. So are the
@@ -133,14 +130,14 @@ func (s *Store) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.
 				return ch, nil
 			})
 			if err != nil {
-				return board.Card{}, board.ClaimToken{}, err
+				return board.Card{}, err
 			}
 			if wrote {
-				return c.Card, tok, nil
+				return c.Card, nil
 			}
 		}
 	}
-	return board.Card{}, board.ClaimToken{}, fmt.Errorf("mongostore: claim next: %w", ErrContention)
+	return board.Card{}, fmt.Errorf("mongostore: claim next: %w", ErrContention)
 }
 
 // routed narrows a listing of free pool cards to the cards carrying every
@@ -168,7 +165,8 @@ func routed(filter bson.D, labels []string) bson.D {
 // was renewed: an epoch only goes up, so a card that holds the token now
 // held it when the update ran. A hold lost in between is reported as a
 // conflict, which is the truth by the time the caller sees it.
-func (s *Store) RenewClaims(ctx context.Context, hs []board.Hold, lease time.Duration) ([]board.RenewResult, error) {
+func (s *Store) RenewClaims(ctx context.Context, p board.RenewClaimsParams) ([]board.RenewResult, error) {
+	hs, lease := p.Holds, p.Lease
 	if err := board.ValidateLease("", lease); err != nil {
 		return nil, err
 	}
@@ -300,16 +298,16 @@ func (s *Store) ownedFrom(ctx context.Context, card string, first *cardState, to
 }
 
 // SetStateOwned is the holder's fenced move.
-func (s *Store) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, error) {
+func (s *Store) SetStateOwned(ctx context.Context, m board.SetStateOwnedParams) (board.MoveResult, error) {
 	if err := m.Validate(); err != nil {
-		return false, err
+		return board.MoveResult{}, err
 	}
 	if _, err := s.requireState(ctx, m.To, true); err != nil {
-		return false, fmt.Errorf("card %q: %w", m.Card, err)
+		return board.MoveResult{}, fmt.Errorf("card %q: %w", m.Card, err)
 	}
 	if m.From != "" {
 		if _, err := s.requireState(ctx, m.From, false); err != nil {
-			return false, fmt.Errorf("card %q: from: %w", m.Card, err)
+			return board.MoveResult{}, fmt.Errorf("card %q: from: %w", m.Card, err)
 		}
 	}
 	reason := m.StampedReason()
@@ -340,15 +338,16 @@ func (s *Store) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, err
 		return ch, nil
 	})
 	if err != nil {
-		return false, err
+		return board.MoveResult{}, err
 	}
 	moved = moved && !retrying
-	return moved, s.afterMove(ctx, c, moved, m.Token.Marker)
+	return board.MoveResult{Changed: moved}, s.afterMove(ctx, c, moved, m.Token.Marker)
 }
 
 // SetLastRunOwned records the card's current run and appends it to the
 // run pointers (append-only).
-func (s *Store) SetLastRunOwned(ctx context.Context, card string, tok board.ClaimToken, runID string) error {
+func (s *Store) SetLastRunOwned(ctx context.Context, p board.SetLastRunOwnedParams) error {
+	card, tok, runID := p.Card, p.Token, p.RunID
 	if err := board.ValidateName("run id", runID); err != nil {
 		return fmt.Errorf("card %q: %w", card, err)
 	}
@@ -379,7 +378,8 @@ func (s *Store) SetLastRunOwned(ctx context.Context, card string, tok board.Clai
 }
 
 // SetAwaitingInputOwned sets or clears the awaiting-input flag.
-func (s *Store) SetAwaitingInputOwned(ctx context.Context, card string, tok board.ClaimToken, awaiting bool) error {
+func (s *Store) SetAwaitingInputOwned(ctx context.Context, p board.SetAwaitingInputOwnedParams) error {
+	card, tok, awaiting := p.Card, p.Token, p.Awaiting
 	_, _, err := s.owned(ctx, card, tok, func(c *cardState, clk serverClock) (*change, error) {
 		if c.AwaitingInput == awaiting {
 			return nil, nil
@@ -394,7 +394,8 @@ func (s *Store) SetAwaitingInputOwned(ctx context.Context, card string, tok boar
 }
 
 // SetGaveUpOwned stamps (or, with nil, clears) the give-up record.
-func (s *Store) SetGaveUpOwned(ctx context.Context, card string, tok board.ClaimToken, g *board.GaveUp) error {
+func (s *Store) SetGaveUpOwned(ctx context.Context, p board.SetGaveUpOwnedParams) error {
+	card, tok, g := p.Card, p.Token, p.GaveUp
 	if g != nil {
 		if err := board.ValidateGaveUp(card, *g); err != nil {
 			return err
@@ -433,7 +434,8 @@ func (s *Store) SetGaveUpOwned(ctx context.Context, card string, tok board.Claim
 // the card without waiting out the TTL. $min never extends a lease that
 // already ended. Like a renewal it is a lease change, not a card change: no
 // event, no updated_at.
-func (s *Store) ExpireClaimOwned(ctx context.Context, card string, tok board.ClaimToken) error {
+func (s *Store) ExpireClaimOwned(ctx context.Context, p board.OwnedParams) error {
+	card, tok := p.Card, p.Token
 	_, _, err := s.owned(ctx, card, tok, func(c *cardState, clk serverClock) (*change, error) {
 		if c.leaseSet && !c.ClaimLeaseUntil.After(clk.now) {
 			return nil, nil
@@ -455,7 +457,8 @@ func releaseChange(c *cardState, clk serverClock, actor string) *change {
 }
 
 // ReleaseOwned is the holder's release. A free card is nil.
-func (s *Store) ReleaseOwned(ctx context.Context, card string, tok board.ClaimToken) error {
+func (s *Store) ReleaseOwned(ctx context.Context, p board.OwnedParams) error {
+	card, tok := p.Card, p.Token
 	if err := board.ValidateToken(card, tok); err != nil {
 		return err
 	}
@@ -502,7 +505,8 @@ func (s *Store) handBack(b board.Board, c *cardState, clk serverClock, actor str
 // a card whose epoch was dropped: it is the operator's force-release and
 // the sweeps' tool for claims nobody can use (DESIGN.md#sweeps), not a fenced
 // owner write.
-func (s *Store) Release(ctx context.Context, card, marker, actor string) error {
+func (s *Store) Release(ctx context.Context, p board.ReleaseParams) error {
+	card, marker, actor := p.Card, p.Marker, p.Actor
 	if err := board.ValidateCardID(card); err != nil {
 		return err
 	}
@@ -536,7 +540,7 @@ func (s *Store) Release(ctx context.Context, card, marker, actor string) error {
 // precondition: the claim is still exactly Prev (Prev.Epoch 0 names a card
 // whose epoch field is gone) and still expired at Cutoff — its lease ended
 // by then, or it carries none.
-func (s *Store) ReleaseExpired(ctx context.Context, r board.ExpiredRelease) error {
+func (s *Store) ReleaseExpired(ctx context.Context, r board.ReleaseExpiredParams) error {
 	if err := r.Validate(); err != nil {
 		return err
 	}
@@ -593,13 +597,13 @@ var noEpoch = bson.E{Key: "claim_epoch", Value: nil}
 //
 // With q.Share both arms list only that reaper's share
 // (DESIGN.md#reaper-shares).
-func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQuery) (board.ExpiredPage, error) {
+func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ListExpiredClaimCandidatesParams) (board.ListExpiredClaimCandidatesResult, error) {
 	if err := q.Validate(); err != nil {
-		return board.ExpiredPage{}, err
+		return board.ListExpiredClaimCandidatesResult{}, err
 	}
 	pos, err := decodePosition(q.After)
 	if err != nil {
-		return board.ExpiredPage{}, err
+		return board.ListExpiredClaimCandidatesResult{}, err
 	}
 	// A share that cannot be worked out is no reason to list nothing: a
 	// reaper whose record landed but whose read failed would hold a share
@@ -616,7 +620,7 @@ func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQ
 		{Key: "claim_lease_until", Value: bson.D{{Key: "$lte", Value: q.Cutoff}}},
 	}, append(pos.Leased.after("claim_lease_until"), sh.cond...)...), leasedOpts)
 	if err != nil {
-		return board.ExpiredPage{}, err
+		return board.ListExpiredClaimCandidatesResult{}, err
 	}
 	unleased, err := s.findCards(ctx, append(bson.D{
 		claimedCond,
@@ -624,7 +628,7 @@ func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQ
 		{Key: "updated_at", Value: bson.D{{Key: "$lte", Value: q.Cutoff.Add(-s.horizon)}}},
 	}, append(pos.Unleased.after("updated_at"), sh.cond...)...), unleasedOpts)
 	if err != nil {
-		return board.ExpiredPage{}, err
+		return board.ListExpiredClaimCandidatesResult{}, err
 	}
 	more := false
 	if q.Limit > 0 {
@@ -635,7 +639,7 @@ func (s *Store) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQ
 		more = len(leased) == q.Limit || len(unleased) == q.Limit || nL < len(leased) || nU < len(unleased)
 		unleased, leased = unleased[:nU], leased[:nL]
 	}
-	page := board.ExpiredPage{Cards: append(unleased, leased...), Reapers: sh.n, ShareIndex: sh.r}
+	page := board.ListExpiredClaimCandidatesResult{Cards: append(unleased, leased...), Reapers: sh.n, ShareIndex: sh.r}
 	if shareErr != nil {
 		page.ShareError = shareErr.Error()
 	}
@@ -700,7 +704,8 @@ func (a *armPosition) after(field string) bson.D {
 // cap is the query's limit: filtered afterwards, the conserved population
 // (never written, hence always oldest) would fill every batch and starve
 // the rest for ever (DESIGN.md#unleased-sweep).
-func (s *Store) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
+func (s *Store) ListUnleasedRunningClaims(ctx context.Context, p board.ListUnleasedRunningClaimsParams) ([]board.Card, error) {
+	cutoff, limit := p.Cutoff, p.Limit
 	if err := board.ValidateLimit(limit); err != nil {
 		return nil, err
 	}
@@ -728,22 +733,21 @@ func (s *Store) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time,
 // field" (the card reads as epoch 0), which is the only way to transfer a
 // card that refuses every fenced write. The new epoch is floored at the
 // server clock, so the fence stays monotone across the loss.
-func (s *Store) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Card, board.ClaimToken, error) {
+func (s *Store) ReclaimExpired(ctx context.Context, r board.ReclaimExpiredParams) (board.Card, error) {
 	if err := board.ValidateCardID(r.Card); err != nil {
-		return board.Card{}, board.ClaimToken{}, err
+		return board.Card{}, err
 	}
 	if err := board.ValidateMarker(r.Prev.Marker); err != nil || r.Prev.Epoch < 0 {
-		return board.Card{}, board.ClaimToken{}, board.Invalid("card %q: bad previous claim token %+v", r.Card, r.Prev)
+		return board.Card{}, board.Invalid("card %q: bad previous claim token %+v", r.Card, r.Prev)
 	}
 	// The previous token may carry no epoch on this twin (see above), so
 	// only the recovery side is checked the common way.
 	if err := r.ValidateRecovery(); err != nil {
-		return board.Card{}, board.ClaimToken{}, err
+		return board.Card{}, err
 	}
 	// A zero cutoff is not refused as invalid: nothing expired at or
 	// before it, so the CAS refuses with a conflict, which is what a
 	// caller that read a free card (no lease) and passes its lease needs.
-	var tok board.ClaimToken
 	c, _, err := s.mutate(ctx, r.Card, func(c *cardState, clk serverClock) (*change, error) {
 		cond := bson.D{{Key: "claim", Value: r.Prev.Marker}}
 		if r.Prev.Epoch == 0 {
@@ -765,20 +769,19 @@ func (s *Store) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Card
 		default:
 			return nil, c.conflict()
 		}
-		ch, t := acquireChange(c, clk, r.RecoveryMarker, r.Lease)
+		ch, _ := acquireChange(c, clk, r.RecoveryMarker, r.Lease)
 		ch.cond = cond
 		// The judged claim survives the transfer: a recovery claim taken
 		// over from another one keeps the worker epoch it already names.
 		if !board.IsRecoveryMarker(c.Claim) {
 			ch.set = append(ch.set, bson.E{Key: "recovered_epoch", Value: c.ClaimEpoch})
 		}
-		tok = t
 		return ch, nil
 	})
 	if err != nil {
-		return board.Card{}, board.ClaimToken{}, err
+		return board.Card{}, err
 	}
-	return c.Card, tok, nil
+	return c.Card, nil
 }
 
 // notBackingOff is the condition of a pick on the pool (ClaimNext, Start

@@ -48,7 +48,7 @@ func TestDeleteCardRacingACreateThatNamesIt(t *testing.T) {
 	uri, db := mongotest.URI(t), mongotest.Database(t)
 	a := openStore(t, mongostore.Options{URI: uri, Database: db, Monitor: in.monitor()})
 	b := openStore(t, mongostore.Options{URI: uri, Database: db})
-	if _, err := b.CreateCard(ctx, board.NewCard{ID: "blocker", Actor: "cli"}); err != nil {
+	if _, err := b.CreateCard(ctx, board.CreateCardParams{ID: "blocker", Actor: "cli"}); err != nil {
 		t.Fatal(err)
 	}
 	var delErr error
@@ -57,12 +57,12 @@ func TestDeleteCardRacingACreateThatNamesIt(t *testing.T) {
 		_, delErr = b.DeleteCard(ctx, board.DeleteCardParams{ID: "blocker", Actor: "uid:0"})
 	}
 	in.armed.Store(true)
-	_, createErr := a.CreateCard(ctx, board.NewCard{ID: "dependent", DependsOn: []string{"blocker"}, Actor: "cli"})
+	_, createErr := a.CreateCard(ctx, board.CreateCardParams{ID: "dependent", DependsOn: []string{"blocker"}, Actor: "cli"})
 	if in.armed.Load() {
 		t.Fatal("the delete was never interleaved")
 	}
-	_, blockerErr := b.GetCard(ctx, "blocker")
-	dep, depErr := b.GetCard(ctx, "dependent")
+	_, blockerErr := b.GetCard(ctx, board.GetCardParams{ID: "blocker"})
+	dep, depErr := b.GetCard(ctx, board.GetCardParams{ID: "dependent"})
 	t.Logf("delete: %v; create: %v; blocker: %v; dependent: %v %v", delErr, createErr, blockerErr, dep.State, depErr)
 	if delErr == nil && createErr == nil {
 		t.Errorf("both the delete of the blocker and the create of a card naming it succeeded")
@@ -106,20 +106,20 @@ func TestDeleteCardSeesADependentCreatedAfterItsListing(t *testing.T) {
 	uri, db := mongotest.URI(t), mongotest.Database(t)
 	a := openStore(t, mongostore.Options{URI: uri, Database: db, Monitor: in.monitor()})
 	b := openStore(t, mongostore.Options{URI: uri, Database: db})
-	if _, err := b.CreateCard(ctx, board.NewCard{ID: "blocker", Actor: "cli"}); err != nil {
+	if _, err := b.CreateCard(ctx, board.CreateCardParams{ID: "blocker", Actor: "cli"}); err != nil {
 		t.Fatal(err)
 	}
 	var createErr error
 	in.fn = func() {
-		_, createErr = b.CreateCard(ctx, board.NewCard{ID: "dependent", DependsOn: []string{"blocker"}, Actor: "cli"})
+		_, createErr = b.CreateCard(ctx, board.CreateCardParams{ID: "dependent", DependsOn: []string{"blocker"}, Actor: "cli"})
 	}
 	in.armed.Store(true)
 	_, delErr := a.DeleteCard(ctx, board.DeleteCardParams{ID: "blocker", Actor: "uid:0"})
 	if in.armed.Load() {
 		t.Fatal("the create was never interleaved")
 	}
-	_, blockerErr := b.GetCard(ctx, "blocker")
-	dep, depErr := b.GetCard(ctx, "dependent")
+	_, blockerErr := b.GetCard(ctx, board.GetCardParams{ID: "blocker"})
+	dep, depErr := b.GetCard(ctx, board.GetCardParams{ID: "dependent"})
 	t.Logf("delete: %v; create: %v; blocker: %v; dependent: %v %v", delErr, createErr, blockerErr, dep.State, depErr)
 	if createErr != nil {
 		t.Fatalf("the create, with its blocker there all along, was refused: %v", createErr)

@@ -83,7 +83,7 @@ func (f *fleet) foreign(id string, update bson.D) {
 
 func (f *fleet) create(id, state string) board.Card {
 	f.t.Helper()
-	c, err := f.s.CreateCard(f.ctx, board.NewCard{ID: id, State: state, Actor: "cli"})
+	c, err := f.s.CreateCard(f.ctx, board.CreateCardParams{ID: id, State: state, Actor: "cli"})
 	if err != nil {
 		f.t.Fatalf("CreateCard(%q): %v", id, err)
 	}
@@ -92,7 +92,8 @@ func (f *fleet) create(id, state string) board.Card {
 
 func (f *fleet) claim(id, marker string) board.ClaimToken {
 	f.t.Helper()
-	_, tok, err := f.s.Claim(f.ctx, board.ClaimRequest{Card: id, Marker: marker, Lease: testTerm})
+	card, err := f.s.Claim(f.ctx, board.ClaimParams{Card: id, Marker: marker, Lease: testTerm})
+	tok := card.Token()
 	if err != nil {
 		f.t.Fatalf("Claim(%q, %q): %v", id, marker, err)
 	}
@@ -101,7 +102,7 @@ func (f *fleet) claim(id, marker string) board.ClaimToken {
 
 func (f *fleet) get(id string) board.Card {
 	f.t.Helper()
-	c, err := f.s.GetCard(f.ctx, id)
+	c, err := f.s.GetCard(f.ctx, board.GetCardParams{ID: id})
 	if err != nil {
 		f.t.Fatalf("GetCard(%q): %v", id, err)
 	}
@@ -136,7 +137,7 @@ func TestEpochSurvivesDroppedField(t *testing.T) {
 		if tok == prev {
 			t.Fatalf("round %d: the same worker got the same token twice: %+v", round, tok)
 		}
-		if err := f.s.ReleaseOwned(f.ctx, "c1", tok); err != nil {
+		if err := f.s.ReleaseOwned(f.ctx, board.OwnedParams{Card: "c1", Token: tok}); err != nil {
 			t.Fatalf("ReleaseOwned: %v", err)
 		}
 		f.foreign("c1", bson.D{{Key: "$unset", Value: bson.D{{Key: "claim_epoch", Value: ""}}}})
@@ -190,7 +191,7 @@ func TestStrippedCardRefusesItsLiveHolder(t *testing.T) {
 	f := openFleet(t, mongostore.Options{})
 	f.create("c1", board.StateInProgress)
 	tok := f.claim("c1", workerA)
-	if err := f.s.SetLastRunOwned(f.ctx, "c1", tok, "run-1"); err != nil {
+	if err := f.s.SetLastRunOwned(f.ctx, board.SetLastRunOwnedParams{Card: "c1", Token: tok, RunID: "run-1"}); err != nil {
 		t.Fatal(err)
 	}
 	updated := f.serverNow()
@@ -202,27 +203,31 @@ func TestStrippedCardRefusesItsLiveHolder(t *testing.T) {
 		call func() error
 	}{
 		{"Claim", func() error {
-			_, _, err := f.s.Claim(f.ctx, board.ClaimRequest{Card: "c1", Marker: workerA, Lease: testTerm})
+			_, err := f.s.Claim(f.ctx, board.ClaimParams{Card: "c1", Marker: workerA, Lease: testTerm})
 			return err
 		}},
 		{"RenewClaims", func() error {
-			res, err := f.s.RenewClaims(f.ctx, []board.Hold{{Card: "c1", Token: tok}}, testTerm)
+			res, err := f.s.RenewClaims(f.ctx, board.RenewClaimsParams{Holds: []board.Hold{{Card: "c1", Token: tok}}, Lease: testTerm})
 			if err != nil {
 				return err
 			}
 			return res[0].Err
 		}},
 		{"SetStateOwned", func() error {
-			_, err := f.s.SetStateOwned(f.ctx, board.OwnedMove{Card: "c1", Token: tok, To: board.StateDone})
+			_, err := f.s.SetStateOwned(f.ctx, board.SetStateOwnedParams{Card: "c1", Token: tok, To: board.StateDone})
 			return err
 		}},
-		{"SetLastRunOwned", func() error { return f.s.SetLastRunOwned(f.ctx, "c1", tok, "run-2") }},
-		{"SetAwaitingInputOwned", func() error { return f.s.SetAwaitingInputOwned(f.ctx, "c1", tok, true) }},
-		{"SetGaveUpOwned", func() error {
-			return f.s.SetGaveUpOwned(f.ctx, "c1", tok, &board.GaveUp{Reason: "x"})
+		{"SetLastRunOwned", func() error {
+			return f.s.SetLastRunOwned(f.ctx, board.SetLastRunOwnedParams{Card: "c1", Token: tok, RunID: "run-2"})
 		}},
-		{"ExpireClaimOwned", func() error { return f.s.ExpireClaimOwned(f.ctx, "c1", tok) }},
-		{"ReleaseOwned", func() error { return f.s.ReleaseOwned(f.ctx, "c1", tok) }},
+		{"SetAwaitingInputOwned", func() error {
+			return f.s.SetAwaitingInputOwned(f.ctx, board.SetAwaitingInputOwnedParams{Card: "c1", Token: tok, Awaiting: true})
+		}},
+		{"SetGaveUpOwned", func() error {
+			return f.s.SetGaveUpOwned(f.ctx, board.SetGaveUpOwnedParams{Card: "c1", Token: tok, GaveUp: &board.GaveUp{Reason: "x"}})
+		}},
+		{"ExpireClaimOwned", func() error { return f.s.ExpireClaimOwned(f.ctx, board.OwnedParams{Card: "c1", Token: tok}) }},
+		{"ReleaseOwned", func() error { return f.s.ReleaseOwned(f.ctx, board.OwnedParams{Card: "c1", Token: tok}) }},
 	}
 	for _, v := range verbs {
 		wantConflict(t, v.call(), workerA, 0, v.name+" by the live holder of a stripped card")
@@ -242,33 +247,34 @@ func TestStrippedCardRefusesItsLiveHolder(t *testing.T) {
 
 	// The un-leased arm lists it only once it is older than the horizon.
 	horizon := mongostore.DefaultUnleasedHorizon
-	early, err := boardtest.PageCards(f.s.ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: updated.Add(horizon - time.Second), Limit: 10}))
+	early, err := boardtest.PageCards(f.s.ListExpiredClaimCandidates(f.ctx, board.ListExpiredClaimCandidatesParams{Cutoff: updated.Add(horizon - time.Second), Limit: 10}))
 	if err != nil || len(early) != 0 {
 		t.Errorf("candidates before the horizon = %v, %v; want none", ids(early), err)
 	}
 	cutoff := updated.Add(horizon)
-	late, err := boardtest.PageCards(f.s.ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: cutoff, Limit: 10}))
+	late, err := boardtest.PageCards(f.s.ListExpiredClaimCandidates(f.ctx, board.ListExpiredClaimCandidatesParams{Cutoff: cutoff, Limit: 10}))
 	if err != nil || !slices.Equal(ids(late), []string{"c1"}) {
 		t.Fatalf("candidates at the horizon = %v, %v; want [c1]", ids(late), err)
 	}
 	if c := late[0]; !c.Legacy() || c.ClaimEpoch != 0 || c.Claim != workerA {
 		t.Errorf("listed card = %+v, want the un-leased claim of %s with no epoch", c, workerA)
 	}
-	running, err := f.s.ListUnleasedRunningClaims(f.ctx, updated, 10)
+	running, err := f.s.ListUnleasedRunningClaims(f.ctx, board.ListUnleasedRunningClaimsParams{Cutoff: updated, Limit: 10})
 	if err != nil || !slices.Equal(ids(running), []string{"c1"}) {
 		t.Errorf("ListUnleasedRunningClaims = %v, %v; want [c1]", ids(running), err)
 	}
 
 	// It is transferable by naming the missing epoch as 0; the new fence is
 	// floored at the server clock, so it is above the lost one.
-	observed, rec, err := f.s.ReclaimExpired(f.ctx, board.Reclaim{Card: "c1", Prev: board.ClaimToken{Marker: workerA}, RecoveryMarker: reaperR, Cutoff: cutoff, Lease: testTerm})
+	observed, err := f.s.ReclaimExpired(f.ctx, board.ReclaimExpiredParams{Card: "c1", Prev: board.ClaimToken{Marker: workerA}, RecoveryMarker: reaperR, Cutoff: cutoff, Lease: testTerm})
+	rec := observed.Token()
 	if err != nil {
 		t.Fatalf("ReclaimExpired of the stripped claim: %v", err)
 	}
 	if rec.Marker != reaperR || rec.Epoch <= tok.Epoch || observed.Token() != rec {
 		t.Errorf("transfer = %+v (observed %+v), want %s above epoch %d", rec, observed.Token(), reaperR, tok.Epoch)
 	}
-	wantConflict(t, f.s.SetLastRunOwned(f.ctx, "c1", tok, "run-3"), reaperR, rec.Epoch, "the old holder after the transfer")
+	wantConflict(t, f.s.SetLastRunOwned(f.ctx, board.SetLastRunOwnedParams{Card: "c1", Token: tok, RunID: "run-3"}), reaperR, rec.Epoch, "the old holder after the transfer")
 }
 
 // TestStrippedClaimTransferNeedsTheHorizon: before the horizon the same
@@ -284,18 +290,18 @@ func TestStrippedClaimTransferNeedsTheHorizon(t *testing.T) {
 	updated := f.serverNow()
 	f.strip("stripped", updated)
 
-	_, _, err := f.s.ReclaimExpired(f.ctx, board.Reclaim{Card: "stripped", Prev: board.ClaimToken{Marker: workerA}, RecoveryMarker: reaperR, Cutoff: updated.Add(59 * time.Minute), Lease: testTerm})
+	_, err := f.s.ReclaimExpired(f.ctx, board.ReclaimExpiredParams{Card: "stripped", Prev: board.ClaimToken{Marker: workerA}, RecoveryMarker: reaperR, Cutoff: updated.Add(59 * time.Minute), Lease: testTerm})
 	wantConflict(t, err, workerA, 0, "transfer of an un-leased claim before the horizon")
-	_, _, err = f.s.ReclaimExpired(f.ctx, board.Reclaim{Card: "live", Prev: board.ClaimToken{Marker: workerB}, RecoveryMarker: reaperR, Cutoff: updated.Add(48 * time.Hour), Lease: testTerm})
+	_, err = f.s.ReclaimExpired(f.ctx, board.ReclaimExpiredParams{Card: "live", Prev: board.ClaimToken{Marker: workerB}, RecoveryMarker: reaperR, Cutoff: updated.Add(48 * time.Hour), Lease: testTerm})
 	wantConflict(t, err, workerB, live.Epoch, "transfer of a fenced claim naming epoch 0")
-	if _, _, err := f.s.ReclaimExpired(f.ctx, board.Reclaim{Card: "stripped", Prev: board.ClaimToken{Marker: workerA}, RecoveryMarker: reaperR, Cutoff: updated.Add(time.Hour), Lease: testTerm}); err != nil {
+	if _, err := f.s.ReclaimExpired(f.ctx, board.ReclaimExpiredParams{Card: "stripped", Prev: board.ClaimToken{Marker: workerA}, RecoveryMarker: reaperR, Cutoff: updated.Add(time.Hour), Lease: testTerm}); err != nil {
 		t.Errorf("transfer at the configured horizon: %v", err)
 	}
 	// Release by marker (the ungated sweep's tool) works on a stripped
 	// claim too: it is not a fenced write.
 	f.claim("live", workerB)
 	f.strip("live", updated)
-	if err := f.s.Release(f.ctx, "live", workerB, "sweep"); err != nil {
+	if err := f.s.Release(f.ctx, board.ReleaseParams{Card: "live", Marker: workerB, Actor: "sweep"}); err != nil {
 		t.Errorf("Release of a stripped claim: %v", err)
 	}
 	if c := f.get("live"); c.Claimed() {
@@ -336,7 +342,7 @@ func TestLeaseComesFromTheServerClock(t *testing.T) {
 			}
 
 			agent.Advance(time.Hour)
-			res, err := f.s.RenewClaims(f.ctx, []board.Hold{{Card: "c1", Token: tok}}, testTerm)
+			res, err := f.s.RenewClaims(f.ctx, board.RenewClaimsParams{Holds: []board.Hold{{Card: "c1", Token: tok}}, Lease: testTerm})
 			after = f.serverNow()
 			if err != nil || res[0].Err != nil {
 				t.Fatalf("RenewClaims = %+v, %v", res, err)
@@ -345,7 +351,7 @@ func TestLeaseComesFromTheServerClock(t *testing.T) {
 				t.Errorf("renewed lease %s, want at most the server's %s + lease (the agent clock reads %s)", l, after, agent.Now())
 			}
 
-			if err := f.s.ExpireClaimOwned(f.ctx, "c1", tok); err != nil {
+			if err := f.s.ExpireClaimOwned(f.ctx, board.OwnedParams{Card: "c1", Token: tok}); err != nil {
 				t.Fatal(err)
 			}
 			expired := f.get("c1")
@@ -396,19 +402,19 @@ func TestCorruptFieldIsATypedErrorNamingTheCard(t *testing.T) {
 					t.Errorf("%s: error names %s %q field %q, want card \"bad\" field %q", what, de.Collection, de.ID, de.Field, tc.field)
 				}
 			}
-			_, err := f.s.GetCard(f.ctx, "bad")
+			_, err := f.s.GetCard(f.ctx, board.GetCardParams{ID: "bad"})
 			check("GetCard", err)
-			_, err = f.s.ListCards(f.ctx, board.CardFilter{})
+			_, err = f.s.ListCards(f.ctx, board.ListCardsParams{})
 			check("ListCards", err)
-			_, _, err = f.s.Claim(f.ctx, board.ClaimRequest{Card: "bad", Marker: workerA, Lease: testTerm})
+			_, err = f.s.Claim(f.ctx, board.ClaimParams{Card: "bad", Marker: workerA, Lease: testTerm})
 			check("Claim", err)
-			_, err = f.s.AdjustLabels(f.ctx, board.LabelChange{Card: "bad", Add: []string{"x"}})
+			_, err = f.s.AdjustLabels(f.ctx, board.AdjustLabelsParams{Card: "bad", Add: []string{"x"}})
 			check("AdjustLabels", err)
-			if _, err := f.s.Events(f.ctx, 0, 0); err != nil {
+			if _, err := f.s.Events(f.ctx, board.EventsParams{After: 0, Limit: 0}); err != nil {
 				t.Errorf("Events with a corrupt card on the board: %v, want the log still readable", err)
 			}
 			// The healthy card next to it is unaffected.
-			if _, _, err := f.s.Claim(f.ctx, board.ClaimRequest{Card: "good", Marker: workerA, Lease: testTerm}); err != nil {
+			if _, err := f.s.Claim(f.ctx, board.ClaimParams{Card: "good", Marker: workerA, Lease: testTerm}); err != nil {
 				t.Errorf("Claim of a healthy card next to a corrupt one: %v", err)
 			}
 		})
@@ -435,10 +441,10 @@ func TestAnUnpublishedOutboxIsReadAndPublishedOnce(t *testing.T) {
 	f := openFleet(t, mongostore.Options{})
 	f.create("c1", board.StateReady)
 	// c1's last write stays pending: nobody writes c1 again.
-	if _, err := f.s.AdjustLabels(f.ctx, board.LabelChange{Card: "c1", Add: []string{"x"}, Actor: "bot"}); err != nil {
+	if _, err := f.s.AdjustLabels(f.ctx, board.AdjustLabelsParams{Card: "c1", Add: []string{"x"}, Actor: "bot"}); err != nil {
 		t.Fatal(err)
 	}
-	before, err := f.s.Events(f.ctx, 0, 0)
+	before, err := f.s.Events(f.ctx, board.EventsParams{After: 0, Limit: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -505,7 +511,7 @@ func TestAnUnpublishedOutboxIsReadAndPublishedOnce(t *testing.T) {
 			t.Fatalf("CompactEvents: %v", err)
 		}
 	}
-	all, err := f.s.Events(f.ctx, 0, 0)
+	all, err := f.s.Events(f.ctx, board.EventsParams{After: 0, Limit: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -538,7 +544,7 @@ func TestACollidingSequenceNumberIsAnError(t *testing.T) {
 	t.Parallel()
 	f := openFleet(t, mongostore.Options{})
 	f.create("c1", board.StateReady)
-	evs, err := f.s.Events(f.ctx, 0, 0)
+	evs, err := f.s.Events(f.ctx, board.EventsParams{After: 0, Limit: 0})
 	if err != nil || len(evs) != 1 {
 		t.Fatalf("Events = %+v, %v; want the creation", evs, err)
 	}
@@ -549,7 +555,7 @@ func TestACollidingSequenceNumberIsAnError(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.s.Events(f.ctx, 0, 0); !errors.Is(err, mongostore.ErrStampCollision) {
+	if _, err := f.s.Events(f.ctx, board.EventsParams{After: 0, Limit: 0}); !errors.Is(err, mongostore.ErrStampCollision) {
 		t.Errorf("Events over a collision: %v, want ErrStampCollision", err)
 	}
 	if _, err := f.s.CompactEvents(f.ctx, f.serverNow().Add(time.Hour)); !errors.Is(err, mongostore.ErrStampCollision) {
@@ -582,7 +588,7 @@ func TestTailingReaderNeverSkipsAnEvent(t *testing.T) {
 		}
 		wg.Go(func() {
 			for j := range perWriter {
-				if _, err := s.AdjustLabels(f.ctx, board.LabelChange{Card: fmt.Sprintf("c%d", i), Add: []string{fmt.Sprintf("l%d", j)}, Actor: "bot"}); err != nil {
+				if _, err := s.AdjustLabels(f.ctx, board.AdjustLabelsParams{Card: fmt.Sprintf("c%d", i), Add: []string{fmt.Sprintf("l%d", j)}, Actor: "bot"}); err != nil {
 					errs <- err
 					return
 				}
@@ -594,7 +600,7 @@ func TestTailingReaderNeverSkipsAnEvent(t *testing.T) {
 	var seen []board.Event
 	after := int64(0)
 	tail := func() {
-		page, err := other.Events(f.ctx, after, 7)
+		page, err := other.Events(f.ctx, board.EventsParams{After: after, Limit: 7})
 		if err != nil {
 			t.Fatalf("Events: %v", err)
 		}
@@ -625,7 +631,7 @@ func TestTailingReaderNeverSkipsAnEvent(t *testing.T) {
 			break
 		}
 	}
-	all, err := f.s.Events(f.ctx, 0, 0)
+	all, err := f.s.Events(f.ctx, board.EventsParams{After: 0, Limit: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -696,7 +702,7 @@ func TestRenewalsOfATickAreChunkedBulkWrites(t *testing.T) {
 	mu.Unlock()
 	ctx, cancel := context.WithTimeout(f.ctx, 30*time.Second)
 	defer cancel()
-	res, err := f.s.RenewClaims(ctx, holds, testTerm)
+	res, err := f.s.RenewClaims(ctx, board.RenewClaimsParams{Holds: holds, Lease: testTerm})
 	mu.Lock()
 	counted = false
 	got := slices.Clone(statements)
@@ -749,7 +755,7 @@ func TestUnleasedArmsSelectInTheQuery(t *testing.T) {
 		f.create(id, state)
 		tok := f.claim(id, workerA)
 		if withRun {
-			if err := f.s.SetLastRunOwned(f.ctx, id, tok, "run-"+id); err != nil {
+			if err := f.s.SetLastRunOwned(f.ctx, board.SetLastRunOwnedParams{Card: id, Token: tok, RunID: "run-" + id}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -765,11 +771,11 @@ func TestUnleasedArmsSelectInTheQuery(t *testing.T) {
 	mk("match2", board.StateInProgress, true, old.Add(2*time.Minute))
 	mk("recent", board.StateInProgress, true, now)
 
-	got, err := f.s.ListUnleasedRunningClaims(f.ctx, now.Add(-time.Hour), 1)
+	got, err := f.s.ListUnleasedRunningClaims(f.ctx, board.ListUnleasedRunningClaimsParams{Cutoff: now.Add(-time.Hour), Limit: 1})
 	if err != nil || !slices.Equal(ids(got), []string{"match1"}) {
 		t.Errorf("ListUnleasedRunningClaims limit 1 = %v, %v; want [match1]", ids(got), err)
 	}
-	got, err = f.s.ListUnleasedRunningClaims(f.ctx, now.Add(-time.Hour), 10)
+	got, err = f.s.ListUnleasedRunningClaims(f.ctx, board.ListUnleasedRunningClaimsParams{Cutoff: now.Add(-time.Hour), Limit: 10})
 	if err != nil || !slices.Equal(ids(got), []string{"match1", "match2"}) {
 		t.Errorf("ListUnleasedRunningClaims = %v, %v; want [match1 match2]", ids(got), err)
 	}
@@ -779,11 +785,11 @@ func TestUnleasedArmsSelectInTheQuery(t *testing.T) {
 		id := fmt.Sprintf("leased%d", i)
 		f.create(id, board.StateInProgress)
 		tok := f.claim(id, workerB)
-		if err := f.s.ExpireClaimOwned(f.ctx, id, tok); err != nil {
+		if err := f.s.ExpireClaimOwned(f.ctx, board.OwnedParams{Card: id, Token: tok}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cands, err := boardtest.PageCards(f.s.ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: f.serverNow(), Limit: 4}))
+	cands, err := boardtest.PageCards(f.s.ListExpiredClaimCandidates(f.ctx, board.ListExpiredClaimCandidatesParams{Cutoff: f.serverNow(), Limit: 4}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -878,7 +884,7 @@ func TestOpenOnAnOlderDatabaseKeepsItsIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := openStore(t, mongostore.Options{Database: db})
-	if _, err := s.CreateCard(t.Context(), board.NewCard{ID: "c1", State: board.StateReady, Actor: "cli"}); err != nil {
+	if _, err := s.CreateCard(t.Context(), board.CreateCardParams{ID: "c1", State: board.StateReady, Actor: "cli"}); err != nil {
 		t.Fatal(err)
 	}
 	specs, err := cards.Indexes().ListSpecifications(t.Context())
@@ -922,11 +928,11 @@ func TestRecoveryOnlyFindsStrippedRecoveryClaims(t *testing.T) {
 	}
 	for _, id := range []string{"recovery", "stripped-recovery"} {
 		tok := f.claim(id, workerA)
-		if err := f.s.ExpireClaimOwned(f.ctx, id, tok); err != nil {
+		if err := f.s.ExpireClaimOwned(f.ctx, board.OwnedParams{Card: id, Token: tok}); err != nil {
 			t.Fatal(err)
 		}
 		c := f.get(id)
-		if _, _, err := f.s.ReclaimExpired(f.ctx, board.Reclaim{Card: id, Prev: tok, RecoveryMarker: reaperR, Cutoff: c.ClaimLeaseUntil, Lease: testTerm}); err != nil {
+		if _, err := f.s.ReclaimExpired(f.ctx, board.ReclaimExpiredParams{Card: id, Prev: tok, RecoveryMarker: reaperR, Cutoff: c.ClaimLeaseUntil, Lease: testTerm}); err != nil {
 			t.Fatalf("ReclaimExpired %s: %v", id, err)
 		}
 	}
@@ -937,7 +943,7 @@ func TestRecoveryOnlyFindsStrippedRecoveryClaims(t *testing.T) {
 		t.Fatalf("stripped-recovery = %+v, want a recovery claim with no lease", c)
 	}
 
-	got, err := f.s.ListCards(f.ctx, board.CardFilter{RecoveryOnly: true})
+	got, err := f.s.ListCards(f.ctx, board.ListCardsParams{RecoveryOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -978,7 +984,7 @@ func TestRecoveryOnlyIsAnIndexRange(t *testing.T) {
 		f.create(fmt.Sprintf("done%02d", i), board.StateDone)
 	}
 	f.create("c1", board.StateInProgress)
-	if _, err := f.s.ListCards(f.ctx, board.CardFilter{RecoveryOnly: true}); err != nil {
+	if _, err := f.s.ListCards(f.ctx, board.ListCardsParams{RecoveryOnly: true}); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
@@ -1052,11 +1058,12 @@ func TestNullEpochIsTransferableLikeAMissingOne(t *testing.T) {
 	f.create("c1", board.StateInProgress)
 	tok := f.claim("c1", workerA)
 	f.foreign("c1", bson.D{{Key: "$set", Value: bson.D{{Key: "claim_epoch", Value: nil}}}})
-	if err := f.s.SetLastRunOwned(f.ctx, "c1", tok, "r1"); !errors.Is(err, board.ErrClaimConflict) {
+	if err := f.s.SetLastRunOwned(f.ctx, board.SetLastRunOwnedParams{Card: "c1", Token: tok, RunID: "r1"}); !errors.Is(err, board.ErrClaimConflict) {
 		t.Errorf("a fenced write on a null epoch = %v, want ErrClaimConflict", err)
 	}
 	lease := f.get("c1").ClaimLeaseUntil
-	_, newTok, err := f.s.ReclaimExpired(f.ctx, board.Reclaim{Card: "c1", Prev: board.ClaimToken{Marker: workerA}, RecoveryMarker: reaperR, Cutoff: lease.Add(time.Second), Lease: testTerm})
+	card, err := f.s.ReclaimExpired(f.ctx, board.ReclaimExpiredParams{Card: "c1", Prev: board.ClaimToken{Marker: workerA}, RecoveryMarker: reaperR, Cutoff: lease.Add(time.Second), Lease: testTerm})
+	newTok := card.Token()
 	if err != nil {
 		t.Fatalf("transfer of an expired claim with a null epoch: %v", err)
 	}
@@ -1078,12 +1085,12 @@ func TestEventsStopAtTheHorizon(t *testing.T) {
 	f := openFleet(t, mongostore.Options{EventLag: lag})
 	f.create("c1", board.StateReady)
 	written := f.serverNow()
-	if evs, err := f.s.Events(f.ctx, 0, 0); err != nil || len(evs) != 0 {
+	if evs, err := f.s.Events(f.ctx, board.EventsParams{After: 0, Limit: 0}); err != nil || len(evs) != 0 {
 		t.Fatalf("Events right after the write = %+v, %v; want nothing before the horizon", evs, err)
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		evs, err := f.s.Events(f.ctx, 0, 0)
+		evs, err := f.s.Events(f.ctx, board.EventsParams{After: 0, Limit: 0})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1129,7 +1136,7 @@ func TestOneClockReadingServesASecondOfWrites(t *testing.T) {
 	start := time.Now()
 	const writes = 6
 	for i := range writes {
-		if _, err := f.s.AdjustLabels(f.ctx, board.LabelChange{Card: "c1", Add: []string{fmt.Sprintf("l%d", i)}, Actor: "bot"}); err != nil {
+		if _, err := f.s.AdjustLabels(f.ctx, board.AdjustLabelsParams{Card: "c1", Add: []string{fmt.Sprintf("l%d", i)}, Actor: "bot"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1158,10 +1165,10 @@ func TestEventsPagePastOutboxesWithNothingToShow(t *testing.T) {
 	f.create("c1", board.StateReady)
 	f.create("c2", board.StateReady)
 	// c2's next write publishes its creation; c1's stays pending.
-	if _, err := f.s.AdjustLabels(f.ctx, board.LabelChange{Card: "c2", Add: []string{"x"}, Actor: "bot"}); err != nil {
+	if _, err := f.s.AdjustLabels(f.ctx, board.AdjustLabelsParams{Card: "c2", Add: []string{"x"}, Actor: "bot"}); err != nil {
 		t.Fatal(err)
 	}
-	first, err := f.s.Events(f.ctx, 0, 1)
+	first, err := f.s.Events(f.ctx, board.EventsParams{After: 0, Limit: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1170,7 +1177,7 @@ func TestEventsPagePastOutboxesWithNothingToShow(t *testing.T) {
 	}
 	var walked []string
 	for after := int64(0); ; {
-		page, err := f.s.Events(f.ctx, after, 1)
+		page, err := f.s.Events(f.ctx, board.EventsParams{After: after, Limit: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1206,10 +1213,10 @@ func TestALongLegacyOutboxIsPublishedInOrder(t *testing.T) {
 	}
 	f.foreign("c1", bson.D{{Key: "$set", Value: bson.D{{Key: "outbox", Value: legacy}}}})
 	// The card's next write publishes what it finds first.
-	if _, err := f.s.AdjustLabels(f.ctx, board.LabelChange{Card: "c1", Add: []string{"new"}, Actor: "bot"}); err != nil {
+	if _, err := f.s.AdjustLabels(f.ctx, board.AdjustLabelsParams{Card: "c1", Add: []string{"new"}, Actor: "bot"}); err != nil {
 		t.Fatalf("a write to a card with a long legacy outbox: %v", err)
 	}
-	all, err := f.s.Events(f.ctx, 0, 0)
+	all, err := f.s.Events(f.ctx, board.EventsParams{After: 0, Limit: 0})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -192,48 +192,49 @@ func exerciseFleetQueries(t *testing.T, f *fleet, background int) {
 	// Blockers and dependents: a promotion's listing, a Reopen's holds.
 	f.create("b1", board.StateReady)
 	f.create("b2", board.StateReady)
-	_, err := f.s.CreateCard(ctx, board.NewCard{ID: "dep", DependsOn: []string{"b1", "b2"}, Actor: "cli"})
+	_, err := f.s.CreateCard(ctx, board.CreateCardParams{ID: "dep", DependsOn: []string{"b1", "b2"}, Actor: "cli"})
 	must("CreateCard dep", err)
-	must("SetState b1 done", f.s.SetState(ctx, board.Move{Card: "b1", To: board.StateDone, Actor: "cli"}))
-	must("Reopen b1", f.s.Reopen(ctx, board.Move{Card: "b1", To: board.StateReady, Actor: "cli"}))
-	_, err = f.s.Dependents(ctx, "b1")
+	must("SetState b1 done", f.s.SetState(ctx, board.MoveParams{Card: "b1", To: board.StateDone, Actor: "cli"}))
+	must("Reopen b1", f.s.Reopen(ctx, board.MoveParams{Card: "b1", To: board.StateReady, Actor: "cli"}))
+	_, err = f.s.Dependents(ctx, board.DependentsParams{ID: "b1"})
 	must("Dependents", err)
 
 	// The queue: ClaimNext, Start next, runs displaced and archived.
 	for i := range 3 {
 		f.create(fmt.Sprintf("q%d", i), board.StateReady)
 	}
-	c, tok, err := f.s.ClaimNext(ctx, board.ClaimNextRequest{Marker: workerA, Lease: testTerm})
+	c, err := f.s.ClaimNext(ctx, board.ClaimNextParams{Marker: workerA, Lease: testTerm})
+	tok := c.Token()
 	must("ClaimNext", err)
-	_, err = f.s.Start(ctx, board.StartRequest{Next: true, Marker: workerB, Lease: testTerm,
+	_, err = f.s.Start(ctx, board.StartParams{Next: true, Marker: workerB, Lease: testTerm,
 		Run: board.Run{ID: "run-next", Host: "host-b", PID: 4343}})
 	must("Start next", err)
 	for _, id := range []string{"r1", "r2"} {
-		_, err = f.s.CreateRun(ctx, board.NewRun{Token: tok, Run: board.Run{ID: id, Card: c.ID, Status: board.RunRunning}})
+		_, err = f.s.CreateRun(ctx, board.CreateRunParams{Token: tok, Run: board.Run{ID: id, Card: c.ID, Status: board.RunRunning}})
 		must("CreateRun "+id, err)
 	}
-	_, err = f.s.GetRun(ctx, "r1")
+	_, err = f.s.GetRun(ctx, board.GetRunParams{ID: "r1"})
 	must("GetRun", err)
 
 	// The queue routed by labels (DESIGN.md#label-routing): one label, and
 	// two.
-	for _, nc := range []board.NewCard{
+	for _, nc := range []board.CreateCardParams{
 		{ID: "gpu1", State: board.StateReady, Labels: []string{"gpu"}, Actor: "cli"},
 		{ID: "gpu2", State: board.StateReady, Labels: []string{"gpu", "big"}, Actor: "cli"},
 	} {
 		_, err := f.s.CreateCard(ctx, nc)
 		must("CreateCard "+nc.ID, err)
 	}
-	_, _, err = f.s.ClaimNext(ctx, board.ClaimNextRequest{Marker: workerA, Lease: testTerm, Labels: []string{"gpu"}})
+	_, err = f.s.ClaimNext(ctx, board.ClaimNextParams{Marker: workerA, Lease: testTerm, Labels: []string{"gpu"}})
 	must("ClaimNext routed", err)
-	_, err = f.s.Start(ctx, board.StartRequest{Next: true, Labels: []string{"gpu", "big"}, Marker: workerB, Lease: testTerm,
+	_, err = f.s.Start(ctx, board.StartParams{Next: true, Labels: []string{"gpu", "big"}, Marker: workerB, Lease: testTerm,
 		Run: board.Run{ID: "run-routed", Host: "host-b", PID: 4343}})
 	must("Start next routed", err)
-	_, err = f.s.RenewClaims(ctx, []board.Hold{{Card: c.ID, Token: tok}}, testTerm)
+	_, err = f.s.RenewClaims(ctx, board.RenewClaimsParams{Holds: []board.Hold{{Card: c.ID, Token: tok}}, Lease: testTerm})
 	must("RenewClaims", err)
 
 	// The listings of ListCards.
-	for _, lf := range []board.CardFilter{
+	for _, lf := range []board.ListCardsParams{
 		{}, {State: board.StateReady}, {ClaimedOnly: true}, {RecoveryOnly: true}, {ClaimHosts: []string{"host-a"}},
 		{State: board.StateReady, ClaimedOnly: true}, {State: board.StateReady, RecoveryOnly: true},
 		{State: board.StateReady, ClaimHosts: []string{"host-a"}},
@@ -248,13 +249,13 @@ func exerciseFleetQueries(t *testing.T, f *fleet, background int) {
 	for i := range 3 {
 		id := fmt.Sprintf("leased%d", i)
 		f.create(id, board.StateInProgress)
-		must("ExpireClaimOwned", f.s.ExpireClaimOwned(ctx, id, f.claim(id, workerB)))
+		must("ExpireClaimOwned", f.s.ExpireClaimOwned(ctx, board.OwnedParams{Card: id, Token: f.claim(id, workerB)}))
 		id = fmt.Sprintf("unleased%d", i)
 		f.create(id, board.StateInProgress)
-		must("SetLastRunOwned", f.s.SetLastRunOwned(ctx, id, f.claim(id, workerA), "run-"+id))
+		must("SetLastRunOwned", f.s.SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: id, Token: f.claim(id, workerA), RunID: "run-" + id}))
 		f.strip(id, old.Add(time.Duration(i)*time.Minute))
 	}
-	q := board.ExpiredQuery{Cutoff: f.serverNow(), Limit: 2}
+	q := board.ListExpiredClaimCandidatesParams{Cutoff: f.serverNow(), Limit: 2}
 	page, err := f.s.ListExpiredClaimCandidates(ctx, q)
 	must("ListExpiredClaimCandidates", err)
 	if page.Next == "" {
@@ -263,7 +264,7 @@ func exerciseFleetQueries(t *testing.T, f *fleet, background int) {
 	q.After = page.Next
 	_, err = f.s.ListExpiredClaimCandidates(ctx, q)
 	must("ListExpiredClaimCandidates (page 2)", err)
-	_, err = f.s.ListUnleasedRunningClaims(ctx, f.serverNow().Add(-time.Hour), 10)
+	_, err = f.s.ListUnleasedRunningClaims(ctx, board.ListUnleasedRunningClaimsParams{Cutoff: f.serverNow().Add(-time.Hour), Limit: 10})
 	must("ListUnleasedRunningClaims", err)
 
 	// The reapers' shares (DESIGN.md#reaper-shares): a reaper alone, then
@@ -272,7 +273,7 @@ func exerciseFleetQueries(t *testing.T, f *fleet, background int) {
 	_, err = f.raw.Collection("reapers").InsertOne(ctx, bson.D{{Key: "_id", Value: "host-z-9"}, {Key: "until", Value: old}})
 	must("insert a long-gone reaper", err)
 	for _, r := range []string{"host-a-1", "host-b-2"} {
-		sq := board.ExpiredQuery{Cutoff: f.serverNow(), Limit: 1, Share: &board.ReaperShare{Reaper: r, Interval: time.Minute}}
+		sq := board.ListExpiredClaimCandidatesParams{Cutoff: f.serverNow(), Limit: 1, Share: &board.ReaperShare{Reaper: r, Interval: time.Minute}}
 		page, err := f.s.ListExpiredClaimCandidates(ctx, sq)
 		must("ListExpiredClaimCandidates (share of "+r+")", err)
 		if page.Next == "" {
@@ -290,11 +291,11 @@ func exerciseFleetQueries(t *testing.T, f *fleet, background int) {
 		f.create(id, board.StateReady)
 		tok := f.claim(id, workerA)
 		for _, r := range []string{id + "-a", id + "-b"} {
-			_, err := f.s.CreateRun(ctx, board.NewRun{Token: tok, Run: board.Run{ID: r, Card: id, Status: board.RunFinished}})
+			_, err := f.s.CreateRun(ctx, board.CreateRunParams{Token: tok, Run: board.Run{ID: r, Card: id, Status: board.RunFinished}})
 			must("CreateRun "+r, err)
 		}
-		must("ReleaseOwned "+id, f.s.ReleaseOwned(ctx, id, tok))
-		must("SetState "+id+" done", f.s.SetState(ctx, board.Move{Card: id, To: board.StateDone, Actor: "cli"}))
+		must("ReleaseOwned "+id, f.s.ReleaseOwned(ctx, board.OwnedParams{Card: id, Token: tok}))
+		must("SetState "+id+" done", f.s.SetState(ctx, board.MoveParams{Card: id, To: board.StateDone, Actor: "cli"}))
 	}
 	_, err = f.s.DeleteCard(ctx, board.DeleteCardParams{ID: "fin2", Actor: "cli", DryRun: true})
 	must("DeleteCard (dry run)", err)
@@ -309,7 +310,7 @@ func exerciseFleetQueries(t *testing.T, f *fleet, background int) {
 	// The board definition.
 	b, err := f.s.LoadBoard(ctx)
 	must("LoadBoard", err)
-	_, _, err = f.s.SetBoard(ctx, b, b)
+	_, err = f.s.SetBoard(ctx, board.SetBoardParams{Expect: b, Next: b})
 	must("SetBoard", err)
 
 	must("Close", f.s.Close())

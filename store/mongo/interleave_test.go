@@ -65,26 +65,26 @@ func TestStartRefusesACardFiledToASinkMidWrite(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	a, b, in := interleavedPair(t)
-	if _, err := b.CreateCard(ctx, board.NewCard{ID: "c1", State: board.StateInProgress}); err != nil {
+	if _, err := b.CreateCard(ctx, board.CreateCardParams{ID: "c1", State: board.StateInProgress}); err != nil {
 		t.Fatal(err)
 	}
 	in.before(func() {
-		if err := b.SetState(ctx, board.Move{Card: "c1", To: board.StateDone, Actor: "uid:0"}); err != nil {
+		if err := b.SetState(ctx, board.MoveParams{Card: "c1", To: board.StateDone, Actor: "uid:0"}); err != nil {
 			t.Errorf("the operator's SetState: %v", err)
 		}
 	})
-	_, err := a.Start(ctx, board.StartRequest{Card: "c1", Marker: interleavedWorker, Lease: 30 * time.Second, Run: board.Run{ID: "r1"}})
+	_, err := a.Start(ctx, board.StartParams{Card: "c1", Marker: interleavedWorker, Lease: 30 * time.Second, Run: board.Run{ID: "r1"}})
 	if !errors.Is(err, board.ErrTerminalStateExit) {
 		t.Errorf("Start racing a filing to done = %v, want ErrTerminalStateExit", err)
 	}
-	c, err := b.GetCard(ctx, "c1")
+	c, err := b.GetCard(ctx, board.GetCardParams{ID: "c1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.State != board.StateDone || c.Claimed() || c.LastRunID != "" {
 		t.Errorf("card after the refused Start = %s claimed by %q last run %q, want done, free, no run", c.State, c.Claim, c.LastRunID)
 	}
-	if _, err := b.GetRun(ctx, "r1"); !errors.Is(err, board.ErrNotFound) {
+	if _, err := b.GetRun(ctx, board.GetRunParams{ID: "r1"}); !errors.Is(err, board.ErrNotFound) {
 		t.Errorf("GetRun(r1) after the refused Start = %v, want ErrNotFound", err)
 	}
 }
@@ -98,16 +98,16 @@ func TestStartNextPassesOverACardFiledToASinkMidWrite(t *testing.T) {
 	ctx := t.Context()
 	a, b, in := interleavedPair(t)
 	for _, id := range []string{"c1", "c2"} {
-		if _, err := b.CreateCard(ctx, board.NewCard{ID: id, State: board.StateReady}); err != nil {
+		if _, err := b.CreateCard(ctx, board.CreateCardParams{ID: id, State: board.StateReady}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	in.before(func() {
-		if err := b.SetState(ctx, board.Move{Card: "c1", To: board.StateDone, Actor: "uid:0"}); err != nil {
+		if err := b.SetState(ctx, board.MoveParams{Card: "c1", To: board.StateDone, Actor: "uid:0"}); err != nil {
 			t.Errorf("the operator's SetState: %v", err)
 		}
 	})
-	st, err := a.Start(ctx, board.StartRequest{Next: true, Marker: interleavedWorker, Lease: 30 * time.Second, Run: board.Run{ID: "r1"}})
+	st, err := a.Start(ctx, board.StartParams{Next: true, Marker: interleavedWorker, Lease: 30 * time.Second, Run: board.Run{ID: "r1"}})
 	if err != nil {
 		t.Fatalf("Start next racing a filing of the first candidate to done = %v, want c2 started", err)
 	}
@@ -117,7 +117,7 @@ func TestStartNextPassesOverACardFiledToASinkMidWrite(t *testing.T) {
 	if st.Card.ID != "c2" || st.Run.ID != "r1" || st.Token.Marker != interleavedWorker {
 		t.Errorf("Start next = card %q run %q token %+v, want c2, r1, %s", st.Card.ID, st.Run.ID, st.Token, interleavedWorker)
 	}
-	c1, err := b.GetCard(ctx, "c1")
+	c1, err := b.GetCard(ctx, board.GetCardParams{ID: "c1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,32 +136,32 @@ func TestFinishFilesACardMovedBackMidWrite(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	a, b, in := interleavedPair(t)
-	if _, err := b.CreateCard(ctx, board.NewCard{ID: "c1", State: board.StateReady}); err != nil {
+	if _, err := b.CreateCard(ctx, board.CreateCardParams{ID: "c1", State: board.StateReady}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := a.Start(ctx, board.StartRequest{Card: "c1", Marker: interleavedWorker, Lease: 30 * time.Second, Run: board.Run{ID: "r1"}})
+	st, err := a.Start(ctx, board.StartParams{Card: "c1", Marker: interleavedWorker, Lease: 30 * time.Second, Run: board.Run{ID: "r1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.SetState(ctx, board.Move{Card: "c1", To: board.StateAwaitingInput, Actor: "uid:0"}); err != nil {
+	if err := b.SetState(ctx, board.MoveParams{Card: "c1", To: board.StateAwaitingInput, Actor: "uid:0"}); err != nil {
 		t.Fatal(err)
 	}
 	in.before(func() {
-		if err := b.SetState(ctx, board.Move{Card: "c1", To: board.StateInProgress, Actor: "uid:0"}); err != nil {
+		if err := b.SetState(ctx, board.MoveParams{Card: "c1", To: board.StateInProgress, Actor: "uid:0"}); err != nil {
 			t.Errorf("the operator's move back: %v", err)
 		}
 	})
-	if _, err := a.Finish(ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFailedResumable}); err != nil {
+	if _, err := a.Finish(ctx, board.FinishParams{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFailedResumable}); err != nil {
 		t.Fatalf("Finish: %v", err)
 	}
-	c, err := b.GetCard(ctx, "c1")
+	c, err := b.GetCard(ctx, board.GetCardParams{ID: "c1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Claimed() || c.State != board.StateReady {
 		t.Errorf("card after Finish = %s claimed by %q, want free in ready (filed out of the running column)", c.State, c.Claim)
 	}
-	if r, err := b.GetRun(ctx, "r1"); err != nil || r.Status != board.RunFailedResumable {
+	if r, err := b.GetRun(ctx, board.GetRunParams{ID: "r1"}); err != nil || r.Status != board.RunFailedResumable {
 		t.Errorf("run after Finish = %+v, %v; want failed_resumable", r, err)
 	}
 }
@@ -176,45 +176,47 @@ func TestRefusedSupersedeDoesNotShadowTheRun(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	a, b, in := interleavedPair(t)
-	if _, err := b.CreateCard(ctx, board.NewCard{ID: "c1", State: board.StateReady}); err != nil {
+	if _, err := b.CreateCard(ctx, board.CreateCardParams{ID: "c1", State: board.StateReady}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := b.Start(ctx, board.StartRequest{Card: "c1", Marker: interleavedWorker, Lease: 30 * time.Second, Run: board.Run{ID: "r1"}})
+	st, err := b.Start(ctx, board.StartParams{Card: "c1", Marker: interleavedWorker, Lease: 30 * time.Second, Run: board.Run{ID: "r1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Finish(ctx, board.FinishRequest{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFailedResumable}); err != nil {
+	if _, err := b.Finish(ctx, board.FinishParams{Card: "c1", Token: st.Token, RunID: "r1", Status: board.RunFailedResumable}); err != nil {
 		t.Fatal(err)
 	}
 	var tokB board.ClaimToken
 	in.before(func() {
 		var err error
-		if _, tokB, err = b.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: "hostb-777", Lease: 30 * time.Second}); err != nil {
+		c, err := b.Claim(ctx, board.ClaimParams{Card: "c1", Marker: "hostb-777", Lease: 30 * time.Second})
+		if err != nil {
 			t.Errorf("the other worker's Claim: %v", err)
 		}
+		tokB = c.Token()
 	})
-	if _, err := a.Start(ctx, board.StartRequest{Card: "c1", Marker: "hostc-888", Lease: 30 * time.Second, Run: board.Run{ID: "r2"}}); !errors.Is(err, board.ErrClaimConflict) {
+	if _, err := a.Start(ctx, board.StartParams{Card: "c1", Marker: "hostc-888", Lease: 30 * time.Second, Run: board.Run{ID: "r2"}}); !errors.Is(err, board.ErrClaimConflict) {
 		t.Fatalf("Start racing a Claim = %v, want ErrClaimConflict", err)
 	}
-	if r, err := b.GetRun(ctx, "r1"); err != nil || r.Status != board.RunFailedResumable {
+	if r, err := b.GetRun(ctx, board.GetRunParams{ID: "r1"}); err != nil || r.Status != board.RunFailedResumable {
 		t.Fatalf("r1 after the refused Start = %+v, %v; want failed_resumable", r, err)
 	}
 	// The holder points the card elsewhere and starts a run: r1 is
 	// displaced as it is.
-	if err := b.SetLastRunOwned(ctx, "c1", tokB, "r-elsewhere"); err != nil {
+	if err := b.SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: "c1", Token: tokB, RunID: "r-elsewhere"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.CreateRun(ctx, board.NewRun{Token: tokB, Run: board.Run{ID: "r3", Card: "c1"}}); err != nil {
+	if _, err := b.CreateRun(ctx, board.CreateRunParams{Token: tokB, Run: board.Run{ID: "r3", Card: "c1"}}); err != nil {
 		t.Fatal(err)
 	}
-	r1, err := b.GetRun(ctx, "r1")
+	r1, err := b.GetRun(ctx, board.GetRunParams{ID: "r1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r1.Status != board.RunFailedResumable || r1.FailureCode == board.FailureRunSuperseded {
 		t.Errorf("r1 after its displacement = %s/%s, want failed_resumable as the card held it (the supersede was refused)", r1.Status, r1.FailureCode)
 	}
-	evs, err := b.Events(ctx, 0, 0)
+	evs, err := b.Events(ctx, board.EventsParams{After: 0, Limit: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +267,7 @@ func TestReopenAndPromotionExcludeEachOther(t *testing.T) {
 	setup := func(t *testing.T, a *mongostore.Store) {
 		t.Helper()
 		ctx := t.Context()
-		for _, nc := range []board.NewCard{
+		for _, nc := range []board.CreateCardParams{
 			{ID: "B", State: board.StateDone}, {ID: "C", State: board.StateReady},
 			{ID: "D", DependsOn: []string{"B", "C"}},
 		} {
@@ -277,10 +279,10 @@ func TestReopenAndPromotionExcludeEachOther(t *testing.T) {
 	check := func(t *testing.T, s *mongostore.Store) (b, d board.Card) {
 		t.Helper()
 		var err error
-		if b, err = s.GetCard(t.Context(), "B"); err != nil {
+		if b, err = s.GetCard(t.Context(), board.GetCardParams{ID: "B"}); err != nil {
 			t.Fatal(err)
 		}
-		if d, err = s.GetCard(t.Context(), "D"); err != nil {
+		if d, err = s.GetCard(t.Context(), board.GetCardParams{ID: "D"}); err != nil {
 			t.Fatal(err)
 		}
 		if d.State != board.StateWaitingDeps && b.State != board.StateDone {
@@ -297,11 +299,11 @@ func TestReopenAndPromotionExcludeEachOther(t *testing.T) {
 		a, other, in := movePair(t, "D")
 		setup(t, a)
 		in.before(func() {
-			if err := other.Reopen(ctx, board.Move{Card: "B", To: board.StateReady, Actor: "uid:0"}); err != nil {
+			if err := other.Reopen(ctx, board.MoveParams{Card: "B", To: board.StateReady, Actor: "uid:0"}); err != nil {
 				t.Errorf("the operator's Reopen of B: %v", err)
 			}
 		})
-		if err := a.SetState(ctx, board.Move{Card: "C", To: board.StateDone, Actor: "uid:0"}); err != nil {
+		if err := a.SetState(ctx, board.MoveParams{Card: "C", To: board.StateDone, Actor: "uid:0"}); err != nil {
 			t.Fatal(err)
 		}
 		if in.armed.Load() {
@@ -320,11 +322,11 @@ func TestReopenAndPromotionExcludeEachOther(t *testing.T) {
 		a, other, in := movePair(t, "B")
 		setup(t, a)
 		in.before(func() {
-			if err := other.SetState(ctx, board.Move{Card: "C", To: board.StateDone, Actor: "uid:0"}); err != nil {
+			if err := other.SetState(ctx, board.MoveParams{Card: "C", To: board.StateDone, Actor: "uid:0"}); err != nil {
 				t.Errorf("completing C: %v", err)
 			}
 		})
-		err := a.Reopen(ctx, board.Move{Card: "B", To: board.StateReady, Actor: "uid:0"})
+		err := a.Reopen(ctx, board.MoveParams{Card: "B", To: board.StateReady, Actor: "uid:0"})
 		if in.armed.Load() {
 			t.Fatal("setup: the Reopen never tried to move B")
 		}
@@ -349,12 +351,12 @@ func TestAReopenThatDiedHoldsNothingUp(t *testing.T) {
 	f.create("C", board.StateReady)
 	f.create("E", board.StateReady)
 	f.create("G", board.StateReady)
-	for _, nc := range []board.NewCard{{ID: "D", DependsOn: []string{"B", "C"}}, {ID: "F", DependsOn: []string{"E", "G"}}} {
+	for _, nc := range []board.CreateCardParams{{ID: "D", DependsOn: []string{"B", "C"}}, {ID: "F", DependsOn: []string{"E", "G"}}} {
 		if _, err := f.s.CreateCard(f.ctx, nc); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := f.s.SetState(f.ctx, board.Move{Card: "E", To: board.StateDone, Actor: "uid:0"}); err != nil {
+	if err := f.s.SetState(f.ctx, board.MoveParams{Card: "E", To: board.StateDone, Actor: "uid:0"}); err != nil {
 		t.Fatal(err)
 	}
 	// What two dead Reopens left: of B (holding D), and of E (holding F).
@@ -363,13 +365,13 @@ func TestAReopenThatDiedHoldsNothingUp(t *testing.T) {
 	f.foreign("E", bson.D{{Key: "$set", Value: bson.D{{Key: "reopen_pending", Value: "dead02:E"}}}})
 	f.foreign("F", bson.D{{Key: "$set", Value: bson.D{{Key: "reopen_holds", Value: bson.A{"dead02:E"}}, {Key: "reopen_gen", Value: int64(1)}}}})
 
-	if err := f.s.SetState(f.ctx, board.Move{Card: "C", To: board.StateDone, Actor: "uid:0"}); err != nil {
+	if err := f.s.SetState(f.ctx, board.MoveParams{Card: "C", To: board.StateDone, Actor: "uid:0"}); err != nil {
 		t.Fatal(err)
 	}
 	if d := f.get("D"); d.State != board.StateReady {
 		t.Errorf("D after its last blocker completed = %s, want promoted to ready past the dead Reopen's hold", d.State)
 	}
-	if err := f.s.Reopen(f.ctx, board.Move{Card: "E", To: board.StateReady, Actor: "uid:0"}); err != nil {
+	if err := f.s.Reopen(f.ctx, board.MoveParams{Card: "E", To: board.StateReady, Actor: "uid:0"}); err != nil {
 		t.Errorf("Reopen of E after a dead Reopen of it: %v", err)
 	}
 	if e, fc := f.get("E"), f.get("F"); e.State != board.StateReady || fc.State != board.StateWaitingDeps {
@@ -378,7 +380,7 @@ func TestAReopenThatDiedHoldsNothingUp(t *testing.T) {
 	// F still carries the dead Reopen's hold; the completion of both its
 	// blockers breaks it and promotes F.
 	for _, id := range []string{"G", "E"} {
-		if err := f.s.SetState(f.ctx, board.Move{Card: id, To: board.StateDone, Actor: "uid:0"}); err != nil {
+		if err := f.s.SetState(f.ctx, board.MoveParams{Card: id, To: board.StateDone, Actor: "uid:0"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -397,20 +399,20 @@ func TestACardCreatedDuringAReopenIsNotPassedBy(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	a, other, in := movePair(t, "B")
-	if _, err := a.CreateCard(ctx, board.NewCard{ID: "B", State: board.StateDone}); err != nil {
+	if _, err := a.CreateCard(ctx, board.CreateCardParams{ID: "B", State: board.StateDone}); err != nil {
 		t.Fatal(err)
 	}
 	in.before(func() {
-		if _, err := other.CreateCard(ctx, board.NewCard{ID: "D", DependsOn: []string{"B"}}); err != nil {
+		if _, err := other.CreateCard(ctx, board.CreateCardParams{ID: "D", DependsOn: []string{"B"}}); err != nil {
 			t.Errorf("creating D: %v", err)
 		}
 	})
-	err := a.Reopen(ctx, board.Move{Card: "B", To: board.StateReady, Actor: "uid:0"})
+	err := a.Reopen(ctx, board.MoveParams{Card: "B", To: board.StateReady, Actor: "uid:0"})
 	if in.armed.Load() {
 		t.Fatal("setup: the Reopen never tried to move B")
 	}
-	b, err2 := a.GetCard(ctx, "B")
-	d, err3 := a.GetCard(ctx, "D")
+	b, err2 := a.GetCard(ctx, board.GetCardParams{ID: "B"})
+	d, err3 := a.GetCard(ctx, board.GetCardParams{ID: "D"})
 	if err2 != nil || err3 != nil {
 		t.Fatal(err2, err3)
 	}
@@ -437,17 +439,17 @@ func TestACreateWhoseCallerGaveUpStillPromotes(t *testing.T) {
 			}
 		},
 	}})
-	if _, err := s.CreateCard(t.Context(), board.NewCard{ID: "B", State: board.StateDone}); err != nil {
+	if _, err := s.CreateCard(t.Context(), board.CreateCardParams{ID: "B", State: board.StateDone}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, c := context.WithCancel(t.Context())
 	cancel = c
 	armed.Store(true)
-	_, err := s.CreateCard(ctx, board.NewCard{ID: "D", DependsOn: []string{"B"}})
+	_, err := s.CreateCard(ctx, board.CreateCardParams{ID: "D", DependsOn: []string{"B"}})
 	if armed.Load() {
 		t.Fatal("setup: no insert was seen")
 	}
-	d, gerr := s.GetCard(t.Context(), "D")
+	d, gerr := s.GetCard(t.Context(), board.GetCardParams{ID: "D"})
 	if gerr != nil {
 		t.Fatalf("D after its creation's caller gave up (%v): %v", err, gerr)
 	}
@@ -468,25 +470,25 @@ func TestAClaimDoesNotTakeACardMovedIntoWaitingDepsMidWrite(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			a, b, in := interleavedPair(t)
-			if _, err := b.CreateCard(ctx, board.NewCard{ID: "blk", State: board.StateBacklog}); err != nil {
+			if _, err := b.CreateCard(ctx, board.CreateCardParams{ID: "blk", State: board.StateBacklog}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := b.CreateCard(ctx, board.NewCard{ID: "d", State: board.StateReady, DependsOn: []string{"blk"}}); err != nil {
+			if _, err := b.CreateCard(ctx, board.CreateCardParams{ID: "d", State: board.StateReady, DependsOn: []string{"blk"}}); err != nil {
 				t.Fatal(err)
 			}
 			in.before(func() {
-				if err := b.SetState(ctx, board.Move{Card: "d", To: board.StateWaitingDeps, Actor: "uid:0"}); err != nil {
+				if err := b.SetState(ctx, board.MoveParams{Card: "d", To: board.StateWaitingDeps, Actor: "uid:0"}); err != nil {
 					t.Errorf("the operator's move into waiting_deps: %v", err)
 				}
 			})
 			var err error
 			if next {
-				_, _, err = a.ClaimNext(ctx, board.ClaimNextRequest{Marker: interleavedWorker, Lease: 30 * time.Second})
+				_, err = a.ClaimNext(ctx, board.ClaimNextParams{Marker: interleavedWorker, Lease: 30 * time.Second})
 				if !errors.Is(err, board.ErrNotFound) {
 					t.Errorf("ClaimNext racing a move into waiting_deps = %v, want ErrNotFound (no other card)", err)
 				}
 			} else {
-				_, _, err = a.Claim(ctx, board.ClaimRequest{Card: "d", Marker: interleavedWorker, Lease: 30 * time.Second})
+				_, err = a.Claim(ctx, board.ClaimParams{Card: "d", Marker: interleavedWorker, Lease: 30 * time.Second})
 				if !errors.Is(err, board.ErrWaitingOnBlockers) {
 					t.Errorf("Claim racing a move into waiting_deps = %v, want ErrWaitingOnBlockers", err)
 				}
@@ -494,7 +496,7 @@ func TestAClaimDoesNotTakeACardMovedIntoWaitingDepsMidWrite(t *testing.T) {
 			if in.armed.Load() {
 				t.Fatal("setup: the claim never tried its write")
 			}
-			c, err := b.GetCard(ctx, "d")
+			c, err := b.GetCard(ctx, board.GetCardParams{ID: "d"})
 			if err != nil {
 				t.Fatal(err)
 			}

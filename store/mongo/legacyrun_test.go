@@ -35,26 +35,26 @@ func TestLegacyRunIsAdoptedBeforeItsFirstWrite(t *testing.T) {
 		f.create("c1", board.StateReady)
 		tok := f.claim("c1", workerA)
 		f.legacyRun("c1", "old", tok, board.RunRunning)
-		if r, err := f.s.GetRun(f.ctx, "old"); err != nil || r.Owner != workerA || r.Checkpoint != "step-2" {
+		if r, err := f.s.GetRun(f.ctx, board.GetRunParams{ID: "old"}); err != nil || r.Owner != workerA || r.Checkpoint != "step-2" {
 			t.Fatalf("GetRun of a legacy run = %+v, %v", r, err)
 		}
 		cp := "step-3"
 		// A stale token is refused and adopts nothing.
 		stale := board.ClaimToken{Marker: workerB, Epoch: tok.Epoch}
-		if _, err := f.s.UpdateRun(f.ctx, board.RunUpdate{ID: "old", Token: stale, Checkpoint: &cp}); !errors.Is(err, board.ErrClaimConflict) {
+		if _, err := f.s.UpdateRun(f.ctx, board.UpdateRunParams{ID: "old", Token: stale, Checkpoint: &cp}); !errors.Is(err, board.ErrClaimConflict) {
 			t.Fatalf("UpdateRun of a legacy run under another claim = %v, want ErrClaimConflict", err)
 		}
 		if n, _ := f.cards.CountDocuments(f.ctx, bson.D{{Key: "run.id", Value: "old"}}); n != 0 {
 			t.Errorf("a refused write adopted the legacy run")
 		}
-		got, err := f.s.UpdateRun(f.ctx, board.RunUpdate{ID: "old", Token: tok, Checkpoint: &cp})
+		got, err := f.s.UpdateRun(f.ctx, board.UpdateRunParams{ID: "old", Token: tok, Checkpoint: &cp})
 		if err != nil || got.Checkpoint != cp {
 			t.Fatalf("UpdateRun of a legacy run = %+v, %v", got, err)
 		}
 		if n, _ := f.cards.CountDocuments(f.ctx, bson.D{{Key: "run.id", Value: "old"}}); n != 1 {
 			t.Errorf("the legacy run was not adopted into its card")
 		}
-		if r, err := f.s.GetRun(f.ctx, "old"); err != nil || r.Checkpoint != cp {
+		if r, err := f.s.GetRun(f.ctx, board.GetRunParams{ID: "old"}); err != nil || r.Checkpoint != cp {
 			t.Errorf("GetRun after the adoption = %+v, %v; want the written checkpoint", r, err)
 		}
 	})
@@ -63,25 +63,25 @@ func TestLegacyRunIsAdoptedBeforeItsFirstWrite(t *testing.T) {
 		f.create("c1", board.StateReady)
 		tok := f.claim("c1", workerA)
 		f.legacyRun("c1", "old", tok, board.RunRunning)
-		if err := f.s.Release(f.ctx, "c1", workerA, "uid:0"); err != nil {
+		if err := f.s.Release(f.ctx, board.ReleaseParams{Card: "c1", Marker: workerA, Actor: "uid:0"}); err != nil {
 			t.Fatal(err)
 		}
-		if r, _ := f.s.GetRun(f.ctx, "old"); r.Status != board.RunFailedResumable || r.FailureCode != board.FailureClaimReleased {
+		if r, _ := f.s.GetRun(f.ctx, board.GetRunParams{ID: "old"}); r.Status != board.RunFailedResumable || r.FailureCode != board.FailureClaimReleased {
 			t.Fatalf("legacy run after a force-release = %+v, want closed resumable", r)
 		}
-		if err := f.s.SetState(f.ctx, board.Move{Card: "c1", To: board.StateReady, Actor: "uid:0"}); err != nil {
+		if err := f.s.SetState(f.ctx, board.MoveParams{Card: "c1", To: board.StateReady, Actor: "uid:0"}); err != nil {
 			t.Fatal(err)
 		}
 		// The fleet twin starts every run fresh: the adopted legacy run is
 		// archived closed, superseded, and the new one is the card's.
-		st, err := f.s.Start(f.ctx, board.StartRequest{Card: "c1", Marker: workerB, Lease: testTerm, Run: board.Run{ID: "new"}})
+		st, err := f.s.Start(f.ctx, board.StartParams{Card: "c1", Marker: workerB, Lease: testTerm, Run: board.Run{ID: "new"}})
 		if err != nil || st.Resumed || st.Run.ID != "new" || st.Run.Owner != workerB {
 			t.Fatalf("Start over a legacy resumable run = %+v, %v; want a fresh run", st, err)
 		}
-		if r, err := f.s.GetRun(f.ctx, "old"); err != nil || r.Status != board.RunCancelled || r.FailureCode != board.FailureRunSuperseded || r.Checkpoint != "step-2" {
+		if r, err := f.s.GetRun(f.ctx, board.GetRunParams{ID: "old"}); err != nil || r.Status != board.RunCancelled || r.FailureCode != board.FailureRunSuperseded || r.Checkpoint != "step-2" {
 			t.Errorf("superseded run as archived = %+v, %v; want cancelled %s with its checkpoint", r, err, board.FailureRunSuperseded)
 		}
-		if c, err := f.s.GetCard(f.ctx, "c1"); err != nil || c.LastRunID != "new" || len(c.Runs) != 2 {
+		if c, err := f.s.GetCard(f.ctx, board.GetCardParams{ID: "c1"}); err != nil || c.LastRunID != "new" || len(c.Runs) != 2 {
 			t.Errorf("card after the fresh Start = %+v, %v; want it pointing at new with two runs", c, err)
 		}
 	})

@@ -21,15 +21,15 @@ import (
 // Before the CAS, a run the new one displaces is archived, and the card's
 // recorded run is adopted when only the runs collection holds it: both
 // are idempotent steps that change nothing a reader of the run sees.
-func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started, error) {
+func (s *Store) Start(ctx context.Context, r board.StartParams) (board.StartResult, error) {
 	r, err := r.Normalize()
 	if err != nil {
-		return board.Started{}, err
+		return board.StartResult{}, err
 	}
 	// A retry of a Start that landed is answered from what it wrote.
 	c, err := s.cardListingRun(ctx, r.Run.ID)
 	if err != nil {
-		return board.Started{}, err
+		return board.StartResult{}, err
 	} else if c != nil && (r.Next || c.ID == r.Card) {
 		if st, ok, err := s.answerStart(ctx, c.ID, r); err != nil || ok {
 			return st, err
@@ -46,7 +46,7 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 	for round := 0; round < maxAttempts; round++ {
 		clk, err := s.serverNow(ctx)
 		if err != nil {
-			return board.Started{}, err
+			return board.StartResult{}, err
 		}
 		filter := bson.D{
 			{Key: "state", Value: bson.D{{Key: "$in", Value: s.freshBoard(ctx).PoolStates()}}},
@@ -61,10 +61,10 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 		filter = routed(filter, r.Labels)
 		cands, err := s.findCards(ctx, filter, options.Find().SetSort(creationOrder).SetLimit(8))
 		if err != nil {
-			return board.Started{}, err
+			return board.StartResult{}, err
 		}
 		if len(cands) == 0 {
-			return board.Started{}, fmt.Errorf("no unclaimed card in a pool state: %w", board.ErrNotFound)
+			return board.StartResult{}, fmt.Errorf("no unclaimed card in a pool state: %w", board.ErrNotFound)
 		}
 		for _, cand := range cands {
 			st, wrote, err := s.startOn(ctx, cand.ID, r, &freshID)
@@ -75,11 +75,11 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 			case errors.Is(err, errNotPool), errors.Is(err, errParked), errors.Is(err, errUnrouted), errors.Is(err, errBackingOff), errors.As(err, &ce):
 				continue // taken or moved in between: the next candidate
 			case err != nil:
-				return board.Started{}, err
+				return board.StartResult{}, err
 			}
 		}
 	}
-	return board.Started{}, fmt.Errorf("mongostore: start next: %w", ErrContention)
+	return board.StartResult{}, fmt.Errorf("mongostore: start next: %w", ErrContention)
 }
 
 // answerStart answers a retry of Start r on card id when the first
@@ -87,7 +87,7 @@ func (s *Store) Start(ctx context.Context, r board.StartRequest) (board.Started,
 // idempotent re-claim's is (server-now + lease, never backwards, same
 // epoch, no event), fenced on the claim and the run, and the state the
 // first attempt wrote is returned. ok is false when it did not land.
-func (s *Store) answerStart(ctx context.Context, id string, r board.StartRequest) (st board.Started, ok bool, err error) {
+func (s *Store) answerStart(ctx context.Context, id string, r board.StartParams) (st board.StartResult, ok bool, err error) {
 	after, _, err := s.mutate(ctx, id, func(c *cardState, clk serverClock) (*change, error) {
 		ok = false
 		if c.run == nil || c.run.ID != r.Run.ID || !board.StartAnswered(c.Card, r, r.Run.ID, clk.now) ||
@@ -102,9 +102,9 @@ func (s *Store) answerStart(ctx context.Context, id string, r board.StartRequest
 		return ch, nil
 	})
 	if err != nil || !ok {
-		return board.Started{}, false, err
+		return board.StartResult{}, false, err
 	}
-	return board.Started{Card: after.Card, Token: after.Token(), Run: *after.run}, true, nil
+	return board.StartResult{Card: after.Card, Token: after.Token(), Run: *after.run}, true, nil
 }
 
 // errNotPool: a Next candidate left the pool before it was started.
@@ -125,19 +125,19 @@ var errParked = errors.New("its run is paused")
 // startOn plans and writes Start on one card. *freshID: no card listed the
 // run id when Start looked, so the first attempt of the whole Start does
 // not check again; every later one (another candidate, a CAS miss) does.
-func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest, freshID *bool) (board.Started, bool, error) {
+func (s *Store) startOn(ctx context.Context, id string, r board.StartParams, freshID *bool) (board.StartResult, bool, error) {
 	first, err := s.adoptRecorded(ctx, id)
 	if err != nil {
-		return board.Started{}, false, err
+		return board.StartResult{}, false, err
 	}
 	brd := s.freshBoard(ctx)
 	running := brd.Running()
 	var (
-		out   board.Started
+		out   board.StartResult
 		moved *archived
 	)
 	after, wrote, err := s.mutateFrom(ctx, id, first, func(c *cardState, clk serverClock) (*change, error) {
-		out, moved = board.Started{}, nil
+		out, moved = board.StartResult{}, nil
 		// A Next candidate that left the pool since the listing (filed
 		// to a sink, say) is passed over before StartRefusal judges it:
 		// only a Start by id is refused a sink (DESIGN.md#start-next).
@@ -230,7 +230,7 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest, fr
 		return merge(asRead, acq, runCh, pointAtChange(c, clk, out.Run.ID, tok), move), nil
 	})
 	if err != nil || !wrote {
-		return board.Started{}, false, err
+		return board.StartResult{}, false, err
 	}
 	out.Card = after.Card
 	if err := s.settle(ctx, moved); err != nil {
@@ -244,20 +244,20 @@ func (s *Store) startOn(ctx context.Context, id string, r board.StartRequest, fr
 // token and on the embedded run as read. The filing is the same move
 // SetStateOwned makes; dependents a completion unblocks are promoted after
 // it by the same code (see promoteDependents for that twin divergence).
-func (s *Store) Finish(ctx context.Context, r board.FinishRequest) (board.Finished, error) {
+func (s *Store) Finish(ctx context.Context, r board.FinishParams) (board.FinishResult, error) {
 	if err := r.Validate(); err != nil {
-		return board.Finished{}, err
+		return board.FinishResult{}, err
 	}
 	brd := s.freshBoard(ctx)
 	if err := brd.FinishCheck(r); err != nil {
-		return board.Finished{}, err
+		return board.FinishResult{}, err
 	}
 	first, err := s.adoptRecorded(ctx, r.Card)
 	if err != nil {
-		return board.Finished{}, err
+		return board.FinishResult{}, err
 	}
 	var (
-		out   board.Finished
+		out   board.FinishResult
 		moved bool
 	)
 	after, _, err := s.ownedFrom(ctx, r.Card, first, r.Token, func(c *cardState, clk serverClock) (*change, error) {
@@ -284,7 +284,7 @@ func (s *Store) Finish(ctx context.Context, r board.FinishRequest) (board.Finish
 		// attempt (DESIGN.md#retries).
 		route := brd.RouteRun(c.Card, next, false)
 		if to, reason := brd.FinishFiling(c.State, run.StartedFrom, route); to != "" {
-			m := board.OwnedMove{Token: r.Token, Reason: reason}
+			m := board.SetStateOwnedParams{Token: r.Token, Reason: reason}
 			move = moveChange(c, clk, to, m.StampedReason(), r.Token.Marker)
 			switch route.Kind {
 			case board.RouteRetry:
@@ -306,7 +306,7 @@ func (s *Store) Finish(ctx context.Context, r board.FinishRequest) (board.Finish
 		return merge(asRead, setRun(c, next, board.EventRunUpdated, r.Token.Marker), move, releaseChange(c, clk, r.Token.Marker)), nil
 	})
 	if err != nil {
-		return board.Finished{}, err
+		return board.FinishResult{}, err
 	}
 	out.Card = after.Card
 	if err := s.afterMove(ctx, after, moved, r.Token.Marker); err != nil {

@@ -92,7 +92,7 @@ func TestEventsPageIsFullPastMarkersSideBySide(t *testing.T) {
 	s := clients[0]
 	ctx := t.Context()
 	for i := range agents + 4 {
-		if _, err := s.CreateCard(ctx, board.NewCard{ID: fmt.Sprintf("c%02d", i), Actor: "cli"}); err != nil {
+		if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: fmt.Sprintf("c%02d", i), Actor: "cli"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -101,7 +101,7 @@ func TestEventsPageIsFullPastMarkersSideBySide(t *testing.T) {
 	if _, err := s.Prune(ctx, board.PruneParams{Before: future, DryRun: true}); err != nil {
 		t.Fatal(err)
 	}
-	evs, err := s.Events(ctx, 0, 100)
+	evs, err := s.Events(ctx, board.EventsParams{After: 0, Limit: 100})
 	if err != nil || len(evs) != agents+4 {
 		t.Fatalf("Events = %d, %v; want %d", len(evs), err, agents+4)
 	}
@@ -118,7 +118,7 @@ func TestEventsPageIsFullPastMarkersSideBySide(t *testing.T) {
 		return
 	}
 	kept := evs[agents:]
-	got, err := s.Events(ctx, 0, 2)
+	got, err := s.Events(ctx, board.EventsParams{After: 0, Limit: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

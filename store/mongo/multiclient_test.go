@@ -48,99 +48,115 @@ func (r *roundRobin) LoadBoard(ctx context.Context) (board.Board, error) {
 	return r.pick().LoadBoard(ctx)
 }
 func (r *roundRobin) Traits() board.Traits { return r.stores[0].Traits() }
-func (r *roundRobin) SetBoard(ctx context.Context, expect, next board.Board) (board.Board, bool, error) {
-	return r.pick().SetBoard(ctx, expect, next)
+func (r *roundRobin) SetBoard(ctx context.Context, p board.SetBoardParams) (board.SetBoardResult, error) {
+	expect, next := p.Expect, p.Next
+	return r.pick().SetBoard(ctx, board.SetBoardParams{Expect: expect, Next: next})
 }
-func (r *roundRobin) SetLabelsFrom(ctx context.Context, l board.LabelsFrom) (board.Card, bool, error) {
+func (r *roundRobin) SetLabelsFrom(ctx context.Context, l board.SetLabelsFromParams) (board.SetLabelsFromResult, error) {
 	return r.pick().SetLabelsFrom(ctx, l)
 }
-func (r *roundRobin) CreateCard(ctx context.Context, c board.NewCard) (board.Card, error) {
+func (r *roundRobin) CreateCard(ctx context.Context, c board.CreateCardParams) (board.Card, error) {
 	return r.pick().CreateCard(ctx, c)
 }
-func (r *roundRobin) GetCard(ctx context.Context, id string) (board.Card, error) {
-	return r.pick().GetCard(ctx, id)
+func (r *roundRobin) GetCard(ctx context.Context, p board.GetCardParams) (board.Card, error) {
+	id := p.ID
+	return r.pick().GetCard(ctx, board.GetCardParams{ID: id})
 }
-func (r *roundRobin) ListCards(ctx context.Context, f board.CardFilter) ([]board.Card, error) {
+func (r *roundRobin) ListCards(ctx context.Context, f board.ListCardsParams) ([]board.Card, error) {
 	return r.pick().ListCards(ctx, f)
 }
-func (r *roundRobin) Dependents(ctx context.Context, id string) ([]board.Card, error) {
-	return r.pick().Dependents(ctx, id)
+func (r *roundRobin) Dependents(ctx context.Context, p board.DependentsParams) ([]board.Card, error) {
+	id := p.ID
+	return r.pick().Dependents(ctx, board.DependentsParams{ID: id})
 }
-func (r *roundRobin) Claim(ctx context.Context, c board.ClaimRequest) (board.Card, board.ClaimToken, error) {
+func (r *roundRobin) Claim(ctx context.Context, c board.ClaimParams) (board.Card, error) {
 	return r.pick().Claim(ctx, c)
 }
-func (r *roundRobin) Start(ctx context.Context, sr board.StartRequest) (board.Started, error) {
+func (r *roundRobin) Start(ctx context.Context, sr board.StartParams) (board.StartResult, error) {
 	return r.pick().Start(ctx, sr)
 }
-func (r *roundRobin) Finish(ctx context.Context, f board.FinishRequest) (board.Finished, error) {
+func (r *roundRobin) Finish(ctx context.Context, f board.FinishParams) (board.FinishResult, error) {
 	return r.pick().Finish(ctx, f)
 }
-func (r *roundRobin) ClaimNext(ctx context.Context, c board.ClaimNextRequest) (board.Card, board.ClaimToken, error) {
+func (r *roundRobin) ClaimNext(ctx context.Context, c board.ClaimNextParams) (board.Card, error) {
 	return r.pick().ClaimNext(ctx, c)
 }
-func (r *roundRobin) RenewClaims(ctx context.Context, hs []board.Hold, lease time.Duration) ([]board.RenewResult, error) {
-	return r.pick().RenewClaims(ctx, hs, lease)
+func (r *roundRobin) RenewClaims(ctx context.Context, p board.RenewClaimsParams) ([]board.RenewResult, error) {
+	hs, lease := p.Holds, p.Lease
+	return r.pick().RenewClaims(ctx, board.RenewClaimsParams{Holds: hs, Lease: lease})
 }
-func (r *roundRobin) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, error) {
+func (r *roundRobin) SetStateOwned(ctx context.Context, m board.SetStateOwnedParams) (board.MoveResult, error) {
 	return r.pick().SetStateOwned(ctx, m)
 }
-func (r *roundRobin) SetLastRunOwned(ctx context.Context, card string, tok board.ClaimToken, runID string) error {
-	return r.pick().SetLastRunOwned(ctx, card, tok, runID)
+func (r *roundRobin) SetLastRunOwned(ctx context.Context, p board.SetLastRunOwnedParams) error {
+	card, tok, runID := p.Card, p.Token, p.RunID
+	return r.pick().SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: card, Token: tok, RunID: runID})
 }
-func (r *roundRobin) SetAwaitingInputOwned(ctx context.Context, card string, tok board.ClaimToken, v bool) error {
-	return r.pick().SetAwaitingInputOwned(ctx, card, tok, v)
+func (r *roundRobin) SetAwaitingInputOwned(ctx context.Context, p board.SetAwaitingInputOwnedParams) error {
+	card, tok, v := p.Card, p.Token, p.Awaiting
+	return r.pick().SetAwaitingInputOwned(ctx, board.SetAwaitingInputOwnedParams{Card: card, Token: tok, Awaiting: v})
 }
-func (r *roundRobin) SetGaveUpOwned(ctx context.Context, card string, tok board.ClaimToken, g *board.GaveUp) error {
-	return r.pick().SetGaveUpOwned(ctx, card, tok, g)
+func (r *roundRobin) SetGaveUpOwned(ctx context.Context, p board.SetGaveUpOwnedParams) error {
+	card, tok, g := p.Card, p.Token, p.GaveUp
+	return r.pick().SetGaveUpOwned(ctx, board.SetGaveUpOwnedParams{Card: card, Token: tok, GaveUp: g})
 }
-func (r *roundRobin) ExpireClaimOwned(ctx context.Context, card string, tok board.ClaimToken) error {
-	return r.pick().ExpireClaimOwned(ctx, card, tok)
+func (r *roundRobin) ExpireClaimOwned(ctx context.Context, p board.OwnedParams) error {
+	card, tok := p.Card, p.Token
+	return r.pick().ExpireClaimOwned(ctx, board.OwnedParams{Card: card, Token: tok})
 }
-func (r *roundRobin) ReleaseOwned(ctx context.Context, card string, tok board.ClaimToken) error {
-	return r.pick().ReleaseOwned(ctx, card, tok)
+func (r *roundRobin) ReleaseOwned(ctx context.Context, p board.OwnedParams) error {
+	card, tok := p.Card, p.Token
+	return r.pick().ReleaseOwned(ctx, board.OwnedParams{Card: card, Token: tok})
 }
-func (r *roundRobin) Release(ctx context.Context, card, marker, actor string) error {
-	return r.pick().Release(ctx, card, marker, actor)
+func (r *roundRobin) Release(ctx context.Context, p board.ReleaseParams) error {
+	card, marker, actor := p.Card, p.Marker, p.Actor
+	return r.pick().Release(ctx, board.ReleaseParams{Card: card, Marker: marker, Actor: actor})
 }
-func (r *roundRobin) SetState(ctx context.Context, m board.Move) error {
+func (r *roundRobin) SetState(ctx context.Context, m board.MoveParams) error {
 	return r.pick().SetState(ctx, m)
 }
-func (r *roundRobin) SetStateFrom(ctx context.Context, m board.Move) (bool, error) {
+func (r *roundRobin) SetStateFrom(ctx context.Context, m board.MoveParams) (board.MoveResult, error) {
 	return r.pick().SetStateFrom(ctx, m)
 }
-func (r *roundRobin) Reopen(ctx context.Context, m board.Move) error { return r.pick().Reopen(ctx, m) }
-func (r *roundRobin) AdjustLabels(ctx context.Context, c board.LabelChange) (board.Card, error) {
+func (r *roundRobin) Reopen(ctx context.Context, m board.MoveParams) error {
+	return r.pick().Reopen(ctx, m)
+}
+func (r *roundRobin) AdjustLabels(ctx context.Context, c board.AdjustLabelsParams) (board.Card, error) {
 	return r.pick().AdjustLabels(ctx, c)
 }
-func (r *roundRobin) SetLabels(ctx context.Context, card string, labels []string, actor string) (board.Card, error) {
-	return r.pick().SetLabels(ctx, card, labels, actor)
+func (r *roundRobin) SetLabels(ctx context.Context, p board.SetLabelsParams) (board.Card, error) {
+	card, labels, actor := p.Card, p.Labels, p.Actor
+	return r.pick().SetLabels(ctx, board.SetLabelsParams{Card: card, Labels: labels, Actor: actor})
 }
-func (r *roundRobin) CreateRun(ctx context.Context, run board.NewRun) (board.Run, error) {
+func (r *roundRobin) CreateRun(ctx context.Context, run board.CreateRunParams) (board.Run, error) {
 	return r.pick().CreateRun(ctx, run)
 }
-func (r *roundRobin) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run, error) {
+func (r *roundRobin) UpdateRun(ctx context.Context, u board.UpdateRunParams) (board.Run, error) {
 	return r.pick().UpdateRun(ctx, u)
 }
-func (r *roundRobin) GetRun(ctx context.Context, id string) (board.Run, error) {
-	return r.pick().GetRun(ctx, id)
+func (r *roundRobin) GetRun(ctx context.Context, p board.GetRunParams) (board.Run, error) {
+	id := p.ID
+	return r.pick().GetRun(ctx, board.GetRunParams{ID: id})
 }
 func (r *roundRobin) Now(ctx context.Context) (time.Time, error) {
 	return r.pick().Now(ctx)
 }
-func (r *roundRobin) ListExpiredClaimCandidates(ctx context.Context, q board.ExpiredQuery) (board.ExpiredPage, error) {
+func (r *roundRobin) ListExpiredClaimCandidates(ctx context.Context, q board.ListExpiredClaimCandidatesParams) (board.ListExpiredClaimCandidatesResult, error) {
 	return r.pick().ListExpiredClaimCandidates(ctx, q)
 }
-func (r *roundRobin) ReleaseExpired(ctx context.Context, rel board.ExpiredRelease) error {
+func (r *roundRobin) ReleaseExpired(ctx context.Context, rel board.ReleaseExpiredParams) error {
 	return r.pick().ReleaseExpired(ctx, rel)
 }
-func (r *roundRobin) ListUnleasedRunningClaims(ctx context.Context, cutoff time.Time, limit int) ([]board.Card, error) {
-	return r.pick().ListUnleasedRunningClaims(ctx, cutoff, limit)
+func (r *roundRobin) ListUnleasedRunningClaims(ctx context.Context, p board.ListUnleasedRunningClaimsParams) ([]board.Card, error) {
+	cutoff, limit := p.Cutoff, p.Limit
+	return r.pick().ListUnleasedRunningClaims(ctx, board.ListUnleasedRunningClaimsParams{Cutoff: cutoff, Limit: limit})
 }
-func (r *roundRobin) ReclaimExpired(ctx context.Context, rc board.Reclaim) (board.Card, board.ClaimToken, error) {
+func (r *roundRobin) ReclaimExpired(ctx context.Context, rc board.ReclaimExpiredParams) (board.Card, error) {
 	return r.pick().ReclaimExpired(ctx, rc)
 }
-func (r *roundRobin) Events(ctx context.Context, after int64, limit int) ([]board.Event, error) {
-	return r.pick().Events(ctx, after, limit)
+func (r *roundRobin) Events(ctx context.Context, p board.EventsParams) ([]board.Event, error) {
+	after, limit := p.After, p.Limit
+	return r.pick().Events(ctx, board.EventsParams{After: after, Limit: limit})
 }
 
 func (r *roundRobin) Prune(ctx context.Context, p board.PruneParams) (board.PruneResult, error) {
@@ -206,36 +222,38 @@ func TestClaimBindsEveryClient(t *testing.T) {
 	c := openClients(t, 2, mongostore.Options{})
 	a, b := c[0], c[1]
 	ctx := t.Context()
-	if _, err := a.CreateCard(ctx, board.NewCard{ID: "c1", State: board.StateReady, Actor: "cli"}); err != nil {
+	if _, err := a.CreateCard(ctx, board.CreateCardParams{ID: "c1", State: board.StateReady, Actor: "cli"}); err != nil {
 		t.Fatal(err)
 	}
-	_, tok, err := a.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: workerA, Lease: testTerm})
+	card, err := a.Claim(ctx, board.ClaimParams{Card: "c1", Marker: workerA, Lease: testTerm})
+	tok := card.Token()
 	if err != nil {
 		t.Fatalf("Claim through the first client: %v", err)
 	}
 
-	_, _, err = b.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: workerB, Lease: testTerm})
+	_, err = b.Claim(ctx, board.ClaimParams{Card: "c1", Marker: workerB, Lease: testTerm})
 	wantConflict(t, err, workerA, tok.Epoch, "Claim through the second client")
-	_, _, err = b.ReclaimExpired(ctx, board.Reclaim{Card: "c1", Prev: tok, RecoveryMarker: reaperR, Cutoff: time.Now().Add(-time.Hour), Lease: testTerm})
+	_, err = b.ReclaimExpired(ctx, board.ReclaimExpiredParams{Card: "c1", Prev: tok, RecoveryMarker: reaperR, Cutoff: time.Now().Add(-time.Hour), Lease: testTerm})
 	wantConflict(t, err, workerA, tok.Epoch, "ReclaimExpired of a live claim through the second client")
-	_, err = b.SetStateOwned(ctx, board.OwnedMove{Card: "c1", Token: board.ClaimToken{Marker: workerB, Epoch: tok.Epoch}, To: board.StateInProgress})
+	_, err = b.SetStateOwned(ctx, board.SetStateOwnedParams{Card: "c1", Token: board.ClaimToken{Marker: workerB, Epoch: tok.Epoch}, To: board.StateInProgress})
 	wantConflict(t, err, workerA, tok.Epoch, "SetStateOwned with another marker's token through the second client")
-	if _, _, err := b.ClaimNext(ctx, board.ClaimNextRequest{Marker: workerB, Lease: testTerm}); !errors.Is(err, board.ErrNotFound) {
+	if _, err := b.ClaimNext(ctx, board.ClaimNextParams{Marker: workerB, Lease: testTerm}); !errors.Is(err, board.ErrNotFound) {
 		t.Errorf("ClaimNext through the second client = %v, want ErrNotFound (the only card is held)", err)
 	}
 
 	// The same marker through the other client is the holder: idempotent.
-	_, again, err := b.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: workerA, Lease: testTerm})
+	reclaimed, err := b.Claim(ctx, board.ClaimParams{Card: "c1", Marker: workerA, Lease: testTerm})
+	again := reclaimed.Token()
 	if err != nil || again != tok {
 		t.Errorf("re-claim by the holder through the second client = %+v, %v; want %+v", again, err, tok)
 	}
-	if moved, err := b.SetStateOwned(ctx, board.OwnedMove{Card: "c1", Token: tok, To: board.StateInProgress}); err != nil || !moved {
-		t.Errorf("the holder's write through the second client = %v, %v; want it applied", moved, err)
+	if moved, err := b.SetStateOwned(ctx, board.SetStateOwnedParams{Card: "c1", Token: tok, To: board.StateInProgress}); err != nil || !moved.Changed {
+		t.Errorf("the holder's write through the second client = %v, %v; want it applied", moved.Changed, err)
 	}
-	if err := b.ReleaseOwned(ctx, "c1", tok); err != nil {
+	if err := b.ReleaseOwned(ctx, board.OwnedParams{Card: "c1", Token: tok}); err != nil {
 		t.Fatalf("ReleaseOwned through the second client: %v", err)
 	}
-	got, err := a.GetCard(ctx, "c1")
+	got, err := a.GetCard(ctx, board.GetCardParams{ID: "c1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,14 +263,15 @@ func TestClaimBindsEveryClient(t *testing.T) {
 		t.Errorf("card through the first client = %s claimed by %q at epoch %d, want ready, free, epoch %d kept", got.State, got.Claim, got.ClaimEpoch, tok.Epoch)
 	}
 	// A stale write through the first client after the release.
-	err = a.SetLastRunOwned(ctx, "c1", tok, "run-late")
+	err = a.SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: "c1", Token: tok, RunID: "run-late"})
 	wantConflict(t, err, "", tok.Epoch, "the released token through the first client")
 
 	// And the next holder, through the first client, is above the fence.
-	_, next, err := a.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: workerB, Lease: testTerm})
+	held, err := a.Claim(ctx, board.ClaimParams{Card: "c1", Marker: workerB, Lease: testTerm})
+	next := held.Token()
 	if err != nil || next.Epoch <= tok.Epoch {
 		t.Errorf("next claim = %+v, %v; want an epoch above %d", next, err, tok.Epoch)
 	}
-	_, _, err = b.Claim(ctx, board.ClaimRequest{Card: "c1", Marker: workerA, Lease: testTerm})
+	_, err = b.Claim(ctx, board.ClaimParams{Card: "c1", Marker: workerA, Lease: testTerm})
 	wantConflict(t, err, workerB, next.Epoch, "the old holder's claim through the second client")
 }

@@ -380,7 +380,8 @@ func (s *Store) pendingEvents(ctx context.Context, after int64, horizon bson.Tim
 // It reads the pending outboxes first and the events collection second.
 // Publishing inserts into the collection before it clears an outbox, so
 // an event leaving the outboxes between the two reads is in the second.
-func (s *Store) Events(ctx context.Context, after int64, limit int) ([]board.Event, error) {
+func (s *Store) Events(ctx context.Context, p board.EventsParams) ([]board.Event, error) {
+	after, limit := p.After, p.Limit
 	if limit < 0 {
 		return nil, board.Invalid("negative limit %d", limit)
 	}

@@ -115,7 +115,7 @@ func TestReapersShareTheExpiredClaims(t *testing.T) {
 	}
 
 	// A listing without a share is everything, and records no reaper.
-	p, err := f.s.ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: f.serverNow()})
+	p, err := f.s.ListExpiredClaimCandidates(f.ctx, board.ListExpiredClaimCandidatesParams{Cutoff: f.serverNow()})
 	if err != nil || len(p.Cards) != len(all) || p.Reapers != 0 {
 		t.Errorf("a listing with no share = %d cards, %d reapers, %v; want all %d, 0", len(p.Cards), p.Reapers, err, len(all))
 	}
@@ -150,7 +150,9 @@ func TestReaperSharesListAClaimWithAForeignShareKey(t *testing.T) {
 	}
 	// Every reaper records itself first, so each listing below is shared
 	// three ways.
-	list := func(r string) board.ExpiredPage { return listShare(t, stores[r], f.serverNow(), r) }
+	list := func(r string) board.ListExpiredClaimCandidatesResult {
+		return listShare(t, stores[r], f.serverNow(), r)
+	}
 	for _, r := range reapers {
 		list(r)
 	}
@@ -213,7 +215,9 @@ func TestReaperSharesOutliveNoForwardStep(t *testing.T) {
 	}
 	a, b := open(), open()
 	all := f.expiredClaims(12)
-	list := func(s *mongostore.Store, r string) board.ExpiredPage { return listShare(t, s, clock.Now(), r) }
+	list := func(s *mongostore.Store, r string) board.ListExpiredClaimCandidatesResult {
+		return listShare(t, s, clock.Now(), r)
+	}
 	list(a, "host-a-11")
 	list(b, "host-b-22")
 	// The server's clock steps a year ahead; both reapers pass by it.
@@ -243,7 +247,9 @@ func TestAShareThatCannotBeWorkedOutListsEveryShare(t *testing.T) {
 	f := openFleet(t, mongostore.Options{})
 	other := openStore(t, mongostore.Options{URI: mongotest.URI(t), Database: f.raw.Name()})
 	f.expiredClaims(6)
-	share := func(s *mongostore.Store, r string) board.ExpiredPage { return listShare(t, s, f.serverNow(), r) }
+	share := func(s *mongostore.Store, r string) board.ListExpiredClaimCandidatesResult {
+		return listShare(t, s, f.serverNow(), r)
+	}
 	// Both reapers are recorded; then one loses the collection.
 	share(f.s, "host-a-11")
 	share(other, "host-b-22")
@@ -269,7 +275,7 @@ func TestASlowReaperHoldsItsShareBriefly(t *testing.T) {
 	t.Parallel()
 	f := openFleet(t, mongostore.Options{})
 	for _, every := range []time.Duration{time.Minute, 24 * time.Hour} {
-		if _, err := f.s.ListExpiredClaimCandidates(f.ctx, board.ExpiredQuery{Cutoff: f.serverNow(),
+		if _, err := f.s.ListExpiredClaimCandidates(f.ctx, board.ListExpiredClaimCandidatesParams{Cutoff: f.serverNow(),
 			Share: &board.ReaperShare{Reaper: "host-a-11", Interval: every}}); err != nil {
 			t.Fatal(err)
 		}
@@ -304,16 +310,16 @@ func (f *fleet) expiredClaims(n int) []string {
 func (f *fleet) expiredClaim(id string) {
 	f.t.Helper()
 	f.create(id, board.StateInProgress)
-	if err := f.s.ExpireClaimOwned(f.ctx, id, f.claim(id, workerA)); err != nil {
+	if err := f.s.ExpireClaimOwned(f.ctx, board.OwnedParams{Card: id, Token: f.claim(id, workerA)}); err != nil {
 		f.t.Fatal(err)
 	}
 }
 
 // listShare lists reaper r's share of the claims expired at cutoff, as a
 // reaper passing every minute does; a failed listing ends the test.
-func listShare(t *testing.T, s *mongostore.Store, cutoff time.Time, r string) board.ExpiredPage {
+func listShare(t *testing.T, s *mongostore.Store, cutoff time.Time, r string) board.ListExpiredClaimCandidatesResult {
 	t.Helper()
-	p, err := s.ListExpiredClaimCandidates(t.Context(), board.ExpiredQuery{Cutoff: cutoff,
+	p, err := s.ListExpiredClaimCandidates(t.Context(), board.ListExpiredClaimCandidatesParams{Cutoff: cutoff,
 		Share: &board.ReaperShare{Reaper: r, Interval: time.Minute}})
 	if err != nil {
 		t.Fatalf("%s lists its share: %v", r, err)

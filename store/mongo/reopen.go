@@ -70,7 +70,7 @@ func tokenBlocker(token string) string {
 
 // reopenOnce runs the four steps once. done is false when the attempt was
 // broken and the Reopen should decide again from a fresh read.
-func (s *Store) reopenOnce(ctx context.Context, m board.Move, b board.Board) (done bool, err error) {
+func (s *Store) reopenOnce(ctx context.Context, m board.MoveParams, b board.Board) (done bool, err error) {
 	token := reopenToken(m.Card)
 	// Step 1.
 	_, _, err = s.mutate(ctx, m.Card, func(c *cardState, clk serverClock) (*change, error) {

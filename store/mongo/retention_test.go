@@ -23,21 +23,21 @@ func TestConcurrentPrunesAcrossClients(t *testing.T) {
 	ctx := t.Context()
 	for i := range 4 {
 		id := fmt.Sprintf("c%d", i)
-		if _, err := s.CreateCard(ctx, board.NewCard{ID: id, Actor: "cli"}); err != nil {
+		if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: id, Actor: "cli"}); err != nil {
 			t.Fatal(err)
 		}
-		st, err := s.Start(ctx, board.StartRequest{Card: id, Marker: "host-42", Lease: time.Minute, Run: board.Run{ID: "run-" + id, Host: "host", PID: 42}})
+		st, err := s.Start(ctx, board.StartParams{Card: id, Marker: "host-42", Lease: time.Minute, Run: board.Run{ID: "run-" + id, Host: "host", PID: 42}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Finish(ctx, board.FinishRequest{Card: id, Token: st.Token, RunID: "run-" + id, Status: board.RunFinished}); err != nil {
+		if _, err := s.Finish(ctx, board.FinishParams{Card: id, Token: st.Token, RunID: "run-" + id, Status: board.RunFinished}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A cutoff past every write's second (an event's sequence number is
 	// its server stamp's second): poll the server's clock, no sleep as
 	// synchronisation.
-	evs, err := s.Events(ctx, 0, 1000)
+	evs, err := s.Events(ctx, board.EventsParams{After: 0, Limit: 1000})
 	if err != nil || len(evs) < 2 {
 		t.Fatalf("Events = %d, %v", len(evs), err)
 	}
@@ -85,15 +85,15 @@ func TestConcurrentPrunesAcrossClients(t *testing.T) {
 		t.Errorf("three agents pruning side by side deleted %d runs and %d events; want each once: 4 and %d", runs, events, len(evs))
 	}
 	for i := range 4 {
-		if _, err := clients[i%3].GetRun(ctx, fmt.Sprintf("run-c%d", i)); !errors.Is(err, board.ErrNotFound) {
+		if _, err := clients[i%3].GetRun(ctx, board.GetRunParams{ID: fmt.Sprintf("run-c%d", i)}); !errors.Is(err, board.ErrNotFound) {
 			t.Errorf("run-c%d after the prunes: %v, want not found", i, err)
 		}
 	}
 	for i, c := range clients {
-		if _, err := c.Events(ctx, evs[0].Seq, 10); !errors.Is(err, board.ErrEventsPruned) {
+		if _, err := c.Events(ctx, board.EventsParams{After: evs[0].Seq, Limit: 10}); !errors.Is(err, board.ErrEventsPruned) {
 			t.Errorf("client %d: Events after a pruned position = %v, want ErrEventsPruned", i, err)
 		}
-		if got, err := c.Events(ctx, 0, 10); err != nil || len(got) != 0 {
+		if got, err := c.Events(ctx, board.EventsParams{After: 0, Limit: 10}); err != nil || len(got) != 0 {
 			t.Errorf("client %d: Events(0) after pruning everything = %v, %v; want none", i, got, err)
 		}
 	}
@@ -110,14 +110,15 @@ func TestDeleteCardWaitsForTheClockToPassItsEpoch(t *testing.T) {
 	clock := boardtest.NewManualClock(time.Now())
 	s := openStore(t, mongostore.Options{Clock: clock})
 	ctx := t.Context()
-	if _, err := s.CreateCard(ctx, board.NewCard{ID: "c", Actor: "cli"}); err != nil {
+	if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: "c", Actor: "cli"}); err != nil {
 		t.Fatal(err)
 	}
-	_, tok, err := s.Claim(ctx, board.ClaimRequest{Card: "c", Marker: "host-42", Lease: time.Minute})
+	card, err := s.Claim(ctx, board.ClaimParams{Card: "c", Marker: "host-42", Lease: time.Minute})
+	tok := card.Token()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Release(ctx, "c", "host-42", "cli"); err != nil {
+	if err := s.Release(ctx, board.ReleaseParams{Card: "c", Marker: "host-42", Actor: "cli"}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = s.DeleteCard(ctx, board.DeleteCardParams{ID: "c", Actor: "uid:0"})
@@ -128,10 +129,11 @@ func TestDeleteCardWaitsForTheClockToPassItsEpoch(t *testing.T) {
 	if _, err := s.DeleteCard(ctx, board.DeleteCardParams{ID: "c", Actor: "uid:0"}); err != nil {
 		t.Fatalf("DeleteCard once the clock passed the epoch: %v", err)
 	}
-	if _, err := s.CreateCard(ctx, board.NewCard{ID: "c", Actor: "cli"}); err != nil {
+	if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: "c", Actor: "cli"}); err != nil {
 		t.Fatal(err)
 	}
-	_, again, err := s.Claim(ctx, board.ClaimRequest{Card: "c", Marker: "host-42", Lease: time.Minute})
+	againCard, err := s.Claim(ctx, board.ClaimParams{Card: "c", Marker: "host-42", Lease: time.Minute})
+	again := againCard.Token()
 	if err != nil {
 		t.Fatal(err)
 	}

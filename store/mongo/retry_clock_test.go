@@ -26,28 +26,28 @@ func TestRetryAtFromAServerClockSteppedBack(t *testing.T) {
 	s := openStore(t, mongostore.Options{URI: uri, Database: f.raw.Name(), Clock: clock})
 	ctx := t.Context()
 	for _, id := range []string{"c1", "c2"} {
-		if _, err := s.CreateCard(ctx, board.NewCard{ID: id, Actor: "cli", Retry: &board.RetryPolicy{MaxAttempts: 3, Backoff: time.Hour}}); err != nil {
+		if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: id, Actor: "cli", Retry: &board.RetryPolicy{MaxAttempts: 3, Backoff: time.Hour}}); err != nil {
 			t.Fatalf("CreateCard %s: %v", id, err)
 		}
 	}
 	t0 := clock.Now()
 	clock.Set(t0.Add(365 * 24 * time.Hour))
 	for _, id := range []string{"c1", "c2"} {
-		st, err := s.Start(ctx, board.StartRequest{Card: id, Marker: "host-a-11", Lease: 30 * time.Second, Run: board.Run{ID: id + "-r1"}})
+		st, err := s.Start(ctx, board.StartParams{Card: id, Marker: "host-a-11", Lease: 30 * time.Second, Run: board.Run{ID: id + "-r1"}})
 		if err != nil {
 			t.Fatalf("Start %s: %v", id, err)
 		}
-		if _, err := s.Finish(ctx, board.FinishRequest{Card: id, Token: st.Token, RunID: id + "-r1",
+		if _, err := s.Finish(ctx, board.FinishParams{Card: id, Token: st.Token, RunID: id + "-r1",
 			Status: board.RunFailed, FailureCode: "SIGNAL_9", Retryable: true}); err != nil {
 			t.Fatalf("Finish %s (retryable): %v", id, err)
 		}
 	}
 	clock.Set(t0.Add(time.Minute))
-	card, _, err := s.ClaimNext(ctx, board.ClaimNextRequest{Marker: "host-b-22", Lease: 30 * time.Second})
+	card, err := s.ClaimNext(ctx, board.ClaimNextParams{Marker: "host-b-22", Lease: 30 * time.Second})
 	if err != nil || card.ID != "c1" {
 		t.Errorf("ClaimNext after the server's clock was put right = %q, %v; want c1 (its retry_at is a year ahead, beyond any backoff)", card.ID, err)
 	}
-	if _, _, err := s.Claim(ctx, board.ClaimRequest{Card: "c2", Marker: "host-b-22", Lease: 30 * time.Second}); err != nil {
+	if _, err := s.Claim(ctx, board.ClaimParams{Card: "c2", Marker: "host-b-22", Lease: 30 * time.Second}); err != nil {
 		t.Errorf("Claim c2 after the server's clock was put right: %v; want it taken", err)
 	}
 }

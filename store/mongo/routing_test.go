@@ -21,7 +21,7 @@ func TestRoutedClaimNextPassesOverACardUnlabelledMidWrite(t *testing.T) {
 	ctx := t.Context()
 	a, b, in, db := interleavedPairIn(t)
 	for _, id := range []string{"c1", "c2"} {
-		if _, err := b.CreateCard(ctx, board.NewCard{ID: id, State: board.StateReady, Labels: []string{"gpu", "big"}}); err != nil {
+		if _, err := b.CreateCard(ctx, board.CreateCardParams{ID: id, State: board.StateReady, Labels: []string{"gpu", "big"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -31,7 +31,7 @@ func TestRoutedClaimNextPassesOverACardUnlabelledMidWrite(t *testing.T) {
 	cards := mongotest.Client(t).Database(db).Collection("cards")
 	remove := map[string]func(){
 		"AdjustLabels": func() {
-			if _, err := b.AdjustLabels(ctx, board.LabelChange{Card: "c1", Remove: []string{"gpu"}, Actor: "uid:0"}); err != nil {
+			if _, err := b.AdjustLabels(ctx, board.AdjustLabelsParams{Card: "c1", Remove: []string{"gpu"}, Actor: "uid:0"}); err != nil {
 				t.Errorf("the operator's AdjustLabels: %v", err)
 			}
 		},
@@ -45,7 +45,8 @@ func TestRoutedClaimNextPassesOverACardUnlabelledMidWrite(t *testing.T) {
 		for _, labels := range [][]string{{"gpu"}, {"big", "gpu"}} {
 			t.Logf("%s, routed by %q", how, labels)
 			in.before(remove[how])
-			c, tok, err := a.ClaimNext(ctx, board.ClaimNextRequest{Marker: interleavedWorker, Lease: 30 * time.Second, Labels: labels})
+			c, err := a.ClaimNext(ctx, board.ClaimNextParams{Marker: interleavedWorker, Lease: 30 * time.Second, Labels: labels})
+			tok := c.Token()
 			if err != nil {
 				t.Fatalf("ClaimNext %q racing a label removal on the first candidate = %v, want c2", labels, err)
 			}
@@ -55,17 +56,17 @@ func TestRoutedClaimNextPassesOverACardUnlabelledMidWrite(t *testing.T) {
 			if c.ID != "c2" {
 				t.Errorf("ClaimNext %q = %s, want c2 (c1 lost gpu before the CAS)", labels, c.ID)
 			}
-			c1, err := b.GetCard(ctx, "c1")
+			c1, err := b.GetCard(ctx, board.GetCardParams{ID: "c1"})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if c1.Claimed() {
 				t.Errorf("c1, no longer labelled gpu, was claimed by %q", c1.Claim)
 			}
-			if err := a.ReleaseOwned(ctx, c.ID, tok); err != nil {
+			if err := a.ReleaseOwned(ctx, board.OwnedParams{Card: c.ID, Token: tok}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := b.AdjustLabels(ctx, board.LabelChange{Card: "c1", Add: []string{"gpu"}, Actor: "uid:0"}); err != nil {
+			if _, err := b.AdjustLabels(ctx, board.AdjustLabelsParams{Card: "c1", Add: []string{"gpu"}, Actor: "uid:0"}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -88,7 +89,7 @@ func TestRoutedStartNextPassesOverACardUnlabelledMidWrite(t *testing.T) {
 	ctx := t.Context()
 	a, b, in, db := interleavedPairIn(t)
 	for _, id := range []string{"c1", "c2", "c3", "c4"} {
-		if _, err := b.CreateCard(ctx, board.NewCard{ID: id, State: board.StateReady, Labels: []string{"gpu"}}); err != nil {
+		if _, err := b.CreateCard(ctx, board.CreateCardParams{ID: id, State: board.StateReady, Labels: []string{"gpu"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -98,7 +99,7 @@ func TestRoutedStartNextPassesOverACardUnlabelledMidWrite(t *testing.T) {
 		relabel               func(id string) error
 	}{
 		{"SetLabels", "c1", "c2", func(id string) error {
-			_, err := b.SetLabels(ctx, id, []string{"cpu"}, "uid:0")
+			_, err := b.SetLabels(ctx, board.SetLabelsParams{Card: id, Labels: []string{"cpu"}, Actor: "uid:0"})
 			return err
 		}},
 		{"bare $set", "c3", "c4", func(id string) error {
@@ -111,7 +112,7 @@ func TestRoutedStartNextPassesOverACardUnlabelledMidWrite(t *testing.T) {
 				t.Errorf("%s: %v", tc.how, err)
 			}
 		})
-		st, err := a.Start(ctx, board.StartRequest{Next: true, Labels: []string{"gpu"}, Marker: interleavedWorker, Lease: 30 * time.Second, Run: board.Run{ID: "r-" + tc.want}})
+		st, err := a.Start(ctx, board.StartParams{Next: true, Labels: []string{"gpu"}, Marker: interleavedWorker, Lease: 30 * time.Second, Run: board.Run{ID: "r-" + tc.want}})
 		if err != nil {
 			t.Fatalf("Start next racing a %s on the first candidate = %v, want %s started", tc.how, err, tc.want)
 		}
@@ -121,7 +122,7 @@ func TestRoutedStartNextPassesOverACardUnlabelledMidWrite(t *testing.T) {
 		if st.Card.ID != tc.want {
 			t.Errorf("Start next [gpu] racing a %s = %s, want %s", tc.how, st.Card.ID, tc.want)
 		}
-		c, err := b.GetCard(ctx, tc.relabelled)
+		c, err := b.GetCard(ctx, board.GetCardParams{ID: tc.relabelled})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +141,7 @@ func TestRoutedClaimNextOverCardsWithoutALabelsField(t *testing.T) {
 	uri, db := mongotest.URI(t), mongotest.Database(t)
 	s := openStore(t, mongostore.Options{URI: uri, Database: db})
 	for _, id := range []string{"absent", "null", "empty", "gpu"} {
-		if _, err := s.CreateCard(ctx, board.NewCard{ID: id, State: board.StateReady, Labels: []string{"gpu"}}); err != nil {
+		if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: id, State: board.StateReady, Labels: []string{"gpu"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -154,20 +155,21 @@ func TestRoutedClaimNextOverCardsWithoutALabelsField(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, tok, err := s.ClaimNext(ctx, board.ClaimNextRequest{Marker: "hosta-4243", Lease: time.Minute, Labels: []string{"gpu"}})
+	c, err := s.ClaimNext(ctx, board.ClaimNextParams{Marker: "hosta-4243", Lease: time.Minute, Labels: []string{"gpu"}})
+	tok := c.Token()
 	if err != nil || c.ID != "gpu" {
 		t.Fatalf("ClaimNext [gpu] = %q, %v; want gpu", c.ID, err)
 	}
-	if err := s.ReleaseOwned(ctx, c.ID, tok); err != nil {
+	if err := s.ReleaseOwned(ctx, board.OwnedParams{Card: c.ID, Token: tok}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetState(ctx, board.Move{Card: "gpu", To: board.StateDone, Actor: "uid:0"}); err != nil {
+	if err := s.SetState(ctx, board.MoveParams{Card: "gpu", To: board.StateDone, Actor: "uid:0"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.ClaimNext(ctx, board.ClaimNextRequest{Marker: "hosta-4243", Lease: time.Minute, Labels: []string{"gpu"}}); !errors.Is(err, board.ErrNotFound) {
+	if _, err := s.ClaimNext(ctx, board.ClaimNextParams{Marker: "hosta-4243", Lease: time.Minute, Labels: []string{"gpu"}}); !errors.Is(err, board.ErrNotFound) {
 		t.Errorf("ClaimNext [gpu] over cards with no labels = %v, want ErrNotFound", err)
 	}
-	if c, _, err := s.ClaimNext(ctx, board.ClaimNextRequest{Marker: "hosta-4243", Lease: time.Minute}); err != nil || c.ID != "absent" {
+	if c, err := s.ClaimNext(ctx, board.ClaimNextParams{Marker: "hosta-4243", Lease: time.Minute}); err != nil || c.ID != "absent" {
 		t.Errorf("unrouted ClaimNext = %q, %v; want absent", c.ID, err)
 	}
 }

@@ -275,7 +275,7 @@ func pointAtChange(c *cardState, clk serverClock, runID string, tok board.ClaimT
 
 // CreateRun starts a run under r.Token and points the card at it: one CAS
 // on the card, fenced on the token, that embeds the run.
-func (s *Store) CreateRun(ctx context.Context, r board.NewRun) (board.Run, error) {
+func (s *Store) CreateRun(ctx context.Context, r board.CreateRunParams) (board.Run, error) {
 	r, err := r.Normalize()
 	if err != nil {
 		return board.Run{}, err
@@ -333,7 +333,7 @@ func (s *Store) CreateRun(ctx context.Context, r board.NewRun) (board.Run, error
 // its card that checks the claim and the run as read. With IfStatus it is
 // a CAS on the current status as well; a miss is ErrTransitionRejected and
 // writes nothing.
-func (s *Store) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run, error) {
+func (s *Store) UpdateRun(ctx context.Context, u board.UpdateRunParams) (board.Run, error) {
 	if err := u.Validate(); err != nil {
 		return board.Run{}, err
 	}
@@ -397,7 +397,8 @@ func (s *Store) UpdateRun(ctx context.Context, u board.RunUpdate) (board.Run, er
 var errRunMoved = errors.New("run moved")
 
 // GetRun reads one run: the embedded one first, then the collection.
-func (s *Store) GetRun(ctx context.Context, id string) (board.Run, error) {
+func (s *Store) GetRun(ctx context.Context, p board.GetRunParams) (board.Run, error) {
+	id := p.ID
 	if err := board.ValidateName("run id", id); err != nil {
 		return board.Run{}, err
 	}

@@ -152,7 +152,7 @@ func launch() {
 		}()
 	}
 	wg.Wait()
-	if _, err := p.GetCard(ctx, "no-such-card"); !errors.Is(err, board.ErrNotFound) {
+	if _, err := p.GetCard(ctx, board.GetCardParams{ID: "no-such-card"}); !errors.Is(err, board.ErrNotFound) {
 		fmt.Fprintf(os.Stderr, "testplugin: plugin unusable after thread churn: %v\n", err)
 		os.Exit(1)
 	}
@@ -185,12 +185,12 @@ func openBolt(ctx context.Context) (board.Store, error) {
 // labels does: it never sees the labels.
 type unrouted struct{ board.Store }
 
-func (u unrouted) ClaimNext(ctx context.Context, r board.ClaimNextRequest) (board.Card, board.ClaimToken, error) {
+func (u unrouted) ClaimNext(ctx context.Context, r board.ClaimNextParams) (board.Card, error) {
 	r.Labels = nil
 	return u.Store.ClaimNext(ctx, r)
 }
 
-func (u unrouted) Start(ctx context.Context, r board.StartRequest) (board.Started, error) {
+func (u unrouted) Start(ctx context.Context, r board.StartParams) (board.StartResult, error) {
 	r.Labels = nil
 	return u.Store.Start(ctx, r)
 }
@@ -198,35 +198,36 @@ func (u unrouted) Start(ctx context.Context, r board.StartRequest) (board.Starte
 // unretried is a store from before the retry policy: it never sees one.
 type unretried struct{ board.Store }
 
-func (u unretried) CreateCard(ctx context.Context, nc board.NewCard) (board.Card, error) {
+func (u unretried) CreateCard(ctx context.Context, nc board.CreateCardParams) (board.Card, error) {
 	nc.Retry = nil
 	return u.Store.CreateCard(ctx, nc)
 }
 
-func (u unretried) Finish(ctx context.Context, r board.FinishRequest) (board.Finished, error) {
+func (u unretried) Finish(ctx context.Context, r board.FinishParams) (board.FinishResult, error) {
 	r.Retryable = false
 	return u.Store.Finish(ctx, r)
 }
 
-func (u unretried) SetStateOwned(ctx context.Context, m board.OwnedMove) (bool, error) {
+func (u unretried) SetStateOwned(ctx context.Context, m board.SetStateOwnedParams) (board.MoveResult, error) {
 	m.Retry = false
 	return u.Store.SetStateOwned(ctx, m)
 }
 
 // GetCard answers as a store from before the retry policy does: no
 // attempts counted (its cards have no such field).
-func (u unretried) GetCard(ctx context.Context, id string) (board.Card, error) {
-	c, err := u.Store.GetCard(ctx, id)
+func (u unretried) GetCard(ctx context.Context, p board.GetCardParams) (board.Card, error) {
+	id := p.ID
+	c, err := u.Store.GetCard(ctx, board.GetCardParams{ID: id})
 	c.Attempts = 0
 	return c, err
 }
 
 // ReclaimExpired answers with the card as a store from before the retry
 // policy has it: no attempts counted.
-func (u unretried) ReclaimExpired(ctx context.Context, r board.Reclaim) (board.Card, board.ClaimToken, error) {
-	c, tok, err := u.Store.ReclaimExpired(ctx, r)
+func (u unretried) ReclaimExpired(ctx context.Context, r board.ReclaimExpiredParams) (board.Card, error) {
+	c, err := u.Store.ReclaimExpired(ctx, r)
 	c.Attempts = 0
-	return c, tok, err
+	return c, err
 }
 
 // unused stands in for a store no call reaches.
@@ -241,7 +242,7 @@ type hangStore struct {
 
 // Start dies after the commit, before the answer, once (see
 // TESTPLUGIN_DIE_AFTER_START).
-func (h *hangStore) Start(ctx context.Context, r board.StartRequest) (board.Started, error) {
+func (h *hangStore) Start(ctx context.Context, r board.StartParams) (board.StartResult, error) {
 	st, err := h.Store.Start(ctx, r)
 	if err == nil && h.dieAfterStart != "" {
 		if f, ferr := os.OpenFile(h.dieAfterStart, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600); ferr == nil {
@@ -253,9 +254,10 @@ func (h *hangStore) Start(ctx context.Context, r board.StartRequest) (board.Star
 	return st, err
 }
 
-func (h *hangStore) GetCard(ctx context.Context, id string) (board.Card, error) {
+func (h *hangStore) GetCard(ctx context.Context, p board.GetCardParams) (board.Card, error) {
+	id := p.ID
 	if id != HangCard {
-		return h.Store.GetCard(ctx, id)
+		return h.Store.GetCard(ctx, board.GetCardParams{ID: id})
 	}
 	fmt.Fprintln(h.stderr, HangLine)
 	<-ctx.Done()

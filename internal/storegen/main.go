@@ -1,0 +1,408 @@
+// Command storegen writes the mechanical layers of the store contract from
+// its one description, the board.Store interface (DESIGN.md#verb-shape):
+//
+//   - with -layer plugins: plugins/verbs_gen.go, the agent's side of each
+//     verb (a method on plugins.verbs that sends the verb's RPC) and the
+//     plugin's side (a handler on plugins.server that calls the store);
+//   - with -layer agent: agent/metered_gen.go, the agent's counting
+//     wrapper (a method on agent.meteredStore per verb).
+//
+// A verb a layer writes by hand (a method of that name on the receiver in
+// a file of the package that storegen did not write) is left to it: the
+// generated file holds only the verbs that need nothing but the pattern.
+// The RPC of a verb is the method of the same name on storepb.StoreClient;
+// its request and reply are converted by the plugins package's functions
+// to<Message> and from<Message>, which the compiler checks.
+//
+// Run it with `go generate ./...`; CI fails when the files it writes are
+// not what is committed.
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"go/ast"
+	"go/format"
+	"go/parser"
+	"go/token"
+	"log"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"unicode"
+)
+
+// verb is one method of board.Store in the shape Verb(ctx[, p P]) (R, error)
+// or Verb(ctx[, p P]) error.
+type verb struct {
+	Name   string
+	Param  string // "" when the verb takes only ctx
+	Result string // "" when the verb returns only an error
+}
+
+func main() {
+	layer := flag.String("layer", "", "plugins or agent")
+	root := flag.String("root", "..", "the module's root")
+	flag.Parse()
+	log.SetFlags(0)
+	log.SetPrefix("storegen: ")
+	path, out, err := generate(*root, *layer)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// layers name each layer's generated file, relative to the module's root.
+var layers = map[string]string{
+	"plugins": filepath.Join("plugins", "verbs_gen.go"),
+	"agent":   filepath.Join("agent", "metered_gen.go"),
+}
+
+// generate returns the path and the content of layer's generated file.
+func generate(root, layer string) (string, []byte, error) {
+	file, ok := layers[layer]
+	if !ok {
+		return "", nil, fmt.Errorf("-layer must be plugins or agent, not %q", layer)
+	}
+	verbs, err := storeVerbs(filepath.Join(root, "board"))
+	if err != nil {
+		return "", nil, err
+	}
+	var out []byte
+	if layer == "plugins" {
+		out, err = pluginsLayer(root, verbs)
+	} else {
+		out, err = agentLayer(root, verbs)
+	}
+	return filepath.Join(root, file), out, err
+}
+
+// parseDir parses the package in dir, generated files of storegen and
+// tests left out.
+func parseDir(dir string) ([]*ast.File, error) {
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool {
+		n := fi.Name()
+		return !strings.HasSuffix(n, "_test.go") && !strings.HasSuffix(n, "_gen.go")
+	}, parser.SkipObjectResolution)
+	if err != nil {
+		return nil, err
+	}
+	var files []*ast.File
+	for _, p := range pkgs {
+		names := make([]string, 0, len(p.Files))
+		for n := range p.Files {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			files = append(files, p.Files[n])
+		}
+	}
+	return files, nil
+}
+
+// storeVerbs lists board.Store's verbs, its embedded roles expanded, in
+// the order they are declared; Traits and Close are not verbs.
+func storeVerbs(dir string) ([]verb, error) {
+	files, err := parseDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	ifaces := map[string]*ast.InterfaceType{}
+	types := map[string]bool{}
+	for _, f := range files {
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.TYPE {
+				continue
+			}
+			for _, s := range g.Specs {
+				ts := s.(*ast.TypeSpec)
+				types[ts.Name.Name] = true
+				if it, ok := ts.Type.(*ast.InterfaceType); ok {
+					ifaces[ts.Name.Name] = it
+				}
+			}
+		}
+	}
+	var out []verb
+	seen := map[string]bool{}
+	var walk func(name string) error
+	walk = func(name string) error {
+		it, ok := ifaces[name]
+		if !ok {
+			return fmt.Errorf("board.%s: not an interface of package board", name)
+		}
+		for _, m := range it.Methods.List {
+			if len(m.Names) == 0 {
+				id, ok := m.Type.(*ast.Ident)
+				if !ok {
+					return fmt.Errorf("board.%s embeds %T", name, m.Type)
+				}
+				if err := walk(id.Name); err != nil {
+					return err
+				}
+				continue
+			}
+			n := m.Names[0].Name
+			if n == "Traits" || n == "Close" || seen[n] {
+				continue
+			}
+			seen[n] = true
+			v, err := shapeOf(n, m.Type.(*ast.FuncType), types)
+			if err != nil {
+				return err
+			}
+			out = append(out, v)
+		}
+		return nil
+	}
+	return out, walk("Store")
+}
+
+// shapeOf reads a verb's signature and refuses any other shape.
+func shapeOf(name string, ft *ast.FuncType, types map[string]bool) (verb, error) {
+	v := verb{Name: name}
+	var params []ast.Expr
+	for _, f := range ft.Params.List {
+		for range max(1, len(f.Names)) {
+			params = append(params, f.Type)
+		}
+	}
+	var results []ast.Expr
+	if ft.Results != nil {
+		for _, f := range ft.Results.List {
+			for range max(1, len(f.Names)) {
+				results = append(results, f.Type)
+			}
+		}
+	}
+	bad := fmt.Errorf("board.Store.%s: not in the verb shape Verb(ctx[, VerbParams]) ([VerbResult, ]error) (DESIGN.md#verb-shape)", name)
+	if len(params) < 1 || len(params) > 2 || qualify(params[0], types) != "context.Context" {
+		return v, bad
+	}
+	if len(params) == 2 {
+		v.Param = qualify(params[1], types)
+	}
+	switch len(results) {
+	case 1:
+	case 2:
+		v.Result = qualify(results[0], types)
+	default:
+		return v, bad
+	}
+	if qualify(results[len(results)-1], types) != "error" {
+		return v, bad
+	}
+	return v, nil
+}
+
+// qualify writes a type of package board as another package names it.
+func qualify(e ast.Expr, types map[string]bool) string {
+	switch t := e.(type) {
+	case *ast.Ident:
+		if types[t.Name] {
+			return "board." + t.Name
+		}
+		return t.Name
+	case *ast.SelectorExpr:
+		return t.X.(*ast.Ident).Name + "." + t.Sel.Name
+	case *ast.ArrayType:
+		return "[]" + qualify(t.Elt, types)
+	case *ast.StarExpr:
+		return "*" + qualify(t.X, types)
+	}
+	panic(fmt.Sprintf("storegen: type %T", e))
+}
+
+// handWritten lists the methods declared on recv in dir's own files.
+func handWritten(dir, recv string) (map[string]bool, error) {
+	files, err := parseDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, f := range files {
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Recv == nil {
+				continue
+			}
+			t := fd.Recv.List[0].Type
+			if s, ok := t.(*ast.StarExpr); ok {
+				t = s.X
+			}
+			if id, ok := t.(*ast.Ident); ok && id.Name == recv {
+				out[fd.Name.Name] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+// rpcs reads, from the generated gRPC client, each RPC's request and reply
+// message names.
+func rpcs(root string) (map[string][2]string, error) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, filepath.Join(root, "plugins", "storepb", "store_grpc.pb.go"), nil, parser.SkipObjectResolution)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][2]string{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		ts, ok := n.(*ast.TypeSpec)
+		if !ok || ts.Name.Name != "StoreClient" {
+			return true
+		}
+		for _, m := range ts.Type.(*ast.InterfaceType).Methods.List {
+			ft := m.Type.(*ast.FuncType)
+			if len(ft.Params.List) < 2 || ft.Results == nil {
+				continue
+			}
+			req, ok1 := ft.Params.List[1].Type.(*ast.StarExpr)
+			rep, ok2 := ft.Results.List[0].Type.(*ast.StarExpr)
+			if !ok1 || !ok2 {
+				continue // a stream
+			}
+			out[m.Names[0].Name] = [2]string{req.X.(*ast.Ident).Name, rep.X.(*ast.Ident).Name}
+		}
+		return false
+	})
+	return out, nil
+}
+
+// timeImport imports package time when a verb's types name it.
+func timeImport(verbs []verb) string {
+	for _, v := range verbs {
+		if strings.Contains(v.Param+v.Result, "time.") {
+			return "\t\"time\"\n"
+		}
+	}
+	return ""
+}
+
+// zero is the literal of a result type's zero value.
+func zero(t string) string {
+	switch {
+	case strings.HasPrefix(t, "[]"), strings.HasPrefix(t, "*"):
+		return "nil"
+	}
+	return t + "{}"
+}
+
+const header = "// Code generated by internal/storegen from board.Store; DO NOT EDIT.\n\n"
+
+func pluginsLayer(root string, verbs []verb) ([]byte, error) {
+	dir := filepath.Join(root, "plugins")
+	client, err := handWritten(dir, "verbs")
+	if err != nil {
+		return nil, err
+	}
+	server, err := handWritten(dir, "server")
+	if err != nil {
+		return nil, err
+	}
+	rpc, err := rpcs(root)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	b.WriteString(header)
+	b.WriteString("package plugins\n\nimport (\n\t\"context\"\n" + timeImport(verbs) + "\n\t\"github.com/leasekeeper/leasekeeper/board\"\n\t\"github.com/leasekeeper/leasekeeper/plugins/storepb\"\n)\n\n")
+	b.WriteString("// The agent's side of each verb: its RPC to the plugin.\n\n")
+	for _, v := range verbs {
+		if client[v.Name] {
+			continue
+		}
+		m, ok := rpc[v.Name]
+		if !ok {
+			return nil, fmt.Errorf("board.Store.%s has no RPC of that name in plugins/proto/store.proto", v.Name)
+		}
+		req := "&storepb." + m[0] + "{}"
+		sig := "ctx context.Context"
+		if v.Param != "" {
+			req = "to" + m[0] + "(p)"
+			sig += ", p " + v.Param
+		}
+		if v.Result == "" {
+			fmt.Fprintf(&b, "func (s *verbs) %s(%s) error {\n\t_, err := s.rpc.%s(ctx, %s)\n\treturn err\n}\n\n", v.Name, sig, v.Name, req)
+			continue
+		}
+		fmt.Fprintf(&b, "func (s *verbs) %s(%s) (%s, error) {\n\tr, err := s.rpc.%s(ctx, %s)\n\tif err != nil {\n\t\treturn %s, err\n\t}\n\treturn from%s(r), nil\n}\n\n",
+			v.Name, sig, v.Result, v.Name, req, zero(v.Result), m[1])
+	}
+	b.WriteString("// The plugin's side of each verb: the store's answer to the RPC, a\n// store error through toStatus so its identity survives the trip.\n\n")
+	for _, v := range verbs {
+		if server[v.Name] {
+			continue
+		}
+		m := rpc[v.Name]
+		in, call := "_", "s.store."+v.Name+"(ctx)"
+		if v.Param != "" {
+			in, call = "r", "s.store."+v.Name+"(ctx, from"+m[0]+"(r))"
+		}
+		if v.Result == "" {
+			fmt.Fprintf(&b, "func (s *server) %s(ctx context.Context, %s *storepb.%s) (*storepb.%s, error) {\n\treturn empty(%s)\n}\n\n", v.Name, in, m[0], m[1], call)
+			continue
+		}
+		fmt.Fprintf(&b, "func (s *server) %s(ctx context.Context, %s *storepb.%s) (*storepb.%s, error) {\n\tres, err := %s\n\tif err != nil {\n\t\treturn nil, toStatus(err)\n\t}\n\treturn to%s(res), nil\n}\n\n",
+			v.Name, in, m[0], m[1], call, m[1])
+	}
+	return format.Source(b.Bytes())
+}
+
+// snake is a verb's op label: SetStateOwned is set_state_owned.
+func snake(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if unicode.IsUpper(r) {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func agentLayer(root string, verbs []verb) ([]byte, error) {
+	hand, err := handWritten(filepath.Join(root, "agent"), "meteredStore")
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	b.WriteString(header)
+	b.WriteString("package agent\n\nimport (\n\t\"context\"\n" + timeImport(verbs) + "\n\t\"github.com/leasekeeper/leasekeeper/board\"\n)\n\n")
+	b.WriteString("// storeOps are the op labels of leasekeeper_store_errors_total, one per\n// verb, so each series exists at 0 from the start.\nvar storeOps = []string{\n")
+	for _, v := range verbs {
+		fmt.Fprintf(&b, "\t%q,\n", snake(v.Name))
+	}
+	b.WriteString("}\n\n")
+	b.WriteString("// Each verb is counted under its op label; an owner write (a verb\n// named ...Owned) through owned, which counts its fence rejections.\n\n")
+	for _, v := range verbs {
+		if hand[v.Name] {
+			continue
+		}
+		count := "done"
+		if strings.HasSuffix(v.Name, "Owned") {
+			count = "owned"
+		}
+		sig, args := "ctx context.Context", "ctx"
+		if v.Param != "" {
+			sig, args = sig+", p "+v.Param, "ctx, p"
+		}
+		if v.Result == "" {
+			fmt.Fprintf(&b, "func (s meteredStore) %s(%s) error {\n\terr := s.inner.%s(%s)\n\ts.%s(%q, err)\n\treturn err\n}\n\n", v.Name, sig, v.Name, args, count, snake(v.Name))
+			continue
+		}
+		fmt.Fprintf(&b, "func (s meteredStore) %s(%s) (%s, error) {\n\tout, err := s.inner.%s(%s)\n\ts.%s(%q, err)\n\treturn out, err\n}\n\n", v.Name, sig, v.Result, v.Name, args, count, snake(v.Name))
+	}
+	return format.Source(b.Bytes())
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bytes"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestGeneratedFilesAreCurrent fails when a generated layer is not what
+// storegen writes from today's board.Store: a verb added, reshaped or
+// removed without `go generate ./...`.
+func TestGeneratedFilesAreCurrent(t *testing.T) {
+	for layer := range layers {
+		path, want, err := generate("../..", layer)
+		if err != nil {
+			t.Fatalf("%s: %v", layer, err)
+		}
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s is stale: run go generate ./... and commit the result", path)
+		}
+	}
+}
+
+// TestEveryVerbHasTheShape reads the contract the generators read and
+// checks that it lists every verb once, each in the one shape.
+func TestEveryVerbHasTheShape(t *testing.T) {
+	verbs, err := storeVerbs("../../board")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(verbs) < 30 {
+		t.Fatalf("found %d verbs in board.Store, want the whole contract", len(verbs))
+	}
+	seen := map[string]bool{}
+	for _, v := range verbs {
+		if seen[v.Name] {
+			t.Errorf("verb %s listed twice", v.Name)
+		}
+		seen[v.Name] = true
+		if v.Param != "" && !strings.HasSuffix(v.Param, "Params") {
+			t.Errorf("%s takes %s; a verb's input is its <Verb>Params (or a family's shared Params)", v.Name, v.Param)
+		}
+	}
+}
+
+// TestShapeOfRefusesAnotherShape: a verb with positional arguments or
+// with two answers is refused, naming the rule.
+func TestShapeOfRefusesAnotherShape(t *testing.T) {
+	src := `package board
+type Store interface {
+	Release(ctx context.Context, card, marker, actor string) error
+	Claim(ctx context.Context, p ClaimParams) (Card, ClaimToken, error)
+	Close() error
+}`
+	f, err := parser.ParseFile(token.NewFileSet(), "x.go", src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	it := f.Decls[0].(*ast.GenDecl).Specs[0].(*ast.TypeSpec).Type.(*ast.InterfaceType)
+	types := map[string]bool{"ClaimParams": true, "Card": true, "ClaimToken": true}
+	for _, m := range it.Methods.List[:2] {
+		_, err := shapeOf(m.Names[0].Name, m.Type.(*ast.FuncType), types)
+		if err == nil || !strings.Contains(err.Error(), "DESIGN.md#verb-shape") {
+			t.Errorf("%s: err = %v, want the verb-shape refusal", m.Names[0].Name, err)
+		}
+	}
+}
