@@ -434,12 +434,11 @@ type busyLog struct {
 }
 
 func (b *busyLog) Events(ctx context.Context, p board.EventsParams) ([]board.Event, error) {
-	after, limit := p.After, p.Limit
 	b.n++
 	if _, err := b.Store.CreateCard(ctx, board.CreateCardParams{ID: fmt.Sprintf("busy-%d", b.n)}); err != nil {
 		return nil, err
 	}
-	return b.Store.Events(ctx, board.EventsParams{After: after, Limit: limit})
+	return b.Store.Events(ctx, p)
 }
 
 // TestEffectsSeekHeadEndsOnABusyLog: the seek stops at the first page

@@ -82,7 +82,7 @@ func (s *spy) RenewClaims(ctx context.Context, p board.RenewClaimsParams) ([]boa
 	if fault != nil {
 		return fault(ctx, holds, lease)
 	}
-	return s.inner.RenewClaims(ctx, board.RenewClaimsParams{Holds: holds, Lease: lease})
+	return s.inner.RenewClaims(ctx, p)
 }
 
 func (s *spy) ExpireClaimOwned(ctx context.Context, p board.OwnedParams) error {

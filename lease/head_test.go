@@ -17,9 +17,9 @@ type eventsSpy struct {
 }
 
 func (s *eventsSpy) Events(ctx context.Context, p board.EventsParams) ([]board.Event, error) {
-	after, limit := p.After, p.Limit
+	after := p.After
 	s.afters = append(s.afters, after)
-	return s.Store.Events(ctx, board.EventsParams{After: after, Limit: limit})
+	return s.Store.Events(ctx, p)
 }
 
 // TestEventsHeadSeeksFromWhereItKnowsTheLogIs: the head is the last

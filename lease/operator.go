@@ -19,8 +19,7 @@ func (s *Service) CreateCard(ctx context.Context, actor string, c board.CreateCa
 
 // GetCard reads one card.
 func (s *Service) GetCard(ctx context.Context, p board.GetCardParams) (board.Card, error) {
-	id := p.ID
-	return s.cfg.Store.GetCard(ctx, board.GetCardParams{ID: id})
+	return s.cfg.Store.GetCard(ctx, p)
 }
 
 // ListCards lists cards, oldest first; never nil.
@@ -34,14 +33,12 @@ func (s *Service) ListCards(ctx context.Context, f board.ListCardsParams) ([]boa
 
 // GetRun reads one run.
 func (s *Service) GetRun(ctx context.Context, p board.GetRunParams) (board.Run, error) {
-	id := p.ID
-	return s.cfg.Store.GetRun(ctx, board.GetRunParams{ID: id})
+	return s.cfg.Store.GetRun(ctx, p)
 }
 
 // Events reads the event log after seq; never nil.
 func (s *Service) Events(ctx context.Context, p board.EventsParams) ([]board.Event, error) {
-	after, limit := p.After, p.Limit
-	evs, err := s.cfg.Store.Events(ctx, board.EventsParams{After: after, Limit: limit})
+	evs, err := s.cfg.Store.Events(ctx, p)
 	if evs == nil && err == nil {
 		evs = []board.Event{}
 	}

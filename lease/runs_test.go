@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/heartbeat"
 	"github.com/leasekeeper/leasekeeper/lease"
@@ -44,12 +45,12 @@ func TestListRuns(t *testing.T) {
 		card, run string
 		finish    bool
 	}{{"c1", "run-1", true}, {"c1", "run-2", false}, {"c2", "run-3", false}} {
-		s, err := r.svc.Start(ctx, w, lease.StartRequest{Card: st.card, RunID: st.run, Fresh: true})
+		s, err := r.svc.Start(ctx, w, apitype.StartRequest{Card: st.card, RunID: st.run, Fresh: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if st.finish {
-			if _, err := r.svc.Finish(ctx, w, st.card, s.Token.Epoch, lease.Verdict{RunID: st.run, Status: board.RunFinished}); err != nil {
+			if _, err := r.svc.Finish(ctx, w, st.card, apitype.FinishRequest{Fenced: apitype.Fenced{Epoch: s.Token.Epoch}, RunID: st.run, Status: board.RunFinished}); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := r.svc.Reopen(ctx, "uid:0", st.card, board.StateReady, ""); err != nil {

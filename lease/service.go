@@ -230,17 +230,10 @@ func (s *Service) ownedToken(ctx context.Context, w Worker, card string, epoch i
 		card, board.Conflict(card, c.Claim, c.ClaimEpoch))
 }
 
-// ClaimRequest names what Claim takes: one card (Card), or the oldest
-// unclaimed card in a pool state (Next), carrying every one of Labels when
-// they are given (DESIGN.md#label-routing).
-type ClaimRequest struct {
-	Card   string
-	Next   bool
-	Labels []string
-}
-
-// Claim claims what r names for w, and tracks it.
-func (s *Service) Claim(ctx context.Context, w Worker, r ClaimRequest) (Grant, error) {
+// Claim claims what r names for w (one card, or with Next the oldest
+// unclaimed card in a pool state carrying every one of r.Labels), and
+// tracks it.
+func (s *Service) Claim(ctx context.Context, w Worker, r apitype.ClaimRequest) (Grant, error) {
 	if s.draining.Load() {
 		return Grant{}, errShuttingDown
 	}
@@ -332,21 +325,6 @@ func (s *Service) grant(c board.Card, tok board.ClaimToken, lease time.Duration)
 	return g
 }
 
-// StartRequest is a worker's request to claim a card and start its run.
-type StartRequest struct {
-	Card string
-	Next bool
-	// Labels: with Next, only a card carrying every one of them
-	// (DESIGN.md#label-routing).
-	Labels []string
-	// RunID is optional: the service mints one. A caller that retries a
-	// Start whose answer it never saw names the same id.
-	RunID      string
-	Status     board.RunStatus
-	Checkpoint string
-	Fresh      bool
-}
-
 // Started is a granted claim with its run.
 type Started struct {
 	Grant
@@ -360,7 +338,7 @@ const FailureNotTracked = "CLAIM_NOT_TRACKED"
 
 // Start claims a card and starts its run in the store's one lifecycle write
 // (board.Store.Start), then tracks the claim (DESIGN.md#lifecycle).
-func (s *Service) Start(ctx context.Context, w Worker, r StartRequest) (Started, error) {
+func (s *Service) Start(ctx context.Context, w Worker, r apitype.StartRequest) (Started, error) {
 	if s.draining.Load() {
 		return Started{}, errShuttingDown
 	}
@@ -412,24 +390,14 @@ func (s *Service) runOf(w Worker, r board.Run) board.Run {
 	return r
 }
 
-// Verdict is a worker's verdict on its run (Finish).
-type Verdict struct {
-	RunID       string
-	Status      board.RunStatus
-	FailureCode string
-	Checkpoint  *string
-	// Retryable: a failure worth another attempt (DESIGN.md#retries).
-	Retryable bool
-}
-
 // Finish records the verdict on the claim's run, files the card and
 // releases the claim, in the store's one fenced write (board.Store.Finish),
 // then stops renewing the claim.
-func (s *Service) Finish(ctx context.Context, w Worker, card string, epoch int64, v Verdict) (board.FinishResult, error) {
+func (s *Service) Finish(ctx context.Context, w Worker, card string, v apitype.FinishRequest) (board.FinishResult, error) {
 	if v.FailureCode == board.FailureProcessOrphaned {
 		return board.FinishResult{}, board.Invalid("failure code %s is reserved for the watchdog", board.FailureProcessOrphaned)
 	}
-	tok, err := s.ownedToken(ctx, w, card, epoch)
+	tok, err := s.ownedToken(ctx, w, card, v.Epoch)
 	if err != nil {
 		return board.FinishResult{}, err
 	}
@@ -503,18 +471,12 @@ var workerReasons = map[board.Reason]bool{
 	board.ReasonRunFailed:   true,
 }
 
-// Move is a worker's fenced state move.
-type Move struct {
-	To, From string
-	Reason   board.Reason
-}
-
 // SetState moves the card, fenced on the caller's claim.
-func (s *Service) SetState(ctx context.Context, w Worker, card string, epoch int64, m Move) (bool, error) {
+func (s *Service) SetState(ctx context.Context, w Worker, card string, m apitype.SetStateRequest) (bool, error) {
 	if !workerReasons[m.Reason] {
 		return false, board.Invalid("reason %q is not allowed from a worker (use empty, run_finished or run_failed)", m.Reason)
 	}
-	tok, err := s.ownedToken(ctx, w, card, epoch)
+	tok, err := s.ownedToken(ctx, w, card, m.Epoch)
 	if err != nil {
 		return false, err
 	}
@@ -562,17 +524,10 @@ func (s *Service) SetGaveUp(ctx context.Context, w Worker, card string, epoch in
 	return s.cfg.Store.SetGaveUpOwned(ctx, board.SetGaveUpOwnedParams{Card: card, Token: tok, GaveUp: g})
 }
 
-// RunSpec is a run a worker starts under a claim it already holds.
-type RunSpec struct {
-	ID         string
-	Status     board.RunStatus
-	Checkpoint string
-}
-
 // CreateRun starts a run under the caller's claim and points the card at it,
 // in the store's one fenced write (board.Store.CreateRun).
-func (s *Service) CreateRun(ctx context.Context, w Worker, card string, epoch int64, spec RunSpec) (board.Run, error) {
-	tok, err := s.ownedToken(ctx, w, card, epoch)
+func (s *Service) CreateRun(ctx context.Context, w Worker, card string, spec apitype.StartRunRequest) (board.Run, error) {
+	tok, err := s.ownedToken(ctx, w, card, spec.Epoch)
 	if err != nil {
 		return board.Run{}, err
 	}

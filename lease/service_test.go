@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/board/boardtest"
 	"github.com/leasekeeper/leasekeeper/heartbeat"
@@ -64,7 +65,7 @@ func TestRetriedStartIsNotTrustedPastTheStoredLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(25 * time.Second)
-	if _, err := svc.Start(ctx, w, lease.StartRequest{Card: "c1", RunID: "run-1"}); err != nil {
+	if _, err := svc.Start(ctx, w, apitype.StartRequest{Card: "c1", RunID: "run-1"}); err != nil {
 		t.Fatalf("retried Start: %v", err)
 	}
 	card, err := s.GetCard(ctx, board.GetCardParams{ID: "c1"})
@@ -99,7 +100,7 @@ func TestHolderMayReleaseAClaimTheAgentDisowned(t *testing.T) {
 			var epoch int64
 			switch how {
 			case "unconfirmed":
-				g, err := svc.Claim(ctx, w, lease.ClaimRequest{Card: "c1"})
+				g, err := svc.Claim(ctx, w, apitype.ClaimRequest{Card: "c1"})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -131,7 +132,7 @@ func TestHolderMayReleaseAClaimTheAgentDisowned(t *testing.T) {
 			if c, err := s.GetCard(ctx, board.GetCardParams{ID: "c1"}); err != nil || c.Claim != w.Marker || c.ClaimEpoch != epoch {
 				t.Fatalf("setup: card %+v, %v; want the store still naming %s@%d", c, err, w.Marker, epoch)
 			}
-			if _, err := svc.SetState(ctx, w, "c1", epoch, lease.Move{To: board.StateBacklog}); !errors.Is(err, board.ErrClaimConflict) {
+			if _, err := svc.SetState(ctx, w, "c1", apitype.SetStateRequest{Fenced: apitype.Fenced{Epoch: epoch}, To: board.StateBacklog}); !errors.Is(err, board.ErrClaimConflict) {
 				t.Errorf("owner move on a claim the agent disowned = %v, want ErrClaimConflict", err)
 			}
 			if how == "reused-pid" {
@@ -174,7 +175,7 @@ func TestStartWhoseAnswerWasLostIsAnsweredAgain(t *testing.T) {
 		}
 	}
 	w := lease.Worker{Marker: "hosta-4242", Owner: heartbeat.Owner{KeepaliveID: "hosta-4242"}}
-	for _, req := range []lease.StartRequest{{Card: "c1", RunID: "run-1"}, {Next: true, RunID: "run-2"}} {
+	for _, req := range []apitype.StartRequest{{Card: "c1", RunID: "run-1"}, {Next: true, RunID: "run-2"}} {
 		first, err := svc.Start(ctx, w, req) // the answer the worker never saw
 		if err != nil {
 			t.Fatal(err)

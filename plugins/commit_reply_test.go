@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/heartbeat"
 	"github.com/leasekeeper/leasekeeper/lease"
@@ -49,7 +50,7 @@ func TestKilledAfterCommitBeforeReplyRetryGetsTheSameGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := lease.Worker{Marker: "hosta-4242", Owner: heartbeat.Owner{KeepaliveID: "hosta-4242"}}
-	req := lease.StartRequest{Card: "c1", RunID: "run-1"}
+	req := apitype.StartRequest{Card: "c1", RunID: "run-1"}
 
 	_, err = svc.Start(ctx, w, req)
 	if !errors.Is(err, board.ErrOutcomeUnknown) {

@@ -87,13 +87,13 @@ func (s *spyStore) saw(verb, kind string, vs ...string) {
 func (s *spyStore) GetCard(ctx context.Context, p board.GetCardParams) (board.Card, error) {
 	id := p.ID
 	s.saw("GetCard", "name", id)
-	return s.Store.GetCard(ctx, board.GetCardParams{ID: id})
+	return s.Store.GetCard(ctx, p)
 }
 
 func (s *spyStore) GetRun(ctx context.Context, p board.GetRunParams) (board.Run, error) {
 	id := p.ID
 	s.saw("GetRun", "name", id)
-	return s.Store.GetRun(ctx, board.GetRunParams{ID: id})
+	return s.Store.GetRun(ctx, p)
 }
 
 func (s *spyStore) ListCards(ctx context.Context, f board.ListCardsParams) ([]board.Card, error) {
@@ -126,16 +126,16 @@ func (s *spyStore) AdjustLabels(ctx context.Context, c board.AdjustLabelsParams)
 }
 
 func (s *spyStore) SetLabels(ctx context.Context, p board.SetLabelsParams) (board.Card, error) {
-	card, labels, actor := p.Card, p.Labels, p.Actor
+	card, labels := p.Card, p.Labels
 	s.saw("SetLabels", "name", card)
 	s.saw("SetLabels", "text", labels...)
-	return s.Store.SetLabels(ctx, board.SetLabelsParams{Card: card, Labels: labels, Actor: actor})
+	return s.Store.SetLabels(ctx, p)
 }
 
 func (s *spyStore) Release(ctx context.Context, p board.ReleaseParams) error {
-	card, marker, actor := p.Card, p.Marker, p.Actor
+	card := p.Card
 	s.saw("Release", "name", card)
-	return s.Store.Release(ctx, board.ReleaseParams{Card: card, Marker: marker, Actor: actor})
+	return s.Store.Release(ctx, p)
 }
 
 // TestHostileNamesNeverReachTheStore sends names a store must refuse — not

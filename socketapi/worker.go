@@ -32,7 +32,7 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request, c caller) e
 	if err := s.decode(w, r, &req); err != nil {
 		return err
 	}
-	g, err := s.lease.Claim(r.Context(), c.worker, lease.ClaimRequest{Card: req.Card, Next: req.Next, Labels: req.Labels})
+	g, err := s.lease.Claim(r.Context(), c.worker, req)
 	if err != nil {
 		return err
 	}
@@ -44,9 +44,7 @@ func (s *Server) handleStart(w http.ResponseWriter, r *http.Request, c caller) e
 	if err := s.decode(w, r, &req); err != nil {
 		return err
 	}
-	st, err := s.lease.Start(r.Context(), c.worker, lease.StartRequest{
-		Card: req.Card, Next: req.Next, Labels: req.Labels, RunID: req.RunID, Status: req.Status, Checkpoint: req.Checkpoint, Fresh: req.Fresh,
-	})
+	st, err := s.lease.Start(r.Context(), c.worker, req)
 	if err != nil {
 		return err
 	}
@@ -64,10 +62,7 @@ func (s *Server) handleFinish(w http.ResponseWriter, r *http.Request, c caller) 
 	if err := s.decode(w, r, &req); err != nil {
 		return err
 	}
-	f, err := s.lease.Finish(r.Context(), c.worker, card, req.Epoch, lease.Verdict{
-		RunID: req.RunID, Status: req.Status, FailureCode: req.FailureCode, Checkpoint: req.Checkpoint,
-		Retryable: req.Retryable,
-	})
+	f, err := s.lease.Finish(r.Context(), c.worker, card, req)
 	if err != nil {
 		return err
 	}
@@ -99,7 +94,7 @@ func (s *Server) handleOwnedState(w http.ResponseWriter, r *http.Request, c call
 	if err := s.decode(w, r, &req); err != nil {
 		return err
 	}
-	changed, err := s.lease.SetState(r.Context(), c.worker, card, req.Epoch, lease.Move{To: req.To, From: req.From, Reason: req.Reason})
+	changed, err := s.lease.SetState(r.Context(), c.worker, card, req)
 	if err != nil {
 		return err
 	}
@@ -151,7 +146,7 @@ func (s *Server) handleStartRun(w http.ResponseWriter, r *http.Request, c caller
 	if err := s.decode(w, r, &req); err != nil {
 		return err
 	}
-	run, err := s.lease.CreateRun(r.Context(), c.worker, card, req.Epoch, lease.RunSpec{ID: req.ID, Status: req.Status, Checkpoint: req.Checkpoint})
+	run, err := s.lease.CreateRun(r.Context(), c.worker, card, req)
 	if err != nil {
 		return err
 	}

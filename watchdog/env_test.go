@@ -398,7 +398,7 @@ func (f *faultStore) GetRun(ctx context.Context, p board.GetRunParams) (board.Ru
 	if stale != nil {
 		return *stale, nil
 	}
-	return f.Store.GetRun(ctx, board.GetRunParams{ID: id})
+	return f.Store.GetRun(ctx, p)
 }
 
 // loadBoard reads the stored board definition.

@@ -223,12 +223,12 @@ func (s *simStore) ClaimNext(ctx context.Context, r board.ClaimNextParams) (boar
 }
 
 func (s *simStore) RenewClaims(ctx context.Context, p board.RenewClaimsParams) ([]board.RenewResult, error) {
-	hs, lease := p.Holds, p.Lease
+	hs := p.Holds
 	if err := s.admit("RenewClaims", fmt.Sprint(len(hs))); err != nil {
 		return nil, err
 	}
 	s.stamp()
-	out, err := s.inner.RenewClaims(ctx, board.RenewClaimsParams{Holds: hs, Lease: lease})
+	out, err := s.inner.RenewClaims(ctx, p)
 	if err == nil && s.a != nil && s.a.w != nil {
 		s.a.w.checkRenewals(s.a, hs, out)
 	}
@@ -250,43 +250,43 @@ func (s *simStore) SetStateOwned(ctx context.Context, m board.SetStateOwnedParam
 }
 
 func (s *simStore) SetLastRunOwned(ctx context.Context, p board.SetLastRunOwnedParams) error {
-	card, tok, runID := p.Card, p.Token, p.RunID
+	card := p.Card
 	if err := s.admit("SetLastRunOwned", card); err != nil {
 		return err
 	}
-	return s.answer("SetLastRunOwned", card, s.inner.SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: card, Token: tok, RunID: runID}))
+	return s.answer("SetLastRunOwned", card, s.inner.SetLastRunOwned(ctx, p))
 }
 
 func (s *simStore) SetAwaitingInputOwned(ctx context.Context, p board.SetAwaitingInputOwnedParams) error {
-	card, tok, awaiting := p.Card, p.Token, p.Awaiting
+	card := p.Card
 	if err := s.admit("SetAwaitingInputOwned", card); err != nil {
 		return err
 	}
-	return s.answer("SetAwaitingInputOwned", card, s.inner.SetAwaitingInputOwned(ctx, board.SetAwaitingInputOwnedParams{Card: card, Token: tok, Awaiting: awaiting}))
+	return s.answer("SetAwaitingInputOwned", card, s.inner.SetAwaitingInputOwned(ctx, p))
 }
 
 func (s *simStore) SetGaveUpOwned(ctx context.Context, p board.SetGaveUpOwnedParams) error {
-	card, tok, g := p.Card, p.Token, p.GaveUp
+	card := p.Card
 	if err := s.admit("SetGaveUpOwned", card); err != nil {
 		return err
 	}
-	return s.answer("SetGaveUpOwned", card, s.inner.SetGaveUpOwned(ctx, board.SetGaveUpOwnedParams{Card: card, Token: tok, GaveUp: g}))
+	return s.answer("SetGaveUpOwned", card, s.inner.SetGaveUpOwned(ctx, p))
 }
 
 func (s *simStore) ExpireClaimOwned(ctx context.Context, p board.OwnedParams) error {
-	card, tok := p.Card, p.Token
+	card := p.Card
 	if err := s.admit("ExpireClaimOwned", card); err != nil {
 		return err
 	}
-	return s.answer("ExpireClaimOwned", card, s.inner.ExpireClaimOwned(ctx, board.OwnedParams{Card: card, Token: tok}))
+	return s.answer("ExpireClaimOwned", card, s.inner.ExpireClaimOwned(ctx, p))
 }
 
 func (s *simStore) ReleaseOwned(ctx context.Context, p board.OwnedParams) error {
-	card, tok := p.Card, p.Token
+	card := p.Card
 	if err := s.admit("ReleaseOwned", card); err != nil {
 		return err
 	}
-	return s.answer("ReleaseOwned", card, s.inner.ReleaseOwned(ctx, board.OwnedParams{Card: card, Token: tok}))
+	return s.answer("ReleaseOwned", card, s.inner.ReleaseOwned(ctx, p))
 }
 
 func (s *simStore) ReleaseExpired(ctx context.Context, r board.ReleaseExpiredParams) error {
@@ -340,24 +340,20 @@ func (s *simStore) LoadBoard(ctx context.Context) (board.Board, error) {
 }
 func (s *simStore) Now(ctx context.Context) (time.Time, error) { return s.inner.Now(ctx) }
 func (s *simStore) GetCard(ctx context.Context, p board.GetCardParams) (board.Card, error) {
-	id := p.ID
-	return s.inner.GetCard(ctx, board.GetCardParams{ID: id})
+	return s.inner.GetCard(ctx, p)
 }
 func (s *simStore) ListCards(ctx context.Context, f board.ListCardsParams) ([]board.Card, error) {
 	return s.inner.ListCards(ctx, f)
 }
 func (s *simStore) Dependents(ctx context.Context, p board.DependentsParams) ([]board.Card, error) {
-	id := p.ID
-	return s.inner.Dependents(ctx, board.DependentsParams{ID: id})
+	return s.inner.Dependents(ctx, p)
 }
 func (s *simStore) GetRun(ctx context.Context, p board.GetRunParams) (board.Run, error) {
-	id := p.ID
-	return s.inner.GetRun(ctx, board.GetRunParams{ID: id})
+	return s.inner.GetRun(ctx, p)
 }
 func (s *simStore) ListExpiredClaimCandidates(ctx context.Context, q board.ListExpiredClaimCandidatesParams) (board.ListExpiredClaimCandidatesResult, error) {
 	return s.inner.ListExpiredClaimCandidates(ctx, q)
 }
 func (s *simStore) ListUnleasedRunningClaims(ctx context.Context, p board.ListUnleasedRunningClaimsParams) ([]board.Card, error) {
-	cutoff, limit := p.Cutoff, p.Limit
-	return s.inner.ListUnleasedRunningClaims(ctx, board.ListUnleasedRunningClaimsParams{Cutoff: cutoff, Limit: limit})
+	return s.inner.ListUnleasedRunningClaims(ctx, p)
 }

@@ -29,11 +29,10 @@ const mutantEnv = "LEASEKEEPER_BOARDTEST_MUTANT"
 type fenceBypass struct{ board.Store }
 
 func (m fenceBypass) SetLastRunOwned(ctx context.Context, p board.SetLastRunOwnedParams) error {
-	card, tok, runID := p.Card, p.Token, p.RunID
-	if c, err := m.Store.GetCard(ctx, board.GetCardParams{ID: card}); err == nil && c.Claimed() {
-		tok = c.Token()
+	if c, err := m.Store.GetCard(ctx, board.GetCardParams{ID: p.Card}); err == nil && c.Claimed() {
+		p.Token = c.Token()
 	}
-	return m.Store.SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: card, Token: tok, RunID: runID})
+	return m.Store.SetLastRunOwned(ctx, p)
 }
 
 // claimSteals takes a held card from its holder instead of refusing.
@@ -96,8 +95,8 @@ func (m pruneIgnoresDryRun) Prune(ctx context.Context, p board.PruneParams) (boa
 type eventsSkipPruned struct{ board.Store }
 
 func (m eventsSkipPruned) Events(ctx context.Context, p board.EventsParams) ([]board.Event, error) {
-	after, limit := p.After, p.Limit
-	evs, err := m.Store.Events(ctx, board.EventsParams{After: after, Limit: limit})
+	limit := p.Limit
+	evs, err := m.Store.Events(ctx, p)
 	if errors.Is(err, board.ErrEventsPruned) {
 		return m.Store.Events(ctx, board.EventsParams{After: 0, Limit: limit})
 	}
@@ -239,11 +238,11 @@ func (m releaseLeavesRunOpen) claimOnly(ctx context.Context, card string, tok bo
 }
 
 func (m releaseLeavesRunOpen) Release(ctx context.Context, p board.ReleaseParams) error {
-	card, marker, actor := p.Card, p.Marker, p.Actor
+	card, marker := p.Card, p.Marker
 	if c, err := m.Store.GetCard(ctx, board.GetCardParams{ID: card}); err == nil && c.Claim == marker {
 		return m.claimOnly(ctx, card, c.Token())
 	}
-	return m.Store.Release(ctx, board.ReleaseParams{Card: card, Marker: marker, Actor: actor})
+	return m.Store.Release(ctx, p)
 }
 
 func (m releaseLeavesRunOpen) ReleaseOwned(ctx context.Context, p board.OwnedParams) error {
@@ -251,7 +250,7 @@ func (m releaseLeavesRunOpen) ReleaseOwned(ctx context.Context, p board.OwnedPar
 	if c, err := m.Store.GetCard(ctx, board.GetCardParams{ID: card}); err == nil && c.Token() == tok {
 		return m.claimOnly(ctx, card, tok)
 	}
-	return m.Store.ReleaseOwned(ctx, board.OwnedParams{Card: card, Token: tok})
+	return m.Store.ReleaseOwned(ctx, p)
 }
 
 // claimPassesBlockers takes a card waiting on its blockers when it is

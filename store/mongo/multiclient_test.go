@@ -49,8 +49,7 @@ func (r *roundRobin) LoadBoard(ctx context.Context) (board.Board, error) {
 }
 func (r *roundRobin) Traits() board.Traits { return r.stores[0].Traits() }
 func (r *roundRobin) SetBoard(ctx context.Context, p board.SetBoardParams) (board.SetBoardResult, error) {
-	expect, next := p.Expect, p.Next
-	return r.pick().SetBoard(ctx, board.SetBoardParams{Expect: expect, Next: next})
+	return r.pick().SetBoard(ctx, p)
 }
 func (r *roundRobin) SetLabelsFrom(ctx context.Context, l board.SetLabelsFromParams) (board.SetLabelsFromResult, error) {
 	return r.pick().SetLabelsFrom(ctx, l)
@@ -59,15 +58,13 @@ func (r *roundRobin) CreateCard(ctx context.Context, c board.CreateCardParams) (
 	return r.pick().CreateCard(ctx, c)
 }
 func (r *roundRobin) GetCard(ctx context.Context, p board.GetCardParams) (board.Card, error) {
-	id := p.ID
-	return r.pick().GetCard(ctx, board.GetCardParams{ID: id})
+	return r.pick().GetCard(ctx, p)
 }
 func (r *roundRobin) ListCards(ctx context.Context, f board.ListCardsParams) ([]board.Card, error) {
 	return r.pick().ListCards(ctx, f)
 }
 func (r *roundRobin) Dependents(ctx context.Context, p board.DependentsParams) ([]board.Card, error) {
-	id := p.ID
-	return r.pick().Dependents(ctx, board.DependentsParams{ID: id})
+	return r.pick().Dependents(ctx, p)
 }
 func (r *roundRobin) Claim(ctx context.Context, c board.ClaimParams) (board.Card, error) {
 	return r.pick().Claim(ctx, c)
@@ -82,35 +79,28 @@ func (r *roundRobin) ClaimNext(ctx context.Context, c board.ClaimNextParams) (bo
 	return r.pick().ClaimNext(ctx, c)
 }
 func (r *roundRobin) RenewClaims(ctx context.Context, p board.RenewClaimsParams) ([]board.RenewResult, error) {
-	hs, lease := p.Holds, p.Lease
-	return r.pick().RenewClaims(ctx, board.RenewClaimsParams{Holds: hs, Lease: lease})
+	return r.pick().RenewClaims(ctx, p)
 }
 func (r *roundRobin) SetStateOwned(ctx context.Context, m board.SetStateOwnedParams) (board.MoveResult, error) {
 	return r.pick().SetStateOwned(ctx, m)
 }
 func (r *roundRobin) SetLastRunOwned(ctx context.Context, p board.SetLastRunOwnedParams) error {
-	card, tok, runID := p.Card, p.Token, p.RunID
-	return r.pick().SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: card, Token: tok, RunID: runID})
+	return r.pick().SetLastRunOwned(ctx, p)
 }
 func (r *roundRobin) SetAwaitingInputOwned(ctx context.Context, p board.SetAwaitingInputOwnedParams) error {
-	card, tok, v := p.Card, p.Token, p.Awaiting
-	return r.pick().SetAwaitingInputOwned(ctx, board.SetAwaitingInputOwnedParams{Card: card, Token: tok, Awaiting: v})
+	return r.pick().SetAwaitingInputOwned(ctx, p)
 }
 func (r *roundRobin) SetGaveUpOwned(ctx context.Context, p board.SetGaveUpOwnedParams) error {
-	card, tok, g := p.Card, p.Token, p.GaveUp
-	return r.pick().SetGaveUpOwned(ctx, board.SetGaveUpOwnedParams{Card: card, Token: tok, GaveUp: g})
+	return r.pick().SetGaveUpOwned(ctx, p)
 }
 func (r *roundRobin) ExpireClaimOwned(ctx context.Context, p board.OwnedParams) error {
-	card, tok := p.Card, p.Token
-	return r.pick().ExpireClaimOwned(ctx, board.OwnedParams{Card: card, Token: tok})
+	return r.pick().ExpireClaimOwned(ctx, p)
 }
 func (r *roundRobin) ReleaseOwned(ctx context.Context, p board.OwnedParams) error {
-	card, tok := p.Card, p.Token
-	return r.pick().ReleaseOwned(ctx, board.OwnedParams{Card: card, Token: tok})
+	return r.pick().ReleaseOwned(ctx, p)
 }
 func (r *roundRobin) Release(ctx context.Context, p board.ReleaseParams) error {
-	card, marker, actor := p.Card, p.Marker, p.Actor
-	return r.pick().Release(ctx, board.ReleaseParams{Card: card, Marker: marker, Actor: actor})
+	return r.pick().Release(ctx, p)
 }
 func (r *roundRobin) SetState(ctx context.Context, m board.MoveParams) error {
 	return r.pick().SetState(ctx, m)
@@ -125,8 +115,7 @@ func (r *roundRobin) AdjustLabels(ctx context.Context, c board.AdjustLabelsParam
 	return r.pick().AdjustLabels(ctx, c)
 }
 func (r *roundRobin) SetLabels(ctx context.Context, p board.SetLabelsParams) (board.Card, error) {
-	card, labels, actor := p.Card, p.Labels, p.Actor
-	return r.pick().SetLabels(ctx, board.SetLabelsParams{Card: card, Labels: labels, Actor: actor})
+	return r.pick().SetLabels(ctx, p)
 }
 func (r *roundRobin) CreateRun(ctx context.Context, run board.CreateRunParams) (board.Run, error) {
 	return r.pick().CreateRun(ctx, run)
@@ -135,8 +124,7 @@ func (r *roundRobin) UpdateRun(ctx context.Context, u board.UpdateRunParams) (bo
 	return r.pick().UpdateRun(ctx, u)
 }
 func (r *roundRobin) GetRun(ctx context.Context, p board.GetRunParams) (board.Run, error) {
-	id := p.ID
-	return r.pick().GetRun(ctx, board.GetRunParams{ID: id})
+	return r.pick().GetRun(ctx, p)
 }
 func (r *roundRobin) Now(ctx context.Context) (time.Time, error) {
 	return r.pick().Now(ctx)
@@ -148,15 +136,13 @@ func (r *roundRobin) ReleaseExpired(ctx context.Context, rel board.ReleaseExpire
 	return r.pick().ReleaseExpired(ctx, rel)
 }
 func (r *roundRobin) ListUnleasedRunningClaims(ctx context.Context, p board.ListUnleasedRunningClaimsParams) ([]board.Card, error) {
-	cutoff, limit := p.Cutoff, p.Limit
-	return r.pick().ListUnleasedRunningClaims(ctx, board.ListUnleasedRunningClaimsParams{Cutoff: cutoff, Limit: limit})
+	return r.pick().ListUnleasedRunningClaims(ctx, p)
 }
 func (r *roundRobin) ReclaimExpired(ctx context.Context, rc board.ReclaimExpiredParams) (board.Card, error) {
 	return r.pick().ReclaimExpired(ctx, rc)
 }
 func (r *roundRobin) Events(ctx context.Context, p board.EventsParams) ([]board.Event, error) {
-	after, limit := p.After, p.Limit
-	return r.pick().Events(ctx, board.EventsParams{After: after, Limit: limit})
+	return r.pick().Events(ctx, p)
 }
 
 func (r *roundRobin) Prune(ctx context.Context, p board.PruneParams) (board.PruneResult, error) {

@@ -216,8 +216,7 @@ func (u unretried) SetStateOwned(ctx context.Context, m board.SetStateOwnedParam
 // GetCard answers as a store from before the retry policy does: no
 // attempts counted (its cards have no such field).
 func (u unretried) GetCard(ctx context.Context, p board.GetCardParams) (board.Card, error) {
-	id := p.ID
-	c, err := u.Store.GetCard(ctx, board.GetCardParams{ID: id})
+	c, err := u.Store.GetCard(ctx, p)
 	c.Attempts = 0
 	return c, err
 }
@@ -257,7 +256,7 @@ func (h *hangStore) Start(ctx context.Context, r board.StartParams) (board.Start
 func (h *hangStore) GetCard(ctx context.Context, p board.GetCardParams) (board.Card, error) {
 	id := p.ID
 	if id != HangCard {
-		return h.Store.GetCard(ctx, board.GetCardParams{ID: id})
+		return h.Store.GetCard(ctx, p)
 	}
 	fmt.Fprintln(h.stderr, HangLine)
 	<-ctx.Done()
