@@ -315,6 +315,7 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 			every = BoardCountEvery
 		}
 		counter := &boardCounter{
+			count: a.store.CountCards,
 			list: func(ctx context.Context) ([]board.Card, error) {
 				return a.store.ListCards(ctx, board.ListCardsParams{})
 			},

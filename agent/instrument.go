@@ -73,6 +73,7 @@ var readOps = map[string]bool{
 	"get_card": true, "list_cards": true, "dependents": true, "get_run": true,
 	"events": true, "now": true, "list_expired_claim_candidates": true,
 	"list_unleased_running_claims": true, "renew_claims": true, "load_board": true,
+	"count_cards": true,
 }
 
 // WriteOutcome is how the store answered the last write through the agent

@@ -18,6 +18,7 @@ var storeOps = []string{
 	"get_card",
 	"list_cards",
 	"dependents",
+	"count_cards",
 	"create_card",
 	"set_state",
 	"set_state_from",
@@ -79,6 +80,12 @@ func (s meteredStore) ListCards(ctx context.Context, p board.ListCardsParams) ([
 func (s meteredStore) Dependents(ctx context.Context, p board.DependentsParams) ([]board.Card, error) {
 	out, err := s.inner.Dependents(ctx, p)
 	s.done("dependents", err)
+	return out, err
+}
+
+func (s meteredStore) CountCards(ctx context.Context) (board.CardCounts, error) {
+	out, err := s.inner.CountCards(ctx)
+	s.done("count_cards", err)
 	return out, err
 }
 

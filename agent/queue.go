@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -39,6 +40,10 @@ const (
 // listing per BoardCountEvery per agent, whatever the scrape rate, and a
 // scrape never waits for the store.
 type boardCounter struct {
+	// count counts the board's cards (board.Store.CountCards); list lists
+	// them, for a store plugin built before CountCards, which answers it
+	// unsupported: the counter then lists from that answer on.
+	count  func(ctx context.Context) (board.CardCounts, error)
 	list   func(ctx context.Context) ([]board.Card, error)
 	boards func(ctx context.Context) (board.Board, error)
 	// head is the effects tailer's cursor; nil recounts at every look.
@@ -48,8 +53,9 @@ type boardCounter struct {
 	now    func() time.Time
 	log    *slog.Logger
 
-	mu   sync.Mutex
-	last *boardCount // nil until the first listing answered
+	mu       sync.Mutex
+	last     *boardCount // nil until the first listing answered
+	listOnly bool        // the store answered CountCards unsupported
 }
 
 // boardCount is one listing's result.
@@ -63,7 +69,7 @@ type boardCount struct {
 
 // run counts at once, then looks every c.every until ctx ends. A failed
 // listing keeps the last counts (and their timestamp, which says how old
-// they are); meteredStore counts the failure under list_cards.
+// they are); meteredStore counts the failure under count_cards (list_cards for an older store plugin).
 func (c *boardCounter) run(ctx context.Context) {
 	t := time.NewTicker(c.every)
 	defer t.Stop()
@@ -103,21 +109,45 @@ func (c *boardCounter) look(ctx context.Context) error {
 		return nil
 	}
 	at := c.now()
-	cards, err := c.list(ctx)
+	counts, err := c.counts(ctx)
 	if err != nil {
 		return err
 	}
-	n := &boardCount{states: states, cards: map[string]int{}, at: at, head: head}
-	for _, card := range cards {
-		n.cards[card.State]++
-		if card.Claimed() {
-			n.claimed++
-		}
-	}
+	n := &boardCount{states: states, cards: counts.States, claimed: counts.Claimed, at: at, head: head}
 	c.mu.Lock()
 	c.last = n
 	c.mu.Unlock()
 	return nil
+}
+
+// counts asks the store to count, or lists the cards and counts them when
+// the store cannot (an older store plugin).
+func (c *boardCounter) counts(ctx context.Context) (board.CardCounts, error) {
+	c.mu.Lock()
+	listOnly := c.listOnly || c.count == nil
+	c.mu.Unlock()
+	if !listOnly {
+		counts, err := c.count(ctx)
+		if !errors.Is(err, errors.ErrUnsupported) {
+			return counts, err
+		}
+		c.log.Info("the store cannot count cards (a store plugin built before CountCards): listing them instead", "err", err)
+		c.mu.Lock()
+		c.listOnly = true
+		c.mu.Unlock()
+	}
+	cards, err := c.list(ctx)
+	if err != nil {
+		return board.CardCounts{}, err
+	}
+	out := board.CardCounts{States: map[string]int{}}
+	for _, card := range cards {
+		out.States[card.State]++
+		if card.Claimed() {
+			out.Claimed++
+		}
+	}
+	return out, nil
 }
 
 // boardSeries are the descriptors of the board-wide series, built from

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"path/filepath"
 	"testing"
@@ -501,5 +502,57 @@ func TestOrphanVerdictCountsAsARunOutcome(t *testing.T) {
 	}
 	if got := value(fams, "leasekeeper_retries_total", map[string]string{"outcome": "spent"}); got != 0 {
 		t.Errorf("retries spent = %v, want 0", got)
+	}
+}
+
+// TestBoardCounterCountsAndFallsBackToListing: the counter asks the store
+// to count; a store that cannot (a plugin built before CountCards answers
+// it unsupported) is listed instead, from that answer on, so the counts
+// stay exact and the refused call is made once.
+func TestBoardCounterCountsAndFallsBackToListing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	def := board.DefaultBoard(true)
+	var counts, lists int
+	countErr := error(nil)
+	c := &boardCounter{
+		count: func(context.Context) (board.CardCounts, error) {
+			counts++
+			if countErr != nil {
+				return board.CardCounts{}, countErr
+			}
+			return board.CardCounts{States: map[string]int{board.StateReady: 3}, Claimed: 1}, nil
+		},
+		list: func(context.Context) ([]board.Card, error) {
+			lists++
+			return []board.Card{{ID: "a", State: board.StateBacklog, Claim: "h-1"}}, nil
+		},
+		boards: func(context.Context) (board.Board, error) { return def, nil },
+		every:  time.Second,
+		maxAge: time.Minute,
+		now:    time.Now,
+		log:    slog.New(slog.DiscardHandler),
+	}
+	if err := c.look(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if counts != 1 || lists != 0 || c.last.cards[board.StateReady] != 3 || c.last.claimed != 1 {
+		t.Fatalf("with a store that counts: %d counts, %d listings, counts %v claimed %d; want the store's count", counts, lists, c.last.cards, c.last.claimed)
+	}
+	countErr = fmt.Errorf("store plugin: CountCards: not implemented by this plugin: %w", errors.ErrUnsupported)
+	for range 2 {
+		if err := c.look(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if counts != 2 || lists != 2 || c.last.cards[board.StateBacklog] != 1 || c.last.claimed != 1 {
+		t.Fatalf("with a store that cannot count: %d counts, %d listings, counts %v claimed %d; want one refused count, then listings", counts, lists, c.last.cards, c.last.claimed)
+	}
+	countErr = errors.New("store down")
+	c.mu.Lock()
+	c.listOnly = false
+	c.mu.Unlock()
+	if err := c.look(ctx); !errors.Is(err, countErr) {
+		t.Fatalf("a store that fails to count: err %v, want its error (no listing instead)", err)
 	}
 }

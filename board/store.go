@@ -290,6 +290,16 @@ type CardReader interface {
 	ListCards(ctx context.Context, p ListCardsParams) ([]Card, error)
 	// Dependents lists the cards that declare id among their blockers.
 	Dependents(ctx context.Context, p DependentsParams) ([]Card, error)
+	// CountCards counts the cards in each state and the claimed ones
+	// without handing back the cards (DESIGN.md#queue-depth).
+	CountCards(ctx context.Context) (CardCounts, error)
+}
+
+// CardCounts is how many cards each state holds (a state with none is
+// absent) and how many cards carry a claim (CountCards).
+type CardCounts struct {
+	States  map[string]int `json:"states"`
+	Claimed int            `json:"claimed"`
 }
 
 // CardWriter is the writes that need no claim: card creation, operator

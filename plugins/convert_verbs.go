@@ -282,6 +282,21 @@ func fromEventsReply(r *storepb.EventsReply) []board.Event {
 	return out
 }
 
+func toCardCountsReply(c board.CardCounts) *storepb.CardCountsReply {
+	out := &storepb.CardCountsReply{States: make(map[string]int64, len(c.States)), Claimed: int64(c.Claimed)}
+	for s, n := range c.States {
+		out.States[s] = int64(n)
+	}
+	return out
+}
+func fromCardCountsReply(r *storepb.CardCountsReply) board.CardCounts {
+	out := board.CardCounts{States: make(map[string]int, len(r.GetStates())), Claimed: int(r.GetClaimed())}
+	for s, n := range r.GetStates() {
+		out.States[s] = int(n)
+	}
+	return out
+}
+
 func toDeleteCardRequest(p board.DeleteCardParams) *storepb.DeleteCardRequest {
 	return &storepb.DeleteCardRequest{Id: p.ID, Actor: p.Actor, DryRun: p.DryRun}
 }

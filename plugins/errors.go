@@ -166,7 +166,7 @@ func callError(ctx context.Context, verb string, err error) error {
 		}
 		if st.Code() == codes.Unimplemented {
 			// The server refused the method before running anything.
-			return fmt.Errorf("store plugin: %s: not implemented by this plugin (built for another protocol revision?): %s", verb, st.Message())
+			return fmt.Errorf("store plugin: %s: not implemented by this plugin (built for another protocol revision?): %s: %w", verb, st.Message(), errors.ErrUnsupported)
 		}
 	}
 	if ok && (st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled) {

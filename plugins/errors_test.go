@@ -186,3 +186,20 @@ func TestAnswerTheAgentCannotReadKeepsThePlugin(t *testing.T) {
 		t.Errorf("an answer the plugin could not encode was taken for a broken plugin: %v", err)
 	}
 }
+
+// TestAnUnimplementedVerbIsUnsupported: a verb a plugin does not serve
+// (built before it existed) is told apart from the store failing, as
+// errors.ErrUnsupported, so a caller with another way to ask (the
+// metrics' card count, which can list instead) takes it.
+func TestAnUnimplementedVerbIsUnsupported(t *testing.T) {
+	err := callError(t.Context(), "CountCards", status.Error(codes.Unimplemented, "unknown method CountCards"))
+	if !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("callError(Unimplemented) = %v, want errors.ErrUnsupported", err)
+	}
+	if errors.Is(err, board.ErrOutcomeUnknown) {
+		t.Errorf("callError(Unimplemented) = %v: a refused method ran nothing, its outcome is known", err)
+	}
+	if err := callError(t.Context(), "GetCard", status.Error(codes.Unavailable, "gone")); errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("callError(Unavailable) = %v, reads as unsupported", err)
+	}
+}

@@ -60,6 +60,14 @@ func (s *verbs) Dependents(ctx context.Context, p board.DependentsParams) ([]boa
 	return fromCardsReply(r), nil
 }
 
+func (s *verbs) CountCards(ctx context.Context) (board.CardCounts, error) {
+	r, err := s.rpc.CountCards(ctx, &storepb.Empty{})
+	if err != nil {
+		return board.CardCounts{}, err
+	}
+	return fromCardCountsReply(r), nil
+}
+
 func (s *verbs) CreateCard(ctx context.Context, p board.CreateCardParams) (board.Card, error) {
 	r, err := s.rpc.CreateCard(ctx, toCreateCardRequest(p))
 	if err != nil {
@@ -314,6 +322,14 @@ func (s *server) Dependents(ctx context.Context, r *storepb.DependentsRequest) (
 		return nil, toStatus(err)
 	}
 	return toCardsReply(res), nil
+}
+
+func (s *server) CountCards(ctx context.Context, _ *storepb.Empty) (*storepb.CardCountsReply, error) {
+	res, err := s.store.CountCards(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return toCardCountsReply(res), nil
 }
 
 func (s *server) CreateCard(ctx context.Context, r *storepb.CreateCardRequest) (*storepb.CardReply, error) {

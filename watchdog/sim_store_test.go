@@ -75,7 +75,7 @@ var (
 		"CreateRun", "UpdateRun", "ReclaimExpired",
 	}
 	simPassThrough = []string{
-		"LoadBoard", "GetCard", "ListCards", "Dependents", "GetRun",
+		"LoadBoard", "GetCard", "ListCards", "CountCards", "Dependents", "GetRun",
 		"ListExpiredClaimCandidates", "ListUnleasedRunningClaims",
 		// The store's clock is a read.
 		"Now",
@@ -344,6 +344,9 @@ func (s *simStore) GetCard(ctx context.Context, p board.GetCardParams) (board.Ca
 }
 func (s *simStore) ListCards(ctx context.Context, f board.ListCardsParams) ([]board.Card, error) {
 	return s.inner.ListCards(ctx, f)
+}
+func (s *simStore) CountCards(ctx context.Context) (board.CardCounts, error) {
+	return s.inner.CountCards(ctx)
 }
 func (s *simStore) Dependents(ctx context.Context, p board.DependentsParams) ([]board.Card, error) {
 	return s.inner.Dependents(ctx, p)

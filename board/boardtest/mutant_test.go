@@ -152,6 +152,20 @@ func (m reopenLastBlockerOnly) Reopen(ctx context.Context, mv board.MoveParams) 
 	return err
 }
 
+// countMissesRecoveryClaims counts only worker claims as claimed, as a
+// store counting an index of worker claims would.
+type countMissesRecoveryClaims struct{ board.Store }
+
+func (m countMissesRecoveryClaims) CountCards(ctx context.Context) (board.CardCounts, error) {
+	c, err := m.Store.CountCards(ctx)
+	if err != nil {
+		return c, err
+	}
+	rec, err := m.Store.ListCards(ctx, board.ListCardsParams{RecoveryOnly: true})
+	c.Claimed -= len(rec)
+	return c, err
+}
+
 // recoveryListsClaimed ignores RecoveryOnly: it lists every claimed card,
 // as a store without a recovery index might.
 type recoveryListsClaimed struct{ board.Store }
@@ -285,22 +299,23 @@ func (m claimPassesBlockers) Start(ctx context.Context, r board.StartParams) (bo
 }
 
 var mutants = map[string]func(board.Store) board.Store{
-	"claimPassesBlockers":    func(s board.Store) board.Store { return claimPassesBlockers{s} },
-	"startMintsOnRefusal":    func(s board.Store) board.Store { return startMintsOnRefusal{s} },
-	"finishWithoutRunFence":  func(s board.Store) board.Store { return finishWithoutRunFence{s} },
-	"updateRunIgnoresToken":  func(s board.Store) board.Store { return updateRunIgnoresToken{s} },
-	"releaseLeavesRunOpen":   func(s board.Store) board.Store { return releaseLeavesRunOpen{s} },
-	"releaseExpiredByMarker": func(s board.Store) board.Store { return releaseExpiredByMarker{s} },
-	"listingRestarts":        func(s board.Store) board.Store { return listingRestarts{s} },
-	"fenceBypass":            func(s board.Store) board.Store { return fenceBypass{s} },
-	"claimSteals":            func(s board.Store) board.Store { return claimSteals{s} },
-	"reclaimIgnoresLease":    func(s board.Store) board.Store { return reclaimIgnoresLease{s} },
-	"anonymousConflict":      func(s board.Store) board.Store { return anonymousConflict{s} },
-	"sinkLeaks":              func(s board.Store) board.Store { return sinkLeaks{s} },
-	"recoveryListsClaimed":   func(s board.Store) board.Store { return recoveryListsClaimed{s} },
-	"reopenLastBlockerOnly":  func(s board.Store) board.Store { return reopenLastBlockerOnly{s} },
-	"pruneIgnoresDryRun":     func(s board.Store) board.Store { return pruneIgnoresDryRun{s} },
-	"eventsSkipPruned":       func(s board.Store) board.Store { return eventsSkipPruned{s} },
+	"claimPassesBlockers":       func(s board.Store) board.Store { return claimPassesBlockers{s} },
+	"startMintsOnRefusal":       func(s board.Store) board.Store { return startMintsOnRefusal{s} },
+	"finishWithoutRunFence":     func(s board.Store) board.Store { return finishWithoutRunFence{s} },
+	"updateRunIgnoresToken":     func(s board.Store) board.Store { return updateRunIgnoresToken{s} },
+	"releaseLeavesRunOpen":      func(s board.Store) board.Store { return releaseLeavesRunOpen{s} },
+	"releaseExpiredByMarker":    func(s board.Store) board.Store { return releaseExpiredByMarker{s} },
+	"listingRestarts":           func(s board.Store) board.Store { return listingRestarts{s} },
+	"fenceBypass":               func(s board.Store) board.Store { return fenceBypass{s} },
+	"claimSteals":               func(s board.Store) board.Store { return claimSteals{s} },
+	"reclaimIgnoresLease":       func(s board.Store) board.Store { return reclaimIgnoresLease{s} },
+	"anonymousConflict":         func(s board.Store) board.Store { return anonymousConflict{s} },
+	"sinkLeaks":                 func(s board.Store) board.Store { return sinkLeaks{s} },
+	"recoveryListsClaimed":      func(s board.Store) board.Store { return recoveryListsClaimed{s} },
+	"countMissesRecoveryClaims": func(s board.Store) board.Store { return countMissesRecoveryClaims{s} },
+	"reopenLastBlockerOnly":     func(s board.Store) board.Store { return reopenLastBlockerOnly{s} },
+	"pruneIgnoresDryRun":        func(s board.Store) board.Store { return pruneIgnoresDryRun{s} },
+	"eventsSkipPruned":          func(s board.Store) board.Store { return eventsSkipPruned{s} },
 }
 
 func mutantHarness(t *testing.T) boardtest.Harness {
@@ -347,6 +362,8 @@ func TestSuiteCatchesMutants(t *testing.T) {
 			[]string{"TestMutantExercise/Expired/ReleaseExpiredCarriesTheWholePrecondition"}},
 		{"listingRestarts", "TestMutantExercise/Expired/ExpiredListingPages",
 			[]string{"TestMutantExercise/Expired/ExpiredListingPages"}},
+		{"countMissesRecoveryClaims", "TestMutantExercise/Watchdog/CountCards",
+			[]string{"TestMutantExercise/Watchdog/CountCards"}},
 		{"recoveryListsClaimed", "TestMutantExercise/Watchdog/RecoveryOnlyListing",
 			[]string{"TestMutantExercise/Watchdog/RecoveryOnlyListing"}},
 		{"startMintsOnRefusal", "TestMutantExercise/Lifecycle/RefusalsMintNothing",

@@ -308,6 +308,7 @@ func exerciseWatchdog(t *testing.T, h Harness) {
 	})
 
 	t.Run("RecoveryOnlyListing", func(t *testing.T) { exerciseRecoveryListing(t, h) })
+	t.Run("CountCards", func(t *testing.T) { exerciseCountCards(t, h) })
 	t.Run("ClaimHostsListing", func(t *testing.T) { exerciseClaimHostsListing(t, h) })
 
 	t.Run("ListUnleasedRunningClaimsHoldsNoLeasedClaim", func(t *testing.T) {

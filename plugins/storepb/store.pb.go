@@ -4549,6 +4549,58 @@ func (x *DeleteCardReply) GetDryRun() bool {
 	return false
 }
 
+type CardCountsReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	States        map[string]int64       `protobuf:"bytes,1,rep,name=states,proto3" json:"states,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Claimed       int64                  `protobuf:"varint,2,opt,name=claimed,proto3" json:"claimed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CardCountsReply) Reset() {
+	*x = CardCountsReply{}
+	mi := &file_store_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CardCountsReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CardCountsReply) ProtoMessage() {}
+
+func (x *CardCountsReply) ProtoReflect() protoreflect.Message {
+	mi := &file_store_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CardCountsReply.ProtoReflect.Descriptor instead.
+func (*CardCountsReply) Descriptor() ([]byte, []int) {
+	return file_store_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *CardCountsReply) GetStates() map[string]int64 {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *CardCountsReply) GetClaimed() int64 {
+	if x != nil {
+		return x.Claimed
+	}
+	return 0
+}
+
 var File_store_proto protoreflect.FileDescriptor
 
 const file_store_proto_rawDesc = "" +
@@ -4913,7 +4965,13 @@ const file_store_proto_rawDesc = "" +
 	"\x0fDeleteCardReply\x12.\n" +
 	"\x04card\x18\x01 \x01(\v2\x1a.leasekeeper.store.v1.CardR\x04card\x12\x12\n" +
 	"\x04runs\x18\x02 \x01(\x03R\x04runs\x12\x17\n" +
-	"\adry_run\x18\x03 \x01(\bR\x06dryRun*\x85\x03\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"\xb1\x01\n" +
+	"\x0fCardCountsReply\x12I\n" +
+	"\x06states\x18\x01 \x03(\v21.leasekeeper.store.v1.CardCountsReply.StatesEntryR\x06states\x12\x18\n" +
+	"\aclaimed\x18\x02 \x01(\x03R\aclaimed\x1a9\n" +
+	"\vStatesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01*\x85\x03\n" +
 	"\tErrorKind\x12\x1a\n" +
 	"\x16ERROR_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ERROR_KIND_NOT_FOUND\x10\x01\x12\x1d\n" +
@@ -4927,7 +4985,7 @@ const file_store_proto_rawDesc = "" +
 	"\x1cERROR_KIND_DEADLINE_EXCEEDED\x10\t\x12\"\n" +
 	"\x1eERROR_KIND_WAITING_ON_BLOCKERS\x10\n" +
 	"\x12\x1c\n" +
-	"\x18ERROR_KIND_EVENTS_PRUNED\x10\v2\xb8\x19\n" +
+	"\x18ERROR_KIND_EVENTS_PRUNED\x10\v2\x8a\x1a\n" +
 	"\x05Store\x12M\n" +
 	"\x05Board\x12\".leasekeeper.store.v1.BoardRequest\x1a .leasekeeper.store.v1.BoardReply\x12>\n" +
 	"\x03Now\x12\x1b.leasekeeper.store.v1.Empty\x1a\x1a.leasekeeper.store.v1.Time\x12V\n" +
@@ -4936,7 +4994,9 @@ const file_store_proto_rawDesc = "" +
 	"\aGetCard\x12$.leasekeeper.store.v1.GetCardRequest\x1a\x1f.leasekeeper.store.v1.CardReply\x12U\n" +
 	"\tListCards\x12&.leasekeeper.store.v1.ListCardsRequest\x1a .leasekeeper.store.v1.CardsReply\x12W\n" +
 	"\n" +
-	"Dependents\x12'.leasekeeper.store.v1.DependentsRequest\x1a .leasekeeper.store.v1.CardsReply\x12Q\n" +
+	"Dependents\x12'.leasekeeper.store.v1.DependentsRequest\x1a .leasekeeper.store.v1.CardsReply\x12P\n" +
+	"\n" +
+	"CountCards\x12\x1b.leasekeeper.store.v1.Empty\x1a%.leasekeeper.store.v1.CardCountsReply\x12Q\n" +
 	"\x05Claim\x12\".leasekeeper.store.v1.ClaimRequest\x1a$.leasekeeper.store.v1.CardTokenReply\x12Y\n" +
 	"\tClaimNext\x12&.leasekeeper.store.v1.ClaimNextRequest\x1a$.leasekeeper.store.v1.CardTokenReply\x12_\n" +
 	"\vRenewClaims\x12(.leasekeeper.store.v1.RenewClaimsRequest\x1a&.leasekeeper.store.v1.RenewClaimsReply\x12O\n" +
@@ -4983,7 +5043,7 @@ func file_store_proto_rawDescGZIP() []byte {
 }
 
 var file_store_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_store_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_store_proto_goTypes = []any{
 	(ErrorKind)(0),                       // 0: leasekeeper.store.v1.ErrorKind
 	(*Call)(nil),                         // 1: leasekeeper.store.v1.Call
@@ -5052,6 +5112,8 @@ var file_store_proto_goTypes = []any{
 	(*PruneReply)(nil),                   // 64: leasekeeper.store.v1.PruneReply
 	(*DeleteCardRequest)(nil),            // 65: leasekeeper.store.v1.DeleteCardRequest
 	(*DeleteCardReply)(nil),              // 66: leasekeeper.store.v1.DeleteCardReply
+	(*CardCountsReply)(nil),              // 67: leasekeeper.store.v1.CardCountsReply
+	nil,                                  // 68: leasekeeper.store.v1.CardCountsReply.StatesEntry
 }
 var file_store_proto_depIdxs = []int32{
 	1,   // 0: leasekeeper.store.v1.CallBatch.calls:type_name -> leasekeeper.store.v1.Call
@@ -5128,85 +5190,88 @@ var file_store_proto_depIdxs = []int32{
 	5,   // 71: leasekeeper.store.v1.PruneRequest.before:type_name -> leasekeeper.store.v1.Time
 	6,   // 72: leasekeeper.store.v1.PruneReply.cards:type_name -> leasekeeper.store.v1.Strings
 	16,  // 73: leasekeeper.store.v1.DeleteCardReply.card:type_name -> leasekeeper.store.v1.Card
-	20,  // 74: leasekeeper.store.v1.Store.Board:input_type -> leasekeeper.store.v1.BoardRequest
-	9,   // 75: leasekeeper.store.v1.Store.Now:input_type -> leasekeeper.store.v1.Empty
-	23,  // 76: leasekeeper.store.v1.Store.CreateCard:input_type -> leasekeeper.store.v1.CreateCardRequest
-	24,  // 77: leasekeeper.store.v1.Store.GetCard:input_type -> leasekeeper.store.v1.GetCardRequest
-	26,  // 78: leasekeeper.store.v1.Store.ListCards:input_type -> leasekeeper.store.v1.ListCardsRequest
-	27,  // 79: leasekeeper.store.v1.Store.Dependents:input_type -> leasekeeper.store.v1.DependentsRequest
-	29,  // 80: leasekeeper.store.v1.Store.Claim:input_type -> leasekeeper.store.v1.ClaimRequest
-	30,  // 81: leasekeeper.store.v1.Store.ClaimNext:input_type -> leasekeeper.store.v1.ClaimNextRequest
-	32,  // 82: leasekeeper.store.v1.Store.RenewClaims:input_type -> leasekeeper.store.v1.RenewClaimsRequest
-	51,  // 83: leasekeeper.store.v1.Store.Start:input_type -> leasekeeper.store.v1.StartRequest
-	53,  // 84: leasekeeper.store.v1.Store.Finish:input_type -> leasekeeper.store.v1.FinishRequest
-	35,  // 85: leasekeeper.store.v1.Store.SetStateOwned:input_type -> leasekeeper.store.v1.SetStateOwnedRequest
-	37,  // 86: leasekeeper.store.v1.Store.SetLastRunOwned:input_type -> leasekeeper.store.v1.SetLastRunOwnedRequest
-	38,  // 87: leasekeeper.store.v1.Store.SetAwaitingInputOwned:input_type -> leasekeeper.store.v1.SetAwaitingInputOwnedRequest
-	39,  // 88: leasekeeper.store.v1.Store.SetGaveUpOwned:input_type -> leasekeeper.store.v1.SetGaveUpOwnedRequest
-	40,  // 89: leasekeeper.store.v1.Store.ExpireClaimOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
-	40,  // 90: leasekeeper.store.v1.Store.ReleaseOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
-	41,  // 91: leasekeeper.store.v1.Store.Release:input_type -> leasekeeper.store.v1.ReleaseRequest
-	56,  // 92: leasekeeper.store.v1.Store.ReleaseExpired:input_type -> leasekeeper.store.v1.ReleaseExpiredRequest
-	42,  // 93: leasekeeper.store.v1.Store.SetState:input_type -> leasekeeper.store.v1.MoveRequest
-	42,  // 94: leasekeeper.store.v1.Store.SetStateFrom:input_type -> leasekeeper.store.v1.MoveRequest
-	42,  // 95: leasekeeper.store.v1.Store.Reopen:input_type -> leasekeeper.store.v1.MoveRequest
-	43,  // 96: leasekeeper.store.v1.Store.AdjustLabels:input_type -> leasekeeper.store.v1.AdjustLabelsRequest
-	44,  // 97: leasekeeper.store.v1.Store.SetLabels:input_type -> leasekeeper.store.v1.SetLabelsRequest
-	20,  // 98: leasekeeper.store.v1.Store.LoadBoard:input_type -> leasekeeper.store.v1.BoardRequest
-	45,  // 99: leasekeeper.store.v1.Store.SetBoard:input_type -> leasekeeper.store.v1.SetBoardRequest
-	47,  // 100: leasekeeper.store.v1.Store.SetLabelsFrom:input_type -> leasekeeper.store.v1.SetLabelsFromRequest
-	50,  // 101: leasekeeper.store.v1.Store.CreateRun:input_type -> leasekeeper.store.v1.NewRunRequest
-	49,  // 102: leasekeeper.store.v1.Store.UpdateRun:input_type -> leasekeeper.store.v1.RunUpdateRequest
-	55,  // 103: leasekeeper.store.v1.Store.GetRun:input_type -> leasekeeper.store.v1.GetRunRequest
-	57,  // 104: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:input_type -> leasekeeper.store.v1.ListExpiredRequest
-	59,  // 105: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:input_type -> leasekeeper.store.v1.ListCutoffRequest
-	60,  // 106: leasekeeper.store.v1.Store.ReclaimExpired:input_type -> leasekeeper.store.v1.ReclaimExpiredRequest
-	61,  // 107: leasekeeper.store.v1.Store.Events:input_type -> leasekeeper.store.v1.EventsRequest
-	2,   // 108: leasekeeper.store.v1.Store.Calls:input_type -> leasekeeper.store.v1.CallBatch
-	63,  // 109: leasekeeper.store.v1.Store.Prune:input_type -> leasekeeper.store.v1.PruneRequest
-	65,  // 110: leasekeeper.store.v1.Store.DeleteCard:input_type -> leasekeeper.store.v1.DeleteCardRequest
-	21,  // 111: leasekeeper.store.v1.Store.Board:output_type -> leasekeeper.store.v1.BoardReply
-	5,   // 112: leasekeeper.store.v1.Store.Now:output_type -> leasekeeper.store.v1.Time
-	25,  // 113: leasekeeper.store.v1.Store.CreateCard:output_type -> leasekeeper.store.v1.CardReply
-	25,  // 114: leasekeeper.store.v1.Store.GetCard:output_type -> leasekeeper.store.v1.CardReply
-	28,  // 115: leasekeeper.store.v1.Store.ListCards:output_type -> leasekeeper.store.v1.CardsReply
-	28,  // 116: leasekeeper.store.v1.Store.Dependents:output_type -> leasekeeper.store.v1.CardsReply
-	31,  // 117: leasekeeper.store.v1.Store.Claim:output_type -> leasekeeper.store.v1.CardTokenReply
-	31,  // 118: leasekeeper.store.v1.Store.ClaimNext:output_type -> leasekeeper.store.v1.CardTokenReply
-	34,  // 119: leasekeeper.store.v1.Store.RenewClaims:output_type -> leasekeeper.store.v1.RenewClaimsReply
-	52,  // 120: leasekeeper.store.v1.Store.Start:output_type -> leasekeeper.store.v1.StartedReply
-	54,  // 121: leasekeeper.store.v1.Store.Finish:output_type -> leasekeeper.store.v1.FinishedReply
-	36,  // 122: leasekeeper.store.v1.Store.SetStateOwned:output_type -> leasekeeper.store.v1.ChangedReply
-	9,   // 123: leasekeeper.store.v1.Store.SetLastRunOwned:output_type -> leasekeeper.store.v1.Empty
-	9,   // 124: leasekeeper.store.v1.Store.SetAwaitingInputOwned:output_type -> leasekeeper.store.v1.Empty
-	9,   // 125: leasekeeper.store.v1.Store.SetGaveUpOwned:output_type -> leasekeeper.store.v1.Empty
-	9,   // 126: leasekeeper.store.v1.Store.ExpireClaimOwned:output_type -> leasekeeper.store.v1.Empty
-	9,   // 127: leasekeeper.store.v1.Store.ReleaseOwned:output_type -> leasekeeper.store.v1.Empty
-	9,   // 128: leasekeeper.store.v1.Store.Release:output_type -> leasekeeper.store.v1.Empty
-	9,   // 129: leasekeeper.store.v1.Store.ReleaseExpired:output_type -> leasekeeper.store.v1.Empty
-	9,   // 130: leasekeeper.store.v1.Store.SetState:output_type -> leasekeeper.store.v1.Empty
-	36,  // 131: leasekeeper.store.v1.Store.SetStateFrom:output_type -> leasekeeper.store.v1.ChangedReply
-	9,   // 132: leasekeeper.store.v1.Store.Reopen:output_type -> leasekeeper.store.v1.Empty
-	25,  // 133: leasekeeper.store.v1.Store.AdjustLabels:output_type -> leasekeeper.store.v1.CardReply
-	25,  // 134: leasekeeper.store.v1.Store.SetLabels:output_type -> leasekeeper.store.v1.CardReply
-	21,  // 135: leasekeeper.store.v1.Store.LoadBoard:output_type -> leasekeeper.store.v1.BoardReply
-	46,  // 136: leasekeeper.store.v1.Store.SetBoard:output_type -> leasekeeper.store.v1.SetBoardReply
-	48,  // 137: leasekeeper.store.v1.Store.SetLabelsFrom:output_type -> leasekeeper.store.v1.CardChangedReply
-	17,  // 138: leasekeeper.store.v1.Store.CreateRun:output_type -> leasekeeper.store.v1.RunMessage
-	17,  // 139: leasekeeper.store.v1.Store.UpdateRun:output_type -> leasekeeper.store.v1.RunMessage
-	17,  // 140: leasekeeper.store.v1.Store.GetRun:output_type -> leasekeeper.store.v1.RunMessage
-	58,  // 141: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:output_type -> leasekeeper.store.v1.ExpiredPageReply
-	28,  // 142: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:output_type -> leasekeeper.store.v1.CardsReply
-	31,  // 143: leasekeeper.store.v1.Store.ReclaimExpired:output_type -> leasekeeper.store.v1.CardTokenReply
-	62,  // 144: leasekeeper.store.v1.Store.Events:output_type -> leasekeeper.store.v1.EventsReply
-	4,   // 145: leasekeeper.store.v1.Store.Calls:output_type -> leasekeeper.store.v1.ReplyBatch
-	64,  // 146: leasekeeper.store.v1.Store.Prune:output_type -> leasekeeper.store.v1.PruneReply
-	66,  // 147: leasekeeper.store.v1.Store.DeleteCard:output_type -> leasekeeper.store.v1.DeleteCardReply
-	111, // [111:148] is the sub-list for method output_type
-	74,  // [74:111] is the sub-list for method input_type
-	74,  // [74:74] is the sub-list for extension type_name
-	74,  // [74:74] is the sub-list for extension extendee
-	0,   // [0:74] is the sub-list for field type_name
+	68,  // 74: leasekeeper.store.v1.CardCountsReply.states:type_name -> leasekeeper.store.v1.CardCountsReply.StatesEntry
+	20,  // 75: leasekeeper.store.v1.Store.Board:input_type -> leasekeeper.store.v1.BoardRequest
+	9,   // 76: leasekeeper.store.v1.Store.Now:input_type -> leasekeeper.store.v1.Empty
+	23,  // 77: leasekeeper.store.v1.Store.CreateCard:input_type -> leasekeeper.store.v1.CreateCardRequest
+	24,  // 78: leasekeeper.store.v1.Store.GetCard:input_type -> leasekeeper.store.v1.GetCardRequest
+	26,  // 79: leasekeeper.store.v1.Store.ListCards:input_type -> leasekeeper.store.v1.ListCardsRequest
+	27,  // 80: leasekeeper.store.v1.Store.Dependents:input_type -> leasekeeper.store.v1.DependentsRequest
+	9,   // 81: leasekeeper.store.v1.Store.CountCards:input_type -> leasekeeper.store.v1.Empty
+	29,  // 82: leasekeeper.store.v1.Store.Claim:input_type -> leasekeeper.store.v1.ClaimRequest
+	30,  // 83: leasekeeper.store.v1.Store.ClaimNext:input_type -> leasekeeper.store.v1.ClaimNextRequest
+	32,  // 84: leasekeeper.store.v1.Store.RenewClaims:input_type -> leasekeeper.store.v1.RenewClaimsRequest
+	51,  // 85: leasekeeper.store.v1.Store.Start:input_type -> leasekeeper.store.v1.StartRequest
+	53,  // 86: leasekeeper.store.v1.Store.Finish:input_type -> leasekeeper.store.v1.FinishRequest
+	35,  // 87: leasekeeper.store.v1.Store.SetStateOwned:input_type -> leasekeeper.store.v1.SetStateOwnedRequest
+	37,  // 88: leasekeeper.store.v1.Store.SetLastRunOwned:input_type -> leasekeeper.store.v1.SetLastRunOwnedRequest
+	38,  // 89: leasekeeper.store.v1.Store.SetAwaitingInputOwned:input_type -> leasekeeper.store.v1.SetAwaitingInputOwnedRequest
+	39,  // 90: leasekeeper.store.v1.Store.SetGaveUpOwned:input_type -> leasekeeper.store.v1.SetGaveUpOwnedRequest
+	40,  // 91: leasekeeper.store.v1.Store.ExpireClaimOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
+	40,  // 92: leasekeeper.store.v1.Store.ReleaseOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
+	41,  // 93: leasekeeper.store.v1.Store.Release:input_type -> leasekeeper.store.v1.ReleaseRequest
+	56,  // 94: leasekeeper.store.v1.Store.ReleaseExpired:input_type -> leasekeeper.store.v1.ReleaseExpiredRequest
+	42,  // 95: leasekeeper.store.v1.Store.SetState:input_type -> leasekeeper.store.v1.MoveRequest
+	42,  // 96: leasekeeper.store.v1.Store.SetStateFrom:input_type -> leasekeeper.store.v1.MoveRequest
+	42,  // 97: leasekeeper.store.v1.Store.Reopen:input_type -> leasekeeper.store.v1.MoveRequest
+	43,  // 98: leasekeeper.store.v1.Store.AdjustLabels:input_type -> leasekeeper.store.v1.AdjustLabelsRequest
+	44,  // 99: leasekeeper.store.v1.Store.SetLabels:input_type -> leasekeeper.store.v1.SetLabelsRequest
+	20,  // 100: leasekeeper.store.v1.Store.LoadBoard:input_type -> leasekeeper.store.v1.BoardRequest
+	45,  // 101: leasekeeper.store.v1.Store.SetBoard:input_type -> leasekeeper.store.v1.SetBoardRequest
+	47,  // 102: leasekeeper.store.v1.Store.SetLabelsFrom:input_type -> leasekeeper.store.v1.SetLabelsFromRequest
+	50,  // 103: leasekeeper.store.v1.Store.CreateRun:input_type -> leasekeeper.store.v1.NewRunRequest
+	49,  // 104: leasekeeper.store.v1.Store.UpdateRun:input_type -> leasekeeper.store.v1.RunUpdateRequest
+	55,  // 105: leasekeeper.store.v1.Store.GetRun:input_type -> leasekeeper.store.v1.GetRunRequest
+	57,  // 106: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:input_type -> leasekeeper.store.v1.ListExpiredRequest
+	59,  // 107: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:input_type -> leasekeeper.store.v1.ListCutoffRequest
+	60,  // 108: leasekeeper.store.v1.Store.ReclaimExpired:input_type -> leasekeeper.store.v1.ReclaimExpiredRequest
+	61,  // 109: leasekeeper.store.v1.Store.Events:input_type -> leasekeeper.store.v1.EventsRequest
+	2,   // 110: leasekeeper.store.v1.Store.Calls:input_type -> leasekeeper.store.v1.CallBatch
+	63,  // 111: leasekeeper.store.v1.Store.Prune:input_type -> leasekeeper.store.v1.PruneRequest
+	65,  // 112: leasekeeper.store.v1.Store.DeleteCard:input_type -> leasekeeper.store.v1.DeleteCardRequest
+	21,  // 113: leasekeeper.store.v1.Store.Board:output_type -> leasekeeper.store.v1.BoardReply
+	5,   // 114: leasekeeper.store.v1.Store.Now:output_type -> leasekeeper.store.v1.Time
+	25,  // 115: leasekeeper.store.v1.Store.CreateCard:output_type -> leasekeeper.store.v1.CardReply
+	25,  // 116: leasekeeper.store.v1.Store.GetCard:output_type -> leasekeeper.store.v1.CardReply
+	28,  // 117: leasekeeper.store.v1.Store.ListCards:output_type -> leasekeeper.store.v1.CardsReply
+	28,  // 118: leasekeeper.store.v1.Store.Dependents:output_type -> leasekeeper.store.v1.CardsReply
+	67,  // 119: leasekeeper.store.v1.Store.CountCards:output_type -> leasekeeper.store.v1.CardCountsReply
+	31,  // 120: leasekeeper.store.v1.Store.Claim:output_type -> leasekeeper.store.v1.CardTokenReply
+	31,  // 121: leasekeeper.store.v1.Store.ClaimNext:output_type -> leasekeeper.store.v1.CardTokenReply
+	34,  // 122: leasekeeper.store.v1.Store.RenewClaims:output_type -> leasekeeper.store.v1.RenewClaimsReply
+	52,  // 123: leasekeeper.store.v1.Store.Start:output_type -> leasekeeper.store.v1.StartedReply
+	54,  // 124: leasekeeper.store.v1.Store.Finish:output_type -> leasekeeper.store.v1.FinishedReply
+	36,  // 125: leasekeeper.store.v1.Store.SetStateOwned:output_type -> leasekeeper.store.v1.ChangedReply
+	9,   // 126: leasekeeper.store.v1.Store.SetLastRunOwned:output_type -> leasekeeper.store.v1.Empty
+	9,   // 127: leasekeeper.store.v1.Store.SetAwaitingInputOwned:output_type -> leasekeeper.store.v1.Empty
+	9,   // 128: leasekeeper.store.v1.Store.SetGaveUpOwned:output_type -> leasekeeper.store.v1.Empty
+	9,   // 129: leasekeeper.store.v1.Store.ExpireClaimOwned:output_type -> leasekeeper.store.v1.Empty
+	9,   // 130: leasekeeper.store.v1.Store.ReleaseOwned:output_type -> leasekeeper.store.v1.Empty
+	9,   // 131: leasekeeper.store.v1.Store.Release:output_type -> leasekeeper.store.v1.Empty
+	9,   // 132: leasekeeper.store.v1.Store.ReleaseExpired:output_type -> leasekeeper.store.v1.Empty
+	9,   // 133: leasekeeper.store.v1.Store.SetState:output_type -> leasekeeper.store.v1.Empty
+	36,  // 134: leasekeeper.store.v1.Store.SetStateFrom:output_type -> leasekeeper.store.v1.ChangedReply
+	9,   // 135: leasekeeper.store.v1.Store.Reopen:output_type -> leasekeeper.store.v1.Empty
+	25,  // 136: leasekeeper.store.v1.Store.AdjustLabels:output_type -> leasekeeper.store.v1.CardReply
+	25,  // 137: leasekeeper.store.v1.Store.SetLabels:output_type -> leasekeeper.store.v1.CardReply
+	21,  // 138: leasekeeper.store.v1.Store.LoadBoard:output_type -> leasekeeper.store.v1.BoardReply
+	46,  // 139: leasekeeper.store.v1.Store.SetBoard:output_type -> leasekeeper.store.v1.SetBoardReply
+	48,  // 140: leasekeeper.store.v1.Store.SetLabelsFrom:output_type -> leasekeeper.store.v1.CardChangedReply
+	17,  // 141: leasekeeper.store.v1.Store.CreateRun:output_type -> leasekeeper.store.v1.RunMessage
+	17,  // 142: leasekeeper.store.v1.Store.UpdateRun:output_type -> leasekeeper.store.v1.RunMessage
+	17,  // 143: leasekeeper.store.v1.Store.GetRun:output_type -> leasekeeper.store.v1.RunMessage
+	58,  // 144: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:output_type -> leasekeeper.store.v1.ExpiredPageReply
+	28,  // 145: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:output_type -> leasekeeper.store.v1.CardsReply
+	31,  // 146: leasekeeper.store.v1.Store.ReclaimExpired:output_type -> leasekeeper.store.v1.CardTokenReply
+	62,  // 147: leasekeeper.store.v1.Store.Events:output_type -> leasekeeper.store.v1.EventsReply
+	4,   // 148: leasekeeper.store.v1.Store.Calls:output_type -> leasekeeper.store.v1.ReplyBatch
+	64,  // 149: leasekeeper.store.v1.Store.Prune:output_type -> leasekeeper.store.v1.PruneReply
+	66,  // 150: leasekeeper.store.v1.Store.DeleteCard:output_type -> leasekeeper.store.v1.DeleteCardReply
+	113, // [113:151] is the sub-list for method output_type
+	75,  // [75:113] is the sub-list for method input_type
+	75,  // [75:75] is the sub-list for extension type_name
+	75,  // [75:75] is the sub-list for extension extendee
+	0,   // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_store_proto_init() }
@@ -5222,7 +5287,7 @@ func file_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_store_proto_rawDesc), len(file_store_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   66,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

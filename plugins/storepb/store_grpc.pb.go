@@ -33,6 +33,7 @@ const (
 	Store_GetCard_FullMethodName                    = "/leasekeeper.store.v1.Store/GetCard"
 	Store_ListCards_FullMethodName                  = "/leasekeeper.store.v1.Store/ListCards"
 	Store_Dependents_FullMethodName                 = "/leasekeeper.store.v1.Store/Dependents"
+	Store_CountCards_FullMethodName                 = "/leasekeeper.store.v1.Store/CountCards"
 	Store_Claim_FullMethodName                      = "/leasekeeper.store.v1.Store/Claim"
 	Store_ClaimNext_FullMethodName                  = "/leasekeeper.store.v1.Store/ClaimNext"
 	Store_RenewClaims_FullMethodName                = "/leasekeeper.store.v1.Store/RenewClaims"
@@ -77,6 +78,7 @@ type StoreClient interface {
 	GetCard(ctx context.Context, in *GetCardRequest, opts ...grpc.CallOption) (*CardReply, error)
 	ListCards(ctx context.Context, in *ListCardsRequest, opts ...grpc.CallOption) (*CardsReply, error)
 	Dependents(ctx context.Context, in *DependentsRequest, opts ...grpc.CallOption) (*CardsReply, error)
+	CountCards(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*CardCountsReply, error)
 	Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*CardTokenReply, error)
 	ClaimNext(ctx context.Context, in *ClaimNextRequest, opts ...grpc.CallOption) (*CardTokenReply, error)
 	RenewClaims(ctx context.Context, in *RenewClaimsRequest, opts ...grpc.CallOption) (*RenewClaimsReply, error)
@@ -179,6 +181,16 @@ func (c *storeClient) Dependents(ctx context.Context, in *DependentsRequest, opt
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CardsReply)
 	err := c.cc.Invoke(ctx, Store_Dependents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storeClient) CountCards(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*CardCountsReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CardCountsReply)
+	err := c.cc.Invoke(ctx, Store_CountCards_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -509,6 +521,7 @@ type StoreServer interface {
 	GetCard(context.Context, *GetCardRequest) (*CardReply, error)
 	ListCards(context.Context, *ListCardsRequest) (*CardsReply, error)
 	Dependents(context.Context, *DependentsRequest) (*CardsReply, error)
+	CountCards(context.Context, *Empty) (*CardCountsReply, error)
 	Claim(context.Context, *ClaimRequest) (*CardTokenReply, error)
 	ClaimNext(context.Context, *ClaimNextRequest) (*CardTokenReply, error)
 	RenewClaims(context.Context, *RenewClaimsRequest) (*RenewClaimsReply, error)
@@ -574,6 +587,9 @@ func (UnimplementedStoreServer) ListCards(context.Context, *ListCardsRequest) (*
 }
 func (UnimplementedStoreServer) Dependents(context.Context, *DependentsRequest) (*CardsReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Dependents not implemented")
+}
+func (UnimplementedStoreServer) CountCards(context.Context, *Empty) (*CardCountsReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method CountCards not implemented")
 }
 func (UnimplementedStoreServer) Claim(context.Context, *ClaimRequest) (*CardTokenReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Claim not implemented")
@@ -793,6 +809,24 @@ func _Store_Dependents_Handler(srv interface{}, ctx context.Context, dec func(in
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(StoreServer).Dependents(ctx, req.(*DependentsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Store_CountCards_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(Empty)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).CountCards(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_CountCards_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).CountCards(ctx, req.(*Empty))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1374,6 +1408,10 @@ var Store_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Dependents",
 			Handler:    _Store_Dependents_Handler,
+		},
+		{
+			MethodName: "CountCards",
+			Handler:    _Store_CountCards_Handler,
 		},
 		{
 			MethodName: "Claim",

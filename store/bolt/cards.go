@@ -188,6 +188,29 @@ func (s *Store) ListCards(ctx context.Context, f board.ListCardsParams) ([]board
 	return out, err
 }
 
+// CountCards counts the state index's entries: one per card, keyed by its
+// state, valued by whether it is claimed. No card is read.
+func (s *Store) CountCards(ctx context.Context) (board.CardCounts, error) {
+	if err := ctx.Err(); err != nil {
+		return board.CardCounts{}, err
+	}
+	out := board.CardCounts{States: map[string]int{}}
+	err := s.view(func(tx *snap) error {
+		return tx.scan(bucketIdxState, nil, func(k, v []byte) (bool, error) {
+			i := bytes.IndexByte(k, sep)
+			if i < 0 {
+				return false, fmt.Errorf("boltstore: malformed state index key %q", k)
+			}
+			out.States[string(k[:i])]++
+			if bytes.Equal(v, stateClaimed) {
+				out.Claimed++
+			}
+			return true, nil
+		})
+	})
+	return out, err
+}
+
 // Dependents lists the cards that name id as a blocker, in creation order.
 func (s *Store) Dependents(ctx context.Context, p board.DependentsParams) ([]board.Card, error) {
 	id := p.ID

@@ -145,7 +145,7 @@ var fleetQueries = []fleetQuery{
 		Why: "a run id is listed by one card: at most one key of the multikey index",
 	},
 	{
-		Verbs: "ListCards (no filter)", Coll: collCards, Cmd: "find",
+		Verbs: "ListCards (no filter), CountCards", Coll: collCards, Cmd: "find",
 		Shapes: []string{""}, Sort: creationOrder, Index: ixCreated.name,
 		Why: "the listing is every card; the index gives the order, and a limit stops the scan early",
 	},

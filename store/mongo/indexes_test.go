@@ -242,6 +242,8 @@ func exerciseFleetQueries(t *testing.T, f *fleet, background int) {
 		_, err := f.s.ListCards(ctx, lf)
 		must(fmt.Sprintf("ListCards(%+v)", lf), err)
 	}
+	_, err = f.s.CountCards(ctx)
+	must("CountCards", err)
 
 	// Expired candidates on both arms, paged, and the un-leased sweep's
 	// listing.

@@ -66,6 +66,9 @@ func (r *roundRobin) ListCards(ctx context.Context, f board.ListCardsParams) ([]
 func (r *roundRobin) Dependents(ctx context.Context, p board.DependentsParams) ([]board.Card, error) {
 	return r.pick().Dependents(ctx, p)
 }
+func (r *roundRobin) CountCards(ctx context.Context) (board.CardCounts, error) {
+	return r.pick().CountCards(ctx)
+}
 func (r *roundRobin) Claim(ctx context.Context, c board.ClaimParams) (board.Card, error) {
 	return r.pick().Claim(ctx, c)
 }
