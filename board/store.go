@@ -403,9 +403,10 @@ type Recovery interface {
 	// ended at or before p.Cutoff, lease ascending, at most p.Limit (applied
 	// in the query), resuming after p.After (DESIGN.md#paging).
 	ListExpiredClaimCandidates(ctx context.Context, p ListExpiredClaimCandidatesParams) (ListExpiredClaimCandidatesResult, error)
-	// ListUnleasedRunningClaims lists the un-leased claims the sweep repairs,
-	// selected in the query (DESIGN.md#unleased-sweep); the local twin has
-	// none (DESIGN.md#twin-unleased).
+	// ListUnleasedRunningClaims lists the claims with no lease on running
+	// cards with a recorded run, last updated at or before p.Cutoff, oldest
+	// first, at most p.Limit, selected in the query (DESIGN.md#unleased-sweep);
+	// the local twin has none (DESIGN.md#twin-unleased).
 	ListUnleasedRunningClaims(ctx context.Context, p ListUnleasedRunningClaimsParams) ([]Card, error)
 	// ReclaimExpired transfers an expired claim to a recovery marker in one
 	// CAS and returns the card as the transfer left it
