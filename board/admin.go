@@ -51,10 +51,9 @@ type SetBoardResult struct {
 // BoardReader is the read of the board definition, which lives in the
 // store (DESIGN.md#board-in-store). CardReader and BoardAdmin both carry it.
 type BoardReader interface {
-	// LoadBoard reads the stored board definition. A store seeds the
-	// definition from its configuration when the store is first created;
-	// after that the stored one wins. Another writer of a shared store may
-	// change it at any time: the result is as of the read.
+	// LoadBoard reads the stored board definition, as of the read: another
+	// writer of a shared store may change it at any time
+	// (DESIGN.md#board-in-store).
 	LoadBoard(ctx context.Context) (Board, error)
 }
 

@@ -12,34 +12,14 @@ import (
 // background pruner and the lease service (the operator's prune and card
 // delete); no other consumer takes it.
 type Retention interface {
-	// Prune deletes, in one bounded step, runs and events older than
-	// p.Before:
-	//
-	//   - a run is pruned when its card is finished — in a terminal state
-	//     of the board (a sink, DESIGN.md#sinks) and unclaimed — and both the
-	//     card's and the run's last update are before p.Before. The card
-	//     stays, its run pointers (LastRunID, Runs) too: a pointer to a
-	//     pruned run reads as ErrNotFound, which a claim that points at it
-	//     turns into the watchdog's give-up (DESIGN.md#row-2). The check
-	//     that the card is finished is made in the write that deletes
-	//     (bbolt) or conditions it (MongoDB's embedded run), so a card
-	//     reopened and claimed meanwhile keeps its current run;
-	//   - an event is pruned when it was recorded before p.Before and its
-	//     Seq is below p.KeepFrom (0: no floor), oldest first. The store
-	//     remembers the highest Seq it pruned, and Events refuses a reader
-	//     positioned below it with ErrEventsPruned instead of a silent gap.
-	//
-	// At most p.Limit runs and at most p.Limit events go per call
-	// (DefaultPruneLimit when 0). With p.DryRun nothing is written and the
-	// result says what would go. Deletes are idempotent: two prunes of one
-	// store side by side (a fleet's agents) delete each thing once and
-	// leave the same store as one would.
+	// Prune deletes, in one bounded, idempotent step, the runs of finished
+	// cards and the events (below p.KeepFrom) last written before p.Before;
+	// with p.DryRun it only says what would go (DESIGN.md#retention).
 	Prune(ctx context.Context, p PruneParams) (PruneResult, error)
-	// DeleteCard deletes a card, its runs and its pending events, and
-	// records an EventCardDeleted event. A claimed card is ErrClaimConflict
-	// naming the holder (release it first); a card another card names
-	// among its blockers is ErrTransitionRejected naming them; an unknown
-	// card is ErrNotFound. With p.DryRun nothing is written.
+	// DeleteCard deletes a card and its runs and records EventCardDeleted; a
+	// claimed card is ErrClaimConflict, a blocker of another card
+	// ErrTransitionRejected, an unknown one ErrNotFound; with p.DryRun
+	// nothing is written (DESIGN.md#retention).
 	DeleteCard(ctx context.Context, p DeleteCardParams) (DeleteCardResult, error)
 }
 

@@ -40,7 +40,7 @@ type StartParams struct {
 	// store sets Card, Owner, Epoch and the times.
 	Run Run `json:"run"`
 	// Fresh starts a new run even when the card records a resumable one
-	// (see Store.Start).
+	// (DESIGN.md#resume).
 	Fresh bool `json:"fresh,omitempty"`
 }
 
@@ -80,7 +80,7 @@ type FinishParams struct {
 // FinishResult is what Finish wrote.
 type FinishResult struct {
 	// Card is the card after the write: released, filed (or left where an
-	// operator put it; see Store.Finish).
+	// operator put it; DESIGN.md#lifecycle, DESIGN.md#started-from).
 	Card Card `json:"card"`
 	Run  Run  `json:"run"`
 }
@@ -311,37 +311,26 @@ type CardWriter interface {
 	// dependency cycle or a duplicate id are ErrInvalidArgument.
 	CreateCard(ctx context.Context, p CreateCardParams) (Card, error)
 	// SetState is an operator move. Leaving a terminal state is
-	// ErrTerminalStateExit; terminal → terminal is an ordinary refiling.
+	// ErrTerminalStateExit; terminal → terminal is a refiling (DESIGN.md#sinks).
 	SetState(ctx context.Context, p MoveParams) error
-	// SetStateFrom is an automation move, CAS on m.From: drift is
+	// SetStateFrom is an automation move, a CAS on p.From: drift is
 	// changed=false with no event; a terminal From is ErrTerminalStateExit
-	// even when drifted.
+	// even when drifted (DESIGN.md#automation-moves).
 	SetStateFrom(ctx context.Context, p MoveParams) (MoveResult, error)
-	// Reopen is the only exit from a terminal state: the card must be
-	// terminal, the target a working (non-terminal) state, and no card that
-	// names this one among its blockers may be outside waiting_deps
-	// (Board.ReopenBlockedBy words the refusal). A declared
-	// m.From makes it a compare-and-set on the source as well: a card no
-	// longer in From is refused with ErrTransitionRejected and nothing is
-	// written (the bulk reopen of a state sweep walks an ageing snapshot).
+	// Reopen moves a terminal card into a working state (a CAS on p.From
+	// when set); the rule's refusals are ErrTransitionRejected
+	// (DESIGN.md#reopen).
 	Reopen(ctx context.Context, p MoveParams) error
 	// AdjustLabels adds then removes labels in one atomic step (removes win).
 	// A no-op writes nothing and emits no event.
 	AdjustLabels(ctx context.Context, p AdjustLabelsParams) (Card, error)
 	// SetLabels replaces the label set (absolute by contract: it may re-arm
-	// a one-shot label, by design).
+	// a one-shot label, by design; DESIGN.md#one-shot-labels).
 	SetLabels(ctx context.Context, p SetLabelsParams) (Card, error)
-	// Release clears the claim when it is held by exactly marker (any epoch):
-	// the operator's force-release (after reading the holder) and the sweeps
-	// of legacy and recovery claims. A free card is nil; another holder is
-	// ErrClaimConflict. In the same write it closes the released claim's
-	// own open run — the card's recorded run when its owner and epoch are
-	// the released claim's and its status is running or queued — as
-	// RunFailedResumable with failure code FailureClaimReleased, so the
-	// next Start resumes it and the released holder's late run writes are
-	// refused by the fence — and a card that would be left free in a
-	// running column that is not a pool state is filed to the first pool
-	// state (as ReleaseOwned; Board.ReleaseFiling).
+	// Release is the operator's force-release (and the boot sweep's of a
+	// dead owner's legacy claim): it clears the claim held by p.Marker, any
+	// epoch, closing its open run and filing a stranded card; a free card
+	// is nil, another holder ErrClaimConflict (DESIGN.md#resume).
 	Release(ctx context.Context, p ReleaseParams) error
 }
 
@@ -349,48 +338,36 @@ type CardWriter interface {
 // batched renewal, and the expiry of a dead worker's lease
 // (DESIGN.md#lease, DESIGN.md#heartbeat-batch, DESIGN.md#owner-dead).
 type Claimer interface {
-	// Claim acquires a free card (epoch bumped, claimed_at and lease stamped,
-	// claimed event) or refreshes the lease of the same marker (idempotent:
-	// same epoch, no event, no updated_at bump). Another marker's live or
-	// expired claim is ErrClaimConflict: only ReclaimExpired transfers. It
-	// returns the card as the write left it.
+	// Claim acquires a free card, or refreshes the lease of the marker that
+	// holds it (DESIGN.md#epoch); another marker's claim, live or expired,
+	// is ErrClaimConflict (DESIGN.md#claim-family).
 	Claim(ctx context.Context, p ClaimParams) (Card, error)
 	// ClaimNext claims the oldest unclaimed card in a pool state;
-	// ErrNotFound when there is none.
+	// ErrNotFound when there is none (DESIGN.md#label-routing).
 	ClaimNext(ctx context.Context, p ClaimNextParams) (Card, error)
-	// RenewClaims pushes the lease of each hold to now+lease, never
-	// backwards, in one batched write. One result per hold, in order. The
-	// returned error is for the batch as a whole (store unreachable,
-	// ErrOutcomeUnknown); per-hold conflicts are in the results.
+	// RenewClaims renews every hold in one batched write: one result per
+	// hold, the error the batch's (DESIGN.md#heartbeat-batch).
 	RenewClaims(ctx context.Context, p RenewClaimsParams) ([]RenewResult, error)
 	// ExpireClaimOwned sets the lease to now, so the watchdog may rule on the
-	// card at once instead of waiting out the TTL (a dead worker's claims).
+	// card at once instead of waiting out the TTL (DESIGN.md#owner-dead).
 	ExpireClaimOwned(ctx context.Context, p OwnedParams) error
 }
 
 // OwnerWriter is the claim holder's fenced writes: each is a
 // compare-and-set on (claim, claim_epoch) (DESIGN.md#fence).
 type OwnerWriter interface {
-	// Owner writes: CAS on (claim, claim_epoch).
+	// SetStateOwned is the holder's move (DESIGN.md#machine-reasons,
+	// DESIGN.md#retries for p.Reason and p.Retry).
 	SetStateOwned(ctx context.Context, p SetStateOwnedParams) (MoveResult, error)
-	// SetLastRunOwned points the card at runID and records tok's epoch as
-	// the pointer's (Card.LastRunEpoch), also when the pointer is already
-	// runID but was stamped by an earlier claim. A run that has no final
-	// verdict must be tok's own (its Owner and Epoch): pointing at another
-	// claim's open run is ErrInvalidArgument and writes nothing — taking
-	// it over is Start's resume — so an open run's pointer epoch is always
-	// its own (board.PointFence).
+	// SetLastRunOwned points the card at p.RunID under p.Token's epoch; an
+	// open run of another claim is ErrInvalidArgument (DESIGN.md#claim-run,
+	// DESIGN.md#run-fence).
 	SetLastRunOwned(ctx context.Context, p SetLastRunOwnedParams) error
 	SetAwaitingInputOwned(ctx context.Context, p SetAwaitingInputOwnedParams) error
 	SetGaveUpOwned(ctx context.Context, p SetGaveUpOwnedParams) error
-	// ReleaseOwned clears claim, claimed_at and lease and keeps the epoch:
-	// the holder's hand-back. Releasing a free card is nil. In the same
-	// write, as Release does, it closes the released claim's own open run
-	// (RunFailedResumable, FailureClaimReleased; a recovery claim owns no
-	// run) and files a card that would be left free in a running column
-	// that is not a pool state (Board.Strands: the fleet board's) to the
-	// first pool state, with no reason and the move's state event, so
-	// nothing is left where no worker picks it up.
+	// ReleaseOwned is the holder's hand-back: it clears the claim (epoch
+	// kept), closing its open run and filing a stranded card as Release
+	// does; a free card is nil (DESIGN.md#resume).
 	ReleaseOwned(ctx context.Context, p OwnedParams) error
 }
 
@@ -398,95 +375,28 @@ type OwnerWriter interface {
 // and starts the run, Finish records the verdict, files and releases
 // (DESIGN.md#lifecycle).
 type Lifecycle interface {
-	// Start is a card's first lifecycle write: it claims the card (as
-	// Claim or ClaimNext would, epoch bumped, claimed event), starts its
-	// run owned by the new token, points the card at it (LastRunID,
-	// LastRunEpoch, Runs) and moves the card into the running column
-	// (no move when it is there already), as ONE atomic, durable write.
-	// Refused up front, minting nothing (no epoch, no run, no event): a
-	// card in a terminal state (ErrTerminalStateExit), a card claimed by
-	// anyone, the same marker included (ErrClaimConflict naming the
-	// holder), a card whose recorded run is paused (paused_operator or
-	// paused_waiting_human: the parking brake, which a Start neither
-	// resumes nor supersedes, with r.Fresh neither; ErrTransitionRejected
-	// naming the run and its status), an invalid run or request
-	// (ErrInvalidArgument); with Next, a card whose run is paused is
-	// passed over as a held one is, and no claimable card is ErrNotFound.
-	//
-	// Resume: when the card records a run that has no final verdict (its
-	// status is not finished, failed or cancelled: a resumable failure, or
-	// a run whose claim ended without one) and is not paused, and r.Fresh
-	// is false, that run
-	// is taken over instead of creating one (a card's free claim cannot
-	// have a live owner writing it: the fence refuses the old epoch): its
-	// ID, checkpoint and continuation are kept, its status becomes
-	// r.Run.Status (running by default), its failure code is cleared, and
-	// its owner, epoch and identity become the new claim's.
-	// Runs does not grow (a resumed run is not a new one). r.Run.ID is
-	// then unused. Only a store whose board resumes runs does this: the
-	// local (bbolt) twin. The fleet (MongoDB) twin always starts a fresh
-	// run, as if r.Fresh were set, because its watchdog bounds a card's
-	// returns to the pool by counting its runs (the run ceiling,
-	// DESIGN.md#twin-repark), which a resume would never grow. With
-	// r.Fresh, such a run is closed in the same write
-	// (status cancelled, failure code FailureRunSuperseded) and a new one
-	// is created, so no run is ever left open with nothing pointing at it.
-	//
-	// A retry after an unknown outcome is answered, not repeated: when the
-	// card is already claimed by r.Marker with a lease that has not ended
-	// and points at r.Run.ID under that claim's epoch (the write landed),
-	// Start returns that state again. It refreshes the lease as an
-	// idempotent same-marker Claim does (now+r.Lease, never backwards; same
-	// epoch, no event, no updated_at bump) — the caller counts the claim
-	// from the retry, so the stored lease must reach as far — and writes
-	// nothing else. With r.Next, the
-	// card is the one whose run is r.Run.ID. A Start that resumed a run
-	// wrote no run named r.Run.ID, so its retry cannot be told from a
-	// second Start by the same marker: it is ErrClaimConflict naming
-	// r.Marker, and the caller reads the card (its claim and LastRunID)
-	// to recover the answer.
+	// Start claims the card (p.Card, or with p.Next the oldest claimable),
+	// starts or resumes its run and moves it into the running column, in one
+	// write (DESIGN.md#lifecycle, DESIGN.md#start-next, DESIGN.md#resume).
+	// Refusals write nothing (DESIGN.md#lifecycle-refusals); a retry whose
+	// answer was lost is answered from what it wrote.
 	Start(ctx context.Context, p StartParams) (StartResult, error)
-	// Finish is a card's last lifecycle write, fenced on r.Token (CAS on
-	// the card's claim and epoch) and on the run: r.RunID must be the
-	// card's recorded run (LastRunID) started or resumed under r.Token
-	// (run.Owner and run.Epoch), and still open (running, queued or
-	// paused; a run that already has a verdict is ErrTransitionRejected).
-	// In ONE write it records the verdict (status, failure code,
-	// checkpoint), files the card by the board — RunFinished to the
-	// completion state (reason run_finished, dependents promoted as for
-	// any completion), RunFailed to the failed state (reason run_failed;
-	// a board without one is ErrInvalidArgument, checked before anything
-	// is written), RunFailedResumable out of the running column to the
-	// first pool state when the running column is not itself a pool
-	// state (no reason: the owner's own hand-back) — and releases the
-	// claim (epoch kept). A card an operator moved while the run went on
-	// is not moved by the filing when it is in a terminal state, or (for
-	// RunFailedResumable) anywhere but the running column: the verdict and
-	// the release still land. A stale token is ErrClaimConflict and
-	// writes nothing.
+	// Finish records the verdict on the claim's run, files the card and
+	// releases the claim, in one write fenced on p.Token and the run
+	// (DESIGN.md#lifecycle, DESIGN.md#started-from, DESIGN.md#retries);
+	// refusals write nothing (DESIGN.md#lifecycle-refusals).
 	Finish(ctx context.Context, p FinishParams) (FinishResult, error)
 }
 
 // Runs is the fine-grained run verbs: a run started, updated and read
 // under the claim that owns it (DESIGN.md#claim-run).
 type Runs interface {
-	// CreateRun starts a run for a worker that uses the fine-grained
-	// verbs: fenced on r.Token (the card r.Run.Card must be claimed by
-	// exactly it), the run created owned by the token (Owner, Epoch) and
-	// the card pointed at it (LastRunID, LastRunEpoch, Runs) in ONE write.
-	// The card's recorded run it displaces, when that has no final verdict,
-	// is closed in the same write (status cancelled, failure code
-	// FailureRunSuperseded, as a fresh Start closes it), so no run is left
-	// open with nothing pointing at it. A stale token is ErrClaimConflict
-	// and writes nothing; a duplicate run id is ErrInvalidArgument.
+	// CreateRun starts a run owned by p.Token and points its card at it, in
+	// one write; a stale token is ErrClaimConflict, a taken run id
+	// ErrAlreadyExists (DESIGN.md#run-fence).
 	CreateRun(ctx context.Context, p CreateRunParams) (Run, error)
-	// UpdateRun is fenced on u.Token, which is required: the run's card
-	// must be claimed by exactly u.Token, and the run must be that claim's
-	// — for a worker token, run.Owner and run.Epoch are the token's; for a
-	// recovery (reaper:) token, the run is the card's recorded run and
-	// run.Epoch is the claim it judges (Card.RecoveredEpoch). Anything
-	// else is ErrClaimConflict and writes nothing. u.IfStatus adds a CAS
-	// on the run's status.
+	// UpdateRun writes a run under the claim that owns it (p.Token is
+	// required); anything else is ErrClaimConflict (DESIGN.md#run-fence).
 	UpdateRun(ctx context.Context, p UpdateRunParams) (Run, error)
 	GetRun(ctx context.Context, p GetRunParams) (Run, error)
 }
@@ -496,30 +406,21 @@ type Runs interface {
 // and the fenced release of an abandoned claim (DESIGN.md#store-clock,
 // DESIGN.md#transfer-first, DESIGN.md#recovery-sweep).
 type Recovery interface {
-	// Now is the store's clock: the time its own lease, claimed_at and
-	// updated_at stamps are taken from, as a lower bound (the MongoDB twin
-	// reads the server's clock and subtracts the round trip). Every
-	// comparison against a store-stamped time — an expiry cutoff, a grace,
-	// a horizon — must use it, never the caller's clock: two clocks that
-	// disagree would otherwise judge a live lease expired.
+	// Now is the store's clock, a lower bound of its stamps: every
+	// comparison with a store-stamped time uses it (DESIGN.md#store-clock).
 	Now(ctx context.Context) (time.Time, error)
 	// ListExpiredClaimCandidates lists one page of claimed cards whose lease
-	// ended at or before q.Cutoff, lease ascending, at most q.Limit (applied
-	// in the query), resuming after q.After.
+	// ended at or before p.Cutoff, lease ascending, at most p.Limit (applied
+	// in the query), resuming after p.After (DESIGN.md#paging).
 	ListExpiredClaimCandidates(ctx context.Context, p ListExpiredClaimCandidatesParams) (ListExpiredClaimCandidatesResult, error)
-	// ListUnleasedRunningClaims lists claims with no lease whose card sits
-	// in the running column with a recorded run and was last updated at or
-	// before cutoff, oldest update first, at most limit — the selection
-	// filter lives in the query so conserved cards cannot starve the batch
-	// (DESIGN.md#unleased-sweep). Only the fleet (MongoDB) twin can hold such claims: a
-	// foreign writer may strip a lease there. The local twin returns none
-	// (DESIGN.md#twin-unleased: nobody else writes its file).
+	// ListUnleasedRunningClaims lists the claims with no lease on running
+	// cards with a recorded run, last updated at or before p.Cutoff, oldest
+	// first, at most p.Limit, selected in the query (DESIGN.md#unleased-sweep);
+	// the local twin has none (DESIGN.md#twin-unleased).
 	ListUnleasedRunningClaims(ctx context.Context, p ListUnleasedRunningClaimsParams) ([]Card, error)
 	// ReclaimExpired transfers an expired claim to a recovery marker in one
-	// CAS, bumping the epoch, and returns the new token and the card as the
-	// transfer observed it (after the write). The card records which claim
-	// the recovery claim judges (Card.RecoveredEpoch): the transferred
-	// worker claim's epoch, or, from a recovery claim, the one it carried.
+	// CAS and returns the card as the transfer left it
+	// (DESIGN.md#transfer-first, DESIGN.md#claim-run).
 	ReclaimExpired(ctx context.Context, p ReclaimExpiredParams) (Card, error)
 	// ReleaseExpired clears an abandoned claim in one CAS on its whole
 	// precondition (see ReleaseExpiredParams). A free card is ErrClaimConflict:
@@ -530,8 +431,8 @@ type Recovery interface {
 // EventLog is the read of the event log every write appends to
 // (DESIGN.md#effects, DESIGN.md#event-log).
 type EventLog interface {
-	// Events returns events with Seq > after, oldest first, at most limit,
-	// and exactly limit while more than that follow: a shorter page is the
-	// end of the log as the call saw it (agent.Effects.SeekHead relies on it).
+	// Events returns a page of events with Seq > p.After; a page shorter
+	// than p.Limit is the end of the log (DESIGN.md#effects), and a reader
+	// below a prune is refused (ErrEventsPruned, DESIGN.md#retention).
 	Events(ctx context.Context, p EventsParams) ([]Event, error)
 }
