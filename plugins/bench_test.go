@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 	"github.com/leasekeeper/leasekeeper/plugins/storepb"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
 )
@@ -35,7 +36,7 @@ func BenchmarkClaimReleaseThroughThePlugin(b *testing.B) {
 		defer s.Close()
 		claimRelease(b, s, 0, nil)
 	})
-	for _, proto := range []int{unaryProtocolVersion, ProtocolVersion} {
+	for _, proto := range []int{wire.UnaryProtocolVersion, wire.ProtocolVersion} {
 		b.Run(fmt.Sprintf("protocol=%d", proto), func(b *testing.B) { benchClaimRelease(b, proto) })
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 	"github.com/leasekeeper/leasekeeper/plugins/storepb"
 )
 
@@ -166,7 +167,7 @@ func TestConcurrentCallsShareMessages(t *testing.T) {
 	conn, counts := servePair(t, openBolt(t, board.DefaultBoard(true), nil))
 	cc := newCallConn(conn)
 	held := holdFirstSend(cc)
-	rs := newUnaryRemoteStore(cc, ProtocolVersion)
+	rs := newUnaryRemoteStore(cc, wire.ProtocolVersion)
 	ctx := t.Context()
 
 	const n = 24
@@ -217,7 +218,7 @@ func TestOneCallsFailureIsItsOwn(t *testing.T) {
 	conn, counts := servePair(t, store)
 	cc := newCallConn(conn)
 	held := holdFirstSend(cc)
-	rs := newUnaryRemoteStore(cc, ProtocolVersion)
+	rs := newUnaryRemoteStore(cc, wire.ProtocolVersion)
 	ctx := t.Context()
 
 	ids := []string{"a", "missing", "b", "legacy", "c"}
@@ -301,7 +302,7 @@ func TestCancelledCallInABatch(t *testing.T) {
 	conn, counts := servePair(t, b.store())
 	cc := newCallConn(conn)
 	held := holdFirstSend(cc)
-	rs := newUnaryRemoteStore(cc, ProtocolVersion)
+	rs := newUnaryRemoteStore(cc, wire.ProtocolVersion)
 	ctx := t.Context()
 
 	plug := make(chan error, 1)
@@ -355,7 +356,7 @@ func TestDeadlineOfOneCallInABatch(t *testing.T) {
 	conn, _ := servePair(t, b.store())
 	cc := newCallConn(conn)
 	held := holdFirstSend(cc)
-	rs := newUnaryRemoteStore(cc, ProtocolVersion)
+	rs := newUnaryRemoteStore(cc, wire.ProtocolVersion)
 	ctx := t.Context()
 
 	plug := make(chan error, 1)
@@ -451,7 +452,7 @@ func TestCallContextsEndWithTheirCalls(t *testing.T) {
 		close(made)
 		return streamCtx
 	})
-	rs := newUnaryRemoteStore(newCallConn(conn), ProtocolVersion)
+	rs := newUnaryRemoteStore(newCallConn(conn), wire.ProtocolVersion)
 	ctx := t.Context()
 
 	// The counter sees a running call's context: the test can fail.
@@ -492,7 +493,7 @@ func TestCallAbandonedBeforeItIsSentIsNotSent(t *testing.T) {
 	conn, counts := servePair(t, b.store())
 	cc := newCallConn(conn)
 	held := holdFirstSend(cc)
-	rs := newUnaryRemoteStore(cc, ProtocolVersion)
+	rs := newUnaryRemoteStore(cc, wire.ProtocolVersion)
 	ctx := t.Context()
 
 	plug := make(chan error, 1)
@@ -538,7 +539,7 @@ func TestOversizedRequestFailsAlone(t *testing.T) {
 		},
 	}
 	conn, counts := servePair(t, store)
-	rs := newRemoteStore(conn, ProtocolVersion)
+	rs := newRemoteStore(conn, wire.ProtocolVersion)
 	_, err := rs.ListCards(t.Context(), board.ListCardsParams{State: strings.Repeat("x", 5<<20)})
 	if err == nil || brokenPlugin(err) || !strings.Contains(err.Error(), "larger than max") {
 		t.Errorf("ListCards with a 5 MiB state: %v, want a call over the size limit that leaves the plugin alone", err)
@@ -607,14 +608,14 @@ func TestProtocolThreeStillServes(t *testing.T) {
 	p, err := Launch(ctx, LaunchConfig{
 		Cmd:       testPluginCmd(t, ""),
 		Child:     &ChildConfig{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
-		Protocols: []int{unaryProtocolVersion},
+		Protocols: []int{wire.UnaryProtocolVersion},
 	})
 	if err != nil {
 		t.Fatalf("Launch: %v", err)
 	}
 	defer p.Close()
-	if v := p.Status().ProtocolVersion; v != unaryProtocolVersion {
-		t.Errorf("negotiated protocol %d, want %d", v, unaryProtocolVersion)
+	if v := p.Status().ProtocolVersion; v != wire.UnaryProtocolVersion {
+		t.Errorf("negotiated protocol %d, want %d", v, wire.UnaryProtocolVersion)
 	}
 	if _, err := p.CreateCard(ctx, board.CreateCardParams{ID: "c1", Actor: "cli"}); err != nil {
 		t.Fatal(err)
@@ -678,7 +679,7 @@ func TestCallerGivesUpWhileTheStreamOpens(t *testing.T) {
 	}
 	defer conn.Close()
 	cc := newCallConn(conn)
-	rs := newUnaryRemoteStore(cc, ProtocolVersion)
+	rs := newUnaryRemoteStore(cc, wire.ProtocolVersion)
 
 	for range 2 {
 		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)

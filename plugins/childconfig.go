@@ -8,11 +8,6 @@ import (
 // a store plugin its store configuration, as the JSON of a ChildConfig.
 const ChildConfigEnv = storespec.Env
 
-// parentPIDEnv carries the agent's pid to the plugin, so the plugin can
-// tell whether the agent died before the plugin armed its parent-death
-// signal (see bindToParent).
-const parentPIDEnv = "LEASEKEEPER_STORE_PLUGIN_PARENT"
-
 // ChildConfig is the store configuration a plugin process receives from the
 // agent: everything it needs to open the backend the agent was configured
 // with. The plugin cannot see the agent's config file; this is its only

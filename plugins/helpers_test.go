@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-plugin"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
 )
 
@@ -84,14 +85,14 @@ func openBolt(t *testing.T, b board.Board, clock board.Clock) *boltstore.Store {
 func inProcess(t *testing.T, store board.Store) *remoteStore {
 	t.Helper()
 	client, server := plugin.TestPluginGRPCConn(t, false, map[string]plugin.Plugin{
-		PluginName: &StorePlugin{Store: store},
+		wire.PluginName: &StorePlugin{Store: store},
 	})
 	// Closing the client asks the server to stop (go-plugin's controller),
 	// as the agent does with a real plugin; stopping it here as well would
 	// race inside go-plugin.
 	_ = server
 	t.Cleanup(func() { client.Close() })
-	raw, err := client.Dispense(PluginName)
+	raw, err := client.Dispense(wire.PluginName)
 	if err != nil {
 		t.Fatalf("Dispense: %v", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 )
 
 // The plugin process must die with the agent, even when the agent is
@@ -68,11 +70,11 @@ func bindToParent() (release func(), err error) {
 		release()
 		return nil, fmt.Errorf("store plugin: arming the parent-death signal: %w", err)
 	}
-	if want := os.Getenv(parentPIDEnv); want != "" {
+	if want := os.Getenv(wire.ParentPIDEnv); want != "" {
 		pid, perr := strconv.Atoi(want)
 		if perr != nil {
 			release()
-			return nil, fmt.Errorf("store plugin: %s=%q is not a pid", parentPIDEnv, want)
+			return nil, fmt.Errorf("store plugin: %s=%q is not a pid", wire.ParentPIDEnv, want)
 		}
 		if got := os.Getppid(); got != pid {
 			release()

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 )
 
 // becomeSubreaper makes this test process adopt its orphaned descendants,
@@ -137,8 +138,8 @@ func TestPluginArmsItsOwnParentDeathSignal(t *testing.T) {
 	// the shell's, so its handshake line says it is serving.
 	sh := exec.Command("/bin/sh", "-c", `LEASEKEEPER_STORE_PLUGIN_PARENT=$$ "$0" & echo "child $!"; wait`, bin)
 	sh.Env = append(os.Environ(), "TESTPLUGIN_MODE=", "TMPDIR="+dir, cfg,
-		Handshake.MagicCookieKey+"="+Handshake.MagicCookieValue,
-		"PLUGIN_PROTOCOL_VERSIONS="+strconv.Itoa(ProtocolVersion))
+		wire.Handshake.MagicCookieKey+"="+wire.Handshake.MagicCookieValue,
+		"PLUGIN_PROTOCOL_VERSIONS="+strconv.Itoa(wire.ProtocolVersion))
 	out, err := sh.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -184,8 +185,8 @@ func TestPluginRefusesToServeAnotherParent(t *testing.T) {
 	t.Parallel()
 	cmd := exec.Command(testPluginBinary(t))
 	cmd.Env = append(os.Environ(), "TESTPLUGIN_MODE=",
-		Handshake.MagicCookieKey+"="+Handshake.MagicCookieValue,
-		parentPIDEnv+"=1")
+		wire.Handshake.MagicCookieKey+"="+wire.Handshake.MagicCookieValue,
+		wire.ParentPIDEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 {

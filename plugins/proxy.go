@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 )
 
 // LaunchConfig configures Launch.
@@ -182,7 +183,7 @@ func (p *Proxy) start(ctx context.Context) (*instance, error) {
 	if env == nil {
 		env = os.Environ()
 	}
-	env = append(env, parentPIDEnv+"="+strconv.Itoa(os.Getpid()))
+	env = append(env, wire.ParentPIDEnv+"="+strconv.Itoa(os.Getpid()))
 	if p.cfg.Child != nil {
 		kv, err := p.cfg.Child.Environ()
 		if err != nil {
@@ -193,7 +194,7 @@ func (p *Proxy) start(ctx context.Context) (*instance, error) {
 	r := newChildRunner(cmd)
 	tail := &tailBuffer{max: 4096}
 	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  Handshake,
+		HandshakeConfig:  wire.Handshake,
 		VersionedPlugins: p.offered(),
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		// go-plugin's placeholder command carries only its own variables
@@ -205,7 +206,7 @@ func (p *Proxy) start(ctx context.Context) (*instance, error) {
 			return r, nil
 		},
 		UnixSocketConfig: &plugin.UnixSocketConfig{TempDir: p.cfg.SocketDir},
-		GRPCDialOptions:  staticWindowDialOptions,
+		GRPCDialOptions:  wire.StaticWindowDialOptions,
 		StartTimeout:     p.cfg.StartTimeout,
 		Stderr:           tail,
 		Logger:           hclogFor(p.log),
@@ -226,7 +227,7 @@ func (p *Proxy) start(ctx context.Context) (*instance, error) {
 		}
 		return fail(err)
 	}
-	raw, err := rpc.Dispense(PluginName)
+	raw, err := rpc.Dispense(wire.PluginName)
 	if err != nil {
 		return fail(err)
 	}
@@ -265,7 +266,7 @@ func startError(name string, err error, stderr string) error {
 	case errors.Is(err, exec.ErrNotFound), errors.Is(err, os.ErrNotExist), errors.Is(err, os.ErrPermission):
 		hint = "the plugin binary is missing or not executable"
 	case strings.Contains(msg, "incompatible API version"):
-		hint = fmt.Sprintf("the plugin speaks another store protocol version (this agent speaks %d); rebuild it against this leasekeeper release", ProtocolVersion)
+		hint = fmt.Sprintf("the plugin speaks another store protocol version (this agent speaks %d); rebuild it against this leasekeeper release", wire.ProtocolVersion)
 	case strings.Contains(msg, "Failed to read any lines"), strings.Contains(msg, "exited before we could connect"):
 		hint = "the plugin exited during start, before the handshake"
 	case strings.Contains(msg, "Unrecognized remote plugin message"):
@@ -290,12 +291,12 @@ func startError(name string, err error, stderr string) error {
 }
 
 // childFailure is the error a plugin serving through Serve wrote to its
-// stderr before exiting (its last line starting with serveErrPrefix), with
+// stderr before exiting (its last line starting with wire.ServeErrPrefix), with
 // that prefix cut; "" when there is none.
 func childFailure(stderr string) string {
 	lines := strings.Split(stderr, "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
-		if cause, ok := strings.CutPrefix(strings.TrimSpace(lines[i]), serveErrPrefix); ok && cause != "" {
+		if cause, ok := strings.CutPrefix(strings.TrimSpace(lines[i]), wire.ServeErrPrefix); ok && cause != "" {
 			return cause
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 )
 
 // The test plugin's blocking verb (see internal/testplugin).
@@ -80,7 +81,7 @@ func TestCrashMidCallIsOutcomeUnknownAndThePluginRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := p.Status()
-	if first.State != StateUp || first.PID == 0 || first.ProtocolVersion != ProtocolVersion {
+	if first.State != StateUp || first.PID == 0 || first.ProtocolVersion != wire.ProtocolVersion {
 		t.Fatalf("status after launch: %+v", first)
 	}
 
@@ -272,7 +273,7 @@ func TestLaunchFailuresAreClear(t *testing.T) {
 		{
 			name: "another protocol version",
 			cmd:  func(t *testing.T) func() *exec.Cmd { return testPluginCmd(t, "wrong-version") },
-			want: []string{"another store protocol version", "Plugin version: " + strconv.Itoa(ProtocolVersion+98)},
+			want: []string{"another store protocol version", "Plugin version: " + strconv.Itoa(wire.ProtocolVersion+98)},
 		},
 		{
 			name: "store fails to open",

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 	"github.com/leasekeeper/leasekeeper/plugins/storepb"
 )
 
@@ -19,17 +20,17 @@ type server struct {
 func (s *server) Board(ctx context.Context, _ *storepb.BoardRequest) (*storepb.BoardReply, error) {
 	b, err := s.store.LoadBoard(ctx)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, wire.ToStatus(err)
 	}
 	t := s.store.Traits()
-	return &storepb.BoardReply{Board: toBoardMessage(b), Traits: &storepb.TraitsMessage{
+	return &storepb.BoardReply{Board: wire.ToBoardMessage(b), Traits: &storepb.TraitsMessage{
 		Shared: t.Shared, ServerClock: t.ServerClock, Outbox: t.Outbox,
 	}}, nil
 }
 
 func empty(err error) (*storepb.Empty, error) {
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, wire.ToStatus(err)
 	}
 	return &storepb.Empty{}, nil
 }

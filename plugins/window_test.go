@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 	"github.com/leasekeeper/leasekeeper/plugins/storepb"
 )
 
@@ -86,7 +87,7 @@ func pings(t *testing.T, raw []byte) int {
 func TestTheCallStreamCarriesNoWindowPings(t *testing.T) {
 	t.Parallel()
 	store := openBolt(t, board.DefaultBoard(true), nil)
-	srv := grpc.NewServer(staticWindowServerOptions...)
+	srv := grpc.NewServer(wire.StaticWindowServerOptions...)
 	storepb.RegisterStoreServer(srv, &server{store: store})
 	sock := filepath.Join(t.TempDir(), "store.sock")
 	lis, err := net.Listen("unix", sock)
@@ -95,7 +96,7 @@ func TestTheCallStreamCarriesNoWindowPings(t *testing.T) {
 	}
 	tl := &tapListener{Listener: lis}
 	go srv.Serve(tl)
-	conn, err := grpc.NewClient("unix://"+sock, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, staticWindowDialOptions...)...)
+	conn, err := grpc.NewClient("unix://"+sock, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, wire.StaticWindowDialOptions...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -314,7 +314,7 @@ func pluginsLayer(root string, verbs []verb) ([]byte, error) {
 	}
 	var b bytes.Buffer
 	b.WriteString(header)
-	b.WriteString("package plugins\n\nimport (\n\t\"context\"\n" + timeImport(verbs) + "\n\t\"github.com/leasekeeper/leasekeeper/board\"\n\t\"github.com/leasekeeper/leasekeeper/plugins/storepb\"\n)\n\n")
+	b.WriteString("package plugins\n\nimport (\n\t\"context\"\n" + timeImport(verbs) + "\n\t\"github.com/leasekeeper/leasekeeper/board\"\n\t\"github.com/leasekeeper/leasekeeper/plugins/internal/wire\"\n\t\"github.com/leasekeeper/leasekeeper/plugins/storepb\"\n)\n\n")
 	b.WriteString("// The agent's side of each verb: its RPC to the plugin.\n\n")
 	for _, v := range verbs {
 		if client[v.Name] {
@@ -327,14 +327,14 @@ func pluginsLayer(root string, verbs []verb) ([]byte, error) {
 		req := "&storepb." + m[0] + "{}"
 		sig := "ctx context.Context"
 		if v.Param != "" {
-			req = "to" + m[0] + "(p)"
+			req = "wire.To" + m[0] + "(p)"
 			sig += ", p " + v.Param
 		}
 		if v.Result == "" {
 			fmt.Fprintf(&b, "func (s *verbs) %s(%s) error {\n\t_, err := s.rpc.%s(ctx, %s)\n\treturn err\n}\n\n", v.Name, sig, v.Name, req)
 			continue
 		}
-		fmt.Fprintf(&b, "func (s *verbs) %s(%s) (%s, error) {\n\tr, err := s.rpc.%s(ctx, %s)\n\tif err != nil {\n\t\treturn %s, err\n\t}\n\treturn from%s(r), nil\n}\n\n",
+		fmt.Fprintf(&b, "func (s *verbs) %s(%s) (%s, error) {\n\tr, err := s.rpc.%s(ctx, %s)\n\tif err != nil {\n\t\treturn %s, err\n\t}\n\treturn wire.From%s(r), nil\n}\n\n",
 			v.Name, sig, v.Result, v.Name, req, zero(v.Result), m[1])
 	}
 	b.WriteString("// The plugin's side of each verb: the store's answer to the RPC, a\n// store error through toStatus so its identity survives the trip.\n\n")
@@ -345,13 +345,13 @@ func pluginsLayer(root string, verbs []verb) ([]byte, error) {
 		m := rpc[v.Name]
 		in, call := "_", "s.store."+v.Name+"(ctx)"
 		if v.Param != "" {
-			in, call = "r", "s.store."+v.Name+"(ctx, from"+m[0]+"(r))"
+			in, call = "r", "s.store."+v.Name+"(ctx, wire.From"+m[0]+"(r))"
 		}
 		if v.Result == "" {
 			fmt.Fprintf(&b, "func (s *server) %s(ctx context.Context, %s *storepb.%s) (*storepb.%s, error) {\n\treturn empty(%s)\n}\n\n", v.Name, in, m[0], m[1], call)
 			continue
 		}
-		fmt.Fprintf(&b, "func (s *server) %s(ctx context.Context, %s *storepb.%s) (*storepb.%s, error) {\n\tres, err := %s\n\tif err != nil {\n\t\treturn nil, toStatus(err)\n\t}\n\treturn to%s(res), nil\n}\n\n",
+		fmt.Fprintf(&b, "func (s *server) %s(ctx context.Context, %s *storepb.%s) (*storepb.%s, error) {\n\tres, err := %s\n\tif err != nil {\n\t\treturn nil, wire.ToStatus(err)\n\t}\n\treturn wire.To%s(res), nil\n}\n\n",
 			v.Name, in, m[0], m[1], call, m[1])
 	}
 	return format.Source(b.Bytes())

@@ -44,6 +44,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/plugins"
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
 )
 
@@ -58,9 +59,9 @@ func main() {
 	switch mode := os.Getenv("TESTPLUGIN_MODE"); mode {
 	case "wrong-version":
 		plugin.Serve(&plugin.ServeConfig{
-			HandshakeConfig: plugins.Handshake,
+			HandshakeConfig: wire.Handshake,
 			VersionedPlugins: map[int]plugin.PluginSet{
-				plugins.ProtocolVersion + 98: {plugins.PluginName: &plugins.StorePlugin{Store: unused{}}},
+				wire.ProtocolVersion + 98: {wire.PluginName: &plugins.StorePlugin{Store: unused{}}},
 			},
 			GRPCServer: plugin.DefaultGRPCServer,
 		})
@@ -72,7 +73,7 @@ func main() {
 		}
 		all := plugins.VersionedPlugins(unrouted{store})
 		plugin.Serve(&plugin.ServeConfig{
-			HandshakeConfig:  plugins.Handshake,
+			HandshakeConfig:  wire.Handshake,
 			VersionedPlugins: map[int]plugin.PluginSet{4: all[4], 3: all[3]},
 			GRPCServer:       plugin.DefaultGRPCServer,
 		})
@@ -84,7 +85,7 @@ func main() {
 		}
 		all := plugins.VersionedPlugins(store)
 		plugin.Serve(&plugin.ServeConfig{
-			HandshakeConfig:  plugins.Handshake,
+			HandshakeConfig:  wire.Handshake,
 			VersionedPlugins: map[int]plugin.PluginSet{5: all[5], 4: all[4], 3: all[3]},
 			GRPCServer:       plugin.DefaultGRPCServer,
 		})
@@ -96,7 +97,7 @@ func main() {
 		}
 		all := plugins.VersionedPlugins(unretried{store})
 		plugin.Serve(&plugin.ServeConfig{
-			HandshakeConfig:  plugins.Handshake,
+			HandshakeConfig:  wire.Handshake,
 			VersionedPlugins: map[int]plugin.PluginSet{6: all[6], 5: all[5], 4: all[4], 3: all[3]},
 			GRPCServer:       plugin.DefaultGRPCServer,
 		})
