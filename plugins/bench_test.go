@@ -16,6 +16,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 	"github.com/leasekeeper/leasekeeper/plugins/storepb"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
+	"github.com/leasekeeper/leasekeeper/storespec"
 )
 
 // BenchmarkClaimReleaseThroughThePlugin runs claim + release cycles on
@@ -46,7 +47,7 @@ func benchClaimRelease(b *testing.B, proto int) {
 	defer cancel()
 	p, err := Launch(ctx, LaunchConfig{
 		Cmd:       testPluginCmd(b, ""),
-		Child:     &ChildConfig{Backend: "bolt", Path: filepath.Join(b.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
+		Child:     &storespec.Spec{Backend: "bolt", Path: filepath.Join(b.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
 		Protocols: []int{proto},
 	})
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 	"github.com/leasekeeper/leasekeeper/plugins/storepb"
+	"github.com/leasekeeper/leasekeeper/storespec"
 )
 
 // streamCounts counts what the plugin's end of the Calls stream received
@@ -94,7 +95,7 @@ func servePairCtx(t testing.TB, store board.Store, streamCtx func(context.Contex
 		}
 		return h(srv, cs)
 	}))
-	storepb.RegisterStoreServer(srv, &server{store: store})
+	registerStore(t, srv, store)
 	sock := filepath.Join(t.TempDir(), "store.sock")
 	lis, err := net.Listen("unix", sock)
 	if err != nil {
@@ -607,7 +608,7 @@ func TestProtocolThreeStillServes(t *testing.T) {
 	defer cancel()
 	p, err := Launch(ctx, LaunchConfig{
 		Cmd:       testPluginCmd(t, ""),
-		Child:     &ChildConfig{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
+		Child:     &storespec.Spec{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
 		Protocols: []int{wire.UnaryProtocolVersion},
 	})
 	if err != nil {
@@ -630,7 +631,7 @@ func TestProtocolThreeClientSendsEachCallAlone(t *testing.T) {
 	conn, counts := servePair(t, &scripted{getCard: func(_ context.Context, id string) (board.Card, error) {
 		return board.Card{ID: id}, nil
 	}})
-	raw, err := (&StorePlugin{unary: true}).GRPCClient(t.Context(), nil, conn)
+	raw, err := (&storePlugin{unary: true}).GRPCClient(t.Context(), nil, conn)
 	if err != nil {
 		t.Fatal(err)
 	}

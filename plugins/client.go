@@ -1,6 +1,6 @@
 package plugins
 
-//go:generate go run ../internal/storegen -layer plugins -root ..
+//go:generate go run ../internal/storegen -layer host -root ..
 
 import (
 	"context"

@@ -91,7 +91,7 @@ func TestOnlyTransportFailuresCondemnThePlugin(t *testing.T) {
 // returns the agent's raw connection to it, with no sendableConn in front.
 func rawPair(t *testing.T, store board.Store) *grpc.ClientConn {
 	t.Helper()
-	client, _ := plugin.TestPluginGRPCConn(t, false, map[string]plugin.Plugin{wire.PluginName: &StorePlugin{Store: store}})
+	client, _ := plugin.TestPluginGRPCConn(t, false, map[string]plugin.Plugin{wire.PluginName: bothEnds(store)})
 	t.Cleanup(func() { client.Close() })
 	return client.Conn
 }

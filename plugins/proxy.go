@@ -21,6 +21,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
+	"github.com/leasekeeper/leasekeeper/storespec"
 )
 
 // LaunchConfig configures Launch.
@@ -30,8 +31,9 @@ type LaunchConfig struct {
 	// environment. Stdout, Stderr and the parent-death signal are set by
 	// Launch.
 	Cmd func() *exec.Cmd
-	// Child, when set, is handed to the plugin in ChildConfigEnv.
-	Child *ChildConfig
+	// Child, when set, is handed to the plugin in its environment
+	// (storespec.Env), where serve.ChildConfigFromEnv reads it.
+	Child *storespec.Spec
 	// Logger receives the supervisor's lines and the plugin's own log.
 	// Nil discards them.
 	Logger *slog.Logger
@@ -49,7 +51,7 @@ type LaunchConfig struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Protocols, when set, are the protocol versions offered to the plugin
 	// (of those this build speaks); the highest both speak is used. Empty
-	// offers every version: ProtocolVersion, protocol 4 (the Calls stream,
+	// offers every version: wire.ProtocolVersion, protocol 4 (the Calls stream,
 	// before routing by labels) and the unary protocol 3, in which each
 	// call is its own RPC rather than sharing a message on the Calls
 	// stream.
@@ -73,7 +75,7 @@ func (c *LaunchConfig) setDefaults() error {
 		c.MaxBackoff = max(30*time.Second, c.MinBackoff)
 	}
 	for _, v := range c.Protocols {
-		if _, ok := VersionedPlugins(nil)[v]; !ok {
+		if _, ok := clientPlugins()[v]; !ok {
 			return fmt.Errorf("store plugin: LaunchConfig.Protocols: this build does not speak protocol version %d", v)
 		}
 	}
@@ -245,7 +247,7 @@ func (p *Proxy) start(ctx context.Context) (*instance, error) {
 
 // offered is the plugin set of the protocol versions cfg.Protocols names.
 func (p *Proxy) offered() map[int]plugin.PluginSet {
-	all := VersionedPlugins(nil)
+	all := clientPlugins()
 	if len(p.cfg.Protocols) == 0 {
 		return all
 	}
@@ -290,9 +292,9 @@ func startError(name string, err error, stderr string) error {
 	return &startErr{msg: out, detail: out, err: err}
 }
 
-// childFailure is the error a plugin serving through Serve wrote to its
-// stderr before exiting (its last line starting with wire.ServeErrPrefix), with
-// that prefix cut; "" when there is none.
+// childFailure is the error a plugin serving through serve.Serve wrote to
+// its stderr before exiting (its last line starting with
+// wire.ServeErrPrefix), with that prefix cut; "" when there is none.
 func childFailure(stderr string) string {
 	lines := strings.Split(stderr, "\n")
 	for i := len(lines) - 1; i >= 0; i-- {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
+	"github.com/leasekeeper/leasekeeper/storespec"
 )
 
 // The test plugin's blocking verb (see internal/testplugin).
@@ -30,7 +31,7 @@ func launchBolt(t *testing.T, logs *logWatch, minBackoff time.Duration) *Proxy {
 	defer cancel()
 	p, err := Launch(ctx, LaunchConfig{
 		Cmd:        testPluginCmd(t, ""),
-		Child:      &ChildConfig{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
+		Child:      &storespec.Spec{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
 		Logger:     logs.logger(),
 		MinBackoff: minBackoff,
 		MaxBackoff: 2 * minBackoff,
@@ -332,7 +333,7 @@ func TestFailedRestartsAreRetried(t *testing.T) {
 			}
 			return good()
 		},
-		Child:      &ChildConfig{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true)},
+		Child:      &storespec.Spec{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true)},
 		Logger:     logs.logger(),
 		MinBackoff: time.Millisecond,
 		MaxBackoff: 20 * time.Millisecond,

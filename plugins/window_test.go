@@ -15,7 +15,6 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
-	"github.com/leasekeeper/leasekeeper/plugins/storepb"
 )
 
 // tapConn records every byte read from and written to a connection.
@@ -88,7 +87,7 @@ func TestTheCallStreamCarriesNoWindowPings(t *testing.T) {
 	t.Parallel()
 	store := openBolt(t, board.DefaultBoard(true), nil)
 	srv := grpc.NewServer(wire.StaticWindowServerOptions...)
-	storepb.RegisterStoreServer(srv, &server{store: store})
+	registerStore(t, srv, store)
 	sock := filepath.Join(t.TempDir(), "store.sock")
 	lis, err := net.Listen("unix", sock)
 	if err != nil {

@@ -7,7 +7,7 @@ import (
 
 // The conversions of the retention verbs (board.Retention,
 // DESIGN.md#retention). A plugin from before protocol 6 is never sent them
-// (versionGuard).
+// (plugins.versionGuard).
 
 func ToPruneRequest(p board.PruneParams) *storepb.PruneRequest {
 	return &storepb.PruneRequest{Before: ToTime(p.Before), Limit: int64(p.Limit), KeepFrom: p.KeepFrom, DryRun: p.DryRun}

@@ -9,8 +9,9 @@ import (
 
 // The conversions of each verb's request and reply, named after the
 // message: To<Message> builds it from the verb's Go value, From<Message>
-// reads it back. The generated verbs (verbs_gen.go) call them by those
-// names, so a verb whose conversion is missing does not compile.
+// reads it back. The generated verbs and handlers (plugins/verbs_gen.go,
+// plugins/serve/verbs_gen.go) call them by those names, so a verb whose
+// conversion is missing does not compile.
 
 func ToCardReply(c board.Card) *storepb.CardReply   { return &storepb.CardReply{Card: ToCard(c)} }
 func FromCardReply(r *storepb.CardReply) board.Card { return FromCard(r.GetCard()) }

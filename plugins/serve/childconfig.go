@@ -1,4 +1,4 @@
-package plugins
+package serve
 
 import (
 	"github.com/leasekeeper/leasekeeper/storespec"

@@ -1,4 +1,6 @@
-package plugins
+package serve
+
+//go:generate go run ../../internal/storegen -layer serve -root ../..
 
 import (
 	"context"
@@ -10,8 +12,9 @@ import (
 
 // server serves a board.Store over gRPC. Each handler passes the RPC's
 // context to the store, so the agent's deadline and cancellation reach the
-// backend, and returns store errors through toStatus so their identity
-// survives the trip.
+// backend, and returns store errors through wire.ToStatus so their
+// identity survives the trip. The handlers of the verbs that need nothing
+// but the pattern are generated (verbs_gen.go, DESIGN.md#verb-shape).
 type server struct {
 	storepb.UnimplementedStoreServer
 	store board.Store
