@@ -14,8 +14,11 @@ import (
 
 // VersionedPlugins is the plugin set of every protocol version this build
 // serves (wire.Versions), for plugin.ServeConfig.VersionedPlugins: store
-// is the backend served. Serve uses it; a plugin that serves by hand
-// offers the versions it picks from it.
+// is the backend served. Serve uses it. A plugin that calls plugin.Serve
+// itself, as the module's test plugin does to play an older build, offers
+// the versions it picks from it; it needs the handshake of package wire,
+// which is internal, so outside this module a store plugin serves through
+// Serve.
 func VersionedPlugins(store board.Store) map[int]plugin.PluginSet {
 	out := make(map[int]plugin.PluginSet, len(wire.Versions))
 	for _, v := range wire.Versions {
