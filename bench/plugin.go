@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/plugins"
+	"github.com/leasekeeper/leasekeeper/plugins/serve"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
 )
 
@@ -24,7 +25,7 @@ func pluginMain(args []string) int {
 	}
 	serveProfileSignals(args[0])
 	var st *boltstore.Store
-	err := plugins.Serve(func(context.Context) (board.Store, error) {
+	err := serve.Serve(func(context.Context) (board.Store, error) {
 		s, err := boltstore.Open(args[0], boltstore.Options{})
 		st = s
 		return s, err

@@ -26,7 +26,7 @@ var exempt = map[string]bool{
 	"plugins/internal/testplugin/main.go": true,
 }
 
-const rpcServer = "plugins.server"
+const rpcServer = "plugins/serve.server"
 
 // TestStoreWrappersImplementEveryVerb walks the repository's Go files and
 // finds every type that wraps a board.Store (a struct with a board.Store

@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 	"github.com/leasekeeper/leasekeeper/plugins/storepb"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
+	"github.com/leasekeeper/leasekeeper/storespec"
 )
 
 // BenchmarkClaimReleaseThroughThePlugin runs claim + release cycles on
@@ -35,7 +37,7 @@ func BenchmarkClaimReleaseThroughThePlugin(b *testing.B) {
 		defer s.Close()
 		claimRelease(b, s, 0, nil)
 	})
-	for _, proto := range []int{unaryProtocolVersion, ProtocolVersion} {
+	for _, proto := range []int{wire.UnaryProtocolVersion, wire.ProtocolVersion} {
 		b.Run(fmt.Sprintf("protocol=%d", proto), func(b *testing.B) { benchClaimRelease(b, proto) })
 	}
 }
@@ -45,7 +47,7 @@ func benchClaimRelease(b *testing.B, proto int) {
 	defer cancel()
 	p, err := Launch(ctx, LaunchConfig{
 		Cmd:       testPluginCmd(b, ""),
-		Child:     &ChildConfig{Backend: "bolt", Path: filepath.Join(b.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
+		Child:     &storespec.Spec{Backend: "bolt", Path: filepath.Join(b.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
 		Protocols: []int{proto},
 	})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 	"github.com/leasekeeper/leasekeeper/plugins/storepb"
 )
 
@@ -98,8 +99,8 @@ func (c *callConn) Invoke(ctx context.Context, method string, args, reply any, o
 	}
 	req := buf.Materialize()
 	buf.Free()
-	if len(req) > maxCallBytes {
-		return status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max (%d vs. %d)", len(req), maxCallBytes)
+	if len(req) > wire.MaxCallBytes {
+		return status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max (%d vs. %d)", len(req), wire.MaxCallBytes)
 	}
 	call := &storepb.Call{Method: method, Request: req}
 	if dl, ok := ctx.Deadline(); ok {
@@ -227,7 +228,7 @@ func (c *callConn) abandon(s *callSession, call *storepb.Call) {
 }
 
 // send sends the queued calls and cancellations until the stream fails:
-// all that are waiting in one message, up to maxBatchBytes of requests.
+// all that are waiting in one message, up to wire.MaxBatchBytes of requests.
 func (c *callConn) send(s *callSession) {
 	for {
 		select {
@@ -245,7 +246,7 @@ func (c *callConn) send(s *callSession) {
 		s.cancels = nil
 		size := 0
 		n := 0
-		for n < len(s.queue) && (n == 0 || size+len(s.queue[n].Request) <= maxBatchBytes) {
+		for n < len(s.queue) && (n == 0 || size+len(s.queue[n].Request) <= wire.MaxBatchBytes) {
 			size += len(s.queue[n].Request)
 			n++
 		}

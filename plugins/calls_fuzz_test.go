@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 )
 
 // fuzzStore answers every call from what the call asked, so a caller
@@ -68,7 +69,7 @@ func FuzzCallBatches(f *testing.F) {
 		if hold {
 			held = holdFirstSend(cc)
 		}
-		rs := newUnaryRemoteStore(cc, ProtocolVersion)
+		rs := newUnaryRemoteStore(cc, wire.ProtocolVersion)
 		defer cc.close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

@@ -18,7 +18,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 	"github.com/leasekeeper/leasekeeper/plugins/storepb"
+	"github.com/leasekeeper/leasekeeper/storespec"
 )
 
 // streamCounts counts what the plugin's end of the Calls stream received
@@ -93,7 +95,7 @@ func servePairCtx(t testing.TB, store board.Store, streamCtx func(context.Contex
 		}
 		return h(srv, cs)
 	}))
-	storepb.RegisterStoreServer(srv, &server{store: store})
+	registerStore(t, srv, store)
 	sock := filepath.Join(t.TempDir(), "store.sock")
 	lis, err := net.Listen("unix", sock)
 	if err != nil {
@@ -166,7 +168,7 @@ func TestConcurrentCallsShareMessages(t *testing.T) {
 	conn, counts := servePair(t, openBolt(t, board.DefaultBoard(true), nil))
 	cc := newCallConn(conn)
 	held := holdFirstSend(cc)
-	rs := newUnaryRemoteStore(cc, ProtocolVersion)
+	rs := newUnaryRemoteStore(cc, wire.ProtocolVersion)
 	ctx := t.Context()
 
 	const n = 24
@@ -217,7 +219,7 @@ func TestOneCallsFailureIsItsOwn(t *testing.T) {
 	conn, counts := servePair(t, store)
 	cc := newCallConn(conn)
 	held := holdFirstSend(cc)
-	rs := newUnaryRemoteStore(cc, ProtocolVersion)
+	rs := newUnaryRemoteStore(cc, wire.ProtocolVersion)
 	ctx := t.Context()
 
 	ids := []string{"a", "missing", "b", "legacy", "c"}
@@ -301,7 +303,7 @@ func TestCancelledCallInABatch(t *testing.T) {
 	conn, counts := servePair(t, b.store())
 	cc := newCallConn(conn)
 	held := holdFirstSend(cc)
-	rs := newUnaryRemoteStore(cc, ProtocolVersion)
+	rs := newUnaryRemoteStore(cc, wire.ProtocolVersion)
 	ctx := t.Context()
 
 	plug := make(chan error, 1)
@@ -355,7 +357,7 @@ func TestDeadlineOfOneCallInABatch(t *testing.T) {
 	conn, _ := servePair(t, b.store())
 	cc := newCallConn(conn)
 	held := holdFirstSend(cc)
-	rs := newUnaryRemoteStore(cc, ProtocolVersion)
+	rs := newUnaryRemoteStore(cc, wire.ProtocolVersion)
 	ctx := t.Context()
 
 	plug := make(chan error, 1)
@@ -451,7 +453,7 @@ func TestCallContextsEndWithTheirCalls(t *testing.T) {
 		close(made)
 		return streamCtx
 	})
-	rs := newUnaryRemoteStore(newCallConn(conn), ProtocolVersion)
+	rs := newUnaryRemoteStore(newCallConn(conn), wire.ProtocolVersion)
 	ctx := t.Context()
 
 	// The counter sees a running call's context: the test can fail.
@@ -492,7 +494,7 @@ func TestCallAbandonedBeforeItIsSentIsNotSent(t *testing.T) {
 	conn, counts := servePair(t, b.store())
 	cc := newCallConn(conn)
 	held := holdFirstSend(cc)
-	rs := newUnaryRemoteStore(cc, ProtocolVersion)
+	rs := newUnaryRemoteStore(cc, wire.ProtocolVersion)
 	ctx := t.Context()
 
 	plug := make(chan error, 1)
@@ -538,7 +540,7 @@ func TestOversizedRequestFailsAlone(t *testing.T) {
 		},
 	}
 	conn, counts := servePair(t, store)
-	rs := newRemoteStore(conn, ProtocolVersion)
+	rs := newRemoteStore(conn, wire.ProtocolVersion)
 	_, err := rs.ListCards(t.Context(), board.ListCardsParams{State: strings.Repeat("x", 5<<20)})
 	if err == nil || brokenPlugin(err) || !strings.Contains(err.Error(), "larger than max") {
 		t.Errorf("ListCards with a 5 MiB state: %v, want a call over the size limit that leaves the plugin alone", err)
@@ -606,15 +608,15 @@ func TestProtocolThreeStillServes(t *testing.T) {
 	defer cancel()
 	p, err := Launch(ctx, LaunchConfig{
 		Cmd:       testPluginCmd(t, ""),
-		Child:     &ChildConfig{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
-		Protocols: []int{unaryProtocolVersion},
+		Child:     &storespec.Spec{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
+		Protocols: []int{wire.UnaryProtocolVersion},
 	})
 	if err != nil {
 		t.Fatalf("Launch: %v", err)
 	}
 	defer p.Close()
-	if v := p.Status().ProtocolVersion; v != unaryProtocolVersion {
-		t.Errorf("negotiated protocol %d, want %d", v, unaryProtocolVersion)
+	if v := p.Status().ProtocolVersion; v != wire.UnaryProtocolVersion {
+		t.Errorf("negotiated protocol %d, want %d", v, wire.UnaryProtocolVersion)
 	}
 	if _, err := p.CreateCard(ctx, board.CreateCardParams{ID: "c1", Actor: "cli"}); err != nil {
 		t.Fatal(err)
@@ -629,7 +631,7 @@ func TestProtocolThreeClientSendsEachCallAlone(t *testing.T) {
 	conn, counts := servePair(t, &scripted{getCard: func(_ context.Context, id string) (board.Card, error) {
 		return board.Card{ID: id}, nil
 	}})
-	raw, err := (&StorePlugin{unary: true}).GRPCClient(t.Context(), nil, conn)
+	raw, err := (&storePlugin{unary: true}).GRPCClient(t.Context(), nil, conn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -678,7 +680,7 @@ func TestCallerGivesUpWhileTheStreamOpens(t *testing.T) {
 	}
 	defer conn.Close()
 	cc := newCallConn(conn)
-	rs := newUnaryRemoteStore(cc, ProtocolVersion)
+	rs := newUnaryRemoteStore(cc, wire.ProtocolVersion)
 
 	for range 2 {
 		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)

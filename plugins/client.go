@@ -1,6 +1,6 @@
 package plugins
 
-//go:generate go run ../internal/storegen -layer plugins -root ..
+//go:generate go run ../internal/storegen -layer host -root ..
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 	"github.com/leasekeeper/leasekeeper/plugins/storepb"
 )
 
@@ -72,22 +73,22 @@ type versionGuard struct {
 }
 
 func (g versionGuard) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	if g.version < retryProtocolVersion {
+	if g.version < wire.RetryProtocolVersion {
 		if what := retryWrite(args); what != "" {
 			return fmt.Errorf("store plugin: %s: %w", path.Base(method), board.Invalid(
 				"the plugin speaks store protocol %d, from before the retry policy (protocol %d), and would drop %s: rebuild it against this leasekeeper release; nothing was sent",
-				g.version, retryProtocolVersion, what))
+				g.version, wire.RetryProtocolVersion, what))
 		}
 	}
-	if g.version < retentionProtocolVersion {
+	if g.version < wire.RetentionProtocolVersion {
 		switch args.(type) {
 		case *storepb.PruneRequest, *storepb.DeleteCardRequest:
 			return fmt.Errorf("store plugin: %s: %w", path.Base(method), board.Invalid(
 				"the plugin speaks store protocol %d, from before retention (protocol %d), and cannot prune or delete cards: rebuild it against this leasekeeper release; nothing was sent",
-				g.version, retentionProtocolVersion))
+				g.version, wire.RetentionProtocolVersion))
 		}
 	}
-	if g.version < labelsProtocolVersion {
+	if g.version < wire.LabelsProtocolVersion {
 		var labels []string
 		switch r := args.(type) {
 		case *storepb.ClaimNextRequest:
@@ -98,13 +99,13 @@ func (g versionGuard) Invoke(ctx context.Context, method string, args, reply any
 		if len(labels) > 0 {
 			return fmt.Errorf("store plugin: %s: %w", path.Base(method), board.Invalid(
 				"the plugin speaks store protocol %d, from before routing by labels (protocol %d), and would ignore the labels %q: rebuild it against this leasekeeper release; nothing was sent",
-				g.version, labelsProtocolVersion, labels))
+				g.version, wire.LabelsProtocolVersion, labels))
 		}
 	}
 	if err := g.ClientConnInterface.Invoke(ctx, method, args, reply, opts...); err != nil {
 		return err
 	}
-	if g.version < retryProtocolVersion {
+	if g.version < wire.RetryProtocolVersion {
 		// A plugin from before the retry policy keeps no attempts
 		// counter, and cannot give a card a fresh set either: its cards'
 		// runs are their attempts, the count the run ceiling had before

@@ -11,6 +11,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/heartbeat"
 	"github.com/leasekeeper/leasekeeper/lease"
+	"github.com/leasekeeper/leasekeeper/storespec"
 )
 
 // The store plugin is killed after a Start commits and before it answers
@@ -27,7 +28,7 @@ func TestKilledAfterCommitBeforeReplyRetryGetsTheSameGrant(t *testing.T) {
 	defer cancel()
 	p, err := Launch(launchCtx, LaunchConfig{
 		Cmd:        testPluginCmd(t, "", "TESTPLUGIN_DIE_AFTER_START="+sentinel),
-		Child:      &ChildConfig{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
+		Child:      &storespec.Spec{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
 		Logger:     logs.logger(),
 		MinBackoff: 10 * time.Millisecond,
 		MaxBackoff: 20 * time.Millisecond,

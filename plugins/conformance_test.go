@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/board/boardtest"
+	"github.com/leasekeeper/leasekeeper/storespec"
 )
 
 // TestConformanceInProcess runs the store conformance suite against a real
@@ -44,7 +45,7 @@ func TestConformanceSubprocess(t *testing.T) {
 			defer cancel()
 			p, err := Launch(ctx, LaunchConfig{
 				Cmd:   testPluginCmd(t, "", "TESTPLUGIN_CLOCK="+sock),
-				Child: &ChildConfig{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: cfg.Board},
+				Child: &storespec.Spec{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: cfg.Board},
 			})
 			if err != nil {
 				t.Fatalf("Launch: %v", err)

@@ -1,11 +1,18 @@
-// Package plugins is the process boundary between the leasekeeper agent and
-// its storage backend. The agent loads its board.Store as a HashiCorp
-// go-plugin plugin speaking gRPC: the built-in stores (bbolt, MongoDB) run in
-// the agent's own binary re-executed with a hidden subcommand, and an
-// external binary can serve any other backend through Serve.
+// Package plugins is the agent's side of the process boundary between the
+// leasekeeper agent and its storage backend. The agent loads its board.Store
+// as a HashiCorp go-plugin plugin speaking gRPC: the built-in stores (bbolt,
+// MongoDB) run in the agent's own binary re-executed with a hidden
+// subcommand, and an external binary can serve any other backend.
 //
-// The agent side is Launch, which starts and supervises the plugin process
-// and returns a *Proxy implementing board.Store. The plugin side is Serve.
+// The boundary is three packages. This one, the agent's side, is Launch,
+// which starts and supervises the plugin process and returns a *Proxy
+// implementing board.Store. The plugin's side is package plugins/serve
+// (serve.Serve), which a store plugin's main calls. What both speak — the
+// handshake and protocol versions, the conversions between board values
+// and messages, the identity of a store error on the wire, the limits of a
+// message — is package plugins/internal/wire. Each side imports wire and
+// neither imports the other, as in go-plugin's own examples.
+//
 // Every Store verb is one RPC (see proto/store.proto); the caller's context
 // crosses the boundary (deadline and cancellation), and every board sentinel
 // error crosses it too, so errors.Is and board.AsClaimConflict keep working

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 	"github.com/leasekeeper/leasekeeper/plugins/storepb"
 )
 
@@ -90,7 +91,7 @@ func TestOnlyTransportFailuresCondemnThePlugin(t *testing.T) {
 // returns the agent's raw connection to it, with no sendableConn in front.
 func rawPair(t *testing.T, store board.Store) *grpc.ClientConn {
 	t.Helper()
-	client, _ := plugin.TestPluginGRPCConn(t, false, map[string]plugin.Plugin{PluginName: &StorePlugin{Store: store}})
+	client, _ := plugin.TestPluginGRPCConn(t, false, map[string]plugin.Plugin{wire.PluginName: bothEnds(store)})
 	t.Cleanup(func() { client.Close() })
 	return client.Conn
 }
@@ -130,7 +131,7 @@ func TestUnencodableRequestsAreTheCallers(t *testing.T) {
 		t.Errorf("gRPC's own refusal to encode the request (%v) was taken for a broken plugin: %v", err, cerr)
 	}
 
-	rs := newRemoteStore(conn, ProtocolVersion)
+	rs := newRemoteStore(conn, wire.ProtocolVersion)
 	calls := []struct {
 		name string
 		call func() error
@@ -177,7 +178,7 @@ func TestAnswerTheAgentCannotReadKeepsThePlugin(t *testing.T) {
 	t.Parallel()
 	rs := newRemoteStore(rawPair(t, &scripted{getCard: func(_ context.Context, id string) (board.Card, error) {
 		return board.Card{ID: id, Title: "legacy \xff title", State: board.StateReady}, nil
-	}}), ProtocolVersion)
+	}}), wire.ProtocolVersion)
 	_, err := rs.GetCard(t.Context(), board.GetCardParams{ID: "c1"})
 	if err == nil {
 		t.Fatal("an answer holding a string that is not UTF-8 crossed the boundary; the case tests nothing")

@@ -10,23 +10,8 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/plugins"
-	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
+	"github.com/leasekeeper/leasekeeper/storespec"
 )
-
-// The main function of an external store plugin: the agent starts the
-// binary named by store.backend and hands it its store configuration.
-func ExampleServe() {
-	err := plugins.Serve(func(ctx context.Context) (board.Store, error) {
-		cfg, err := plugins.ChildConfigFromEnv()
-		if err != nil {
-			return nil, err
-		}
-		return boltstore.Open(cfg.Path, boltstore.Options{Board: cfg.Board, LockTimeout: 5 * time.Second})
-	})
-	if err != nil {
-		os.Exit(1) // Serve has written the error to stderr, which the agent logs
-	}
-}
 
 // The agent's side: launch the plugin, use the proxy as the store, and show
 // its state in the agent's status.
@@ -36,7 +21,7 @@ func ExampleLaunch() {
 	store, err := plugins.Launch(ctx, plugins.LaunchConfig{
 		// The agent re-executes its own binary to serve a built-in store.
 		Cmd: func() *exec.Cmd { return exec.Command(self, "store-plugin") },
-		Child: &plugins.ChildConfig{
+		Child: &storespec.Spec{
 			Backend: "bolt", Path: "/var/lib/leasekeeper/board.db",
 			Board: board.DefaultBoard(true), Lease: 30 * time.Second,
 		},

@@ -12,8 +12,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
+	"github.com/leasekeeper/leasekeeper/plugins/serve"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
 )
 
@@ -84,14 +87,14 @@ func openBolt(t *testing.T, b board.Board, clock board.Clock) *boltstore.Store {
 func inProcess(t *testing.T, store board.Store) *remoteStore {
 	t.Helper()
 	client, server := plugin.TestPluginGRPCConn(t, false, map[string]plugin.Plugin{
-		PluginName: &StorePlugin{Store: store},
+		wire.PluginName: bothEnds(store),
 	})
 	// Closing the client asks the server to stop (go-plugin's controller),
 	// as the agent does with a real plugin; stopping it here as well would
 	// race inside go-plugin.
 	_ = server
 	t.Cleanup(func() { client.Close() })
-	raw, err := client.Dispense(PluginName)
+	raw, err := client.Dispense(wire.PluginName)
 	if err != nil {
 		t.Fatalf("Dispense: %v", err)
 	}
@@ -103,6 +106,33 @@ func inProcess(t *testing.T, store board.Store) *remoteStore {
 		t.Fatalf("load: %v", err)
 	}
 	return rs
+}
+
+// pairPlugin is both ends of the boundary in one go-plugin definition, for
+// go-plugin's in-process test pair: the plugin's server (serve.StorePlugin)
+// and the agent's client (storePlugin). Only the tests join them: the
+// agent's side does not import the plugin's.
+type pairPlugin struct {
+	*serve.StorePlugin
+	client *storePlugin
+}
+
+func (p pairPlugin) GRPCClient(ctx context.Context, b *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
+	return p.client.GRPCClient(ctx, b, c)
+}
+
+// bothEnds is the in-process pair's plugin serving store.
+func bothEnds(store board.Store) plugin.Plugin {
+	return pairPlugin{StorePlugin: &serve.StorePlugin{Store: store}, client: &storePlugin{}}
+}
+
+// registerStore registers the plugin's store service, serving store, on
+// srv, as a plugin process does.
+func registerStore(t testing.TB, srv *grpc.Server, store board.Store) {
+	t.Helper()
+	if err := (&serve.StorePlugin{Store: store}).GRPCServer(nil, srv); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // logWatch is a slog handler that hands every message to waiters, so a test

@@ -1,14 +1,9 @@
 package plugins
 
 import (
-	"fmt"
-	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // The plugin process must die with the agent, even when the agent is
@@ -18,7 +13,7 @@ import (
 // child exits, not the process (Go issue 27505), so both ends take care:
 // the agent forks from a goroutine locked to its OS thread until the child
 // is reaped (runLocked), and the plugin re-arms the signal itself and checks
-// that its parent is still the agent that started it (bindToParent).
+// that its parent is still the agent that started it (serve.bindToParent).
 
 // setParentDeathSignal asks the kernel to SIGKILL the child when the thread
 // that starts it exits.
@@ -45,39 +40,4 @@ func runLocked(cmd *exec.Cmd, started chan<- error, wait func(error)) {
 		started <- nil
 		wait(cmd.Wait())
 	}()
-}
-
-// bindToParent arms SIGKILL on the agent's death from inside the plugin,
-// for the case where the agent's own Pdeathsig was not set (an external
-// launcher) and to close the window in which the agent died before the
-// plugin could arm it: after arming, a parent that is no longer the agent
-// means the agent is already gone. The signal is armed on a thread that
-// stays locked until release is called, because the kernel keeps it per
-// thread and Go may retire threads.
-func bindToParent() (release func(), err error) {
-	armed := make(chan error, 1)
-	done := make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		armed <- unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0)
-		<-done
-	}()
-	release = func() { close(done) }
-	if err := <-armed; err != nil {
-		release()
-		return nil, fmt.Errorf("store plugin: arming the parent-death signal: %w", err)
-	}
-	if want := os.Getenv(parentPIDEnv); want != "" {
-		pid, perr := strconv.Atoi(want)
-		if perr != nil {
-			release()
-			return nil, fmt.Errorf("store plugin: %s=%q is not a pid", parentPIDEnv, want)
-		}
-		if got := os.Getppid(); got != pid {
-			release()
-			return nil, fmt.Errorf("store plugin: the agent (pid %d) that started this plugin is gone (parent is now pid %d)", pid, got)
-		}
-	}
-	return release, nil
 }

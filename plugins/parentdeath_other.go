@@ -19,5 +19,3 @@ func runLocked(cmd *exec.Cmd, started chan<- error, wait func(error)) {
 		wait(cmd.Wait())
 	}()
 }
-
-func bindToParent() (func(), error) { return func() {}, nil }

@@ -20,6 +20,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
+	"github.com/leasekeeper/leasekeeper/storespec"
 )
 
 // LaunchConfig configures Launch.
@@ -29,8 +31,9 @@ type LaunchConfig struct {
 	// environment. Stdout, Stderr and the parent-death signal are set by
 	// Launch.
 	Cmd func() *exec.Cmd
-	// Child, when set, is handed to the plugin in ChildConfigEnv.
-	Child *ChildConfig
+	// Child, when set, is handed to the plugin in its environment
+	// (storespec.Env), where serve.ChildConfigFromEnv reads it.
+	Child *storespec.Spec
 	// Logger receives the supervisor's lines and the plugin's own log.
 	// Nil discards them.
 	Logger *slog.Logger
@@ -48,7 +51,7 @@ type LaunchConfig struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Protocols, when set, are the protocol versions offered to the plugin
 	// (of those this build speaks); the highest both speak is used. Empty
-	// offers every version: ProtocolVersion, protocol 4 (the Calls stream,
+	// offers every version: wire.ProtocolVersion, protocol 4 (the Calls stream,
 	// before routing by labels) and the unary protocol 3, in which each
 	// call is its own RPC rather than sharing a message on the Calls
 	// stream.
@@ -72,7 +75,7 @@ func (c *LaunchConfig) setDefaults() error {
 		c.MaxBackoff = max(30*time.Second, c.MinBackoff)
 	}
 	for _, v := range c.Protocols {
-		if _, ok := VersionedPlugins(nil)[v]; !ok {
+		if _, ok := clientPlugins()[v]; !ok {
 			return fmt.Errorf("store plugin: LaunchConfig.Protocols: this build does not speak protocol version %d", v)
 		}
 	}
@@ -182,7 +185,7 @@ func (p *Proxy) start(ctx context.Context) (*instance, error) {
 	if env == nil {
 		env = os.Environ()
 	}
-	env = append(env, parentPIDEnv+"="+strconv.Itoa(os.Getpid()))
+	env = append(env, wire.ParentPIDEnv+"="+strconv.Itoa(os.Getpid()))
 	if p.cfg.Child != nil {
 		kv, err := p.cfg.Child.Environ()
 		if err != nil {
@@ -193,7 +196,7 @@ func (p *Proxy) start(ctx context.Context) (*instance, error) {
 	r := newChildRunner(cmd)
 	tail := &tailBuffer{max: 4096}
 	client := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  Handshake,
+		HandshakeConfig:  wire.Handshake,
 		VersionedPlugins: p.offered(),
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		// go-plugin's placeholder command carries only its own variables
@@ -205,7 +208,7 @@ func (p *Proxy) start(ctx context.Context) (*instance, error) {
 			return r, nil
 		},
 		UnixSocketConfig: &plugin.UnixSocketConfig{TempDir: p.cfg.SocketDir},
-		GRPCDialOptions:  staticWindowDialOptions,
+		GRPCDialOptions:  wire.StaticWindowDialOptions,
 		StartTimeout:     p.cfg.StartTimeout,
 		Stderr:           tail,
 		Logger:           hclogFor(p.log),
@@ -226,7 +229,7 @@ func (p *Proxy) start(ctx context.Context) (*instance, error) {
 		}
 		return fail(err)
 	}
-	raw, err := rpc.Dispense(PluginName)
+	raw, err := rpc.Dispense(wire.PluginName)
 	if err != nil {
 		return fail(err)
 	}
@@ -244,7 +247,7 @@ func (p *Proxy) start(ctx context.Context) (*instance, error) {
 
 // offered is the plugin set of the protocol versions cfg.Protocols names.
 func (p *Proxy) offered() map[int]plugin.PluginSet {
-	all := VersionedPlugins(nil)
+	all := clientPlugins()
 	if len(p.cfg.Protocols) == 0 {
 		return all
 	}
@@ -265,7 +268,7 @@ func startError(name string, err error, stderr string) error {
 	case errors.Is(err, exec.ErrNotFound), errors.Is(err, os.ErrNotExist), errors.Is(err, os.ErrPermission):
 		hint = "the plugin binary is missing or not executable"
 	case strings.Contains(msg, "incompatible API version"):
-		hint = fmt.Sprintf("the plugin speaks another store protocol version (this agent speaks %d); rebuild it against this leasekeeper release", ProtocolVersion)
+		hint = fmt.Sprintf("the plugin speaks another store protocol version (this agent speaks %d); rebuild it against this leasekeeper release", wire.ProtocolVersion)
 	case strings.Contains(msg, "Failed to read any lines"), strings.Contains(msg, "exited before we could connect"):
 		hint = "the plugin exited during start, before the handshake"
 	case strings.Contains(msg, "Unrecognized remote plugin message"):
@@ -289,13 +292,13 @@ func startError(name string, err error, stderr string) error {
 	return &startErr{msg: out, detail: out, err: err}
 }
 
-// childFailure is the error a plugin serving through Serve wrote to its
-// stderr before exiting (its last line starting with serveErrPrefix), with
-// that prefix cut; "" when there is none.
+// childFailure is the error a plugin serving through serve.Serve wrote to
+// its stderr before exiting (its last line starting with
+// wire.ServeErrPrefix), with that prefix cut; "" when there is none.
 func childFailure(stderr string) string {
 	lines := strings.Split(stderr, "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
-		if cause, ok := strings.CutPrefix(strings.TrimSpace(lines[i]), serveErrPrefix); ok && cause != "" {
+		if cause, ok := strings.CutPrefix(strings.TrimSpace(lines[i]), wire.ServeErrPrefix); ok && cause != "" {
 			return cause
 		}
 	}

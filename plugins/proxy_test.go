@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
+	"github.com/leasekeeper/leasekeeper/storespec"
 )
 
 // The test plugin's blocking verb (see internal/testplugin).
@@ -29,7 +31,7 @@ func launchBolt(t *testing.T, logs *logWatch, minBackoff time.Duration) *Proxy {
 	defer cancel()
 	p, err := Launch(ctx, LaunchConfig{
 		Cmd:        testPluginCmd(t, ""),
-		Child:      &ChildConfig{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
+		Child:      &storespec.Spec{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
 		Logger:     logs.logger(),
 		MinBackoff: minBackoff,
 		MaxBackoff: 2 * minBackoff,
@@ -80,7 +82,7 @@ func TestCrashMidCallIsOutcomeUnknownAndThePluginRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := p.Status()
-	if first.State != StateUp || first.PID == 0 || first.ProtocolVersion != ProtocolVersion {
+	if first.State != StateUp || first.PID == 0 || first.ProtocolVersion != wire.ProtocolVersion {
 		t.Fatalf("status after launch: %+v", first)
 	}
 
@@ -272,7 +274,7 @@ func TestLaunchFailuresAreClear(t *testing.T) {
 		{
 			name: "another protocol version",
 			cmd:  func(t *testing.T) func() *exec.Cmd { return testPluginCmd(t, "wrong-version") },
-			want: []string{"another store protocol version", "Plugin version: " + strconv.Itoa(ProtocolVersion+98)},
+			want: []string{"another store protocol version", "Plugin version: " + strconv.Itoa(wire.ProtocolVersion+98)},
 		},
 		{
 			name: "store fails to open",
@@ -331,7 +333,7 @@ func TestFailedRestartsAreRetried(t *testing.T) {
 			}
 			return good()
 		},
-		Child:      &ChildConfig{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true)},
+		Child:      &storespec.Spec{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true)},
 		Logger:     logs.logger(),
 		MinBackoff: time.Millisecond,
 		MaxBackoff: 20 * time.Millisecond,

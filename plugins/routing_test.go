@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/storespec"
 )
 
 // A plugin built before routing by labels speaks protocol 4 at most and
@@ -23,7 +24,7 @@ func TestAPluginFromBeforeLabelRoutingIsNotSentARoutedPick(t *testing.T) {
 	defer cancel()
 	p, err := Launch(ctx, LaunchConfig{
 		Cmd:   testPluginCmd(t, "before-labels"),
-		Child: &ChildConfig{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
+		Child: &storespec.Spec{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
 	})
 	if err != nil {
 		t.Fatalf("Launch: %v", err)
@@ -75,7 +76,7 @@ func TestAPluginFromBeforeRetentionIsNotSentAPrune(t *testing.T) {
 	defer cancel()
 	p, err := Launch(ctx, LaunchConfig{
 		Cmd:   testPluginCmd(t, "before-retention"),
-		Child: &ChildConfig{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
+		Child: &storespec.Spec{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
 	})
 	if err != nil {
 		t.Fatalf("Launch: %v", err)
@@ -112,7 +113,7 @@ func TestAPluginFromBeforeRetriesIsNotSentARetryPolicy(t *testing.T) {
 	defer cancel()
 	p, err := Launch(ctx, LaunchConfig{
 		Cmd:   testPluginCmd(t, "before-retries"),
-		Child: &ChildConfig{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
+		Child: &storespec.Spec{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
 	})
 	if err != nil {
 		t.Fatalf("Launch: %v", err)
@@ -161,7 +162,7 @@ func TestAPluginFromBeforeRetriesCountsRunsAsAttempts(t *testing.T) {
 	defer cancel()
 	p, err := Launch(ctx, LaunchConfig{
 		Cmd:   testPluginCmd(t, "before-retries"),
-		Child: &ChildConfig{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
+		Child: &storespec.Spec{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
 	})
 	if err != nil {
 		t.Fatalf("Launch: %v", err)

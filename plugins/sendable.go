@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 )
 
 // sendableConn is the agent's end of the connection to the plugin. gRPC
@@ -45,7 +46,7 @@ func (c sendableConn) Invoke(ctx context.Context, method string, args, reply any
 			what = field + " is not valid UTF-8"
 		}
 	}
-	return toStatus(board.Invalid("%s: %s; the request could not be sent to the store plugin (%v)",
+	return wire.ToStatus(board.Invalid("%s: %s; the request could not be sent to the store plugin (%v)",
 		path.Base(method), what, status.Convert(err).Message()))
 }
 

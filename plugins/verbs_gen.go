@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 	"github.com/leasekeeper/leasekeeper/plugins/storepb"
 )
 
@@ -17,47 +18,47 @@ func (s *verbs) LoadBoard(ctx context.Context) (board.Board, error) {
 	if err != nil {
 		return board.Board{}, err
 	}
-	return fromBoardReply(r), nil
+	return wire.FromBoardReply(r), nil
 }
 
 func (s *verbs) SetBoard(ctx context.Context, p board.SetBoardParams) (board.SetBoardResult, error) {
-	r, err := s.rpc.SetBoard(ctx, toSetBoardRequest(p))
+	r, err := s.rpc.SetBoard(ctx, wire.ToSetBoardRequest(p))
 	if err != nil {
 		return board.SetBoardResult{}, err
 	}
-	return fromSetBoardReply(r), nil
+	return wire.FromSetBoardReply(r), nil
 }
 
 func (s *verbs) SetLabelsFrom(ctx context.Context, p board.SetLabelsFromParams) (board.SetLabelsFromResult, error) {
-	r, err := s.rpc.SetLabelsFrom(ctx, toSetLabelsFromRequest(p))
+	r, err := s.rpc.SetLabelsFrom(ctx, wire.ToSetLabelsFromRequest(p))
 	if err != nil {
 		return board.SetLabelsFromResult{}, err
 	}
-	return fromCardChangedReply(r), nil
+	return wire.FromCardChangedReply(r), nil
 }
 
 func (s *verbs) GetCard(ctx context.Context, p board.GetCardParams) (board.Card, error) {
-	r, err := s.rpc.GetCard(ctx, toGetCardRequest(p))
+	r, err := s.rpc.GetCard(ctx, wire.ToGetCardRequest(p))
 	if err != nil {
 		return board.Card{}, err
 	}
-	return fromCardReply(r), nil
+	return wire.FromCardReply(r), nil
 }
 
 func (s *verbs) ListCards(ctx context.Context, p board.ListCardsParams) ([]board.Card, error) {
-	r, err := s.rpc.ListCards(ctx, toListCardsRequest(p))
+	r, err := s.rpc.ListCards(ctx, wire.ToListCardsRequest(p))
 	if err != nil {
 		return nil, err
 	}
-	return fromCardsReply(r), nil
+	return wire.FromCardsReply(r), nil
 }
 
 func (s *verbs) Dependents(ctx context.Context, p board.DependentsParams) ([]board.Card, error) {
-	r, err := s.rpc.Dependents(ctx, toDependentsRequest(p))
+	r, err := s.rpc.Dependents(ctx, wire.ToDependentsRequest(p))
 	if err != nil {
 		return nil, err
 	}
-	return fromCardsReply(r), nil
+	return wire.FromCardsReply(r), nil
 }
 
 func (s *verbs) CountCards(ctx context.Context) (board.CardCounts, error) {
@@ -65,151 +66,151 @@ func (s *verbs) CountCards(ctx context.Context) (board.CardCounts, error) {
 	if err != nil {
 		return board.CardCounts{}, err
 	}
-	return fromCardCountsReply(r), nil
+	return wire.FromCardCountsReply(r), nil
 }
 
 func (s *verbs) CreateCard(ctx context.Context, p board.CreateCardParams) (board.Card, error) {
-	r, err := s.rpc.CreateCard(ctx, toCreateCardRequest(p))
+	r, err := s.rpc.CreateCard(ctx, wire.ToCreateCardRequest(p))
 	if err != nil {
 		return board.Card{}, err
 	}
-	return fromCardReply(r), nil
+	return wire.FromCardReply(r), nil
 }
 
 func (s *verbs) SetState(ctx context.Context, p board.MoveParams) error {
-	_, err := s.rpc.SetState(ctx, toMoveRequest(p))
+	_, err := s.rpc.SetState(ctx, wire.ToMoveRequest(p))
 	return err
 }
 
 func (s *verbs) SetStateFrom(ctx context.Context, p board.MoveParams) (board.MoveResult, error) {
-	r, err := s.rpc.SetStateFrom(ctx, toMoveRequest(p))
+	r, err := s.rpc.SetStateFrom(ctx, wire.ToMoveRequest(p))
 	if err != nil {
 		return board.MoveResult{}, err
 	}
-	return fromChangedReply(r), nil
+	return wire.FromChangedReply(r), nil
 }
 
 func (s *verbs) Reopen(ctx context.Context, p board.MoveParams) error {
-	_, err := s.rpc.Reopen(ctx, toMoveRequest(p))
+	_, err := s.rpc.Reopen(ctx, wire.ToMoveRequest(p))
 	return err
 }
 
 func (s *verbs) AdjustLabels(ctx context.Context, p board.AdjustLabelsParams) (board.Card, error) {
-	r, err := s.rpc.AdjustLabels(ctx, toAdjustLabelsRequest(p))
+	r, err := s.rpc.AdjustLabels(ctx, wire.ToAdjustLabelsRequest(p))
 	if err != nil {
 		return board.Card{}, err
 	}
-	return fromCardReply(r), nil
+	return wire.FromCardReply(r), nil
 }
 
 func (s *verbs) SetLabels(ctx context.Context, p board.SetLabelsParams) (board.Card, error) {
-	r, err := s.rpc.SetLabels(ctx, toSetLabelsRequest(p))
+	r, err := s.rpc.SetLabels(ctx, wire.ToSetLabelsRequest(p))
 	if err != nil {
 		return board.Card{}, err
 	}
-	return fromCardReply(r), nil
+	return wire.FromCardReply(r), nil
 }
 
 func (s *verbs) Release(ctx context.Context, p board.ReleaseParams) error {
-	_, err := s.rpc.Release(ctx, toReleaseRequest(p))
+	_, err := s.rpc.Release(ctx, wire.ToReleaseRequest(p))
 	return err
 }
 
 func (s *verbs) Claim(ctx context.Context, p board.ClaimParams) (board.Card, error) {
-	r, err := s.rpc.Claim(ctx, toClaimRequest(p))
+	r, err := s.rpc.Claim(ctx, wire.ToClaimRequest(p))
 	if err != nil {
 		return board.Card{}, err
 	}
-	return fromCardTokenReply(r), nil
+	return wire.FromCardTokenReply(r), nil
 }
 
 func (s *verbs) ClaimNext(ctx context.Context, p board.ClaimNextParams) (board.Card, error) {
-	r, err := s.rpc.ClaimNext(ctx, toClaimNextRequest(p))
+	r, err := s.rpc.ClaimNext(ctx, wire.ToClaimNextRequest(p))
 	if err != nil {
 		return board.Card{}, err
 	}
-	return fromCardTokenReply(r), nil
+	return wire.FromCardTokenReply(r), nil
 }
 
 func (s *verbs) RenewClaims(ctx context.Context, p board.RenewClaimsParams) ([]board.RenewResult, error) {
-	r, err := s.rpc.RenewClaims(ctx, toRenewClaimsRequest(p))
+	r, err := s.rpc.RenewClaims(ctx, wire.ToRenewClaimsRequest(p))
 	if err != nil {
 		return nil, err
 	}
-	return fromRenewClaimsReply(r), nil
+	return wire.FromRenewClaimsReply(r), nil
 }
 
 func (s *verbs) ExpireClaimOwned(ctx context.Context, p board.OwnedParams) error {
-	_, err := s.rpc.ExpireClaimOwned(ctx, toOwnedCardRequest(p))
+	_, err := s.rpc.ExpireClaimOwned(ctx, wire.ToOwnedCardRequest(p))
 	return err
 }
 
 func (s *verbs) SetStateOwned(ctx context.Context, p board.SetStateOwnedParams) (board.MoveResult, error) {
-	r, err := s.rpc.SetStateOwned(ctx, toSetStateOwnedRequest(p))
+	r, err := s.rpc.SetStateOwned(ctx, wire.ToSetStateOwnedRequest(p))
 	if err != nil {
 		return board.MoveResult{}, err
 	}
-	return fromChangedReply(r), nil
+	return wire.FromChangedReply(r), nil
 }
 
 func (s *verbs) SetLastRunOwned(ctx context.Context, p board.SetLastRunOwnedParams) error {
-	_, err := s.rpc.SetLastRunOwned(ctx, toSetLastRunOwnedRequest(p))
+	_, err := s.rpc.SetLastRunOwned(ctx, wire.ToSetLastRunOwnedRequest(p))
 	return err
 }
 
 func (s *verbs) SetAwaitingInputOwned(ctx context.Context, p board.SetAwaitingInputOwnedParams) error {
-	_, err := s.rpc.SetAwaitingInputOwned(ctx, toSetAwaitingInputOwnedRequest(p))
+	_, err := s.rpc.SetAwaitingInputOwned(ctx, wire.ToSetAwaitingInputOwnedRequest(p))
 	return err
 }
 
 func (s *verbs) SetGaveUpOwned(ctx context.Context, p board.SetGaveUpOwnedParams) error {
-	_, err := s.rpc.SetGaveUpOwned(ctx, toSetGaveUpOwnedRequest(p))
+	_, err := s.rpc.SetGaveUpOwned(ctx, wire.ToSetGaveUpOwnedRequest(p))
 	return err
 }
 
 func (s *verbs) ReleaseOwned(ctx context.Context, p board.OwnedParams) error {
-	_, err := s.rpc.ReleaseOwned(ctx, toOwnedCardRequest(p))
+	_, err := s.rpc.ReleaseOwned(ctx, wire.ToOwnedCardRequest(p))
 	return err
 }
 
 func (s *verbs) Start(ctx context.Context, p board.StartParams) (board.StartResult, error) {
-	r, err := s.rpc.Start(ctx, toStartRequest(p))
+	r, err := s.rpc.Start(ctx, wire.ToStartRequest(p))
 	if err != nil {
 		return board.StartResult{}, err
 	}
-	return fromStartedReply(r), nil
+	return wire.FromStartedReply(r), nil
 }
 
 func (s *verbs) Finish(ctx context.Context, p board.FinishParams) (board.FinishResult, error) {
-	r, err := s.rpc.Finish(ctx, toFinishRequest(p))
+	r, err := s.rpc.Finish(ctx, wire.ToFinishRequest(p))
 	if err != nil {
 		return board.FinishResult{}, err
 	}
-	return fromFinishedReply(r), nil
+	return wire.FromFinishedReply(r), nil
 }
 
 func (s *verbs) CreateRun(ctx context.Context, p board.CreateRunParams) (board.Run, error) {
-	r, err := s.rpc.CreateRun(ctx, toNewRunRequest(p))
+	r, err := s.rpc.CreateRun(ctx, wire.ToNewRunRequest(p))
 	if err != nil {
 		return board.Run{}, err
 	}
-	return fromRunMessage(r), nil
+	return wire.FromRunMessage(r), nil
 }
 
 func (s *verbs) UpdateRun(ctx context.Context, p board.UpdateRunParams) (board.Run, error) {
-	r, err := s.rpc.UpdateRun(ctx, toRunUpdateRequest(p))
+	r, err := s.rpc.UpdateRun(ctx, wire.ToRunUpdateRequest(p))
 	if err != nil {
 		return board.Run{}, err
 	}
-	return fromRunMessage(r), nil
+	return wire.FromRunMessage(r), nil
 }
 
 func (s *verbs) GetRun(ctx context.Context, p board.GetRunParams) (board.Run, error) {
-	r, err := s.rpc.GetRun(ctx, toGetRunRequest(p))
+	r, err := s.rpc.GetRun(ctx, wire.ToGetRunRequest(p))
 	if err != nil {
 		return board.Run{}, err
 	}
-	return fromRunMessage(r), nil
+	return wire.FromRunMessage(r), nil
 }
 
 func (s *verbs) Now(ctx context.Context) (time.Time, error) {
@@ -217,313 +218,58 @@ func (s *verbs) Now(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	return fromTime(r), nil
+	return wire.FromTime(r), nil
 }
 
 func (s *verbs) ListExpiredClaimCandidates(ctx context.Context, p board.ListExpiredClaimCandidatesParams) (board.ListExpiredClaimCandidatesResult, error) {
-	r, err := s.rpc.ListExpiredClaimCandidates(ctx, toListExpiredRequest(p))
+	r, err := s.rpc.ListExpiredClaimCandidates(ctx, wire.ToListExpiredRequest(p))
 	if err != nil {
 		return board.ListExpiredClaimCandidatesResult{}, err
 	}
-	return fromExpiredPageReply(r), nil
+	return wire.FromExpiredPageReply(r), nil
 }
 
 func (s *verbs) ListUnleasedRunningClaims(ctx context.Context, p board.ListUnleasedRunningClaimsParams) ([]board.Card, error) {
-	r, err := s.rpc.ListUnleasedRunningClaims(ctx, toListCutoffRequest(p))
+	r, err := s.rpc.ListUnleasedRunningClaims(ctx, wire.ToListCutoffRequest(p))
 	if err != nil {
 		return nil, err
 	}
-	return fromCardsReply(r), nil
+	return wire.FromCardsReply(r), nil
 }
 
 func (s *verbs) ReclaimExpired(ctx context.Context, p board.ReclaimExpiredParams) (board.Card, error) {
-	r, err := s.rpc.ReclaimExpired(ctx, toReclaimExpiredRequest(p))
+	r, err := s.rpc.ReclaimExpired(ctx, wire.ToReclaimExpiredRequest(p))
 	if err != nil {
 		return board.Card{}, err
 	}
-	return fromCardTokenReply(r), nil
+	return wire.FromCardTokenReply(r), nil
 }
 
 func (s *verbs) ReleaseExpired(ctx context.Context, p board.ReleaseExpiredParams) error {
-	_, err := s.rpc.ReleaseExpired(ctx, toReleaseExpiredRequest(p))
+	_, err := s.rpc.ReleaseExpired(ctx, wire.ToReleaseExpiredRequest(p))
 	return err
 }
 
 func (s *verbs) Events(ctx context.Context, p board.EventsParams) ([]board.Event, error) {
-	r, err := s.rpc.Events(ctx, toEventsRequest(p))
+	r, err := s.rpc.Events(ctx, wire.ToEventsRequest(p))
 	if err != nil {
 		return nil, err
 	}
-	return fromEventsReply(r), nil
+	return wire.FromEventsReply(r), nil
 }
 
 func (s *verbs) Prune(ctx context.Context, p board.PruneParams) (board.PruneResult, error) {
-	r, err := s.rpc.Prune(ctx, toPruneRequest(p))
+	r, err := s.rpc.Prune(ctx, wire.ToPruneRequest(p))
 	if err != nil {
 		return board.PruneResult{}, err
 	}
-	return fromPruneReply(r), nil
+	return wire.FromPruneReply(r), nil
 }
 
 func (s *verbs) DeleteCard(ctx context.Context, p board.DeleteCardParams) (board.DeleteCardResult, error) {
-	r, err := s.rpc.DeleteCard(ctx, toDeleteCardRequest(p))
+	r, err := s.rpc.DeleteCard(ctx, wire.ToDeleteCardRequest(p))
 	if err != nil {
 		return board.DeleteCardResult{}, err
 	}
-	return fromDeleteCardReply(r), nil
-}
-
-// The plugin's side of each verb: the store's answer to the RPC, a
-// store error through toStatus so its identity survives the trip.
-
-func (s *server) LoadBoard(ctx context.Context, _ *storepb.BoardRequest) (*storepb.BoardReply, error) {
-	res, err := s.store.LoadBoard(ctx)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toBoardReply(res), nil
-}
-
-func (s *server) SetBoard(ctx context.Context, r *storepb.SetBoardRequest) (*storepb.SetBoardReply, error) {
-	res, err := s.store.SetBoard(ctx, fromSetBoardRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toSetBoardReply(res), nil
-}
-
-func (s *server) SetLabelsFrom(ctx context.Context, r *storepb.SetLabelsFromRequest) (*storepb.CardChangedReply, error) {
-	res, err := s.store.SetLabelsFrom(ctx, fromSetLabelsFromRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toCardChangedReply(res), nil
-}
-
-func (s *server) GetCard(ctx context.Context, r *storepb.GetCardRequest) (*storepb.CardReply, error) {
-	res, err := s.store.GetCard(ctx, fromGetCardRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toCardReply(res), nil
-}
-
-func (s *server) ListCards(ctx context.Context, r *storepb.ListCardsRequest) (*storepb.CardsReply, error) {
-	res, err := s.store.ListCards(ctx, fromListCardsRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toCardsReply(res), nil
-}
-
-func (s *server) Dependents(ctx context.Context, r *storepb.DependentsRequest) (*storepb.CardsReply, error) {
-	res, err := s.store.Dependents(ctx, fromDependentsRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toCardsReply(res), nil
-}
-
-func (s *server) CountCards(ctx context.Context, _ *storepb.Empty) (*storepb.CardCountsReply, error) {
-	res, err := s.store.CountCards(ctx)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toCardCountsReply(res), nil
-}
-
-func (s *server) CreateCard(ctx context.Context, r *storepb.CreateCardRequest) (*storepb.CardReply, error) {
-	res, err := s.store.CreateCard(ctx, fromCreateCardRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toCardReply(res), nil
-}
-
-func (s *server) SetState(ctx context.Context, r *storepb.MoveRequest) (*storepb.Empty, error) {
-	return empty(s.store.SetState(ctx, fromMoveRequest(r)))
-}
-
-func (s *server) SetStateFrom(ctx context.Context, r *storepb.MoveRequest) (*storepb.ChangedReply, error) {
-	res, err := s.store.SetStateFrom(ctx, fromMoveRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toChangedReply(res), nil
-}
-
-func (s *server) Reopen(ctx context.Context, r *storepb.MoveRequest) (*storepb.Empty, error) {
-	return empty(s.store.Reopen(ctx, fromMoveRequest(r)))
-}
-
-func (s *server) AdjustLabels(ctx context.Context, r *storepb.AdjustLabelsRequest) (*storepb.CardReply, error) {
-	res, err := s.store.AdjustLabels(ctx, fromAdjustLabelsRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toCardReply(res), nil
-}
-
-func (s *server) SetLabels(ctx context.Context, r *storepb.SetLabelsRequest) (*storepb.CardReply, error) {
-	res, err := s.store.SetLabels(ctx, fromSetLabelsRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toCardReply(res), nil
-}
-
-func (s *server) Release(ctx context.Context, r *storepb.ReleaseRequest) (*storepb.Empty, error) {
-	return empty(s.store.Release(ctx, fromReleaseRequest(r)))
-}
-
-func (s *server) Claim(ctx context.Context, r *storepb.ClaimRequest) (*storepb.CardTokenReply, error) {
-	res, err := s.store.Claim(ctx, fromClaimRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toCardTokenReply(res), nil
-}
-
-func (s *server) ClaimNext(ctx context.Context, r *storepb.ClaimNextRequest) (*storepb.CardTokenReply, error) {
-	res, err := s.store.ClaimNext(ctx, fromClaimNextRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toCardTokenReply(res), nil
-}
-
-func (s *server) RenewClaims(ctx context.Context, r *storepb.RenewClaimsRequest) (*storepb.RenewClaimsReply, error) {
-	res, err := s.store.RenewClaims(ctx, fromRenewClaimsRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toRenewClaimsReply(res), nil
-}
-
-func (s *server) ExpireClaimOwned(ctx context.Context, r *storepb.OwnedCardRequest) (*storepb.Empty, error) {
-	return empty(s.store.ExpireClaimOwned(ctx, fromOwnedCardRequest(r)))
-}
-
-func (s *server) SetStateOwned(ctx context.Context, r *storepb.SetStateOwnedRequest) (*storepb.ChangedReply, error) {
-	res, err := s.store.SetStateOwned(ctx, fromSetStateOwnedRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toChangedReply(res), nil
-}
-
-func (s *server) SetLastRunOwned(ctx context.Context, r *storepb.SetLastRunOwnedRequest) (*storepb.Empty, error) {
-	return empty(s.store.SetLastRunOwned(ctx, fromSetLastRunOwnedRequest(r)))
-}
-
-func (s *server) SetAwaitingInputOwned(ctx context.Context, r *storepb.SetAwaitingInputOwnedRequest) (*storepb.Empty, error) {
-	return empty(s.store.SetAwaitingInputOwned(ctx, fromSetAwaitingInputOwnedRequest(r)))
-}
-
-func (s *server) SetGaveUpOwned(ctx context.Context, r *storepb.SetGaveUpOwnedRequest) (*storepb.Empty, error) {
-	return empty(s.store.SetGaveUpOwned(ctx, fromSetGaveUpOwnedRequest(r)))
-}
-
-func (s *server) ReleaseOwned(ctx context.Context, r *storepb.OwnedCardRequest) (*storepb.Empty, error) {
-	return empty(s.store.ReleaseOwned(ctx, fromOwnedCardRequest(r)))
-}
-
-func (s *server) Start(ctx context.Context, r *storepb.StartRequest) (*storepb.StartedReply, error) {
-	res, err := s.store.Start(ctx, fromStartRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toStartedReply(res), nil
-}
-
-func (s *server) Finish(ctx context.Context, r *storepb.FinishRequest) (*storepb.FinishedReply, error) {
-	res, err := s.store.Finish(ctx, fromFinishRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toFinishedReply(res), nil
-}
-
-func (s *server) CreateRun(ctx context.Context, r *storepb.NewRunRequest) (*storepb.RunMessage, error) {
-	res, err := s.store.CreateRun(ctx, fromNewRunRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toRunMessage(res), nil
-}
-
-func (s *server) UpdateRun(ctx context.Context, r *storepb.RunUpdateRequest) (*storepb.RunMessage, error) {
-	res, err := s.store.UpdateRun(ctx, fromRunUpdateRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toRunMessage(res), nil
-}
-
-func (s *server) GetRun(ctx context.Context, r *storepb.GetRunRequest) (*storepb.RunMessage, error) {
-	res, err := s.store.GetRun(ctx, fromGetRunRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toRunMessage(res), nil
-}
-
-func (s *server) Now(ctx context.Context, _ *storepb.Empty) (*storepb.Time, error) {
-	res, err := s.store.Now(ctx)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toTime(res), nil
-}
-
-func (s *server) ListExpiredClaimCandidates(ctx context.Context, r *storepb.ListExpiredRequest) (*storepb.ExpiredPageReply, error) {
-	res, err := s.store.ListExpiredClaimCandidates(ctx, fromListExpiredRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toExpiredPageReply(res), nil
-}
-
-func (s *server) ListUnleasedRunningClaims(ctx context.Context, r *storepb.ListCutoffRequest) (*storepb.CardsReply, error) {
-	res, err := s.store.ListUnleasedRunningClaims(ctx, fromListCutoffRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toCardsReply(res), nil
-}
-
-func (s *server) ReclaimExpired(ctx context.Context, r *storepb.ReclaimExpiredRequest) (*storepb.CardTokenReply, error) {
-	res, err := s.store.ReclaimExpired(ctx, fromReclaimExpiredRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toCardTokenReply(res), nil
-}
-
-func (s *server) ReleaseExpired(ctx context.Context, r *storepb.ReleaseExpiredRequest) (*storepb.Empty, error) {
-	return empty(s.store.ReleaseExpired(ctx, fromReleaseExpiredRequest(r)))
-}
-
-func (s *server) Events(ctx context.Context, r *storepb.EventsRequest) (*storepb.EventsReply, error) {
-	res, err := s.store.Events(ctx, fromEventsRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toEventsReply(res), nil
-}
-
-func (s *server) Prune(ctx context.Context, r *storepb.PruneRequest) (*storepb.PruneReply, error) {
-	res, err := s.store.Prune(ctx, fromPruneRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toPruneReply(res), nil
-}
-
-func (s *server) DeleteCard(ctx context.Context, r *storepb.DeleteCardRequest) (*storepb.DeleteCardReply, error) {
-	res, err := s.store.DeleteCard(ctx, fromDeleteCardRequest(r))
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return toDeleteCardReply(res), nil
+	return wire.FromDeleteCardReply(r), nil
 }

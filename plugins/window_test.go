@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/leasekeeper/leasekeeper/board"
-	"github.com/leasekeeper/leasekeeper/plugins/storepb"
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 )
 
 // tapConn records every byte read from and written to a connection.
@@ -86,8 +86,8 @@ func pings(t *testing.T, raw []byte) int {
 func TestTheCallStreamCarriesNoWindowPings(t *testing.T) {
 	t.Parallel()
 	store := openBolt(t, board.DefaultBoard(true), nil)
-	srv := grpc.NewServer(staticWindowServerOptions...)
-	storepb.RegisterStoreServer(srv, &server{store: store})
+	srv := grpc.NewServer(wire.StaticWindowServerOptions...)
+	registerStore(t, srv, store)
 	sock := filepath.Join(t.TempDir(), "store.sock")
 	lis, err := net.Listen("unix", sock)
 	if err != nil {
@@ -95,7 +95,7 @@ func TestTheCallStreamCarriesNoWindowPings(t *testing.T) {
 	}
 	tl := &tapListener{Listener: lis}
 	go srv.Serve(tl)
-	conn, err := grpc.NewClient("unix://"+sock, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, staticWindowDialOptions...)...)
+	conn, err := grpc.NewClient("unix://"+sock, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, wire.StaticWindowDialOptions...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

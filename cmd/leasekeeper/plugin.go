@@ -5,7 +5,7 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/agent"
 	"github.com/leasekeeper/leasekeeper/board"
-	"github.com/leasekeeper/leasekeeper/plugins"
+	"github.com/leasekeeper/leasekeeper/plugins/serve"
 	"github.com/leasekeeper/leasekeeper/storespec"
 )
 
@@ -13,7 +13,7 @@ import (
 // binary with it to serve the built-in store (bbolt or MongoDB) as a
 // go-plugin plugin, the way Nomad runs its executor.
 func runStorePlugin(_ context.Context, _ *cli) error {
-	return plugins.Serve(func(ctx context.Context) (board.Store, error) {
+	return serve.Serve(func(ctx context.Context) (board.Store, error) {
 		spec, err := storespec.FromEnv()
 		if err != nil {
 			return nil, err

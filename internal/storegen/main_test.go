@@ -73,3 +73,44 @@ type Store interface {
 		}
 	}
 }
+
+// TestPluginSidesAreWrittenApart: the agent's side of each verb goes to
+// the agent's package (plugins) and the plugin's handler to the plugin's
+// (plugins/serve), each calling the conversions the two share through
+// package wire; neither file holds the other side's code.
+func TestPluginSidesAreWrittenApart(t *testing.T) {
+	verbs, err := storeVerbs("../../board")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sides := []struct {
+		layer, pkg, own, other string
+	}{
+		{"host", "package plugins\n", "func (s *verbs) ", "func (s *server) "},
+		{"serve", "package serve\n", "func (s *server) ", "func (s *verbs) "},
+	}
+	for _, side := range sides {
+		path, out, err := generate("../..", side.layer)
+		if err != nil {
+			t.Fatalf("%s: %v", side.layer, err)
+		}
+		src := string(out)
+		if !strings.Contains(src, side.pkg) {
+			t.Errorf("%s: %s is not in %q", side.layer, path, strings.TrimSpace(side.pkg))
+		}
+		if n := strings.Count(src, side.own); n == 0 || n > len(verbs) {
+			t.Errorf("%s: %s declares %d methods %q, want between 1 and %d", side.layer, path, n, side.own, len(verbs))
+		}
+		if strings.Contains(src, side.other) {
+			t.Errorf("%s: %s declares %q, the other side's", side.layer, path, side.other)
+		}
+		if !strings.Contains(src, `"github.com/leasekeeper/leasekeeper/plugins/internal/wire"`) {
+			t.Errorf("%s: %s does not convert through package wire", side.layer, path)
+		}
+		for _, bad := range []string{"\"github.com/leasekeeper/leasekeeper/plugins\"", "\"github.com/leasekeeper/leasekeeper/plugins/serve\""} {
+			if strings.Contains(src, bad) {
+				t.Errorf("%s: %s imports %s", side.layer, path, bad)
+			}
+		}
+	}
+}

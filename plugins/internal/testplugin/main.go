@@ -1,6 +1,6 @@
-// Command testplugin is a store plugin built by the plugins package's tests:
-// a real bbolt store behind plugins.Serve, plus the misbehaving plugins the
-// tests need. TESTPLUGIN_MODE selects:
+// Command testplugin is a store plugin built by the tests of package plugins
+// and of plugins/serve: a real bbolt store behind serve.Serve, plus the
+// misbehaving plugins the tests need. TESTPLUGIN_MODE selects:
 //
 //	(empty)        serve the bbolt store named by the agent's ChildConfig
 //	wrong-version  answer the handshake with another protocol version
@@ -44,7 +44,10 @@ import (
 
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/plugins"
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
+	"github.com/leasekeeper/leasekeeper/plugins/serve"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
+	"github.com/leasekeeper/leasekeeper/storespec"
 )
 
 // HangCard is the card id whose GetCard blocks until the caller gives up,
@@ -58,9 +61,9 @@ func main() {
 	switch mode := os.Getenv("TESTPLUGIN_MODE"); mode {
 	case "wrong-version":
 		plugin.Serve(&plugin.ServeConfig{
-			HandshakeConfig: plugins.Handshake,
+			HandshakeConfig: wire.Handshake,
 			VersionedPlugins: map[int]plugin.PluginSet{
-				plugins.ProtocolVersion + 98: {plugins.PluginName: &plugins.StorePlugin{Store: unused{}}},
+				wire.ProtocolVersion + 98: {wire.PluginName: &serve.StorePlugin{Store: unused{}}},
 			},
 			GRPCServer: plugin.DefaultGRPCServer,
 		})
@@ -70,9 +73,9 @@ func main() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		all := plugins.VersionedPlugins(unrouted{store})
+		all := serve.VersionedPlugins(unrouted{store})
 		plugin.Serve(&plugin.ServeConfig{
-			HandshakeConfig:  plugins.Handshake,
+			HandshakeConfig:  wire.Handshake,
 			VersionedPlugins: map[int]plugin.PluginSet{4: all[4], 3: all[3]},
 			GRPCServer:       plugin.DefaultGRPCServer,
 		})
@@ -82,9 +85,9 @@ func main() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		all := plugins.VersionedPlugins(store)
+		all := serve.VersionedPlugins(store)
 		plugin.Serve(&plugin.ServeConfig{
-			HandshakeConfig:  plugins.Handshake,
+			HandshakeConfig:  wire.Handshake,
 			VersionedPlugins: map[int]plugin.PluginSet{5: all[5], 4: all[4], 3: all[3]},
 			GRPCServer:       plugin.DefaultGRPCServer,
 		})
@@ -94,14 +97,14 @@ func main() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		all := plugins.VersionedPlugins(unretried{store})
+		all := serve.VersionedPlugins(unretried{store})
 		plugin.Serve(&plugin.ServeConfig{
-			HandshakeConfig:  plugins.Handshake,
+			HandshakeConfig:  wire.Handshake,
 			VersionedPlugins: map[int]plugin.PluginSet{6: all[6], 5: all[5], 4: all[4], 3: all[3]},
 			GRPCServer:       plugin.DefaultGRPCServer,
 		})
 	case "fail-open":
-		if err := plugins.Serve(func(context.Context) (board.Store, error) {
+		if err := serve.Serve(func(context.Context) (board.Store, error) {
 			return nil, errors.New("the disk is on fire")
 		}); err != nil {
 			os.Exit(1)
@@ -109,7 +112,7 @@ func main() {
 	case "launcher":
 		launch()
 	case "":
-		if err := plugins.Serve(openBolt); err != nil {
+		if err := serve.Serve(openBolt); err != nil {
 			os.Exit(1)
 		}
 	default:
@@ -136,7 +139,7 @@ func launch() {
 			c.Env = append(os.Environ(), "TESTPLUGIN_MODE=")
 			return c
 		},
-		Child: &plugins.ChildConfig{Backend: "bolt", Path: os.Getenv("TESTPLUGIN_DB"), Board: board.DefaultBoard(true)},
+		Child: &storespec.Spec{Backend: "bolt", Path: os.Getenv("TESTPLUGIN_DB"), Board: board.DefaultBoard(true)},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -161,7 +164,7 @@ func launch() {
 }
 
 func openBolt(ctx context.Context) (board.Store, error) {
-	cfg, err := plugins.ChildConfigFromEnv()
+	cfg, err := serve.ChildConfigFromEnv()
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package plugins
+package serve
 
 import (
 	"context"
@@ -13,19 +13,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 	"github.com/leasekeeper/leasekeeper/plugins/storepb"
 )
-
-// maxBatchBytes bounds the encoded calls, or replies, gathered into one
-// message of the Calls stream, far below gRPC's default 4 MiB limit on a
-// received message. A single call or reply bigger than that still travels,
-// alone in its message.
-const maxBatchBytes = 1 << 20
-
-// maxCallBytes is the largest request the agent sends: the plugin's gRPC
-// server refuses a received message over 4 MiB, and a call's CallBatch
-// adds a few bytes of framing to its request.
-const maxCallBytes = 4<<20 - 1<<10
 
 // unaryHandlers are the Store service's unary RPCs by full method name,
 // for the calls that arrive on the Calls stream.
@@ -109,7 +99,7 @@ func (s *server) Calls(stream storepb.Store_CallsServer) error {
 // replyOutbox sends the replies of a Calls stream. The goroutine of a call
 // that finishes while no message is being sent sends its reply itself,
 // with those of the calls that finished with it, and then whatever replies
-// became ready meanwhile, many to a message (up to maxBatchBytes), until
+// became ready meanwhile, many to a message (up to wire.MaxBatchBytes), until
 // none is left.
 type replyOutbox struct {
 	stream storepb.Store_CallsServer
@@ -138,7 +128,7 @@ func (o *replyOutbox) put(r *storepb.Reply) {
 	for len(o.ready) > 0 {
 		batch := &storepb.ReplyBatch{}
 		size := 0
-		for len(o.ready) > 0 && (len(batch.Replies) == 0 || size < maxBatchBytes) {
+		for len(o.ready) > 0 && (len(batch.Replies) == 0 || size < wire.MaxBatchBytes) {
 			size += proto.Size(o.ready[0])
 			batch.Replies = append(batch.Replies, o.ready[0])
 			o.ready = o.ready[1:]

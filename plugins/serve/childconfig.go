@@ -1,4 +1,4 @@
-package plugins
+package serve
 
 import (
 	"github.com/leasekeeper/leasekeeper/storespec"
@@ -7,11 +7,6 @@ import (
 // ChildConfigEnv is the environment variable through which the agent hands
 // a store plugin its store configuration, as the JSON of a ChildConfig.
 const ChildConfigEnv = storespec.Env
-
-// parentPIDEnv carries the agent's pid to the plugin, so the plugin can
-// tell whether the agent died before the plugin armed its parent-death
-// signal (see bindToParent).
-const parentPIDEnv = "LEASEKEEPER_STORE_PLUGIN_PARENT"
 
 // ChildConfig is the store configuration a plugin process receives from the
 // agent: everything it needs to open the backend the agent was configured

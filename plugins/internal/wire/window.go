@@ -1,8 +1,8 @@
-package plugins
+package wire
 
 import "google.golang.org/grpc"
 
-// flowWindow is the HTTP/2 flow-control window, per stream and per
+// FlowWindow is the HTTP/2 flow-control window, per stream and per
 // connection, that each side of the plugin connection grants the other,
 // fixed (DESIGN.md#plugin-window). gRPC's default window starts at 64 KiB
 // and grows by measuring the link: after every acknowledged measurement,
@@ -11,18 +11,18 @@ import "google.golang.org/grpc"
 // window never needs to grow, that is a PING and its answer, two more
 // frames written and read, on nearly every round trip between agent and
 // plugin. A fixed window turns the measurement off. 4 MiB holds the
-// largest message either side sends (maxCallBytes, gRPC's 4 MiB limit on
+// largest message either side sends (MaxCallBytes, gRPC's 4 MiB limit on
 // a received message), so no message waits for a window update.
-const flowWindow = 4 << 20
+const FlowWindow = 4 << 20
 
-// staticWindowDialOptions are the agent's side of flowWindow.
-var staticWindowDialOptions = []grpc.DialOption{
-	grpc.WithInitialWindowSize(flowWindow),
-	grpc.WithInitialConnWindowSize(flowWindow),
+// StaticWindowDialOptions are the agent's side of FlowWindow.
+var StaticWindowDialOptions = []grpc.DialOption{
+	grpc.WithInitialWindowSize(FlowWindow),
+	grpc.WithInitialConnWindowSize(FlowWindow),
 }
 
-// staticWindowServerOptions are the plugin's side of flowWindow.
-var staticWindowServerOptions = []grpc.ServerOption{
-	grpc.InitialWindowSize(flowWindow),
-	grpc.InitialConnWindowSize(flowWindow),
+// StaticWindowServerOptions are the plugin's side of FlowWindow.
+var StaticWindowServerOptions = []grpc.ServerOption{
+	grpc.InitialWindowSize(FlowWindow),
+	grpc.InitialConnWindowSize(FlowWindow),
 }

@@ -1,4 +1,4 @@
-package plugins
+package serve
 
 import (
 	"context"
@@ -14,11 +14,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 )
-
-// serveErrPrefix starts the line Serve writes to stderr when it fails: the
-// agent finds the plugin's own account of the failure by it.
-const serveErrPrefix = "store plugin: "
 
 // Serve runs the plugin side of the store boundary: it ties this process's
 // life to the agent that started it, opens the store with open, serves it
@@ -35,11 +32,11 @@ func Serve(open func(ctx context.Context) (board.Store, error)) (err error) {
 	stderr := os.Stderr
 	defer func() {
 		if err != nil {
-			fmt.Fprintln(stderr, serveErrPrefix+strings.TrimPrefix(err.Error(), serveErrPrefix))
+			fmt.Fprintln(stderr, wire.ServeErrPrefix+strings.TrimPrefix(err.Error(), wire.ServeErrPrefix))
 		}
 	}()
 
-	if os.Getenv(Handshake.MagicCookieKey) != Handshake.MagicCookieValue {
+	if os.Getenv(wire.Handshake.MagicCookieKey) != wire.Handshake.MagicCookieValue {
 		return errors.New("this is a leasekeeper store plugin: the leasekeeper agent starts it, it is not run by hand")
 	}
 	release, err := bindToParent()
@@ -64,10 +61,10 @@ func Serve(open func(ctx context.Context) (board.Store, error)) (err error) {
 	}()
 
 	plugin.Serve(&plugin.ServeConfig{
-		HandshakeConfig:  Handshake,
+		HandshakeConfig:  wire.Handshake,
 		VersionedPlugins: VersionedPlugins(store),
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
-			return plugin.DefaultGRPCServer(append(opts, staticWindowServerOptions...))
+			return plugin.DefaultGRPCServer(append(opts, wire.StaticWindowServerOptions...))
 		},
 		// JSON lines on the real stderr: the agent's go-plugin client parses
 		// them and relays each at its level to the agent's logger.
