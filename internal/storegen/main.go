@@ -25,12 +25,14 @@ import (
 	"flag"
 	"fmt"
 	"go/ast"
+	"go/build"
 	"go/format"
 	"go/parser"
 	"go/token"
 	"log"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"unicode"
@@ -91,24 +93,26 @@ func generate(root, layer string) (string, []byte, error) {
 // parseDir parses the package in dir, generated files of storegen and
 // tests left out.
 func parseDir(dir string) ([]*ast.File, error) {
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool {
-		n := fi.Name()
-		return !strings.HasSuffix(n, "_test.go") && !strings.HasSuffix(n, "_gen.go")
-	}, parser.SkipObjectResolution)
+	// The files the build compiles, as go build picks them (a file behind
+	// a build constraint that excludes it, an ignored sample, is not the
+	// package's), of the one package the directory is named for.
+	pkg, err := build.ImportDir(dir, 0)
 	if err != nil {
 		return nil, err
 	}
+	names := slices.Clone(pkg.GoFiles)
+	sort.Strings(names)
+	fset := token.NewFileSet()
 	var files []*ast.File
-	for _, p := range pkgs {
-		names := make([]string, 0, len(p.Files))
-		for n := range p.Files {
-			names = append(names, n)
+	for _, n := range names {
+		if strings.HasSuffix(n, "_gen.go") {
+			continue
 		}
-		sort.Strings(names)
-		for _, n := range names {
-			files = append(files, p.Files[n])
+		f, err := parser.ParseFile(fset, filepath.Join(dir, n), nil, parser.SkipObjectResolution)
+		if err != nil {
+			return nil, err
 		}
+		files = append(files, f)
 	}
 	return files, nil
 }
@@ -195,11 +199,23 @@ func shapeOf(name string, ft *ast.FuncType, types map[string]bool) (verb, error)
 	}
 	if len(params) == 2 {
 		v.Param = qualify(params[1], types)
+		// One request type, of package board, named for its verb or its
+		// family: never a positional argument.
+		if !strings.HasPrefix(v.Param, "board.") || !strings.HasSuffix(v.Param, "Params") {
+			return v, bad
+		}
 	}
 	switch len(results) {
 	case 1:
 	case 2:
 		v.Result = qualify(results[0], types)
+		// An answer is a type of package board (a result struct or a
+		// domain value), a list or pointer of one, or the store's time:
+		// never a bare flag or number.
+		r := strings.TrimLeft(v.Result, "[]*")
+		if !strings.HasPrefix(r, "board.") && r != "time.Time" {
+			return v, bad
+		}
 	default:
 		return v, bad
 	}
@@ -402,6 +418,14 @@ func agentLayer(root string, verbs []verb) ([]byte, error) {
 	hand, err := handWritten(filepath.Join(root, "agent"), "meteredStore")
 	if err != nil {
 		return nil, err
+	}
+	// The pattern counts a verb under done or owned; these do more (count
+	// an acquisition, note the claim, observe a verdict), so the agent must
+	// write them itself rather than have them generated without it.
+	for _, v := range []string{"Claim", "ClaimNext", "Start", "Finish", "UpdateRun", "SetBoard"} {
+		if !hand[v] {
+			return nil, fmt.Errorf("agent.meteredStore.%s is not written by hand in agent/: it counts more than the generated pattern does (DESIGN.md#verb-shape)", v)
+		}
 	}
 	var b bytes.Buffer
 	b.WriteString(header)

@@ -58,6 +58,8 @@ func TestShapeOfRefusesAnotherShape(t *testing.T) {
 type Store interface {
 	Release(ctx context.Context, card, marker, actor string) error
 	Claim(ctx context.Context, p ClaimParams) (Card, ClaimToken, error)
+	GetCard(ctx context.Context, id string) (Card, error)
+	SetStateFrom(ctx context.Context, p MoveParams) (bool, error)
 	Close() error
 }`
 	f, err := parser.ParseFile(token.NewFileSet(), "x.go", src, 0)
@@ -65,8 +67,8 @@ type Store interface {
 		t.Fatal(err)
 	}
 	it := f.Decls[0].(*ast.GenDecl).Specs[0].(*ast.TypeSpec).Type.(*ast.InterfaceType)
-	types := map[string]bool{"ClaimParams": true, "Card": true, "ClaimToken": true}
-	for _, m := range it.Methods.List[:2] {
+	types := map[string]bool{"ClaimParams": true, "Card": true, "ClaimToken": true, "MoveParams": true}
+	for _, m := range it.Methods.List[:4] {
 		_, err := shapeOf(m.Names[0].Name, m.Type.(*ast.FuncType), types)
 		if err == nil || !strings.Contains(err.Error(), "DESIGN.md#verb-shape") {
 			t.Errorf("%s: err = %v, want the verb-shape refusal", m.Names[0].Name, err)
@@ -112,5 +114,28 @@ func TestPluginSidesAreWrittenApart(t *testing.T) {
 				t.Errorf("%s: %s imports %s", side.layer, path, bad)
 			}
 		}
+	}
+}
+
+// TestAFileTheBuildIgnoresIsNotHandWritten: a method in a file the build
+// never compiles (a //go:build ignore sample) does not count as written
+// by hand, or the generated one would be left out of every build.
+func TestAFileTheBuildIgnoresIsNotHandWritten(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"instrument.go", "sample.go"} {
+		src := "package agent\n\ntype meteredStore struct{}\n\nfunc (meteredStore) Claim() {}\n"
+		if n == "sample.go" {
+			src = "//go:build ignore\n\npackage agent\n\nfunc (meteredStore) ReleaseOwned() {}\n"
+		}
+		if err := os.WriteFile(dir+"/"+n, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hand, err := handWritten(dir, "meteredStore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hand["Claim"] || hand["ReleaseOwned"] {
+		t.Errorf("hand-written = %v; want Claim only (sample.go is never compiled)", hand)
 	}
 }

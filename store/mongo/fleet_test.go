@@ -271,8 +271,8 @@ func TestStrippedCardRefusesItsLiveHolder(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ReclaimExpired of the stripped claim: %v", err)
 	}
-	if rec.Marker != reaperR || rec.Epoch <= tok.Epoch || observed.Token() != rec {
-		t.Errorf("transfer = %+v (observed %+v), want %s above epoch %d", rec, observed.Token(), reaperR, tok.Epoch)
+	if stored := f.get("c1").Token(); rec.Marker != reaperR || rec.Epoch <= tok.Epoch || stored != rec {
+		t.Errorf("transfer = %+v (stored %+v), want %s above epoch %d", rec, stored, reaperR, tok.Epoch)
 	}
 	wantConflict(t, f.s.SetLastRunOwned(f.ctx, board.SetLastRunOwnedParams{Card: "c1", Token: tok, RunID: "run-3"}), reaperR, rec.Epoch, "the old holder after the transfer")
 }

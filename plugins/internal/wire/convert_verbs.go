@@ -26,7 +26,17 @@ func FromBoardReply(r *storepb.BoardReply) board.Board { return FromBoardMessage
 func ToCardTokenReply(c board.Card) *storepb.CardTokenReply {
 	return &storepb.CardTokenReply{Card: ToCard(c), Token: ToClaimToken(c.Token())}
 }
-func FromCardTokenReply(r *storepb.CardTokenReply) board.Card { return FromCard(r.GetCard()) }
+
+// FromCardTokenReply reads a claim's answer. The token is the grant, so
+// it wins over the card's own claim fields: a plugin whose store answers
+// with the card as it read it still hands the agent the claim it holds.
+func FromCardTokenReply(r *storepb.CardTokenReply) board.Card {
+	c := FromCard(r.GetCard())
+	if t := r.GetToken(); t != nil {
+		c.Claim, c.ClaimEpoch = t.GetMarker(), t.GetEpoch()
+	}
+	return c
+}
 
 func ToChangedReply(m board.MoveResult) *storepb.ChangedReply {
 	return &storepb.ChangedReply{Changed: m.Changed}
