@@ -66,13 +66,14 @@ var layers = map[string]string{
 	"host":  filepath.Join("plugins", "verbs_gen.go"),
 	"serve": filepath.Join("plugins", "serve", "verbs_gen.go"),
 	"agent": filepath.Join("agent", "metered_gen.go"),
+	"wire":  filepath.Join("plugins", "internal", "wire", "convert_gen.go"),
 }
 
 // generate returns the path and the content of layer's generated file.
 func generate(root, layer string) (string, []byte, error) {
 	file, ok := layers[layer]
 	if !ok {
-		return "", nil, fmt.Errorf("-layer must be host, serve or agent, not %q", layer)
+		return "", nil, fmt.Errorf("-layer must be host, serve, wire or agent, not %q", layer)
 	}
 	verbs, err := storeVerbs(filepath.Join(root, "board"))
 	if err != nil {
@@ -84,6 +85,8 @@ func generate(root, layer string) (string, []byte, error) {
 		out, err = hostLayer(root, verbs)
 	case "serve":
 		out, err = serveLayer(root, verbs)
+	case "wire":
+		out, err = wireLayer(root, verbs)
 	default:
 		out, err = agentLayer(root, verbs)
 	}

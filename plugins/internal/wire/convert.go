@@ -1,5 +1,7 @@
 package wire
 
+//go:generate go run ../../../internal/storegen -layer wire -root ../../..
+
 import (
 	"time"
 
@@ -294,44 +296,4 @@ func FromEvent(e *storepb.Event) board.Event {
 			RunID: d.GetRunId(), Status: d.GetStatus(), Value: d.GetValue(),
 		},
 	}
-}
-
-func ToStartRequest(r board.StartParams) *storepb.StartRequest {
-	return &storepb.StartRequest{Card: r.Card, Next: r.Next, Marker: r.Marker, LeaseNanos: int64(r.Lease), Run: ToRunMessage(r.Run), Fresh: r.Fresh, Labels: r.Labels}
-}
-
-func FromStartRequest(r *storepb.StartRequest) board.StartParams {
-	return board.StartParams{Card: r.GetCard(), Next: r.GetNext(), Marker: r.GetMarker(), Lease: time.Duration(r.GetLeaseNanos()), Run: FromRunMessage(r.GetRun()), Fresh: r.GetFresh(), Labels: r.GetLabels()}
-}
-
-func ToStartedReply(s board.StartResult) *storepb.StartedReply {
-	return &storepb.StartedReply{Card: ToCard(s.Card), Token: ToClaimToken(s.Token), Run: ToRunMessage(s.Run), Resumed: s.Resumed}
-}
-
-func FromStartedReply(s *storepb.StartedReply) board.StartResult {
-	return board.StartResult{Card: FromCard(s.GetCard()), Token: FromClaimToken(s.GetToken()), Run: FromRunMessage(s.GetRun()), Resumed: s.GetResumed()}
-}
-
-func ToFinishRequest(r board.FinishParams) *storepb.FinishRequest {
-	return &storepb.FinishRequest{Card: r.Card, Token: ToClaimToken(r.Token), RunId: r.RunID, Status: string(r.Status), FailureCode: r.FailureCode, Checkpoint: r.Checkpoint, Retryable: r.Retryable}
-}
-
-func FromFinishRequest(r *storepb.FinishRequest) board.FinishParams {
-	return board.FinishParams{Card: r.GetCard(), Token: FromClaimToken(r.GetToken()), RunID: r.GetRunId(), Status: board.RunStatus(r.GetStatus()), FailureCode: r.GetFailureCode(), Checkpoint: r.Checkpoint, Retryable: r.GetRetryable()}
-}
-
-func ToFinishedReply(f board.FinishResult) *storepb.FinishedReply {
-	return &storepb.FinishedReply{Card: ToCard(f.Card), Run: ToRunMessage(f.Run)}
-}
-
-func FromFinishedReply(f *storepb.FinishedReply) board.FinishResult {
-	return board.FinishResult{Card: FromCard(f.GetCard()), Run: FromRunMessage(f.GetRun())}
-}
-
-func ToNewRunRequest(r board.CreateRunParams) *storepb.NewRunRequest {
-	return &storepb.NewRunRequest{Token: ToClaimToken(r.Token), Run: ToRunMessage(r.Run)}
-}
-
-func FromNewRunRequest(r *storepb.NewRunRequest) board.CreateRunParams {
-	return board.CreateRunParams{Token: FromClaimToken(r.GetToken()), Run: FromRunMessage(r.GetRun())}
 }

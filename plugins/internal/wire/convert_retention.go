@@ -9,14 +9,6 @@ import (
 // DESIGN.md#retention). A plugin from before protocol 6 is never sent them
 // (plugins.versionGuard).
 
-func ToPruneRequest(p board.PruneParams) *storepb.PruneRequest {
-	return &storepb.PruneRequest{Before: ToTime(p.Before), Limit: int64(p.Limit), KeepFrom: p.KeepFrom, DryRun: p.DryRun}
-}
-
-func FromPruneRequest(r *storepb.PruneRequest) board.PruneParams {
-	return board.PruneParams{Before: FromTime(r.GetBefore()), Limit: int(r.GetLimit()), KeepFrom: r.GetKeepFrom(), DryRun: r.GetDryRun()}
-}
-
 func ToPruneReply(r board.PruneResult) *storepb.PruneReply {
 	return &storepb.PruneReply{
 		Runs: int64(r.Runs), Events: int64(r.Events), Cards: ToStrings(r.Cards),
