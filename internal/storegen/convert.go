@@ -25,65 +25,54 @@ import (
 type field struct{ name, typ string }
 
 // structs reads the struct types of the Go files in dir, each field's type
-// qualified as another package names it when qual is set.
+// qualified as another package names it when qual is set, and the
+// underlying type of each named type that is not a struct.
 func structs(dir string, qual bool) (map[string][]field, map[string]string, error) {
 	files, err := parseDir(dir)
 	if err != nil {
 		return nil, nil, err
 	}
+	specs := typeSpecs(files)
 	names := map[string]bool{}
-	for _, f := range files {
-		for _, d := range f.Decls {
-			if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.TYPE {
-				for _, s := range g.Specs {
-					names[s.(*ast.TypeSpec).Name.Name] = true
-				}
-			}
-		}
-	}
-	if !qual {
-		names = map[string]bool{}
+	for _, ts := range specs {
+		names[ts.Name.Name] = qual
 	}
 	out := map[string][]field{}
-	under := map[string]string{} // named non-struct types: their underlying type
-	for _, f := range files {
-		for _, d := range f.Decls {
-			g, ok := d.(*ast.GenDecl)
-			if !ok || g.Tok != token.TYPE {
-				continue
+	under := map[string]string{}
+	for _, ts := range specs {
+		st, ok := ts.Type.(*ast.StructType)
+		if !ok {
+			if id, ok := ts.Type.(*ast.Ident); ok {
+				under[ts.Name.Name] = id.Name
 			}
-			for _, s := range g.Specs {
-				ts := s.(*ast.TypeSpec)
-				st, ok := ts.Type.(*ast.StructType)
-				if !ok {
-					if id, ok := ts.Type.(*ast.Ident); ok {
-						under[ts.Name.Name] = id.Name
-					}
-					continue
-				}
-				var fs []field
-				for _, fl := range st.Fields.List {
-					if len(fl.Names) == 0 {
-						fs = nil // an embedded field: not a plain record
-						break
-					}
-					typ, ok := typeString(fl.Type, names)
-					if !ok {
-						continue
-					}
-					for _, n := range fl.Names {
-						if n.IsExported() {
-							fs = append(fs, field{n.Name, typ})
-						}
-					}
-				}
-				if fs != nil {
-					out[ts.Name.Name] = fs
-				}
-			}
+			continue
+		}
+		if fs, ok := recordFields(st, names); ok {
+			out[ts.Name.Name] = fs
 		}
 	}
 	return out, under, nil
+}
+
+// recordFields lists a struct's exported fields; a struct that embeds a
+// field is not a plain record (false).
+func recordFields(st *ast.StructType, names map[string]bool) ([]field, bool) {
+	var fs []field
+	for _, fl := range st.Fields.List {
+		if len(fl.Names) == 0 {
+			return nil, false
+		}
+		typ, ok := typeString(fl.Type, names)
+		if !ok {
+			continue
+		}
+		for _, n := range fl.Names {
+			if n.IsExported() {
+				fs = append(fs, field{n.Name, typ})
+			}
+		}
+	}
+	return fs, true
 }
 
 // typeString writes a field's type, qualifying the names of local.

@@ -129,19 +129,10 @@ func storeVerbs(dir string) ([]verb, error) {
 	}
 	ifaces := map[string]*ast.InterfaceType{}
 	types := map[string]bool{}
-	for _, f := range files {
-		for _, d := range f.Decls {
-			g, ok := d.(*ast.GenDecl)
-			if !ok || g.Tok != token.TYPE {
-				continue
-			}
-			for _, s := range g.Specs {
-				ts := s.(*ast.TypeSpec)
-				types[ts.Name.Name] = true
-				if it, ok := ts.Type.(*ast.InterfaceType); ok {
-					ifaces[ts.Name.Name] = it
-				}
-			}
+	for _, ts := range typeSpecs(files) {
+		types[ts.Name.Name] = true
+		if it, ok := ts.Type.(*ast.InterfaceType); ok {
+			ifaces[ts.Name.Name] = it
 		}
 	}
 	var out []verb
@@ -230,20 +221,26 @@ func shapeOf(name string, ft *ast.FuncType, types map[string]bool) (verb, error)
 
 // qualify writes a type of package board as another package names it.
 func qualify(e ast.Expr, types map[string]bool) string {
-	switch t := e.(type) {
-	case *ast.Ident:
-		if types[t.Name] {
-			return "board." + t.Name
-		}
-		return t.Name
-	case *ast.SelectorExpr:
-		return t.X.(*ast.Ident).Name + "." + t.Sel.Name
-	case *ast.ArrayType:
-		return "[]" + qualify(t.Elt, types)
-	case *ast.StarExpr:
-		return "*" + qualify(t.X, types)
+	s, ok := typeString(e, types)
+	if !ok {
+		panic(fmt.Sprintf("storegen: type %T", e))
 	}
-	panic(fmt.Sprintf("storegen: type %T", e))
+	return s
+}
+
+// typeSpecs lists the type declarations of files, in order.
+func typeSpecs(files []*ast.File) []*ast.TypeSpec {
+	var out []*ast.TypeSpec
+	for _, f := range files {
+		for _, d := range f.Decls {
+			if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.TYPE {
+				for _, s := range g.Specs {
+					out = append(out, s.(*ast.TypeSpec))
+				}
+			}
+		}
+	}
+	return out
 }
 
 // handWritten lists the methods declared on recv in dir's own files.
