@@ -267,15 +267,32 @@ func (a *Agent) WaitFor(bound time.Duration, what string, cond func() bool) {
 // WaitFor polls cond until it holds or bound passes, and fails the test
 // then. It is only for waiting on other processes (an agent starting, a
 // worker dying), which offer nothing to block on.
+//
+// It polls every 20ms for the first second; after that the pause grows
+// with the wait (a tenth of the time waited so far, at most 250ms), so a
+// condition is still seen within a tenth of its wait, and a wait of a
+// minute (a reaper's default interval) does not run a CLI process every
+// 20ms, which on a shared two-core machine takes CPU from the very
+// processes the test is waiting on.
 func WaitFor(t testing.TB, bound time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(bound)
+	start := time.Now()
+	deadline := start.Add(bound)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s", bound, what)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(pollPause(time.Since(start)))
 	}
+}
+
+// pollPause is WaitFor's pause after waiting for waited.
+func pollPause(waited time.Duration) time.Duration {
+	const (
+		first = 20 * time.Millisecond
+		most  = 250 * time.Millisecond
+	)
+	return min(max(first, waited/10), most)
 }
 
 // Run runs one CLI command of the sandbox's binary to completion.
