@@ -1,8 +1,9 @@
 // Package mongotest gives tests a real MongoDB-wire server.
 //
 // By default it builds and starts the ferretserver program (an embedded
-// FerretDB behind a serializing wire proxy, kept in its own Go module under
-// ferretserver/) once per test binary, on a free loopback port. When
+// FerretDB behind a wire proxy that serializes each database's requests,
+// kept in its own Go module under ferretserver/) once per test binary, on
+// a free loopback port. When
 // LEASEKEEPER_TEST_MONGO_URI is set, that MongoDB is used instead and
 // nothing is built, so the same suites certify the twin against the real
 // server wherever one exists.
