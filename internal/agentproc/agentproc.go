@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -235,6 +236,13 @@ func (a *Agent) Start() *Proc {
 			a.t.Fatalf("the agent exited while starting:\n%s", p.Log())
 		default:
 		}
+		// Until the socket accepts a connection `leasekeeper health` can
+		// only fail; a dial costs nothing next to running the CLI.
+		c, err := net.Dial("unix", a.Socket)
+		if err != nil {
+			return false
+		}
+		_ = c.Close()
 		_, _, code := a.Run("health")
 		return code == 0
 	})
@@ -269,20 +277,27 @@ func (a *Agent) WaitFor(bound time.Duration, what string, cond func() bool) {
 // worker dying), which offer nothing to block on.
 //
 // It polls every 20ms for the first second; after that the pause grows
-// with the wait (a tenth of the time waited so far, at most 250ms), so a
+// with the wait (a tenth of the time waited so far, at most a second), so a
 // condition is still seen within a tenth of its wait, and a wait of a
 // minute (a reaper's default interval) does not run a CLI process every
-// 20ms, which on a shared two-core machine takes CPU from the very
-// processes the test is waiting on.
+// 20ms. The pause is never shorter than the last check took either: a
+// check that runs a CLI process costs tens of milliseconds of CPU, and
+// checking back to back would keep a core busy on a shared two-core
+// machine, taking it from the very processes the test is waiting on.
 func WaitFor(t testing.TB, bound time.Duration, what string, cond func() bool) {
 	t.Helper()
 	start := time.Now()
 	deadline := start.Add(bound)
-	for !cond() {
+	for {
+		checked := time.Now()
+		if cond() {
+			return
+		}
+		took := time.Since(checked)
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s", bound, what)
 		}
-		time.Sleep(pollPause(time.Since(start)))
+		time.Sleep(max(pollPause(time.Since(start)), took))
 	}
 }
 
@@ -290,7 +305,7 @@ func WaitFor(t testing.TB, bound time.Duration, what string, cond func() bool) {
 func pollPause(waited time.Duration) time.Duration {
 	const (
 		first = 20 * time.Millisecond
-		most  = 250 * time.Millisecond
+		most  = time.Second
 	)
 	return min(max(first, waited/10), most)
 }
