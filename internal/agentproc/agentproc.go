@@ -8,13 +8,17 @@ package agentproc
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -411,6 +415,14 @@ func (b *Buffer) String() string {
 // builds each package of pkgs (module-relative, "./cmd/leasekeeper") into a
 // temporary directory, stores each binary's path where pkgs points, runs
 // the tests and removes the directory.
+//
+// Each binary is built first into a directory of the user's cache shared
+// by every test binary of this checkout (see cachedBuild), then copied
+// into the temporary directory: `go test ./...` runs several packages that
+// build the same command, and the go command links it again only when
+// something it is built from changed, where a fresh output path costs a
+// full link every time. The copy keeps each test binary's programs its
+// own, whatever another package's build does to the shared one.
 func Main(m *testing.M, pkgs map[string]*string) {
 	dir, err := os.MkdirTemp("", "leasekeeper-test-")
 	if err != nil {
@@ -421,7 +433,7 @@ func Main(m *testing.M, pkgs map[string]*string) {
 		defer os.RemoveAll(dir)
 		for pkg, out := range pkgs {
 			*out = filepath.Join(dir, filepath.Base(pkg))
-			if err := Build(pkg, *out); err != nil {
+			if err := cachedBuild(pkg, *out); err != nil {
 				fmt.Fprintf(os.Stderr, "building %s: %v\n", pkg, err)
 				return 1
 			}
@@ -429,6 +441,55 @@ func Main(m *testing.M, pkgs map[string]*string) {
 		return m.Run()
 	}()
 	os.Exit(code)
+}
+
+// cachedBuild builds pkg as Build does and leaves a copy of the binary at
+// out. The build goes to a path under the user's cache directory named by
+// the module root, pkg, the Go release and GOFLAGS, taken under a file
+// lock; the go command's own staleness check decides whether it links
+// again. Without a cache directory or file locks it builds into out.
+func cachedBuild(pkg, out string) error {
+	root, err := ModuleRoot()
+	if err != nil {
+		return err
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return Build(pkg, out)
+	}
+	h := sha256.New()
+	fmt.Fprintln(h, root, pkg, runtime.Version(), os.Getenv("GOFLAGS"))
+	shared := filepath.Join(cache, "leasekeeper", "agentproc", hex.EncodeToString(h.Sum(nil))[:16], filepath.Base(pkg))
+	if err := os.MkdirAll(filepath.Dir(shared), 0o755); err != nil {
+		return Build(pkg, out)
+	}
+	unlock, err := lockFile(shared + ".lock")
+	if err != nil {
+		return Build(pkg, out)
+	}
+	defer unlock()
+	if err := Build(pkg, shared); err != nil {
+		return err
+	}
+	return copyFile(shared, out)
+}
+
+// copyFile copies the executable from to a new file to.
+func copyFile(from, to string) error {
+	src, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(to, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		return err
+	}
+	return dst.Close()
 }
 
 // StartedRun waits for a worker to have started card's run in the running
