@@ -92,7 +92,8 @@ func (f *mongoFleet) reaper(s board.Store, marker string, gate func() bool) *wat
 	r, err := watchdog.New(watchdog.Config{
 		Store: s, Marker: marker, Fleet: true,
 		// A small pool keeps cards of one pass side by side without
-		// flooding the test server, which serializes every request.
+		// flooding the test server, which serializes every request on
+		// the test's database.
 		Workers: 2,
 		Lease:   func() time.Duration { return fleetLease },
 		Enabled: gate,
@@ -245,7 +246,8 @@ type fleetKind struct {
 }
 
 // serializedServer is the event lag for the test server, which applies one
-// command at a time, so no write becomes visible out of its stamp's order
+// command at a time on a database, so no write becomes visible out of its
+// stamp's order
 // (mongostore.Options.EventLag).
 const serializedServer time.Duration = -1
 

@@ -159,11 +159,16 @@ func simSeedsFor(v simVariant) []uint64 {
 }
 
 func TestSim(t *testing.T) {
+	// Every seed is a world of its own (its store, its clocks, its rng)
+	// that reads no wall clock and shares nothing with another: the seeds
+	// run in parallel, and each still replays exactly.
+	t.Parallel()
 	for _, v := range []simVariant{simBolt, simMongo} {
 		if *simVariantFlag != "" && *simVariantFlag != string(v) {
 			continue
 		}
 		t.Run(string(v), func(t *testing.T) {
+			t.Parallel()
 			var (
 				mu    sync.Mutex
 				fails = map[string][]uint64{}
@@ -172,6 +177,7 @@ func TestSim(t *testing.T) {
 			seeds := simSeedsFor(v)
 			for _, seed := range seeds {
 				t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+					t.Parallel()
 					w := newSimWorld(t, v, seed, *simSteps)
 					w.run()
 					mu.Lock()
@@ -181,7 +187,12 @@ func TestSim(t *testing.T) {
 					mu.Unlock()
 				})
 			}
-			if len(seeds) > 1 {
+			// The survey's summary, once every seed's subtest has ended
+			// (a cleanup runs after the parallel subtests).
+			t.Cleanup(func() {
+				if len(seeds) <= 1 {
+					return
+				}
 				var b strings.Builder
 				fmt.Fprintf(&b, "%d %s seeds in %s; seeds breaking each invariant:", len(seeds), v, time.Since(start).Round(time.Millisecond))
 				names := make([]string, 0, len(fails))
@@ -193,7 +204,7 @@ func TestSim(t *testing.T) {
 					fmt.Fprintf(&b, "\n  %-12s %4d seeds: %v", n, len(fails[n]), head(fails[n], 40))
 				}
 				t.Log(b.String())
-			}
+			})
 		})
 	}
 }
@@ -208,8 +219,10 @@ func head(s []uint64, n int) []uint64 {
 // TestSimReplaysExactly runs seeds twice and compares their whole traces:
 // a failing seed is only useful if it replays.
 func TestSimReplaysExactly(t *testing.T) {
+	t.Parallel()
 	for _, v := range []simVariant{simBolt, simMongo} {
 		t.Run(string(v), func(t *testing.T) {
+			t.Parallel()
 			if *simVariantFlag != "" && *simVariantFlag != string(v) {
 				t.Skip("another variant was asked for")
 			}

@@ -8,12 +8,17 @@ package agentproc
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -235,6 +240,13 @@ func (a *Agent) Start() *Proc {
 			a.t.Fatalf("the agent exited while starting:\n%s", p.Log())
 		default:
 		}
+		// Until the socket accepts a connection `leasekeeper health` can
+		// only fail; a dial costs nothing next to running the CLI.
+		c, err := net.Dial("unix", a.Socket)
+		if err != nil {
+			return false
+		}
+		_ = c.Close()
 		_, _, code := a.Run("health")
 		return code == 0
 	})
@@ -267,15 +279,39 @@ func (a *Agent) WaitFor(bound time.Duration, what string, cond func() bool) {
 // WaitFor polls cond until it holds or bound passes, and fails the test
 // then. It is only for waiting on other processes (an agent starting, a
 // worker dying), which offer nothing to block on.
+//
+// It polls every 20ms for the first second; after that the pause grows
+// with the wait (a tenth of the time waited so far, at most a second), so a
+// condition is still seen within a tenth of its wait, and a wait of a
+// minute (a reaper's default interval) does not run a CLI process every
+// 20ms. The pause is never shorter than the last check took either: a
+// check that runs a CLI process costs tens of milliseconds of CPU, and
+// checking back to back would keep a core busy on a shared two-core
+// machine, taking it from the very processes the test is waiting on.
 func WaitFor(t testing.TB, bound time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(bound)
-	for !cond() {
+	start := time.Now()
+	deadline := start.Add(bound)
+	for {
+		checked := time.Now()
+		if cond() {
+			return
+		}
+		took := time.Since(checked)
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s", bound, what)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(max(pollPause(time.Since(start)), took))
 	}
+}
+
+// pollPause is WaitFor's pause after waiting for waited.
+func pollPause(waited time.Duration) time.Duration {
+	const (
+		first = 20 * time.Millisecond
+		most  = time.Second
+	)
+	return min(max(first, waited/10), most)
 }
 
 // Run runs one CLI command of the sandbox's binary to completion.
@@ -379,6 +415,14 @@ func (b *Buffer) String() string {
 // builds each package of pkgs (module-relative, "./cmd/leasekeeper") into a
 // temporary directory, stores each binary's path where pkgs points, runs
 // the tests and removes the directory.
+//
+// Each binary is built first into a directory of the user's cache shared
+// by every test binary of this checkout (see cachedBuild), then copied
+// into the temporary directory: `go test ./...` runs several packages that
+// build the same command, and the go command links it again only when
+// something it is built from changed, where a fresh output path costs a
+// full link every time. The copy keeps each test binary's programs its
+// own, whatever another package's build does to the shared one.
 func Main(m *testing.M, pkgs map[string]*string) {
 	dir, err := os.MkdirTemp("", "leasekeeper-test-")
 	if err != nil {
@@ -389,7 +433,7 @@ func Main(m *testing.M, pkgs map[string]*string) {
 		defer os.RemoveAll(dir)
 		for pkg, out := range pkgs {
 			*out = filepath.Join(dir, filepath.Base(pkg))
-			if err := Build(pkg, *out); err != nil {
+			if err := cachedBuild(pkg, *out); err != nil {
 				fmt.Fprintf(os.Stderr, "building %s: %v\n", pkg, err)
 				return 1
 			}
@@ -397,6 +441,55 @@ func Main(m *testing.M, pkgs map[string]*string) {
 		return m.Run()
 	}()
 	os.Exit(code)
+}
+
+// cachedBuild builds pkg as Build does and leaves a copy of the binary at
+// out. The build goes to a path under the user's cache directory named by
+// the module root, pkg, the Go release and GOFLAGS, taken under a file
+// lock; the go command's own staleness check decides whether it links
+// again. Without a cache directory or file locks it builds into out.
+func cachedBuild(pkg, out string) error {
+	root, err := ModuleRoot()
+	if err != nil {
+		return err
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return Build(pkg, out)
+	}
+	h := sha256.New()
+	fmt.Fprintln(h, root, pkg, runtime.Version(), os.Getenv("GOFLAGS"))
+	shared := filepath.Join(cache, "leasekeeper", "agentproc", hex.EncodeToString(h.Sum(nil))[:16], filepath.Base(pkg))
+	if err := os.MkdirAll(filepath.Dir(shared), 0o755); err != nil {
+		return Build(pkg, out)
+	}
+	unlock, err := lockFile(shared + ".lock")
+	if err != nil {
+		return Build(pkg, out)
+	}
+	defer unlock()
+	if err := Build(pkg, shared); err != nil {
+		return err
+	}
+	return copyFile(shared, out)
+}
+
+// copyFile copies the executable from to a new file to.
+func copyFile(from, to string) error {
+	src, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(to, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		return err
+	}
+	return dst.Close()
 }
 
 // StartedRun waits for a worker to have started card's run in the running

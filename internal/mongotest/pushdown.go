@@ -13,7 +13,8 @@ import (
 	"strings"
 )
 
-// The test server's one change to FerretDB: narrowing by _id.
+// The test server's changes to FerretDB: narrowing by _id, and finding an
+// _id through its index.
 //
 // FerretDB v1's SQLite backend turns a query filter into SQL only when the
 // filter is exactly {_id: v}; any other filter reads every document of the
@@ -47,6 +48,30 @@ const (
 	pushdownTo   = "\tif params.Filter.Len() >= 1 {\n\t\tv, _ := params.Filter.Get(\"_id\")\n\t\tswitch v.(type) {\n\t\tcase string, types.ObjectID:\n\t\t\twhereClause = "
 )
 
+// The second change: looking an _id up through its index.
+//
+// FerretDB v1 indexes a collection's _id on the expression
+// _ferretdb_sjson->"_id", but finds a document by _id (the narrowed query
+// above, every update and delete) with _ferretdb_sjson->'$._id'. The two
+// are the same value (SQLite reads a -> label X as the path '$.X') but not
+// the same expression, so SQLite's planner does not use the index: every
+// such lookup parses the JSON of every document of the collection, and
+// every write of the fleet tests costs a scan of the cards. The patch
+// writes the lookup as the index does, which turns the scan into an index
+// search and changes no answer.
+const (
+	idColumnFile = "internal/backends/sqlite/metadata/metadata.go"
+	idColumnFrom = "\tIDColumn = DefaultColumn + \"->'$._id'\"\n"
+	idColumnTo   = "\tIDColumn = DefaultColumn + \"->'_id'\"\n"
+)
+
+// patches lists the changes patchedModfile makes, each applied once to the
+// first occurrence of from in file.
+var patches = []struct{ file, from, to, what string }{
+	{pushdownFile, pushdownFrom, pushdownTo, "the filter pushdown this package narrows"},
+	{idColumnFile, idColumnFrom, idColumnTo, "the _id lookup this package puts on the _id index"},
+}
+
 // patchedModfile copies FerretDB out of the module cache into work, applies
 // the _id narrowing, and writes a go.mod (with its go.sum) that builds the
 // server in dir against the copy. It returns the go.mod's path for
@@ -74,17 +99,19 @@ func patchedModfile(ctx context.Context, dir, work string, env []string) (string
 	if err := copyTree(mod.Dir, src); err != nil {
 		return "", fmt.Errorf("copy %s %s: %w", ferretModule, mod.Version, err)
 	}
-	target := filepath.Join(src, filepath.FromSlash(pushdownFile))
-	code, err := os.ReadFile(target)
-	if err != nil {
-		return "", err
-	}
-	if !bytes.Contains(code, []byte(pushdownFrom)) {
-		return "", fmt.Errorf("%s %s: %s no longer has the filter pushdown this package narrows; revisit pushdown.go", ferretModule, mod.Version, pushdownFile)
-	}
-	code = bytes.Replace(code, []byte(pushdownFrom), []byte(pushdownTo), 1)
-	if err := os.WriteFile(target, code, 0o644); err != nil {
-		return "", err
+	for _, p := range patches {
+		target := filepath.Join(src, filepath.FromSlash(p.file))
+		code, err := os.ReadFile(target)
+		if err != nil {
+			return "", err
+		}
+		if !bytes.Contains(code, []byte(p.from)) {
+			return "", fmt.Errorf("%s %s: %s no longer has %s; revisit pushdown.go", ferretModule, mod.Version, p.file, p.what)
+		}
+		code = bytes.Replace(code, []byte(p.from), []byte(p.to), 1)
+		if err := os.WriteFile(target, code, 0o644); err != nil {
+			return "", err
+		}
 	}
 
 	gomod, err := os.ReadFile(filepath.Join(dir, "go.mod"))

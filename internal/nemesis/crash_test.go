@@ -255,6 +255,9 @@ func (w *crashWorker) start() {
 // claim of every card, the board file itself opened after a clean stop,
 // the write-ahead log's directory and the agents' logs.
 func TestCrashLosesNoAcknowledgedWrite(t *testing.T) {
+	// Its agent, board file and workers are its own: it runs alongside
+	// the nemesis's rigs (see TestNemesis).
+	t.Parallel()
 	seed := *crashSeedFlag
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())

@@ -67,6 +67,7 @@ const (
 )
 
 func TestNemesis(t *testing.T) {
+	t.Parallel()
 	seed := *seedFlag
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
@@ -79,19 +80,31 @@ func TestNemesis(t *testing.T) {
 		}
 	}
 	t.Logf("nemesis seed %d, %s of faults per backend (replay: -nemesis.seed=%d -nemesis.duration=%s)", seed, dur, seed, dur)
-	t.Run("Bolt", func(t *testing.T) {
-		r := newRig(t, seed, dur, boltLease)
-		r.addAgent("")
-		r.run(3)
+	// The two backends' rigs share nothing (each its own agents, sandboxes,
+	// workers and schedule; the nemesis only touches processes it started)
+	// and spend most of their time waiting on leases, so they run at the
+	// same time, each in a subtest of its own, and alongside the crash
+	// test. Subtests that are not parallel take no slot of -parallel, so
+	// the two overlap whatever it is.
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t.Run("Bolt", func(t *testing.T) {
+			r := newRig(t, seed, dur, boltLease)
+			r.addAgent("")
+			r.run(3)
+		})
 	})
-	t.Run("Mongo", func(t *testing.T) {
-		uri, db := mongotest.URI(t), mongotest.Database(t)
-		r := newRig(t, seed+1, dur, mongoLease)
-		store := fmt.Sprintf("store: {backend: mongo, uri: %q, database: %s}\n", uri, db)
-		r.addAgent(store)
-		r.addAgent(store)
-		r.run(2)
+	wg.Go(func() {
+		t.Run("Mongo", func(t *testing.T) {
+			uri, db := mongotest.URI(t), mongotest.Database(t)
+			r := newRig(t, seed+1, dur, mongoLease)
+			store := fmt.Sprintf("store: {backend: mongo, uri: %q, database: %s}\n", uri, db)
+			r.addAgent(store)
+			r.addAgent(store)
+			r.run(2)
+		})
 	})
+	wg.Wait()
 }
 
 // mono is the host's CLOCK_MONOTONIC in nanoseconds. The workers stamp

@@ -15,7 +15,8 @@ import (
 func TestMain(m *testing.M) { os.Exit(mongotest.Main(m)) }
 
 // harness opens each test's store on its own database of the test server
-// (FerretDB behind the serializing proxy, or LEASEKEEPER_TEST_MONGO_URI).
+// (FerretDB behind the proxy that serializes each database's requests, or
+// LEASEKEEPER_TEST_MONGO_URI).
 var harness = boardtest.Harness{
 	Fleet: true,
 	Open: func(t *testing.T, cfg boardtest.Config) board.Store {
@@ -52,11 +53,15 @@ func openStore(t testing.TB, opts mongostore.Options) *mongostore.Store {
 	return s
 }
 
+// The suite, like the stress tests, opens a database of its own per test,
+// so it runs alongside the package's other tests rather than before them.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	boardtest.Exercise(t, harness)
 }
 
 func TestStressFencing(t *testing.T) {
+	t.Parallel()
 	o := boardtest.StressOptions{Cards: 3, Workers: 12, Duration: 5 * time.Second, Ops: 1500}
 	if testing.Short() {
 		o.Duration, o.Ops = 2*time.Second, 300

@@ -175,6 +175,7 @@ func openClients(t *testing.T, n int, opts mongostore.Options) []*mongostore.Sto
 // increase per card, no superseded token's write is accepted, and the
 // history is linearizable against one holder per card.
 func TestStressFencingAcrossClients(t *testing.T) {
+	t.Parallel()
 	var rr *roundRobin
 	h := boardtest.Harness{
 		Fleet: true,

@@ -12,8 +12,10 @@
 // compare-and-set updates can both "win". Real MongoDB guarantees that a
 // single-document update is atomic, and the leasekeeper MongoDB twin relies
 // on exactly that and nothing more. Forwarding one whole request/response
-// exchange at a time across all client connections restores that guarantee,
-// so a test against this server means what it would mean against MongoDB.
+// exchange at a time per database across all client connections restores
+// that guarantee, so a test against this server means what it would mean
+// against MongoDB; requests on different databases (each test has its own)
+// run side by side.
 //
 // The program prints one line "LISTEN host:port" on stdout once it accepts
 // connections, and exits when its standard input closes (so it never
@@ -132,17 +134,51 @@ const (
 	maxMessage = 48 << 20
 )
 
-// proxy forwards client connections to FerretDB, one exchange at a time.
+// proxy forwards client connections to FerretDB, one exchange at a time
+// per database.
 type proxy struct {
 	backend string
 	logger  *slog.Logger
 
-	// turn is held from the moment a request is written to FerretDB until
-	// its whole reply has been read back, across ALL connections. That
-	// makes every request run alone on the server, so FerretDB's
-	// read-modify-write updates cannot interleave.
-	turn sync.Mutex
-	wg   sync.WaitGroup
+	// A request's turn is held from the moment it is written to FerretDB
+	// until its whole reply has been read back, across ALL connections:
+	// the turn of its database (its "$db"), with every database's turn
+	// open (all shared); or, for a request whose database the proxy does
+	// not read (a legacy OP_QUERY, a compressed message), all of them
+	// (all exclusive). So no two requests on one database ever run on the
+	// server at once, and FerretDB's read-modify-write updates, each
+	// within one collection of one database, cannot interleave. Requests
+	// on different databases share no document (each test has databases
+	// of its own), and run side by side.
+	all sync.RWMutex
+	mu  sync.Mutex
+	dbs map[string]*sync.Mutex
+	wg  sync.WaitGroup
+}
+
+// turn waits for req's turn and returns the function that ends it.
+func (p *proxy) turn(req []byte) (done func()) {
+	db, ok := databaseOf(req)
+	if !ok {
+		p.all.Lock()
+		return p.all.Unlock
+	}
+	p.all.RLock()
+	p.mu.Lock()
+	if p.dbs == nil {
+		p.dbs = map[string]*sync.Mutex{}
+	}
+	m := p.dbs[db]
+	if m == nil {
+		m = &sync.Mutex{}
+		p.dbs[db] = m
+	}
+	p.mu.Unlock()
+	m.Lock()
+	return func() {
+		m.Unlock()
+		p.all.RUnlock()
+	}
 }
 
 func (p *proxy) serve(ctx context.Context, ln net.Listener) {
@@ -216,8 +252,7 @@ func (p *proxy) handle(ctx context.Context, client net.Conn) {
 // exchange sends one request and reads its reply while holding the turn.
 // A request flagged moreToCome gets no reply, so none is awaited.
 func (p *proxy) exchange(server net.Conn, sr *bufio.Reader, req []byte) (replies [][]byte, more bool, err error) {
-	p.turn.Lock()
-	defer p.turn.Unlock()
+	defer p.turn(req)()
 	// A deadline keeps a wedged backend from holding the turn forever.
 	_ = server.SetDeadline(time.Now().Add(2 * time.Minute))
 	defer server.SetDeadline(time.Time{})
@@ -293,4 +328,123 @@ func expectsReply(req []byte) bool {
 // replyMoreToCome reports an exhaust reply: more replies follow unasked.
 func replyMoreToCome(reply []byte) bool {
 	return opCode(reply) == opMsg && msgFlags(reply)&msgMoreToCome != 0
+}
+
+// databaseOf reads the "$db" of an OP_MSG request: the string field of
+// that name in its body (the section of kind 0). ok is false for any other
+// message, and for one the proxy cannot read to the end of that field.
+func databaseOf(msg []byte) (db string, ok bool) {
+	if opCode(msg) != opMsg || len(msg) < headerLen+4 {
+		return "", false
+	}
+	b := msg[headerLen+4:]
+	for len(b) > 0 {
+		kind := b[0]
+		b = b[1:]
+		if len(b) < 4 {
+			return "", false
+		}
+		n := int(int32(binary.LittleEndian.Uint32(b)))
+		if n < 4 || n > len(b) {
+			return "", false
+		}
+		if kind == 0 {
+			return stringField(b[:n], "$db")
+		}
+		if kind != 1 {
+			return "", false
+		}
+		b = b[n:] // a document sequence: its size prefix covers it all
+	}
+	return "", false
+}
+
+// stringField finds the top-level string field key of the BSON document
+// doc.
+func stringField(doc []byte, key string) (string, bool) {
+	if len(doc) < 5 {
+		return "", false
+	}
+	b := doc[4 : len(doc)-1] // the elements, between the size and the 0
+	for len(b) > 0 {
+		typ := b[0]
+		end := 1
+		for end < len(b) && b[end] != 0 {
+			end++
+		}
+		if end == len(b) {
+			return "", false
+		}
+		name := string(b[1:end])
+		b = b[end+1:]
+		size, ok := bsonValueSize(typ, b)
+		if !ok || size > len(b) {
+			return "", false
+		}
+		if name == key {
+			if typ != 0x02 {
+				return "", false
+			}
+			return string(b[4 : size-1]), true
+		}
+		b = b[size:]
+	}
+	return "", false
+}
+
+// bsonValueSize is the size of a BSON value of type typ at the start of b.
+func bsonValueSize(typ byte, b []byte) (int, bool) {
+	prefixed := func(extra int) (int, bool) { // an int32 length first
+		if len(b) < 4 {
+			return 0, false
+		}
+		n := int(int32(binary.LittleEndian.Uint32(b)))
+		if n < 0 {
+			return 0, false
+		}
+		return n + extra, true
+	}
+	cstring := func(from int) (int, bool) {
+		for i := from; i < len(b); i++ {
+			if b[i] == 0 {
+				return i + 1, true
+			}
+		}
+		return 0, false
+	}
+	switch typ {
+	case 0x01, 0x09, 0x11, 0x12: // double, datetime, timestamp, int64
+		return 8, true
+	case 0x02, 0x0D, 0x0E: // string, JavaScript, symbol
+		n, ok := prefixed(4)
+		if ok && n < 5 {
+			return 0, false
+		}
+		return n, ok
+	case 0x03, 0x04, 0x0F: // document, array, code with scope: size includes itself
+		return prefixed(0)
+	case 0x05: // binary: size, subtype, bytes
+		return prefixed(5)
+	case 0x06, 0x0A, 0xFF, 0x7F: // undefined, null, min key, max key
+		return 0, true
+	case 0x07: // ObjectId
+		return 12, true
+	case 0x08: // bool
+		return 1, true
+	case 0x0B: // regex: two cstrings
+		n, ok := cstring(0)
+		if !ok {
+			return 0, false
+		}
+		return cstring(n)
+	case 0x0C: // DBPointer: string, ObjectId
+		n, ok := prefixed(4 + 12)
+		return n, ok
+	case 0x10: // int32
+		return 4, true
+	case 0x13: // decimal128
+		return 16, true
+	default:
+		return 0, false
+	}
 }
