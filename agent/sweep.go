@@ -75,9 +75,22 @@ type Adoption struct {
 	ClaimedAt time.Time
 }
 
+// SweepStore is what the boot sweep calls: the claimed cards of this host
+// and their runs (reads), the store's clock, and the three writes it
+// settles a claim with: the renewal that adopts it, the expiry of a dead
+// owner's lease, the release of a legacy claim (DESIGN.md#boot-sweep).
+type SweepStore interface {
+	ListCards(ctx context.Context, p board.ListCardsParams) ([]board.Card, error)
+	GetRun(ctx context.Context, p board.GetRunParams) (board.Run, error)
+	Now(ctx context.Context) (time.Time, error)
+	RenewClaims(ctx context.Context, p board.RenewClaimsParams) ([]board.RenewResult, error)
+	ExpireClaimOwned(ctx context.Context, p board.OwnedParams) error
+	Release(ctx context.Context, p board.ReleaseParams) error
+}
+
 // SweepConfig configures BootSweep.
 type SweepConfig struct {
-	Store  board.Store
+	Store  SweepStore
 	Prober pidprobe.Prober
 	Clock  board.Clock
 	// Host is this host's name: only markers of this host are touched.

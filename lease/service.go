@@ -73,10 +73,27 @@ type Worker struct {
 	Owner  heartbeat.Owner
 }
 
+// Store is the part of the store contract the lease service calls: every
+// verb a worker's or an operator's request reaches, and of the watchdog's
+// role (board.Recovery) only the store's clock; the listings and the
+// transfers are the reaper's alone.
+type Store interface {
+	board.CardReader
+	board.CardWriter
+	board.Claimer
+	board.OwnerWriter
+	board.Lifecycle
+	board.Runs
+	board.EventLog
+	board.Retention
+	board.BoardAdmin
+	Now(ctx context.Context) (time.Time, error)
+}
+
 // Config configures a Service. Functions are read on every use so the agent
 // can hot-reload them.
 type Config struct {
-	Store  board.Store
+	Store  Store
 	Claims Tracker
 	// Clock must be the heartbeat loop's clock: trusted time is
 	// TrustedUntil − Clock.Now(). Default board.SystemClock.
