@@ -3,6 +3,7 @@ package plugins
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -202,5 +203,10 @@ func TestAnUnimplementedVerbIsUnsupported(t *testing.T) {
 	}
 	if err := callError(t.Context(), "GetCard", status.Error(codes.Unavailable, "gone")); errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("callError(Unavailable) = %v, reads as unsupported", err)
+	}
+	// A plugin whose store answers that it cannot count reads the same.
+	sent := wire.ToStatus(fmt.Errorf("mystore: count cards: %w", errors.ErrUnsupported))
+	if err := callError(t.Context(), "CountCards", sent); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("callError(ToStatus(ErrUnsupported)) = %v, want errors.ErrUnsupported", err)
 	}
 }

@@ -64,7 +64,7 @@ func recordFields(st *ast.StructType, names map[string]bool) ([]field, bool) {
 		}
 		typ, ok := typeString(fl.Type, names)
 		if !ok {
-			continue
+			typ = "?" // a map, a func: pairs with nothing, so it is never dropped
 		}
 		for _, n := range fl.Names {
 			if n.IsExported() {
@@ -131,10 +131,16 @@ func pairField(g field, m field, under map[string]string, isMsg func(string) boo
 func pairStruct(goFields, msgFields []field, under map[string]string, isMsg func(string) bool) (to, from []string, err error) {
 	used := map[string]bool{}
 	for _, g := range goFields {
+		// A duration pairs only with a field that says it holds
+		// nanoseconds; every message field pairs once.
+		want := norm(g.name)
+		if g.typ == "time.Duration" {
+			want += "nanos"
+		}
 		var m *field
 		for i := range msgFields {
 			f := msgFields[i]
-			if norm(f.name) == norm(g.name) || (g.typ == "time.Duration" && norm(f.name) == norm(g.name)+"nanos") {
+			if norm(f.name) == want && !used[f.name] {
 				m = &f
 				break
 			}
@@ -196,12 +202,12 @@ func messages(root string) (map[string][]field, error) {
 			}
 			var fs []field
 			for _, fl := range st.Fields.List {
-				if fl.Tag == nil || !strings.Contains(fl.Tag.Value, "protobuf:") || len(fl.Names) == 0 {
+				if fl.Tag == nil || !strings.Contains(fl.Tag.Value, "protobuf") || len(fl.Names) == 0 {
 					continue
 				}
 				typ, ok := typeString(fl.Type, nil)
-				if !ok {
-					typ = "?"
+				if !ok || strings.Contains(fl.Tag.Value, "protobuf_oneof:") {
+					typ = "?" // a oneof or a map: converted by hand
 				}
 				fs = append(fs, field{fl.Names[0].Name, typ})
 			}

@@ -301,6 +301,11 @@ func (s *Store) CountCards(ctx context.Context) (board.CardCounts, error) {
 		if err := cur.Decode(&c); err != nil {
 			return board.CardCounts{}, fmt.Errorf("mongostore: count cards: %w", err)
 		}
+		if c.State == "" {
+			// As ListCards refuses it (decodeCard): a card with no state
+			// is damage, not a state to count.
+			return board.CardCounts{}, fmt.Errorf("mongostore: count cards: a card document has no state")
+		}
 		out.States[c.State]++
 		if c.Claim != "" {
 			out.Claimed++

@@ -108,10 +108,15 @@ func statusCode(err error) codes.Code {
 }
 
 // ToStatus turns a store error into a gRPC status error carrying a
-// StoreError detail.
+// StoreError detail. A store that cannot do what was asked
+// (errors.ErrUnsupported) answers as a plugin without the method does,
+// Unimplemented, so the agent reads both alike.
 func ToStatus(err error) error {
 	if err == nil {
 		return nil
+	}
+	if errors.Is(err, errors.ErrUnsupported) {
+		return status.Error(codes.Unimplemented, err.Error())
 	}
 	st, derr := status.New(statusCode(err), err.Error()).WithDetails(storeErrorToPB(err))
 	if derr != nil {
