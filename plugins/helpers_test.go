@@ -15,50 +15,17 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/plugins/internal/plugintest"
 	"github.com/leasekeeper/leasekeeper/plugins/internal/wire"
 	"github.com/leasekeeper/leasekeeper/plugins/serve"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
 )
 
-// binDir holds the binaries the tests build once per test run.
-var binDir string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "plugins-test-bin-")
-	if err != nil {
-		panic(err)
-	}
-	binDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-var (
-	buildOnce sync.Once
-	buildErr  error
-	buildOut  []byte
-)
-
-// testPluginBinary builds internal/testplugin (without the race detector:
-// the plugin's side is a separate process, and the build is faster) and
-// returns its path.
-func testPluginBinary(t testing.TB) string {
-	t.Helper()
-	bin := filepath.Join(binDir, "testplugin")
-	buildOnce.Do(func() {
-		cmd := exec.Command("go", "build", "-o", bin, "./internal/testplugin")
-		buildOut, buildErr = cmd.CombinedOutput()
-	})
-	if buildErr != nil {
-		t.Fatalf("building the test plugin: %v\n%s", buildErr, buildOut)
-	}
-	return bin
-}
+func TestMain(m *testing.M) { plugintest.Main(m) }
 
 // testPluginCmd returns a Cmd func running the test plugin in mode.
 func testPluginCmd(t testing.TB, mode string, env ...string) func() *exec.Cmd {
-	bin := testPluginBinary(t)
+	bin := plugintest.Binary(t)
 	return func() *exec.Cmd {
 		c := exec.Command(bin)
 		c.Env = append(os.Environ(), "TESTPLUGIN_MODE="+mode)

@@ -1,10 +1,7 @@
 package plugins
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,72 +10,16 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/leasekeeper/leasekeeper/plugins/internal/plugintest"
 )
-
-// becomeSubreaper makes this test process adopt its orphaned descendants,
-// so a test can wait4 a plugin whose parent it killed and learn exactly how
-// the plugin died. It is process-wide: the tests using it do not run in
-// parallel.
-func becomeSubreaper(t *testing.T) {
-	t.Helper()
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		t.Fatalf("PR_SET_CHILD_SUBREAPER: %v", err)
-	}
-	t.Cleanup(func() { _ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) })
-}
-
-// reap waits for the adopted process pid to end, failing t (and killing it)
-// if it is still alive after d.
-func reap(t *testing.T, pid int, d time.Duration) unix.WaitStatus {
-	t.Helper()
-	type result struct {
-		ws  unix.WaitStatus
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		for {
-			var ws unix.WaitStatus
-			_, err := unix.Wait4(pid, &ws, 0, nil)
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			done <- result{ws, err}
-			return
-		}
-	}()
-	select {
-	case r := <-done:
-		if r.err != nil {
-			t.Fatalf("wait4(%d): %v", pid, r.err)
-		}
-		return r.ws
-	case <-time.After(d):
-		_ = unix.Kill(pid, unix.SIGKILL)
-		t.Fatalf("plugin %d still alive %s after its parent was SIGKILLed", pid, d)
-		return 0
-	}
-}
-
-// readLines sends the lines of r to a channel.
-func readLines(r io.Reader) <-chan string {
-	ch := make(chan string, 16)
-	go func() {
-		defer close(ch)
-		sc := bufio.NewScanner(r)
-		for sc.Scan() {
-			ch <- sc.Text()
-		}
-	}()
-	return ch
-}
 
 // TestPluginDiesWhenTheAgentIsKilled runs a real agent-like process that
 // Launches the plugin (and then retires OS threads, the Pdeathsig pitfall),
 // SIGKILLs it, and checks the plugin was killed by its parent-death signal.
 func TestPluginDiesWhenTheAgentIsKilled(t *testing.T) {
-	bin := testPluginBinary(t)
-	becomeSubreaper(t)
+	bin := plugintest.Binary(t)
+	plugintest.BecomeSubreaper(t)
 	dir := t.TempDir()
 
 	agent := exec.Command(bin)
@@ -92,7 +33,7 @@ func TestPluginDiesWhenTheAgentIsKilled(t *testing.T) {
 	if err := agent.Start(); err != nil {
 		t.Fatal(err)
 	}
-	lines := readLines(out)
+	lines := plugintest.ReadLines(out)
 	var pid int
 	select {
 	case line, ok := <-lines:
@@ -112,7 +53,7 @@ func TestPluginDiesWhenTheAgentIsKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	agent.Wait()
-	ws := reap(t, pid, 30*time.Second)
+	ws := plugintest.Reap(t, pid, 30*time.Second)
 	if !ws.Signaled() || ws.Signal() != unix.SIGKILL {
 		t.Errorf("plugin %d ended with %v, want killed by SIGKILL (its parent-death signal)", pid, ws)
 	}

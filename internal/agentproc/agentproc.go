@@ -28,6 +28,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/client"
+	"github.com/leasekeeper/leasekeeper/internal/filelock"
 	"github.com/leasekeeper/leasekeeper/internal/memfs"
 )
 
@@ -463,7 +464,7 @@ func cachedBuild(pkg, out string) error {
 	if err := os.MkdirAll(filepath.Dir(shared), 0o755); err != nil {
 		return Build(pkg, out)
 	}
-	unlock, err := lockFile(shared + ".lock")
+	unlock, err := filelock.Lock(shared + ".lock")
 	if err != nil {
 		return Build(pkg, out)
 	}

@@ -1,16 +1,16 @@
 //go:build unix
 
-package mongotest
+package filelock
 
 import (
 	"os"
 	"syscall"
 )
 
-// lockFile takes an exclusive advisory lock on path, waiting for it, and
+// Lock takes an exclusive advisory lock on path, waiting for it, and
 // returns the function that releases it. The kernel drops the lock if the
 // holder dies, so a killed build never wedges the next run.
-func lockFile(path string) (func(), error) {
+func Lock(path string) (unlock func(), err error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, err
