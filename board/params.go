@@ -7,7 +7,7 @@ import "time"
 //	Verb(ctx, VerbParams) (VerbResult, error)
 //
 // A verb with nothing to answer returns only the error, a verb with no
-// input (LoadBoard, Now) takes only the context, and a verb whose answer is
+// input (LoadBoard, Now, CountCards) takes only the context, and a verb whose answer is
 // one domain value (a Card, a Run, a list of them) returns that value. The
 // request and answer types of the larger verbs live beside their families
 // (store.go, admin.go, retention.go); these are the small ones.

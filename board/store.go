@@ -288,7 +288,7 @@ type CardReader interface {
 	GetCard(ctx context.Context, p GetCardParams) (Card, error)
 	// ListCards lists cards ordered by creation time, oldest first.
 	ListCards(ctx context.Context, p ListCardsParams) ([]Card, error)
-	// Dependents lists the cards that declare id among their blockers.
+	// Dependents lists the cards that declare p.ID among their blockers.
 	Dependents(ctx context.Context, p DependentsParams) ([]Card, error)
 	// CountCards counts the cards in each state and the claimed ones
 	// without handing back the cards (DESIGN.md#queue-depth).
