@@ -20,16 +20,7 @@ import (
 // the fix, and no card is claimed (DESIGN.md#label-routing).
 func TestAPluginFromBeforeLabelRoutingIsNotSentARoutedPick(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	p, err := Launch(ctx, LaunchConfig{
-		Cmd:   testPluginCmd(t, "before-labels"),
-		Child: &storespec.Spec{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
-	})
-	if err != nil {
-		t.Fatalf("Launch: %v", err)
-	}
-	defer p.Close()
+	ctx, p := launchOlderPlugin(t, "before-labels")
 	for _, nc := range []board.CreateCardParams{
 		{ID: "plain", State: board.StateReady, Actor: "cli"},
 		{ID: "gpu", State: board.StateReady, Labels: []string{"gpu"}, Actor: "cli"},
@@ -72,20 +63,11 @@ func TestAPluginFromBeforeLabelRoutingIsNotSentARoutedPick(t *testing.T) {
 // nothing is deleted (DESIGN.md#retention).
 func TestAPluginFromBeforeRetentionIsNotSentAPrune(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	p, err := Launch(ctx, LaunchConfig{
-		Cmd:   testPluginCmd(t, "before-retention"),
-		Child: &storespec.Spec{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
-	})
-	if err != nil {
-		t.Fatalf("Launch: %v", err)
-	}
-	defer p.Close()
+	ctx, p := launchOlderPlugin(t, "before-retention")
 	if _, err := p.CreateCard(ctx, board.CreateCardParams{ID: "old", State: board.StateDone, Actor: "cli"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = p.Prune(ctx, board.PruneParams{Before: time.Now().Add(time.Hour)})
+	_, err := p.Prune(ctx, board.PruneParams{Before: time.Now().Add(time.Hour)})
 	if !errors.Is(err, board.ErrInvalidArgument) || !strings.Contains(err.Error(), "rebuild") || !strings.Contains(err.Error(), "protocol 5") {
 		t.Errorf("Prune through a plugin from before retention = %v, want ErrInvalidArgument naming protocol 5 and the rebuild", err)
 	}
@@ -109,23 +91,14 @@ func TestAPluginFromBeforeRetentionIsNotSentAPrune(t *testing.T) {
 // the rebuild, and sends nothing; the verbs without them still work.
 func TestAPluginFromBeforeRetriesIsNotSentARetryPolicy(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	p, err := Launch(ctx, LaunchConfig{
-		Cmd:   testPluginCmd(t, "before-retries"),
-		Child: &storespec.Spec{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
-	})
-	if err != nil {
-		t.Fatalf("Launch: %v", err)
-	}
-	defer p.Close()
+	ctx, p := launchOlderPlugin(t, "before-retries")
 	refused := func(what string, err error) {
 		t.Helper()
 		if !errors.Is(err, board.ErrInvalidArgument) || !strings.Contains(err.Error(), "rebuild") {
 			t.Errorf("%s through a plugin from before the retry policy = %v, want ErrInvalidArgument naming the rebuild", what, err)
 		}
 	}
-	_, err = p.CreateCard(ctx, board.CreateCardParams{ID: "own", Retry: &board.RetryPolicy{MaxAttempts: 2}, Actor: "cli"})
+	_, err := p.CreateCard(ctx, board.CreateCardParams{ID: "own", Retry: &board.RetryPolicy{MaxAttempts: 2}, Actor: "cli"})
 	refused("CreateCard with a retry policy", err)
 	if _, err := p.GetCard(ctx, board.GetCardParams{ID: "own"}); !errors.Is(err, board.ErrNotFound) {
 		t.Errorf("GetCard own = %v: the refused create wrote the card", err)
@@ -158,16 +131,7 @@ func TestAPluginFromBeforeRetriesIsNotSentARetryPolicy(t *testing.T) {
 // a card's runs as its attempts, the count the ceiling had before.
 func TestAPluginFromBeforeRetriesCountsRunsAsAttempts(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	p, err := Launch(ctx, LaunchConfig{
-		Cmd:   testPluginCmd(t, "before-retries"),
-		Child: &storespec.Spec{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
-	})
-	if err != nil {
-		t.Fatalf("Launch: %v", err)
-	}
-	defer p.Close()
+	ctx, p := launchOlderPlugin(t, "before-retries")
 	if _, err := p.CreateCard(ctx, board.CreateCardParams{ID: "c1", Actor: "cli"}); err != nil {
 		t.Fatalf("CreateCard: %v", err)
 	}
@@ -188,4 +152,22 @@ func TestAPluginFromBeforeRetriesCountsRunsAsAttempts(t *testing.T) {
 	if len(c.Runs) != 3 || c.Attempts != 3 {
 		t.Errorf("c1 through a plugin from before retries: %d runs, %d attempts; want 3 and 3 (its runs are its attempts)", len(c.Runs), c.Attempts)
 	}
+}
+
+// launchOlderPlugin launches the test plugin as a build from before a
+// protocol revision (mode names which) over a fresh bbolt file, for a
+// minute at most; it is closed when the test ends.
+func launchOlderPlugin(t *testing.T, mode string) (context.Context, *Proxy) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	p, err := Launch(ctx, LaunchConfig{
+		Cmd:   testPluginCmd(t, mode),
+		Child: &storespec.Spec{Backend: "bolt", Path: filepath.Join(t.TempDir(), "board.db"), Board: board.DefaultBoard(true), Lease: 30 * time.Second},
+	})
+	if err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return ctx, p
 }
