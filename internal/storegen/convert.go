@@ -164,23 +164,6 @@ func pairStruct(goFields, msgFields []field, under map[string]string, isMsg func
 	return to, from, nil
 }
 
-// handWrittenFuncs lists the functions declared in dir's own files.
-func handWrittenFuncs(dir string) (map[string]bool, error) {
-	files, err := parseDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]bool{}
-	for _, f := range files {
-		for _, d := range f.Decls {
-			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil {
-				out[fd.Name.Name] = true
-			}
-		}
-	}
-	return out, nil
-}
-
 // messages reads the fields of the generated protobuf messages.
 func messages(root string) (map[string][]field, error) {
 	fset := token.NewFileSet()
@@ -219,7 +202,7 @@ func messages(root string) (map[string][]field, error) {
 
 func wireLayer(root string, verbs []verb) ([]byte, error) {
 	wireDir := filepath.Join(root, "plugins", "internal", "wire")
-	hand, err := handWrittenFuncs(wireDir)
+	hand, err := handWritten(wireDir, "")
 	if err != nil {
 		return nil, err
 	}

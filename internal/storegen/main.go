@@ -243,7 +243,8 @@ func typeSpecs(files []*ast.File) []*ast.TypeSpec {
 	return out
 }
 
-// handWritten lists the methods declared on recv in dir's own files.
+// handWritten lists the methods declared on recv in dir's own files (the
+// files storegen does not write), or its plain functions when recv is "".
 func handWritten(dir, recv string) (map[string]bool, error) {
 	files, err := parseDir(dir)
 	if err != nil {
@@ -253,16 +254,19 @@ func handWritten(dir, recv string) (map[string]bool, error) {
 	for _, f := range files {
 		for _, d := range f.Decls {
 			fd, ok := d.(*ast.FuncDecl)
-			if !ok || fd.Recv == nil {
+			if !ok || (fd.Recv == nil) != (recv == "") {
 				continue
 			}
-			t := fd.Recv.List[0].Type
-			if s, ok := t.(*ast.StarExpr); ok {
-				t = s.X
+			if fd.Recv != nil {
+				t := fd.Recv.List[0].Type
+				if s, ok := t.(*ast.StarExpr); ok {
+					t = s.X
+				}
+				if id, ok := t.(*ast.Ident); !ok || id.Name != recv {
+					continue
+				}
 			}
-			if id, ok := t.(*ast.Ident); ok && id.Name == recv {
-				out[fd.Name.Name] = true
-			}
+			out[fd.Name.Name] = true
 		}
 	}
 	return out, nil
