@@ -73,11 +73,10 @@ func (s *Store) LoadBoard(ctx context.Context) (board.Board, error) {
 
 // SetBoard compares-and-sets the stored definition in one write.
 func (s *Store) SetBoard(ctx context.Context, p board.SetBoardParams) (board.SetBoardResult, error) {
-	expect, next := p.Expect, p.Next
-	if err := next.Validate(); err != nil {
+	if err := p.Next.Validate(); err != nil {
 		return board.SetBoardResult{}, fmt.Errorf("new board: %w", err)
 	}
-	raw, err := json.Marshal(next)
+	raw, err := json.Marshal(p.Next)
 	if err != nil {
 		return board.SetBoardResult{}, err
 	}
@@ -89,12 +88,12 @@ func (s *Store) SetBoard(ctx context.Context, p board.SetBoardParams) (board.Set
 		if err != nil {
 			return err
 		}
-		if !cur.Equal(expect) {
+		if !cur.Equal(p.Expect) {
 			stored = cur
 			return nil
 		}
 		w.set(bucketMeta, keyBoard, raw)
-		stored, changed = next.Clone(), true
+		stored, changed = p.Next.Clone(), true
 		return nil
 	})
 	if err != nil {

@@ -102,16 +102,15 @@ func (s *Store) checkCycle(w *wtx, id string, deps []string) error {
 
 // GetCard reads one card.
 func (s *Store) GetCard(ctx context.Context, p board.GetCardParams) (board.Card, error) {
-	id := p.ID
 	if err := ctx.Err(); err != nil {
 		return board.Card{}, err
 	}
-	if err := board.ValidateCardID(id); err != nil {
+	if err := board.ValidateCardID(p.ID); err != nil {
 		return board.Card{}, err
 	}
 	var out board.Card
 	err := s.view(func(rd *snap) error {
-		r, err := readCard(rd, id)
+		r, err := readCard(rd, p.ID)
 		if err != nil {
 			return err
 		}
@@ -493,14 +492,13 @@ func (s *Store) AdjustLabels(ctx context.Context, c board.AdjustLabelsParams) (b
 // SetLabels replaces the label set. It is absolute by contract: a caller
 // that states a consumed one-shot label re-arms it (DESIGN.md#label-sweeps).
 func (s *Store) SetLabels(ctx context.Context, p board.SetLabelsParams) (board.Card, error) {
-	card, labels, actor := p.Card, p.Labels, p.Actor
-	next, err := board.NormalizeSetLabels(card, labels, actor)
+	next, err := board.NormalizeSetLabels(p.Card, p.Labels, p.Actor)
 	if err != nil {
 		return board.Card{}, err
 	}
 	var out board.Card
 	err = s.write(ctx, func(w *wtx) error {
-		rec, err := w.getCard(card)
+		rec, err := w.getCard(p.Card)
 		if err != nil {
 			return err
 		}
@@ -508,7 +506,7 @@ func (s *Store) SetLabels(ctx context.Context, p board.SetLabelsParams) (board.C
 			out = rec.Card
 			return nil
 		}
-		return s.writeLabels(w, rec, slices.Clone(next), board.ReasonNone, actor, &out)
+		return s.writeLabels(w, rec, slices.Clone(next), board.ReasonNone, p.Actor, &out)
 	})
 	return out, err
 }

@@ -211,23 +211,22 @@ func (s *Store) pickNext(w *wtx, labels []string, skip func(*cardRecord) (bool, 
 // document is decoded or encoded; a card document is read only to tell a
 // missing card from a never-claimed one when a hold is refused.
 func (s *Store) RenewClaims(ctx context.Context, p board.RenewClaimsParams) ([]board.RenewResult, error) {
-	hs, lease := p.Holds, p.Lease
-	if err := board.ValidateLease("", lease); err != nil {
+	if err := board.ValidateLease("", p.Lease); err != nil {
 		return nil, err
 	}
-	if len(hs) == 0 {
+	if len(p.Holds) == 0 {
 		return []board.RenewResult{}, ctx.Err()
 	}
 	var out []board.RenewResult
 	err := s.write(ctx, func(w *wtx) error {
-		out = make([]board.RenewResult, len(hs))
-		until := s.now().Add(lease)
+		out = make([]board.RenewResult, len(p.Holds))
+		until := s.now().Add(p.Lease)
 		// One buffer holds every new record of the batch; it only grows
 		// when a record is longer than the estimate (a long marker).
-		buf := make([]byte, 0, len(hs)*(claimHeaderLen+32))
-		w.reserve(bucketClaims, len(hs))
-		w.reserve(bucketIdxLease, 2*len(hs))
-		for i, h := range hs {
+		buf := make([]byte, 0, len(p.Holds)*(claimHeaderLen+32))
+		w.reserve(bucketClaims, len(p.Holds))
+		w.reserve(bucketIdxLease, 2*len(p.Holds))
+		for i, h := range p.Holds {
 			out[i].Card = h.Card
 			if err := board.ValidateToken(h.Card, h.Token); err != nil {
 				out[i].Err = err
@@ -339,59 +338,56 @@ func (s *Store) SetStateOwned(ctx context.Context, m board.SetStateOwnedParams) 
 // SetLastRunOwned records the card's current run and appends it to the
 // run pointers (append-only).
 func (s *Store) SetLastRunOwned(ctx context.Context, p board.SetLastRunOwnedParams) error {
-	card, tok, runID := p.Card, p.Token, p.RunID
-	if err := board.ValidateName("run id", runID); err != nil {
-		return fmt.Errorf("card %q: %w", card, err)
+	if err := board.ValidateName("run id", p.RunID); err != nil {
+		return fmt.Errorf("card %q: %w", p.Card, err)
 	}
-	return s.owned(ctx, card, tok, func(w *wtx, rec *cardRecord) error {
-		if run, err := w.getRun(runID); err != nil {
+	return s.owned(ctx, p.Card, p.Token, func(w *wtx, rec *cardRecord) error {
+		if run, err := w.getRun(p.RunID); err != nil {
 			return err
 		} else if run != nil {
-			if err := board.PointFence(card, *run, tok); err != nil {
+			if err := board.PointFence(p.Card, *run, p.Token); err != nil {
 				return err
 			}
 		}
 		// The same pointer stamped again under a new claim (a run that
 		// has its verdict) is a change: the pointer now belongs to this
 		// claim.
-		return s.pointAt(w, rec, runID, tok, s.now())
+		return s.pointAt(w, rec, p.RunID, p.Token, s.now())
 	})
 }
 
 // SetAwaitingInputOwned sets or clears the awaiting-input flag.
 func (s *Store) SetAwaitingInputOwned(ctx context.Context, p board.SetAwaitingInputOwnedParams) error {
-	card, tok, awaiting := p.Card, p.Token, p.Awaiting
-	return s.owned(ctx, card, tok, func(w *wtx, rec *cardRecord) error {
-		if rec.AwaitingInput == awaiting {
+	return s.owned(ctx, p.Card, p.Token, func(w *wtx, rec *cardRecord) error {
+		if rec.AwaitingInput == p.Awaiting {
 			return nil
 		}
-		ev := board.Event{Type: board.EventAwaitingInput, Actor: tok.Marker, Data: board.EventData{Value: awaiting}}
-		return w.updateCard(rec, s.now(), ev, func() { rec.AwaitingInput = awaiting })
+		ev := board.Event{Type: board.EventAwaitingInput, Actor: p.Token.Marker, Data: board.EventData{Value: p.Awaiting}}
+		return w.updateCard(rec, s.now(), ev, func() { rec.AwaitingInput = p.Awaiting })
 	})
 }
 
 // SetGaveUpOwned stamps (or, with nil, clears) the give-up record.
 func (s *Store) SetGaveUpOwned(ctx context.Context, p board.SetGaveUpOwnedParams) error {
-	card, tok, g := p.Card, p.Token, p.GaveUp
-	if g != nil {
-		if err := board.ValidateGaveUp(card, *g); err != nil {
+	if p.GaveUp != nil {
+		if err := board.ValidateGaveUp(p.Card, *p.GaveUp); err != nil {
 			return err
 		}
-		if g.State != "" {
-			if _, err := s.brd().Require(g.State); err != nil {
-				return fmt.Errorf("card %q: give-up state: %w", card, err)
+		if p.GaveUp.State != "" {
+			if _, err := s.brd().Require(p.GaveUp.State); err != nil {
+				return fmt.Errorf("card %q: give-up state: %w", p.Card, err)
 			}
 		}
 	}
-	return s.owned(ctx, card, tok, func(w *wtx, rec *cardRecord) error {
-		if g == nil && rec.GaveUp == nil {
+	return s.owned(ctx, p.Card, p.Token, func(w *wtx, rec *cardRecord) error {
+		if p.GaveUp == nil && rec.GaveUp == nil {
 			return nil
 		}
 		now := s.now()
 		var stamp *board.GaveUp
-		ev := board.Event{Type: board.EventGaveUp, Actor: tok.Marker}
-		if g != nil {
-			st := *g
+		ev := board.Event{Type: board.EventGaveUp, Actor: p.Token.Marker}
+		if p.GaveUp != nil {
+			st := *p.GaveUp
 			if st.At.IsZero() {
 				st.At = now
 			}
@@ -406,8 +402,7 @@ func (s *Store) SetGaveUpOwned(ctx context.Context, p board.SetGaveUpOwnedParams
 // without waiting out the TTL. It never extends a lease that already ended.
 // Like a renewal, it is a lease change, not a card change: no event.
 func (s *Store) ExpireClaimOwned(ctx context.Context, p board.OwnedParams) error {
-	card, tok := p.Card, p.Token
-	return s.owned(ctx, card, tok, func(w *wtx, rec *cardRecord) error {
+	return s.owned(ctx, p.Card, p.Token, func(w *wtx, rec *cardRecord) error {
 		now := s.now()
 		if !rec.ClaimLeaseUntil.IsZero() && !rec.ClaimLeaseUntil.After(now) {
 			return nil
@@ -431,22 +426,21 @@ func (s *Store) release(w *wtx, rec *cardRecord, actor string) error {
 
 // ReleaseOwned is the holder's release. A free card is nil.
 func (s *Store) ReleaseOwned(ctx context.Context, p board.OwnedParams) error {
-	card, tok := p.Card, p.Token
-	if err := board.ValidateToken(card, tok); err != nil {
+	if err := board.ValidateToken(p.Card, p.Token); err != nil {
 		return err
 	}
 	return s.write(ctx, func(w *wtx) error {
-		rec, err := w.getCard(card)
+		rec, err := w.getCard(p.Card)
 		if err != nil {
 			return err
 		}
 		if !rec.Claimed() {
 			return nil
 		}
-		if !holds(rec, tok) {
+		if !holds(rec, p.Token) {
 			return conflict(rec)
 		}
-		return s.handBack(w, rec, tok.Marker)
+		return s.handBack(w, rec, p.Token.Marker)
 	})
 }
 
@@ -497,28 +491,27 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 // Release clears a claim held by exactly marker, whatever its epoch: the
 // operator's force-release and the legacy / recovery sweeps.
 func (s *Store) Release(ctx context.Context, p board.ReleaseParams) error {
-	card, marker, actor := p.Card, p.Marker, p.Actor
-	if err := board.ValidateCardID(card); err != nil {
+	if err := board.ValidateCardID(p.Card); err != nil {
 		return err
 	}
-	if err := board.ValidateMarker(marker); err != nil {
-		return fmt.Errorf("card %q: %w", card, err)
+	if err := board.ValidateMarker(p.Marker); err != nil {
+		return fmt.Errorf("card %q: %w", p.Card, err)
 	}
-	if err := board.ValidateText("actor", actor); err != nil {
-		return fmt.Errorf("card %q: %w", card, err)
+	if err := board.ValidateText("actor", p.Actor); err != nil {
+		return fmt.Errorf("card %q: %w", p.Card, err)
 	}
 	return s.write(ctx, func(w *wtx) error {
-		rec, err := w.getCard(card)
+		rec, err := w.getCard(p.Card)
 		if err != nil {
 			return err
 		}
 		if !rec.Claimed() {
 			return nil
 		}
-		if rec.Claim != marker {
+		if rec.Claim != p.Marker {
 			return conflict(rec)
 		}
-		return s.handBack(w, rec, actor)
+		return s.handBack(w, rec, p.Actor)
 	})
 }
 

@@ -180,18 +180,17 @@ func (s *Store) UpdateRun(ctx context.Context, u board.UpdateRunParams) (board.R
 
 // GetRun reads one run.
 func (s *Store) GetRun(ctx context.Context, p board.GetRunParams) (board.Run, error) {
-	id := p.ID
 	if err := ctx.Err(); err != nil {
 		return board.Run{}, err
 	}
-	if err := board.ValidateName("run id", id); err != nil {
+	if err := board.ValidateName("run id", p.ID); err != nil {
 		return board.Run{}, err
 	}
 	var out board.Run
 	err := s.view(func(tx *snap) error {
-		v := tx.get(bucketRuns, []byte(id))
+		v := tx.get(bucketRuns, []byte(p.ID))
 		if v == nil {
-			return board.NotFound("run", id)
+			return board.NotFound("run", p.ID)
 		}
 		r, err := decodeRun(v)
 		if err != nil {

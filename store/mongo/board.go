@@ -177,8 +177,7 @@ func (s *Store) requireState(ctx context.Context, name string, target bool) (boa
 // the decoded definition; the write itself is conditional on the version
 // it read, so two admins cannot both win.
 func (s *Store) SetBoard(ctx context.Context, p board.SetBoardParams) (board.SetBoardResult, error) {
-	expect, next := p.Expect, p.Next
-	if err := next.Validate(); err != nil {
+	if err := p.Next.Validate(); err != nil {
 		return board.SetBoardResult{}, fmt.Errorf("new board: %w", err)
 	}
 	cur, ver, ok, err := s.readBoard(ctx)
@@ -188,13 +187,13 @@ func (s *Store) SetBoard(ctx context.Context, p board.SetBoardParams) (board.Set
 	if !ok {
 		return board.SetBoardResult{}, fmt.Errorf("mongostore: no board definition is stored: %w", board.ErrNotFound)
 	}
-	if !cur.Equal(expect) {
+	if !cur.Equal(p.Expect) {
 		s.cacheBoard(cur)
 		return board.SetBoardResult{Board: cur, Changed: false}, nil
 	}
 	res, err := s.meta.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: boardID}, {Key: "version", Value: ver}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "states", Value: toStateDocs(next)}, {Key: "retry", Value: toRetryDoc(next)}, {Key: "version", Value: ver + 1}}}})
+		bson.D{{Key: "$set", Value: bson.D{{Key: "states", Value: toStateDocs(p.Next)}, {Key: "retry", Value: toRetryDoc(p.Next)}, {Key: "version", Value: ver + 1}}}})
 	if err != nil {
 		return board.SetBoardResult{}, writeErr("mongostore: write the board definition", err)
 	}
@@ -203,8 +202,8 @@ func (s *Store) SetBoard(ctx context.Context, p board.SetBoardParams) (board.Set
 		now, err := s.LoadBoard(ctx)
 		return board.SetBoardResult{Board: now, Changed: false}, err
 	}
-	s.cacheBoard(next)
-	return board.SetBoardResult{Board: next.Clone(), Changed: true}, nil
+	s.cacheBoard(p.Next)
+	return board.SetBoardResult{Board: p.Next.Clone(), Changed: true}, nil
 }
 
 // SetLabelsFrom is the label compare-and-set of the admin sweeps: one

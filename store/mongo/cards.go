@@ -192,11 +192,10 @@ func (s *Store) blockers(ctx context.Context, id string, deps []string) (complet
 
 // GetCard reads one card.
 func (s *Store) GetCard(ctx context.Context, p board.GetCardParams) (board.Card, error) {
-	id := p.ID
-	if err := board.ValidateCardID(id); err != nil {
+	if err := board.ValidateCardID(p.ID); err != nil {
 		return board.Card{}, err
 	}
-	c, err := s.readCard(ctx, id)
+	c, err := s.readCard(ctx, p.ID)
 	if err != nil {
 		return board.Card{}, err
 	}
@@ -319,14 +318,13 @@ func (s *Store) CountCards(ctx context.Context) (board.CardCounts, error) {
 
 // Dependents lists the cards that name id as a blocker, in creation order.
 func (s *Store) Dependents(ctx context.Context, p board.DependentsParams) ([]board.Card, error) {
-	id := p.ID
-	if err := board.ValidateCardID(id); err != nil {
+	if err := board.ValidateCardID(p.ID); err != nil {
 		return nil, err
 	}
-	if _, err := s.readCard(ctx, id); err != nil {
+	if _, err := s.readCard(ctx, p.ID); err != nil {
 		return nil, err
 	}
-	return s.findCards(ctx, bson.D{{Key: "depends_on", Value: id}}, options.Find().SetSort(creationOrder))
+	return s.findCards(ctx, bson.D{{Key: "depends_on", Value: p.ID}}, options.Find().SetSort(creationOrder))
 }
 
 // moveChange is the one shape of a state move: CAS on the source state,
@@ -542,16 +540,15 @@ func (s *Store) AdjustLabels(ctx context.Context, lc board.AdjustLabelsParams) (
 // SetLabels replaces the label set. It is absolute by contract: a caller
 // that states a consumed one-shot label re-arms it (DESIGN.md#label-sweeps).
 func (s *Store) SetLabels(ctx context.Context, p board.SetLabelsParams) (board.Card, error) {
-	card, labels, actor := p.Card, p.Labels, p.Actor
-	next, err := board.NormalizeSetLabels(card, labels, actor)
+	next, err := board.NormalizeSetLabels(p.Card, p.Labels, p.Actor)
 	if err != nil {
 		return board.Card{}, err
 	}
-	c, _, err := s.mutate(ctx, card, func(c *cardState, clk serverClock) (*change, error) {
+	c, _, err := s.mutate(ctx, p.Card, func(c *cardState, clk serverClock) (*change, error) {
 		if slices.Equal(c.Labels, next) {
 			return nil, nil
 		}
-		return labelsChange(c, clk, slices.Clone(next), board.ReasonNone, actor), nil
+		return labelsChange(c, clk, slices.Clone(next), board.ReasonNone, p.Actor), nil
 	})
 	if err != nil {
 		return board.Card{}, err

@@ -166,24 +166,23 @@ func routed(filter bson.D, labels []string) bson.D {
 // held it when the update ran. A hold lost in between is reported as a
 // conflict, which is the truth by the time the caller sees it.
 func (s *Store) RenewClaims(ctx context.Context, p board.RenewClaimsParams) ([]board.RenewResult, error) {
-	hs, lease := p.Holds, p.Lease
-	if err := board.ValidateLease("", lease); err != nil {
+	if err := board.ValidateLease("", p.Lease); err != nil {
 		return nil, err
 	}
-	out := make([]board.RenewResult, len(hs))
-	if len(hs) == 0 {
+	out := make([]board.RenewResult, len(p.Holds))
+	if len(p.Holds) == 0 {
 		return out, ctx.Err()
 	}
 	clk, err := s.serverNow(ctx)
 	if err != nil {
 		return nil, err
 	}
-	until := clk.leaseUntil(lease)
+	until := clk.leaseUntil(p.Lease)
 	var (
 		models []mongo.WriteModel
 		ids    []string
 	)
-	for i, h := range hs {
+	for i, h := range p.Holds {
 		out[i].Card = h.Card
 		if err := board.ValidateToken(h.Card, h.Token); err != nil {
 			out[i].Err = err
@@ -205,11 +204,11 @@ func (s *Store) RenewClaims(ctx context.Context, p board.RenewClaimsParams) ([]b
 	}
 	byID := make(map[string]*cardState, len(ids))
 	for from := 0; from < len(ids); from += RenewChunk {
-		if err := s.readBackRenewed(ctx, hs, ids[from:min(from+RenewChunk, len(ids))], out, byID); err != nil {
+		if err := s.readBackRenewed(ctx, p.Holds, ids[from:min(from+RenewChunk, len(ids))], out, byID); err != nil {
 			return nil, err
 		}
 	}
-	for i, h := range hs {
+	for i, h := range p.Holds {
 		if out[i].Err != nil {
 			continue
 		}
@@ -347,23 +346,22 @@ func (s *Store) SetStateOwned(ctx context.Context, m board.SetStateOwnedParams) 
 // SetLastRunOwned records the card's current run and appends it to the
 // run pointers (append-only).
 func (s *Store) SetLastRunOwned(ctx context.Context, p board.SetLastRunOwnedParams) error {
-	card, tok, runID := p.Card, p.Token, p.RunID
-	if err := board.ValidateName("run id", runID); err != nil {
-		return fmt.Errorf("card %q: %w", card, err)
+	if err := board.ValidateName("run id", p.RunID); err != nil {
+		return fmt.Errorf("card %q: %w", p.Card, err)
 	}
-	_, _, err := s.owned(ctx, card, tok, func(c *cardState, clk serverClock) (*change, error) {
-		ch := pointAtChange(c, clk, runID, tok)
-		if c.run != nil && c.run.ID == runID {
-			if err := board.PointFence(card, *c.run, tok); err != nil {
+	_, _, err := s.owned(ctx, p.Card, p.Token, func(c *cardState, clk serverClock) (*change, error) {
+		ch := pointAtChange(c, clk, p.RunID, p.Token)
+		if c.run != nil && c.run.ID == p.RunID {
+			if err := board.PointFence(p.Card, *c.run, p.Token); err != nil {
 				return nil, err
 			}
 			// The embedded run as read is what the fence judged.
 			if ch != nil {
 				ch.cond = append(ch.cond, same(c.raw, fieldRun))
 			}
-		} else if old, err := s.readArchivedRun(ctx, runID); err == nil {
+		} else if old, err := s.readArchivedRun(ctx, p.RunID); err == nil {
 			// An archived run's owner and epoch no longer change.
-			if err := board.PointFence(card, old.Run, tok); err != nil {
+			if err := board.PointFence(p.Card, old.Run, p.Token); err != nil {
 				return nil, err
 			}
 		} else if !errors.Is(err, board.ErrNotFound) {
@@ -379,15 +377,14 @@ func (s *Store) SetLastRunOwned(ctx context.Context, p board.SetLastRunOwnedPara
 
 // SetAwaitingInputOwned sets or clears the awaiting-input flag.
 func (s *Store) SetAwaitingInputOwned(ctx context.Context, p board.SetAwaitingInputOwnedParams) error {
-	card, tok, awaiting := p.Card, p.Token, p.Awaiting
-	_, _, err := s.owned(ctx, card, tok, func(c *cardState, clk serverClock) (*change, error) {
-		if c.AwaitingInput == awaiting {
+	_, _, err := s.owned(ctx, p.Card, p.Token, func(c *cardState, clk serverClock) (*change, error) {
+		if c.AwaitingInput == p.Awaiting {
 			return nil, nil
 		}
 		return &change{
-			set: bson.D{{Key: "awaiting_input", Value: awaiting}, {Key: "updated_at", Value: clk.now}},
-			events: []outboxEntry{newEvent(board.EventAwaitingInput, card, board.ReasonNone, tok.Marker, clk.now,
-				board.EventData{Value: awaiting})},
+			set: bson.D{{Key: "awaiting_input", Value: p.Awaiting}, {Key: "updated_at", Value: clk.now}},
+			events: []outboxEntry{newEvent(board.EventAwaitingInput, p.Card, board.ReasonNone, p.Token.Marker, clk.now,
+				board.EventData{Value: p.Awaiting})},
 		}, nil
 	})
 	return err
@@ -395,36 +392,35 @@ func (s *Store) SetAwaitingInputOwned(ctx context.Context, p board.SetAwaitingIn
 
 // SetGaveUpOwned stamps (or, with nil, clears) the give-up record.
 func (s *Store) SetGaveUpOwned(ctx context.Context, p board.SetGaveUpOwnedParams) error {
-	card, tok, g := p.Card, p.Token, p.GaveUp
-	if g != nil {
-		if err := board.ValidateGaveUp(card, *g); err != nil {
+	if p.GaveUp != nil {
+		if err := board.ValidateGaveUp(p.Card, *p.GaveUp); err != nil {
 			return err
 		}
-		if g.State != "" {
-			if _, err := s.requireState(ctx, g.State, false); err != nil {
-				return fmt.Errorf("card %q: give-up state: %w", card, err)
+		if p.GaveUp.State != "" {
+			if _, err := s.requireState(ctx, p.GaveUp.State, false); err != nil {
+				return fmt.Errorf("card %q: give-up state: %w", p.Card, err)
 			}
 		}
 	}
-	_, _, err := s.owned(ctx, card, tok, func(c *cardState, clk serverClock) (*change, error) {
-		if g == nil && c.GaveUp == nil {
+	_, _, err := s.owned(ctx, p.Card, p.Token, func(c *cardState, clk serverClock) (*change, error) {
+		if p.GaveUp == nil && c.GaveUp == nil {
 			return nil, nil
 		}
 		ch := &change{set: bson.D{{Key: "updated_at", Value: clk.now}}}
 		data := board.EventData{}
-		if g == nil {
+		if p.GaveUp == nil {
 			ch.unset = []string{"gave_up"}
 		} else {
-			at := g.At
+			at := p.GaveUp.At
 			if at.IsZero() {
 				at = clk.now
 			}
-			st := *g
+			st := *p.GaveUp
 			st.At = at
 			ch.set = append(ch.set, bson.E{Key: "gave_up", Value: gaveUpDoc(st)})
-			data = board.EventData{RunID: g.RunID, To: g.State, Value: true}
+			data = board.EventData{RunID: p.GaveUp.RunID, To: p.GaveUp.State, Value: true}
 		}
-		ch.events = []outboxEntry{newEvent(board.EventGaveUp, card, board.ReasonNone, tok.Marker, clk.now, data)}
+		ch.events = []outboxEntry{newEvent(board.EventGaveUp, p.Card, board.ReasonNone, p.Token.Marker, clk.now, data)}
 		return ch, nil
 	})
 	return err
@@ -435,8 +431,7 @@ func (s *Store) SetGaveUpOwned(ctx context.Context, p board.SetGaveUpOwnedParams
 // already ended. Like a renewal it is a lease change, not a card change: no
 // event, no updated_at.
 func (s *Store) ExpireClaimOwned(ctx context.Context, p board.OwnedParams) error {
-	card, tok := p.Card, p.Token
-	_, _, err := s.owned(ctx, card, tok, func(c *cardState, clk serverClock) (*change, error) {
+	_, _, err := s.owned(ctx, p.Card, p.Token, func(c *cardState, clk serverClock) (*change, error) {
 		if c.leaseSet && !c.ClaimLeaseUntil.After(clk.now) {
 			return nil, nil
 		}
@@ -458,25 +453,24 @@ func releaseChange(c *cardState, clk serverClock, actor string) *change {
 
 // ReleaseOwned is the holder's release. A free card is nil.
 func (s *Store) ReleaseOwned(ctx context.Context, p board.OwnedParams) error {
-	card, tok := p.Card, p.Token
-	if err := board.ValidateToken(card, tok); err != nil {
+	if err := board.ValidateToken(p.Card, p.Token); err != nil {
 		return err
 	}
 	// The released claim's open run is closed in the same CAS, so it
 	// must be embedded first.
-	if _, err := s.adoptRecorded(ctx, card); err != nil {
+	if _, err := s.adoptRecorded(ctx, p.Card); err != nil {
 		return err
 	}
 	b := s.freshBoard(ctx)
-	_, _, err := s.mutate(ctx, card, func(c *cardState, clk serverClock) (*change, error) {
+	_, _, err := s.mutate(ctx, p.Card, func(c *cardState, clk serverClock) (*change, error) {
 		if c.Claim == "" {
 			return nil, nil
 		}
-		if !c.holds(tok) {
+		if !c.holds(p.Token) {
 			return nil, c.conflict()
 		}
-		ch := s.handBack(b, c, clk, tok.Marker)
-		ch.cond = append(ch.cond, tokenCond(tok)...)
+		ch := s.handBack(b, c, clk, p.Token.Marker)
+		ch.cond = append(ch.cond, tokenCond(p.Token)...)
 		return ch, nil
 	})
 	return err
@@ -506,31 +500,30 @@ func (s *Store) handBack(b board.Board, c *cardState, clk serverClock, actor str
 // the sweeps' tool for claims nobody can use (DESIGN.md#sweeps), not a fenced
 // owner write.
 func (s *Store) Release(ctx context.Context, p board.ReleaseParams) error {
-	card, marker, actor := p.Card, p.Marker, p.Actor
-	if err := board.ValidateCardID(card); err != nil {
+	if err := board.ValidateCardID(p.Card); err != nil {
 		return err
 	}
-	if err := board.ValidateMarker(marker); err != nil {
-		return fmt.Errorf("card %q: %w", card, err)
+	if err := board.ValidateMarker(p.Marker); err != nil {
+		return fmt.Errorf("card %q: %w", p.Card, err)
 	}
-	if err := board.ValidateText("actor", actor); err != nil {
-		return fmt.Errorf("card %q: %w", card, err)
+	if err := board.ValidateText("actor", p.Actor); err != nil {
+		return fmt.Errorf("card %q: %w", p.Card, err)
 	}
 	// The released claim's open run is closed in the same CAS, so it
 	// must be embedded first.
-	if _, err := s.adoptRecorded(ctx, card); err != nil {
+	if _, err := s.adoptRecorded(ctx, p.Card); err != nil {
 		return err
 	}
 	b := s.freshBoard(ctx)
-	_, _, err := s.mutate(ctx, card, func(c *cardState, clk serverClock) (*change, error) {
+	_, _, err := s.mutate(ctx, p.Card, func(c *cardState, clk serverClock) (*change, error) {
 		if c.Claim == "" {
 			return nil, nil
 		}
-		if c.Claim != marker {
+		if c.Claim != p.Marker {
 			return nil, c.conflict()
 		}
-		ch := s.handBack(b, c, clk, actor)
-		ch.cond = append(ch.cond, bson.E{Key: "claim", Value: marker}, same(c.raw, "claim_epoch"))
+		ch := s.handBack(b, c, clk, p.Actor)
+		ch.cond = append(ch.cond, bson.E{Key: "claim", Value: p.Marker}, same(c.raw, "claim_epoch"))
 		return ch, nil
 	})
 	return err
@@ -705,20 +698,19 @@ func (a *armPosition) after(field string) bson.D {
 // (never written, hence always oldest) would fill every batch and starve
 // the rest for ever (DESIGN.md#unleased-sweep).
 func (s *Store) ListUnleasedRunningClaims(ctx context.Context, p board.ListUnleasedRunningClaimsParams) ([]board.Card, error) {
-	cutoff, limit := p.Cutoff, p.Limit
-	if err := board.ValidateLimit(limit); err != nil {
+	if err := board.ValidateLimit(p.Limit); err != nil {
 		return nil, err
 	}
 	opts := options.Find().SetSort(updateOrder)
-	if limit > 0 {
-		opts.SetLimit(int64(limit))
+	if p.Limit > 0 {
+		opts.SetLimit(int64(p.Limit))
 	}
 	return s.findCards(ctx, bson.D{
 		claimedCond,
 		{Key: "claim_lease_until", Value: nil},
 		{Key: "state", Value: s.freshBoard(ctx).Running()},
 		{Key: "last_run_id", Value: bson.D{{Key: "$gt", Value: ""}}},
-		{Key: "updated_at", Value: bson.D{{Key: "$lte", Value: cutoff}}},
+		{Key: "updated_at", Value: bson.D{{Key: "$lte", Value: p.Cutoff}}},
 	}, opts)
 }
 

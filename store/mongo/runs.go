@@ -398,18 +398,17 @@ var errRunMoved = errors.New("run moved")
 
 // GetRun reads one run: the embedded one first, then the collection.
 func (s *Store) GetRun(ctx context.Context, p board.GetRunParams) (board.Run, error) {
-	id := p.ID
-	if err := board.ValidateName("run id", id); err != nil {
+	if err := board.ValidateName("run id", p.ID); err != nil {
 		return board.Run{}, err
 	}
-	c, err := s.cardOfRun(ctx, id)
+	c, err := s.cardOfRun(ctx, p.ID)
 	if err != nil {
 		return board.Run{}, err
 	}
-	if c != nil && c.run != nil && c.run.ID == id {
+	if c != nil && c.run != nil && c.run.ID == p.ID {
 		return *c.run, nil
 	}
-	r, err := s.readArchivedRun(ctx, id)
+	r, err := s.readArchivedRun(ctx, p.ID)
 	if err != nil {
 		return board.Run{}, err
 	}

@@ -257,8 +257,7 @@ func (h *hangStore) Start(ctx context.Context, r board.StartParams) (board.Start
 }
 
 func (h *hangStore) GetCard(ctx context.Context, p board.GetCardParams) (board.Card, error) {
-	id := p.ID
-	if id != HangCard {
+	if p.ID != HangCard {
 		return h.Store.GetCard(ctx, p)
 	}
 	fmt.Fprintln(h.stderr, HangLine)
