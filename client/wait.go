@@ -89,6 +89,18 @@ func (c *Client) ClaimNextWait(ctx context.Context, labels ...string) (*Claim, e
 	return c.waitClaim(ctx, "", "/v1/claims", apitype.ClaimRequest{Next: true, Labels: labels})
 }
 
+// Waitable reports whether a claim refused with err is one a wait waits
+// out: for the next card (next), none claimable yet or the pick changing
+// under the write; for a card by id, the card held or waiting on its
+// blockers. A card backing off is the other thing a wait by id waits out;
+// BackoffOf tells it (DESIGN.md#waiting).
+func Waitable(next bool, err error) bool {
+	if next {
+		return errors.Is(err, board.ErrNotFound) || errors.Is(err, board.ErrClaimConflict)
+	}
+	return errors.Is(err, board.ErrClaimConflict) || errors.Is(err, board.ErrWaitingOnBlockers)
+}
+
 // waitClaim claims (path /v1/claims) or starts (/v1/starts) card, or the
 // next card when card is empty, waiting as ClaimWait and ClaimNextWait
 // say. A try in flight when ctx ends is completed, not cut off (a request
@@ -103,11 +115,9 @@ func (c *Client) waitClaim(ctx context.Context, card, path string, req any) (*Cl
 	}
 	err := c.wait(ctx, claimWake(card), try, func(err error) waitVerdict {
 		switch {
-		case card == "" && errors.Is(err, board.ErrNotFound):
-			return waitVerdict{keep: true} // nothing claimable yet
 		case card == "" && errors.Is(err, board.ErrClaimConflict):
 			return waitVerdict{keep: true, now: true} // the pick changed under the write: at once
-		case card != "" && (errors.Is(err, board.ErrClaimConflict) || errors.Is(err, board.ErrWaitingOnBlockers)):
+		case Waitable(card == "", err):
 			return waitVerdict{keep: true}
 		case card != "":
 			// A card backing off after a retryable failure

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -430,5 +431,28 @@ func TestClaimWaitWaitsOutARetryBackoff(t *testing.T) {
 	defer r.cl.Release(context.Background())
 	if now := time.Now(); now.Before(f.Card.RetryAt) {
 		t.Errorf("claimed at %v, before the card's retry_at %v", now, f.Card.RetryAt)
+	}
+}
+
+// TestWaitableIsTheOneListOfWhatAWaitWaitsOut: the refusals a wait waits
+// out, by id and for the next card, which the client's wait and the CLI's
+// `claim --wait` both ask (DESIGN.md#waiting).
+func TestWaitableIsTheOneListOfWhatAWaitWaitsOut(t *testing.T) {
+	t.Parallel()
+	held := board.Conflict("c1", "host-7", 3)
+	blocked := fmt.Errorf("card c1: %w", board.ErrWaitingOnBlockers)
+	none := fmt.Errorf("no card: %w", board.ErrNotFound)
+	sink := fmt.Errorf("card c1: %w", board.ErrTerminalStateExit)
+	for _, tc := range []struct {
+		next bool
+		err  error
+		want bool
+	}{
+		{false, held, true}, {false, blocked, true}, {false, none, false}, {false, sink, false},
+		{true, none, true}, {true, held, true}, {true, blocked, false}, {true, sink, false},
+	} {
+		if got := client.Waitable(tc.next, tc.err); got != tc.want {
+			t.Errorf("Waitable(next %v, %v) = %v, want %v", tc.next, tc.err, got, tc.want)
+		}
 	}
 }

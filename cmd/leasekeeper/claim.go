@@ -322,7 +322,7 @@ func startClaim(ctx context.Context, env *cli, c *client.Client, o claimOpts, sp
 	if !o.next {
 		backoff = c.BackoffOf(work, o.card, err)
 	}
-	if !o.wait.set || !waitMends(o, err) && backoff.IsZero() {
+	if !o.wait.set || !client.Waitable(o.next, err) && backoff.IsZero() {
 		return cl, err
 	}
 	what := "no claimable card in a pool state"
@@ -347,16 +347,6 @@ func startClaim(ctx context.Context, env *cli, c *client.Client, o claimOpts, sp
 		return c.StartNext(wctx, spec)
 	}
 	return c.Start(wctx, o.card, spec)
-}
-
-// waitMends says whether --wait waits on a refusal: a card held by
-// another process or waiting on its blockers; for --next, no claimable
-// card (or the pick changing under the write).
-func waitMends(o claimOpts, err error) bool {
-	if o.next {
-		return errors.Is(err, board.ErrNotFound) || errors.Is(err, board.ErrClaimConflict)
-	}
-	return errors.Is(err, board.ErrClaimConflict) || errors.Is(err, board.ErrWaitingOnBlockers)
 }
 
 // supervisorCmdName is the hidden subcommand `claim` re-executes its own
