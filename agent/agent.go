@@ -80,6 +80,10 @@ type Agent struct {
 	hb     *heartbeat.Loop
 	srv    atomic.Pointer[socketapi.Server]
 	reaper *watchdog.Reaper
+	// wakeReaper asks the reaper for a pass now (capacity 1: a wake while
+	// one is pending is the same pass); the heartbeat signals it when it
+	// has expired a dead owner's lease (DESIGN.md#owner-dead).
+	wakeReaper chan struct{}
 	// effects turns the store's event log into launch hints and one-shot
 	// consumptions (effects.go).
 	effects *Effects
@@ -214,6 +218,7 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 		return nil, fmt.Errorf("reaper: %w", err)
 	}
 
+	a.wakeReaper = make(chan struct{}, 1)
 	a.hb, err = heartbeat.New(heartbeat.Config{
 		Store:  a.store,
 		Clock:  a.clock,
@@ -282,6 +287,7 @@ func start(ctx context.Context, cfg Config, opts Options) (_ *Agent, err error) 
 		Steady:          a.clock.Now,
 		Logger:          log.With("component", "reaper"),
 		OnPass:          a.recordPass,
+		Wake:            a.wakeReaper,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reaper: %w", err)
@@ -393,6 +399,14 @@ func (a *Agent) stop() error {
 // onLost tells the claim's holder, over the watch stream, that it must stop.
 func (a *Agent) onLost(l heartbeat.Lost) {
 	a.log.Warn("claim lost", "card", l.Card, "epoch", l.Epoch, "marker", l.Marker, "reason", l.Reason)
+	if l.Reason == heartbeat.LostOwnerDead || l.Reason == heartbeat.LostKeepaliveMissed {
+		// The heartbeat has expired the dead owner's lease: the reaper
+		// may judge the card now instead of at its next tick.
+		select {
+		case a.wakeReaper <- struct{}{}:
+		default:
+		}
+	}
 	srv := a.srv.Load()
 	if srv == nil {
 		return

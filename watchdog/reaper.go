@@ -94,6 +94,12 @@ type Config struct {
 	Logger *slog.Logger
 	// OnPass, when set, is called after every pass with its result.
 	OnPass func(PassResult)
+	// Wake, when set, asks the loop for a pass before the next interval
+	// (a send while a pass is due is one more pass, not one per send). The
+	// agent signals it when its heartbeat has expired a dead owner's lease,
+	// so the card is judged now rather than at the next tick
+	// (DESIGN.md#owner-dead).
+	Wake <-chan struct{}
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -204,7 +210,8 @@ func New(cfg Config) (*Reaper, error) {
 func (r *Reaper) RecoveryMarker() string { return r.recovery }
 
 // Start runs a pass at once — the startup sweep (DESIGN.md#sweeps) — and then
-// one every Interval until ctx ends or Stop is called.
+// one every Interval, and one whenever Config.Wake is signalled, until ctx
+// ends or Stop is called.
 func (r *Reaper) Start(ctx context.Context) error {
 	r.lifeMu.Lock()
 	defer r.lifeMu.Unlock()
@@ -245,6 +252,7 @@ func (r *Reaper) loop(ctx context.Context, done chan struct{}) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-r.cfg.Wake:
 		}
 	}
 }

@@ -695,6 +695,43 @@ func TestReaperStartStop(t *testing.T) {
 	e.r.Stop()
 }
 
+// TestReaperWakeRunsAPassBeforeTheInterval: a signal on Config.Wake runs
+// a pass at once, not at the next interval (an hour here), so a card whose
+// dead owner's lease the heartbeat just expired is judged now
+// (DESIGN.md#owner-dead).
+func TestReaperWakeRunsAPassBeforeTheInterval(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	passes := make(chan PassResult, 16)
+	wake := make(chan struct{}, 1)
+	e.r.cfg.OnPass = func(p PassResult) { passes <- p }
+	e.r.cfg.Interval = time.Hour
+	e.r.cfg.Wake = wake
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := e.r.Start(ctx); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer e.r.Stop()
+	select {
+	case <-passes: // the startup pass, on a board with nothing expired
+	case <-time.After(10 * time.Second):
+		t.Fatal("no startup pass within 10s")
+	}
+	e.card("c1", board.StateReady)
+	e.launch("c1", board.RunFinished, board.Run{})
+	e.expire()
+	wake <- struct{}{}
+	select {
+	case p := <-passes:
+		if cr, ok := p.Card("c1"); !ok || cr.Outcome != OutcomeFiled {
+			t.Errorf("woken pass = %+v, want c1 filed", p.Cards)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no pass within 10s of the wake; the interval is an hour")
+	}
+}
+
 func TestNewValidatesConfig(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
