@@ -9,9 +9,10 @@
 // server wherever one exists.
 //
 // The server's FerretDB is patched to narrow a filter naming _id by its
-// _id, and to find an _id through its index rather than by a scan (see
-// pushdown.go): the answers are the same, the fleet tests run in a
-// fraction of the time.
+// _id, to find an _id through its index rather than by a scan, and to
+// skip without decoding the documents that do not spell the strings a
+// filter asks for (see pushdown.go): the answers are the same, the fleet
+// tests run in a fraction of the time.
 //
 // The server binary is built WITHOUT the race detector even when the tests
 // run with -race: FerretDB takes minutes to compile and runs slowly under
@@ -19,6 +20,10 @@
 // runs instrumented in the test process. The binary is cached under the
 // user cache directory keyed by a hash of its sources and the Go version,
 // so only the first run pays for the build.
+//
+// FERRETSERVER_CPUPROFILE=FILE in a test's environment has the server
+// write a CPU profile of its whole run to FILE: where the MongoDB time of
+// a slow test goes.
 //
 // ClockProxy puts a wire proxy in front of the server that rewrites the
 // server's clock (hello.localTime, the only time the MongoDB twin reads
@@ -339,6 +344,9 @@ func sourceKey(dir string) (string, error) {
 	fmt.Fprintln(h, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	for _, p := range patches {
 		fmt.Fprintln(h, p.file, p.from, p.to)
+	}
+	for _, a := range added {
+		fmt.Fprintln(h, a.file, a.code)
 	}
 	for _, name := range []string{"go.mod", "go.sum"} {
 		if err := hashFile(h, filepath.Join(dir, name)); err != nil {

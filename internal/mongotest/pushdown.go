@@ -13,8 +13,8 @@ import (
 	"strings"
 )
 
-// The test server's changes to FerretDB: narrowing by _id, and finding an
-// _id through its index.
+// The test server's changes to FerretDB: narrowing by _id, finding an _id
+// through its index, and narrowing by the strings a filter asks for.
 //
 // FerretDB v1's SQLite backend turns a query filter into SQL only when the
 // filter is exactly {_id: v}; any other filter reads every document of the
@@ -65,11 +65,128 @@ const (
 	idColumnTo   = "\tIDColumn = DefaultColumn + \"->'_id'\"\n"
 )
 
+// The third change: narrowing by the strings a filter asks for.
+//
+// A filter without an _id (a card by its run's id, the dependents of a
+// card, the cards in a state) still reads and decodes every document of
+// the collection. But a document can only meet a top-level condition
+// "field equals the string v" (or "is in a list of strings") if its stored
+// JSON holds v written as FerretDB writes every string it stores:
+// sjson.MarshalSingleValue, the bytes json.Marshal gives, whether the
+// string sits in a field, a nested document or an array. So the patch
+// adds, for each such condition, SQL keeping only the rows whose text
+// contains that spelling of v (instr, a byte search; no JSON is parsed).
+// Like the _id narrowing it can only keep too much: the handler matches
+// the whole filter on every row it returns.
+//
+// FerretDB drops dotted keys ("run.id") from a find's filter before the
+// backend sees it unless nested pushdown is on; the backend narrows by no
+// other key than these, so turning it on only lets the dotted conditions
+// through to narrowByStrings.
+const (
+	narrowFile = "internal/backends/sqlite/collection.go"
+	narrowFrom = "\tq += whereClause\n"
+	narrowTo   = "\tif whereClause == \"\" {\n\t\twhereClause, args = narrowByStrings(params.Filter)\n\t}\n\tq += whereClause\n"
+	nestedFile = "internal/handler/registry/sqlite.go"
+	nestedFrom = "\t\t\tEnableNestedPushdown:    opts.EnableNestedPushdown,\n"
+	nestedTo   = "\t\t\tEnableNestedPushdown:    true,\n"
+
+	narrowSourceFile = "internal/backends/sqlite/leasekeeper_narrow.go"
+	narrowSource     = `package sqlite
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/FerretDB/FerretDB/internal/backends/sqlite/metadata"
+	"github.com/FerretDB/FerretDB/internal/handler/sjson"
+	"github.com/FerretDB/FerretDB/internal/types"
+)
+
+// narrowByStrings is the WHERE clause keeping only the rows whose stored
+// JSON spells every string the filter's top-level equalities ask for
+// (leasekeeper's test server; see its mongotest/pushdown.go).
+func narrowByStrings(filter *types.Document) (string, []any) {
+	if filter == nil {
+		return "", nil
+	}
+	var conds []string
+	var args []any
+	contains := fmt.Sprintf("instr(%s, ?) > 0", metadata.DefaultColumn)
+	spell := func(s string) (string, bool) {
+		b, err := sjson.MarshalSingleValue(s)
+		return string(b), err == nil
+	}
+	for _, k := range filter.Keys() {
+		if strings.HasPrefix(k, "$") {
+			continue
+		}
+		v, err := filter.Get(k)
+		if err != nil {
+			continue
+		}
+		switch v := v.(type) {
+		case string:
+			if needle, ok := spell(v); ok {
+				conds = append(conds, contains)
+				args = append(args, needle)
+			}
+		case *types.Document:
+			if v.Len() != 1 {
+				continue
+			}
+			in, err := v.Get("$in")
+			if err != nil {
+				continue
+			}
+			list, ok := in.(*types.Array)
+			if !ok || list.Len() == 0 {
+				continue
+			}
+			var alts []string
+			var needles []any
+			for i := 0; i < list.Len(); i++ {
+				el, _ := list.Get(i)
+				s, ok := el.(string)
+				if !ok {
+					alts = nil
+					break
+				}
+				needle, ok := spell(s)
+				if !ok {
+					alts = nil
+					break
+				}
+				alts = append(alts, contains)
+				needles = append(needles, needle)
+			}
+			if len(alts) > 0 {
+				conds = append(conds, "("+strings.Join(alts, " OR ")+")")
+				args = append(args, needles...)
+			}
+		}
+	}
+	if len(conds) == 0 {
+		return "", nil
+	}
+	return " WHERE " + strings.Join(conds, " AND "), args
+}
+`
+)
+
 // patches lists the changes patchedModfile makes, each applied once to the
 // first occurrence of from in file.
 var patches = []struct{ file, from, to, what string }{
 	{pushdownFile, pushdownFrom, pushdownTo, "the filter pushdown this package narrows"},
 	{idColumnFile, idColumnFrom, idColumnTo, "the _id lookup this package puts on the _id index"},
+	{narrowFile, narrowFrom, narrowTo, "the WHERE clause this package narrows by strings"},
+	{nestedFile, nestedFrom, nestedTo, "the nested pushdown setting this package turns on"},
+}
+
+// added lists the files patchedModfile adds to the copy; each must not
+// exist in it already.
+var added = []struct{ file, code string }{
+	{narrowSourceFile, narrowSource},
 }
 
 // patchedModfile copies FerretDB out of the module cache into work, applies
@@ -110,6 +227,16 @@ func patchedModfile(ctx context.Context, dir, work string, env []string) (string
 		}
 		code = bytes.Replace(code, []byte(p.from), []byte(p.to), 1)
 		if err := os.WriteFile(target, code, 0o644); err != nil {
+			return "", err
+		}
+	}
+
+	for _, a := range added {
+		target := filepath.Join(src, filepath.FromSlash(a.file))
+		if _, err := os.Stat(target); err == nil {
+			return "", fmt.Errorf("%s %s already has %s; revisit pushdown.go", ferretModule, mod.Version, a.file)
+		}
+		if err := os.WriteFile(target, []byte(a.code), 0o644); err != nil {
 			return "", err
 		}
 	}

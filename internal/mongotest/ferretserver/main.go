@@ -35,6 +35,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"sync"
 	"syscall"
 	"time"
@@ -48,7 +49,24 @@ func main() {
 	logLevel := flag.String("log", "error", "FerretDB log level: debug, info, warn or error")
 	flag.Parse()
 
+	// FERRETSERVER_CPUPROFILE names a file for a CPU profile of the whole
+	// run, written when the server stops: where the tests' MongoDB time
+	// goes.
+	if path := os.Getenv("FERRETSERVER_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ferretserver:", err)
+			os.Exit(1)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "ferretserver:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
+
 	if err := run(*listen, *dataDir, *logLevel); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "ferretserver:", err)
 		os.Exit(1)
 	}
