@@ -56,24 +56,17 @@ func (s meteredStore) done(op string, err error) {
 	if isStoreError(err) {
 		s.m.storeErrors.WithLabelValues(op).Inc()
 	}
-	if !readOps[op] && !errors.Is(err, context.Canceled) {
+	// renew_claims is kept out with the reads: the heartbeat's own health
+	// is the loop's tick, and a store that still confirms renewals while
+	// refusing every other write (a full disk) must still be reported
+	// unhealthy.
+	if !readOps[op] && op != "renew_claims" && !errors.Is(err, context.Canceled) {
 		w := WriteOutcome{At: time.Now(), Op: op, OK: !isStoreError(err)}
 		if !w.OK {
 			w.Err = err.Error()
 		}
 		s.m.lastWrite.Store(&w)
 	}
-}
-
-// readOps are the verbs that write nothing; renew_claims is counted with
-// them because the heartbeat's own health is the loop's tick, and a store
-// that still confirms renewals while refusing every other write (a full
-// disk) must still be reported unhealthy.
-var readOps = map[string]bool{
-	"get_card": true, "list_cards": true, "dependents": true, "get_run": true,
-	"events": true, "now": true, "list_expired_claim_candidates": true,
-	"list_unleased_running_claims": true, "renew_claims": true, "load_board": true,
-	"count_cards": true,
 }
 
 // WriteOutcome is how the store answered the last write through the agent

@@ -50,6 +50,21 @@ var storeOps = []string{
 	"delete_card",
 }
 
+// readOps are the op labels of the verbs that write nothing (marked
+// //storegen:read in board.Store).
+var readOps = map[string]bool{
+	"load_board":                    true,
+	"get_card":                      true,
+	"list_cards":                    true,
+	"dependents":                    true,
+	"count_cards":                   true,
+	"get_run":                       true,
+	"now":                           true,
+	"list_expired_claim_candidates": true,
+	"list_unleased_running_claims":  true,
+	"events":                        true,
+}
+
 // Each verb is counted under its op label; an owner write (a verb
 // named ...Owned) through owned, which counts its fence rejections.
 

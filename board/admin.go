@@ -54,6 +54,7 @@ type BoardReader interface {
 	// LoadBoard reads the stored board definition, as of the read: another
 	// writer of a shared store may change it at any time
 	// (DESIGN.md#board-in-store).
+	//storegen:read
 	LoadBoard(ctx context.Context) (Board, error)
 }
 

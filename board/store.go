@@ -285,13 +285,17 @@ type Store interface {
 type CardReader interface {
 	BoardReader
 
+	//storegen:read
 	GetCard(ctx context.Context, p GetCardParams) (Card, error)
 	// ListCards lists cards ordered by creation time, oldest first.
+	//storegen:read
 	ListCards(ctx context.Context, p ListCardsParams) ([]Card, error)
 	// Dependents lists the cards that declare p.ID among their blockers.
+	//storegen:read
 	Dependents(ctx context.Context, p DependentsParams) ([]Card, error)
 	// CountCards counts the cards in each state and the claimed ones
 	// without handing back the cards (DESIGN.md#queue-depth).
+	//storegen:read
 	CountCards(ctx context.Context) (CardCounts, error)
 }
 
@@ -398,6 +402,7 @@ type Runs interface {
 	// UpdateRun writes a run under the claim that owns it (p.Token is
 	// required); anything else is ErrClaimConflict (DESIGN.md#run-fence).
 	UpdateRun(ctx context.Context, p UpdateRunParams) (Run, error)
+	//storegen:read
 	GetRun(ctx context.Context, p GetRunParams) (Run, error)
 }
 
@@ -408,15 +413,18 @@ type Runs interface {
 type Recovery interface {
 	// Now is the store's clock, a lower bound of its stamps: every
 	// comparison with a store-stamped time uses it (DESIGN.md#store-clock).
+	//storegen:read
 	Now(ctx context.Context) (time.Time, error)
 	// ListExpiredClaimCandidates lists one page of claimed cards whose lease
 	// ended at or before p.Cutoff, lease ascending, at most p.Limit (applied
 	// in the query), resuming after p.After (DESIGN.md#paging).
+	//storegen:read
 	ListExpiredClaimCandidates(ctx context.Context, p ListExpiredClaimCandidatesParams) (ListExpiredClaimCandidatesResult, error)
 	// ListUnleasedRunningClaims lists the claims with no lease on running
 	// cards with a recorded run, last updated at or before p.Cutoff, oldest
 	// first, at most p.Limit, selected in the query (DESIGN.md#unleased-sweep);
 	// the local twin has none (DESIGN.md#twin-unleased).
+	//storegen:read
 	ListUnleasedRunningClaims(ctx context.Context, p ListUnleasedRunningClaimsParams) ([]Card, error)
 	// ReclaimExpired transfers an expired claim to a recovery marker in one
 	// CAS and returns the card as the transfer left it
@@ -434,5 +442,6 @@ type EventLog interface {
 	// Events returns a page of events with Seq > p.After; a page shorter
 	// than p.Limit is the end of the log (DESIGN.md#effects), and a reader
 	// below a prune is refused (ErrEventsPruned, DESIGN.md#retention).
+	//storegen:read
 	Events(ctx context.Context, p EventsParams) ([]Event, error)
 }

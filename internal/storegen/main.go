@@ -6,7 +6,11 @@
 //   - with -layer serve: plugins/serve/verbs_gen.go, the plugin's side of
 //     each verb (a handler on serve.server that calls the store);
 //   - with -layer agent: agent/metered_gen.go, the agent's counting
-//     wrapper (a method on agent.meteredStore per verb).
+//     wrapper (a method on agent.meteredStore per verb), its op labels,
+//     and the labels of the reads (the verbs whose comment in board.Store
+//     carries the directive //storegen:read);
+//   - with -layer wire: plugins/internal/wire/convert_gen.go, the
+//     conversions of the verbs' messages paired field by field.
 //
 // A verb a layer writes by hand (a method of that name on the receiver in
 // a file of the package that storegen did not write) is left to it: the
@@ -44,7 +48,14 @@ type verb struct {
 	Name   string
 	Param  string // "" when the verb takes only ctx
 	Result string // "" when the verb returns only an error
+	// Read is set by the directive //storegen:read in the verb's comment:
+	// the verb writes nothing.
+	Read bool
 }
+
+// readDirective marks a verb of board.Store that writes nothing; the agent
+// then keeps its outcome out of the health check's last write.
+const readDirective = "//storegen:read"
 
 func main() {
 	layer := flag.String("layer", "", "host, serve or agent")
@@ -111,7 +122,7 @@ func parseDir(dir string) ([]*ast.File, error) {
 		if strings.HasSuffix(n, "_gen.go") {
 			continue
 		}
-		f, err := parser.ParseFile(fset, filepath.Join(dir, n), nil, parser.SkipObjectResolution)
+		f, err := parser.ParseFile(fset, filepath.Join(dir, n), nil, parser.SkipObjectResolution|parser.ParseComments)
 		if err != nil {
 			return nil, err
 		}
@@ -162,6 +173,11 @@ func storeVerbs(dir string) ([]verb, error) {
 			v, err := shapeOf(n, m.Type.(*ast.FuncType), types)
 			if err != nil {
 				return err
+			}
+			if m.Doc != nil {
+				for _, c := range m.Doc.List {
+					v.Read = v.Read || strings.TrimSpace(c.Text) == readDirective
+				}
 			}
 			out = append(out, v)
 		}
@@ -442,6 +458,13 @@ func agentLayer(root string, verbs []verb) ([]byte, error) {
 	b.WriteString("// storeOps are the op labels of leasekeeper_store_errors_total, one per\n// verb, so each series exists at 0 from the start.\nvar storeOps = []string{\n")
 	for _, v := range verbs {
 		fmt.Fprintf(&b, "\t%q,\n", snake(v.Name))
+	}
+	b.WriteString("}\n\n")
+	b.WriteString("// readOps are the op labels of the verbs that write nothing (marked\n// " + readDirective + " in board.Store).\nvar readOps = map[string]bool{\n")
+	for _, v := range verbs {
+		if v.Read {
+			fmt.Fprintf(&b, "\t%q: true,\n", snake(v.Name))
+		}
 	}
 	b.WriteString("}\n\n")
 	b.WriteString("// Each verb is counted under its op label; an owner write (a verb\n// named ...Owned) through owned, which counts its fence rejections.\n\n")

@@ -139,3 +139,49 @@ func TestAFileTheBuildIgnoresIsNotHandWritten(t *testing.T) {
 		t.Errorf("hand-written = %v; want Claim only (sample.go is never compiled)", hand)
 	}
 }
+
+// TestTheReadDirectiveMarksAVerbARead: a verb whose comment carries
+// //storegen:read is a read, alone or after its prose; any other verb is
+// not, nor one whose comment only mentions the directive in its prose.
+func TestTheReadDirectiveMarksAVerbARead(t *testing.T) {
+	dir := t.TempDir()
+	src := `package board
+
+import "context"
+
+type Store interface {
+	//storegen:read
+	GetCard(ctx context.Context, p GetCardParams) (Card, error)
+	// ListCards lists cards.
+	//storegen:read
+	ListCards(ctx context.Context, p ListCardsParams) ([]Card, error)
+	// Claim is not a read, though this line names //storegen:read.
+	Claim(ctx context.Context, p ClaimParams) (Card, error)
+	Release(ctx context.Context, p ReleaseParams) error
+}
+
+type (
+	Card            struct{}
+	GetCardParams   struct{}
+	ListCardsParams struct{}
+	ClaimParams     struct{}
+	ReleaseParams   struct{}
+)
+`
+	if err := os.WriteFile(dir+"/store.go", []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	verbs, err := storeVerbs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"GetCard": true, "ListCards": true, "Claim": false, "Release": false}
+	if len(verbs) != len(want) {
+		t.Fatalf("read %d verbs, want %d", len(verbs), len(want))
+	}
+	for _, v := range verbs {
+		if v.Read != want[v.Name] {
+			t.Errorf("%s: read = %v, want %v", v.Name, v.Read, want[v.Name])
+		}
+	}
+}
