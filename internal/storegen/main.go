@@ -10,7 +10,9 @@
 //     and the labels of the reads (the verbs whose comment in board.Store
 //     carries the directive //storegen:read);
 //   - with -layer wire: plugins/internal/wire/convert_gen.go, the
-//     conversions of the verbs' messages paired field by field.
+//     conversions of the verbs' messages paired field by field;
+//   - with -layer roundrobin: store/mongo/roundrobin_gen_test.go, the
+//     verbs of the test double that spreads calls over several clients.
 //
 // A verb a layer writes by hand (a method of that name on the receiver in
 // a file of the package that storegen did not write) is left to it: the
@@ -78,13 +80,16 @@ var layers = map[string]string{
 	"serve": filepath.Join("plugins", "serve", "verbs_gen.go"),
 	"agent": filepath.Join("agent", "metered_gen.go"),
 	"wire":  filepath.Join("plugins", "internal", "wire", "convert_gen.go"),
+	// A test double: store/mongo's roundRobin sends each verb to the next
+	// of several clients (r.pick()).
+	"roundrobin": filepath.Join("store", "mongo", "roundrobin_gen_test.go"),
 }
 
 // generate returns the path and the content of layer's generated file.
 func generate(root, layer string) (string, []byte, error) {
 	file, ok := layers[layer]
 	if !ok {
-		return "", nil, fmt.Errorf("-layer must be host, serve, wire or agent, not %q", layer)
+		return "", nil, fmt.Errorf("-layer must be host, serve, wire, agent or roundrobin, not %q", layer)
 	}
 	verbs, err := storeVerbs(filepath.Join(root, "board"))
 	if err != nil {
@@ -98,6 +103,8 @@ func generate(root, layer string) (string, []byte, error) {
 		out, err = serveLayer(root, verbs)
 	case "wire":
 		out, err = wireLayer(root, verbs)
+	case "roundrobin":
+		out, err = roundRobinLayer(root, verbs)
 	default:
 		out, err = agentLayer(root, verbs)
 	}
@@ -106,7 +113,11 @@ func generate(root, layer string) (string, []byte, error) {
 
 // parseDir parses the package in dir, generated files of storegen and
 // tests left out.
-func parseDir(dir string) ([]*ast.File, error) {
+func parseDir(dir string) ([]*ast.File, error) { return parseFiles(dir, false) }
+
+// parseFiles parses the package in dir, generated files of storegen left
+// out; with tests, its external test package's files instead.
+func parseFiles(dir string, tests bool) ([]*ast.File, error) {
 	// The files the build compiles, as go build picks them (a file behind
 	// a build constraint that excludes it, an ignored sample, is not the
 	// package's), of the one package the directory is named for.
@@ -115,11 +126,14 @@ func parseDir(dir string) ([]*ast.File, error) {
 		return nil, err
 	}
 	names := slices.Clone(pkg.GoFiles)
+	if tests {
+		names = slices.Clone(pkg.XTestGoFiles)
+	}
 	sort.Strings(names)
 	fset := token.NewFileSet()
 	var files []*ast.File
 	for _, n := range names {
-		if strings.HasSuffix(n, "_gen.go") {
+		if strings.HasSuffix(n, "_gen.go") || strings.HasSuffix(n, "_gen_test.go") {
 			continue
 		}
 		f, err := parser.ParseFile(fset, filepath.Join(dir, n), nil, parser.SkipObjectResolution|parser.ParseComments)
@@ -266,6 +280,12 @@ func handWritten(dir, recv string) (map[string]bool, error) {
 	if err != nil {
 		return nil, err
 	}
+	return declared(files, recv), nil
+}
+
+// declared lists the methods on recv declared in files, or the plain
+// functions when recv is "".
+func declared(files []*ast.File, recv string) map[string]bool {
 	out := map[string]bool{}
 	for _, f := range files {
 		for _, d := range f.Decls {
@@ -285,7 +305,7 @@ func handWritten(dir, recv string) (map[string]bool, error) {
 			out[fd.Name.Name] = true
 		}
 	}
-	return out, nil
+	return out
 }
 
 // rpcs reads, from the generated gRPC client, each RPC's request and reply
@@ -485,6 +505,39 @@ func agentLayer(root string, verbs []verb) ([]byte, error) {
 			continue
 		}
 		fmt.Fprintf(&b, "func (s meteredStore) %s(%s) (%s, error) {\n\tout, err := s.inner.%s(%s)\n\ts.%s(%q, err)\n\treturn out, err\n}\n\n", v.Name, sig, v.Result, v.Name, args, count, snake(v.Name))
+	}
+	return format.Source(b.Bytes())
+}
+
+// roundRobinLayer writes the forwarding verbs of store/mongo's test double
+// roundRobin: each verb the test file does not write by hand goes to
+// r.pick(), the next client.
+func roundRobinLayer(root string, verbs []verb) ([]byte, error) {
+	files, err := parseFiles(filepath.Join(root, "store", "mongo"), true)
+	if err != nil {
+		return nil, err
+	}
+	hand := declared(files, "roundRobin")
+	if !hand["pick"] {
+		return nil, fmt.Errorf("store/mongo's tests declare no roundRobin.pick to forward through")
+	}
+	var b bytes.Buffer
+	b.WriteString(header)
+	b.WriteString("package mongostore_test\n\nimport (\n\t\"context\"\n" + timeImport(verbs) + "\n\t\"github.com/leasekeeper/leasekeeper/board\"\n)\n\n")
+	b.WriteString("// Each verb goes to the next client.\n\n")
+	for _, v := range verbs {
+		if hand[v.Name] {
+			continue
+		}
+		sig, args := "ctx context.Context", "ctx"
+		if v.Param != "" {
+			sig, args = sig+", p "+v.Param, "ctx, p"
+		}
+		res := "error"
+		if v.Result != "" {
+			res = "(" + v.Result + ", error)"
+		}
+		fmt.Fprintf(&b, "func (r *roundRobin) %s(%s) %s {\n\treturn r.pick().%s(%s)\n}\n\n", v.Name, sig, res, v.Name, args)
 	}
 	return format.Source(b.Bytes())
 }

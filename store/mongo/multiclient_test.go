@@ -1,5 +1,7 @@
 package mongostore_test
 
+//go:generate go run ../../internal/storegen -layer roundrobin -root ../..
+
 // Several store clients on one database: what every agent of a fleet is.
 // The fence lives in the documents, not in a client, so a claim taken
 // through one client must bind every other one, and the concurrency
@@ -7,7 +9,6 @@ package mongostore_test
 // (DESIGN.md#fence).
 
 import (
-	"context"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -44,117 +45,11 @@ func (r *roundRobin) pick() board.Store {
 
 var _ board.Store = (*roundRobin)(nil)
 
-func (r *roundRobin) LoadBoard(ctx context.Context) (board.Board, error) {
-	return r.pick().LoadBoard(ctx)
-}
+// Traits are the first client's: every client is of the same store.
 func (r *roundRobin) Traits() board.Traits { return r.stores[0].Traits() }
-func (r *roundRobin) SetBoard(ctx context.Context, p board.SetBoardParams) (board.SetBoardResult, error) {
-	return r.pick().SetBoard(ctx, p)
-}
-func (r *roundRobin) SetLabelsFrom(ctx context.Context, l board.SetLabelsFromParams) (board.SetLabelsFromResult, error) {
-	return r.pick().SetLabelsFrom(ctx, l)
-}
-func (r *roundRobin) CreateCard(ctx context.Context, c board.CreateCardParams) (board.Card, error) {
-	return r.pick().CreateCard(ctx, c)
-}
-func (r *roundRobin) GetCard(ctx context.Context, p board.GetCardParams) (board.Card, error) {
-	return r.pick().GetCard(ctx, p)
-}
-func (r *roundRobin) ListCards(ctx context.Context, f board.ListCardsParams) ([]board.Card, error) {
-	return r.pick().ListCards(ctx, f)
-}
-func (r *roundRobin) Dependents(ctx context.Context, p board.DependentsParams) ([]board.Card, error) {
-	return r.pick().Dependents(ctx, p)
-}
-func (r *roundRobin) CountCards(ctx context.Context) (board.CardCounts, error) {
-	return r.pick().CountCards(ctx)
-}
-func (r *roundRobin) Claim(ctx context.Context, c board.ClaimParams) (board.Card, error) {
-	return r.pick().Claim(ctx, c)
-}
-func (r *roundRobin) Start(ctx context.Context, sr board.StartParams) (board.StartResult, error) {
-	return r.pick().Start(ctx, sr)
-}
-func (r *roundRobin) Finish(ctx context.Context, f board.FinishParams) (board.FinishResult, error) {
-	return r.pick().Finish(ctx, f)
-}
-func (r *roundRobin) ClaimNext(ctx context.Context, c board.ClaimNextParams) (board.Card, error) {
-	return r.pick().ClaimNext(ctx, c)
-}
-func (r *roundRobin) RenewClaims(ctx context.Context, p board.RenewClaimsParams) ([]board.RenewResult, error) {
-	return r.pick().RenewClaims(ctx, p)
-}
-func (r *roundRobin) SetStateOwned(ctx context.Context, m board.SetStateOwnedParams) (board.MoveResult, error) {
-	return r.pick().SetStateOwned(ctx, m)
-}
-func (r *roundRobin) SetLastRunOwned(ctx context.Context, p board.SetLastRunOwnedParams) error {
-	return r.pick().SetLastRunOwned(ctx, p)
-}
-func (r *roundRobin) SetAwaitingInputOwned(ctx context.Context, p board.SetAwaitingInputOwnedParams) error {
-	return r.pick().SetAwaitingInputOwned(ctx, p)
-}
-func (r *roundRobin) SetGaveUpOwned(ctx context.Context, p board.SetGaveUpOwnedParams) error {
-	return r.pick().SetGaveUpOwned(ctx, p)
-}
-func (r *roundRobin) ExpireClaimOwned(ctx context.Context, p board.OwnedParams) error {
-	return r.pick().ExpireClaimOwned(ctx, p)
-}
-func (r *roundRobin) ReleaseOwned(ctx context.Context, p board.OwnedParams) error {
-	return r.pick().ReleaseOwned(ctx, p)
-}
-func (r *roundRobin) Release(ctx context.Context, p board.ReleaseParams) error {
-	return r.pick().Release(ctx, p)
-}
-func (r *roundRobin) SetState(ctx context.Context, m board.MoveParams) error {
-	return r.pick().SetState(ctx, m)
-}
-func (r *roundRobin) SetStateFrom(ctx context.Context, m board.MoveParams) (board.MoveResult, error) {
-	return r.pick().SetStateFrom(ctx, m)
-}
-func (r *roundRobin) Reopen(ctx context.Context, m board.MoveParams) error {
-	return r.pick().Reopen(ctx, m)
-}
-func (r *roundRobin) AdjustLabels(ctx context.Context, c board.AdjustLabelsParams) (board.Card, error) {
-	return r.pick().AdjustLabels(ctx, c)
-}
-func (r *roundRobin) SetLabels(ctx context.Context, p board.SetLabelsParams) (board.Card, error) {
-	return r.pick().SetLabels(ctx, p)
-}
-func (r *roundRobin) CreateRun(ctx context.Context, run board.CreateRunParams) (board.Run, error) {
-	return r.pick().CreateRun(ctx, run)
-}
-func (r *roundRobin) UpdateRun(ctx context.Context, u board.UpdateRunParams) (board.Run, error) {
-	return r.pick().UpdateRun(ctx, u)
-}
-func (r *roundRobin) GetRun(ctx context.Context, p board.GetRunParams) (board.Run, error) {
-	return r.pick().GetRun(ctx, p)
-}
-func (r *roundRobin) Now(ctx context.Context) (time.Time, error) {
-	return r.pick().Now(ctx)
-}
-func (r *roundRobin) ListExpiredClaimCandidates(ctx context.Context, q board.ListExpiredClaimCandidatesParams) (board.ListExpiredClaimCandidatesResult, error) {
-	return r.pick().ListExpiredClaimCandidates(ctx, q)
-}
-func (r *roundRobin) ReleaseExpired(ctx context.Context, rel board.ReleaseExpiredParams) error {
-	return r.pick().ReleaseExpired(ctx, rel)
-}
-func (r *roundRobin) ListUnleasedRunningClaims(ctx context.Context, p board.ListUnleasedRunningClaimsParams) ([]board.Card, error) {
-	return r.pick().ListUnleasedRunningClaims(ctx, p)
-}
-func (r *roundRobin) ReclaimExpired(ctx context.Context, rc board.ReclaimExpiredParams) (board.Card, error) {
-	return r.pick().ReclaimExpired(ctx, rc)
-}
-func (r *roundRobin) Events(ctx context.Context, p board.EventsParams) ([]board.Event, error) {
-	return r.pick().Events(ctx, p)
-}
 
-func (r *roundRobin) Prune(ctx context.Context, p board.PruneParams) (board.PruneResult, error) {
-	return r.pick().Prune(ctx, p)
-}
-
-func (r *roundRobin) DeleteCard(ctx context.Context, p board.DeleteCardParams) (board.DeleteCardResult, error) {
-	return r.pick().DeleteCard(ctx, p)
-}
+// The verbs, each sent to the next client, are generated into
+// roundrobin_gen_test.go.
 
 // Close closes nothing: each client is closed by its own test cleanup.
 func (r *roundRobin) Close() error { return nil }
