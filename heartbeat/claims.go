@@ -40,7 +40,8 @@ const (
 	// lease was expired at once.
 	LostOwnerDead LostReason = "owner_dead"
 	// LostKeepaliveMissed: the owner's client stopped pinging (keepalive
-	// mode); its lease was expired at once.
+	// mode); its lease is no longer renewed and runs out on its own, never
+	// before the deadline the owner was last given.
 	LostKeepaliveMissed LostReason = "keepalive_missed"
 )
 

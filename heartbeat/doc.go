@@ -35,8 +35,10 @@
 // (ExpireClaimOwned), so the watchdog need not wait out the TTL, and
 // reported lost (LostOwnerDead). An Unknown probe keeps renewing: conserve
 // on doubt. In keepalive mode the owner's client must ping; a claim whose
-// owner has not pinged within the keepalive window is expired and reported
-// lost the same way (LostKeepaliveMissed).
+// owner has not pinged within the keepalive window is reported lost
+// (LostKeepaliveMissed) and no longer renewed, but not expired: a silent
+// owner is not a dead one, and its lease runs out on its own, never before
+// the deadline its last ping was given.
 //
 // # Disowned claims
 //

@@ -134,9 +134,9 @@ func (l *Loop) RunOnce(ctx context.Context) TickResult {
 		}
 	}
 
-	// 3. Stop tracking the dead owners' claims, then expire their leases
-	// through the owner's own fenced write so the watchdog may rule at
-	// once instead of waiting out the TTL.
+	// 3. Stop tracking the dead and the silent owners' claims, then expire
+	// the dead owners' leases through the owner's own fenced write so the
+	// watchdog may rule at once instead of waiting out the TTL.
 	sort.Slice(live, func(i, j int) bool { return live[i].Hold.Card < live[j].Hold.Card })
 	var dead []Lost
 	batch := live[:0:0]
@@ -162,6 +162,14 @@ func (l *Loop) RunOnce(ctx context.Context) TickResult {
 	}
 	l.mu.Unlock()
 	for _, lo := range dead {
+		if lo.Reason == LostKeepaliveMissed {
+			// A silent owner is not proved gone: it may be stopped or
+			// starved, and its client trusts the claim until the deadline
+			// its last ping was given, which may be a tick or so past now.
+			// Its lease is left to run out on its own, which is never
+			// before that deadline (DESIGN.md#keepalive).
+			continue
+		}
 		tok := board.ClaimToken{Marker: lo.Marker, Epoch: lo.Epoch}
 		if err := l.cfg.Store.ExpireClaimOwned(ctx, board.OwnedParams{Card: lo.Card, Token: tok}); err != nil {
 			// The lease then runs out on its own: slower, still safe.
