@@ -399,9 +399,12 @@ func (a *Agent) stop() error {
 // onLost tells the claim's holder, over the watch stream, that it must stop.
 func (a *Agent) onLost(l heartbeat.Lost) {
 	a.log.Warn("claim lost", "card", l.Card, "epoch", l.Epoch, "marker", l.Marker, "reason", l.Reason)
-	if l.Reason == heartbeat.LostOwnerDead || l.Reason == heartbeat.LostKeepaliveMissed {
+	if l.Reason == heartbeat.LostOwnerDead {
 		// The heartbeat has expired the dead owner's lease: the reaper
-		// may judge the card now instead of at its next tick.
+		// may judge the card now instead of at its next tick. Not for a
+		// missed keepalive: that owner is only silent, not proved gone,
+		// and may work on until the deadline it was last given, which a
+		// pass at once would beat (DESIGN.md#keepalive).
 		select {
 		case a.wakeReaper <- struct{}{}:
 		default:

@@ -23,6 +23,8 @@ type pass struct {
 	lease  time.Duration
 	board  board.Board
 	dryRun bool
+	// everyShare lists every reaper's share (a woken pass).
+	everyShare bool
 	// unsteady: the reaper does not trust the store's clock yet
 	// (DESIGN.md#clock-steps), so the pass decides only cards whose owner
 	// is provably dead by its pid, a proof no clock enters.
@@ -54,7 +56,7 @@ func (p *pass) listExpired(ctx context.Context) ([]board.Card, board.ListExpired
 	st := p.r.cfg.Store
 	if !p.dryRun {
 		q := board.ListExpiredClaimCandidatesParams{Cutoff: p.now, Limit: p.r.cfg.Batch, After: p.r.cursor}
-		if !p.unsteady {
+		if !p.unsteady && !p.everyShare {
 			// A reaper that does not trust the store's clock decides only
 			// pid-proven cards: it takes no share, or nobody would decide
 			// the rest of it while it waits (DESIGN.md#reaper-shares).

@@ -244,15 +244,21 @@ func (r *Reaper) loop(ctx context.Context, done chan struct{}) {
 	// store's clock, once per pass.
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
+	woken := false
 	for {
-		if _, err := r.RunOnce(ctx, false); err != nil && ctx.Err() == nil {
+		if _, err := r.runOnce(ctx, false, woken); err != nil && ctx.Err() == nil {
 			r.cfg.Logger.Error("watchdog: pass failed", "err", err)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			woken = false
 		case <-r.cfg.Wake:
+			// The card the wake is about is in any reaper's share on a
+			// fleet: this pass lists every share, or it would wait for
+			// its own reaper's next interval (DESIGN.md#reaper-shares).
+			woken = true
 		}
 	}
 }
@@ -273,6 +279,13 @@ func (r *Reaper) loop(ctx context.Context, done chan struct{}) {
 // The listed cards are worked on side by side, at most Workers at a time,
 // each through its own steps in order; the result lists them by card.
 func (r *Reaper) RunOnce(ctx context.Context, dryRun bool) (PassResult, error) {
+	return r.runOnce(ctx, dryRun, false)
+}
+
+// runOnce is RunOnce; everyShare lists every reaper's share of the fleet's
+// expired claims instead of this reaper's own (a pass Config.Wake asked
+// for).
+func (r *Reaper) runOnce(ctx context.Context, dryRun, everyShare bool) (PassResult, error) {
 	r.passMu.Lock()
 	defer r.passMu.Unlock()
 	start := time.Now()
@@ -302,7 +315,7 @@ func (r *Reaper) RunOnce(ctx context.Context, dryRun bool) (PassResult, error) {
 	if err := CheckBoard(b); err != nil {
 		return res, err
 	}
-	p := &pass{r: r, now: now, lease: r.cfg.Lease(), board: b, dryRun: dryRun}
+	p := &pass{r: r, now: now, lease: r.cfg.Lease(), board: b, dryRun: dryRun, everyShare: everyShare}
 	var errs []error
 	p.unsteady = res.ClockWait > 0
 	if res.Enabled || dryRun {
