@@ -77,6 +77,17 @@ func Exempt(path string) bool {
 // "habits"), and "the brief".
 var stale = regexp.MustCompile(`ADR-\d+|§\d|\bthe ADR\b|\bPITFALLS\b|\bPRODUCT\b|\bSTYLE\b|(?i:\bthe (?:product )?brief\b)`)
 
+// mayCiteStale reports whether text holds a word every match of stale
+// needs; false means no line of it matches.
+func mayCiteStale(text string) bool {
+	for _, w := range []string{"ADR", "§", "PITFALLS", "PRODUCT", "STYLE"} {
+		if strings.Contains(text, w) {
+			return true
+		}
+	}
+	return strings.Contains(strings.ToLower(text), "brief")
+}
+
 // Stale is one line that still cites a document the repository lacks.
 type Stale struct {
 	Path string
@@ -91,6 +102,11 @@ func (s Stale) String() string {
 // StaleLines lists the lines of text (the file at path) that cite a
 // document the repository lacks.
 func StaleLines(path, text string) []Stale {
+	// Almost every file has no such line, and the expression is slow on a
+	// whole repository: look for the words it needs first.
+	if !mayCiteStale(text) {
+		return nil
+	}
 	var out []Stale
 	for i, line := range strings.Split(text, "\n") {
 		if stale.MatchString(line) {
@@ -108,6 +124,9 @@ var docName = regexp.MustCompile(`\b[A-Z][A-Z0-9_-]*\.md\b`)
 // NAME.md document for which have reports false: a document the
 // repository does not have, whatever it is called.
 func MissingDocs(path, text string, have func(name string) bool) []Stale {
+	if !strings.Contains(text, ".md") {
+		return nil
+	}
 	var out []Stale
 	for i, line := range strings.Split(text, "\n") {
 		for _, name := range docName.FindAllString(line, -1) {
