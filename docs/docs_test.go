@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 	}
 	leasekeeperBin = filepath.Join(dir, "leasekeeper")
 	code := 1
-	if err := agentproc.Build("./cmd/leasekeeper", leasekeeperBin); err != nil {
+	if err := agentproc.CachedBuild("./cmd/leasekeeper", leasekeeperBin); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	} else {
 		code = m.Run()

@@ -418,7 +418,7 @@ func (b *Buffer) String() string {
 // the tests and removes the directory.
 //
 // Each binary is built first into a directory of the user's cache shared
-// by every test binary of this checkout (see cachedBuild), then copied
+// by every test binary of this checkout (see CachedBuild), then copied
 // into the temporary directory: `go test ./...` runs several packages that
 // build the same command, and the go command links it again only when
 // something it is built from changed, where a fresh output path costs a
@@ -434,7 +434,7 @@ func Main(m *testing.M, pkgs map[string]*string) {
 		defer os.RemoveAll(dir)
 		for pkg, out := range pkgs {
 			*out = filepath.Join(dir, filepath.Base(pkg))
-			if err := cachedBuild(pkg, *out); err != nil {
+			if err := CachedBuild(pkg, *out); err != nil {
 				fmt.Fprintf(os.Stderr, "building %s: %v\n", pkg, err)
 				return 1
 			}
@@ -444,32 +444,34 @@ func Main(m *testing.M, pkgs map[string]*string) {
 	os.Exit(code)
 }
 
-// cachedBuild builds pkg as Build does and leaves a copy of the binary at
-// out. The build goes to a path under the user's cache directory named by
-// the module root, pkg, the Go release and GOFLAGS, taken under a file
-// lock; the go command's own staleness check decides whether it links
-// again. Without a cache directory or file locks it builds into out.
-func cachedBuild(pkg, out string) error {
+// CachedBuild builds pkg as Build does (env added to the go command's
+// environment) and leaves a copy of the binary at out. The build goes to a
+// path under the user's cache directory named by the module root, pkg, env,
+// the Go release and GOFLAGS, taken under a file lock; the go command's own
+// staleness check decides whether it links again, where a fresh output
+// path costs a full link (seconds of CPU for this module's command) every
+// time. Without a cache directory or file locks it builds into out.
+func CachedBuild(pkg, out string, env ...string) error {
 	root, err := ModuleRoot()
 	if err != nil {
 		return err
 	}
 	cache, err := os.UserCacheDir()
 	if err != nil {
-		return Build(pkg, out)
+		return Build(pkg, out, env...)
 	}
 	h := sha256.New()
-	fmt.Fprintln(h, root, pkg, runtime.Version(), os.Getenv("GOFLAGS"))
+	fmt.Fprintln(h, root, pkg, runtime.Version(), os.Getenv("GOFLAGS"), env)
 	shared := filepath.Join(cache, "leasekeeper", "agentproc", hex.EncodeToString(h.Sum(nil))[:16], filepath.Base(pkg))
 	if err := os.MkdirAll(filepath.Dir(shared), 0o755); err != nil {
-		return Build(pkg, out)
+		return Build(pkg, out, env...)
 	}
 	unlock, err := filelock.Lock(shared + ".lock")
 	if err != nil {
-		return Build(pkg, out)
+		return Build(pkg, out, env...)
 	}
 	defer unlock()
-	if err := Build(pkg, shared); err != nil {
+	if err := Build(pkg, shared, env...); err != nil {
 		return err
 	}
 	return copyFile(shared, out)

@@ -152,7 +152,7 @@ func buildLikeTheDockerfile(out string) error {
 	if !strings.Contains(run, "CGO_ENABLED=0") {
 		return fmt.Errorf("Dockerfile build %q does not set CGO_ENABLED=0: the binary would not be static", run)
 	}
-	return agentproc.Build("./cmd/leasekeeper", out, "CGO_ENABLED=0")
+	return agentproc.CachedBuild("./cmd/leasekeeper", out, "CGO_ENABLED=0")
 }
 
 // dynamicParts lists what makes an ELF file depend on a loader at run time.

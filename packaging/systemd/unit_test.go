@@ -129,7 +129,7 @@ func TestUnitStartsWithoutAConfigFile(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(root) })
 	bin := filepath.Join(root, "leasekeeper")
-	if err := agentproc.Build("./cmd/leasekeeper", bin); err != nil {
+	if err := agentproc.CachedBuild("./cmd/leasekeeper", bin); err != nil {
 		t.Fatal(err)
 	}
 	dirs := map[string]string{

@@ -8,10 +8,11 @@ import (
 	"bufio"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/leasekeeper/leasekeeper/internal/agentproc"
 )
 
 // binDir holds the binaries the tests build once per test run.
@@ -33,7 +34,6 @@ func Main(m *testing.M) {
 var (
 	buildOnce sync.Once
 	buildErr  error
-	buildOut  []byte
 )
 
 // Binary builds plugins/internal/testplugin, a real bbolt store behind
@@ -47,11 +47,10 @@ func Binary(t testing.TB) string {
 	}
 	bin := filepath.Join(binDir, "testplugin")
 	buildOnce.Do(func() {
-		cmd := exec.Command("go", "build", "-o", bin, "github.com/leasekeeper/leasekeeper/plugins/internal/testplugin")
-		buildOut, buildErr = cmd.CombinedOutput()
+		buildErr = agentproc.CachedBuild("./plugins/internal/testplugin", bin)
 	})
 	if buildErr != nil {
-		t.Fatalf("building the test plugin: %v\n%s", buildErr, buildOut)
+		t.Fatalf("building the test plugin: %v", buildErr)
 	}
 	return bin
 }
