@@ -1,5 +1,7 @@
 package board
 
+//go:generate go run ../internal/storegen -layer board -root ..
+
 import (
 	"context"
 	"hash/fnv"
@@ -255,6 +257,13 @@ type Traits struct {
 // context: the store keeps no copy for its callers to read without one
 // (the agent caches it, with a bound on how stale it may be).
 //
+// IsRead reports whether the verb of Store named verb writes nothing: its
+// comment carries the directive //storegen:read (the list is generated
+// into verbs_gen.go). A wrapper that treats reads and writes apart (the
+// agent's health check, the watchdog's simulation) asks it rather than
+// keeping a list of its own.
+func IsRead(verb string) bool { return readVerbs[verb] }
+
 // Store is the union of the role interfaces declared below (and
 // BoardAdmin): a consumer takes only the roles it calls, so a test double
 // implements those and a reader sees what the consumer may write. A new

@@ -248,3 +248,17 @@ func moduleRoot(t *testing.T) string {
 		dir = up
 	}
 }
+
+// TestIsReadAnswersFromTheMarks: the reads are the verbs marked
+// //storegen:read in Store (generated into verbs_gen.go); a write, and a
+// name that is no verb, are not.
+func TestIsReadAnswersFromTheMarks(t *testing.T) {
+	for verb, want := range map[string]bool{
+		"GetCard": true, "ListCards": true, "Events": true, "Now": true, "LoadBoard": true,
+		"Claim": false, "RenewClaims": false, "SetStateOwned": false, "Prune": false, "Nope": false,
+	} {
+		if got := board.IsRead(verb); got != want {
+			t.Errorf("board.IsRead(%q) = %v, want %v", verb, got, want)
+		}
+	}
+}

@@ -11,6 +11,8 @@
 //     carries the directive //storegen:read);
 //   - with -layer wire: plugins/internal/wire/convert_gen.go, the
 //     conversions of the verbs' messages paired field by field;
+//   - with -layer board: board/verbs_gen.go, the names of the reads, which
+//     board.IsRead answers from;
 //   - with -layer roundrobin: store/mongo/roundrobin_gen_test.go, the
 //     verbs of the test double that spreads calls over several clients.
 //
@@ -80,6 +82,8 @@ var layers = map[string]string{
 	"serve": filepath.Join("plugins", "serve", "verbs_gen.go"),
 	"agent": filepath.Join("agent", "metered_gen.go"),
 	"wire":  filepath.Join("plugins", "internal", "wire", "convert_gen.go"),
+	// The contract's own list of its reads, for board.IsRead.
+	"board": filepath.Join("board", "verbs_gen.go"),
 	// A test double: store/mongo's roundRobin sends each verb to the next
 	// of several clients (r.pick()).
 	"roundrobin": filepath.Join("store", "mongo", "roundrobin_gen_test.go"),
@@ -89,7 +93,7 @@ var layers = map[string]string{
 func generate(root, layer string) (string, []byte, error) {
 	file, ok := layers[layer]
 	if !ok {
-		return "", nil, fmt.Errorf("-layer must be host, serve, wire, agent or roundrobin, not %q", layer)
+		return "", nil, fmt.Errorf("-layer must be host, serve, wire, agent, board or roundrobin, not %q", layer)
 	}
 	verbs, err := storeVerbs(filepath.Join(root, "board"))
 	if err != nil {
@@ -105,6 +109,8 @@ func generate(root, layer string) (string, []byte, error) {
 		out, err = wireLayer(root, verbs)
 	case "roundrobin":
 		out, err = roundRobinLayer(root, verbs)
+	case "board":
+		out, err = boardLayer(verbs)
 	default:
 		out, err = agentLayer(root, verbs)
 	}
@@ -539,5 +545,20 @@ func roundRobinLayer(root string, verbs []verb) ([]byte, error) {
 		}
 		fmt.Fprintf(&b, "func (r *roundRobin) %s(%s) %s {\n\treturn r.pick().%s(%s)\n}\n\n", v.Name, sig, res, v.Name, args)
 	}
+	return format.Source(b.Bytes())
+}
+
+// boardLayer writes the contract's list of its reads (the verbs marked
+// //storegen:read), which board.IsRead answers from.
+func boardLayer(verbs []verb) ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteString(header)
+	b.WriteString("package board\n\n// readVerbs are the verbs of Store whose comment carries the directive\n// " + readDirective + ": they write nothing.\nvar readVerbs = map[string]bool{\n")
+	for _, v := range verbs {
+		if v.Read {
+			fmt.Fprintf(&b, "\t%q: true,\n", v.Name)
+		}
+	}
+	b.WriteString("}\n")
 	return format.Source(b.Bytes())
 }
