@@ -60,6 +60,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/leasekeeper/leasekeeper/internal/agentproc"
 	"github.com/leasekeeper/leasekeeper/internal/filelock"
 )
 
@@ -92,6 +93,7 @@ type server struct {
 // not required for cleanup — the server exits when the test process does,
 // because its stdin closes — but it stops the server deterministically.
 func Main(m *testing.M) int {
+	defer agentproc.MemoryTempDir()()
 	code := m.Run()
 	Stop()
 	return code

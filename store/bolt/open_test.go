@@ -17,6 +17,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/leasekeeper/leasekeeper/board"
+	"github.com/leasekeeper/leasekeeper/internal/agentproc"
 )
 
 // holdLockEnv makes the test binary a lock holder: TestMain opens the store
@@ -30,7 +31,10 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(crashWriterEnv); path != "" {
 		os.Exit(crashWriter(path))
 	}
-	os.Exit(m.Run())
+	restore := agentproc.MemoryTempDir()
+	code := m.Run()
+	restore()
+	os.Exit(code)
 }
 
 // selfAs runs this test binary in one of the roles TestMain knows (env

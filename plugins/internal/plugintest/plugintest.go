@@ -21,13 +21,17 @@ var binDir string
 // Main runs a test binary's tests with a fresh binDir, removed afterwards;
 // a test package's TestMain calls it.
 func Main(m *testing.M) {
+	// The binaries first, where they may be run: a tmpfs such as /dev/shm
+	// is often mounted noexec.
 	dir, err := os.MkdirTemp("", "plugintest-bin-")
 	if err != nil {
 		panic(err)
 	}
+	restore := agentproc.MemoryTempDir()
 	binDir = dir
 	code := m.Run()
 	os.RemoveAll(dir)
+	restore()
 	os.Exit(code)
 }
 
