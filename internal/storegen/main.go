@@ -6,9 +6,8 @@
 //   - with -layer serve: plugins/serve/verbs_gen.go, the plugin's side of
 //     each verb (a handler on serve.server that calls the store);
 //   - with -layer agent: agent/metered_gen.go, the agent's counting
-//     wrapper (a method on agent.meteredStore per verb), its op labels,
-//     and the labels of the reads (the verbs whose comment in board.Store
-//     carries the directive //storegen:read);
+//     wrapper (a method on agent.meteredStore per verb, a read, marked
+//     //storegen:read, counted apart from the writes) and its op labels;
 //   - with -layer wire: plugins/internal/wire/convert_gen.go, the
 //     conversions of the verbs' messages paired field by field;
 //   - with -layer board: board/verbs_gen.go, the names of the reads, which
@@ -486,20 +485,16 @@ func agentLayer(root string, verbs []verb) ([]byte, error) {
 		fmt.Fprintf(&b, "\t%q,\n", snake(v.Name))
 	}
 	b.WriteString("}\n\n")
-	b.WriteString("// readOps are the op labels of the verbs that write nothing (marked\n// " + readDirective + " in board.Store).\nvar readOps = map[string]bool{\n")
-	for _, v := range verbs {
-		if v.Read {
-			fmt.Fprintf(&b, "\t%q: true,\n", snake(v.Name))
-		}
-	}
-	b.WriteString("}\n\n")
-	b.WriteString("// Each verb is counted under its op label; an owner write (a verb\n// named ...Owned) through owned, which counts its fence rejections.\n\n")
+	b.WriteString("// Each verb is counted under its op label: a read (marked " + readDirective + ")\n// through read, an owner write (a verb named ...Owned) through owned,\n// which counts its fence rejections, any other write through done.\n\n")
 	for _, v := range verbs {
 		if hand[v.Name] {
 			continue
 		}
 		count := "done"
-		if strings.HasSuffix(v.Name, "Owned") {
+		switch {
+		case v.Read:
+			count = "read"
+		case strings.HasSuffix(v.Name, "Owned"):
 			count = "owned"
 		}
 		sig, args := "ctx context.Context", "ctx"
