@@ -101,24 +101,21 @@ func DiskTempDir(pattern string) (string, error) {
 // suffered). A test that needs a disk asks DiskTempDir for one. TMPDIR is
 // /dev/shm itself, not a directory beneath it: a Unix socket's path is
 // limited to about 100 bytes, and the plugins' sockets live in test
-// directories that are long already. The returned function restores
-// TMPDIR; call it after m.Run.
-func MemoryTempDir() (restore func()) {
+// directories that are long already. A test binary's TestMain calls it
+// before m.Run; the setting lasts the binary's life.
+func MemoryTempDir() {
 	const shm, room = "/dev/shm", 2 << 30
 	if os.Getenv("TMPDIR") != "" {
-		return func() {}
+		return
 	}
 	if kind, err := memfs.Of(shm); err != nil || kind != "tmpfs" {
-		return func() {}
+		return
 	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(shm, &st); err != nil || st.Bavail*uint64(st.Bsize) < room || unix.Access(shm, unix.W_OK) != nil {
-		return func() {}
+		return
 	}
-	if err := os.Setenv("TMPDIR", shm); err != nil {
-		return func() {}
-	}
-	return func() { os.Unsetenv("TMPDIR") }
+	_ = os.Setenv("TMPDIR", shm)
 }
 
 func diskTempBases() []string {

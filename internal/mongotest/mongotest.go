@@ -93,7 +93,7 @@ type server struct {
 // not required for cleanup — the server exits when the test process does,
 // because its stdin closes — but it stops the server deterministically.
 func Main(m *testing.M) int {
-	defer agentproc.MemoryTempDir()()
+	agentproc.MemoryTempDir()
 	code := m.Run()
 	Stop()
 	return code

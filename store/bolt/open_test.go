@@ -31,10 +31,8 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(crashWriterEnv); path != "" {
 		os.Exit(crashWriter(path))
 	}
-	restore := agentproc.MemoryTempDir()
-	code := m.Run()
-	restore()
-	os.Exit(code)
+	agentproc.MemoryTempDir()
+	os.Exit(m.Run())
 }
 
 // selfAs runs this test binary in one of the roles TestMain knows (env

@@ -27,11 +27,10 @@ func Main(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	restore := agentproc.MemoryTempDir()
+	agentproc.MemoryTempDir()
 	binDir = dir
 	code := m.Run()
 	os.RemoveAll(dir)
-	restore()
 	os.Exit(code)
 }
 
