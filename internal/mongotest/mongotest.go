@@ -92,6 +92,8 @@ type server struct {
 // started. Call it from TestMain: os.Exit(mongotest.Main(m)). Using it is
 // not required for cleanup — the server exits when the test process does,
 // because its stdin closes — but it stops the server deterministically.
+// It also keeps the test binary's scratch files, and the server's data, in
+// memory where it can (agentproc.MemoryTempDir).
 func Main(m *testing.M) int {
 	agentproc.MemoryTempDir()
 	code := m.Run()
