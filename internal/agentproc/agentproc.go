@@ -49,8 +49,10 @@ func ModuleRoot() (string, error) {
 }
 
 // Build compiles the package pkg (relative to the module root, such as
-// "./cmd/leasekeeper") into out. env is added to the go command's
-// environment (CGO_ENABLED=0 for a static build, for one).
+// "./cmd/leasekeeper") into out. It builds static (CGO_ENABLED=0), as the
+// documented builds do (docs/OPERATIONS.md, the Dockerfile), so the tests
+// run the program that ships. env is added to the go command's
+// environment after that default.
 func Build(pkg, out string, env ...string) error {
 	root, err := ModuleRoot()
 	if err != nil {
@@ -58,7 +60,7 @@ func Build(pkg, out string, env ...string) error {
 	}
 	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), "CGO_ENABLED=0"), env...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
 	}

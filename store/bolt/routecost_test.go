@@ -3,6 +3,7 @@ package boltstore
 import (
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -29,13 +30,20 @@ func TestRoutedPickPassesOverCardsByTheIndex(t *testing.T) {
 			mustCreate(t, s, board.CreateCardParams{ID: id, State: board.StateReady, Title: "a card with an ordinary title", Labels: []string{"gpu", "team-a"}})
 		}
 	}
+	// AllocsPerRun counts every goroutine's allocations, and a goroutine
+	// another test left winding down can only add to them: the least of a
+	// few readings is the pick's own.
 	allocs := func() float64 {
-		return testing.AllocsPerRun(20, func() {
-			_, err := s.ClaimNext(ctx, board.ClaimNextParams{Marker: "host-100", Lease: time.Minute, Labels: []string{"gpu", "big"}})
-			if !errors.Is(err, board.ErrNotFound) {
-				t.Fatalf("ClaimNext [gpu big] = %v, want ErrNotFound", err)
-			}
-		})
+		least := math.Inf(1)
+		for range 3 {
+			least = min(least, testing.AllocsPerRun(20, func() {
+				_, err := s.ClaimNext(ctx, board.ClaimNextParams{Marker: "host-100", Lease: time.Minute, Labels: []string{"gpu", "big"}})
+				if !errors.Is(err, board.ErrNotFound) {
+					t.Fatalf("ClaimNext [gpu big] = %v, want ErrNotFound", err)
+				}
+			}))
+		}
+		return least
 	}
 	create(10)
 	few := allocs()
