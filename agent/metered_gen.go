@@ -30,6 +30,7 @@ var storeOps = []string{
 	"claim_next",
 	"renew_claims",
 	"expire_claim_owned",
+	"disown_claim_owned",
 	"set_state_owned",
 	"set_last_run_owned",
 	"set_awaiting_input_owned",
@@ -135,6 +136,12 @@ func (s meteredStore) Release(ctx context.Context, p board.ReleaseParams) error 
 func (s meteredStore) ExpireClaimOwned(ctx context.Context, p board.OwnedParams) error {
 	err := s.inner.ExpireClaimOwned(ctx, p)
 	s.owned("expire_claim_owned", err)
+	return err
+}
+
+func (s meteredStore) DisownClaimOwned(ctx context.Context, p board.OwnedParams) error {
+	err := s.inner.DisownClaimOwned(ctx, p)
+	s.owned("disown_claim_owned", err)
 	return err
 }
 

@@ -206,6 +206,23 @@ func BootSweep(ctx context.Context, cfg SweepConfig) ([]SweepItem, []Adoption, e
 		items = append(items, item)
 	}
 
+	// A claim this host's agent gave up on before it stopped (its owner
+	// missed its keepalive) is not adopted again: its holder was told it
+	// lost the claim, and may have stopped working to it. Its lease runs
+	// out on its own, and a re-claim by the same worker gets a fresh epoch
+	// (DESIGN.md#keepalive).
+	adoptable := live[:0:0]
+	for _, l := range live {
+		if !l.card.Disowned() {
+			adoptable = append(adoptable, l)
+			continue
+		}
+		items = append(items, SweepItem{Card: l.card.ID, Marker: l.card.Claim, Epoch: l.card.ClaimEpoch,
+			Action: SweepDisowned, Lost: heartbeat.LostKeepaliveMissed, Owner: l.owner,
+			Why: l.why + ", but this host's agent gave the claim up before it stopped (its owner missed its keepalive); not adopted, its lease left to run out"})
+	}
+	live = adoptable
+
 	// The store's clock is read once, as late as it can be before the
 	// renewal: a later reading only judges more claims over, the safe side
 	// (see over). attempt, this agent's clock, starts the adoptees' trusted

@@ -90,6 +90,18 @@ type Card struct {
 	// the run that claim started from a run an earlier claim recorded
 	// (JudgedEpoch). Zero otherwise; a release clears it.
 	RecoveredEpoch int64 `json:"recovered_epoch,omitempty"`
+	// DisownedEpoch is the epoch of a claim its holder's agent stopped
+	// vouching for while the lease runs on (DisownClaimOwned): the claim
+	// is disowned while it equals ClaimEpoch (Disowned). Every later claim
+	// has a higher epoch, so nothing needs to clear it.
+	DisownedEpoch int64 `json:"disowned_epoch,omitempty"`
+}
+
+// Disowned reports whether the card's claim is one its holder's agent gave
+// up on (a missed keepalive) while its lease runs on: a restarted agent
+// does not adopt it (DESIGN.md#keepalive).
+func (c Card) Disowned() bool {
+	return c.Claim != "" && c.DisownedEpoch != 0 && c.DisownedEpoch == c.ClaimEpoch
 }
 
 // JudgedEpoch is the epoch of the claim the watchdog judges this card by:

@@ -51,7 +51,7 @@ type RenewClaimsParams struct {
 
 // OwnedParams names a card and the claim token its holder writes under:
 // the input of the fenced writes that carry nothing else (ReleaseOwned,
-// ExpireClaimOwned).
+// ExpireClaimOwned, DisownClaimOwned).
 type OwnedParams struct {
 	Card  string     `json:"card"`
 	Token ClaimToken `json:"token"`

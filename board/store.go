@@ -348,8 +348,9 @@ type CardWriter interface {
 }
 
 // Claimer takes claims and keeps their leases: a claim, the heartbeat's
-// batched renewal, and the expiry of a dead worker's lease
-// (DESIGN.md#lease, DESIGN.md#heartbeat-batch, DESIGN.md#owner-dead).
+// batched renewal, the expiry of a dead worker's lease and the mark of a
+// silent one's (DESIGN.md#lease, DESIGN.md#heartbeat-batch,
+// DESIGN.md#owner-dead, DESIGN.md#keepalive).
 type Claimer interface {
 	// Claim acquires a free card, or refreshes the lease of the marker that
 	// holds it (DESIGN.md#epoch); another marker's claim, live or expired,
@@ -364,6 +365,11 @@ type Claimer interface {
 	// ExpireClaimOwned sets the lease to now, so the watchdog may rule on the
 	// card at once instead of waiting out the TTL (DESIGN.md#owner-dead).
 	ExpireClaimOwned(ctx context.Context, p OwnedParams) error
+	// DisownClaimOwned records that the holder's agent stopped vouching for
+	// the claim while its lease runs on (Card.Disowned): the lease and the
+	// claim are left as they are, and no event is recorded
+	// (DESIGN.md#keepalive).
+	DisownClaimOwned(ctx context.Context, p OwnedParams) error
 }
 
 // OwnerWriter is the claim holder's fenced writes: each is a

@@ -15,6 +15,7 @@ import (
 type Renewer interface {
 	RenewClaims(ctx context.Context, p board.RenewClaimsParams) ([]board.RenewResult, error)
 	ExpireClaimOwned(ctx context.Context, p board.OwnedParams) error
+	DisownClaimOwned(ctx context.Context, p board.OwnedParams) error
 }
 
 var _ Renewer = board.Store(nil)
@@ -48,7 +49,8 @@ func DefaultMargin(lease time.Duration) time.Duration {
 // config is picked up on the next tick.
 type Config struct {
 	// Store receives one RenewClaims call per tick (none when nothing is
-	// held) and one ExpireClaimOwned per claim of a dead owner. Required.
+	// held), one ExpireClaimOwned per claim of a dead owner and one
+	// DisownClaimOwned per claim of a silent one. Required.
 	Store Renewer
 	// Clock is the source of time for every deadline. Default
 	// board.SystemClock (monotonic-safe, see the package doc).

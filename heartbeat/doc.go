@@ -38,7 +38,9 @@
 // owner has not pinged within the keepalive window is reported lost
 // (LostKeepaliveMissed) and no longer renewed, but not expired: a silent
 // owner is not a dead one, and its lease runs out on its own, never before
-// the deadline its last ping was given.
+// the deadline its last ping was given. The claim is marked given up in the
+// store instead (DisownClaimOwned), so an agent restarted before the lease
+// ends does not adopt it again.
 //
 // # Disowned claims
 //

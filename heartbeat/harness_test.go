@@ -93,6 +93,12 @@ func (s *spy) ExpireClaimOwned(ctx context.Context, p board.OwnedParams) error {
 	return s.inner.ExpireClaimOwned(ctx, p)
 }
 
+// DisownClaimOwned passes through: what it marks is read back from the
+// store.
+func (s *spy) DisownClaimOwned(ctx context.Context, p board.OwnedParams) error {
+	return s.inner.DisownClaimOwned(ctx, p)
+}
+
 func (s *spy) setFault(f func(ctx context.Context, holds []board.Hold, lease time.Duration) ([]board.RenewResult, error)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

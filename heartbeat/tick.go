@@ -162,15 +162,21 @@ func (l *Loop) RunOnce(ctx context.Context) TickResult {
 	}
 	l.mu.Unlock()
 	for _, lo := range dead {
+		tok := board.ClaimToken{Marker: lo.Marker, Epoch: lo.Epoch}
 		if lo.Reason == LostKeepaliveMissed {
 			// A silent owner is not proved gone: it may be stopped or
 			// starved, and its client trusts the claim until the deadline
 			// its last ping was given, which may be a tick or so past now.
 			// Its lease is left to run out on its own, which is never
-			// before that deadline (DESIGN.md#keepalive).
+			// before that deadline; the claim is only marked given up, so
+			// an agent restarted meanwhile does not adopt it again
+			// (DESIGN.md#keepalive).
+			if err := l.cfg.Store.DisownClaimOwned(ctx, board.OwnedParams{Card: lo.Card, Token: tok}); err != nil {
+				l.cfg.Logger.Warn("heartbeat: could not mark a silent owner's claim given up; an agent restarted before its lease runs out would adopt it again",
+					"card", lo.Card, "epoch", lo.Epoch, "err", err)
+			}
 			continue
 		}
-		tok := board.ClaimToken{Marker: lo.Marker, Epoch: lo.Epoch}
 		if err := l.cfg.Store.ExpireClaimOwned(ctx, board.OwnedParams{Card: lo.Card, Token: tok}); err != nil {
 			// The lease then runs out on its own: slower, still safe.
 			l.cfg.Logger.Warn("heartbeat: could not expire a dead owner's lease",

@@ -516,6 +516,14 @@ func TestKeepalive(t *testing.T) {
 	if c := h.card("silent"); c.LeaseExpired(now) || c.ClaimLeaseUntil.Before(trusted) {
 		t.Errorf("silent lease until %v: want it left to run out, not before the owner's deadline %v", c.ClaimLeaseUntil, trusted)
 	}
+	// It is marked given up in the store, where a restarted agent's boot
+	// sweep reads it; the pinged claim is not.
+	if c := h.card("silent"); !c.Disowned() {
+		t.Errorf("silent claim not marked disowned in the store: disowned_epoch %d, claim epoch %d", c.DisownedEpoch, c.ClaimEpoch)
+	}
+	if c := h.card(pinged.Card); c.Disowned() {
+		t.Errorf("pinged claim marked disowned")
+	}
 	// Nor is it renewed again.
 	before := h.card("silent").ClaimLeaseUntil
 	h.clock.Advance(step)

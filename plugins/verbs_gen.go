@@ -145,6 +145,11 @@ func (s *verbs) ExpireClaimOwned(ctx context.Context, p board.OwnedParams) error
 	return err
 }
 
+func (s *verbs) DisownClaimOwned(ctx context.Context, p board.OwnedParams) error {
+	_, err := s.rpc.DisownClaimOwned(ctx, wire.ToOwnedCardRequest(p))
+	return err
+}
+
 func (s *verbs) SetStateOwned(ctx context.Context, p board.SetStateOwnedParams) (board.MoveResult, error) {
 	r, err := s.rpc.SetStateOwned(ctx, wire.ToSetStateOwnedRequest(p))
 	if err != nil {

@@ -69,7 +69,7 @@ var (
 var simWrites = []string{
 	"Claim", "ClaimNext", "RenewClaims",
 	"SetStateOwned", "SetLastRunOwned", "SetAwaitingInputOwned", "SetGaveUpOwned",
-	"ExpireClaimOwned", "ReleaseOwned", "ReleaseExpired",
+	"ExpireClaimOwned", "DisownClaimOwned", "ReleaseOwned", "ReleaseExpired",
 	"CreateRun", "UpdateRun", "ReclaimExpired",
 }
 
@@ -131,6 +131,7 @@ func simStoreOverrides() map[string]bool {
 		return s.SetGaveUpOwned(ctx, board.SetGaveUpOwnedParams{Card: "", Token: board.ClaimToken{}, GaveUp: nil})
 	})
 	try("ExpireClaimOwned", func() error { return s.ExpireClaimOwned(ctx, board.OwnedParams{Card: "", Token: board.ClaimToken{}}) })
+	try("DisownClaimOwned", func() error { return s.DisownClaimOwned(ctx, board.OwnedParams{Card: "", Token: board.ClaimToken{}}) })
 	try("ReleaseOwned", func() error { return s.ReleaseOwned(ctx, board.OwnedParams{Card: "", Token: board.ClaimToken{}}) })
 	try("ReleaseExpired", func() error { return s.ReleaseExpired(ctx, board.ReleaseExpiredParams{}) })
 	try("CreateRun", func() error { _, err := s.CreateRun(ctx, board.CreateRunParams{}); return err })
@@ -270,6 +271,14 @@ func (s *simStore) ExpireClaimOwned(ctx context.Context, p board.OwnedParams) er
 		return err
 	}
 	return s.answer("ExpireClaimOwned", card, s.inner.ExpireClaimOwned(ctx, p))
+}
+
+func (s *simStore) DisownClaimOwned(ctx context.Context, p board.OwnedParams) error {
+	card := p.Card
+	if err := s.admit("DisownClaimOwned", card); err != nil {
+		return err
+	}
+	return s.answer("DisownClaimOwned", card, s.inner.DisownClaimOwned(ctx, p))
 }
 
 func (s *simStore) ReleaseOwned(ctx context.Context, p board.OwnedParams) error {

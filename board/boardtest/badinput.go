@@ -119,6 +119,9 @@ func exerciseBadInput(t *testing.T, h Harness) {
 		{"ExpireClaimOwnedZeroToken", func(e *env, _ board.ClaimToken) error {
 			return e.s.ExpireClaimOwned(e.ctx, board.OwnedParams{Card: "c1", Token: board.ClaimToken{}})
 		}, board.ErrInvalidArgument},
+		{"DisownClaimOwnedZeroToken", func(e *env, _ board.ClaimToken) error {
+			return e.s.DisownClaimOwned(e.ctx, board.OwnedParams{Card: "c1", Token: board.ClaimToken{}})
+		}, board.ErrInvalidArgument},
 		{"ReleaseOwnedZeroToken", func(e *env, _ board.ClaimToken) error {
 			return e.s.ReleaseOwned(e.ctx, board.OwnedParams{Card: "c1", Token: board.ClaimToken{}})
 		}, board.ErrInvalidArgument},

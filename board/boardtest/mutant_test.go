@@ -236,6 +236,17 @@ func (m updateRunIgnoresToken) UpdateRun(ctx context.Context, u board.UpdateRunP
 	return m.Store.UpdateRun(ctx, u)
 }
 
+// disownEndsTheLease marks a silent holder's claim and ends its lease as
+// well: the card would be free before the deadline the holder still trusts.
+type disownEndsTheLease struct{ board.Store }
+
+func (m disownEndsTheLease) DisownClaimOwned(ctx context.Context, p board.OwnedParams) error {
+	if err := m.Store.DisownClaimOwned(ctx, p); err != nil {
+		return err
+	}
+	return m.Store.ExpireClaimOwned(ctx, p)
+}
+
 // releaseLeavesRunOpen releases only the claim, as the expiry sweep does:
 // the holder's run is left open and the card where it was.
 type releaseLeavesRunOpen struct{ board.Store }
@@ -304,6 +315,7 @@ var mutants = map[string]func(board.Store) board.Store{
 	"finishWithoutRunFence":     func(s board.Store) board.Store { return finishWithoutRunFence{s} },
 	"updateRunIgnoresToken":     func(s board.Store) board.Store { return updateRunIgnoresToken{s} },
 	"releaseLeavesRunOpen":      func(s board.Store) board.Store { return releaseLeavesRunOpen{s} },
+	"disownEndsTheLease":        func(s board.Store) board.Store { return disownEndsTheLease{s} },
 	"releaseExpiredByMarker":    func(s board.Store) board.Store { return releaseExpiredByMarker{s} },
 	"listingRestarts":           func(s board.Store) board.Store { return listingRestarts{s} },
 	"fenceBypass":               func(s board.Store) board.Store { return fenceBypass{s} },
@@ -374,6 +386,8 @@ func TestSuiteCatchesMutants(t *testing.T) {
 			[]string{"TestMutantExercise/Lifecycle/RunWritesFenced/UpdateRunWorkerToken"}},
 		{"releaseLeavesRunOpen", "TestMutantExercise/Lifecycle/ReleaseHandsTheCardBack/",
 			[]string{"TestMutantExercise/Lifecycle/ReleaseHandsTheCardBack/Release", "TestMutantExercise/Lifecycle/ReleaseHandsTheCardBack/ReleaseOwned"}},
+		{"disownEndsTheLease", "TestMutantExercise/Owner/DisownMarks",
+			[]string{"TestMutantExercise/Owner/DisownMarksTheClaimAlone"}},
 		{"claimPassesBlockers", "TestMutantExercise/Blockers/",
 			[]string{"TestMutantExercise/Blockers/ClaimByIDOfAWaitingCardIsRefused", "TestMutantExercise/Blockers/ParkedInWaitingDepsWithNothingOutstanding"}},
 		{"pruneIgnoresDryRun", "TestMutantExercise/Retention/PruneIsBounded",

@@ -41,6 +41,9 @@ var ownerVerbs = []ownerVerb{
 	{"ExpireClaimOwned", func(e *env, card string, tok board.ClaimToken) error {
 		return e.s.ExpireClaimOwned(e.ctx, board.OwnedParams{Card: card, Token: tok})
 	}},
+	{"DisownClaimOwned", func(e *env, card string, tok board.ClaimToken) error {
+		return e.s.DisownClaimOwned(e.ctx, board.OwnedParams{Card: card, Token: tok})
+	}},
 	{"ReleaseOwned", func(e *env, card string, tok board.ClaimToken) error {
 		return e.s.ReleaseOwned(e.ctx, board.OwnedParams{Card: card, Token: tok})
 	}},
@@ -266,6 +269,52 @@ func exerciseOwner(t *testing.T, h Harness) {
 		}
 		e.unchanged(before, "ReleaseOwned on a free card")
 		e.noEventsSince(seq, "ReleaseOwned on a free card")
+	})
+
+	// A claim its agent gave up on is marked and nothing else: the lease
+	// runs on for the silent holder's deadline, the card is not changed in
+	// the eyes of a reader of the log, and the mark names that claim only,
+	// never the next one (DESIGN.md#keepalive).
+	t.Run("DisownMarksTheClaimAlone", func(t *testing.T) {
+		t.Parallel()
+		e := open(t, h)
+		e.card("c1", board.StateReady)
+		tok := e.claim("c1", markerA)
+		before := e.get("c1")
+		if before.Disowned() {
+			t.Fatalf("a fresh claim reads as disowned: %s", fmtCard(before))
+		}
+		e.clock.Advance(time.Second)
+		seq := e.lastSeq()
+		for i := range 2 { // the second time is a no-op
+			if err := e.s.DisownClaimOwned(e.ctx, board.OwnedParams{Card: "c1", Token: tok}); err != nil {
+				t.Fatalf("DisownClaimOwned #%d: %v", i+1, err)
+			}
+		}
+		e.noEventsSince(seq, "DisownClaimOwned")
+		c := e.get("c1")
+		if !c.Disowned() || c.DisownedEpoch != tok.Epoch {
+			t.Errorf("after DisownClaimOwned: disowned %v, disowned_epoch %d; want true, the claim's epoch %d", c.Disowned(), c.DisownedEpoch, tok.Epoch)
+		}
+		want := before
+		want.DisownedEpoch = tok.Epoch
+		if d := diffCards(c, want); d != "" {
+			t.Errorf("DisownClaimOwned changed more than the mark: %s", d)
+		}
+		if _, err := e.s.Claim(e.ctx, board.ClaimParams{Card: "c1", Marker: markerA, Lease: lease}); err != nil {
+			t.Fatalf("the holder's re-claim: %v", err)
+		}
+		if c := e.get("c1"); !c.Disowned() {
+			t.Errorf("the same claim refreshed by its holder lost the mark: %s", fmtCard(c))
+		}
+		e.release("c1", tok)
+		if c := e.get("c1"); c.Disowned() {
+			t.Errorf("a free card reads as disowned: %s", fmtCard(c))
+		}
+		next := e.claim("c1", markerA)
+		if c := e.get("c1"); c.Disowned() || next.Epoch <= tok.Epoch {
+			t.Errorf("the next claim (epoch %d, after %d) reads as disowned %v: %s", next.Epoch, tok.Epoch, c.Disowned(), fmtCard(c))
+		}
 	})
 
 	t.Run("RenewPushesLeaseWithoutEvent", func(t *testing.T) {

@@ -345,6 +345,9 @@ func diffCards(got, want board.Card) string {
 	}
 	tm("claimed_at", got.ClaimedAt, want.ClaimedAt)
 	tm("claim_lease_until", got.ClaimLeaseUntil, want.ClaimLeaseUntil)
+	if got.DisownedEpoch != want.DisownedEpoch {
+		add("disowned_epoch", got.DisownedEpoch, want.DisownedEpoch)
+	}
 	return strings.Join(d, "; ")
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -82,6 +83,53 @@ func TestE2EAMissedKeepaliveDoesNotFreeTheCardBeforeTheDeadline(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d cards freed before their holder's deadline", freed, n)
+}
+
+// TestE2EARestartedAgentDoesNotAdoptAClaimItGaveUpForSilence: an agent
+// that declared a silent holder's claim lost, killed and started again
+// while that lease still has more than a renewal interval and two margins
+// to run, must not take the claim back as a live worker's: its boot sweep
+// would renew, for the silent holder, a claim it told the holder it lost
+// (DESIGN.md#keepalive). The heartbeat marks the claim given up in the
+// store, and the restarted agent's sweep reads the mark. The lease (30s,
+// ticks of 10s) leaves the claim 20s when it is given up, against the 16s
+// under which the sweep would leave it alone for being nearly over.
+func TestE2EARestartedAgentDoesNotAdoptAClaimItGaveUpForSilence(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "lease: 30s\nliveness: keepalive\n")
+	first := e.Start()
+	e.MustRun("card", "create", "c0")
+	silentHolder(t, e.Socket, "c0")
+	var given board.Card
+	agentproc.WaitFor(t, 45*time.Second, "the heartbeat to give the silent holder's claim up", func() bool {
+		given = e.Card("c0")
+		return given.Disowned()
+	})
+	if err := first.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-first.Done()
+	e.Start()
+	var line string
+	agentproc.WaitFor(t, 20*time.Second, "the restarted agent's boot sweep to judge c0", func() bool {
+		for l := range strings.SplitSeq(e.Log(), "\n") {
+			if strings.Contains(l, "boot sweep") && strings.Contains(l, "card=c0") {
+				line = l
+				return true
+			}
+		}
+		return false
+	})
+	if !strings.Contains(line, "action=disowned") || !strings.Contains(line, "gave the claim up") {
+		t.Errorf("boot sweep: %s\nwant c0 disowned for the claim its agent gave up", line)
+	}
+	if c := e.Card("c0"); c.Token() != given.Token() || !c.ClaimLeaseUntil.Equal(given.ClaimLeaseUntil) {
+		t.Errorf("after the restart c0 is held by %+v until %s, want %+v left to run out at %s",
+			c.Token(), c.ClaimLeaseUntil, given.Token(), given.ClaimLeaseUntil)
+	}
+	if holds(e.Status(), "c0") {
+		t.Errorf("the restarted agent vouches for c0's claim again")
+	}
 }
 
 // silentHolderScript claims the card argv[2] over the socket argv[1], prints

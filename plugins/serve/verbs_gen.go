@@ -140,6 +140,10 @@ func (s *server) ExpireClaimOwned(ctx context.Context, r *storepb.OwnedCardReque
 	return empty(s.store.ExpireClaimOwned(ctx, wire.FromOwnedCardRequest(r)))
 }
 
+func (s *server) DisownClaimOwned(ctx context.Context, r *storepb.OwnedCardRequest) (*storepb.Empty, error) {
+	return empty(s.store.DisownClaimOwned(ctx, wire.FromOwnedCardRequest(r)))
+}
+
 func (s *server) SetStateOwned(ctx context.Context, r *storepb.SetStateOwnedRequest) (*storepb.ChangedReply, error) {
 	res, err := s.store.SetStateOwned(ctx, wire.FromSetStateOwnedRequest(r))
 	if err != nil {

@@ -1023,9 +1023,12 @@ type Card struct {
 	LastRunEpoch    int64                  `protobuf:"varint,19,opt,name=last_run_epoch,json=lastRunEpoch,proto3" json:"last_run_epoch,omitempty"`
 	// The retry policy's bookkeeping (board.Card.Attempts, RetryAt, Retry).
 	// An older peer ignores them.
-	Attempts      int64        `protobuf:"varint,20,opt,name=attempts,proto3" json:"attempts,omitempty"`
-	RetryAt       *Time        `protobuf:"bytes,21,opt,name=retry_at,json=retryAt,proto3" json:"retry_at,omitempty"`
-	Retry         *RetryPolicy `protobuf:"bytes,22,opt,name=retry,proto3" json:"retry,omitempty"`
+	Attempts int64        `protobuf:"varint,20,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	RetryAt  *Time        `protobuf:"bytes,21,opt,name=retry_at,json=retryAt,proto3" json:"retry_at,omitempty"`
+	Retry    *RetryPolicy `protobuf:"bytes,22,opt,name=retry,proto3" json:"retry,omitempty"`
+	// The epoch of a claim its agent gave up on (board.Card.DisownedEpoch).
+	// An older peer ignores it.
+	DisownedEpoch int64 `protobuf:"varint,23,opt,name=disowned_epoch,json=disownedEpoch,proto3" json:"disowned_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1212,6 +1215,13 @@ func (x *Card) GetRetry() *RetryPolicy {
 		return x.Retry
 	}
 	return nil
+}
+
+func (x *Card) GetDisownedEpoch() int64 {
+	if x != nil {
+		return x.DisownedEpoch
+	}
+	return 0
 }
 
 type RunMessage struct {
@@ -4666,7 +4676,7 @@ const file_store_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1a\n" +
 	"\battempts\x18\x03 \x01(\x03R\battempts\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12*\n" +
-	"\x02at\x18\x05 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\x02at\"\xb7\a\n" +
+	"\x02at\x18\x05 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\x02at\"\xde\a\n" +
 	"\x04Card\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12\x14\n" +
@@ -4696,7 +4706,8 @@ const file_store_proto_rawDesc = "" +
 	"\x0elast_run_epoch\x18\x13 \x01(\x03R\flastRunEpoch\x12\x1a\n" +
 	"\battempts\x18\x14 \x01(\x03R\battempts\x125\n" +
 	"\bretry_at\x18\x15 \x01(\v2\x1a.leasekeeper.store.v1.TimeR\aretryAt\x127\n" +
-	"\x05retry\x18\x16 \x01(\v2!.leasekeeper.store.v1.RetryPolicyR\x05retry\"\x96\x04\n" +
+	"\x05retry\x18\x16 \x01(\v2!.leasekeeper.store.v1.RetryPolicyR\x05retry\x12%\n" +
+	"\x0edisowned_epoch\x18\x17 \x01(\x03R\rdisownedEpoch\"\x96\x04\n" +
 	"\n" +
 	"RunMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -4986,7 +4997,7 @@ const file_store_proto_rawDesc = "" +
 	"\x1cERROR_KIND_DEADLINE_EXCEEDED\x10\t\x12\"\n" +
 	"\x1eERROR_KIND_WAITING_ON_BLOCKERS\x10\n" +
 	"\x12\x1c\n" +
-	"\x18ERROR_KIND_EVENTS_PRUNED\x10\v2\x8a\x1a\n" +
+	"\x18ERROR_KIND_EVENTS_PRUNED\x10\v2\xe3\x1a\n" +
 	"\x05Store\x12M\n" +
 	"\x05Board\x12\".leasekeeper.store.v1.BoardRequest\x1a .leasekeeper.store.v1.BoardReply\x12>\n" +
 	"\x03Now\x12\x1b.leasekeeper.store.v1.Empty\x1a\x1a.leasekeeper.store.v1.Time\x12V\n" +
@@ -5007,7 +5018,8 @@ const file_store_proto_rawDesc = "" +
 	"\x0fSetLastRunOwned\x12,.leasekeeper.store.v1.SetLastRunOwnedRequest\x1a\x1b.leasekeeper.store.v1.Empty\x12h\n" +
 	"\x15SetAwaitingInputOwned\x122.leasekeeper.store.v1.SetAwaitingInputOwnedRequest\x1a\x1b.leasekeeper.store.v1.Empty\x12Z\n" +
 	"\x0eSetGaveUpOwned\x12+.leasekeeper.store.v1.SetGaveUpOwnedRequest\x1a\x1b.leasekeeper.store.v1.Empty\x12W\n" +
-	"\x10ExpireClaimOwned\x12&.leasekeeper.store.v1.OwnedCardRequest\x1a\x1b.leasekeeper.store.v1.Empty\x12S\n" +
+	"\x10ExpireClaimOwned\x12&.leasekeeper.store.v1.OwnedCardRequest\x1a\x1b.leasekeeper.store.v1.Empty\x12W\n" +
+	"\x10DisownClaimOwned\x12&.leasekeeper.store.v1.OwnedCardRequest\x1a\x1b.leasekeeper.store.v1.Empty\x12S\n" +
 	"\fReleaseOwned\x12&.leasekeeper.store.v1.OwnedCardRequest\x1a\x1b.leasekeeper.store.v1.Empty\x12L\n" +
 	"\aRelease\x12$.leasekeeper.store.v1.ReleaseRequest\x1a\x1b.leasekeeper.store.v1.Empty\x12Z\n" +
 	"\x0eReleaseExpired\x12+.leasekeeper.store.v1.ReleaseExpiredRequest\x1a\x1b.leasekeeper.store.v1.Empty\x12J\n" +
@@ -5209,67 +5221,69 @@ var file_store_proto_depIdxs = []int32{
 	38,  // 89: leasekeeper.store.v1.Store.SetAwaitingInputOwned:input_type -> leasekeeper.store.v1.SetAwaitingInputOwnedRequest
 	39,  // 90: leasekeeper.store.v1.Store.SetGaveUpOwned:input_type -> leasekeeper.store.v1.SetGaveUpOwnedRequest
 	40,  // 91: leasekeeper.store.v1.Store.ExpireClaimOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
-	40,  // 92: leasekeeper.store.v1.Store.ReleaseOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
-	41,  // 93: leasekeeper.store.v1.Store.Release:input_type -> leasekeeper.store.v1.ReleaseRequest
-	56,  // 94: leasekeeper.store.v1.Store.ReleaseExpired:input_type -> leasekeeper.store.v1.ReleaseExpiredRequest
-	42,  // 95: leasekeeper.store.v1.Store.SetState:input_type -> leasekeeper.store.v1.MoveRequest
-	42,  // 96: leasekeeper.store.v1.Store.SetStateFrom:input_type -> leasekeeper.store.v1.MoveRequest
-	42,  // 97: leasekeeper.store.v1.Store.Reopen:input_type -> leasekeeper.store.v1.MoveRequest
-	43,  // 98: leasekeeper.store.v1.Store.AdjustLabels:input_type -> leasekeeper.store.v1.AdjustLabelsRequest
-	44,  // 99: leasekeeper.store.v1.Store.SetLabels:input_type -> leasekeeper.store.v1.SetLabelsRequest
-	20,  // 100: leasekeeper.store.v1.Store.LoadBoard:input_type -> leasekeeper.store.v1.BoardRequest
-	45,  // 101: leasekeeper.store.v1.Store.SetBoard:input_type -> leasekeeper.store.v1.SetBoardRequest
-	47,  // 102: leasekeeper.store.v1.Store.SetLabelsFrom:input_type -> leasekeeper.store.v1.SetLabelsFromRequest
-	50,  // 103: leasekeeper.store.v1.Store.CreateRun:input_type -> leasekeeper.store.v1.NewRunRequest
-	49,  // 104: leasekeeper.store.v1.Store.UpdateRun:input_type -> leasekeeper.store.v1.RunUpdateRequest
-	55,  // 105: leasekeeper.store.v1.Store.GetRun:input_type -> leasekeeper.store.v1.GetRunRequest
-	57,  // 106: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:input_type -> leasekeeper.store.v1.ListExpiredRequest
-	59,  // 107: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:input_type -> leasekeeper.store.v1.ListCutoffRequest
-	60,  // 108: leasekeeper.store.v1.Store.ReclaimExpired:input_type -> leasekeeper.store.v1.ReclaimExpiredRequest
-	61,  // 109: leasekeeper.store.v1.Store.Events:input_type -> leasekeeper.store.v1.EventsRequest
-	2,   // 110: leasekeeper.store.v1.Store.Calls:input_type -> leasekeeper.store.v1.CallBatch
-	63,  // 111: leasekeeper.store.v1.Store.Prune:input_type -> leasekeeper.store.v1.PruneRequest
-	65,  // 112: leasekeeper.store.v1.Store.DeleteCard:input_type -> leasekeeper.store.v1.DeleteCardRequest
-	21,  // 113: leasekeeper.store.v1.Store.Board:output_type -> leasekeeper.store.v1.BoardReply
-	5,   // 114: leasekeeper.store.v1.Store.Now:output_type -> leasekeeper.store.v1.Time
-	25,  // 115: leasekeeper.store.v1.Store.CreateCard:output_type -> leasekeeper.store.v1.CardReply
-	25,  // 116: leasekeeper.store.v1.Store.GetCard:output_type -> leasekeeper.store.v1.CardReply
-	28,  // 117: leasekeeper.store.v1.Store.ListCards:output_type -> leasekeeper.store.v1.CardsReply
-	28,  // 118: leasekeeper.store.v1.Store.Dependents:output_type -> leasekeeper.store.v1.CardsReply
-	67,  // 119: leasekeeper.store.v1.Store.CountCards:output_type -> leasekeeper.store.v1.CardCountsReply
-	31,  // 120: leasekeeper.store.v1.Store.Claim:output_type -> leasekeeper.store.v1.CardTokenReply
-	31,  // 121: leasekeeper.store.v1.Store.ClaimNext:output_type -> leasekeeper.store.v1.CardTokenReply
-	34,  // 122: leasekeeper.store.v1.Store.RenewClaims:output_type -> leasekeeper.store.v1.RenewClaimsReply
-	52,  // 123: leasekeeper.store.v1.Store.Start:output_type -> leasekeeper.store.v1.StartedReply
-	54,  // 124: leasekeeper.store.v1.Store.Finish:output_type -> leasekeeper.store.v1.FinishedReply
-	36,  // 125: leasekeeper.store.v1.Store.SetStateOwned:output_type -> leasekeeper.store.v1.ChangedReply
-	9,   // 126: leasekeeper.store.v1.Store.SetLastRunOwned:output_type -> leasekeeper.store.v1.Empty
-	9,   // 127: leasekeeper.store.v1.Store.SetAwaitingInputOwned:output_type -> leasekeeper.store.v1.Empty
-	9,   // 128: leasekeeper.store.v1.Store.SetGaveUpOwned:output_type -> leasekeeper.store.v1.Empty
-	9,   // 129: leasekeeper.store.v1.Store.ExpireClaimOwned:output_type -> leasekeeper.store.v1.Empty
-	9,   // 130: leasekeeper.store.v1.Store.ReleaseOwned:output_type -> leasekeeper.store.v1.Empty
-	9,   // 131: leasekeeper.store.v1.Store.Release:output_type -> leasekeeper.store.v1.Empty
-	9,   // 132: leasekeeper.store.v1.Store.ReleaseExpired:output_type -> leasekeeper.store.v1.Empty
-	9,   // 133: leasekeeper.store.v1.Store.SetState:output_type -> leasekeeper.store.v1.Empty
-	36,  // 134: leasekeeper.store.v1.Store.SetStateFrom:output_type -> leasekeeper.store.v1.ChangedReply
-	9,   // 135: leasekeeper.store.v1.Store.Reopen:output_type -> leasekeeper.store.v1.Empty
-	25,  // 136: leasekeeper.store.v1.Store.AdjustLabels:output_type -> leasekeeper.store.v1.CardReply
-	25,  // 137: leasekeeper.store.v1.Store.SetLabels:output_type -> leasekeeper.store.v1.CardReply
-	21,  // 138: leasekeeper.store.v1.Store.LoadBoard:output_type -> leasekeeper.store.v1.BoardReply
-	46,  // 139: leasekeeper.store.v1.Store.SetBoard:output_type -> leasekeeper.store.v1.SetBoardReply
-	48,  // 140: leasekeeper.store.v1.Store.SetLabelsFrom:output_type -> leasekeeper.store.v1.CardChangedReply
-	17,  // 141: leasekeeper.store.v1.Store.CreateRun:output_type -> leasekeeper.store.v1.RunMessage
-	17,  // 142: leasekeeper.store.v1.Store.UpdateRun:output_type -> leasekeeper.store.v1.RunMessage
-	17,  // 143: leasekeeper.store.v1.Store.GetRun:output_type -> leasekeeper.store.v1.RunMessage
-	58,  // 144: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:output_type -> leasekeeper.store.v1.ExpiredPageReply
-	28,  // 145: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:output_type -> leasekeeper.store.v1.CardsReply
-	31,  // 146: leasekeeper.store.v1.Store.ReclaimExpired:output_type -> leasekeeper.store.v1.CardTokenReply
-	62,  // 147: leasekeeper.store.v1.Store.Events:output_type -> leasekeeper.store.v1.EventsReply
-	4,   // 148: leasekeeper.store.v1.Store.Calls:output_type -> leasekeeper.store.v1.ReplyBatch
-	64,  // 149: leasekeeper.store.v1.Store.Prune:output_type -> leasekeeper.store.v1.PruneReply
-	66,  // 150: leasekeeper.store.v1.Store.DeleteCard:output_type -> leasekeeper.store.v1.DeleteCardReply
-	113, // [113:151] is the sub-list for method output_type
-	75,  // [75:113] is the sub-list for method input_type
+	40,  // 92: leasekeeper.store.v1.Store.DisownClaimOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
+	40,  // 93: leasekeeper.store.v1.Store.ReleaseOwned:input_type -> leasekeeper.store.v1.OwnedCardRequest
+	41,  // 94: leasekeeper.store.v1.Store.Release:input_type -> leasekeeper.store.v1.ReleaseRequest
+	56,  // 95: leasekeeper.store.v1.Store.ReleaseExpired:input_type -> leasekeeper.store.v1.ReleaseExpiredRequest
+	42,  // 96: leasekeeper.store.v1.Store.SetState:input_type -> leasekeeper.store.v1.MoveRequest
+	42,  // 97: leasekeeper.store.v1.Store.SetStateFrom:input_type -> leasekeeper.store.v1.MoveRequest
+	42,  // 98: leasekeeper.store.v1.Store.Reopen:input_type -> leasekeeper.store.v1.MoveRequest
+	43,  // 99: leasekeeper.store.v1.Store.AdjustLabels:input_type -> leasekeeper.store.v1.AdjustLabelsRequest
+	44,  // 100: leasekeeper.store.v1.Store.SetLabels:input_type -> leasekeeper.store.v1.SetLabelsRequest
+	20,  // 101: leasekeeper.store.v1.Store.LoadBoard:input_type -> leasekeeper.store.v1.BoardRequest
+	45,  // 102: leasekeeper.store.v1.Store.SetBoard:input_type -> leasekeeper.store.v1.SetBoardRequest
+	47,  // 103: leasekeeper.store.v1.Store.SetLabelsFrom:input_type -> leasekeeper.store.v1.SetLabelsFromRequest
+	50,  // 104: leasekeeper.store.v1.Store.CreateRun:input_type -> leasekeeper.store.v1.NewRunRequest
+	49,  // 105: leasekeeper.store.v1.Store.UpdateRun:input_type -> leasekeeper.store.v1.RunUpdateRequest
+	55,  // 106: leasekeeper.store.v1.Store.GetRun:input_type -> leasekeeper.store.v1.GetRunRequest
+	57,  // 107: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:input_type -> leasekeeper.store.v1.ListExpiredRequest
+	59,  // 108: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:input_type -> leasekeeper.store.v1.ListCutoffRequest
+	60,  // 109: leasekeeper.store.v1.Store.ReclaimExpired:input_type -> leasekeeper.store.v1.ReclaimExpiredRequest
+	61,  // 110: leasekeeper.store.v1.Store.Events:input_type -> leasekeeper.store.v1.EventsRequest
+	2,   // 111: leasekeeper.store.v1.Store.Calls:input_type -> leasekeeper.store.v1.CallBatch
+	63,  // 112: leasekeeper.store.v1.Store.Prune:input_type -> leasekeeper.store.v1.PruneRequest
+	65,  // 113: leasekeeper.store.v1.Store.DeleteCard:input_type -> leasekeeper.store.v1.DeleteCardRequest
+	21,  // 114: leasekeeper.store.v1.Store.Board:output_type -> leasekeeper.store.v1.BoardReply
+	5,   // 115: leasekeeper.store.v1.Store.Now:output_type -> leasekeeper.store.v1.Time
+	25,  // 116: leasekeeper.store.v1.Store.CreateCard:output_type -> leasekeeper.store.v1.CardReply
+	25,  // 117: leasekeeper.store.v1.Store.GetCard:output_type -> leasekeeper.store.v1.CardReply
+	28,  // 118: leasekeeper.store.v1.Store.ListCards:output_type -> leasekeeper.store.v1.CardsReply
+	28,  // 119: leasekeeper.store.v1.Store.Dependents:output_type -> leasekeeper.store.v1.CardsReply
+	67,  // 120: leasekeeper.store.v1.Store.CountCards:output_type -> leasekeeper.store.v1.CardCountsReply
+	31,  // 121: leasekeeper.store.v1.Store.Claim:output_type -> leasekeeper.store.v1.CardTokenReply
+	31,  // 122: leasekeeper.store.v1.Store.ClaimNext:output_type -> leasekeeper.store.v1.CardTokenReply
+	34,  // 123: leasekeeper.store.v1.Store.RenewClaims:output_type -> leasekeeper.store.v1.RenewClaimsReply
+	52,  // 124: leasekeeper.store.v1.Store.Start:output_type -> leasekeeper.store.v1.StartedReply
+	54,  // 125: leasekeeper.store.v1.Store.Finish:output_type -> leasekeeper.store.v1.FinishedReply
+	36,  // 126: leasekeeper.store.v1.Store.SetStateOwned:output_type -> leasekeeper.store.v1.ChangedReply
+	9,   // 127: leasekeeper.store.v1.Store.SetLastRunOwned:output_type -> leasekeeper.store.v1.Empty
+	9,   // 128: leasekeeper.store.v1.Store.SetAwaitingInputOwned:output_type -> leasekeeper.store.v1.Empty
+	9,   // 129: leasekeeper.store.v1.Store.SetGaveUpOwned:output_type -> leasekeeper.store.v1.Empty
+	9,   // 130: leasekeeper.store.v1.Store.ExpireClaimOwned:output_type -> leasekeeper.store.v1.Empty
+	9,   // 131: leasekeeper.store.v1.Store.DisownClaimOwned:output_type -> leasekeeper.store.v1.Empty
+	9,   // 132: leasekeeper.store.v1.Store.ReleaseOwned:output_type -> leasekeeper.store.v1.Empty
+	9,   // 133: leasekeeper.store.v1.Store.Release:output_type -> leasekeeper.store.v1.Empty
+	9,   // 134: leasekeeper.store.v1.Store.ReleaseExpired:output_type -> leasekeeper.store.v1.Empty
+	9,   // 135: leasekeeper.store.v1.Store.SetState:output_type -> leasekeeper.store.v1.Empty
+	36,  // 136: leasekeeper.store.v1.Store.SetStateFrom:output_type -> leasekeeper.store.v1.ChangedReply
+	9,   // 137: leasekeeper.store.v1.Store.Reopen:output_type -> leasekeeper.store.v1.Empty
+	25,  // 138: leasekeeper.store.v1.Store.AdjustLabels:output_type -> leasekeeper.store.v1.CardReply
+	25,  // 139: leasekeeper.store.v1.Store.SetLabels:output_type -> leasekeeper.store.v1.CardReply
+	21,  // 140: leasekeeper.store.v1.Store.LoadBoard:output_type -> leasekeeper.store.v1.BoardReply
+	46,  // 141: leasekeeper.store.v1.Store.SetBoard:output_type -> leasekeeper.store.v1.SetBoardReply
+	48,  // 142: leasekeeper.store.v1.Store.SetLabelsFrom:output_type -> leasekeeper.store.v1.CardChangedReply
+	17,  // 143: leasekeeper.store.v1.Store.CreateRun:output_type -> leasekeeper.store.v1.RunMessage
+	17,  // 144: leasekeeper.store.v1.Store.UpdateRun:output_type -> leasekeeper.store.v1.RunMessage
+	17,  // 145: leasekeeper.store.v1.Store.GetRun:output_type -> leasekeeper.store.v1.RunMessage
+	58,  // 146: leasekeeper.store.v1.Store.ListExpiredClaimCandidates:output_type -> leasekeeper.store.v1.ExpiredPageReply
+	28,  // 147: leasekeeper.store.v1.Store.ListUnleasedRunningClaims:output_type -> leasekeeper.store.v1.CardsReply
+	31,  // 148: leasekeeper.store.v1.Store.ReclaimExpired:output_type -> leasekeeper.store.v1.CardTokenReply
+	62,  // 149: leasekeeper.store.v1.Store.Events:output_type -> leasekeeper.store.v1.EventsReply
+	4,   // 150: leasekeeper.store.v1.Store.Calls:output_type -> leasekeeper.store.v1.ReplyBatch
+	64,  // 151: leasekeeper.store.v1.Store.Prune:output_type -> leasekeeper.store.v1.PruneReply
+	66,  // 152: leasekeeper.store.v1.Store.DeleteCard:output_type -> leasekeeper.store.v1.DeleteCardReply
+	114, // [114:153] is the sub-list for method output_type
+	75,  // [75:114] is the sub-list for method input_type
 	75,  // [75:75] is the sub-list for extension type_name
 	75,  // [75:75] is the sub-list for extension extendee
 	0,   // [0:75] is the sub-list for field type_name

@@ -45,6 +45,7 @@ const (
 	Store_SetAwaitingInputOwned_FullMethodName      = "/leasekeeper.store.v1.Store/SetAwaitingInputOwned"
 	Store_SetGaveUpOwned_FullMethodName             = "/leasekeeper.store.v1.Store/SetGaveUpOwned"
 	Store_ExpireClaimOwned_FullMethodName           = "/leasekeeper.store.v1.Store/ExpireClaimOwned"
+	Store_DisownClaimOwned_FullMethodName           = "/leasekeeper.store.v1.Store/DisownClaimOwned"
 	Store_ReleaseOwned_FullMethodName               = "/leasekeeper.store.v1.Store/ReleaseOwned"
 	Store_Release_FullMethodName                    = "/leasekeeper.store.v1.Store/Release"
 	Store_ReleaseExpired_FullMethodName             = "/leasekeeper.store.v1.Store/ReleaseExpired"
@@ -91,6 +92,7 @@ type StoreClient interface {
 	SetAwaitingInputOwned(ctx context.Context, in *SetAwaitingInputOwnedRequest, opts ...grpc.CallOption) (*Empty, error)
 	SetGaveUpOwned(ctx context.Context, in *SetGaveUpOwnedRequest, opts ...grpc.CallOption) (*Empty, error)
 	ExpireClaimOwned(ctx context.Context, in *OwnedCardRequest, opts ...grpc.CallOption) (*Empty, error)
+	DisownClaimOwned(ctx context.Context, in *OwnedCardRequest, opts ...grpc.CallOption) (*Empty, error)
 	ReleaseOwned(ctx context.Context, in *OwnedCardRequest, opts ...grpc.CallOption) (*Empty, error)
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*Empty, error)
 	ReleaseExpired(ctx context.Context, in *ReleaseExpiredRequest, opts ...grpc.CallOption) (*Empty, error)
@@ -292,6 +294,16 @@ func (c *storeClient) ExpireClaimOwned(ctx context.Context, in *OwnedCardRequest
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Empty)
 	err := c.cc.Invoke(ctx, Store_ExpireClaimOwned_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storeClient) DisownClaimOwned(ctx context.Context, in *OwnedCardRequest, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Store_DisownClaimOwned_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -534,6 +546,7 @@ type StoreServer interface {
 	SetAwaitingInputOwned(context.Context, *SetAwaitingInputOwnedRequest) (*Empty, error)
 	SetGaveUpOwned(context.Context, *SetGaveUpOwnedRequest) (*Empty, error)
 	ExpireClaimOwned(context.Context, *OwnedCardRequest) (*Empty, error)
+	DisownClaimOwned(context.Context, *OwnedCardRequest) (*Empty, error)
 	ReleaseOwned(context.Context, *OwnedCardRequest) (*Empty, error)
 	Release(context.Context, *ReleaseRequest) (*Empty, error)
 	ReleaseExpired(context.Context, *ReleaseExpiredRequest) (*Empty, error)
@@ -621,6 +634,9 @@ func (UnimplementedStoreServer) SetGaveUpOwned(context.Context, *SetGaveUpOwnedR
 }
 func (UnimplementedStoreServer) ExpireClaimOwned(context.Context, *OwnedCardRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method ExpireClaimOwned not implemented")
+}
+func (UnimplementedStoreServer) DisownClaimOwned(context.Context, *OwnedCardRequest) (*Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method DisownClaimOwned not implemented")
 }
 func (UnimplementedStoreServer) ReleaseOwned(context.Context, *OwnedCardRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReleaseOwned not implemented")
@@ -1008,6 +1024,24 @@ func _Store_ExpireClaimOwned_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(StoreServer).ExpireClaimOwned(ctx, req.(*OwnedCardRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Store_DisownClaimOwned_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OwnedCardRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).DisownClaimOwned(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_DisownClaimOwned_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).DisownClaimOwned(ctx, req.(*OwnedCardRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1453,6 +1487,10 @@ var Store_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ExpireClaimOwned",
 			Handler:    _Store_ExpireClaimOwned_Handler,
+		},
+		{
+			MethodName: "DisownClaimOwned",
+			Handler:    _Store_DisownClaimOwned_Handler,
 		},
 		{
 			MethodName: "ReleaseOwned",

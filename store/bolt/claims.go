@@ -412,6 +412,20 @@ func (s *Store) ExpireClaimOwned(ctx context.Context, p board.OwnedParams) error
 	})
 }
 
+// DisownClaimOwned marks the claim one its agent gave up on
+// (board.Card.Disowned) and leaves the claim and its lease as they are. Like
+// a renewal it is not a card change: no event, and updated_at stays.
+func (s *Store) DisownClaimOwned(ctx context.Context, p board.OwnedParams) error {
+	return s.owned(ctx, p.Card, p.Token, func(w *wtx, rec *cardRecord) error {
+		if rec.DisownedEpoch == rec.ClaimEpoch {
+			return nil
+		}
+		prev := *rec
+		rec.DisownedEpoch = rec.ClaimEpoch
+		return w.putCard(&prev, rec)
+	})
+}
+
 // release clears the claim and keeps the epoch: the fence only goes up, so
 // the next acquisition continues from it (DESIGN.md#epoch-monotone).
 func (s *Store) release(w *wtx, rec *cardRecord, actor string) error {

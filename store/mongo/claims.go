@@ -440,6 +440,19 @@ func (s *Store) ExpireClaimOwned(ctx context.Context, p board.OwnedParams) error
 	return err
 }
 
+// DisownClaimOwned marks the claim one its agent gave up on
+// (board.Card.Disowned) and leaves the claim and its lease as they are. Like
+// a renewal it is not a card change: no event, no updated_at.
+func (s *Store) DisownClaimOwned(ctx context.Context, p board.OwnedParams) error {
+	_, _, err := s.owned(ctx, p.Card, p.Token, func(c *cardState, _ serverClock) (*change, error) {
+		if c.DisownedEpoch == c.ClaimEpoch {
+			return nil, nil
+		}
+		return &change{set: bson.D{{Key: "disowned_epoch", Value: c.ClaimEpoch}}}, nil
+	})
+	return err
+}
+
 // releaseChange clears the claim and keeps the epoch: the fence only goes
 // up, so the next acquisition continues from it (DESIGN.md#epoch-monotone).
 func releaseChange(c *cardState, clk serverClock, actor string) *change {

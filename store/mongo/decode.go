@@ -248,6 +248,7 @@ func decodeCard(raw bson.Raw) (*cardState, error) {
 	c.leaseSet = r.has("claim_lease_until")
 	c.ClaimLeaseUntil = r.time("claim_lease_until")
 	c.RecoveredEpoch = r.int("recovered_epoch")
+	c.DisownedEpoch = r.int("disowned_epoch")
 	c.reopenPending = r.str(fieldReopenPending)
 	c.reopenHolds = r.strs(fieldReopenHolds)
 	c.outbox = r.outbox()

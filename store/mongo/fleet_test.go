@@ -227,6 +227,7 @@ func TestStrippedCardRefusesItsLiveHolder(t *testing.T) {
 			return f.s.SetGaveUpOwned(f.ctx, board.SetGaveUpOwnedParams{Card: "c1", Token: tok, GaveUp: &board.GaveUp{Reason: "x"}})
 		}},
 		{"ExpireClaimOwned", func() error { return f.s.ExpireClaimOwned(f.ctx, board.OwnedParams{Card: "c1", Token: tok}) }},
+		{"DisownClaimOwned", func() error { return f.s.DisownClaimOwned(f.ctx, board.OwnedParams{Card: "c1", Token: tok}) }},
 		{"ReleaseOwned", func() error { return f.s.ReleaseOwned(f.ctx, board.OwnedParams{Card: "c1", Token: tok}) }},
 	}
 	for _, v := range verbs {

@@ -251,7 +251,9 @@ func exerciseFleetQueries(t *testing.T, f *fleet, background int) {
 	for i := range 3 {
 		id := fmt.Sprintf("leased%d", i)
 		f.create(id, board.StateInProgress)
-		must("ExpireClaimOwned", f.s.ExpireClaimOwned(ctx, board.OwnedParams{Card: id, Token: f.claim(id, workerB)}))
+		tok := f.claim(id, workerB)
+		must("DisownClaimOwned", f.s.DisownClaimOwned(ctx, board.OwnedParams{Card: id, Token: tok}))
+		must("ExpireClaimOwned", f.s.ExpireClaimOwned(ctx, board.OwnedParams{Card: id, Token: tok}))
 		id = fmt.Sprintf("unleased%d", i)
 		f.create(id, board.StateInProgress)
 		must("SetLastRunOwned", f.s.SetLastRunOwned(ctx, board.SetLastRunOwnedParams{Card: id, Token: f.claim(id, workerA), RunID: "run-" + id}))

@@ -83,6 +83,10 @@ func (r *roundRobin) ExpireClaimOwned(ctx context.Context, p board.OwnedParams) 
 	return r.pick().ExpireClaimOwned(ctx, p)
 }
 
+func (r *roundRobin) DisownClaimOwned(ctx context.Context, p board.OwnedParams) error {
+	return r.pick().DisownClaimOwned(ctx, p)
+}
+
 func (r *roundRobin) SetStateOwned(ctx context.Context, p board.SetStateOwnedParams) (board.MoveResult, error) {
 	return r.pick().SetStateOwned(ctx, p)
 }
