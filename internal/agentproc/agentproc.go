@@ -104,7 +104,8 @@ func DiskTempDir(pattern string) (string, error) {
 // /dev/shm itself, not a directory beneath it: a Unix socket's path is
 // limited to about 100 bytes, and the plugins' sockets live in test
 // directories that are long already. A test binary's TestMain calls it
-// before m.Run; the setting lasts the binary's life.
+// before m.Run (MainInMemory does, after building its binaries); the
+// setting lasts the binary's life.
 func MemoryTempDir() {
 	const shm, room = "/dev/shm", 2 << 30
 	if os.Getenv("TMPDIR") != "" {
@@ -445,7 +446,8 @@ func (b *Buffer) String() string {
 // Main is the TestMain of a package whose tests run built binaries: it
 // builds each package of pkgs (module-relative, "./cmd/leasekeeper") into a
 // temporary directory, stores each binary's path where pkgs points, runs
-// the tests and removes the directory.
+// the tests and removes the directory. The tests' scratch files stay in the
+// temporary directory the process was given (see MainInMemory).
 //
 // Each binary is built first into a directory of the user's cache shared
 // by every test binary of this checkout (see CachedBuild), then copied
@@ -455,23 +457,40 @@ func (b *Buffer) String() string {
 // full link every time. The copy keeps each test binary's programs its
 // own, whatever another package's build does to the shared one.
 func Main(m *testing.M, pkgs map[string]*string) {
+	os.Exit(run(m, pkgs, false))
+}
+
+// MainInMemory is Main for the tests that keep their scratch files in
+// memory (the plugins'): once the binaries are built it calls
+// MemoryTempDir, so only the tests' own files, not the binaries, go to
+// /dev/shm, which is often mounted noexec. Main leaves TMPDIR alone for
+// the tests that run an agent as shipped, or other programs (Podman
+// refuses a runroot under TMPDIR=/dev/shm).
+func MainInMemory(m *testing.M, pkgs map[string]*string) {
+	os.Exit(run(m, pkgs, true))
+}
+
+// run builds pkgs into a fresh temporary directory, points TMPDIR at
+// memory if inMemory, runs the tests, removes the directory and returns
+// the exit code.
+func run(m *testing.M, pkgs map[string]*string, inMemory bool) int {
 	dir, err := os.MkdirTemp("", "leasekeeper-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 1
 	}
-	code := func() int {
-		defer os.RemoveAll(dir)
-		for pkg, out := range pkgs {
-			*out = filepath.Join(dir, filepath.Base(pkg))
-			if err := CachedBuild(pkg, *out); err != nil {
-				fmt.Fprintf(os.Stderr, "building %s: %v\n", pkg, err)
-				return 1
-			}
+	defer os.RemoveAll(dir)
+	for pkg, out := range pkgs {
+		*out = filepath.Join(dir, filepath.Base(pkg))
+		if err := CachedBuild(pkg, *out); err != nil {
+			fmt.Fprintf(os.Stderr, "building %s: %v\n", pkg, err)
+			return 1
 		}
-		return m.Run()
-	}()
-	os.Exit(code)
+	}
+	if inMemory {
+		MemoryTempDir()
+	}
+	return m.Run()
 }
 
 // CachedBuild builds pkg as Build does (env added to the go command's

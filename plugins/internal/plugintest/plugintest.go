@@ -7,55 +7,32 @@ package plugintest
 import (
 	"bufio"
 	"io"
-	"os"
-	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/leasekeeper/leasekeeper/internal/agentproc"
 )
 
-// binDir holds the binaries the tests build once per test run.
-var binDir string
+// binary is the test plugin's path, set by Main.
+var binary string
 
-// Main runs a test binary's tests with a fresh binDir, removed afterwards;
-// a test package's TestMain calls it.
+// Main is a test package's TestMain: it builds the test plugin
+// (plugins/internal/testplugin, a real bbolt store behind serve.Serve) into
+// a temporary directory, keeps the tests' scratch files in memory, runs the
+// tests and removes the directory (agentproc.MainInMemory). The plugin is
+// built without the race detector: it is a separate process, and the build
+// is faster.
 func Main(m *testing.M) {
-	// The binaries first, where they may be run: a tmpfs such as /dev/shm
-	// is often mounted noexec.
-	dir, err := os.MkdirTemp("", "plugintest-bin-")
-	if err != nil {
-		panic(err)
-	}
-	agentproc.MemoryTempDir()
-	binDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	agentproc.MainInMemory(m, map[string]*string{"./plugins/internal/testplugin": &binary})
 }
 
-var (
-	buildOnce sync.Once
-	buildErr  error
-)
-
-// Binary builds plugins/internal/testplugin, a real bbolt store behind
-// serve.Serve (without the race detector: the plugin is a separate
-// process, and the build is faster), and returns its path. The test
+// Binary returns the path of the test plugin Main built. The test
 // binary's TestMain must call Main.
 func Binary(t testing.TB) string {
 	t.Helper()
-	if binDir == "" {
+	if binary == "" {
 		t.Fatal("plugintest.Binary: the test package's TestMain does not call plugintest.Main")
 	}
-	bin := filepath.Join(binDir, "testplugin")
-	buildOnce.Do(func() {
-		buildErr = agentproc.CachedBuild("./plugins/internal/testplugin", bin)
-	})
-	if buildErr != nil {
-		t.Fatalf("building the test plugin: %v", buildErr)
-	}
-	return bin
+	return binary
 }
 
 // ReadLines sends the lines of r to a channel.
