@@ -1,6 +1,7 @@
 package apitype
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/leasekeeper/leasekeeper/board"
@@ -461,4 +462,29 @@ func BoardOf(b board.Board) BoardResponse {
 		r.Failed = board.StateFailed
 	}
 	return r
+}
+
+// Unhealthy says why the agent that answered with this status is not
+// healthy, or "" when it is (`leasekeeper health`): it is shutting down,
+// its store does not answer or refuses writes, or its heartbeat loop
+// stopped ticking. The last check matters most where no systemd
+// watchdog runs (a container): a tick waits on the store for at most about
+// one lease and the next comes an interval later, so a tick that ended
+// longer ago than both means the loop is stuck.
+func (st Status) Unhealthy() string {
+	switch {
+	case st.Draining:
+		return "agent is shutting down"
+	case !st.Store.Reachable:
+		return "store unreachable: " + st.Store.Error
+	case st.Store.LastWrite != nil && !st.Store.LastWrite.OK:
+		return fmt.Sprintf("store refuses writes: its last one (%s) failed: %s", st.Store.LastWrite.Op, st.Store.LastWrite.Error)
+	}
+	if t := st.Heartbeat.LastTick; t != nil && st.LeaseMS > 0 {
+		if stall := st.LeaseMS + st.Heartbeat.IntervalMS; t.AgoMS > stall {
+			return fmt.Sprintf("heartbeat loop stalled: its last tick ended %s ago (lease %s)",
+				time.Duration(t.AgoMS)*time.Millisecond, time.Duration(st.LeaseMS)*time.Millisecond)
+		}
+	}
+	return ""
 }

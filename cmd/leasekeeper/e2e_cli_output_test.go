@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/mattn/go-runewidth"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
 )
 
@@ -306,4 +309,56 @@ func TestE2EOutputFormats(t *testing.T) {
 			t.Errorf("%v: exit %d, want %d: %s", bad, code, exitUsage, stderr)
 		}
 	}
+}
+
+// TestE2EReadsMatchTheCLI: the tests observe an agent through the client
+// package (agentproc.Agent.Card, Status, Events) rather than a CLI process
+// per look; this pins that the CLI's JSON says the same: `card show
+// --json` and `events --json` decode to what the client reads, and
+// `status --json` to the same agent and claims.
+func TestE2EReadsMatchTheCLI(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "lease: 30s\n")
+	e.Start()
+	e.MustRun("card", "create", "r1", "--label", "gpu", "--title", "a card")
+	e.MustRun("card", "create", "r2", "--depends-on", "r1")
+	claim := e.startClaim("r1", "--", "sleep", "60")
+	e.WaitFor(20*time.Second, "the claim of r1", func() bool { return holds(e.Status(), "r1") })
+
+	var shown board.Card
+	if err := json.Unmarshal([]byte(e.MustRun("card", "show", "r1", "--json")), &shown); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.Card("r1"); !reflect.DeepEqual(shown, got) {
+		t.Errorf("card show --json:\n%+v\nclient:\n%+v", shown, got)
+	}
+	var logged []board.Event
+	dec := json.NewDecoder(strings.NewReader(e.MustRun("events", "--json")))
+	for dec.More() {
+		var ev board.Event
+		if err := dec.Decode(&ev); err != nil {
+			t.Fatal(err)
+		}
+		logged = append(logged, ev)
+	}
+	if got := e.Events(); len(logged) == 0 || !reflect.DeepEqual(logged, got) {
+		t.Errorf("events --json (%d):\n%+v\nclient (%d):\n%+v", len(logged), logged, len(got), got)
+	}
+	var st apitype.Status
+	if err := json.Unmarshal([]byte(e.MustRun("status", "--json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	got := e.Status()
+	cards := func(s apitype.Status) (out []string) {
+		for _, h := range s.Claims {
+			out = append(out, h.Card)
+		}
+		return out
+	}
+	if st.PID != got.PID || st.Host != got.Host || !st.StartedAt.Equal(got.StartedAt) || !slices.Equal(cards(st), cards(got)) || len(st.Claims) != 1 {
+		t.Errorf("status --json: pid %d host %q started %s claims %q; client: pid %d host %q started %s claims %q",
+			st.PID, st.Host, st.StartedAt, cards(st), got.PID, got.Host, got.StartedAt, cards(got))
+	}
+	e.MustRun("card", "release", "r1", "--force")
+	claim.wait(t, 20*time.Second)
 }

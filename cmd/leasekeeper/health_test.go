@@ -51,9 +51,9 @@ func TestUnhealthy(t *testing.T) {
 			t.Parallel()
 			st := healthy()
 			tc.change(&st)
-			got := unhealthy(st)
+			got := st.Unhealthy()
 			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
-				t.Errorf("unhealthy() = %q, want %q", got, tc.want)
+				t.Errorf("Unhealthy() = %q, want %q", got, tc.want)
 			}
 		})
 	}

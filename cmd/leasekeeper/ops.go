@@ -247,35 +247,11 @@ func runHealth(ctx context.Context, env *cli) error {
 	if err != nil {
 		return oneLine(env.agentError(c, err))
 	}
-	if why := unhealthy(st); why != "" {
+	if why := st.Unhealthy(); why != "" {
 		return oneLine(errors.New(why))
 	}
 	fmt.Fprintln(env.stdout, "ok")
 	return nil
-}
-
-// unhealthy says why an agent that answered is not healthy, or "" when it
-// is: it is shutting down, its store does not answer, or its heartbeat
-// loop stopped ticking. The last check matters most where no systemd
-// watchdog runs (a container): a tick waits on the store for at most about
-// one lease and the next comes an interval later, so a tick that ended
-// longer ago than both means the loop is stuck.
-func unhealthy(st apitype.Status) string {
-	switch {
-	case st.Draining:
-		return "agent is shutting down"
-	case !st.Store.Reachable:
-		return "store unreachable: " + st.Store.Error
-	case st.Store.LastWrite != nil && !st.Store.LastWrite.OK:
-		return fmt.Sprintf("store refuses writes: its last one (%s) failed: %s", st.Store.LastWrite.Op, st.Store.LastWrite.Error)
-	}
-	if t := st.Heartbeat.LastTick; t != nil && st.LeaseMS > 0 {
-		if stall := st.LeaseMS + st.Heartbeat.IntervalMS; t.AgoMS > stall {
-			return fmt.Sprintf("heartbeat loop stalled: its last tick ended %s ago (lease %s)",
-				time.Duration(t.AgoMS)*time.Millisecond, time.Duration(st.LeaseMS)*time.Millisecond)
-		}
-	}
-	return ""
 }
 
 // oneLine keeps a health failure to one line on stderr, as probes log it.

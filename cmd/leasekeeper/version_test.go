@@ -81,14 +81,17 @@ func TestVersionOfABuildInAGitClone(t *testing.T) {
 		t.Helper()
 		// -buildvcs=true: the stamp is the go command's default in a
 		// checkout, but GOFLAGS may turn it off; this build must have it.
-		// -trimpath, as the documented builds do (docs/OPERATIONS.md,
-		// the Dockerfile): the clone's path then leaves no trace in the
-		// compiled packages, and the go command reuses those it compiled
-		// for TestMain's binary instead of compiling the module afresh
-		// three times.
+		// -trimpath and CGO_ENABLED=0, as the documented builds do
+		// (docs/OPERATIONS.md, the Dockerfile) and TestMain's: the clone's
+		// path then leaves no trace in the compiled packages, and the go
+		// command reuses those it compiled for TestMain's binary instead
+		// of compiling the module afresh three times. -s -w, as the
+		// Dockerfile links: no symbol table or DWARF to write, a third of
+		// each link's time; the version is not read from either.
 		args := append([]string{"build", "-buildvcs=true", "-trimpath", "-o", bin}, extra...)
 		cmd := exec.Command("go", append(args, "./cmd/leasekeeper")...)
 		cmd.Dir = clone
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go build: %v\n%s", err, out)
 		}
@@ -102,7 +105,7 @@ func TestVersionOfABuildInAGitClone(t *testing.T) {
 		return strings.TrimSpace(string(out))
 	}
 
-	build()
+	build("-ldflags", "-s -w")
 	got := versionOf()
 	if !strings.Contains(got, rev[:12]) || strings.HasSuffix(got, "-dirty") || !strings.HasPrefix(got, "leasekeeper ") {
 		t.Errorf("clean checkout at %s: --version = %q, want the revision and no -dirty", rev[:12], got)
@@ -118,12 +121,12 @@ func TestVersionOfABuildInAGitClone(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(clone, "cmd", "leasekeeper", "local.go"), []byte("package main\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	build()
+	build("-ldflags", "-s -w")
 	if got := versionOf(); !strings.Contains(got, rev[:12]) || !strings.HasSuffix(got, "-dirty") {
 		t.Errorf("modified checkout: --version = %q, want the revision and -dirty", got)
 	}
 
-	build("-ldflags", "-X main.version=v9.8.7")
+	build("-ldflags", "-s -w -X main.version=v9.8.7")
 	if got := versionOf(); got != "leasekeeper v9.8.7" {
 		t.Errorf("-ldflags -X main.version=v9.8.7: --version = %q", got)
 	}
