@@ -95,6 +95,8 @@ type entry struct {
 // give the first trusted deadline. Adding a card already tracked under the
 // same token only moves its confirmation forward; under another token it
 // replaces the old record (the old token is gone from the store anyway).
+// The token the loop gave up on for the card (Disowned) is refused
+// (ErrDisownedToken).
 func (l *Loop) Add(h board.Hold, o Owner, attemptStart time.Time, lease time.Duration) error {
 	if h.Card == "" {
 		return fmt.Errorf("%w: no card", ErrInvalidClaim)
@@ -112,6 +114,14 @@ func (l *Loop) Add(h board.Hold, o Owner, attemptStart time.Time, lease time.Dur
 	now := l.cfg.Clock.Now()
 
 	l.mu.Lock()
+	if d, ok := l.disowned[h.Card]; ok && d.Marker == h.Token.Marker && d.Epoch == h.Token.Epoch {
+		// The lost token itself, handed back by the store's same-marker
+		// Claim to a re-claim that raced the loss: its holder was told it
+		// lost it, and the store may mark it disowned. Never vouched for
+		// again (DESIGN.md#keepalive, DESIGN.md#shutdown-keeps-fences).
+		l.mu.Unlock()
+		return fmt.Errorf("%w: card %q epoch %d", ErrDisownedToken, h.Card, h.Token.Epoch)
+	}
 	delete(l.disowned, h.Card) // the agent vouches for this card's claim again
 	old, ok := l.claims[h.Card]
 	if ok && old.Hold.Token == h.Token {

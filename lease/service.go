@@ -270,21 +270,43 @@ func (s *Service) Claim(ctx context.Context, w Worker, r apitype.ClaimRequest) (
 		// ClaimNext only takes a free card: always a fresh acquisition.
 		c, err = s.cfg.Store.ClaimNext(ctx, board.ClaimNextParams{Marker: w.Marker, Lease: lease, Labels: r.Labels})
 		tok = c.Token()
-	} else {
+		if err != nil {
+			return Grant{}, err
+		}
+		if err := s.track(ctx, w, c.ID, tok, attempt, lease, s.releaseUndo(c.ID, tok)); err != nil {
+			return Grant{}, err
+		}
+		return s.grant(c, tok, lease), nil
+	}
+	// A named card: the store's Claim hands the same marker its own token
+	// back. When a heartbeat tick gave that token up between beforeClaim
+	// and the store's answer, the heartbeat refuses it and track hands it
+	// back; the second attempt, which beforeClaim now prepares, is a fresh
+	// acquisition (DESIGN.md#keepalive).
+	for try := 0; ; try++ {
 		if err = s.beforeClaim(ctx, w, card); err == nil {
 			c, err = s.cfg.Store.Claim(ctx, board.ClaimParams{Card: card, Marker: w.Marker, Lease: lease})
 			tok = c.Token()
 		}
+		if err != nil {
+			return Grant{}, err
+		}
+		err = s.track(ctx, w, c.ID, tok, attempt, lease, s.releaseUndo(c.ID, tok))
+		if err == nil {
+			return s.grant(c, tok, lease), nil
+		}
+		if !errors.Is(err, heartbeat.ErrDisownedToken) || try > 0 {
+			return Grant{}, err
+		}
+		attempt = s.cfg.Clock.Now()
 	}
-	if err != nil {
-		return Grant{}, err
+}
+
+// releaseUndo hands a claim the heartbeat refused back to the store.
+func (s *Service) releaseUndo(card string, tok board.ClaimToken) func(context.Context) error {
+	return func(ctx context.Context) error {
+		return s.cfg.Store.ReleaseOwned(ctx, board.OwnedParams{Card: card, Token: tok})
 	}
-	if err := s.track(ctx, w, c.ID, tok, attempt, lease, func(ctx context.Context) error {
-		return s.cfg.Store.ReleaseOwned(ctx, board.OwnedParams{Card: c.ID, Token: tok})
-	}); err != nil {
-		return Grant{}, err
-	}
-	return s.grant(c, tok, lease), nil
 }
 
 // beforeClaim prepares a claim on one card. The store's Claim is idempotent
