@@ -50,5 +50,7 @@
 // it, and the boot sweep adds the claims it would not adopt through Disown.
 // The store's Claim is idempotent for one marker, so without this the
 // holder's next claim of the card would get the lost token back; the socket
-// API re-acquires such a card afresh instead, at a higher epoch.
+// API re-acquires such a card afresh instead, at a higher epoch. Add
+// refuses the remembered token itself (ErrDisownedToken): a re-claim that
+// raced the loss got it back from the store, and it is handed back too.
 package heartbeat

@@ -70,6 +70,11 @@ type spy struct {
 	// the inner store itself (a write that lands but is reported as
 	// unknown) or not at all (store unreachable).
 	fault func(ctx context.Context, holds []board.Hold, lease time.Duration) ([]board.RenewResult, error)
+	// disownFault, when set, runs before each DisownClaimOwned reaches
+	// the store (a slow write); disownBounded records whether the loop
+	// bounded each such call.
+	disownFault   func(ctx context.Context)
+	disownBounded []bool
 }
 
 func (s *spy) RenewClaims(ctx context.Context, p board.RenewClaimsParams) ([]board.RenewResult, error) {
@@ -93,9 +98,17 @@ func (s *spy) ExpireClaimOwned(ctx context.Context, p board.OwnedParams) error {
 	return s.inner.ExpireClaimOwned(ctx, p)
 }
 
-// DisownClaimOwned passes through: what it marks is read back from the
-// store.
+// DisownClaimOwned passes through, after disownFault: what it marks is
+// read back from the store.
 func (s *spy) DisownClaimOwned(ctx context.Context, p board.OwnedParams) error {
+	_, bounded := ctx.Deadline()
+	s.mu.Lock()
+	s.disownBounded = append(s.disownBounded, bounded)
+	fault := s.disownFault
+	s.mu.Unlock()
+	if fault != nil {
+		fault(ctx)
+	}
 	return s.inner.DisownClaimOwned(ctx, p)
 }
 

@@ -58,9 +58,10 @@ type probeKey struct {
 }
 
 // RunOnce runs one tick: declare the claims whose trusted deadline passed
-// lost; judge every owner (pid probe or keepalive); expire and declare lost
-// the claims of dead owners; renew all the rest in ONE RenewClaims call;
-// apply the results. OnLost and OnTick are called before it returns.
+// lost; judge every owner (pid probe or keepalive); declare lost the claims
+// of dead and silent owners; renew all the rest in ONE RenewClaims call;
+// apply the results; then, bounded, expire the dead owners' leases and mark
+// the silent owners' claims. OnLost and OnTick are called before it returns.
 func (l *Loop) RunOnce(ctx context.Context) TickResult {
 	l.tickMu.Lock()
 	defer l.tickMu.Unlock()
@@ -134,9 +135,8 @@ func (l *Loop) RunOnce(ctx context.Context) TickResult {
 		}
 	}
 
-	// 3. Stop tracking the dead and the silent owners' claims, then expire
-	// the dead owners' leases through the owner's own fenced write so the
-	// watchdog may rule at once instead of waiting out the TTL.
+	// 3. Stop tracking the dead and the silent owners' claims (their store
+	// writes are step 5).
 	sort.Slice(live, func(i, j int) bool { return live[i].Hold.Card < live[j].Hold.Card })
 	var dead []Lost
 	batch := live[:0:0]
@@ -161,33 +161,54 @@ func (l *Loop) RunOnce(ctx context.Context) TickResult {
 		dead = append(dead, lo)
 	}
 	l.mu.Unlock()
-	for _, lo := range dead {
-		tok := board.ClaimToken{Marker: lo.Marker, Epoch: lo.Epoch}
-		if lo.Reason == LostKeepaliveMissed {
-			// A silent owner is not proved gone: it may be stopped or
-			// starved, and its client trusts the claim until the deadline
-			// its last ping was given, which may be a tick or so past now.
-			// Its lease is left to run out on its own, which is never
-			// before that deadline; the claim is only marked given up, so
-			// an agent restarted meanwhile does not adopt it again
-			// (DESIGN.md#keepalive).
-			if err := l.cfg.Store.DisownClaimOwned(ctx, board.OwnedParams{Card: lo.Card, Token: tok}); err != nil {
-				l.cfg.Logger.Warn("heartbeat: could not mark a silent owner's claim given up; an agent restarted before its lease runs out would adopt it again",
-					"card", lo.Card, "epoch", lo.Epoch, "err", err)
-			}
-			continue
-		}
-		if err := l.cfg.Store.ExpireClaimOwned(ctx, board.OwnedParams{Card: lo.Card, Token: tok}); err != nil {
-			// The lease then runs out on its own: slower, still safe.
-			l.cfg.Logger.Warn("heartbeat: could not expire a dead owner's lease",
-				"card", lo.Card, "epoch", lo.Epoch, "reason", lo.Reason, "err", err)
-		}
-	}
 	res.Lost = append(res.Lost, dead...)
 
-	// 4. One batched renewal for everything else.
+	// 4. One batched renewal for everything else. It goes before the
+	// losses' own store writes: a slow one of those must not carry the
+	// renewal of the live claims past their trusted deadlines.
 	if len(batch) > 0 {
 		l.renew(ctx, batch, lease, margin, &res)
+	}
+
+	// 5. Expire the dead owners' leases through the owner's own fenced
+	// write, so the watchdog may rule at once instead of waiting out the
+	// TTL, and mark the silent owners' claims. Both are best effort, and
+	// bounded: a hanging write must not hold the next tick past a live
+	// claim's deadline either.
+	if len(dead) > 0 {
+		bound := lease / 3
+		if res.Unconfirmed > 0 {
+			bound = RetryDelay(lease)
+		}
+		l.mu.Lock()
+		if d, ok := l.earliestLocked(l.cfg.Clock.Now()); ok && d < bound {
+			bound = d
+		}
+		l.mu.Unlock()
+		wctx, cancel := context.WithTimeout(ctx, bound)
+		for _, lo := range dead {
+			tok := board.ClaimToken{Marker: lo.Marker, Epoch: lo.Epoch}
+			if lo.Reason == LostKeepaliveMissed {
+				// A silent owner is not proved gone: it may be stopped or
+				// starved, and its client trusts the claim until the deadline
+				// its last ping was given, which may be a tick or so past now.
+				// Its lease is left to run out on its own, which is never
+				// before that deadline; the claim is only marked given up, so
+				// an agent restarted meanwhile does not adopt it again
+				// (DESIGN.md#keepalive).
+				if err := l.cfg.Store.DisownClaimOwned(wctx, board.OwnedParams{Card: lo.Card, Token: tok}); err != nil {
+					l.cfg.Logger.Warn("heartbeat: could not mark a silent owner's claim given up; an agent restarted before its lease runs out would adopt it again",
+						"card", lo.Card, "epoch", lo.Epoch, "err", err)
+				}
+				continue
+			}
+			if err := l.cfg.Store.ExpireClaimOwned(wctx, board.OwnedParams{Card: lo.Card, Token: tok}); err != nil {
+				// The lease then runs out on its own: slower, still safe.
+				l.cfg.Logger.Warn("heartbeat: could not expire a dead owner's lease",
+					"card", lo.Card, "epoch", lo.Epoch, "reason", lo.Reason, "err", err)
+			}
+		}
+		cancel()
 	}
 
 	l.mu.Lock()

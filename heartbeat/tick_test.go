@@ -731,3 +731,61 @@ func TestUnconfirmedRenewalIsRetriedSoon(t *testing.T) {
 		t.Errorf("RetryDelay(4s) = %s, want 100ms", got)
 	}
 }
+
+// The mark of a silent owner's claim (DESIGN.md#keepalive) is one more
+// store write in the tick. A slow one must not hold up the renewal of the
+// claims whose owners still ping: they would pass their trusted deadlines
+// unrenewed and be lost for a write about someone else's claim. So the
+// renewal goes first, and the mark, bounded, after it.
+func TestASlowMarkDoesNotCostTheLiveClaimsTheirRenewal(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *Config) { c.Mode = func() Mode { return ModeKeepalive } })
+	h.claim("pinged", marker(310), Owner{KeepaliveID: "client-1"})
+	h.claim("silent", marker(311), Owner{KeepaliveID: "client-2"})
+	step := testLease / 3
+	for tick := 1; tick <= 2; tick++ {
+		h.clock.Advance(step)
+		h.loop.Ping("client-1")
+		if res := h.loop.RunOnce(h.ctx); res.Renewed != 2 || len(res.Lost) != 0 {
+			t.Fatalf("tick %d: %+v, want both renewed", tick, res)
+		}
+	}
+	h.clock.Advance(step)
+	h.loop.Ping("client-1")
+	var deadline time.Time
+	for _, c := range h.loop.Held() {
+		if c.Hold.Card == "pinged" {
+			deadline = c.TrustedUntil
+		}
+	}
+	// The mark takes until past the pinged claim's trusted deadline (a
+	// store busy with a long write, a database failing over).
+	h.spy.mu.Lock()
+	h.spy.disownFault = func(context.Context) { h.clock.Set(deadline.Add(time.Second)) }
+	h.spy.mu.Unlock()
+	res := h.loop.RunOnce(h.ctx)
+	if len(res.Lost) != 1 || res.Lost[0].Card != "silent" || res.Lost[0].Reason != LostKeepaliveMissed {
+		t.Errorf("tick 3 lost %+v, want only silent, keepalive-missed", res.Lost)
+	}
+	if c := h.card("silent"); !c.Disowned() {
+		t.Errorf("the silent claim was not marked (disowned_epoch %d, epoch %d)", c.DisownedEpoch, c.ClaimEpoch)
+	}
+	held := false
+	for _, c := range h.loop.Held() {
+		if c.Hold.Card == "pinged" {
+			held = true
+			if !c.TrustedUntil.After(h.clock.Now()) {
+				t.Errorf("the pinged claim is trusted until %v, not past now %v: the slow mark held up its renewal", c.TrustedUntil, h.clock.Now())
+			}
+		}
+	}
+	if !held {
+		t.Errorf("the pinged claim is no longer held after the slow mark (tick: %+v)", res)
+	}
+	h.spy.mu.Lock()
+	bounded := append([]bool(nil), h.spy.disownBounded...)
+	h.spy.mu.Unlock()
+	if len(bounded) != 1 || !bounded[0] {
+		t.Errorf("mark calls bounded: %v, want one, with a deadline", bounded)
+	}
+}
