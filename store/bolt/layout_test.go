@@ -78,7 +78,7 @@ func TestCardDocumentLeavesOutTheClaimFamily(t *testing.T) {
 	at := time.Date(2026, 9, 2, 12, 0, 0, 5, time.UTC)
 	full := cardRecord{Seq: 42, Card: board.Card{
 		ID: "a", Title: "t", State: board.StateInProgress, Labels: []string{"x"}, DependsOn: []string{"b"},
-		LastRunID: "r2", LastRunEpoch: 8, Runs: []string{"r1", "r2"}, AwaitingInput: true, RecoveredEpoch: 7,
+		LastRunID: "r2", LastRunEpoch: 8, Runs: []string{"r1", "r2"}, AwaitingInput: true, RecoveredEpoch: 7, DisownedEpoch: 9,
 		GaveUp:      &board.GaveUp{RunID: "r2", State: "blocked", Attempts: 2, Reason: "why", At: at},
 		StateReason: board.ReasonRunFailed, CreatedAt: at, UpdatedAt: at.Add(time.Second), PromotedBy: "b",
 		Claim: "host-100", ClaimEpoch: 9, ClaimedAt: at, ClaimLeaseUntil: at.Add(time.Minute),
