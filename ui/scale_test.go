@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/client"
 	"github.com/leasekeeper/leasekeeper/internal/agentproc"
 	boltstore "github.com/leasekeeper/leasekeeper/store/bolt"
+	"github.com/leasekeeper/leasekeeper/ui"
 )
 
 // seedBoard writes n cards into a new bbolt file at path before an agent
@@ -560,11 +562,31 @@ func TestAgentUnreachableIsSaidAndRecovers(t *testing.T) {
 // inline SVG rendered by the server.
 func TestTimelineAndCharts(t *testing.T) {
 	t.Parallel()
-	f := start(t, "")
+	// The throughput chart's last point is the current minute's. The UI's
+	// clock stops at c1's completion once the test has read it, so a
+	// minute that turns while the test runs does not empty that point.
+	var stopped atomic.Pointer[time.Time]
+	f := startWith(t, "", func(c *ui.Config) {
+		c.Now = func() time.Time {
+			if at := stopped.Load(); at != nil {
+				return *at
+			}
+			return time.Now()
+		}
+	})
 	f.agent.MustRun("card", "create", "c1")
 	f.agent.MustRun("card", "create", "c2")
 	f.agent.MustRun("card", "move", "c1", board.StateInProgress)
 	f.agent.MustRun("card", "move", "c1", board.StateDone)
+	for _, ev := range f.agent.Events() {
+		if ev.Card == "c1" && ev.Type == board.EventState && ev.Data.To == board.StateDone {
+			at := ev.At
+			stopped.Store(&at)
+		}
+	}
+	if stopped.Load() == nil {
+		t.Fatal("c1's move into done is not in the log")
+	}
 	b := browser(t)
 	f.login(b)
 	evs := 0

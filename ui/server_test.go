@@ -43,15 +43,31 @@ type fixture struct {
 
 func start(t *testing.T, agentYAML string) *fixture {
 	t.Helper()
+	return startWith(t, agentYAML, nil)
+}
+
+// startWith is start with the UI server's config adjusted by edit.
+func startWith(t *testing.T, agentYAML string, edit func(*ui.Config)) *fixture {
+	t.Helper()
 	a := agentproc.New(t, binary, "lease: 3s\n"+agentYAML)
 	a.Start()
-	return serve(t, a, a.Socket)
+	return serveWith(t, a, a.Socket, edit)
 }
 
 // serve starts a UI server in front of agent a, reaching it at socket.
 func serve(t testing.TB, a *agentproc.Agent, socket string) *fixture {
 	t.Helper()
-	srv, err := ui.Listen(ui.Config{Client: &client.Client{Socket: socket}, Listen: "127.0.0.1:0"})
+	return serveWith(t, a, socket, nil)
+}
+
+// serveWith is serve with the UI server's config adjusted by edit.
+func serveWith(t testing.TB, a *agentproc.Agent, socket string, edit func(*ui.Config)) *fixture {
+	t.Helper()
+	cfg := ui.Config{Client: &client.Client{Socket: socket}, Listen: "127.0.0.1:0"}
+	if edit != nil {
+		edit(&cfg)
+	}
+	srv, err := ui.Listen(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
