@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -102,10 +101,9 @@ func TestE2EARestartedAgentDoesNotAdoptAClaimItGaveUpForSilence(t *testing.T) {
 		given = e.Card("c0")
 		return given.Disowned()
 	})
-	if err := first.Signal(syscall.SIGKILL); err != nil {
+	if err := first.Crash(); err != nil {
 		t.Fatal(err)
 	}
-	<-first.Done()
 	e.Start()
 	var line string
 	agentproc.WaitFor(t, 20*time.Second, "the restarted agent's boot sweep to judge c0", func() bool {

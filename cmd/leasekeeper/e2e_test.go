@@ -211,10 +211,9 @@ func TestE2EAgentRestartAdoptsLiveWorker(t *testing.T) {
 	e.workerPID("worker.pid")
 	before := e.Card("c1")
 
-	if err := a.Signal(syscall.SIGKILL); err != nil {
+	if err := a.Crash(); err != nil {
 		t.Fatal(err)
 	}
-	<-a.Done()
 	e.Start()
 
 	st := e.Status()

@@ -49,16 +49,15 @@ func ModuleRoot() (string, error) {
 // Build compiles the package pkg (relative to the module root, such as
 // "./cmd/leasekeeper") into out. It builds static (CGO_ENABLED=0), as the
 // documented builds do (docs/OPERATIONS.md, the Dockerfile), so the tests
-// run the program that ships. env is added to the go command's
-// environment after that default.
-func Build(pkg, out string, env ...string) error {
+// run the program that ships.
+func Build(pkg, out string) error {
 	root, err := ModuleRoot()
 	if err != nil {
 		return err
 	}
 	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
 	cmd.Dir = root
-	cmd.Env = append(append(os.Environ(), "CGO_ENABLED=0"), env...)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
 	}
@@ -164,6 +163,16 @@ func (p *Proc) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
 
 // Done is closed once the run has exited.
 func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Crash kills the run with SIGKILL, as a crash would, and waits for it to
+// exit (a run that had exited already is not an error).
+func (p *Proc) Crash() error {
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	<-p.done
+	return nil
+}
 
 // Log is what the run has written to stdout and stderr so far.
 func (p *Proc) Log() string { return p.log.String() }
@@ -381,63 +390,58 @@ func (a *Agent) MustRun(args ...string) string {
 // against this answer in cmd/leasekeeper.TestE2EReadsMatchTheCLI).
 func (a *Agent) Card(id string) board.Card {
 	a.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := a.client().GetCard(ctx, id)
-	if err != nil {
-		a.t.Fatalf("get card %s: %v", id, err)
-	}
-	return c
+	return ask(a, "get card "+id, func(c *client.Client, ctx context.Context) (board.Card, error) { return c.GetCard(ctx, id) })
 }
 
 // GetRun reads a run through the client package (the CLI has no run
 // command).
 func (a *Agent) GetRun(id string) board.Run {
 	a.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	run, err := a.client().GetRun(ctx, id)
-	if err != nil {
-		a.t.Fatalf("get run %s: %v", id, err)
-	}
-	return run
+	return ask(a, "get run "+id, func(c *client.Client, ctx context.Context) (board.Run, error) { return c.GetRun(ctx, id) })
 }
 
 // Status reads the agent's status through the client package (see Card).
 func (a *Agent) Status() apitype.Status {
 	a.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := a.client().Status(ctx)
-	if err != nil {
-		a.t.Fatalf("status: %v", err)
-	}
-	return st
+	return ask(a, "status", (*client.Client).Status)
 }
 
 // Events reads the whole audit log through the client package (see Card),
 // a page at a time until a page comes back empty.
 func (a *Agent) Events() []board.Event {
 	a.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var evs []board.Event
-	var after int64
-	for {
-		page, err := a.client().Events(ctx, after, 0)
-		if err != nil {
-			a.t.Fatalf("events after %d: %v", after, err)
+	return ask(a, "events", func(c *client.Client, ctx context.Context) ([]board.Event, error) {
+		var evs []board.Event
+		for {
+			var after int64
+			if len(evs) > 0 {
+				after = evs[len(evs)-1].Seq
+			}
+			page, err := c.Events(ctx, after, 0)
+			if err != nil || len(page) == 0 {
+				return evs, err
+			}
+			evs = append(evs, page...)
 		}
-		if len(page) == 0 {
-			return evs
-		}
-		evs = append(evs, page...)
-		after = page[len(page)-1].Seq
-	}
+	})
 }
 
 // client is a client of the current run's socket.
 func (a *Agent) client() *client.Client { return &client.Client{Socket: a.Socket} }
+
+// ask calls the agent through the client package, bounded, and fails the
+// test with what when the call fails. call takes the client first, so a
+// method expression such as (*client.Client).Status fits it.
+func ask[T any](a *Agent, what string, call func(*client.Client, context.Context) (T, error)) T {
+	a.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	v, err := call(a.client(), ctx)
+	if err != nil {
+		a.t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
 
 // Buffer is a bytes.Buffer safe to write from a process's output copier
 // while the test reads it.
@@ -508,34 +512,33 @@ func run(m *testing.M, pkgs map[string]*string, inMemory bool) int {
 	return m.Run()
 }
 
-// CachedBuild builds pkg as Build does (env added to the go command's
-// environment) and leaves a copy of the binary at out. The build goes to a
-// path under the user's cache directory named by the module root, pkg, env,
-// the Go release and GOFLAGS, taken under a file lock; the go command's own
+// CachedBuild builds pkg as Build does and leaves a copy of the binary at
+// out. The build goes to a path under the user's cache directory named by
+// the module root, pkg, the Go release and GOFLAGS, taken under a file lock; the go command's own
 // staleness check decides whether it links again, where a fresh output
 // path costs a full link (seconds of CPU for this module's command) every
 // time. Without a cache directory or file locks it builds into out.
-func CachedBuild(pkg, out string, env ...string) error {
+func CachedBuild(pkg, out string) error {
 	root, err := ModuleRoot()
 	if err != nil {
 		return err
 	}
 	cache, err := os.UserCacheDir()
 	if err != nil {
-		return Build(pkg, out, env...)
+		return Build(pkg, out)
 	}
 	h := sha256.New()
-	fmt.Fprintln(h, root, pkg, runtime.Version(), os.Getenv("GOFLAGS"), env)
+	fmt.Fprintln(h, root, pkg, runtime.Version(), os.Getenv("GOFLAGS"))
 	shared := filepath.Join(cache, "leasekeeper", "agentproc", hex.EncodeToString(h.Sum(nil))[:16], filepath.Base(pkg))
 	if err := os.MkdirAll(filepath.Dir(shared), 0o755); err != nil {
-		return Build(pkg, out, env...)
+		return Build(pkg, out)
 	}
 	unlock, err := filelock.Lock(shared + ".lock")
 	if err != nil {
-		return Build(pkg, out, env...)
+		return Build(pkg, out)
 	}
 	defer unlock()
-	if err := Build(pkg, shared, env...); err != nil {
+	if err := Build(pkg, shared); err != nil {
 		return err
 	}
 	return copyFile(shared, out)

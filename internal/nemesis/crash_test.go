@@ -339,10 +339,9 @@ func TestCrashLosesNoAcknowledgedWrite(t *testing.T) {
 			continue
 		}
 		note("kill %d at %s: kill -9 agent pid %d (store plugin pid %d), restart after %s", i+1, time.Since(begin).Round(time.Millisecond), proc.Pid(), plugin, restartAfter)
-		if err := proc.Signal(syscall.SIGKILL); err != nil {
+		if err := proc.Crash(); err != nil {
 			t.Fatalf("kill agent: %v", err)
 		}
-		<-proc.Done()
 		// The plugin dies by its parent-death signal (DESIGN.md#parent-death);
 		// until it has, it holds the board file's lock.
 		agentproc.WaitFor(t, 30*time.Second, fmt.Sprintf("store plugin pid %d to die with its agent", plugin), func() bool { return gone(plugin) })

@@ -458,8 +458,7 @@ func (r *rig) run(perAgent int) {
 				return false
 			})
 			r.note("kill -9 agent %d pid %d; restart in %s", i, s.proc.Pid(), act.param)
-			_ = s.proc.Signal(syscall.SIGKILL)
-			<-s.proc.Done()
+			_ = s.proc.Crash()
 			s.proc = nil
 			undos = append(undos, undo{time.Now().Add(act.param), func() {
 				s.proc = s.a.Start()

@@ -216,7 +216,7 @@ func (p *podman) buildImage(t *testing.T) error {
 	if err := os.WriteFile(filepath.Join(ctxDir, "out/leasekeeper"), bin, 0o755); err != nil {
 		return err
 	}
-	if err := agentproc.CachedBuild("./packaging/docker/testdata/sleep", filepath.Join(ctxDir, "out/sleep"), "CGO_ENABLED=0"); err != nil {
+	if err := agentproc.CachedBuild("./packaging/docker/testdata/sleep", filepath.Join(ctxDir, "out/sleep")); err != nil {
 		return err
 	}
 	cfg, err := os.ReadFile("agent.yaml")
