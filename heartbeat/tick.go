@@ -173,17 +173,11 @@ func (l *Loop) RunOnce(ctx context.Context) TickResult {
 	// 5. Expire the dead owners' leases through the owner's own fenced
 	// write, so the watchdog may rule at once instead of waiting out the
 	// TTL, and mark the silent owners' claims. Both are best effort, and
-	// bounded: a hanging write must not hold the next tick past a live
-	// claim's deadline either.
+	// bounded by when the next tick is due: a hanging write must not hold
+	// it past a live claim's deadline either.
 	if len(dead) > 0 {
-		bound := lease / 3
-		if res.Unconfirmed > 0 {
-			bound = RetryDelay(lease)
-		}
 		l.mu.Lock()
-		if d, ok := l.earliestLocked(l.cfg.Clock.Now()); ok && d < bound {
-			bound = d
-		}
+		bound := l.nextLocked(l.cfg.Clock.Now(), lease, res.Unconfirmed > 0)
 		l.mu.Unlock()
 		wctx, cancel := context.WithTimeout(ctx, bound)
 		for _, lo := range dead {
@@ -212,19 +206,7 @@ func (l *Loop) RunOnce(ctx context.Context) TickResult {
 	}
 
 	l.mu.Lock()
-	end := l.cfg.Clock.Now()
-	res.Next = lease / 3
-	if d, ok := l.earliestLocked(end); ok && d < res.Next {
-		res.Next = max(d, 0)
-	}
-	// An unconfirmed renewal is retried soon rather than at the next
-	// interval: a store plugin that is restarted, or a database that fails
-	// over, in less than a lease must not cost the claims whose trusted
-	// deadline falls before the next tick. Against a store that is still
-	// down each retry is one fast-failing call.
-	if res.Unconfirmed > 0 {
-		res.Next = min(res.Next, RetryDelay(lease))
-	}
+	res.Next = l.nextLocked(l.cfg.Clock.Now(), lease, res.Unconfirmed > 0)
 	l.mu.Unlock()
 
 	if l.cfg.OnLost != nil {
@@ -236,6 +218,24 @@ func (l *Loop) RunOnce(ctx context.Context) TickResult {
 		l.cfg.OnTick(res)
 	}
 	return res
+}
+
+// nextLocked is how soon after now the next tick must run: an interval
+// (lease/3), or sooner for a trusted deadline that falls before it. An
+// unconfirmed renewal is retried sooner still: a store plugin that is
+// restarted, or a database that fails over, in less than a lease must not
+// cost the claims whose trusted deadline falls before the next tick.
+// Against a store that is still down each retry is one fast-failing call.
+// Callers hold l.mu.
+func (l *Loop) nextLocked(now time.Time, lease time.Duration, unconfirmed bool) time.Duration {
+	next := lease / 3
+	if d, ok := l.earliestLocked(now); ok && d < next {
+		next = max(d, 0)
+	}
+	if unconfirmed {
+		next = min(next, RetryDelay(lease))
+	}
+	return next
 }
 
 // RetryDelay is how soon a tick whose renewals went unconfirmed is
