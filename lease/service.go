@@ -262,51 +262,50 @@ func (s *Service) Claim(ctx context.Context, w Worker, r apitype.ClaimRequest) (
 		return Grant{}, board.Invalid("labels route a claim of the next card; card %q is named", card)
 	}
 	lease := s.cfg.Lease()
-	attempt := s.cfg.Clock.Now()
-	var c board.Card
-	var tok board.ClaimToken
-	var err error
 	if next {
 		// ClaimNext only takes a free card: always a fresh acquisition.
-		c, err = s.cfg.Store.ClaimNext(ctx, board.ClaimNextParams{Marker: w.Marker, Lease: lease, Labels: r.Labels})
-		tok = c.Token()
+		attempt := s.cfg.Clock.Now()
+		c, err := s.cfg.Store.ClaimNext(ctx, board.ClaimNextParams{Marker: w.Marker, Lease: lease, Labels: r.Labels})
 		if err != nil {
 			return Grant{}, err
 		}
-		if err := s.track(ctx, w, c.ID, tok, attempt, lease, s.releaseUndo(c.ID, tok)); err != nil {
-			return Grant{}, err
-		}
-		return s.grant(c, tok, lease), nil
+		return s.trackGrant(ctx, w, c, attempt, lease)
 	}
-	// A named card: the store's Claim hands the same marker its own token
-	// back. When a heartbeat tick gave that token up between beforeClaim
-	// and the store's answer, the heartbeat refuses it and track hands it
-	// back; the second attempt, which beforeClaim now prepares, is a fresh
-	// acquisition (DESIGN.md#keepalive).
-	for try := 0; ; try++ {
-		if err = s.beforeClaim(ctx, w, card); err == nil {
-			c, err = s.cfg.Store.Claim(ctx, board.ClaimParams{Card: card, Marker: w.Marker, Lease: lease})
-			tok = c.Token()
-		}
-		if err != nil {
-			return Grant{}, err
-		}
-		err = s.track(ctx, w, c.ID, tok, attempt, lease, s.releaseUndo(c.ID, tok))
-		if err == nil {
-			return s.grant(c, tok, lease), nil
-		}
-		if !errors.Is(err, heartbeat.ErrDisownedToken) || try > 0 {
-			return Grant{}, err
-		}
-		attempt = s.cfg.Clock.Now()
+	g, err := s.claimCard(ctx, w, card, lease)
+	if errors.Is(err, heartbeat.ErrDisownedToken) {
+		// The store's Claim hands the same marker its own token back, and
+		// a heartbeat tick gave that token up between beforeClaim and the
+		// store's answer: the heartbeat refused it and track handed it
+		// back. The second attempt, which beforeClaim now prepares, is a
+		// fresh acquisition (DESIGN.md#keepalive).
+		g, err = s.claimCard(ctx, w, card, lease)
 	}
+	return g, err
 }
 
-// releaseUndo hands a claim the heartbeat refused back to the store.
-func (s *Service) releaseUndo(card string, tok board.ClaimToken) func(context.Context) error {
-	return func(ctx context.Context) error {
-		return s.cfg.Store.ReleaseOwned(ctx, board.OwnedParams{Card: card, Token: tok})
+// claimCard claims the named card for w once and tracks it.
+func (s *Service) claimCard(ctx context.Context, w Worker, card string, lease time.Duration) (Grant, error) {
+	attempt := s.cfg.Clock.Now()
+	if err := s.beforeClaim(ctx, w, card); err != nil {
+		return Grant{}, err
 	}
+	c, err := s.cfg.Store.Claim(ctx, board.ClaimParams{Card: card, Marker: w.Marker, Lease: lease})
+	if err != nil {
+		return Grant{}, err
+	}
+	return s.trackGrant(ctx, w, c, attempt, lease)
+}
+
+// trackGrant hands a claim just taken to the heartbeat and answers its
+// grant; a claim the heartbeat refuses is released again.
+func (s *Service) trackGrant(ctx context.Context, w Worker, c board.Card, attempt time.Time, lease time.Duration) (Grant, error) {
+	tok := c.Token()
+	if err := s.track(ctx, w, c.ID, tok, attempt, lease, func(ctx context.Context) error {
+		return s.cfg.Store.ReleaseOwned(ctx, board.OwnedParams{Card: c.ID, Token: tok})
+	}); err != nil {
+		return Grant{}, err
+	}
+	return s.grant(c, tok, lease), nil
 }
 
 // beforeClaim prepares a claim on one card. The store's Claim is idempotent
