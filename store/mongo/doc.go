@@ -32,8 +32,11 @@
 //   - Time comes from the server. claimed_at, claim_lease_until,
 //     updated_at, created_at and event times are the server's clock, read
 //     from a hello reply at most a second old (aged by the monotonic
-//     clock), with the round trip and the drift counted against the lease. A fleet's agents do not share a clock, and a pod
-//     with a fast clock must not mint itself extra lease.
+//     clock), with the round trip and the drift counted against every
+//     comparison and in favour of every lease end, so a lease outlasts its
+//     holder's deadline however slow the hello. A fleet's agents do not
+//     share a clock, and a pod with a fast clock must not mint itself
+//     extra lease.
 //   - The epoch is floored at the server clock: max(stored + 1, server ms).
 //     Another binary's write can drop the field; a counter would then
 //     restart at 1 and hand one worker the same token twice.

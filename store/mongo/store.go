@@ -322,8 +322,9 @@ type serverClock struct {
 // write (DESIGN.md#twin-clock): a heartbeat tick or a reaper pass reads
 // the clock once. A reading taken age ago stands for the server's time
 // now as reading + age, and its uncertainty grows by age/driftDivisor for
-// the rate at which the two clocks may drift apart, counted against every
-// lease like the round trip.
+// the rate at which the two clocks may drift apart. The uncertainty is
+// counted against every comparison (Now) and in favour of every lease end
+// (serverClock.leaseUntil), like the round trip.
 const (
 	// clockReuse is how long a reading serves the stamps of writes:
 	// leases, epochs, claimed_at and updated_at.
@@ -445,13 +446,19 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	return s.lowerNow(ctx, clockReuse)
 }
 
-// leaseUntil is the end of a lease granted now. The round trip of the
-// clock reading is counted AGAINST the lease, never in its favour: the
-// server's time when the hello was sent may be up to one round trip before
-// the time it reported, and the holder measures its own lease from before
-// it asked, so the granted lease is shortened by the whole round trip.
+// leaseUntil is the end of a lease granted now, measured from the UPPER
+// bound of the server's time: the reading plus its uncertainty (the round
+// trip and the drift). The holder trusts its claim until its attempt +
+// lease − margin (DESIGN.md#trusted-deadline), and the attempt came before
+// this write, so a lease measured from any time the server may have
+// reached by now outlasts that deadline by at least the margin, however
+// slow the hello was, as $$NOW would. Measured from the lower bound, it
+// fell short of the deadline once twice the round trip exceeded the
+// margin, and a reaper could hand the card on while its holder worked.
+// The lease gains at most the uncertainty; the comparisons with it
+// (Store.Now) keep the lower bound.
 func (c serverClock) leaseUntil(lease time.Duration) time.Time {
-	return c.now.Add(lease - c.rtt)
+	return c.now.Add(lease + c.rtt)
 }
 
 // epochAfter is the fence of a new acquisition: max(stored + 1, server
