@@ -371,11 +371,12 @@ func (cfg SweepConfig) judge(ctx context.Context, c board.Card, m board.Marker) 
 // own clock (Store.Now), never this agent's: on MongoDB the server's,
 // read as a lower bound (less the round trip). A lower bound errs towards
 // "not over yet" by at most that round trip. The stamp errs the same way:
-// MongoDB measures a lease from the upper bound of its clock
-// (DESIGN.md#twin-clock), up to one reading's round trip after the
-// server's time at the write. The second margin absorbs both, together
-// with the store round trip between a renewal's attempt and the store's
-// stamp. The error directions:
+// MongoDB measures a lease from the time its server reported to a hello
+// sent after the renewal's attempt, or, from a reading reused, from the
+// upper bound of its clock (DESIGN.md#twin-clock), up to one reading's
+// round trip after the server's time at the attempt. The second margin
+// absorbs both, together with the store round trip between a renewal's
+// attempt and the store's stamp. The error directions:
 //
 //   - Judging a claim over too early disowns a live holder's claim. The
 //     agent does not adopt it, so the holder hears no more pings and stops

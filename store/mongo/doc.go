@@ -33,8 +33,10 @@
 //     updated_at, created_at and event times are the server's clock, read
 //     from a hello reply at most a second old (aged by the monotonic
 //     clock), with the round trip and the drift counted against every
-//     comparison and in favour of every lease end, so a lease outlasts its
-//     holder's deadline however slow the hello. A fleet's agents do not
+//     comparison and in favour of the lease end a reused reading stamps
+//     (a fresh one was read after its holder's attempt began), so a lease
+//     outlasts its holder's deadline however slow the hello, and is
+//     stretched no further than that takes. A fleet's agents do not
 //     share a clock, and a pod with a fast clock must not mint itself
 //     extra lease.
 //   - The epoch is floored at the server clock: max(stored + 1, server ms).

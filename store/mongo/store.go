@@ -313,6 +313,10 @@ func (s *Store) Close() error {
 type serverClock struct {
 	now time.Time
 	rtt time.Duration
+	// fresh: the reading was asked for by this call, not reused. Its hello
+	// left after the call began, so after its caller's attempt: the
+	// server read its clock no earlier than its time at the attempt.
+	fresh bool
 	// cluster is the replica set's cluster time, aged like now (zero on a
 	// standalone server): the clock the server's write stamps follow.
 	cluster time.Time
@@ -324,7 +328,7 @@ type serverClock struct {
 // now as reading + age, and its uncertainty grows by age/driftDivisor for
 // the rate at which the two clocks may drift apart. The uncertainty is
 // counted against every comparison (Now) and in favour of every lease end
-// (serverClock.leaseUntil), like the round trip.
+// a reused reading stamps (serverClock.leaseUntil), like the round trip.
 const (
 	// clockReuse is how long a reading serves the stamps of writes:
 	// leases, epochs, claimed_at and updated_at.
@@ -396,7 +400,9 @@ func (s *Store) readClock(ctx context.Context, reuse time.Duration) (serverClock
 		s.clk = r
 	}
 	s.clkMu.Unlock()
-	return r.aged(0), nil
+	c := r.aged(0)
+	c.fresh = true
+	return c, nil
 }
 
 // age is how long ago r arrived; ok is false when there is no reading, it
@@ -446,18 +452,32 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	return s.lowerNow(ctx, clockReuse)
 }
 
-// leaseUntil is the end of a lease granted now, measured from the UPPER
-// bound of the server's time: the reading plus its uncertainty (the round
-// trip and the drift). The holder trusts its claim until its attempt +
-// lease − margin (DESIGN.md#trusted-deadline), and the attempt came before
-// this write, so a lease measured from any time the server may have
-// reached by now outlasts that deadline by at least the margin, however
-// slow the hello was, as $$NOW would. Measured from the lower bound, it
-// fell short of the deadline once twice the round trip exceeded the
-// margin, and a reaper could hand the card on while its holder worked.
+// leaseUntil is the end of a lease granted now, measured from no earlier
+// than the server's time at its holder's attempt. The holder trusts its
+// claim until its attempt + lease − margin (DESIGN.md#trusted-deadline),
+// so such a lease outlasts that deadline by at least the margin, however
+// slow the hello was.
+//
+//   - A fresh reading (asked for by this call) was read by the server
+//     after the call, and so the attempt, began: the reported time (and
+//     the millisecond it is truncated to) is such a time already. Adding
+//     the round trip would only stretch the lease past what its holder was
+//     granted, and the boot sweep, which infers the holder's deadline from
+//     the stored lease, pays for every millisecond of that out of its
+//     second margin (DESIGN.md#boot-sweep).
+//   - A reused reading may be older than the attempt: the lease is
+//     measured from the UPPER bound of the server's time now, the reading
+//     plus its uncertainty (the round trip and the drift), as $$NOW would.
+//     Measured from the lower bound, it fell short of the deadline once
+//     twice the round trip exceeded the margin, and a reaper could hand
+//     the card on while its holder worked.
+//
 // The lease gains at most the uncertainty; the comparisons with it
 // (Store.Now) keep the lower bound.
 func (c serverClock) leaseUntil(lease time.Duration) time.Time {
+	if c.fresh {
+		return c.now.Add(lease + time.Millisecond)
+	}
 	return c.now.Add(lease + c.rtt)
 }
 
