@@ -17,6 +17,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/client"
+	"github.com/leasekeeper/leasekeeper/internal/waitbound"
 )
 
 // The test binary re-executes itself as a second worker process: a
@@ -27,6 +28,7 @@ func TestMain(m *testing.M) {
 	if action := os.Getenv(childEnv); action != "" {
 		os.Exit(runChild(action))
 	}
+	waitbound.Widen()
 	os.Exit(m.Run())
 }
 

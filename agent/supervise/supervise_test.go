@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasekeeper/leasekeeper/internal/waitbound"
 	"github.com/leasekeeper/leasekeeper/pidprobe"
 )
 
@@ -46,6 +47,7 @@ func TestMain(m *testing.M) {
 		runClaimerHelper()
 		return
 	}
+	waitbound.Widen()
 	os.Exit(m.Run())
 }
 

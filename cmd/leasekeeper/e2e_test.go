@@ -17,6 +17,7 @@ import (
 	"github.com/leasekeeper/leasekeeper/apitype"
 	"github.com/leasekeeper/leasekeeper/board"
 	"github.com/leasekeeper/leasekeeper/internal/agentproc"
+	"github.com/leasekeeper/leasekeeper/internal/waitbound"
 	"github.com/leasekeeper/leasekeeper/pidprobe"
 )
 
@@ -33,6 +34,7 @@ func TestMain(m *testing.M) {
 		// This binary is a claim's CMD in e2e_signals_test.go.
 		os.Exit(countSignals())
 	}
+	waitbound.Widen()
 	agentproc.Main(m, map[string]*string{"./cmd/leasekeeper": &binary})
 }
 
