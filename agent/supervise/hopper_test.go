@@ -1,34 +1,64 @@
 package supervise
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/leasekeeper/leasekeeper/internal/agentproc"
+	"github.com/leasekeeper/leasekeeper/pidprobe"
 )
 
 // A process that forks and exits in a loop ("pid hopping") may never be
 // where a walk of /proc looks: by the time the walk reads the pid it
 // listed, that process has exited and its child was forked after the
 // listing. Empty walks alone must not end the sweep while such a tree
-// lives: once Done, nothing of it may run.
+// lives: once Done, nothing of it may run. And Done must come: on a host
+// of thousands of processes a walk that read every one of them listed
+// only pids that had hopped on by the time it signalled them, and the
+// supervisor chased the tree for as long as the tree lived. The chase
+// here runs beside a crowd of processes and must end within a bound.
+//
+// The chase is a race between the supervisor's walks and the hopper's
+// forks, and under the race detector a walk is about ten times slower
+// (an attempt took seconds instead of a few hundred milliseconds), which
+// tests a supervisor no one ships. So the supervisor here is the one that
+// ships, the leasekeeper binary's claim-supervisor built without -race;
+// the package's other tests run this code under the race detector.
 func TestHoppingProcessDoesNotEscapeTheTree(t *testing.T) {
 	if _, err := exec.LookPath("perl"); err != nil {
 		t.Skip("needs perl for a process that forks and exits in a loop")
 	}
+	bin := filepath.Join(t.TempDir(), "leasekeeper")
+	if err := agentproc.CachedBuild("./cmd/leasekeeper", bin); err != nil {
+		t.Fatal(err)
+	}
+	shipped := Launcher{Path: bin, Args: []string{"claim-supervisor"}}
+	startCrowd(t, 1000)
 	for attempt := range 5 {
 		dir := t.TempDir()
 		stop := filepath.Join(dir, "stop")
 		token := "hopper-token-" + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(attempt)
 		script := `$0="` + token + `"; if (fork()) { select(undef,undef,undef,0.2); exit 0 } while (!-e "` + stop + `") { exit 0 if fork() }`
-		c, err := Start(launcher, exec.Command("perl", "-e", script))
+		c, err := Start(shipped, exec.Command("perl", "-e", script))
 		if err != nil {
 			t.Fatal(err)
 		}
-		code, _ := c.Wait(context.Background())
+		ctx, cancel := context.WithTimeout(context.Background(), chaseBound)
+		code, err := c.Wait(ctx)
+		cancel()
+		if err != nil {
+			_ = os.WriteFile(stop, nil, 0o644) // ends the loop, and so the chase
+			t.Fatalf("attempt %d: the supervisor still chased the tree %v after its command exited", attempt, chaseBound)
+		}
 		// Done: whatever still runs now escaped.
 		n := countCmdline(token)
 		_ = os.WriteFile(stop, nil, 0o644) // ends an escaped loop, if any
@@ -54,3 +84,103 @@ func countCmdline(token string) int {
 	}
 	return n
 }
+
+// chaseBound is how long the hopper test lets a supervisor chase a tree
+// whose first process has exited: it took seconds under the race detector
+// beside the crowd, and, before the walk followed children lists, never
+// ended on a busy host.
+const chaseBound = time.Minute
+
+// startCrowd starts n processes that sleep until the test ends: a host's
+// process table of the size production hosts have, which a walk of every
+// process pays for. One perl forks them all (no exec per process), and
+// each leaves when the pipe on its stdin closes, the parent once it has
+// collected them, so no process of the crowd outlives the test.
+func startCrowd(t *testing.T, n int) {
+	t.Helper()
+	script := `$| = 1; for (1..` + strconv.Itoa(n) + `) { my $p = fork(); die "fork: $!" unless defined $p; if (!$p) { 1 while <STDIN>; exit 0 } } print "up\n"; 1 while <STDIN>; 1 while wait() > 0;`
+	cmd := exec.Command("perl", "-e", script)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		in.Close()
+		_ = cmd.Wait()
+	})
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "up\n" {
+		t.Fatalf("the crowd of %d processes did not start: %q, %v", n, line, err)
+	}
+}
+
+// TestDescendantsWalkMatchesTheScan: the walk along the children lists
+// finds the tree a scan of every process finds, parents first, and skip
+// prunes a child of the root with its subtree in both.
+func TestDescendantsWalkMatchesTheScan(t *testing.T) {
+	t.Parallel()
+	// sh ─┬─ sleep
+	//     └─ sh ─── sleep
+	cmd := exec.Command("sh", "-c", "sleep 60 & (sleep 60 & wait) & wait")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	root := cmd.Process.Pid
+	t.Cleanup(func() {
+		if ds, err := scanDescendants(root, nil); err == nil {
+			for _, p := range ds {
+				_ = syscall.Kill(p, syscall.SIGKILL)
+			}
+		}
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	var scanned []int
+	waitFor(t, "the tree of four processes to start", func() bool {
+		ds, err := scanDescendants(root, nil)
+		scanned = ds
+		return err == nil && len(ds) == 3
+	})
+	walked, err := descendants(root, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(sorted(walked), sorted(scanned)) {
+		t.Fatalf("the walk found %v, the scan %v", walked, scanned)
+	}
+	seen := map[int]bool{root: true}
+	for _, p := range walked {
+		st, err := pidprobe.ReadStat(p)
+		if err != nil || !seen[st.PPID] {
+			t.Fatalf("walk %v lists %d before its parent (%+v, %v)", walked, p, st, err)
+		}
+		seen[p] = true
+	}
+	// Skip the subshell: its sleep goes with it.
+	var sub int
+	for _, p := range walked {
+		if st, _ := pidprobe.ReadStat(p); st.PPID == root && st.Comm == "sh" {
+			sub = p
+		}
+	}
+	skip := func(p int) bool { return p == sub }
+	w, err := descendants(root, skip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := scanDescendants(root, skip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sub == 0 || len(w) != 1 || !slices.Equal(w, sc) {
+		t.Errorf("skipping the subshell %d: the walk found %v, the scan %v; want the one sleep of the root", sub, w, sc)
+	}
+}
+
+func sorted(p []int) []int { p = slices.Clone(p); slices.Sort(p); return p }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -27,11 +28,95 @@ func becomeSubreaper() error {
 	return nil
 }
 
-// descendants lists the live processes descended from root in one scan of
-// /proc, parents before their children. Zombies are left out: they have
-// exited and can do nothing more. skip prunes a child of root and its whole
-// subtree from the walk.
+// descendants lists the live processes descended from root, parents
+// before their children. Zombies are left out: they have exited and can do
+// nothing more. skip prunes a child of root and its whole subtree from the
+// walk.
+//
+// It follows the kernel's list of each process's children
+// (/proc/PID/task/TID/children), a few reads per process of the tree,
+// rather than reading every process of the host: against a tree that forks
+// and exits in a loop, a walk as long as the host's process table lists
+// only pids that have hopped on by the time it signals them, and the kill
+// rounds chase the tree forever. Where the kernel keeps no such lists
+// (built without CONFIG_PROC_CHILDREN) it scans /proc.
 func descendants(root int, skip func(pid int) bool) ([]int, error) {
+	kids, err := childrenOf(root)
+	if errors.Is(err, os.ErrNotExist) && pidAlive(root) {
+		return scanDescendants(root, skip)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for len(kids) > 0 {
+		var next []child
+		for _, c := range kids {
+			if c.parent == root && skip != nil && skip(c.pid) {
+				continue
+			}
+			st, err := pidprobe.ReadStat(c.pid)
+			if err != nil || st.Zombie() {
+				continue // gone since its parent's list was read, or exited
+			}
+			out = append(out, c.pid)
+			// A child that exits while we read its lists leaves them
+			// unreadable; its children are re-parented to us and the
+			// next walk finds them.
+			grand, _ := childrenOf(c.pid)
+			next = append(next, grand...)
+		}
+		kids = next
+	}
+	return out, nil
+}
+
+// child is a pid and the parent whose children list named it.
+type child struct{ pid, parent int }
+
+// childrenOf reads the children lists of every thread of pid: a child is
+// listed under the thread that forked it (or, re-parented, under the
+// thread the kernel chose), so a threaded process such as this one has
+// several lists. The error wraps os.ErrNotExist when the kernel keeps no
+// children lists, or when pid has exited.
+func childrenOf(pid int) ([]child, error) {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []child
+	read := 0
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/children")
+		if errors.Is(err, os.ErrNotExist) {
+			continue // this thread exited since the listing
+		}
+		if err != nil {
+			return nil, err
+		}
+		read++
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil {
+				out = append(out, child{pid: c, parent: pid})
+			}
+		}
+	}
+	if read == 0 {
+		return nil, fmt.Errorf("no children list under %s: %w", dir, os.ErrNotExist)
+	}
+	return out, nil
+}
+
+// pidAlive reports whether pid's /proc entry is still there.
+func pidAlive(pid int) bool {
+	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
+	return err == nil
+}
+
+// scanDescendants is descendants in one scan of /proc, for a kernel that
+// keeps no children lists.
+func scanDescendants(root int, skip func(pid int) bool) ([]int, error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, err
