@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,25 +13,6 @@ import (
 	"github.com/leasekeeper/leasekeeper/pidprobe"
 	mongostore "github.com/leasekeeper/leasekeeper/store/mongo"
 )
-
-// slowServerClock is the server clock a mongotest.ClockProxy reports: the
-// manual clock, read when the server answers a hello, and then, while
-// slow is set, the reply held back that long on the wire. The server's
-// time does not move while the reply is held (the manual clock stands
-// still), so the hello's round trip is pure uncertainty: the server read
-// its clock as the holder's attempt began.
-type slowServerClock struct {
-	clock *boardtest.ManualClock
-	slow  atomic.Int64 // a time.Duration
-}
-
-func (c *slowServerClock) Now() time.Time {
-	now := c.clock.Now()
-	if d := time.Duration(c.slow.Load()); d > 0 {
-		time.Sleep(d) // the server is slow to answer, not a synchronisation
-	}
-	return now
-}
 
 // TestBootSweepOnMongoJudgesASlowRenewalsLeaseByItsHoldersDeadline: on
 // MongoDB a renewal's lease is the server's time + lease, stamped however
@@ -61,7 +41,7 @@ func TestBootSweepOnMongoJudgesASlowRenewalsLeaseByItsHoldersDeadline(t *testing
 
 	t0 := time.Date(2033, 6, 7, 8, 9, 10, 0, time.UTC)
 	clock := boardtest.NewManualClock(t0)
-	server := &slowServerClock{clock: clock}
+	server := &mongotest.SlowClock{Clock: clock}
 	store, err := mongostore.Open(ctx, mongostore.Options{URI: mongotest.ClockProxy(t, server), Database: mongotest.Database(t), Clock: clock})
 	if err != nil {
 		t.Fatalf("mongostore.Open: %v", err)
@@ -82,9 +62,9 @@ func TestBootSweepOnMongoJudgesASlowRenewalsLeaseByItsHoldersDeadline(t *testing
 	// a fresh reading of the server's clock), and the hello is slow.
 	clock.Advance(interval)
 	renewedAt := clock.Now()
-	server.slow.Store(int64(slowHello))
+	server.SetDelay(slowHello)
 	res, err := store.RenewClaims(ctx, board.RenewClaimsParams{Holds: []board.Hold{{Card: "c1", Token: claimed.Token()}}, Lease: lease})
-	server.slow.Store(0)
+	server.SetDelay(0)
 	if err != nil || len(res) != 1 || res[0].Err != nil {
 		t.Fatalf("RenewClaims = %+v, %v", res, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +22,29 @@ import (
 // boardtest.ManualClock satisfy it.
 type Clock interface {
 	Now() time.Time
+}
+
+// SlowClock is a Clock whose reading is answered late: the inner clock is
+// read when the server answers a hello, and then, while a delay is set
+// (SetDelay), the reply is held back that long on the wire. The server's
+// time does not move while the reply is held (a manual clock stands
+// still), so the hello's round trip is pure uncertainty: the server read
+// its clock as the request arrived.
+type SlowClock struct {
+	Clock Clock
+	delay atomic.Int64 // a time.Duration
+}
+
+// SetDelay holds back every later hello reply by d (0: none).
+func (c *SlowClock) SetDelay(d time.Duration) { c.delay.Store(int64(d)) }
+
+// Now reads the inner clock, then waits out the delay.
+func (c *SlowClock) Now() time.Time {
+	now := c.Clock.Now()
+	if d := time.Duration(c.delay.Load()); d > 0 {
+		time.Sleep(d) // the server is slow to answer, not a synchronisation
+	}
+	return now
 }
 
 // ClockProxy starts a MongoDB wire proxy in front of the test server whose

@@ -1,7 +1,6 @@
 package mongostore_test
 
 import (
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,23 +9,6 @@ import (
 	"github.com/leasekeeper/leasekeeper/internal/mongotest"
 	mongostore "github.com/leasekeeper/leasekeeper/store/mongo"
 )
-
-// slowServerClock is the server clock a mongotest.ClockProxy reports: the
-// manual clock, read when the server answers a hello, and then, while
-// slow is set, the reply held back that long on the wire. The server's
-// time does not move while the reply is held.
-type slowServerClock struct {
-	clock *boardtest.ManualClock
-	slow  atomic.Int64 // a time.Duration
-}
-
-func (c *slowServerClock) Now() time.Time {
-	now := c.clock.Now()
-	if d := time.Duration(c.slow.Load()); d > 0 {
-		time.Sleep(d) // the server is slow to answer, not a synchronisation
-	}
-	return now
-}
 
 // TestALeaseFromAFreshReadingGainsNothingFromTheRoundTrip: a write that
 // asks the server for its clock itself sent that hello after its caller's
@@ -47,7 +29,7 @@ func TestALeaseFromAFreshReadingGainsNothingFromTheRoundTrip(t *testing.T) {
 		slow  = 200 * time.Millisecond
 	)
 	clock := boardtest.NewManualClock(time.Date(2033, 6, 7, 8, 9, 10, 0, time.UTC))
-	server := &slowServerClock{clock: clock}
+	server := &mongotest.SlowClock{Clock: clock}
 	s := openStore(t, mongostore.Options{URI: mongotest.ClockProxy(t, server), Clock: clock})
 	ctx := t.Context()
 	if _, err := s.CreateCard(ctx, board.CreateCardParams{ID: "c1", Actor: "cli"}); err != nil {
@@ -56,9 +38,9 @@ func TestALeaseFromAFreshReadingGainsNothingFromTheRoundTrip(t *testing.T) {
 	// Every write below is past the last reading's second: it asks anew.
 	clock.Advance(time.Second)
 	at := clock.Now()
-	server.slow.Store(int64(slow))
+	server.SetDelay(slow)
 	card, err := s.Claim(ctx, board.ClaimParams{Card: "c1", Marker: "host-a-4242", Lease: lease})
-	server.slow.Store(0)
+	server.SetDelay(0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,9 +51,9 @@ func TestALeaseFromAFreshReadingGainsNothingFromTheRoundTrip(t *testing.T) {
 
 	clock.Advance(10 * time.Second)
 	at = clock.Now()
-	server.slow.Store(int64(slow))
+	server.SetDelay(slow)
 	res, err := s.RenewClaims(ctx, board.RenewClaimsParams{Holds: []board.Hold{{Card: "c1", Token: card.Token()}}, Lease: lease})
-	server.slow.Store(0)
+	server.SetDelay(0)
 	if err != nil || len(res) != 1 || res[0].Err != nil {
 		t.Fatalf("RenewClaims = %+v, %v", res, err)
 	}
