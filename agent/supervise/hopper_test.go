@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -184,3 +185,42 @@ func TestDescendantsWalkMatchesTheScan(t *testing.T) {
 }
 
 func sorted(p []int) []int { p = slices.Clone(p); slices.Sort(p); return p }
+
+// TestHoppingProcessDoesNotEscapeTheClaimer: a claimer whose supervisor
+// died kills what the supervisor left (it is their subreaper), and that
+// sweep too must end against a process that forks and exits in a loop
+// beside a crowd: each kill round collects the orphans it killed, and a
+// collection that reads every process of the host between the walk and
+// the kills signals only pids that have hopped on.
+func TestHoppingProcessDoesNotEscapeTheClaimer(t *testing.T) {
+	if _, err := exec.LookPath("perl"); err != nil {
+		t.Skip("needs perl for a process that forks and exits in a loop")
+	}
+	startCrowd(t, 1000)
+	tr := newTree(t)
+	stop := filepath.Join(tr.dir, "stop")
+	t.Cleanup(func() { _ = os.WriteFile(stop, nil, 0o644) }) // ends the loop, escaped or not
+	token := "claimer-hopper-token-" + strconv.Itoa(os.Getpid())
+	script := `$0="` + token + `"; if (fork()) { select(undef, undef, undef, 0.05) until -e "stop"; exit 0 } open(my $f, ">", "hopping") or die; close $f; while (!-e "stop") { exit 0 if fork() }`
+	c := startClaimer(t, tr, `exec perl -e '`+script+`'`, false)
+	waitFor(t, "the command to hop", func() bool {
+		_, err := os.Stat(filepath.Join(tr.dir, "hopping"))
+		return err == nil
+	})
+	if err := syscall.Kill(c.superPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	said := make(chan string, 1)
+	go func() { line, _ := c.out.ReadString('\n'); said <- line }()
+	select {
+	case line := <-said:
+		if f := strings.Fields(line); len(f) != 4 || f[0] != "done" {
+			t.Fatalf("claimer said %q, want done", line)
+		}
+	case <-time.After(chaseBound):
+		t.Fatalf("the claimer still chased the tree %v after its supervisor died", chaseBound)
+	}
+	if n := countCmdline(token); n > 0 {
+		t.Fatalf("the claimer is done but %d process(es) of the tree still run", n)
+	}
+}

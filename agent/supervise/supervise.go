@@ -383,16 +383,33 @@ func (s *pidSet) has(pid int) bool {
 // sweep killed. It waits for each by pid, never for any child, so it
 // cannot take another exec.Cmd's exit status. It returns how many it
 // collected.
+//
+// It reads this process's children lists, not every process of the host:
+// killTree calls it between its walk and its kills, and a collection as
+// long as the host's process table lets a tree that forks and exits in a
+// loop hop past every pid the walk listed.
 func reapOrphans() int {
 	self := os.Getpid()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0
+	var pids []int
+	if kids, err := childrenOf(self); err == nil {
+		for _, c := range kids {
+			pids = append(pids, c.pid)
+		}
+	} else {
+		// No children lists (a kernel without CONFIG_PROC_CHILDREN).
+		ents, err := os.ReadDir("/proc")
+		if err != nil {
+			return 0
+		}
+		for _, ent := range ents {
+			if pid, err := strconv.Atoi(ent.Name()); err == nil {
+				pids = append(pids, pid)
+			}
+		}
 	}
 	n := 0
-	for _, ent := range ents {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil || supervisors.has(pid) {
+	for _, pid := range pids {
+		if supervisors.has(pid) {
 			continue
 		}
 		if st, err := pidprobe.ReadStat(pid); err == nil && st.PPID == self && st.Zombie() {
