@@ -201,7 +201,11 @@ func TestHoppingProcessDoesNotEscapeTheClaimer(t *testing.T) {
 	stop := filepath.Join(tr.dir, "stop")
 	t.Cleanup(func() { _ = os.WriteFile(stop, nil, 0o644) }) // ends the loop, escaped or not
 	token := "claimer-hopper-token-" + strconv.Itoa(os.Getpid())
-	script := `$0="` + token + `"; if (fork()) { select(undef, undef, undef, 0.05) until -e "stop"; exit 0 } open(my $f, ">", "hopping") or die; close $f; while (!-e "stop") { exit 0 if fork() }`
+	// Every process of the tree ends once "stop" appears or its directory
+	// is removed, so none outlives the test even if the sweep misses it.
+	script := `$0="` + token + `"; open(my $m, ">", "alive") or die; close $m; ` +
+		`if (fork()) { select(undef, undef, undef, 0.05) while -e "alive" && !-e "stop"; exit 0 } ` +
+		`open(my $f, ">", "hopping") or die; close $f; while (-e "alive" && !-e "stop") { exit 0 if fork() }`
 	c := startClaimer(t, tr, `exec perl -e '`+script+`'`, false)
 	waitFor(t, "the command to hop", func() bool {
 		_, err := os.Stat(filepath.Join(tr.dir, "hopping"))

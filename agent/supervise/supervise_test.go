@@ -2,6 +2,7 @@ package supervise
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -655,6 +656,56 @@ func TestStartErrorCarriesTheErrno(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), tc.path) {
 			t.Errorf("Start(%s) = %v: does not name the command", tc.path, err)
+		}
+	}
+}
+
+// TestThreadsOfAnExitedMainThreadAreKilled: a process whose main thread
+// exited while its other threads run shows as a zombie in its stat (the
+// state is its main thread's), yet it runs, and can fork. The sweep must
+// kill it like any other process of the tree, not pass it over as exited.
+func TestThreadsOfAnExitedMainThreadAreKilled(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("needs python3 for a process whose main thread exits first")
+	}
+	tr := newTree(t)
+	// The second thread says ready once the main thread is gone, then runs
+	// until the test creates "stop" or its directory is removed.
+	py := `import ctypes, os, threading, time
+def run():
+    while open("/proc/self/stat").read().rsplit(") ", 1)[1][0] != "Z":
+        time.sleep(0.01)
+    open("ready", "w").close()
+    while os.path.exists("ready") and not os.path.exists("stop"):
+        time.sleep(0.05)
+threading.Thread(target=run).start()
+ctypes.CDLL(None).syscall(60, 0)  # exit(2): this thread only
+`
+	stop := filepath.Join(tr.dir, "stop")
+	t.Cleanup(func() { _ = os.WriteFile(stop, nil, 0o644) })
+	cmd := tr.command(`python3 -c "$1" & echo $! > py.pid
+while [ ! -f ready ]; do sleep 0.01; done`, py)
+	c, err := Start(launcher, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(tr.dir, "py.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	for _, task := range tasks {
+		st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + task.Name() + "/stat")
+		if err == nil && !bytes.Contains(st, []byte(") Z ")) && !bytes.Contains(st, []byte(") X ")) {
+			t.Fatalf("Done (survivors %v) but thread %s of process %d, whose main thread exited, still runs", c.Survivors(), task.Name(), pid)
 		}
 	}
 }

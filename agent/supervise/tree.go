@@ -56,7 +56,7 @@ func descendants(root int, skip func(pid int) bool) ([]int, error) {
 				continue
 			}
 			st, err := pidprobe.ReadStat(c.pid)
-			if err != nil || st.Zombie() {
+			if err != nil || exited(c.pid, st) {
 				continue // gone since its parent's list was read, or exited
 			}
 			out = append(out, c.pid)
@@ -108,6 +108,35 @@ func childrenOf(pid int) ([]child, error) {
 	return out, nil
 }
 
+// exited reports whether the process pid, whose stat is st, has exited.
+// The stat's state is the main thread's: a process whose main thread
+// exited while its other threads run shows as a zombie, yet runs (and may
+// fork), and only its threads' own stats tell.
+func exited(pid int, st pidprobe.ProcStat) bool {
+	if !st.Zombie() {
+		return false
+	}
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return true
+	}
+	for _, t := range tasks {
+		if t.Name() == strconv.Itoa(pid) {
+			continue
+		}
+		b, err := os.ReadFile(dir + t.Name() + "/stat")
+		if err != nil {
+			continue // exited since the listing
+		}
+		// The state follows the last ')': a comm may hold one.
+		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X' {
+			return false
+		}
+	}
+	return true
+}
+
 // pidAlive reports whether pid's /proc entry is still there.
 func pidAlive(pid int) bool {
 	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
@@ -128,7 +157,7 @@ func scanDescendants(root int, skip func(pid int) bool) ([]int, error) {
 			continue
 		}
 		st, err := pidprobe.ReadStat(pid)
-		if err != nil || st.Zombie() {
+		if err != nil || exited(pid, st) {
 			continue // gone since the listing, or exited
 		}
 		children[st.PPID] = append(children[st.PPID], pid)
@@ -227,7 +256,7 @@ func killTree(root int, skip func(int) bool, reap func() int) ([]Survivor, error
 	}
 	var out []Survivor
 	for pid, err := range refused {
-		if st, serr := pidprobe.ReadStat(pid); serr == nil && !st.Zombie() {
+		if st, serr := pidprobe.ReadStat(pid); serr == nil && !exited(pid, st) {
 			out = append(out, Survivor{PID: pid, Err: err})
 		}
 	}
