@@ -48,7 +48,9 @@ func TestHoppingProcessDoesNotEscapeTheTree(t *testing.T) {
 		dir := t.TempDir()
 		stop := filepath.Join(dir, "stop")
 		token := "hopper-token-" + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(attempt)
-		script := `$0="` + token + `"; if (fork()) { select(undef,undef,undef,0.2); exit 0 } while (!-e "` + stop + `") { exit 0 if fork() }`
+		// The loop also ends once the test's directory is removed, so a
+		// tree the supervisor missed does not outlive the test.
+		script := `$0="` + token + `"; if (fork()) { select(undef,undef,undef,0.2); exit 0 } while (-d "` + dir + `" && !-e "` + stop + `") { exit 0 if fork() }`
 		c, err := Start(shipped, exec.Command("perl", "-e", script))
 		if err != nil {
 			t.Fatal(err)
