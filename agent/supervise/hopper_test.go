@@ -50,7 +50,8 @@ func TestHoppingProcessDoesNotEscapeTheTree(t *testing.T) {
 		token := "hopper-token-" + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(attempt)
 		// The loop also ends once the test's directory is removed, so a
 		// tree the supervisor missed does not outlive the test.
-		script := `$0="` + token + `"; if (fork()) { select(undef,undef,undef,0.2); exit 0 } while (-d "` + dir + `" && !-e "` + stop + `") { exit 0 if fork() }`
+		line := newLifeline(t, dir)
+		script := `$0="` + token + `"; ` + line.take + `if (fork()) { select(undef,undef,undef,0.2); exit 0 } while (-d "` + dir + `" && !-e "` + stop + `") { exit 0 if fork() }`
 		c, err := Start(shipped, exec.Command("perl", "-e", script))
 		if err != nil {
 			t.Fatal(err)
@@ -62,11 +63,14 @@ func TestHoppingProcessDoesNotEscapeTheTree(t *testing.T) {
 			_ = os.WriteFile(stop, nil, 0o644) // ends the loop, and so the chase
 			t.Fatalf("attempt %d: the supervisor still chased the tree %v after its command exited", attempt, chaseBound)
 		}
-		// Done: whatever still runs now escaped.
-		n := countCmdline(token)
-		_ = os.WriteFile(stop, nil, 0o644) // ends an escaped loop, if any
-		if n > 0 {
-			t.Fatalf("attempt %d: Done (code %d, survivors %v) but %d process(es) of the tree still run", attempt, code, c.Survivors(), n)
+		if code != 0 {
+			t.Fatalf("attempt %d: the hopper exited %d, want 0 (it could not take its lifeline?)", attempt, code)
+		}
+		// Done: whatever still holds the lifeline escaped.
+		if !line.gone(chaseBound) {
+			_ = os.WriteFile(stop, nil, 0o644) // ends the escaped loop
+			t.Fatalf("attempt %d: Done (survivors %v) but a process of the tree still runs %v later (%d seen in /proc)",
+				attempt, c.Survivors(), chaseBound, countCmdline(token))
 		}
 	}
 }
@@ -86,6 +90,46 @@ func countCmdline(token string) int {
 		}
 	}
 	return n
+}
+
+// lifeline tells whether any process of a test's tree still runs, however
+// fast its processes hop, where a look through /proc misses a hopper for
+// the reason the kill walk must not. The tree's first process takes an
+// exclusive flock on a file before it forks (take, a perl statement); a
+// flock belongs to the open file, which every fork shares, so it is held
+// until the last process that inherited it has exited.
+type lifeline struct {
+	path string
+	take string
+}
+
+func newLifeline(t *testing.T, dir string) lifeline {
+	path := filepath.Join(dir, "lifeline")
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return lifeline{path: path, take: `use Fcntl ":flock"; open(my $lifeline, "<", "` + path + `") or die; flock($lifeline, LOCK_EX) or die; `}
+}
+
+// gone waits up to bound for the lock to be free, and reports whether it
+// was: no process of the tree is left.
+func (l lifeline) gone(bound time.Duration) bool {
+	f, err := os.Open(l.path)
+	if err != nil {
+		return false
+	}
+	fd := int(f.Fd())
+	took := make(chan error, 1)
+	go func() {
+		took <- syscall.Flock(fd, syscall.LOCK_EX)
+		f.Close() // here, not by the caller: on a timeout the flock still waits on fd
+	}()
+	select {
+	case err := <-took:
+		return err == nil
+	case <-time.After(bound):
+		return false // the goroutine ends once the test ends the loop
+	}
 }
 
 // chaseBound is how long the hopper test lets a supervisor chase a tree
@@ -205,7 +249,8 @@ func TestHoppingProcessDoesNotEscapeTheClaimer(t *testing.T) {
 	token := "claimer-hopper-token-" + strconv.Itoa(os.Getpid())
 	// Every process of the tree ends once "stop" appears or its directory
 	// is removed, so none outlives the test even if the sweep misses it.
-	script := `$0="` + token + `"; open(my $m, ">", "alive") or die; close $m; ` +
+	line := newLifeline(t, tr.dir)
+	script := `$0="` + token + `"; ` + line.take + `open(my $m, ">", "alive") or die; close $m; ` +
 		`if (fork()) { select(undef, undef, undef, 0.05) while -e "alive" && !-e "stop"; exit 0 } ` +
 		`open(my $f, ">", "hopping") or die; close $f; while (-e "alive" && !-e "stop") { exit 0 if fork() }`
 	c := startClaimer(t, tr, `exec perl -e '`+script+`'`, false)
@@ -226,7 +271,7 @@ func TestHoppingProcessDoesNotEscapeTheClaimer(t *testing.T) {
 	case <-time.After(chaseBound):
 		t.Fatalf("the claimer still chased the tree %v after its supervisor died", chaseBound)
 	}
-	if n := countCmdline(token); n > 0 {
-		t.Fatalf("the claimer is done but %d process(es) of the tree still run", n)
+	if !line.gone(chaseBound) {
+		t.Fatalf("the claimer is done but a process of the tree still runs %v later (%d seen in /proc)", chaseBound, countCmdline(token))
 	}
 }
