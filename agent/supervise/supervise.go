@@ -391,20 +391,18 @@ func (s *pidSet) has(pid int) bool {
 func reapOrphans() int {
 	self := os.Getpid()
 	var pids []int
-	if kids, err := childrenOf(self); err == nil {
+	if childrenLists() {
+		kids, err := childrenOf(self)
+		if err != nil {
+			return 0
+		}
 		for _, c := range kids {
 			pids = append(pids, c.pid)
 		}
 	} else {
-		// No children lists (a kernel without CONFIG_PROC_CHILDREN).
-		ents, err := os.ReadDir("/proc")
-		if err != nil {
+		var err error
+		if pids, err = allPIDs(); err != nil {
 			return 0
-		}
-		for _, ent := range ents {
-			if pid, err := strconv.Atoi(ent.Name()); err == nil {
-				pids = append(pids, pid)
-			}
 		}
 	}
 	n := 0

@@ -2,7 +2,6 @@ package supervise
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -703,8 +702,11 @@ while [ ! -f ready ]; do sleep 0.01; done`, py)
 	}
 	tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
 	for _, task := range tasks {
-		st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + task.Name() + "/stat")
-		if err == nil && !bytes.Contains(st, []byte(") Z ")) && !bytes.Contains(st, []byte(") X ")) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + task.Name() + "/stat")
+		if err != nil {
+			continue // exited since the listing
+		}
+		if st, err := pidprobe.ParseStat(b); err != nil || !st.Zombie() {
 			t.Fatalf("Done (survivors %v) but thread %s of process %d, whose main thread exited, still runs", c.Survivors(), task.Name(), pid)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -41,10 +42,10 @@ func becomeSubreaper() error {
 // rounds chase the tree forever. Where the kernel keeps no such lists
 // (built without CONFIG_PROC_CHILDREN) it scans /proc.
 func descendants(root int, skip func(pid int) bool) ([]int, error) {
-	kids, err := childrenOf(root)
-	if errors.Is(err, os.ErrNotExist) && pidAlive(root) {
+	if !childrenLists() {
 		return scanDescendants(root, skip)
 	}
+	kids, err := childrenOf(root)
 	if err != nil {
 		return nil, err
 	}
@@ -74,11 +75,17 @@ func descendants(root int, skip func(pid int) bool) ([]int, error) {
 // child is a pid and the parent whose children list named it.
 type child struct{ pid, parent int }
 
+// childrenLists reports whether the kernel keeps children lists
+// (CONFIG_PROC_CHILDREN), which every process's threads have or none do.
+var childrenLists = sync.OnceValue(func() bool {
+	_, err := os.Stat("/proc/thread-self/children")
+	return err == nil
+})
+
 // childrenOf reads the children lists of every thread of pid: a child is
 // listed under the thread that forked it (or, re-parented, under the
 // thread the kernel chose), so a threaded process such as this one has
-// several lists. The error wraps os.ErrNotExist when the kernel keeps no
-// children lists, or when pid has exited.
+// several lists. The error wraps os.ErrNotExist when pid has exited.
 func childrenOf(pid int) ([]child, error) {
 	dir := "/proc/" + strconv.Itoa(pid) + "/task"
 	tasks, err := os.ReadDir(dir)
@@ -86,7 +93,6 @@ func childrenOf(pid int) ([]child, error) {
 		return nil, err
 	}
 	var out []child
-	read := 0
 	for _, t := range tasks {
 		b, err := os.ReadFile(dir + "/" + t.Name() + "/children")
 		if errors.Is(err, os.ErrNotExist) {
@@ -95,15 +101,26 @@ func childrenOf(pid int) ([]child, error) {
 		if err != nil {
 			return nil, err
 		}
-		read++
 		for _, f := range strings.Fields(string(b)) {
 			if c, err := strconv.Atoi(f); err == nil {
 				out = append(out, child{pid: c, parent: pid})
 			}
 		}
 	}
-	if read == 0 {
-		return nil, fmt.Errorf("no children list under %s: %w", dir, os.ErrNotExist)
+	return out, nil
+}
+
+// allPIDs lists every pid in /proc, for a kernel without children lists.
+func allPIDs() ([]int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, ent := range ents {
+		if pid, err := strconv.Atoi(ent.Name()); err == nil {
+			out = append(out, pid)
+		}
 	}
 	return out, nil
 }
@@ -122,40 +139,26 @@ func exited(pid int, st pidprobe.ProcStat) bool {
 		return true
 	}
 	for _, t := range tasks {
-		if t.Name() == strconv.Itoa(pid) {
-			continue
-		}
 		b, err := os.ReadFile(dir + t.Name() + "/stat")
 		if err != nil {
 			continue // exited since the listing
 		}
-		// The state follows the last ')': a comm may hold one.
-		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X' {
+		if ts, err := pidprobe.ParseStat(b); err == nil && !ts.Zombie() {
 			return false
 		}
 	}
 	return true
 }
 
-// pidAlive reports whether pid's /proc entry is still there.
-func pidAlive(pid int) bool {
-	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
-	return err == nil
-}
-
 // scanDescendants is descendants in one scan of /proc, for a kernel that
 // keeps no children lists.
 func scanDescendants(root int, skip func(pid int) bool) ([]int, error) {
-	ents, err := os.ReadDir("/proc")
+	pids, err := allPIDs()
 	if err != nil {
 		return nil, err
 	}
 	children := map[int][]int{}
-	for _, ent := range ents {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil {
-			continue
-		}
+	for _, pid := range pids {
 		st, err := pidprobe.ReadStat(pid)
 		if err != nil || exited(pid, st) {
 			continue // gone since the listing, or exited
