@@ -369,8 +369,9 @@ func (cfg SweepConfig) judge(ctx context.Context, c board.Card, m board.Marker) 
 //
 // Whose clock. The lease was stamped by the store, so now is the store's
 // own clock (Store.Now), never this agent's: on MongoDB the server's,
-// read as a lower bound (less the round trip). A lower bound errs towards
-// "not over yet" by at most that round trip. The stamp errs the same way:
+// read as a lower bound (the reported time less the round trip). It errs
+// towards "not over yet" by up to twice that round trip: the server read
+// its clock somewhere inside it. The stamp errs the same way:
 // MongoDB measures a lease from the time its server reported to a hello
 // sent after the renewal's attempt, or, from a reading reused, from the
 // upper bound of its clock (DESIGN.md#twin-clock), up to one reading's

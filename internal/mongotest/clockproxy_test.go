@@ -145,8 +145,9 @@ func TestClockProxyDrivesTheStoreClock(t *testing.T) {
 	if !c.ClaimedAt.Equal(at) {
 		t.Errorf("claimed_at = %s, want the proxy clock %s", c.ClaimedAt, at)
 	}
-	// The lease is measured from the upper bound of the clock reading: the
-	// round trip lengthens it, never shortens it (DESIGN.md#store-clock).
+	// The lease is measured from no earlier than the server's time at the
+	// claim: the round trip may lengthen it, never shorten it
+	// (DESIGN.md#twin-clock).
 	if c.ClaimLeaseUntil.Before(at.Add(lease)) || c.ClaimLeaseUntil.After(at.Add(lease+time.Second)) {
 		t.Errorf("lease until = %s, want just over %s", c.ClaimLeaseUntil, at.Add(lease))
 	}
